@@ -1,0 +1,222 @@
+"""Options every command shares: RPC URL, ledger URL, deployment JSON, signing key.
+
+Each value comes from, in order: the command-line flag, the environment (`COLOCO_RPC_URL`,
+`COLOCO_LEDGER_URL`, `COLOCO_DEPLOYMENT`, `COLOCO_KEYSTORE`, `COLOCO_PASSWORD_FILE`,
+`COLOCO_PRIVATE_KEY`), a TOML config file (`$COLOCO_CONFIG`, else `./coloco.toml`, else
+`~/.config/coloco/config.toml`; keys `rpc_url`, `ledger_url`, `deployment`, `keystore`,
+`password_file`), then the devnet defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+
+from protocol.errors import ConfigError, ContractRevertError, DeploymentError
+
+if TYPE_CHECKING:
+    from eth_account.signers.local import LocalAccount
+    from protocol.chain import ChainClient
+    from protocol.deployment import Deployment
+
+console = Console()
+
+DEFAULT_RPC_URL = "http://127.0.0.1:8545"
+DEFAULT_LEDGER_URL = "http://127.0.0.1:8000"
+DEVNET_DIR = Path(".coloco") / "devnet"
+DEVNET_DEPLOYMENT = DEVNET_DIR / "deployment.json"
+CONFIG_KEYS = frozenset({"rpc_url", "ledger_url", "deployment", "keystore", "password_file"})
+
+RpcUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--rpc-url", envvar="COLOCO_RPC_URL", help=f"Chain RPC (default {DEFAULT_RPC_URL})."
+    ),
+]
+LedgerUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ledger-url",
+        envvar="COLOCO_LEDGER_URL",
+        help=f"Ledger API (default {DEFAULT_LEDGER_URL}).",
+    ),
+]
+DeploymentOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--deployment",
+        envvar="COLOCO_DEPLOYMENT",
+        help=f"Deployment JSON (default {DEVNET_DEPLOYMENT}, then deployments/<chainId>.json).",
+    ),
+]
+KeystoreOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--keystore", envvar="COLOCO_KEYSTORE", help="Encrypted keystore JSON of the sender."
+    ),
+]
+PasswordFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--password-file",
+        envvar="COLOCO_PASSWORD_FILE",
+        help="File holding the keystore password (or set COLOCO_PASSWORD; else you are asked).",
+    ),
+]
+PrivateKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--private-key",
+        envvar="COLOCO_PRIVATE_KEY",
+        help="Raw 0x private key of the sender (devnet only; prefer --keystore).",
+        show_default=False,
+    ),
+]
+
+
+def config_file() -> Path | None:
+    """The config file in effect, or None."""
+    explicit = os.environ.get("COLOCO_CONFIG")
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"COLOCO_CONFIG={explicit} does not exist: fix the path or unset it")
+        return path
+    for candidate in (Path("coloco.toml"), Path.home() / ".config" / "coloco" / "config.toml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config() -> dict[str, Any]:
+    """The config file's values (empty without a file); unknown keys are refused."""
+    path = config_file()
+    if path is None:
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    section = data.get("coloco", data)
+    unknown = set(section) - CONFIG_KEYS - {"coloco"}
+    if unknown:
+        raise ConfigError(
+            f"config file {path} has unknown key(s) {sorted(unknown)}; "
+            f"allowed: {sorted(CONFIG_KEYS)}"
+        )
+    return {k: v for k, v in section.items() if k in CONFIG_KEYS}
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the chain, the ledger and the deployment are."""
+
+    rpc_url: str
+    ledger_url: str
+    deployment_path: Path
+
+    def deployment(self) -> Deployment:
+        from protocol.deployment import Deployment
+
+        if not self.deployment_path.is_file():
+            raise DeploymentError(
+                f"no deployment JSON at {self.deployment_path}: pass --deployment PATH, set "
+                "COLOCO_DEPLOYMENT, or on a devnet run `coloco devnet up && coloco devnet deploy`"
+            )
+        return Deployment.load(self.deployment_path)
+
+
+def resolve(
+    rpc_url: str | None = None, ledger_url: str | None = None, deployment: Path | None = None
+) -> Endpoints:
+    """Flags/env (already merged by typer) win over the config file, which wins over defaults."""
+    cfg = load_config()
+    dep = deployment or (Path(cfg["deployment"]) if "deployment" in cfg else None)
+    if dep is None:
+        dep = DEVNET_DEPLOYMENT if DEVNET_DEPLOYMENT.is_file() else Path("deployments/31337.json")
+    return Endpoints(
+        rpc_url=rpc_url or cfg.get("rpc_url") or DEFAULT_RPC_URL,
+        ledger_url=(ledger_url or cfg.get("ledger_url") or DEFAULT_LEDGER_URL).rstrip("/"),
+        deployment_path=dep,
+    )
+
+
+def load_signer(
+    keystore: Path | None, password_file: Path | None, private_key: str | None
+) -> LocalAccount:
+    """The account that signs transactions: a keystore (preferred) or a raw devnet key."""
+    from eth_account import Account
+
+    cfg = load_config()
+    if keystore is None and private_key is None and "keystore" in cfg:
+        keystore = Path(cfg["keystore"])
+        password_file = password_file or (
+            Path(cfg["password_file"]) if "password_file" in cfg else None
+        )
+    if keystore is not None:
+        from protocol.keys import load_keystore_account
+
+        return load_keystore_account(keystore, password_file=password_file)
+    if private_key is not None:
+        try:
+            account: LocalAccount = Account.from_key(private_key)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                "--private-key / COLOCO_PRIVATE_KEY is not a 32-byte hex key: check the value"
+            ) from exc
+        return account
+    raise ConfigError(
+        "this command sends a transaction and needs a sender: pass --keystore PATH "
+        "(create one with `coloco keys new`) or, on a devnet, --private-key 0x..."
+    )
+
+
+def open_chain(ep: Endpoints, account: LocalAccount | None = None) -> ChainClient:
+    """A chain client for the deployment, optionally able to send transactions as `account`."""
+    from protocol.chain import ChainClient
+
+    return ChainClient(ep.rpc_url, ep.deployment(), account=account)
+
+
+def revert_hint(exc: ContractRevertError, hints: dict[str, str]) -> str:
+    """A message for a reverted transaction: the hint for its custom error, else the raw reason."""
+    name = exc.error_name or ""
+    hint = hints.get(name)
+    args = ", ".join(str(a) for a in exc.error_args)
+    base = f"{name}({args})" if name else exc.message
+    return f"{base}: {hint}" if hint else base
+
+
+def parse_amount(text: str, *, what: str = "amount") -> int:
+    """'1.5' or '1.5ether' -> wei; '100wei' or '100 wei' -> 100; 'gwei' suffix too."""
+    from decimal import Decimal, InvalidOperation
+
+    raw = text.strip().lower().replace(" ", "")
+    units = {"ether": 10**18, "eth": 10**18, "gwei": 10**9, "wei": 1}
+    scale = 10**18
+    for suffix, factor in units.items():
+        if raw.endswith(suffix):
+            raw, scale = raw[: -len(suffix)], factor
+            break
+    try:
+        value = Decimal(raw) * scale
+    except InvalidOperation as exc:
+        raise ConfigError(
+            f"{what} {text!r} is not a number: write e.g. 1.5 (ether) or 100wei"
+        ) from exc
+    if value < 0 or value != value.to_integral_value():
+        raise ConfigError(f"{what} {text!r} must be a non-negative whole number of wei")
+    return int(value)
+
+
+def fmt_units(value: int, decimals: int = 18) -> str:
+    """123400000000000000 -> '0.1234'."""
+    whole, frac = divmod(value, 10**decimals)
+    text = f"{whole}.{frac:0{decimals}d}".rstrip("0").rstrip(".")
+    return text or "0"

@@ -1,0 +1,206 @@
+"""`coloco devnet up | down | deploy | status`: a local anvil chain for trying coloco out.
+
+State lives under `.coloco/devnet/` in the current directory: `anvil.pid`, `anvil.log`,
+`anvil-accounts.json` (anvil's funded dev keys), `devnet.json` (RPC URL, port, chain id) and,
+after `deploy`, `deployment.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from coloco_cli.common import DEVNET_DEPLOYMENT, DEVNET_DIR, RpcUrlOpt, console
+from coloco_cli.procs import port_open
+from protocol.errors import ChainError, ConfigError
+
+log = logging.getLogger(__name__)
+
+app = typer.Typer(no_args_is_help=True)
+
+PID_FILE = DEVNET_DIR / "anvil.pid"
+STATE_FILE = DEVNET_DIR / "devnet.json"
+ACCOUNTS_FILE = DEVNET_DIR / "anvil-accounts.json"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running_pid() -> int | None:
+    """The pid of the devnet's anvil if it is running, else None (stale pid files are removed)."""
+    if not PID_FILE.is_file():
+        return None
+    try:
+        pid = int(PID_FILE.read_text().strip())
+    except ValueError:
+        PID_FILE.unlink(missing_ok=True)
+        return None
+    if _pid_alive(pid):
+        return pid
+    PID_FILE.unlink(missing_ok=True)
+    return None
+
+
+def devnet_accounts(workdir: Path = DEVNET_DIR) -> list[tuple[str, str]]:
+    """anvil's funded (address, private key) pairs for the devnet in `workdir`."""
+    path = workdir / "anvil-accounts.json"
+    if not path.is_file():
+        raise ConfigError(f"no devnet accounts at {path}: start the devnet with `coloco devnet up`")
+    cfg = json.loads(path.read_text())
+    return list(zip(cfg["available_accounts"], cfg["private_keys"], strict=True))
+
+
+def devnet_rpc_url() -> str | None:
+    """The RPC URL recorded by `coloco devnet up`, if the devnet is running."""
+    if running_pid() is None or not STATE_FILE.is_file():
+        return None
+    return str(json.loads(STATE_FILE.read_text())["rpc_url"])
+
+
+@app.command()
+def up(
+    *,
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 8545,
+    chain_id: Annotated[int, typer.Option(help="Chain id.")] = 31337,
+    block_time: Annotated[
+        float | None, typer.Option(help="Seconds per block (default: mine on each transaction).")
+    ] = None,
+) -> None:
+    """Start anvil on 127.0.0.1 in the background (pid file and log under .coloco/devnet/).
+
+    Example: coloco devnet up --port 8545 && coloco devnet deploy
+    """
+    from protocol.devnet import AnvilProcess
+
+    pid = running_pid()
+    if pid is not None:
+        raise ConfigError(
+            f"the devnet is already up (anvil pid {pid}); stop it first with `coloco devnet down`"
+        )
+    if port_open("127.0.0.1", port):
+        raise ConfigError(
+            f"port {port} on 127.0.0.1 is in use by another program: pick another with --port"
+        )
+    anvil = AnvilProcess.start(
+        DEVNET_DIR, port=port, chain_id=chain_id, block_time=block_time, detach=True
+    )
+    STATE_FILE.write_text(
+        json.dumps({"rpc_url": anvil.rpc_url, "port": port, "chain_id": chain_id, "pid": anvil.pid})
+    )
+    console.print(
+        f"devnet up: anvil pid {anvil.pid}, RPC [bold]{anvil.rpc_url}[/], chain {chain_id}"
+    )
+    console.print(f"funded dev accounts: {ACCOUNTS_FILE} (deployer = first one)")
+    console.print("next: [bold]coloco devnet deploy[/]")
+
+
+@app.command()
+def down(
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for the port to be freed.")
+    ] = 10.0,
+) -> None:
+    """Stop the devnet's anvil (by its pid file) and wait until its port is free.
+
+    Example: coloco devnet down
+    """
+    from protocol.devnet import stop_pid
+
+    pid = running_pid()
+    if pid is None:
+        console.print("devnet is not running (no live anvil pid in .coloco/devnet/)")
+        return
+    port = json.loads(STATE_FILE.read_text())["port"] if STATE_FILE.is_file() else None
+    stop_pid(pid, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while port is not None and port_open("127.0.0.1", int(port)):
+        if time.monotonic() > deadline:
+            raise ChainError(f"anvil pid {pid} stopped but port {port} is still in use")
+        time.sleep(0.05)
+    PID_FILE.unlink(missing_ok=True)
+    STATE_FILE.unlink(missing_ok=True)
+    console.print(f"devnet down: anvil pid {pid} stopped, port {port} free")
+
+
+@app.command()
+def deploy(
+    *,
+    rpc_url: RpcUrlOpt = None,
+    deployer_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="COLOCO_DEPLOYER_KEY", help="Deployer private key (default: devnet account 0)."
+        ),
+    ] = None,
+    committer: Annotated[
+        str | None,
+        typer.Option(
+            help="Address allowed to commit rounds (the ledger's key; default account 1)."
+        ),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option(help="Where to write the deployment JSON.")
+    ] = DEVNET_DEPLOYMENT,
+    voting_period: Annotated[int, typer.Option(help="Voting period in blocks.")] = 20,
+    timelock_delay: Annotated[int, typer.Option(help="Timelock delay in seconds.")] = 1,
+) -> None:
+    """Deploy and wire every coloco contract, then write the deployment JSON.
+
+    Example: coloco devnet deploy --out .coloco/devnet/deployment.json
+    """
+    from protocol.deploy import deploy as run_deploy
+
+    url = rpc_url or devnet_rpc_url()
+    if url is None:
+        raise ConfigError(
+            "no devnet is running: start one with `coloco devnet up` or pass --rpc-url"
+        )
+    if deployer_key is None or committer is None:
+        accounts = devnet_accounts()
+        deployer_key = deployer_key or accounts[0][1]
+        committer = committer or accounts[1][0]
+    with console.status("deploying contracts (forge script)..."):
+        deployment = run_deploy(
+            url,
+            deployer_key,
+            committer=committer,
+            out_path=out,
+            voting_period=voting_period,
+            timelock_delay=timelock_delay,
+        )
+    for name, address in sorted(deployment.contracts.items()):
+        console.print(f"  {name:<20} {address}")
+    console.print(f"deployment written to [bold]{out}[/]")
+
+
+@app.command()
+def status() -> None:
+    """Say whether the devnet runs, its RPC URL, head block and deployment.
+
+    Example: coloco devnet status
+    """
+    from protocol.devnet import rpc_call
+
+    url = devnet_rpc_url()
+    if url is None:
+        console.print("devnet: [red]down[/] (start it with `coloco devnet up`)")
+        raise typer.Exit(1)
+    head = int(rpc_call(url, "eth_blockNumber"), 16)
+    console.print(f"devnet: [green]up[/] at {url}, block {head}, pid {running_pid()}")
+    if DEVNET_DEPLOYMENT.is_file():
+        console.print(f"deployment: {DEVNET_DEPLOYMENT}")
+    else:
+        console.print("deployment: none yet (run `coloco devnet deploy`)")
