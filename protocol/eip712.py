@@ -1,0 +1,173 @@
+"""A small, strict EIP-712 encoder for structs of static fields (the fast path).
+
+Only the field types coloco signs are supported: ``bytes32``, ``address`` and ``uintN``. Every
+value is checked before it is encoded; nothing is coerced (a ``bool`` is not an ``int``, a
+lower-case address is not a checksummed one, 31 bytes are not a ``bytes32``). eth-account's
+``encode_typed_data`` is the reference implementation the tests compare this module against.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+from Crypto.Hash import keccak as _keccak
+
+from protocol.errors import EncodingError
+from protocol.types import Address, Bytes32
+
+DOMAIN_NAME: Final = "coloco"
+DOMAIN_VERSION: Final = "1"
+EIP712_DOMAIN_TYPE: Final = (
+    "EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)"
+)
+EIP712_DOMAIN_FIELDS: Final[tuple[tuple[str, str], ...]] = (
+    ("name", "string"),
+    ("version", "string"),
+    ("chainId", "uint256"),
+    ("verifyingContract", "address"),
+)
+
+_ADDRESS_RE: Final = re.compile(r"^0x[0-9a-fA-F]{40}$")
+_HEX32_RE: Final = re.compile(r"^0x[0-9a-fA-F]{64}$")
+
+
+def keccak256(data: bytes) -> bytes:
+    """Keccak-256 (Ethereum's, not NIST SHA3) of ``data``, via pycryptodome's C implementation."""
+    return _keccak.new(digest_bits=256, data=data).digest()
+
+
+def to_checksum_address(raw: bytes | str) -> str:
+    """EIP-55 checksummed form of 20 raw bytes or a 40-hex-digit address (any case)."""
+    hex_lower = raw.hex() if isinstance(raw, bytes) else raw.removeprefix("0x").lower()
+    if len(hex_lower) != 40:
+        raise EncodingError(f"address: expected 20 bytes, got {len(hex_lower) // 2}")
+    nibbles = keccak256(hex_lower.encode()).hex()
+    return "0x" + "".join(
+        c.upper() if int(n, 16) >= 8 else c for c, n in zip(hex_lower, nibbles, strict=False)
+    )
+
+
+# --- strict validators: each names the field and says what form is expected ------------------
+
+
+def check_uint(name: str, value: object, bits: int) -> int:
+    """``value`` as an unsigned ``bits``-bit integer; bools, floats and strings are refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EncodingError(
+            f"{name}: expected an integer (uint{bits}), got {type(value).__name__} {value!r}"
+        )
+    if value < 0 or value >= 1 << bits:
+        raise EncodingError(f"{name}: {value} is out of range for uint{bits} (0..2**{bits}-1)")
+    return value
+
+
+def check_bytes32(name: str, value: object) -> Bytes32:
+    """``value`` as exactly 32 raw bytes (``bytes``; use :func:`parse_bytes32` for hex text)."""
+    if not isinstance(value, bytes):
+        raise EncodingError(
+            f"{name}: expected 32 raw bytes, got {type(value).__name__}; "
+            f"parse 0x-hex with protocol.eip712.parse_bytes32 first"
+        )
+    if len(value) != 32:
+        raise EncodingError(f"{name}: expected exactly 32 bytes, got {len(value)}")
+    return Bytes32(value)
+
+
+def parse_bytes32(name: str, value: object) -> Bytes32:
+    """A 0x-prefixed 64-hex-digit string as 32 raw bytes."""
+    if not isinstance(value, str) or not _HEX32_RE.match(value):
+        shown = value if isinstance(value, str) else type(value).__name__
+        raise EncodingError(
+            f"{name}: expected a bytes32 as '0x' + 64 hex digits, got {shown!r}"
+            + (f" ({(len(value) - 2) // 2} bytes)" if isinstance(value, str) else "")
+        )
+    return Bytes32(bytes.fromhex(value[2:]))
+
+
+def check_address(name: str, value: object) -> Address:
+    """``value`` as an EIP-55 checksummed address; lower-case, short or garbled ones are refused."""
+    if not isinstance(value, str) or not _ADDRESS_RE.match(value):
+        raise EncodingError(
+            f"{name}: expected a 0x-prefixed 20-byte (40 hex digit) address, got {value!r}"
+        )
+    checksummed = to_checksum_address(value)
+    if value != checksummed:
+        raise EncodingError(
+            f"{name}: {value} is not EIP-55 checksummed (expected {checksummed}); "
+            f"pass the checksummed form so typos are caught"
+        )
+    return Address(value)
+
+
+def bytes32_hex(value: bytes) -> str:
+    return "0x" + value.hex()
+
+
+# --- encoding -------------------------------------------------------------------------------
+
+
+def encode_uint(value: int) -> bytes:
+    return value.to_bytes(32, "big")
+
+
+def encode_address(value: str) -> bytes:
+    return bytes(12) + bytes.fromhex(value[2:])
+
+
+@dataclass(frozen=True)
+class Eip712Domain:
+    """coloco's EIP-712 domain: fixed name and version, the chain id and the ContributionLedger."""
+
+    chain_id: int
+    verifying_contract: Address
+    separator: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_uint("domain.chainId", self.chain_id, 256)
+        if self.chain_id == 0:
+            raise EncodingError("domain.chainId: must be non-zero (the chain's EIP-155 id)")
+        check_address("domain.verifyingContract", self.verifying_contract)
+        encoded = (
+            keccak256(EIP712_DOMAIN_TYPE.encode())
+            + keccak256(DOMAIN_NAME.encode())
+            + keccak256(DOMAIN_VERSION.encode())
+            + encode_uint(self.chain_id)
+            + encode_address(self.verifying_contract)
+        )
+        object.__setattr__(self, "separator", keccak256(encoded))
+
+    def to_json(self) -> dict[str, object]:
+        """The ``domain`` object of eth_signTypedData_v4."""
+        return {
+            "name": DOMAIN_NAME,
+            "version": DOMAIN_VERSION,
+            "chainId": self.chain_id,
+            "verifyingContract": self.verifying_contract,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> Eip712Domain:
+        """Parse an eth_signTypedData_v4 ``domain`` object; name and version must be coloco's."""
+        if not isinstance(data, dict):
+            raise EncodingError(f"domain: expected an object, got {type(data).__name__}")
+        expected = {name for name, _ in EIP712_DOMAIN_FIELDS}
+        if set(data) != expected:
+            raise EncodingError(
+                f"domain: expected exactly the keys {sorted(expected)}, got {sorted(data)}"
+            )
+        if data["name"] != DOMAIN_NAME or data["version"] != DOMAIN_VERSION:
+            raise EncodingError(
+                f"domain: expected name {DOMAIN_NAME!r} and version {DOMAIN_VERSION!r}, "
+                f"got {data['name']!r} and {data['version']!r}"
+            )
+        return cls(
+            chain_id=check_uint("domain.chainId", data["chainId"], 256),
+            verifying_contract=check_address("domain.verifyingContract", data["verifyingContract"]),
+        )
+
+
+def typed_data_digest(domain: Eip712Domain, struct_hash: bytes) -> bytes:
+    """``keccak256(0x1901 || domainSeparator || hashStruct(message))``."""
+    return keccak256(b"\x19\x01" + domain.separator + struct_hash)

@@ -1,0 +1,189 @@
+"""Regenerate the golden vectors deterministically: `python -m tests.vectors.generate`.
+
+`--check` compares instead of writing (exit 1 on a difference). The private keys are derived
+from fixed labels and are TEST KEYS ONLY: never fund them.
+
+Signatures come from eth-account (the reference implementation); the Python tests check that
+the fast path agrees on every case, and the contracts' tests check Solidity agrees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from eth_account import Account
+from eth_account.messages import _hash_eip191_message, encode_typed_data
+from eth_utils import to_checksum_address
+
+from protocol.attestation import ComputeAttestation
+from protocol.eip712 import Eip712Domain, keccak256
+from protocol.merkle import RewardsTree
+from protocol.types import Address, Bytes32, RoundNumber, RunId
+
+VECTORS_DIR = Path(__file__).resolve().parent
+ATTESTATION_FILE = VECTORS_DIR / "compute_attestation.json"
+REWARDS_FILE = VECTORS_DIR / "rewards_tree.json"
+
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
+U256_MAX = 2**256 - 1
+
+# anvil's first two CREATE addresses of its account 0 (nonce 0 and 1), and other chains' ids.
+ANVIL_CREATE_0 = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+ANVIL_CREATE_1 = "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512"
+
+log = logging.getLogger(__name__)
+
+
+def vector_key(label: str) -> bytes:
+    """A deterministic test-only private key."""
+    return keccak256(b"coloco test key: " + label.encode())
+
+
+def vector_bytes32(label: str) -> Bytes32:
+    return Bytes32(keccak256(b"coloco test bytes32: " + label.encode()))
+
+
+def vector_address(label: str) -> Address:
+    return Address(to_checksum_address(keccak256(b"coloco test address: " + label.encode())[12:]))
+
+
+def _case(label: str, chain_id: int, contract: str, **fields: Any) -> dict[str, Any]:
+    key = vector_key(label)
+    signer = Account.from_key(key).address
+    values: dict[str, Any] = {
+        "run_id": vector_bytes32(label + "/run"),
+        "round": RoundNumber(1),
+        "node": signer,
+        "config_version": 1,
+        "base_checkpoint": vector_bytes32(label + "/base"),
+        "pseudo_gradient": vector_bytes32(label + "/pg"),
+        "data_shard": vector_bytes32(label + "/shard"),
+        "inner_steps": 500,
+        "tokens": 500 * 8 * 256,
+        "result_checkpoint": vector_bytes32(label + "/result"),
+    }
+    values.update(fields)
+    attestation = ComputeAttestation(**values)
+    domain = Eip712Domain(chain_id=chain_id, verifying_contract=Address(contract))
+    typed = attestation.typed_data(domain)
+    message = encode_typed_data(full_message=typed)
+    digest = _hash_eip191_message(message)
+    signed = Account.sign_message(message, key)
+    return {
+        "name": label,
+        "typed_data": typed,
+        "struct_hash": "0x" + attestation.struct_hash().hex(),
+        "domain_separator": "0x" + domain.separator.hex(),
+        "digest": "0x" + digest.hex(),
+        "private_key": "0x" + key.hex(),
+        "signature": "0x" + bytes(signed.signature).hex(),
+        "signer": signer,
+    }
+
+
+def attestation_cases() -> list[dict[str, Any]]:
+    zero = Bytes32(bytes(32))
+    ones = Bytes32(b"\xff" * 32)
+    return [
+        _case(
+            "all-zero",
+            1,
+            vector_address("contract/mainnet"),
+            run_id=RunId(zero),
+            round=RoundNumber(0),
+            config_version=0,
+            base_checkpoint=zero,
+            pseudo_gradient=zero,
+            data_shard=zero,
+            inner_steps=0,
+            tokens=0,
+            result_checkpoint=zero,
+        ),
+        _case(
+            "all-max",
+            1,
+            vector_address("contract/mainnet"),
+            run_id=RunId(ones),
+            round=RoundNumber(U64_MAX),
+            config_version=U64_MAX,
+            base_checkpoint=ones,
+            pseudo_gradient=ones,
+            data_shard=ones,
+            inner_steps=U32_MAX,
+            tokens=U64_MAX,
+            result_checkpoint=ones,
+        ),
+        _case("anvil-first-contract", 31337, ANVIL_CREATE_0),
+        _case("anvil-second-contract", 31337, ANVIL_CREATE_1, round=RoundNumber(7)),
+        _case("anvil-round-2", 31337, ANVIL_CREATE_0, round=RoundNumber(2), config_version=3),
+        _case(
+            "high-bits",
+            8453,
+            vector_address("contract/base"),
+            round=RoundNumber(2**63),
+            config_version=2**32,
+            inner_steps=2**31,
+            tokens=2**63 + 1,
+        ),
+        _case("sepolia", 11155111, vector_address("contract/sepolia"), round=RoundNumber(42)),
+        _case(
+            "large-chain-id",
+            U64_MAX,
+            vector_address("contract/large"),
+            round=RoundNumber(1),
+            inner_steps=1,
+            tokens=1,
+        ),
+        _case("optimism", 10, vector_address("contract/optimism"), config_version=17),
+        _case("same-fields-other-contract", 1, vector_address("contract/other")),
+    ]
+
+
+def rewards_trees() -> list[dict[str, Any]]:
+    def accounts(prefix: str, n: int) -> list[Address]:
+        return [vector_address(f"{prefix}/{i}") for i in range(n)]
+
+    big = [(acct, (i * 7919 + 1) * 10**15) for i, acct in enumerate(accounts("payout/big", 130))]
+    big[0] = (big[0][0], 0)
+    big[1] = (big[1][0], U256_MAX)
+    trees = [
+        [(vector_address("payout/single"), 10**18)],
+        [(a, (i + 1) * 25 * 10**17) for i, a in enumerate(accounts("payout/pair", 2))],
+        [(a, i + 1) for i, a in enumerate(accounts("payout/three", 3))],
+        big,
+    ]
+    return [RewardsTree.build(values).to_json() for values in trees]
+
+
+def render(data: object) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="compare, do not write")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    outputs = {
+        ATTESTATION_FILE: render(attestation_cases()),
+        REWARDS_FILE: render(rewards_trees()),
+    }
+    stale = [p for p, text in outputs.items() if not p.exists() or p.read_text() != text]
+    if args.check:
+        for path in stale:
+            log.error("%s is stale: run python -m tests.vectors.generate", path)
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        path.write_text(text)
+        log.info("wrote %s", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
