@@ -162,7 +162,8 @@ def load_signer(
     if keystore is not None:
         from protocol.keys import load_keystore_account
 
-        return load_keystore_account(keystore, password_file=password_file)
+        loaded: LocalAccount = load_keystore_account(keystore, password_file=password_file)
+        return loaded
     if private_key is not None:
         try:
             account: LocalAccount = Account.from_key(private_key)

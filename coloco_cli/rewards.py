@@ -1,0 +1,175 @@
+"""`coloco rewards show | claim`: what a contributor (a payout address) is owed and claiming it.
+
+The ledger serves the cumulative amount owed to a payout address with its Merkle proof against
+`ContributionLedger.latestRewardsRoot()`; `claim` checks the proof's root is the one on chain,
+then sends `RewardDistributor.claim(account, cumulativeAmount, proof)`, which mints the
+difference to what was already claimed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any
+
+import httpx
+import typer
+from rich.table import Table
+
+from coloco_cli.common import (
+    DeploymentOpt,
+    KeystoreOpt,
+    LedgerUrlOpt,
+    PasswordFileOpt,
+    PrivateKeyOpt,
+    RpcUrlOpt,
+    console,
+    fmt_units,
+    load_signer,
+    open_chain,
+    resolve,
+)
+from coloco_cli.node import checksum
+from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
+
+if TYPE_CHECKING:
+    from protocol.chain import ChainClient
+
+log = logging.getLogger(__name__)
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@dataclass(frozen=True)
+class Owed:
+    """The ledger's answer for one payout address."""
+
+    account: str
+    cumulative_amount: int
+    proof: list[bytes]
+    root: bytes
+    receipts: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _hex32(value: str, what: str) -> bytes:
+    raw = bytes.fromhex(value.removeprefix("0x"))
+    if len(raw) != 32:
+        raise LedgerError(f"the ledger sent a {what} that is not 32 bytes: {value!r}")
+    return raw
+
+
+def fetch_owed(ledger_url: str, account: str, *, timeout: float = 10.0) -> Owed:
+    """GET /v1/rewards/{account} from the ledger."""
+    account = checksum(account, what="--account")
+    url = f"{ledger_url}/v1/rewards/{account}"
+    try:
+        resp = httpx.get(url, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise LedgerUnavailableError(
+            f"ledger at {ledger_url} does not answer ({exc.__class__.__name__}): check "
+            "--ledger-url or start one with `coloco ledger serve`"
+        ) from exc
+    if resp.status_code == 404:
+        raise LedgerError(f"the ledger knows no rewards for {account}: nothing to claim yet")
+    if resp.status_code != 200:
+        raise LedgerError(f"ledger answered {resp.status_code} for {url}: {resp.text[:300]}")
+    data = resp.json()
+    return Owed(
+        account=checksum(data["account"]),
+        cumulative_amount=int(data["cumulative_amount"]),
+        proof=[_hex32(p, "proof node") for p in data.get("proof", [])],
+        root=_hex32(data["root"], "root") if data.get("root") else b"\x00" * 32,
+        receipts=list(data.get("receipts", [])),
+    )
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    account: str
+    cumulative_amount: int
+    paid: int
+    balance: int
+
+
+def claim_rewards(chain: ChainClient, ledger_url: str, account: str) -> ClaimResult:
+    """Fetch the proof for `account` and claim everything not yet claimed (sender pays gas)."""
+    owed = fetch_owed(ledger_url, account)
+    if owed.cumulative_amount == 0:
+        raise ConfigError(f"{owed.account} is owed nothing yet: its node has no settled rounds")
+    onchain_root = bytes(chain.call("ContributionLedger", "latestRewardsRoot"))
+    if onchain_root != owed.root:
+        raise LedgerError(
+            f"the ledger's proof is for root 0x{owed.root.hex()} but the chain has "
+            f"0x{onchain_root.hex()}: the latest round is still being committed; retry shortly"
+        )
+    already = int(chain.call("RewardDistributor", "claimed", owed.account))
+    if already >= owed.cumulative_amount:
+        raise ConfigError(
+            f"{owed.account} already claimed all {fmt_units(already)} CMS it is owed: "
+            "nothing new until the next round settles"
+        )
+    chain.transact("RewardDistributor", "claim", owed.account, owed.cumulative_amount, owed.proof)
+    balance = int(chain.call("ModelShareToken", "balanceOf", owed.account))
+    return ClaimResult(
+        owed.account, owed.cumulative_amount, owed.cumulative_amount - already, balance
+    )
+
+
+@app.command()
+def show(
+    *,
+    account: Annotated[str, typer.Option(help="Payout address to look up.")],
+    rpc_url: RpcUrlOpt = None,
+    ledger_url: LedgerUrlOpt = None,
+    deployment: DeploymentOpt = None,
+) -> None:
+    """Show what a payout address is owed, what it claimed, and its per-round receipts.
+
+    Example: coloco rewards show --account 0xCOLD...
+    """
+    ep = resolve(rpc_url, ledger_url, deployment)
+    owed = fetch_owed(ep.ledger_url, account)
+    chain = open_chain(ep)
+    claimed = int(chain.call("RewardDistributor", "claimed", owed.account))
+    balance = int(chain.call("ModelShareToken", "balanceOf", owed.account))
+    table = Table(title=f"rewards of {owed.account}", show_header=False)
+    table.add_row("owed (cumulative)", f"{fmt_units(owed.cumulative_amount)} CMS")
+    table.add_row("claimed", f"{fmt_units(claimed)} CMS")
+    table.add_row("claimable now", f"{fmt_units(max(owed.cumulative_amount - claimed, 0))} CMS")
+    table.add_row("token balance", f"{fmt_units(balance)} CMS")
+    console.print(table)
+    if owed.receipts:
+        receipts = Table(title="receipts")
+        keys = [k for k in ("round", "status", "score", "reward", "why") if k in owed.receipts[0]]
+        for key in keys:
+            receipts.add_column(key)
+        for rec in owed.receipts:
+            receipts.add_row(*(str(rec.get(k, "")) for k in keys))
+        console.print(receipts)
+
+
+@app.command()
+def claim(
+    *,
+    account: Annotated[
+        str | None, typer.Option(help="Payout address to claim for (default: the sender).")
+    ] = None,
+    rpc_url: RpcUrlOpt = None,
+    ledger_url: LedgerUrlOpt = None,
+    deployment: DeploymentOpt = None,
+    keystore: KeystoreOpt = None,
+    password_file: PasswordFileOpt = None,
+    private_key: PrivateKeyOpt = None,
+) -> None:
+    """Claim every ownership token owed to a payout address, with the ledger's Merkle proof.
+
+    Example: coloco rewards claim --keystore payout.json
+    """
+    ep = resolve(rpc_url, ledger_url, deployment)
+    signer = load_signer(keystore, password_file, private_key)
+    chain = open_chain(ep, signer)
+    result = claim_rewards(chain, ep.ledger_url, account or signer.address)
+    console.print(
+        f"claimed {fmt_units(result.paid)} CMS for {result.account}; "
+        f"balance now {fmt_units(result.balance)} CMS"
+    )
