@@ -1,1 +1,1 @@
-"""The `coloco` command line: one entry point for operators, contributors, holders and organisers."""
+"""The `coloco` command line: one entry point for operators, contributors, holders, organisers."""

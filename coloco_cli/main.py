@@ -23,7 +23,7 @@ _GROUPS: tuple[tuple[str, str, str], ...] = (
 
 app = typer.Typer(
     name="coloco",
-    help="coloco: train together, own together. Decentralized DiLoCo training with on-chain rewards.",
+    help="coloco: train together, own together. Decentralized DiLoCo training, on-chain rewards.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
