@@ -1,9 +1,10 @@
 """Tensor blobs on the wire and on disk: safetensors, never pickle, read strictly.
 
 A blob's id is the canonical hash of the tensors it holds
-(:func:`protocol.hashing.hash_state_dict`), not of its bytes. :func:`decode_blob` refuses anything oversized or malformed before handing the
-bytes to safetensors: a header that is not a JSON object, duplicate names, unknown dtypes,
-shapes that do not match their byte ranges, gaps, overlaps or trailing bytes.
+(:func:`protocol.hashing.hash_state_dict`), not of its bytes. :func:`decode_blob` refuses
+anything oversized or malformed before safetensors sees it: a header that is not a JSON
+object, duplicate names, unknown dtypes, shapes that do not match their byte ranges, gaps,
+overlaps or trailing bytes.
 """
 
 from __future__ import annotations
