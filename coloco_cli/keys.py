@@ -35,6 +35,7 @@ PasswordFile = Annotated[
 
 @app.command()
 def new(
+    *,
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Where to write the keystore JSON (mode 0600).")
     ] = Path("node-key.json"),
