@@ -1,0 +1,156 @@
+"""The deployment JSON (docs/interfaces.md) and the ABIs of the deployed contracts.
+
+`Deployment.load(path)` reads what `protocol.deploy.deploy` (or `forge script
+contracts/script/Deploy.s.sol`) wrote; `abi(name)` reads forge's artifact under `out/`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eth_utils.address import is_address, to_checksum_address
+
+from protocol.errors import DeploymentError
+from protocol.toolchain import forge_out_dir
+from protocol.types import Address, ChainId
+
+CONTRACT_NAMES: tuple[str, ...] = (
+    "StakeManager",
+    "ContributionLedger",
+    "ModelShareToken",
+    "RewardDistributor",
+    "TrainingConfig",
+    "ModelGovernor",
+    "TimelockController",
+)
+"""Every contract a deployment holds, by its Solidity name (also its artifact name)."""
+
+GOVERNANCE_KEYS: tuple[str, ...] = (
+    "voting_delay",
+    "voting_period",
+    "quorum_fraction",
+    "timelock_delay",
+)
+
+_TOP_KEYS = ("chain_id", "deployment_block", "deployer", "committer", "contracts", "governance")
+
+
+def _address(value: object, where: str) -> Address:
+    if not isinstance(value, str) or not is_address(value):
+        raise DeploymentError(f"{where} is {value!r}, not a 0x-prefixed 20-byte address")
+    return Address(to_checksum_address(value))
+
+
+def _uint(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise DeploymentError(f"{where} is {value!r}, not a non-negative integer")
+    return value
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where every coloco contract lives on one chain, and how governance was set up."""
+
+    chain_id: ChainId
+    deployment_block: int
+    """Block of the first deployment transaction: index events from here."""
+    deployer: Address
+    committer: Address
+    contracts: dict[str, Address] = field(default_factory=dict)
+    governance: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "deployment") -> Deployment:
+        """Validates and builds a Deployment from the JSON object; errors name the bad key."""
+        missing = [k for k in _TOP_KEYS if k not in data]
+        if missing:
+            raise DeploymentError(
+                f"{source} lacks {', '.join(missing)}: redeploy with `coloco devnet deploy` "
+                "or fix the JSON (see docs/interfaces.md, Deployment JSON)"
+            )
+        contracts_raw = data["contracts"]
+        governance_raw = data["governance"]
+        if not isinstance(contracts_raw, dict) or not isinstance(governance_raw, dict):
+            raise DeploymentError(f"{source}: 'contracts' and 'governance' must be JSON objects")
+        absent = [n for n in CONTRACT_NAMES if n not in contracts_raw]
+        if absent:
+            raise DeploymentError(f"{source}: contracts lacks {', '.join(absent)}; redeploy")
+        contracts = {
+            name: _address(value, f"{source}: contracts.{name}")
+            for name, value in contracts_raw.items()
+        }
+        governance = {
+            key: _uint(value, f"{source}: governance.{key}")
+            for key, value in governance_raw.items()
+        }
+        return cls(
+            chain_id=ChainId(_uint(data["chain_id"], f"{source}: chain_id")),
+            deployment_block=_uint(data["deployment_block"], f"{source}: deployment_block"),
+            deployer=_address(data["deployer"], f"{source}: deployer"),
+            committer=_address(data["committer"], f"{source}: committer"),
+            contracts=contracts,
+            governance=governance,
+        )
+
+    @classmethod
+    def load(cls, path: Path | str) -> Deployment:
+        """Reads a deployment JSON file."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise DeploymentError(
+                f"no deployment JSON at {path}: deploy first (`coloco devnet deploy`)"
+            ) from None
+        except json.JSONDecodeError as exc:
+            raise DeploymentError(f"{path} is not valid JSON ({exc}); redeploy") from exc
+        if not isinstance(data, dict):
+            raise DeploymentError(f"{path} holds a JSON {type(data).__name__}, not an object")
+        return cls.from_dict(data, source=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of docs/interfaces.md."""
+        return {
+            "chain_id": self.chain_id,
+            "deployment_block": self.deployment_block,
+            "deployer": self.deployer,
+            "committer": self.committer,
+            "contracts": dict(self.contracts),
+            "governance": dict(self.governance),
+        }
+
+    def save(self, path: Path | str) -> None:
+        """Writes the deployment JSON (parent folders created)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    def address(self, name: str) -> Address:
+        """The checksum address of contract `name` (e.g. "ContributionLedger")."""
+        try:
+            return self.contracts[name]
+        except KeyError:
+            known = ", ".join(sorted(self.contracts))
+            raise DeploymentError(
+                f"no contract named {name!r} in this deployment (it has {known})"
+            ) from None
+
+
+def abi(name: str) -> list[dict[str, Any]]:
+    """The ABI of contract `name` from forge's artifact `out/<name>.sol/<name>.json`."""
+    path = forge_out_dir() / f"{name}.sol" / f"{name}.json"
+    try:
+        artifact = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DeploymentError(
+            f"no forge artifact for {name} at {path}: run `forge build` at the repository root"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise DeploymentError(f"forge artifact {path} is not valid JSON: rebuild") from exc
+    result = artifact.get("abi") if isinstance(artifact, dict) else None
+    if not isinstance(result, list):
+        raise DeploymentError(f"forge artifact {path} has no 'abi' list: rebuild")
+    return result

@@ -1,0 +1,142 @@
+"""The deployment path against a real anvil: forge script, roles, JSON, ABIs, one round commit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from eth_account import Account
+from web3 import Web3
+
+from protocol.deploy import deploy
+from protocol.deployment import CONTRACT_NAMES, Deployment, abi
+from protocol.devnet import AnvilProcess
+from protocol.errors import DeploymentError
+
+ZERO_ROLE = b"\x00" * 32
+
+
+def _contract(w3: Web3, dep: Deployment, name: str):  # type: ignore[no-untyped-def]
+    return w3.eth.contract(address=dep.address(name), abi=abi(name))
+
+
+def test_deploy_writes_json_and_reads_back(deployment: Deployment, anvil: AnvilProcess) -> None:
+    w3 = anvil.w3
+    assert deployment.chain_id == anvil.chain_id
+    assert set(CONTRACT_NAMES) <= set(deployment.contracts)
+    for name in CONTRACT_NAMES:
+        assert len(w3.eth.get_code(deployment.address(name))) > 0, name
+    assert 0 < deployment.deployment_block <= anvil.block_number()
+    assert deployment.governance == {
+        "voting_delay": 1,
+        "voting_period": 20,
+        "quorum_fraction": 4,
+        "timelock_delay": 1,
+    }
+    config = _contract(w3, deployment, "TrainingConfig")
+    assert config.functions.version().call() == 1
+    cfg = config.functions.current().call()
+    assert cfg[0] == 50  # innerSteps
+    assert cfg[6] == 10**18  # minStake
+    assert cfg[8] == [10_000]  # dataMixtureBps
+    assert config.functions.owner().call() == deployment.address("TimelockController")
+
+
+def test_deploy_wires_roles(deployment: Deployment, anvil: AnvilProcess) -> None:
+    w3 = anvil.w3
+    ledger = _contract(w3, deployment, "ContributionLedger")
+    token = _contract(w3, deployment, "ModelShareToken")
+    stake = _contract(w3, deployment, "StakeManager")
+    timelock = _contract(w3, deployment, "TimelockController")
+    tl = deployment.address("TimelockController")
+    gov = deployment.address("ModelGovernor")
+    deployer = deployment.deployer
+    committer_role = ledger.functions.COMMITTER_ROLE().call()
+    assert ledger.functions.hasRole(committer_role, deployment.committer).call()
+    assert not ledger.functions.hasRole(committer_role, deployer).call()
+    assert ledger.functions.hasRole(ZERO_ROLE, tl).call()
+    assert not ledger.functions.hasRole(ZERO_ROLE, deployer).call()
+    minter = token.functions.MINTER_ROLE().call()
+    assert token.functions.hasRole(minter, deployment.address("RewardDistributor")).call()
+    assert token.functions.hasRole(token.functions.GRANTER_ROLE().call(), tl).call()
+    assert not token.functions.hasRole(ZERO_ROLE, deployer).call()
+    assert stake.functions.hasRole(stake.functions.SLASHER_ROLE().call(), tl).call()
+    assert stake.functions.treasury().call() == tl
+    assert timelock.functions.hasRole(timelock.functions.PROPOSER_ROLE().call(), gov).call()
+    executor = timelock.functions.EXECUTOR_ROLE().call()
+    assert timelock.functions.hasRole(executor, "0x" + "00" * 20).call()
+    assert not timelock.functions.hasRole(ZERO_ROLE, deployer).call()
+    governor = _contract(w3, deployment, "ModelGovernor")
+    assert governor.functions.votingPeriod().call() == 20
+    assert governor.functions.token().call() == deployment.address("ModelShareToken")
+
+
+def test_committer_commits_a_round(deployment: Deployment, chain: AnvilProcess) -> None:
+    w3 = chain.w3
+    ledger = _contract(w3, deployment, "ContributionLedger")
+    key = next(k for a, k in chain.accounts if a == deployment.committer)
+    sender = Account.from_key(key)
+    run_id = b"\x01" * 32
+    for rnd, root in ((0, b"\x00" * 32), (1, b"\x0a" * 32)):
+        tx = ledger.functions.commitRound(
+            run_id, rnd, root, bytes([rnd + 1]) * 32, 1000, b"\x0b" * 32
+        ).build_transaction(
+            {"from": sender.address, "nonce": w3.eth.get_transaction_count(sender.address)}
+        )
+        signed = sender.sign_transaction(tx)
+        receipt = w3.eth.wait_for_transaction_receipt(
+            w3.eth.send_raw_transaction(signed.raw_transaction)
+        )
+        assert receipt["status"] == 1
+    assert ledger.functions.lastRound(run_id).call() == 1
+    assert ledger.functions.latestRewardsRoot().call() == b"\x0a" * 32
+    assert ledger.functions.checkpointOf(run_id, 0).call() == b"\x01" * 32
+    events = ledger.events.RoundCommitted().get_logs(from_block=receipt["blockNumber"])
+    assert events[0]["args"]["totalWork"] == 1000
+
+
+def test_deploy_with_custom_treasury_and_params(chain: AnvilProcess, tmp_path: Path) -> None:
+    treasury = chain.accounts[5][0]
+    out = tmp_path / "nested" / "dep.json"
+    dep = deploy(
+        chain.rpc_url,
+        chain.accounts[2][1],
+        committer=chain.accounts[3][0],
+        treasury=treasury,
+        out_path=out,
+        voting_period=7,
+        quorum_fraction=10,
+    )
+    assert Deployment.load(out) == dep
+    assert json.loads(out.read_text())["governance"]["voting_period"] == 7
+    stake = _contract(chain.w3, dep, "StakeManager")
+    assert stake.functions.treasury().call() == treasury
+    governor = _contract(chain.w3, dep, "ModelGovernor")
+    assert governor.functions.quorumNumerator().call() == 10
+
+
+def test_deploy_reports_forge_failure(tmp_path: Path) -> None:
+    key = "0x" + "11" * 32
+    with pytest.raises(DeploymentError, match="forge script"):
+        deploy("http://127.0.0.1:1", key, committer="0x" + "22" * 20, out_path=tmp_path / "d.json")
+
+
+def test_deploy_rejects_bad_committer(tmp_path: Path) -> None:
+    with pytest.raises(DeploymentError, match="committer"):
+        deploy("http://127.0.0.1:1", "0x" + "11" * 32, committer="bob", out_path=tmp_path / "x")
+
+
+def test_load_names_missing_key(tmp_path: Path) -> None:
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"chain_id": 1}))
+    with pytest.raises(DeploymentError, match="deployment_block"):
+        Deployment.load(path)
+    with pytest.raises(DeploymentError, match="no deployment JSON"):
+        Deployment.load(tmp_path / "absent.json")
+
+
+def test_abi_of_unknown_contract_says_what_to_do() -> None:
+    assert any(item.get("name") == "commitRound" for item in abi("ContributionLedger"))
+    with pytest.raises(DeploymentError, match="forge build"):
+        abi("NoSuchContract")
