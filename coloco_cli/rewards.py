@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 
 app = typer.Typer(no_args_is_help=True)
 
+RECEIPT_COLUMNS = (
+    "round", "node", "claimed_tokens", "verified_tokens", "quality", "reward", "reason",
+)  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Owed:
@@ -140,7 +144,7 @@ def show(
     console.print(table)
     if owed.receipts:
         receipts = Table(title="receipts")
-        keys = [k for k in ("round", "status", "score", "reward", "why") if k in owed.receipts[0]]
+        keys = [k for k in RECEIPT_COLUMNS if k in owed.receipts[0]]
         for key in keys:
             receipts.add_column(key)
         for rec in owed.receipts:

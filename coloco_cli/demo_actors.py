@@ -1,0 +1,96 @@
+"""The demo's people: node operators, each with a hot node key, a cold payout key and a stake.
+
+Operators are anvil's funded accounts 2.. (0 deploys, 1 is the ledger's committer). Each node's
+hot key is written as an encrypted keystore (what `coloco node run` loads); each payout key is a
+fresh account, funded for gas so it can claim and vote on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from coloco_cli.node import node_status, register_node, stake_node
+from protocol.errors import ChainError, ConfigError
+
+if TYPE_CHECKING:
+    from coloco_cli.demo_net import DemoNet
+
+log = logging.getLogger(__name__)
+
+FIRST_OPERATOR_ACCOUNT = 2
+
+
+@dataclass(frozen=True)
+class Actor:
+    """One node operator with its node and its payout address."""
+
+    name: str
+    operator_address: str
+    operator_key: str
+    node_address: str
+    keystore: Path
+    password_file: Path
+    payout_address: str
+    payout_key: str
+
+
+def write_keystore(folder: Path, name: str, payout: str) -> tuple[str, Path, Path]:
+    """A fresh hot key as a keystore (`coloco keys new`'s code path); returns (address, ks, pw)."""
+    from protocol.keys import create_keystore
+    from protocol.types import Address
+
+    folder.mkdir(parents=True, exist_ok=True)
+    password = secrets.token_hex(16)
+    ks_path = folder / f"{name}.json"
+    pw_path = folder / f"{name}.password"
+    pw_path.write_text(password)
+    pw_path.chmod(0o600)
+    # light KDF: a throwaway devnet key, and the demo must stay fast
+    key = create_keystore(ks_path, password, payout=Address(payout), light=True, overwrite=True)
+    return str(key.address), ks_path, pw_path
+
+
+def make_actors(net: DemoNet, count: int) -> list[Actor]:
+    """`count` operators, each with a new node key and a new, funded payout key."""
+    from eth_account import Account
+
+    if FIRST_OPERATOR_ACCOUNT + count > len(net.anvil.accounts):
+        raise ConfigError(
+            f"the demo supports at most {len(net.anvil.accounts) - FIRST_OPERATOR_ACCOUNT} nodes "
+            "(one funded anvil account per operator): lower --nodes"
+        )
+    actors = []
+    for i in range(count):
+        op_address, op_key = net.anvil.accounts[FIRST_OPERATOR_ACCOUNT + i]
+        name = f"node-{i + 1}"
+        payout = Account.create()
+        node_address, ks, pw = write_keystore(net.workdir / "keys", name, str(payout.address))
+        net.fund(payout.address)
+        actors.append(
+            Actor(
+                name=name,
+                operator_address=op_address,
+                operator_key=op_key,
+                node_address=node_address,
+                keystore=ks,
+                password_file=pw,
+                payout_address=str(payout.address),
+                payout_key="0x" + bytes(payout.key).hex(),
+            )
+        )
+    return actors
+
+
+def register_and_stake(net: DemoNet, actor: Actor) -> None:
+    """The operator registers its node with its payout address and stakes the minimum."""
+    chain = net.chain(actor.operator_key)
+    register_node(chain, actor.node_address, actor.payout_address)
+    stake_node(chain, actor.node_address)
+    status = node_status(chain, actor.node_address)
+    if not status.active:
+        raise ChainError(f"{actor.name} staked but its node is not active: {status}")
+    log.info("%s: node %s registered and staked", actor.name, actor.node_address)

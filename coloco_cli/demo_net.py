@@ -1,0 +1,135 @@
+"""The demo's infrastructure: a fresh anvil, every contract deployed, the ledger on SQLite.
+
+Everything started here is registered with the demo's `ProcessManager`, so it is stopped on
+success, failure or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from coloco_cli.procs import Child, ProcessManager, free_port, wait_until
+from protocol.errors import LedgerError
+
+if TYPE_CHECKING:
+    from protocol.chain import ChainClient
+
+    from protocol.deployment import Deployment
+    from protocol.devnet import AnvilProcess
+
+log = logging.getLogger(__name__)
+
+ADMIN_TOKEN = "coloco-demo-admin-token"
+
+
+@dataclass
+class DemoNet:
+    """Chain + deployment + ledger of one demo run."""
+
+    workdir: Path
+    anvil: AnvilProcess
+    deployment: Deployment
+    deployment_path: Path
+    ledger_url: str
+    ledger: Child
+
+    @property
+    def rpc_url(self) -> str:
+        return self.anvil.rpc_url
+
+    def chain(self, private_key: str | None = None) -> ChainClient:
+        """A chain client, sending as `private_key` if given."""
+        from eth_account import Account
+        from protocol.chain import ChainClient
+
+        account = Account.from_key(private_key) if private_key else None
+        return ChainClient(self.rpc_url, self.deployment, account=account)
+
+    def fund(self, address: str, ether: int = 10) -> None:
+        """Give `address` native currency for gas (anvil cheat RPC)."""
+        self.anvil.call("anvil_setBalance", [address, hex(ether * 10**18)])
+
+    def mine(self, blocks: int) -> None:
+        self.anvil.mine(blocks)
+
+    def advance_time(self, seconds: int) -> None:
+        self.anvil.increase_time(seconds)
+
+    def ledger_get(self, path: str) -> Any:
+        resp = httpx.get(f"{self.ledger_url}{path}", timeout=10.0)
+        if resp.status_code != 200:
+            raise LedgerError(f"ledger GET {path} answered {resp.status_code}: {resp.text[:300]}")
+        return resp.json()
+
+
+def start_chain(procs: ProcessManager, workdir: Path) -> tuple[AnvilProcess, Deployment, Path]:
+    """Start anvil on a free port and deploy everything (deployer = account 0, committer = 1)."""
+    from protocol.deploy import deploy
+    from protocol.devnet import AnvilProcess
+
+    anvil = AnvilProcess.start(workdir / "anvil", accounts=10)
+    procs.add_cleanup("anvil", anvil.stop)
+    path = workdir / "deployment.json"
+    deployment = deploy(
+        anvil.rpc_url, anvil.accounts[0][1], committer=anvil.accounts[1][0], out_path=path
+    )
+    log.info("contracts deployed on %s (chain %d)", anvil.rpc_url, anvil.chain_id)
+    return anvil, deployment, path
+
+
+def start_ledger(
+    procs: ProcessManager,
+    workdir: Path,
+    anvil: AnvilProcess,
+    deployment_path: Path,
+    *,
+    round_deadline_s: float,
+) -> tuple[str, Child]:
+    """Run `coloco ledger serve` on SQLite with the committer key; wait for /v1/health."""
+    port = free_port()
+    env = {
+        "COLOCO_LEDGER_ENVIRONMENT": "development",
+        "COLOCO_LEDGER_RPC_URL": anvil.rpc_url,
+        "COLOCO_LEDGER_DEPLOYMENT": str(deployment_path),
+        "COLOCO_LEDGER_COMMITTER_PRIVATE_KEY": anvil.accounts[1][1],
+        "COLOCO_LEDGER_DATABASE_URL": f"sqlite:///{workdir / 'ledger.db'}",
+        "COLOCO_LEDGER_BLOB_DIR": str(workdir / "ledger-blobs"),
+        "COLOCO_LEDGER_ADMIN_TOKEN": ADMIN_TOKEN,
+        "COLOCO_LEDGER_ROUND_DEADLINE_S": str(round_deadline_s),
+        "COLOCO_LEDGER_CONFIRMATIONS": "0",
+        "COLOCO_LEDGER_INDEXER_POLL_S": "0.2",
+        "COLOCO_LEDGER_LIFECYCLE_POLL_S": "0.2",
+    }
+    argv = [sys.executable, "-m", "coloco_cli", "ledger", "serve", "--host", "127.0.0.1"]
+    argv += ["--port", str(port)]
+    child = procs.start("ledger", argv, workdir / "logs" / "ledger.log", env=env)
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/v1/health", timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(healthy, timeout=60, what=f"the ledger at {url}/v1/health", child=child)
+    return url, child
+
+
+def open_run(ledger_url: str, run_id: bytes, genesis_checkpoint: bytes) -> dict[str, Any]:
+    """Admin call: the ledger commits round 0 (genesis) of the run on chain."""
+    resp = httpx.post(
+        f"{ledger_url}/v1/runs",
+        json={"run_id": "0x" + run_id.hex(), "genesis_checkpoint": "0x" + genesis_checkpoint.hex()},
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=60.0,
+    )
+    if resp.status_code not in (200, 201, 202):
+        raise LedgerError(f"ledger refused to open the run ({resp.status_code}): {resp.text[:400]}")
+    data: dict[str, Any] = resp.json()
+    return data
