@@ -1,0 +1,211 @@
+"""Typed helpers over the raw calls of :class:`protocol.chain.ChainClient`.
+
+Each method is one contract function with Python types in and out, so callers never index
+into web3's tuples. Field orders follow docs/interfaces.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from protocol.attestation import ATTESTATION_FIELDS, ComputeAttestation
+from protocol.eip712 import Eip712Domain, check_address, check_bytes32, to_checksum_address
+from protocol.types import Address, Bytes32, RoundNumber, RunId, TokenUnits, Wei, WireFormat
+
+if TYPE_CHECKING:
+    from web3.types import TxReceipt
+
+    from protocol.deployment import Deployment
+
+_WIRE: tuple[WireFormat, ...] = ("fp32", "bf16", "int8")
+ZERO_ADDRESS = Address("0x" + "00" * 20)
+
+
+@dataclass(frozen=True)
+class TrainingConfigView:
+    """``TrainingConfig.current()`` plus ``version()``, with Python names and types."""
+
+    version: int
+    inner_steps: int
+    inner_lr_e6: int
+    outer_lr_e6: int
+    outer_momentum_e6: int
+    wire_format: WireFormat
+    max_nodes: int
+    min_stake: Wei
+    reward_per_round: TokenUnits
+    data_mixture_bps: tuple[int, ...]
+    released_checkpoint: Bytes32
+    released_checkpoint_uri: str
+
+    @property
+    def inner_lr(self) -> float:
+        return self.inner_lr_e6 / 1e6
+
+    @property
+    def outer_lr(self) -> float:
+        return self.outer_lr_e6 / 1e6
+
+    @property
+    def outer_momentum(self) -> float:
+        return self.outer_momentum_e6 / 1e6
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """``StakeManager.nodes(node)``: who operates it, where rewards go, its stake."""
+
+    node: Address
+    operator: Address
+    payout: Address
+    staked: Wei
+    unbonding: Wei
+    unbonding_ready_at: int
+
+    @property
+    def registered(self) -> bool:
+        return self.operator != ZERO_ADDRESS
+
+
+def attestation_tuple(att: ComputeAttestation) -> tuple[Any, ...]:
+    """The Solidity struct as web3 takes it (fields in declaration order)."""
+    return tuple(getattr(att, attr) for attr, _, _ in ATTESTATION_FIELDS)
+
+
+class ChainViews:
+    """Mixin: typed helpers; the host class provides ``call``, ``transact`` and ``deployment``."""
+
+    deployment: Deployment
+
+    def call(self, contract: str, fn: str, *args: Any, block: int | str = "latest") -> Any:
+        raise NotImplementedError
+
+    def transact(
+        self,
+        contract: str,
+        fn: str,
+        *args: Any,
+        value: int = 0,
+        gas: int | None = None,
+        confirmations: int | None = None,
+    ) -> TxReceipt:
+        raise NotImplementedError
+
+    # --- TrainingConfig / StakeManager --------------------------------------------------------
+
+    def training_config(self) -> TrainingConfigView:
+        version = int(self.call("TrainingConfig", "version"))
+        c = self.call("TrainingConfig", "current")
+        wire = int(c[4])
+        return TrainingConfigView(
+            version=version,
+            inner_steps=int(c[0]),
+            inner_lr_e6=int(c[1]),
+            outer_lr_e6=int(c[2]),
+            outer_momentum_e6=int(c[3]),
+            wire_format=_WIRE[wire] if wire < len(_WIRE) else "fp32",
+            max_nodes=int(c[5]),
+            min_stake=Wei(int(c[6])),
+            reward_per_round=TokenUnits(int(c[7])),
+            data_mixture_bps=tuple(int(x) for x in c[8]),
+            released_checkpoint=Bytes32(bytes(c[9])),
+            released_checkpoint_uri=str(c[10]),
+        )
+
+    def node_info(self, node: Address) -> NodeInfo:
+        check_address("node", node)
+        operator, payout, staked, unbonding, ready_at = self.call("StakeManager", "nodes", node)
+        return NodeInfo(
+            node=node,
+            operator=Address(to_checksum_address(operator)),
+            payout=Address(to_checksum_address(payout)),
+            staked=Wei(int(staked)),
+            unbonding=Wei(int(unbonding)),
+            unbonding_ready_at=int(ready_at),
+        )
+
+    def is_active(self, node: Address) -> bool:
+        return bool(self.call("StakeManager", "isActive", check_address("node", node)))
+
+    # --- ContributionLedger -------------------------------------------------------------------
+
+    def attestation_domain(self) -> Eip712Domain:
+        """The EIP-712 domain attestations for this deployment are signed under."""
+        return Eip712Domain(
+            chain_id=int(self.deployment.chain_id),
+            verifying_contract=self.deployment.address("ContributionLedger"),
+        )
+
+    def last_round(self, run_id: RunId) -> RoundNumber:
+        return RoundNumber(
+            int(self.call("ContributionLedger", "lastRound", check_bytes32("run_id", run_id)))
+        )
+
+    def has_committed(self, run_id: RunId) -> bool:
+        return bool(
+            self.call("ContributionLedger", "hasCommitted", check_bytes32("run_id", run_id))
+        )
+
+    def checkpoint_of(self, run_id: RunId, round: RoundNumber) -> Bytes32:
+        value = self.call(
+            "ContributionLedger", "checkpointOf", check_bytes32("run_id", run_id), round
+        )
+        return Bytes32(bytes(value))
+
+    def latest_rewards_root(self) -> Bytes32:
+        return Bytes32(bytes(self.call("ContributionLedger", "latestRewardsRoot")))
+
+    def hash_attestation(self, att: ComputeAttestation) -> Bytes32:
+        """The contract's EIP-712 digest of ``att`` (compare with ``att.digest(domain)``)."""
+        return Bytes32(
+            bytes(self.call("ContributionLedger", "hashAttestation", attestation_tuple(att)))
+        )
+
+    def recover_attestation_onchain(self, att: ComputeAttestation, signature: bytes) -> Address:
+        """``verifyAttestation``: the signer (the contract reverts unless it is ``att.node``)."""
+        signer = self.call(
+            "ContributionLedger", "verifyAttestation", attestation_tuple(att), signature
+        )
+        return Address(to_checksum_address(signer))
+
+    def commit_round(
+        self,
+        run_id: RunId,
+        round: RoundNumber,
+        *,
+        rewards_root: Bytes32,
+        checkpoint_hash: Bytes32,
+        total_work: int,
+        attestations_root: Bytes32,
+    ) -> TxReceipt:
+        """``commitRound`` (COMMITTER_ROLE): one root and checkpoint hash per round."""
+        return self.transact(
+            "ContributionLedger",
+            "commitRound",
+            check_bytes32("run_id", run_id),
+            round,
+            check_bytes32("rewards_root", rewards_root),
+            check_bytes32("checkpoint_hash", checkpoint_hash),
+            total_work,
+            check_bytes32("attestations_root", attestations_root),
+        )
+
+    # --- RewardDistributor --------------------------------------------------------------------
+
+    def claim(self, account: Address, cumulative: int, proof: Sequence[bytes]) -> TxReceipt:
+        """Claim everything owed to ``account`` up to ``cumulative`` (tokens go to ``account``)."""
+        return self.transact(
+            "RewardDistributor", "claim", check_address("account", account), cumulative, list(proof)
+        )
+
+    def claimed(self, account: Address) -> TokenUnits:
+        return TokenUnits(
+            int(self.call("RewardDistributor", "claimed", check_address("account", account)))
+        )
+
+    def token_balance(self, account: Address) -> TokenUnits:
+        return TokenUnits(
+            int(self.call("ModelShareToken", "balanceOf", check_address("account", account)))
+        )
