@@ -1,0 +1,88 @@
+"""`coloco devnet up | status | deploy | down` against a real anvil, in a scratch directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from coloco_cli.main import app
+from coloco_cli.procs import free_port, port_open
+from protocol.deployment import CONTRACT_NAMES, Deployment
+from protocol.errors import ConfigError
+
+pytestmark = pytest.mark.integration
+
+runner = CliRunner()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_devnet_lifecycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    port = free_port()
+    result = runner.invoke(app, ["devnet", "up", "--port", str(port)])
+    assert result.exit_code == 0, result.output
+    state = json.loads(Path(".coloco/devnet/devnet.json").read_text())
+    pid = state["pid"]
+    try:
+        assert state["rpc_url"] == f"http://127.0.0.1:{port}"
+        assert _pid_alive(pid) and port_open("127.0.0.1", port)
+
+        again = runner.invoke(app, ["devnet", "up", "--port", str(port)])
+        assert isinstance(again.exception, ConfigError)
+        assert "coloco devnet down" in again.exception.message
+
+        status = runner.invoke(app, ["devnet", "status"])
+        assert status.exit_code == 0 and "up" in status.output and "deploy" in status.output
+
+        deployed = runner.invoke(app, ["devnet", "deploy"])
+        assert deployed.exit_code == 0, deployed.output
+        dep = Deployment.load(".coloco/devnet/deployment.json")
+        assert set(CONTRACT_NAMES) <= set(dep.contracts)
+        assert dep.chain_id == 31337
+        accounts = json.loads(Path(".coloco/devnet/anvil-accounts.json").read_text())
+        assert dep.committer.lower() == accounts["available_accounts"][1].lower()
+    finally:
+        down = runner.invoke(app, ["devnet", "down"])
+    assert down.exit_code == 0, down.output
+    deadline = time.monotonic() + 5
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _pid_alive(pid)
+    assert not port_open("127.0.0.1", port)
+    assert not Path(".coloco/devnet/anvil.pid").exists()
+    assert "not running" in runner.invoke(app, ["devnet", "down"]).output
+
+
+def test_devnet_up_refuses_a_busy_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        result = runner.invoke(app, ["devnet", "up", "--port", str(port)])
+    assert isinstance(result.exception, ConfigError)
+    assert f"port {port}" in result.exception.message and "--port" in result.exception.message
+    assert not Path(".coloco/devnet/anvil.pid").exists()
+
+
+def test_deploy_without_a_devnet_says_how_to_start_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["devnet", "deploy"])
+    assert isinstance(result.exception, ConfigError)
+    assert "coloco devnet up" in result.exception.message
