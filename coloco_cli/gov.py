@@ -98,9 +98,15 @@ def find_proposal(chain: ChainClient, proposal_id: int, from_block: int = 0) -> 
     raise ConfigError(f"no proposal {proposal_id} on this Governor: see `coloco gov list`")
 
 
+def _sender(chain: ChainClient) -> str:
+    if chain.account_address is None:
+        raise ConfigError("this command sends a transaction: pass --keystore or --private-key")
+    return chain.account_address
+
+
 def delegate_votes(chain: ChainClient, to: str | None = None) -> Any:
     """Delegate the sender's ModelShareToken votes to `to` (default: the sender itself)."""
-    target = checksum(to, what="--to") if to else chain.account_address
+    target = checksum(to, what="--to") if to else _sender(chain)
     return chain.transact("ModelShareToken", "delegate", target)
 
 
@@ -110,15 +116,16 @@ def propose_change(chain: ChainClient, sets: list[str], description: str | None 
     abi = config.abi
     current = config_as_dict(abi, chain.call("TrainingConfig", "current"))
     calls: list[SetterCall] = setter_calls(abi, current, parse_sets(sets))
-    targets = [config.address] * len(calls)
+    targets: list[str] = [str(config.address)] * len(calls)
     values = [0] * len(calls)
     calldatas = [bytes.fromhex(config.encode_abi(c.function, args=list(c.args))[2:]) for c in calls]
     description = description or "coloco: " + "; ".join(c.describe() for c in calls)
-    votes = int(chain.call("ModelShareToken", "getVotes", chain.account_address))
+    sender = _sender(chain)
+    votes = int(chain.call("ModelShareToken", "getVotes", sender))
     threshold = int(chain.call("ModelGovernor", "proposalThreshold"))
     if votes < threshold:
         raise ConfigError(
-            f"{chain.account_address} has {fmt_units(votes)} votes, the Governor needs "
+            f"{sender} has {fmt_units(votes)} votes, the Governor needs "
             f"{fmt_units(threshold)} to propose: claim rewards and `coloco gov delegate` first"
         )
     proposal_id = int(
@@ -129,7 +136,7 @@ def propose_change(chain: ChainClient, sets: list[str], description: str | None 
     chain.transact("ModelGovernor", "propose", targets, values, calldatas, description)
     return Proposal(
         proposal_id=proposal_id,
-        proposer=chain.account_address,
+        proposer=sender,
         targets=targets,
         values=values,
         calldatas=calldatas,

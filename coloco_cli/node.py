@@ -105,11 +105,19 @@ def _send(chain: ChainClient, node: str, fn: str, *args: Any, value: int = 0) ->
 
 def node_status(chain: ChainClient, node: str) -> NodeStatus:
     """Read `node`'s record, whether it is active, and the current minimum stake."""
-    node = checksum(node, what="--node")
-    operator, payout, staked, unbonding, ready_at = chain.call("StakeManager", "nodes", node)
-    active = bool(chain.call("StakeManager", "isActive", node))
-    min_stake = int(chain.call("TrainingConfig", "minStake"))
-    return NodeStatus(node, operator, payout, staked, unbonding, ready_at, active, min_stake)
+    from protocol.types import Address
+
+    info = chain.node_info(Address(checksum(node, what="--node")))
+    return NodeStatus(
+        node=info.node,
+        operator=info.operator,
+        payout=info.payout,
+        staked=info.staked,
+        unbonding=info.unbonding,
+        unbonding_ready_at=info.unbonding_ready_at,
+        active=chain.is_active(info.node),
+        min_stake=int(chain.call("TrainingConfig", "minStake")),
+    )
 
 
 def register_node(chain: ChainClient, node: str, payout: str) -> Any:
@@ -133,7 +141,7 @@ def stake_node(chain: ChainClient, node: str, amount: int | None = None) -> Any:
         if amount == 0:
             raise ConfigError(
                 f"node {status.node} already holds the minimum stake "
-                f"({fmt_units(status.min_stake)}): pass --amount to add more"
+                f"({fmt_units(status.min_stake)} ETH): pass --amount to add more"
             )
     if amount <= 0:
         raise ConfigError("--amount must be more than zero")
@@ -147,8 +155,8 @@ def unstake_node(chain: ChainClient, node: str, amount: int) -> Any:
         raise ConfigError(_hints(status.node)["NodeNotRegistered"])
     if amount <= 0 or amount > status.staked:
         raise ConfigError(
-            f"cannot unstake {fmt_units(amount)} from node {status.node}: it has "
-            f"{fmt_units(status.staked)} staked; pass an --amount between 0 and that"
+            f"cannot unstake {fmt_units(amount)} ETH from node {status.node}: it has "
+            f"{fmt_units(status.staked)} ETH staked; pass an --amount between 0 and that"
         )
     return _send(chain, status.node, "requestUnstake", status.node, amount)
 
@@ -158,13 +166,30 @@ def withdraw_node(chain: ChainClient, node: str) -> Any:
     status = node_status(chain, node)
     if status.unbonding == 0:
         raise ConfigError(_hints(status.node)["NothingToWithdraw"])
+    now = int(chain.w3.eth.get_block("latest")["timestamp"])
+    if now < status.unbonding_ready_at:
+        raise ConfigError(
+            f"node {status.node}'s {fmt_units(status.unbonding)} ETH unbond until "
+            f"{_utc(status.unbonding_ready_at)} ({status.unbonding_ready_at - now}s from the last "
+            "block): run coloco node withdraw again after that"
+        )
     return _send(chain, status.node, "withdraw", status.node)
 
 
+def _utc(timestamp: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _tx_line(receipt: Any) -> str:
-    tx = receipt.get("transactionHash") if isinstance(receipt, dict) else None
-    tx = getattr(receipt, "transactionHash", tx) if tx is None else tx
-    return f"tx {tx.hex() if hasattr(tx, 'hex') else tx}" if tx is not None else "sent"
+    """'tx 0x…' for a web3 receipt."""
+    try:
+        tx = receipt["transactionHash"]
+    except (KeyError, TypeError):
+        return "sent"
+    text = tx.hex() if hasattr(tx, "hex") else str(tx)
+    return f"tx {text if text.startswith('0x') else '0x' + text}"
 
 
 @app.command()
@@ -214,7 +239,7 @@ def stake(
     receipt = stake_node(chain, node, wei)
     status = node_status(chain, node)
     console.print(
-        f"staked for {status.node}: total {fmt_units(status.staked)} "
+        f"staked for {status.node}: total {fmt_units(status.staked)} ETH "
         f"({'active' if status.active else 'not active yet'}; {_tx_line(receipt)})"
     )
 
@@ -239,8 +264,8 @@ def unstake(
     receipt = unstake_node(chain, node, parse_amount(amount, what="--amount"))
     status = node_status(chain, node)
     console.print(
-        f"unbonding {fmt_units(status.unbonding)} for {status.node}, withdrawable from "
-        f"timestamp {status.unbonding_ready_at} ({_tx_line(receipt)})"
+        f"unbonding {fmt_units(status.unbonding)} ETH for {status.node}, withdrawable from "
+        f"{_utc(status.unbonding_ready_at)} ({_tx_line(receipt)})"
     )
 
 
@@ -282,8 +307,9 @@ def status(
     table.add_row("registered", "yes" if st.registered else "no")
     table.add_row("operator", st.operator)
     table.add_row("payout", st.payout)
-    table.add_row("staked", f"{fmt_units(st.staked)} (minimum {fmt_units(st.min_stake)})")
-    table.add_row("unbonding", f"{fmt_units(st.unbonding)} (ready at {st.unbonding_ready_at})")
+    table.add_row("staked", f"{fmt_units(st.staked)} ETH (minimum {fmt_units(st.min_stake)})")
+    ready = f" (withdrawable from {_utc(st.unbonding_ready_at)})" if st.unbonding else ""
+    table.add_row("unbonding", f"{fmt_units(st.unbonding)} ETH{ready}")
     table.add_row("active", "[green]yes[/]" if st.active else "[red]no[/]")
     ledger_view = _ledger_node(ep.ledger_url, st.node)
     if ledger_view is not None:

@@ -1,0 +1,74 @@
+"""Fixtures for CLI tests: the deployment JSON on disk and token holders with real claims."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from eth_account import Account
+
+from protocol.chain import ChainClient
+from protocol.deployment import Deployment
+from protocol.devnet import AnvilProcess
+from protocol.merkle import RewardsTree
+from protocol.types import Address, Bytes32, RoundNumber, RunId
+
+
+@pytest.fixture
+def cli_env(
+    chain: AnvilProcess, deployment: Deployment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """COLOCO_RPC_URL / COLOCO_DEPLOYMENT point at the test chain; cwd is a scratch folder."""
+    path = tmp_path / "deployment.json"
+    deployment.save(path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLOCO_RPC_URL", chain.rpc_url)
+    monkeypatch.setenv("COLOCO_DEPLOYMENT", str(path))
+    monkeypatch.setenv("COLOCO_LEDGER_URL", "http://127.0.0.1:9")  # nothing listens there
+    for var in ("COLOCO_CONFIG", "COLOCO_PRIVATE_KEY", "COLOCO_KEYSTORE"):
+        monkeypatch.delenv(var, raising=False)
+    yield path
+
+
+@dataclass(frozen=True)
+class Holder:
+    address: str
+    key: str
+    amount: int
+
+
+@pytest.fixture
+def holders(chain: AnvilProcess, deployment: Deployment) -> list[Holder]:
+    """Two fresh accounts that claimed ModelShareTokens through a real committed rewards root.
+
+    The committer (anvil account 1) commits a round whose root pays 600 and 400 CMS; each holder
+    claims with its proof, which mints and auto-delegates; one block is mined so the votes count.
+    """
+    amounts = [600 * 10**18, 400 * 10**18]
+    accounts = [Account.create() for _ in amounts]
+    for acct in accounts:
+        chain.call("anvil_setBalance", [acct.address, hex(10**19)])
+    tree = RewardsTree.build(
+        (Address(acct.address), amount) for acct, amount in zip(accounts, amounts, strict=True)
+    )
+    committer = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[1][1]))
+    run_id = RunId(os.urandom(32))
+    committer.commit_round(
+        run_id,
+        RoundNumber(0),
+        rewards_root=tree.root,
+        checkpoint_hash=Bytes32(os.urandom(32)),
+        total_work=1,
+        attestations_root=Bytes32(b"\x00" * 32),
+    )
+    for acct, amount in zip(accounts, amounts, strict=True):
+        client = ChainClient(chain.rpc_url, deployment, Account.from_key(acct.key))
+        client.claim(Address(acct.address), amount, tree.proof(Address(acct.address)))
+    chain.mine(1)
+    return [
+        Holder(str(acct.address), "0x" + bytes(acct.key).hex(), amount)
+        for acct, amount in zip(accounts, amounts, strict=True)
+    ]
