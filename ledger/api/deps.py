@@ -1,0 +1,55 @@
+"""Route dependencies: each route's signature says what it needs."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from sqlmodel import Session
+
+from ledger.chain import LedgerChain
+from ledger.core.config import Settings
+from ledger.service import Ledger
+from protocol.errors import LedgerError
+
+
+def get_ledger(request: Request) -> Ledger:
+    ledger: Ledger = request.app.state.ledger
+    return ledger
+
+
+LedgerDep = Annotated[Ledger, Depends(get_ledger)]
+
+
+def get_settings(ledger: LedgerDep) -> Settings:
+    return ledger.settings
+
+
+def get_chain(ledger: LedgerDep) -> LedgerChain:
+    return ledger.chain
+
+
+def get_db(ledger: LedgerDep) -> Iterator[Session]:
+    with Session(ledger.engine, expire_on_commit=False) as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_db)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+ChainDep = Annotated[LedgerChain, Depends(get_chain)]
+
+
+def require_admin(
+    settings: SettingsDep, authorization: Annotated[str | None, Header()] = None
+) -> None:
+    expected = "Bearer " + settings.admin_token.get_secret_value()
+    if authorization is None or not hmac.compare_digest(authorization, expected):
+        raise LedgerError(
+            "admin endpoint: send 'Authorization: Bearer <COLOCO_LEDGER_ADMIN_TOKEN>'",
+            code="unauthorized",
+        )
+
+
+AdminDep = Annotated[None, Depends(require_admin)]

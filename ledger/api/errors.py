@@ -1,0 +1,123 @@
+"""One error shape for every 4xx/5xx: ``{"error": {"code", "message"}}``; and the body limit."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ledger.verify import HTTP_STATUS
+from protocol.errors import ChainError, ColocoError
+
+log = logging.getLogger(__name__)
+
+_STATUS = {
+    **HTTP_STATUS,
+    "not_found": 404,
+    "unauthorized": 401,
+    "bad_blob": 422,
+    "blob_hash_mismatch": 422,
+    "conflicting_genesis": 409,
+    "encoding_error": 422,
+}
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    """A JSON response serialised with orjson (fast, and refuses NaN like the parser)."""
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+def error_response(status: int, code: str, message: str) -> Response:
+    return json_response({"error": {"code": code, "message": message}}, status)
+
+
+def _validation_message(errors: list[Any]) -> tuple[str, str]:
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return "malformed_json", "request body is not valid JSON (RFC 8259: no NaN/Infinity)"
+    parts = []
+    for e in errors[:5]:
+        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+        parts.append(f"{loc or 'body'}: {e.get('msg')}")
+    more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
+    return "invalid_field", "; ".join(parts) + more
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> Response:
+        code, message = _validation_message(list(exc.errors()))
+        return error_response(400 if code == "malformed_json" else 422, code, message)
+
+    @app.exception_handler(ChainError)
+    async def _chain(_: Request, exc: ChainError) -> Response:
+        return error_response(503, exc.code, exc.message)
+
+    @app.exception_handler(ColocoError)
+    async def _coloco(_: Request, exc: ColocoError) -> Response:
+        return error_response(_STATUS.get(exc.code, 400), exc.code, exc.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> Response:
+        log.exception("unhandled error")
+        return error_response(500, "internal_error", "internal error; see the ledger's log")
+
+
+class BodyLimit:
+    """Pure ASGI middleware: refuse bodies over ``limit`` bytes (``blob_limit`` for /v1/blobs)."""
+
+    def __init__(self, app: ASGIApp, *, limit: int, blob_limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.blob_limit = blob_limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.blob_limit if scope["path"].startswith("/v1/blobs/") else self.limit
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > limit
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await self._refuse(scope, receive, send, limit)
+                    return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._refuse(scope, receive, send, limit)
+
+    @staticmethod
+    async def _refuse(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        response = error_response(
+            413, "body_too_large", f"request body over {limit} bytes: send less (or batch less)"
+        )
+        await response(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass

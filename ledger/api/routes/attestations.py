@@ -1,0 +1,78 @@
+"""POST /v1/attestations and /v1/attestations/batch."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from ledger.api.deps import LedgerDep
+from ledger.api.errors import error_response, json_response
+from ledger.intake import Outcome
+from ledger.schemas import (
+    Accepted,
+    AttestationIn,
+    BatchIn,
+    BatchItemResult,
+    BatchOut,
+    ErrorResponse,
+)
+
+router = APIRouter(prefix="/attestations", tags=["attestations"])
+
+_ERRORS = {
+    s: {"model": ErrorResponse, "description": d}
+    for s, d in (
+        (400, "malformed JSON"),
+        (403, "signer mismatch, unregistered or unstaked node"),
+        (404, "unknown run"),
+        (409, "stale or closed round, conflicting duplicate"),
+        (413, "body too large"),
+        (422, "invalid field, bad signature, wrong chain/contract, future round"),
+    )
+}
+
+
+def _error(outcome: Outcome) -> Response:
+    return error_response(outcome.status, outcome.code or "rejected", outcome.message or "")
+
+
+@router.post("", status_code=202, response_model=Accepted, responses=_ERRORS)  # type: ignore[arg-type]
+def post_attestation(body: AttestationIn, ledger: LedgerDep) -> Response:
+    """Submit one signed ComputeAttestation. Re-posting the same one answers the same id."""
+    outcome = ledger.intake.submit([body])[0]
+    if outcome.status != 202:
+        return _error(outcome)
+    return json_response({"id": outcome.id, "status": "accepted"}, 202)
+
+
+@router.post("/batch", status_code=202, response_model=BatchOut, responses=_ERRORS)  # type: ignore[arg-type]
+def post_batch(body: BatchIn, ledger: LedgerDep) -> Response:
+    """Submit many attestations in one request; one result per item, in order."""
+    limit = ledger.settings.max_batch_items
+    if len(body.items) > limit:
+        return _error(
+            Outcome(413, code="batch_too_large", message=f"at most {limit} items per batch")
+        )
+    results = []
+    accepted = 0
+    for index, outcome in enumerate(ledger.intake.submit(body.items)):
+        if outcome.status == 202:
+            accepted += 1
+            results.append(
+                {"index": index, "status": "accepted", "id": outcome.id, "http_status": 202}
+            )
+        else:
+            results.append(
+                {
+                    "index": index,
+                    "status": "rejected",
+                    "http_status": outcome.status,
+                    "error": {"code": outcome.code, "message": outcome.message},
+                }
+            )
+    return json_response(
+        {"accepted": accepted, "rejected": len(results) - accepted, "results": results}, 202
+    )
+
+
+__all__ = ["BatchItemResult", "router"]

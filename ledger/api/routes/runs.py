@@ -1,0 +1,130 @@
+"""Runs and rounds: GET rounds (state, members, scores, tx hash); POST /v1/runs (admin genesis)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from sqlmodel import Session, col, select
+
+from ledger.api.deps import AdminDep, LedgerDep, SessionDep
+from ledger.models import Attestation, AttestationPublic, RoundPublic, RoundState, Run, utcnow
+from ledger.schemas import RunIn, RunOut
+from protocol.errors import LedgerError
+
+router = APIRouter(tags=["runs"])
+
+RunIdPath = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="bytes32 run id")]
+
+
+def _public(rnd: RoundState, atts: list[Attestation]) -> RoundPublic:
+    return RoundPublic(
+        run_id=rnd.run_id,
+        round=rnd.round,
+        state=rnd.state,
+        opened_at=rnd.opened_at,
+        deadline_at=rnd.deadline_at,
+        closed_at=rnd.closed_at,
+        members=sorted(a.node for a in atts),
+        expected=json.loads(rnd.expected) if rnd.expected else [],
+        checkpoint=rnd.checkpoint,
+        total_work=rnd.total_work,
+        rewards_root=rnd.rewards_root,
+        attestations_root=rnd.attestations_root,
+        tx_hash=rnd.tx_hash,
+        block_number=rnd.block_number,
+        note=rnd.note,
+        scores=[AttestationPublic.model_validate(a, from_attributes=True) for a in atts],
+    )
+
+
+@router.get("/runs/{run_id}/rounds", response_model=list[RoundPublic])
+def list_rounds(
+    run_id: RunIdPath,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> list[RoundPublic]:
+    """The run's latest rounds, newest first."""
+    run = run_id.lower()
+    rounds = session.exec(
+        select(RoundState)
+        .where(RoundState.run_id == run)
+        .order_by(col(RoundState.round).desc())
+        .limit(limit)
+    ).all()
+    out = []
+    for rnd in rounds:
+        atts = session.exec(
+            select(Attestation).where(Attestation.run_id == run, Attestation.round == rnd.round)
+        ).all()
+        out.append(_public(rnd, list(atts)))
+    return out
+
+
+@router.get("/runs/{run_id}/rounds/{round}", response_model=RoundPublic)
+def get_round(
+    run_id: RunIdPath,
+    round: Annotated[int, Path(ge=0, lt=1 << 63)],
+    session: SessionDep,
+) -> RoundPublic:
+    run = run_id.lower()
+    rnd = session.exec(
+        select(RoundState).where(RoundState.run_id == run, RoundState.round == round)
+    ).first()
+    if rnd is None:
+        raise LedgerError(f"round {round} of run {run} is unknown to this ledger", code="not_found")
+    atts = session.exec(
+        select(Attestation)
+        .where(Attestation.run_id == run, Attestation.round == round)
+        .order_by(col(Attestation.id))
+    ).all()
+    return _public(rnd, list(atts))
+
+
+@router.post("/runs", response_model=RunOut, status_code=201)
+def create_run(body: RunIn, ledger: LedgerDep, _admin: AdminDep) -> RunOut:
+    """Admin: start a run by committing its genesis checkpoint as round 0 (if not yet on chain)."""
+    run = body.run_id.lower()
+    genesis = body.genesis_checkpoint.lower()
+    if int(genesis, 16) == 0:
+        raise LedgerError("genesis_checkpoint must not be zero", code="invalid_field")
+    last = ledger.chain.last_round(bytes.fromhex(run[2:]))
+    if last is not None:
+        onchain = "0x" + ledger.chain.checkpoint_of(bytes.fromhex(run[2:]), 0).hex()
+        if onchain != genesis:
+            raise LedgerError(
+                f"run {run} already has genesis checkpoint {onchain} on chain, not {genesis}",
+                code="conflicting_genesis",
+            )
+    with ledger.intake.lock, Session(ledger.engine, expire_on_commit=False) as session:
+        if session.get(Run, run) is None:
+            session.add(Run(run_id=run, genesis_checkpoint=genesis))
+        rnd = session.exec(
+            select(RoundState).where(RoundState.run_id == run, RoundState.round == 0)
+        ).first()
+        if rnd is None:
+            now = utcnow()
+            rnd = RoundState(
+                run_id=run,
+                round=0,
+                state="scored",
+                opened_at=now,
+                deadline_at=now,
+                closed_at=now,
+                checkpoint=genesis,
+                total_work="0",
+                attestations_root="0x" + bytes(32).hex(),
+                note="genesis" if last is None else "genesis already on chain",
+            )
+            session.add(rnd)
+        session.commit()
+    ledger.settler.record_intent(rnd)
+    settlement = ledger.settler.drive(run, 0)
+    ledger.indexer.catch_up()
+    return RunOut(
+        run_id=run,
+        genesis_checkpoint=genesis,
+        committed=settlement.status in ("mined", "final"),
+        tx_hash=settlement.tx_hash,
+    )

@@ -1,0 +1,121 @@
+"""Ledger settings: one typed object, from the environment (``COLOCO_LEDGER_*``) or a .env file.
+
+Secrets (the committer keystore password, the admin token) have no default. Outside the
+``development`` environment unsafe values (the well-known development token, a missing keystore,
+an in-memory database) are refused with a message saying which setting to fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from protocol.errors import ConfigError
+
+Environment = Literal["development", "test", "production"]
+
+DEV_ADMIN_TOKEN = "development-admin-token"
+
+
+class Settings(BaseSettings):
+    """Everything the ledger service needs to run; validated on construction."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="COLOCO_LEDGER_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="forbid",
+        frozen=True,
+    )
+
+    environment: Environment = "development"
+    rpc_url: str = "http://127.0.0.1:8545"
+    deployment: Path = Field(
+        default=Path("deployments/31337.json"), description="deployment JSON written by deploy"
+    )
+    committer_keystore: Path | None = Field(
+        default=None, description="eth-account keystore JSON of the COMMITTER_ROLE key"
+    )
+    committer_password_file: Path | None = None
+    committer_private_key: SecretStr | None = Field(
+        default=None, description="raw committer key; development and tests only"
+    )
+    database_url: str = "sqlite:///ledger.db"
+    blob_dir: Path = Path("ledger-blobs")
+    admin_token: SecretStr = SecretStr(DEV_ADMIN_TOKEN)
+
+    round_deadline_s: float = Field(default=600.0, gt=0)
+    round_window: int = Field(default=2, ge=1, le=1_000_000)
+    confirmations: int = Field(default=1, ge=0, le=1000)
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    max_blob_bytes: int = Field(default=256 << 20, ge=1024)
+    max_batch_items: int = Field(default=1000, ge=1, le=100_000)
+    max_tokens_per_s: float = Field(default=5_000_000.0, gt=0)
+    indexer_chunk_blocks: int = Field(default=2000, ge=1)
+    indexer_poll_s: float = Field(default=1.0, gt=0)
+    lifecycle_poll_s: float = Field(default=0.5, gt=0)
+    run_background: bool = Field(default=True, description="run indexer + lifecycle in the app")
+    auto_create_schema: bool = Field(
+        default=False, description="create tables on start (development/test only)"
+    )
+
+    @model_validator(mode="after")
+    def _refuse_unsafe(self) -> Settings:
+        if self.environment == "development":
+            return self
+        problems: list[str] = []
+        if self.admin_token.get_secret_value() == DEV_ADMIN_TOKEN:
+            problems.append("COLOCO_LEDGER_ADMIN_TOKEN is the development token: set a secret")
+        if len(self.admin_token.get_secret_value()) < 16:
+            problems.append("COLOCO_LEDGER_ADMIN_TOKEN must be at least 16 characters")
+        if self.environment == "production":
+            if self.committer_private_key is not None:
+                problems.append(
+                    "COLOCO_LEDGER_COMMITTER_PRIVATE_KEY is for development only: "
+                    "use COLOCO_LEDGER_COMMITTER_KEYSTORE + COLOCO_LEDGER_COMMITTER_PASSWORD_FILE"
+                )
+            if self.committer_keystore is None or self.committer_password_file is None:
+                problems.append(
+                    "set COLOCO_LEDGER_COMMITTER_KEYSTORE and COLOCO_LEDGER_COMMITTER_PASSWORD_FILE"
+                )
+            if self.auto_create_schema:
+                problems.append(
+                    "COLOCO_LEDGER_AUTO_CREATE_SCHEMA is refused in production: run "
+                    "`alembic upgrade head` (coloco ledger serve does it)"
+                )
+            if ":memory:" in self.database_url:
+                problems.append("an in-memory database loses every attestation on restart")
+        if problems:
+            raise ConfigError("unsafe ledger settings: " + "; ".join(problems))
+        return self
+
+    def committer_key(self) -> bytes | None:
+        """The committer's private key (decrypting the keystore), or None if none is set."""
+        if self.committer_private_key is not None:
+            raw = self.committer_private_key.get_secret_value().removeprefix("0x")
+            try:
+                key = bytes.fromhex(raw)
+            except ValueError as exc:
+                raise ConfigError("COLOCO_LEDGER_COMMITTER_PRIVATE_KEY is not hex") from exc
+            if len(key) != 32:
+                raise ConfigError("COLOCO_LEDGER_COMMITTER_PRIVATE_KEY must be 32 bytes")
+            return key
+        if self.committer_keystore is None:
+            return None
+        if self.committer_password_file is None:
+            raise ConfigError(
+                "COLOCO_LEDGER_COMMITTER_KEYSTORE needs COLOCO_LEDGER_COMMITTER_PASSWORD_FILE"
+            )
+        from eth_account import Account
+
+        try:
+            keystore = self.committer_keystore.read_text(encoding="utf-8")
+            password = self.committer_password_file.read_text(encoding="utf-8").strip()
+            return bytes(Account.decrypt(keystore, password))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"cannot decrypt committer keystore {self.committer_keystore}: {exc}"
+            ) from exc

@@ -1,0 +1,94 @@
+"""Database engine: SQLite (WAL, synchronous=NORMAL) by default, PostgreSQL by URL; migrations."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, event
+from sqlalchemy.pool import StaticPool
+from sqlmodel import Session, SQLModel, create_engine
+
+from protocol.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+def normalize_url(url: str) -> str:
+    """Map plain ``postgresql://`` URLs to the psycopg 3 driver; refuse unknown schemes."""
+    if url.startswith(("postgres://", "postgresql://")):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith(("sqlite:", "postgresql+psycopg://")):
+        return url
+    raise ConfigError(
+        f"unsupported database URL {url.split('://', 1)[0]!r}: use sqlite:///path.db "
+        "or postgresql://user@host:port/db"
+    )
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def make_engine(url: str) -> Engine:
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
+        if ":memory:" in url or url in ("sqlite://", "sqlite:///"):
+            kwargs["poolclass"] = StaticPool
+        engine = create_engine(url, **kwargs)
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+
+
+def create_all(engine: Engine) -> None:
+    """Development/test shortcut; production runs migrations (:func:`upgrade`)."""
+    from ledger import models  # noqa: F401 - registers the tables
+
+    SQLModel.metadata.create_all(engine)
+
+
+def alembic_config(url: str) -> Any:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", normalize_url(url).replace("%", "%%"))
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Apply schema migrations up to ``revision``."""
+    from alembic import command
+
+    log.info("migrating database to %s", revision)
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str = "base") -> None:
+    from alembic import command
+
+    command.downgrade(alembic_config(url), revision)
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """A session that commits on success and rolls back on error."""
+    with Session(engine, expire_on_commit=False) as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise

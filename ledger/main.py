@@ -1,0 +1,51 @@
+"""The ledger's FastAPI application: ``create_app(settings)``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI
+
+from ledger.api.errors import BodyLimit, install_error_handlers
+from ledger.api.routes import attestations, blobs, meta, nodes, rewards, runs
+from ledger.core.config import Settings
+from ledger.service import Ledger
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None) -> FastAPI:
+    """Build the app; the lifespan migrates the database, catches up and starts the worker."""
+    settings = settings or (ledger.settings if ledger is not None else Settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service = ledger or Ledger(settings)
+        service.prepare_database()
+        service.start()
+        app.state.ledger = service
+        log.info(
+            "ledger serving chain %d, database %s",
+            service.chain.chain_id,
+            settings.database_url.split("@")[-1],
+        )
+        try:
+            yield
+        finally:
+            service.stop()
+
+    app = FastAPI(
+        title="coloco ledger",
+        version="1",
+        summary="Verifies compute attestations, scores rounds and settles them on chain.",
+        lifespan=lifespan,
+    )
+    api = APIRouter(prefix="/v1")
+    for module in (meta, attestations, runs, nodes, rewards, blobs):
+        api.include_router(module.router)
+    app.include_router(api)
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, blob_limit=settings.max_blob_bytes)
+    return app

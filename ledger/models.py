@@ -1,0 +1,204 @@
+"""Database tables (SQLModel) and the public shapes the API returns.
+
+Bytes are stored as lowercase 0x-hex strings, addresses checksummed. uint64 values that can exceed
+a signed 64-bit column (tokens, config version) are only stored once verification bounded them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+# --- attestations ---------------------------------------------------------------------------------
+
+
+class AttestationBase(SQLModel):
+    run_id: str = Field(max_length=66, index=True)
+    round: int = Field(sa_type=BigInteger)
+    node: str = Field(max_length=42, index=True)
+    config_version: int = Field(sa_type=BigInteger)
+    base_checkpoint: str = Field(max_length=66)
+    pseudo_gradient: str = Field(max_length=66)
+    data_shard: str = Field(max_length=66)
+    inner_steps: int = Field(sa_type=BigInteger)
+    tokens: int = Field(sa_type=BigInteger)
+    result_checkpoint: str = Field(max_length=66)
+
+
+class Attestation(AttestationBase, table=True):
+    """An attestation that passed level 0; levels 1-2 fill the score columns at round close."""
+
+    __table_args__ = (UniqueConstraint("run_id", "round", "node", name="uq_attestation_slot"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    digest: str = Field(max_length=66, unique=True)
+    signature: str = Field(max_length=132)
+    members: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    received_at: datetime = Field(default_factory=utcnow)
+    payout: str | None = Field(default=None, max_length=42, index=True)
+    verified: bool | None = None
+    verified_tokens: int | None = Field(default=None, sa_type=BigInteger)
+    quality: float | None = None
+    reward: str | None = Field(default=None, max_length=80)
+    reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class AttestationPublic(AttestationBase):
+    id: int
+    digest: str
+    received_at: datetime
+    verified: bool | None
+    verified_tokens: int | None
+    quality: float | None
+    reward: str | None
+    reason: str | None
+
+
+class Rejection(SQLModel, table=True):
+    """Audit trail: every attestation refused, with the check that refused it."""
+
+    __table_args__ = (Index("ix_rejection_node", "node"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    node: str | None = Field(default=None, max_length=42)
+    run_id: str | None = Field(default=None, max_length=66)
+    round: str | None = Field(default=None, max_length=24)
+    code: str = Field(max_length=64)
+    message: str = Field(sa_column=Column(Text, nullable=False))
+    digest: str | None = Field(default=None, max_length=66)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class RejectionPublic(SQLModel):
+    run_id: str | None
+    round: str | None
+    code: str
+    message: str
+    digest: str | None
+    created_at: datetime
+
+
+# --- runs and rounds ------------------------------------------------------------------------------
+
+ROUND_STATES = ("open", "closing", "scored", "committed", "final")
+
+
+class Run(SQLModel, table=True):
+    run_id: str = Field(primary_key=True, max_length=66)
+    genesis_checkpoint: str = Field(max_length=66)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class RoundState(SQLModel, table=True):
+    """A round of a run as the ledger sees it: open -> closing -> scored -> committed -> final."""
+
+    __tablename__ = "ledger_round"
+    __table_args__ = (UniqueConstraint("run_id", "round", name="uq_round"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=66, index=True)
+    round: int = Field(sa_type=BigInteger)
+    state: str = Field(default="open", max_length=16, index=True)
+    opened_at: datetime = Field(default_factory=utcnow)
+    deadline_at: datetime
+    closed_at: datetime | None = None
+    expected: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    checkpoint: str | None = Field(default=None, max_length=66)
+    total_work: str | None = Field(default=None, max_length=80)
+    rewards_root: str | None = Field(default=None, max_length=66)
+    attestations_root: str | None = Field(default=None, max_length=66)
+    reward_per_round: str | None = Field(default=None, max_length=80)
+    tx_hash: str | None = Field(default=None, max_length=66)
+    block_number: int | None = Field(default=None, sa_type=BigInteger)
+    note: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class RoundPublic(SQLModel):
+    run_id: str
+    round: int
+    state: str
+    opened_at: datetime
+    deadline_at: datetime
+    closed_at: datetime | None
+    members: list[str]
+    expected: list[str]
+    checkpoint: str | None
+    total_work: str | None
+    rewards_root: str | None
+    attestations_root: str | None
+    tx_hash: str | None
+    block_number: int | None
+    note: str | None
+    scores: list[AttestationPublic]
+
+
+class Settlement(SQLModel, table=True):
+    """Intent to commit a round, written before the transaction is sent (crash-safe resend)."""
+
+    __table_args__ = (UniqueConstraint("run_id", "round", name="uq_settlement"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=66)
+    round: int = Field(sa_type=BigInteger)
+    rewards_root: str = Field(max_length=66)
+    checkpoint: str = Field(max_length=66)
+    total_work: str = Field(max_length=80)
+    attestations_root: str = Field(max_length=66)
+    tree: str = Field(sa_column=Column(Text, nullable=False))
+    nonce: int | None = Field(default=None, sa_type=BigInteger)
+    tx_hash: str | None = Field(default=None, max_length=66)
+    raw_tx: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    block_number: int | None = Field(default=None, sa_type=BigInteger)
+    status: str = Field(default="intent", max_length=16)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+# --- chain index ----------------------------------------------------------------------------------
+
+
+class Node(SQLModel, table=True):
+    """A StakeManager node as of the indexer's last refresh."""
+
+    address: str = Field(primary_key=True, max_length=42)
+    operator: str = Field(max_length=42)
+    payout: str = Field(max_length=42)
+    staked: str = Field(max_length=80)
+    unbonding: str = Field(max_length=80, default="0")
+    registered: bool = True
+    updated_block: int = Field(sa_type=BigInteger)
+
+
+class ChainCommit(SQLModel, table=True):
+    """A RoundCommitted event seen on chain."""
+
+    __table_args__ = (UniqueConstraint("run_id", "round", name="uq_chain_commit"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=66, index=True)
+    round: int = Field(sa_type=BigInteger)
+    rewards_root: str = Field(max_length=66)
+    checkpoint: str = Field(max_length=66)
+    total_work: str = Field(max_length=80)
+    attestations_root: str = Field(max_length=66)
+    block_number: int = Field(sa_type=BigInteger)
+    tx_hash: str = Field(max_length=66)
+
+
+class KeyValue(SQLModel, table=True):
+    """Small durable state: the indexer cursor, the cached TrainingConfig."""
+
+    key: str = Field(primary_key=True, max_length=64)
+    value: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class Blob(SQLModel, table=True):
+    hash: str = Field(primary_key=True, max_length=66)
+    size: int = Field(sa_type=BigInteger)
+    created_at: datetime = Field(default_factory=utcnow)

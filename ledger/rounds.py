@@ -1,0 +1,229 @@
+"""Round lifecycle: open -> closing (all expected nodes attested, or the deadline) -> scored.
+
+Scoring runs levels 1 and 2 on every accepted attestation of a round once every earlier round of
+the run is committed: base checkpoint equals the committed one, result checkpoint agrees with the
+majority, the pseudo-gradient blob was uploaded (its id is its canonical hash, so it matches the
+commitment), quality (zero/copy/usefulness), tokens within the round's time. Each attestation
+gets a receipt: verified tokens, quality, reward and the reason. Settlement takes it from there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+
+import torch
+from sqlalchemy import Engine
+from sqlmodel import Session, col, select
+
+from ledger.blobstore import BlobStore
+from ledger.core.config import Settings
+from ledger.indexer import Indexer
+from ledger.intake import Intake
+from ledger.models import Attestation, RoundState, Run, utcnow
+from ledger.quality import Quality, UsefulnessFn, assess
+from ledger.scoring import attestations_root, cap_tokens, majority_checkpoint, split_rewards, weight
+
+log = logging.getLogger(__name__)
+
+
+class RoundKeeper:
+    def __init__(
+        self,
+        engine: Engine,
+        intake: Intake,
+        indexer: Indexer,
+        blobs: BlobStore,
+        settings: Settings,
+        *,
+        usefulness: UsefulnessFn | None = None,
+    ) -> None:
+        self.engine = engine
+        self.intake = intake
+        self.indexer = indexer
+        self.blobs = blobs
+        self.settings = settings
+        self.usefulness = usefulness
+
+    def close_due(self, now: datetime | None = None) -> list[tuple[str, int]]:
+        """Move open rounds to closing when all expected nodes attested or the deadline passed."""
+        now = now or utcnow()
+        closed: list[tuple[str, int]] = []
+        with self.intake.lock, Session(self.engine) as session:
+            for rnd in session.exec(select(RoundState).where(RoundState.state == "open")).all():
+                rows = session.exec(
+                    select(Attestation.node, Attestation.members).where(
+                        Attestation.run_id == rnd.run_id, Attestation.round == rnd.round
+                    )
+                ).all()
+                attested = {node for node, _ in rows}
+                expected = set(attested)
+                for _, members in rows:
+                    if members:
+                        expected.update(json.loads(members))
+                complete = bool(attested) and expected <= attested
+                if complete or now >= rnd.deadline_at:
+                    rnd.state = "closing"
+                    rnd.closed_at = now
+                    rnd.expected = json.dumps(sorted(expected))
+                    session.add(rnd)
+                    self.intake.round_states[(rnd.run_id, rnd.round)] = "closing"
+                    closed.append((rnd.run_id, rnd.round))
+                    why = "every expected node attested" if complete else "deadline passed"
+                    log.info("round %d of run %s closing: %s", rnd.round, rnd.run_id, why)
+            session.commit()
+        return closed
+
+    def score_ready(self) -> list[RoundState]:
+        """Score every closing round whose earlier rounds are all committed on chain."""
+        scored: list[RoundState] = []
+        with Session(self.engine, expire_on_commit=False) as session:
+            closing = session.exec(
+                select(RoundState)
+                .where(RoundState.state == "closing")
+                .order_by(col(RoundState.run_id), col(RoundState.round))
+            ).all()
+        for rnd in closing:
+            if self._ready(rnd):
+                scored.append(self.score_round(rnd))
+        return scored
+
+    def _ready(self, rnd: RoundState) -> bool:
+        with Session(self.engine) as session:
+            earlier = session.exec(
+                select(RoundState.round).where(
+                    RoundState.run_id == rnd.run_id,
+                    RoundState.round < rnd.round,
+                    col(RoundState.state).in_(("open", "closing", "scored")),
+                )
+            ).first()
+            if earlier is not None:
+                return False
+            committed = session.exec(
+                select(RoundState.round)
+                .where(
+                    RoundState.run_id == rnd.run_id,
+                    RoundState.round < rnd.round,
+                    col(RoundState.state).in_(("committed", "final")),
+                    col(RoundState.tx_hash).is_not(None),
+                )
+                .order_by(col(RoundState.round).desc())
+            ).first()
+        last = self.indexer.snapshot.last_round.get(rnd.run_id)
+        return last is not None and (committed is None or last >= committed)
+
+    def score_round(self, rnd: RoundState) -> RoundState:
+        snap = self.indexer.snapshot
+        last = snap.last_round[rnd.run_id]
+        base = snap.checkpoints[(rnd.run_id, last)]
+        cfg = snap.config
+        assert cfg is not None
+        with Session(self.engine, expire_on_commit=False) as session:
+            atts = list(
+                session.exec(
+                    select(Attestation)
+                    .where(Attestation.run_id == rnd.run_id, Attestation.round == rnd.round)
+                    .order_by(col(Attestation.id))
+                ).all()
+            )
+            run = session.get(Run, rnd.run_id)
+            reasons: dict[int, str] = {}
+            base_ok = [a for a in atts if a.base_checkpoint == base]
+            for a in atts:
+                if a.base_checkpoint != base:
+                    reasons[a.id or 0] = (
+                        f"base checkpoint {a.base_checkpoint} is not the committed checkpoint "
+                        f"{base} of round {last}"
+                    )
+            majority = majority_checkpoint([a.result_checkpoint for a in base_ok])
+            agreeing = [a for a in base_ok if a.result_checkpoint == majority]
+            for a in base_ok:
+                if a.result_checkpoint != majority:
+                    reasons[a.id or 0] = (
+                        f"result checkpoint {a.result_checkpoint} disagrees with the majority "
+                        f"{majority} ({len(agreeing)} of {len(base_ok)} nodes)"
+                    )
+            material: list[tuple[str, dict[str, torch.Tensor]]] = []
+            for a in agreeing:
+                tensors = self.blobs.tensors(a.pseudo_gradient)
+                if tensors is None:
+                    reasons[a.id or 0] = (
+                        f"pseudo-gradient blob {a.pseudo_gradient} was not uploaded: "
+                        "PUT /v1/blobs/{hash} before attesting"
+                    )
+                else:
+                    material.append((a.node, tensors))
+            quality: dict[str, Quality] = assess(
+                material, run_id=rnd.run_id, round_=rnd.round, usefulness=self.usefulness
+            )
+            weights: dict[int, int] = {}
+            for a in atts:
+                aid = a.id or 0
+                node = snap.nodes.get(a.node)
+                a.payout = node.payout if node is not None else None
+                if aid in reasons:
+                    a.verified, a.verified_tokens, a.quality, a.reason = False, 0, 0.0, reasons[aid]
+                    weights[aid] = 0
+                    continue
+                start = self._start_of(session, a, run)
+                seconds = (a.received_at - start).total_seconds()
+                verified = cap_tokens(a.tokens, seconds, self.settings.max_tokens_per_s)
+                if a.inner_steps == 0:
+                    verified = 0
+                q = quality[a.node]
+                a.verified, a.verified_tokens, a.quality = (
+                    q.score > 0 and verified > 0,
+                    verified,
+                    q.score,
+                )
+                note = q.reason
+                if verified < a.tokens:
+                    note += (
+                        f"; {a.tokens} tokens claimed in {seconds:.1f}s, credited {verified} "
+                        f"(max {self.settings.max_tokens_per_s:g} tokens/s)"
+                    )
+                a.reason = note
+                weights[aid] = weight(verified, q.score)
+            rewards = split_rewards(cfg.reward_per_round, weights)
+            for a in atts:
+                a.reward = str(rewards.get(a.id or 0, 0))
+                session.add(a)
+            row = session.get(RoundState, rnd.id)
+            assert row is not None
+            row.checkpoint = majority
+            row.total_work = str(sum(a.verified_tokens or 0 for a in atts if a.verified))
+            row.attestations_root = (
+                "0x" + attestations_root([bytes.fromhex(a.digest[2:]) for a in atts]).hex()
+            )
+            row.reward_per_round = str(cfg.reward_per_round)
+            if majority is None:
+                row.state = "final"
+                row.note = "no attestation built on the committed checkpoint: nothing to commit"
+            else:
+                row.state = "scored"
+            session.add(row)
+            session.commit()
+            log.info(
+                "round %d of run %s scored: %d attestations, checkpoint %s",
+                row.round,
+                row.run_id,
+                len(atts),
+                majority,
+            )
+            return row
+
+    def _start_of(self, session: Session, a: Attestation, run: Run | None) -> datetime:
+        """When this node's work for the round began: its previous attestation, or the run start."""
+        prev = session.exec(
+            select(Attestation.received_at)
+            .where(
+                Attestation.run_id == a.run_id,
+                Attestation.node == a.node,
+                Attestation.round < a.round,
+            )
+            .order_by(col(Attestation.round).desc())
+        ).first()
+        if prev is not None:
+            return prev
+        return run.created_at if run is not None else a.received_at

@@ -1,0 +1,149 @@
+"""Request and response bodies of the HTTP API (strict: exact types, unknown fields refused)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+Hex32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$")]
+AddressStr = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$")]
+SignatureHex = Annotated[str, StringConstraints(min_length=4, max_length=200)]
+Uint64 = Annotated[int, Field(ge=0, lt=1 << 64)]
+Uint32 = Annotated[int, Field(ge=0, lt=1 << 32)]
+
+_STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class AttestationFields(BaseModel):
+    """The ComputeAttestation in its camelCase wire form (docs/interfaces.md)."""
+
+    model_config = _STRICT
+
+    runId: Hex32  # noqa: N815 - wire names are the EIP-712 field names
+    round: Uint64
+    node: AddressStr
+    configVersion: Uint64  # noqa: N815
+    baseCheckpoint: Hex32  # noqa: N815
+    pseudoGradient: Hex32  # noqa: N815
+    dataShard: Hex32  # noqa: N815
+    innerSteps: Uint32  # noqa: N815
+    tokens: Uint64
+    resultCheckpoint: Hex32  # noqa: N815
+
+
+class DomainIn(BaseModel):
+    """Optional: the domain the node signed under, so a wrong chain/contract gets a clear error."""
+
+    model_config = _STRICT
+
+    chainId: int  # noqa: N815
+    verifyingContract: AddressStr  # noqa: N815
+
+
+class AttestationIn(BaseModel):
+    """POST /v1/attestations body."""
+
+    model_config = _STRICT
+
+    attestation: AttestationFields
+    signature: SignatureHex
+    round_members: list[AddressStr] | None = Field(default=None, max_length=10_000)
+    domain: DomainIn | None = None
+
+
+class BatchIn(BaseModel):
+    model_config = _STRICT
+
+    items: list[AttestationIn] = Field(min_length=1)
+
+
+class Accepted(BaseModel):
+    id: int
+    status: Literal["accepted"] = "accepted"
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class BatchItemResult(BaseModel):
+    index: int
+    status: Literal["accepted", "rejected"]
+    id: int | None = None
+    error: ErrorBody | None = None
+    http_status: int
+
+
+class BatchOut(BaseModel):
+    accepted: int
+    rejected: int
+    results: list[BatchItemResult]
+
+
+class RunIn(BaseModel):
+    model_config = _STRICT
+
+    run_id: Hex32
+    genesis_checkpoint: Hex32
+
+
+class RunOut(BaseModel):
+    run_id: str
+    genesis_checkpoint: str
+    committed: bool
+    tx_hash: str | None
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok", "degraded"]
+    database: str
+    chain_head: int | None
+    indexed_block: int | None
+    indexer_lag: int | None
+    detail: dict[str, Any] = {}
+
+
+class NodeOut(BaseModel):
+    address: str
+    registered: bool
+    operator: str | None
+    payout: str | None
+    staked: str
+    unbonding: str
+    active: bool
+    rounds_worked: int
+    rounds: list[dict[str, Any]]
+    rejections: list[dict[str, Any]]
+
+
+class Receipt(BaseModel):
+    run_id: str
+    round: int
+    node: str
+    claimed_tokens: int
+    verified_tokens: int | None
+    quality: float | None
+    reward: str
+    verified: bool | None
+    reason: str | None
+    round_state: str
+
+
+class RewardsOut(BaseModel):
+    account: str
+    cumulative_amount: str
+    proof: list[str]
+    root: str | None
+    root_committed: bool
+    receipts: list[Receipt]
+
+
+class BlobOut(BaseModel):
+    hash: str
+    size: int

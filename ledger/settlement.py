@@ -1,0 +1,296 @@
+"""Settlement: commit a scored round on chain, exactly once, surviving crashes.
+
+Each round moves through a :class:`~ledger.models.Settlement` row::
+
+    intent  (root, checkpoint, tree recorded)   -> sign with the next nonce
+    signed  (nonce, tx hash, raw tx recorded)   -> send
+    sent                                        -> wait for the receipt
+    mined   (round 'committed')                 -> wait for N confirmations
+    final   (round 'final')
+
+Before signing, and whenever a restart finds a row mid-way, the chain is asked first
+(``lastRound``/``checkpointOf``, the recorded tx hash): a round already committed with our
+checkpoint is adopted, a signed transaction the node never saw is re-sent byte for byte (same
+nonce, same hash), and a nonce used by something else sends the round again with a fresh one.
+So a crash anywhere neither commits twice (the contract also refuses a repeated round) nor skips.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+
+from sqlalchemy import Engine, func
+from sqlmodel import Session, col, select
+
+from ledger.chain import LedgerChain
+from ledger.models import Attestation, RoundState, Settlement
+from protocol.errors import ContractRevertError, SettlementError
+from protocol.merkle import RewardsTree
+from protocol.types import Address
+
+log = logging.getLogger(__name__)
+
+FaultHook = Callable[[str], None]
+_OPEN = ("intent", "signed", "sent", "mined")
+
+
+def cumulative_amounts(session: Session) -> dict[str, int]:
+    """Everything scored so far, per payout address (cumulative, never decreasing)."""
+    rows = session.exec(
+        select(Attestation.payout, Attestation.reward).where(
+            col(Attestation.reward).is_not(None), col(Attestation.payout).is_not(None)
+        )
+    ).all()
+    out: dict[str, int] = {}
+    for payout, reward in rows:
+        if payout is not None and reward is not None and int(reward) > 0:
+            out[payout] = out.get(payout, 0) + int(reward)
+    return out
+
+
+def tree_of(amounts: dict[str, int]) -> RewardsTree | None:
+    if not amounts:
+        return None
+    return RewardsTree.build(sorted((Address(a), v) for a, v in amounts.items()))
+
+
+class Settler:
+    def __init__(
+        self,
+        engine: Engine,
+        chain: LedgerChain,
+        *,
+        confirmations: int,
+        fault_hook: FaultHook | None = None,
+    ) -> None:
+        self.engine = engine
+        self.chain = chain
+        self.confirmations = confirmations
+        self.fault_hook = fault_hook
+        self.lock = threading.Lock()
+
+    def _fault(self, point: str) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(point)
+
+    def record_intent(self, round_row: RoundState) -> Settlement:
+        """Write the settlement intent of a scored round (idempotent)."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            existing = session.exec(
+                select(Settlement).where(
+                    Settlement.run_id == round_row.run_id, Settlement.round == round_row.round
+                )
+            ).first()
+            if existing is not None:
+                return existing
+            amounts = cumulative_amounts(session)
+            tree = tree_of(amounts)
+            root = "0x" + (tree.root.hex() if tree is not None else bytes(32).hex())
+            if round_row.checkpoint is None:
+                raise SettlementError(f"round {round_row.round} has no checkpoint to commit")
+            row = Settlement(
+                run_id=round_row.run_id,
+                round=round_row.round,
+                rewards_root=root,
+                checkpoint=round_row.checkpoint,
+                total_work=round_row.total_work or "0",
+                attestations_root=round_row.attestations_root or "0x" + bytes(32).hex(),
+                tree=json.dumps(sorted([a, str(v)] for a, v in amounts.items())),
+            )
+            session.add(row)
+            rnd = session.get(RoundState, round_row.id)
+            if rnd is not None:
+                rnd.rewards_root = root
+                session.add(rnd)
+            session.commit()
+            log.info("settlement intent: run %s round %d root %s", row.run_id, row.round, root)
+            return row
+
+    def pending(self) -> list[Settlement]:
+        with Session(self.engine, expire_on_commit=False) as session:
+            return list(
+                session.exec(
+                    select(Settlement)
+                    .where(col(Settlement.status).in_(_OPEN))
+                    .order_by(col(Settlement.id))
+                ).all()
+            )
+
+    def tick(self) -> None:
+        """Advance every unfinished settlement one step (safe to call at any time)."""
+        with self.lock:
+            for row in self.pending():
+                self._advance(row)
+
+    def drive(self, run_id: str, round_: int, *, max_steps: int = 50) -> Settlement:
+        """Advance one settlement until it is mined (used for the genesis commit and tests)."""
+        with self.lock:
+            for _ in range(max_steps):
+                with Session(self.engine, expire_on_commit=False) as session:
+                    row = session.exec(
+                        select(Settlement).where(
+                            Settlement.run_id == run_id, Settlement.round == round_
+                        )
+                    ).one()
+                if row.status in ("mined", "final", "conflict"):
+                    return row
+                self._advance(row)
+        raise SettlementError(
+            f"round {round_} of run {run_id} is not mined after {max_steps} steps"
+        )
+
+    # --- the state machine ------------------------------------------------------------------
+
+    def _save(self, row: Settlement, **changes: object) -> None:
+        with Session(self.engine, expire_on_commit=False) as session:
+            fresh = session.get(Settlement, row.id)
+            assert fresh is not None
+            for key, value in changes.items():
+                setattr(fresh, key, value)
+                setattr(row, key, value)
+            session.add(fresh)
+            if changes.get("status") in ("mined", "final", "conflict"):
+                rnd = session.exec(
+                    select(RoundState).where(
+                        RoundState.run_id == row.run_id, RoundState.round == row.round
+                    )
+                ).first()
+                if rnd is not None:
+                    status = str(changes["status"])
+                    rnd.state = {"mined": "committed", "final": "final"}.get(status, "final")
+                    rnd.tx_hash = row.tx_hash
+                    rnd.block_number = row.block_number
+                    if status == "conflict":
+                        rnd.note = "committed on chain by someone else with another checkpoint"
+                    session.add(rnd)
+            session.commit()
+
+    def _committed_on_chain(self, row: Settlement) -> bool | None:
+        """True: committed with our checkpoint; False: not yet; None: someone else's checkpoint."""
+        run = bytes.fromhex(row.run_id[2:])
+        last = self.chain.last_round(run)
+        if last is None or last < row.round:
+            return False
+        onchain = "0x" + self.chain.checkpoint_of(run, row.round).hex()
+        if onchain == row.checkpoint:
+            return True
+        if int(onchain, 16) == 0:
+            return False  # round skipped on chain; cannot be committed any more
+        return None
+
+    def _adopt(self, row: Settlement) -> None:
+        found = self._committed_on_chain(row)
+        if found is None:
+            log.error("round %d of run %s committed by someone else", row.round, row.run_id)
+            self._save(row, status="conflict")
+        elif found:
+            rcpt = self.chain.receipt(row.tx_hash) if row.tx_hash else None
+            block = int(rcpt["blockNumber"]) if rcpt else self.chain.block_number()
+            log.info("round %d of run %s is on chain: adopted", row.round, row.run_id)
+            self._save(row, status="mined", block_number=block)
+        else:
+            raise SettlementError(
+                f"round {row.round} of run {row.run_id} cannot be committed: the chain's last "
+                "round is past it (a skipped round); check the committer and the chain"
+            )
+
+    def _advance(self, row: Settlement) -> None:
+        if row.status == "intent":
+            self._sign_and_send(row)
+        elif row.status == "signed":
+            self._resume_signed(row)
+        elif row.status == "sent":
+            self._check_receipt(row)
+        elif row.status == "mined":
+            head = self.chain.block_number()
+            if row.block_number is not None and head - row.block_number >= self.confirmations:
+                self._save(row, status="final")
+
+    def _sign_and_send(self, row: Settlement) -> None:
+        state = self._committed_on_chain(row)
+        if state is not False:
+            self._adopt(row)
+            return
+        nonce = self.chain.committer_nonce()
+        try:
+            tx_hash, raw = self.chain.sign_commit(
+                run_id=bytes.fromhex(row.run_id[2:]),
+                round_=row.round,
+                rewards_root=bytes.fromhex(row.rewards_root[2:]),
+                checkpoint=bytes.fromhex(row.checkpoint[2:]),
+                total_work=int(row.total_work),
+                attestations_root=bytes.fromhex(row.attestations_root[2:]),
+                nonce=nonce,
+            )
+        except ContractRevertError:
+            if self._committed_on_chain(row) is not False:
+                self._adopt(row)
+                return
+            raise
+        self._save(row, status="signed", nonce=nonce, tx_hash=tx_hash, raw_tx=raw)
+        self._fault("signed")
+        self.chain.send_raw(raw)
+        self._fault("sent")
+        self._save(row, status="sent")
+        log.info("commitRound sent: run %s round %d tx %s", row.run_id, row.round, tx_hash)
+        self._check_receipt(row)
+
+    def _resume_signed(self, row: Settlement) -> None:
+        assert row.tx_hash is not None and row.raw_tx is not None and row.nonce is not None
+        if self.chain.receipt(row.tx_hash) is not None or self.chain.tx_known(row.tx_hash):
+            self._save(row, status="sent")
+            self._check_receipt(row)
+            return
+        if self._committed_on_chain(row) is not False:
+            self._adopt(row)
+            return
+        if self.chain.committer_nonce("latest") > row.nonce:
+            log.warning("nonce %d was used by another transaction: re-signing", row.nonce)
+            self._save(row, status="intent", nonce=None, tx_hash=None, raw_tx=None)
+            return
+        log.info("re-sending the recorded commitRound of round %d (tx %s)", row.round, row.tx_hash)
+        self.chain.send_raw(row.raw_tx)
+        self._save(row, status="sent")
+        self._check_receipt(row)
+
+    def _check_receipt(self, row: Settlement) -> None:
+        assert row.tx_hash is not None
+        rcpt = self.chain.receipt(row.tx_hash)
+        if rcpt is None:
+            if not self.chain.tx_known(row.tx_hash):
+                self._save(row, status="signed")  # dropped: re-send or re-sign next tick
+            return
+        if int(rcpt["status"]) == 1:
+            self._save(row, status="mined", block_number=int(rcpt["blockNumber"]))
+            log.info(
+                "round %d of run %s committed in block %s",
+                row.round,
+                row.run_id,
+                rcpt["blockNumber"],
+            )
+            return
+        if self._committed_on_chain(row) is not False:
+            self._adopt(row)
+        else:
+            log.error("commitRound of round %d reverted: re-signing", row.round)
+            self._save(row, status="intent", nonce=None, tx_hash=None, raw_tx=None)
+
+
+def latest_committed(session: Session) -> Settlement | None:
+    """The settlement whose root is the latest on chain (highest id among mined/final)."""
+    return session.exec(
+        select(Settlement)
+        .where(col(Settlement.status).in_(("mined", "final")))
+        .order_by(col(Settlement.id).desc())
+    ).first()
+
+
+def count_pending(session: Session) -> int:
+    return int(
+        session.exec(
+            select(func.count()).select_from(Settlement).where(col(Settlement.status).in_(_OPEN))
+        ).one()
+    )

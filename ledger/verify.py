@@ -1,0 +1,148 @@
+"""Level 0 verification, done when an attestation arrives: form, signature, chain state, round.
+
+Levels 1 and 2 (consistency across nodes, usefulness) run when the round closes
+(:mod:`ledger.scoring`). Every check raises :class:`AttestationRejected` with a machine code
+(see :data:`HTTP_STATUS`) and a message that says what to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ledger.indexer import ChainSnapshot
+from ledger.schemas import AttestationIn
+from protocol.attestation import ComputeAttestation
+from protocol.eip712 import Eip712Domain, check_address
+from protocol.errors import AttestationRejected, EncodingError, SignatureError
+from protocol.signing import check_signature, recover_digest
+
+HTTP_STATUS: dict[str, int] = {
+    "malformed_json": 400,
+    "invalid_field": 422,
+    "body_too_large": 413,
+    "bad_signature": 422,
+    "signer_mismatch": 403,
+    "wrong_chain": 422,
+    "wrong_contract": 422,
+    "unregistered_node": 403,
+    "not_staked": 403,
+    "unknown_run": 404,
+    "stale_round": 409,
+    "round_closed": 409,
+    "future_round": 422,
+    "future_config_version": 422,
+    "conflicting_attestation": 409,
+    "chain_not_indexed": 503,
+    "batch_too_large": 413,
+}
+
+
+def http_status(code: str) -> int:
+    return HTTP_STATUS.get(code, 422)
+
+
+def reject(code: str, message: str) -> AttestationRejected:
+    return AttestationRejected(message, code=code)
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """An attestation whose form and signature are good (chain checks still to come)."""
+
+    attestation: ComputeAttestation
+    signature: bytes
+    digest: bytes
+    members: tuple[str, ...] | None
+
+    @property
+    def run_hex(self) -> str:
+        return "0x" + self.attestation.run_id.hex()
+
+
+def check_form(item: AttestationIn, domain: Eip712Domain) -> Checked:
+    """Form and signature (the fast path: precomputed domain separator, libsecp256k1)."""
+    if item.domain is not None:
+        if item.domain.chainId != domain.chain_id:
+            raise reject(
+                "wrong_chain",
+                f"signed for chain id {item.domain.chainId}, this ledger serves chain id "
+                f"{domain.chain_id}: sign with the domain from GET /v1/eip712",
+            )
+        if item.domain.verifyingContract.lower() != domain.verifying_contract.lower():
+            raise reject(
+                "wrong_contract",
+                f"signed for contract {item.domain.verifyingContract}, this ledger's "
+                f"ContributionLedger is {domain.verifying_contract}: use GET /v1/eip712",
+            )
+    try:
+        att = ComputeAttestation.from_json(item.attestation.model_dump())
+        members = (
+            tuple(check_address("round_members[]", m) for m in item.round_members)
+            if item.round_members is not None
+            else None
+        )
+    except EncodingError as exc:
+        raise reject("invalid_field", str(exc)) from None
+    if att.round == 0:
+        raise reject("invalid_field", "round: round 0 is the genesis commit; attest rounds >= 1")
+    try:
+        signature = check_signature(item.signature)
+        digest = att.digest(domain)
+        signer = recover_digest(digest, signature)
+    except SignatureError as exc:
+        raise reject("bad_signature", str(exc)) from None
+    if signer != att.node:
+        raise reject(
+            "signer_mismatch",
+            f"signature recovers to {signer}, not to node {att.node}: sign with the node's "
+            f"key over these exact fields, for chain id {domain.chain_id} and contract "
+            f"{domain.verifying_contract} (GET /v1/eip712)",
+        )
+    return Checked(attestation=att, signature=signature, digest=digest, members=members)
+
+
+def check_chain(checked: Checked, snap: ChainSnapshot, *, round_window: int) -> None:
+    """Node registered and staked, config version known, run known, round in the open window."""
+    att = checked.attestation
+    if snap.config is None or snap.indexed_block is None:
+        raise reject(
+            "chain_not_indexed", "the ledger has not indexed the chain yet: retry in a moment"
+        )
+    node = snap.nodes.get(att.node)
+    if node is None or not node.registered:
+        raise reject(
+            "unregistered_node",
+            f"node {att.node} is not registered in StakeManager: "
+            "run `coloco node register` and stake first",
+        )
+    if not snap.is_active(att.node):
+        raise reject(
+            "not_staked",
+            f"node {att.node} stakes {node.staked} wei, below the minimum "
+            f"{snap.config.min_stake}: stake more (`coloco node stake`)",
+        )
+    if att.config_version > snap.config.version:
+        raise reject(
+            "future_config_version",
+            f"configVersion {att.config_version} is newer than TrainingConfig.version() "
+            f"{snap.config.version}: read the config from the chain the ledger serves",
+        )
+    run = checked.run_hex
+    last = snap.last_round.get(run)
+    if last is None:
+        raise reject(
+            "unknown_run",
+            f"run {run} has no genesis commit on chain: start it with POST /v1/runs first",
+        )
+    if att.round <= last:
+        raise reject(
+            "stale_round",
+            f"round {att.round} of run {run} is already committed (last committed: {last}); "
+            "attest the current round",
+        )
+    if att.round > last + round_window:
+        raise reject(
+            "future_round",
+            f"round {att.round} of run {run} is in the future: the last committed round is "
+            f"{last}, so rounds {last + 1}..{last + round_window} are open",
+        )

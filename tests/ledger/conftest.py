@@ -1,0 +1,105 @@
+"""Ledger fixtures: a Ledger on the real anvil deployment, with SQLite or PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from ledger.core.config import Settings
+from ledger.main import create_app
+from ledger.service import Ledger
+from protocol.deployment import Deployment
+from protocol.devnet import AnvilProcess
+from tests.ledger.helpers import NodeKey, domain_of, h, new_node
+
+ADMIN = "test-admin-token-0123456789"
+
+
+@pytest.fixture(scope="session")
+def deployment_file(deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ledger-dep") / "deployment.json"
+    deployment.save(path)
+    return path
+
+
+@pytest.fixture(params=["sqlite"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
+@pytest.fixture
+def settings_for(
+    chain: AnvilProcess, deployment_file: Path, tmp_path: Path
+) -> Callable[..., Settings]:
+    def make(database_url: str, **overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "environment": "test",
+            "rpc_url": chain.rpc_url,
+            "deployment": deployment_file,
+            "committer_private_key": chain.accounts[1][1],
+            "database_url": database_url,
+            "blob_dir": tmp_path / "blobs",
+            "admin_token": ADMIN,
+            "run_background": False,
+            "confirmations": 1,
+            "round_deadline_s": 600,
+        }
+        values.update(overrides)
+        return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+    return make
+
+
+@pytest.fixture
+def ledger(settings_for: Callable[..., Settings], db_url: str) -> Iterator[Ledger]:
+    service = Ledger(settings_for(db_url))
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def client(ledger: Ledger) -> Iterator[TestClient]:
+    with TestClient(create_app(ledger=ledger)) as c:
+        yield c
+
+
+@pytest.fixture
+def nodes(chain: AnvilProcess, deployment: Deployment) -> list[NodeKey]:
+    """Three registered, staked nodes (operators: anvil accounts 2-4)."""
+    return [
+        new_node(chain.w3, deployment, chain.accounts[i][0], seed=bytes([i]) * 32)
+        for i in (2, 3, 4)
+    ]
+
+
+@pytest.fixture
+def run_id() -> str:
+    return h("run-test")
+
+
+GENESIS = h("genesis-checkpoint")
+
+
+@pytest.fixture
+def started_run(client: TestClient, ledger: Ledger, run_id: str, nodes: list[NodeKey]) -> str:
+    """Genesis committed and the indexer caught up; returns the run id."""
+    r = client.post(
+        "/v1/runs",
+        json={"run_id": run_id, "genesis_checkpoint": GENESIS},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
+    assert r.status_code == 201, r.text
+    ledger.indexer.catch_up()
+    return run_id
+
+
+@pytest.fixture
+def domain(deployment: Deployment):  # type: ignore[no-untyped-def]
+    return domain_of(deployment)

@@ -1,0 +1,178 @@
+"""POST /v1/attestations against the real chain: acceptance, idempotency, every level-0 refusal."""
+
+from __future__ import annotations
+
+import json
+
+from eth_account import Account
+from fastapi.testclient import TestClient
+from sqlmodel import Session, func, select
+
+from ledger.models import Attestation, Rejection
+from ledger.service import Ledger
+from protocol.signing import SECP256K1_N
+from tests.ledger.conftest import GENESIS
+from tests.ledger.helpers import NodeKey, attestation, body, h, new_node
+
+
+def _count(ledger: Ledger, model: type) -> int:
+    with Session(ledger.engine) as s:
+        return int(s.exec(select(func.count()).select_from(model)).one())
+
+
+def _post(client: TestClient, payload: object) -> tuple[int, dict]:  # type: ignore[type-arg]
+    r = client.post("/v1/attestations", json=payload)
+    return r.status_code, r.json()
+
+
+def test_accepts_and_is_idempotent(client, ledger, started_run, nodes, domain) -> None:
+    att = attestation(nodes[0], run_id=started_run, round_=1, base=GENESIS, result=h("r1"))
+    status, out = _post(client, body(att, nodes[0].key, domain))
+    assert status == 202, out
+    assert out["status"] == "accepted" and isinstance(out["id"], int)
+    status2, out2 = _post(client, body(att, nodes[0].key, domain))
+    assert (status2, out2["id"]) == (202, out["id"])
+    assert _count(ledger, Attestation) == 1
+    # same node, same round, different fields: a conflicting duplicate
+    other = att.replace(tokens=att.tokens + 1)
+    status3, out3 = _post(client, body(other, nodes[0].key, domain))
+    assert status3 == 409 and out3["error"]["code"] == "conflicting_attestation"
+    assert _count(ledger, Attestation) == 1
+    rnd = client.get(f"/v1/runs/{started_run}/rounds/1").json()
+    assert rnd["state"] == "open" and rnd["members"] == [nodes[0].address]
+
+
+def test_signature_refusals(client, ledger, started_run, nodes, domain) -> None:
+    att = attestation(nodes[0], run_id=started_run, round_=1, base=GENESIS, result=h("r1"))
+    good = body(att, nodes[0].key, domain)
+    sig = bytes.fromhex(good["signature"][2:])
+    r_, s_, v_ = sig[:32], int.from_bytes(sig[32:64], "big"), sig[64]
+    malleable = r_ + (SECP256K1_N - s_).to_bytes(32, "big") + bytes([55 - v_])
+    cases = {
+        "bad_signature": [
+            {**good, "signature": "0x" + malleable.hex()},
+            {**good, "signature": good["signature"][:-2]},
+            {**good, "signature": "0x" + "zz" * 65},
+            {**good, "signature": "0x" + sig[:64].hex() + "01"},
+        ],
+        "signer_mismatch": [
+            body(att, nodes[1].key, domain),  # someone else's key
+            {**good, "attestation": {**good["attestation"], "tokens": 999_999}},
+        ],
+    }
+    for code, payloads in cases.items():
+        for payload in payloads:
+            status, out = _post(client, payload)
+            assert out["error"]["code"] == code, (payload, out)
+            assert status in (403, 422)
+    assert _count(ledger, Attestation) == 0
+    rejections = client.get(f"/v1/nodes/{nodes[0].address}").json()["rejections"]
+    assert {r["code"] for r in rejections} == {"bad_signature", "signer_mismatch"}
+
+
+def test_wrong_chain_and_contract(client, started_run, nodes, domain, deployment) -> None:
+    from protocol.eip712 import Eip712Domain
+
+    att = attestation(nodes[0], run_id=started_run, round_=1, base=GENESIS, result=h("r1"))
+    other_chain = Eip712Domain(chain_id=1, verifying_contract=domain.verifying_contract)
+    payload = body(att, nodes[0].key, other_chain)
+    status, out = _post(client, payload)
+    assert status == 403 and out["error"]["code"] == "signer_mismatch"
+    assert "chain id" in out["error"]["message"]
+    payload["domain"] = {"chainId": 1, "verifyingContract": domain.verifying_contract}
+    status, out = _post(client, payload)
+    assert status == 422 and out["error"]["code"] == "wrong_chain"
+    other = deployment.address("StakeManager")
+    payload = body(
+        att, nodes[0].key, Eip712Domain(chain_id=domain.chain_id, verifying_contract=other)
+    )
+    payload["domain"] = {"chainId": domain.chain_id, "verifyingContract": other}
+    status, out = _post(client, payload)
+    assert status == 422 and out["error"]["code"] == "wrong_contract"
+
+
+def test_chain_state_refusals(client, ledger, chain, deployment, started_run, nodes, domain):
+    unstaked = new_node(chain.w3, deployment, chain.accounts[5][0], stake=0)
+    stranger_key = b"\x07" * 32
+    stranger = NodeKey(stranger_key, Account.from_key(stranger_key).address, "", "")
+    ledger.indexer.catch_up()
+
+    def post(node: NodeKey, **kw: object) -> tuple[int, str]:
+        fields = {"run_id": started_run, "round_": 1, "base": GENESIS, "result": h("r")}
+        fields.update(kw)
+        status, out = _post(client, body(attestation(node, **fields), node.key, domain))
+        return status, out["error"]["code"] if status != 202 else "accepted"
+
+    assert post(unstaked) == (403, "not_staked")
+    assert post(stranger) == (403, "unregistered_node")
+    assert post(nodes[0], run_id=h("no-such-run")) == (404, "unknown_run")
+    assert post(nodes[0], round_=0)[1] == "invalid_field"
+    assert post(nodes[0], round_=3) == (422, "future_round")
+    assert post(nodes[0], config_version=2) == (422, "future_config_version")
+    assert post(nodes[0], round_=2) == (202, "accepted")
+    assert _count(ledger, Rejection) == 6
+    assert ledger.indexer.snapshot.last_round[started_run] == 0
+
+
+def test_form_refusals(client, ledger, started_run, nodes, domain) -> None:
+    att = attestation(nodes[0], run_id=started_run, round_=1, base=GENESIS, result=h("r1"))
+    good = body(att, nodes[0].key, domain)
+    fields = good["attestation"]
+    bad_payloads = [
+        {**good, "extra": 1},
+        {**good, "attestation": {**fields, "surprise": True}},
+        {**good, "attestation": {**fields, "round": True}},
+        {**good, "attestation": {**fields, "round": "1"}},
+        {**good, "attestation": {**fields, "round": 1.0}},
+        {**good, "attestation": {**fields, "tokens": -1}},
+        {**good, "attestation": {**fields, "tokens": 2**64}},
+        {**good, "attestation": {**fields, "innerSteps": 2**32}},
+        {**good, "attestation": {**fields, "node": fields["node"].lower()}},
+        {**good, "attestation": {**fields, "runId": fields["runId"][:-2]}},
+        {"attestation": fields},
+        [],
+        {**good, "round_members": ["0x1234"]},
+    ]
+    for payload in bad_payloads:
+        status, out = _post(client, payload)
+        assert status == 422, (payload, out)
+        assert out["error"]["code"] == "invalid_field" and out["error"]["message"]
+    for raw in (b"{", b'{"attestation": NaN}', b"\xff\xfe", b'{"a": Infinity}'):
+        r = client.post(
+            "/v1/attestations", content=raw, headers={"content-type": "application/json"}
+        )
+        assert r.status_code in (400, 422), raw
+        assert r.json()["error"]["code"] in ("malformed_json", "invalid_field")
+    nan = json.dumps(good).replace('"tokens": 1000', '"tokens": NaN').encode()
+    r = client.post("/v1/attestations", content=nan, headers={"content-type": "application/json"})
+    assert r.status_code in (400, 422) and "error" in r.json()
+    huge = b'{"x": "' + b"a" * (2 << 20) + b'"}'
+    r = client.post("/v1/attestations", content=huge, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+    assert _count(ledger, Attestation) == 0
+    assert client.get("/v1/health").json()["database"] == "ok"
+    status, out = _post(client, good)  # and the service keeps serving
+    assert status == 202
+
+
+def test_batch(client, ledger, started_run, nodes, domain) -> None:
+    items = [
+        body(
+            attestation(n, run_id=started_run, round_=1, base=GENESIS, result=h("r1")),
+            n.key,
+            domain,
+        )
+        for n in nodes
+    ]
+    items.append(items[0])  # an exact duplicate inside the batch: same id
+    bad = attestation(nodes[0], run_id=started_run, round_=2, base=GENESIS, result=h("r1"))
+    items.append(body(bad, nodes[1].key, domain))  # signer mismatch
+    r = client.post("/v1/attestations/batch", json={"items": items})
+    assert r.status_code == 202, r.text
+    out = r.json()
+    assert (out["accepted"], out["rejected"]) == (4, 1)
+    assert out["results"][3]["id"] == out["results"][0]["id"]
+    assert out["results"][4]["error"]["code"] == "signer_mismatch"
+    assert _count(ledger, Attestation) == 3
+    r = client.post("/v1/attestations/batch", json={"items": []})
+    assert r.status_code == 422
