@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 app = typer.Typer(no_args_is_help=True)
 
 STATES = ("Pending", "Active", "Canceled", "Defeated", "Succeeded", "Queued", "Expired", "Executed")
-SUPPORT = {"against": 0, "for": 1, "abstain": 2}
+SUPPORT = {"for": 1, "against": 0, "abstain": 2}
 
 ProposalOpt = Annotated[str, typer.Option("--proposal", help="Proposal id (decimal or 0x hex).")]
 

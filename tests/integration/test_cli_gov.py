@@ -1,0 +1,111 @@
+"""`coloco gov delegate | propose | vote | queue | execute | status | list` on the real anvil."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from coloco_cli.gov_changes import parse_sets
+from coloco_cli.main import app
+from protocol.chain import ChainClient
+from protocol.deployment import Deployment
+from protocol.devnet import AnvilProcess
+from protocol.errors import ConfigError
+from tests.integration.conftest import Holder
+
+pytestmark = [pytest.mark.integration, pytest.mark.anvil]
+
+runner = CliRunner()
+
+
+def _ok(*args: str) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, f"{args}: {result.exception!r}\n{result.output}"
+    return " ".join(result.output.split())  # rich wraps long lines
+
+
+def _err(*args: str) -> BaseException:
+    result = runner.invoke(app, list(args))
+    assert result.exception is not None, result.output
+    return result.exception
+
+
+def test_holders_change_the_inner_steps_through_the_timelock(
+    cli_env: Path, chain: AnvilProcess, deployment: Deployment, holders: list[Holder]
+) -> None:
+    viewer = ChainClient(chain.rpc_url, deployment)
+    before = viewer.training_config()
+    alice, bob = holders
+
+    out = _ok("gov", "propose", "--set", "inner-steps=30", "--private-key", alice.key)
+    proposal = re.search(r"proposal (\d+) created", out)
+    assert proposal, out
+    pid = proposal.group(1)
+
+    exc = _err("gov", "vote", "--proposal", pid, "--private-key", alice.key)
+    assert isinstance(exc, ConfigError) and "Pending" in exc.message and "anvil_mine" in exc.message
+
+    chain.mine(2)
+    _ok("gov", "vote", "--proposal", pid, "--support", "for", "--private-key", alice.key)
+    _ok("gov", "vote", "--proposal", pid, "--support", "against", "--private-key", bob.key)
+    against, for_, _ = viewer.call("ModelGovernor", "proposalVotes", int(pid))
+    assert (for_, against) == (alice.amount, bob.amount)
+
+    exc = _err("gov", "queue", "--proposal", pid, "--private-key", alice.key)
+    assert isinstance(exc, ConfigError) and "Active" in exc.message
+
+    chain.mine(21)
+    assert "Succeeded" in _ok("gov", "status", "--proposal", pid)
+    _ok("gov", "queue", "--proposal", pid, "--private-key", alice.key)
+    chain.increase_time(2)
+    out = _ok("gov", "execute", "--proposal", pid, "--private-key", bob.key)
+    assert f"version is now {before.version + 1}" in out
+
+    after = viewer.training_config()
+    assert after.inner_steps == 30
+    assert after.inner_lr_e6 == before.inner_lr_e6  # the other field of setInnerLoop is kept
+    assert after.version == before.version + 1
+    listing = _ok("gov", "list")
+    assert "Executed" in listing and "setInnerLoop(30," in listing
+
+
+def test_delegate_moves_votes(
+    cli_env: Path, chain: AnvilProcess, deployment: Deployment, holders: list[Holder]
+) -> None:
+    viewer = ChainClient(chain.rpc_url, deployment)
+    alice, bob = holders
+    _ok("gov", "delegate", "--to", bob.address, "--private-key", alice.key)
+    assert viewer.call("ModelShareToken", "getVotes", bob.address) == alice.amount + bob.amount
+    assert viewer.call("ModelShareToken", "getVotes", alice.address) == 0
+
+
+def test_set_parsing_names_what_is_wrong() -> None:
+    assert parse_sets(["inner-steps=30", "outer-lr=0.5", "wire-format=bf16"]) == {
+        "innerSteps": 30,
+        "outerLrE6": 500_000,
+        "wireFormat": 1,
+    }
+    assert parse_sets(["data-mixture=7000,3000"]) == {"dataMixtureBps": [7000, 3000]}
+    assert parse_sets(["min-stake=2"]) == {"minStake": 2 * 10**18}
+    with pytest.raises(ConfigError, match="unknown setting 'inner-stepz'"):
+        parse_sets(["inner-stepz=3"])
+    with pytest.raises(ConfigError, match="NAME=VALUE"):
+        parse_sets(["inner-steps"])
+    with pytest.raises(ConfigError, match="whole number"):
+        parse_sets(["inner-steps=many"])
+    with pytest.raises(ConfigError, match="at most 6 decimal places"):
+        parse_sets(["inner-lr=0.0000001"])
+    with pytest.raises(ConfigError, match="set twice"):
+        parse_sets(["inner-steps=3", "inner-steps=4"])
+
+
+def test_unknown_proposal_and_bad_support(cli_env: Path, holders: list[Holder]) -> None:
+    exc = _err("gov", "status", "--proposal", "12345")
+    assert isinstance(exc, ConfigError) and "coloco gov list" in exc.message
+    exc = _err(
+        "gov", "vote", "--proposal", "12", "--support", "maybe", "--private-key", holders[0].key
+    )
+    assert isinstance(exc, ConfigError) and "for, against, abstain" in exc.message
