@@ -1,0 +1,131 @@
+"""Wire formats and the `Packet` that carries one encoded pseudo-gradient.
+
+Formats match `TrainingConfig.wireFormat` on chain (0 fp32, 1 bf16, 2 int8). int8 stores one fp32
+absmax scale per block of `block_size` values (a power of two); the payload is padded with zeros
+to a whole number of blocks. Every implementation (torch reference, native C, Triton) produces
+bit-identical packets and bit-identical decodes, so ranks that run different backends still agree.
+
+Quantization rule (int8), per block of values `d` (the padded tail counts as zeros):
+    amax  = max |d|                      (NaN/Inf anywhere is refused)
+    if amax < 2**-120: scale = 0, q = 0  (avoids 127/amax overflowing fp32)
+    else: scale = amax / 127, q = round_half_even(d * (127 / amax))   all in fp32, no FMA
+Decode: `q * scale` in fp32. bf16 is round-to-nearest-even of the fp32 value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import IntEnum
+
+import torch
+
+from protocol.errors import ConfigError
+
+DEFAULT_BLOCK_SIZE = 256
+MIN_BLOCK_SIZE = 32
+MAX_BLOCK_SIZE = 4096
+TINY_AMAX = 2.0**-120
+"""Blocks whose absmax is below this encode as zeros (127 / amax would overflow fp32)."""
+
+
+class WireFormat(IntEnum):
+    """How a pseudo-gradient travels on the wire (values equal `TrainingConfig.wireFormat`)."""
+
+    FP32 = 0
+    BF16 = 1
+    INT8 = 2
+
+    @classmethod
+    def parse(cls, value: WireFormat | int | str) -> WireFormat:
+        """Accept a `WireFormat`, its chain number (0/1/2) or its name ("fp32", "bf16", "int8")."""
+        if isinstance(value, WireFormat):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls[value.strip().upper()]
+            except KeyError:
+                raise ConfigError(
+                    f"unknown wire format {value!r}: use one of fp32, bf16, int8"
+                ) from None
+        if isinstance(value, int) and not isinstance(value, bool):
+            try:
+                return cls(value)
+            except ValueError:
+                raise ConfigError(
+                    f"unknown wire format number {value}: TrainingConfig.wireFormat must be "
+                    "0 (fp32), 1 (bf16) or 2 (int8)"
+                ) from None
+        raise ConfigError(
+            f"wire format must be a WireFormat, int or str, got {type(value).__name__}"
+        )
+
+    @property
+    def payload_dtype(self) -> torch.dtype:
+        return {
+            WireFormat.FP32: torch.float32,
+            WireFormat.BF16: torch.bfloat16,
+            WireFormat.INT8: torch.int8,
+        }[self]
+
+
+def check_block_size(block_size: int) -> int:
+    """Return `block_size` if it is a power of two in [32, 4096]; raise ConfigError otherwise."""
+    if (
+        not isinstance(block_size, int)
+        or block_size < MIN_BLOCK_SIZE
+        or block_size > MAX_BLOCK_SIZE
+        or block_size & (block_size - 1)
+    ):
+        raise ConfigError(
+            f"int8 block size must be a power of two between {MIN_BLOCK_SIZE} and "
+            f"{MAX_BLOCK_SIZE}, got {block_size!r} (256 is the default)"
+        )
+    return block_size
+
+
+def num_blocks(numel: int, block_size: int) -> int:
+    return math.ceil(numel / block_size)
+
+
+@dataclass(frozen=True)
+class Packet:
+    """One encoded tensor (or flat buffer of many tensors) as it goes on the wire.
+
+    `payload` is 1-D: fp32 or bf16 values (`numel` of them), or int8 codes padded to whole blocks.
+    `scales` is the fp32 per-block scale vector for int8 and None otherwise. `shape` is the
+    shape `decode` gives back.
+    """
+
+    fmt: WireFormat
+    shape: tuple[int, ...]
+    payload: torch.Tensor
+    scales: torch.Tensor | None = None
+    block_size: int = DEFAULT_BLOCK_SIZE
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes on the wire: payload plus scales."""
+        n = self.payload.numel() * self.payload.element_size()
+        if self.scales is not None:
+            n += self.scales.numel() * self.scales.element_size()
+        return n
+
+    @property
+    def device(self) -> torch.device:
+        return self.payload.device
+
+
+def wire_bytes(
+    numel: int, fmt: WireFormat | int | str, block_size: int = DEFAULT_BLOCK_SIZE
+) -> int:
+    """Bytes a packet of `numel` values takes on the wire in `fmt` (payload + scales)."""
+    fmt = WireFormat.parse(fmt)
+    if fmt is WireFormat.INT8:
+        blocks = num_blocks(numel, check_block_size(block_size))
+        return blocks * block_size + 4 * blocks
+    return numel * (4 if fmt is WireFormat.FP32 else 2)
