@@ -8,9 +8,12 @@ lower-case address is not a checksummed one, 31 bytes are not a ``bytes32``). et
 
 from __future__ import annotations
 
+import importlib
 import re
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from Crypto.Hash import keccak as _keccak
 
@@ -33,9 +36,57 @@ _ADDRESS_RE: Final = re.compile(r"^0x[0-9a-fA-F]{40}$")
 _HEX32_RE: Final = re.compile(r"^0x[0-9a-fA-F]{64}$")
 
 
-def keccak256(data: bytes) -> bytes:
-    """Keccak-256 (Ethereum's, not NIST SHA3) of ``data``, via pycryptodome's C implementation."""
+def _keccak256_reference(data: bytes) -> bytes:
     return _keccak.new(digest_bits=256, data=data).digest()
+
+
+def _make_keccak256() -> Callable[[bytes], bytes]:
+    """pycryptodome's C Keccak driven directly, one reusable state per thread.
+
+    ``Crypto.Hash.keccak.new(...).digest()`` spends ~2/3 of its time allocating and wrapping a
+    fresh state; resetting a per-thread state instead makes a 32-352 byte hash ~2.5x cheaper.
+    Falls back to the public API if pycryptodome's internals ever change shape.
+    """
+    try:
+        lib: Any = importlib.import_module("Crypto.Hash.keccak")._raw_keccak_lib
+        raw_api: Any = importlib.import_module("Crypto.Util._raw_api")
+    except (ImportError, AttributeError):  # pragma: no cover - other pycryptodome layouts
+        return _keccak256_reference
+    c_size_t, c_ubyte, get_raw_buffer = raw_api.c_size_t, raw_api.c_ubyte, raw_api.get_raw_buffer
+    local = threading.local()
+
+    def state() -> tuple[Any, Any]:
+        cached: tuple[Any, Any] | None = getattr(local, "state", None)
+        if cached is None:
+            pointer = raw_api.VoidPointer()
+            if lib.keccak_init(pointer.address_of(), c_size_t(64), c_ubyte(24)):
+                raise RuntimeError("keccak_init failed")
+            cached = (
+                raw_api.SmartPointer(pointer.get(), lib.keccak_destroy),
+                raw_api.create_string_buffer(32),
+            )
+            local.state = cached
+        return cached
+
+    def keccak256_fast(data: bytes) -> bytes:
+        smart, out = state()
+        raw = smart.get()
+        if (
+            lib.keccak_reset(raw)
+            or lib.keccak_absorb(raw, data, c_size_t(len(data)))
+            or lib.keccak_digest(raw, out, c_size_t(32), c_ubyte(1))
+        ):
+            raise RuntimeError("pycryptodome keccak failed")
+        return bytes(get_raw_buffer(out))
+
+    for probe in (b"", b"abc", bytes(range(256)) * 3):
+        if keccak256_fast(probe) != _keccak256_reference(probe):  # pragma: no cover
+            return _keccak256_reference
+    return keccak256_fast
+
+
+keccak256: Callable[[bytes], bytes] = _make_keccak256()
+"""Keccak-256 (Ethereum's, not NIST SHA3) of ``data``, via pycryptodome's C implementation."""
 
 
 def to_checksum_address(raw: bytes | str) -> str:

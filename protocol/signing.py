@@ -70,8 +70,8 @@ def address_of_public_key(uncompressed: bytes) -> Address:
     return Address(to_checksum_address(keccak256(uncompressed[1:])[12:]))
 
 
-def recover_digest(digest: bytes, signature: object) -> Address:
-    """The checksummed address that signed the 32-byte ``digest``."""
+def _recover_raw(digest: bytes, signature: object) -> bytes:
+    """The 20 raw address bytes that signed ``digest``."""
     if len(digest) != 32:
         raise SignatureError(f"digest: expected 32 bytes, got {len(digest)}")
     sig = check_signature(signature)
@@ -80,7 +80,12 @@ def recover_digest(digest: bytes, signature: object) -> Address:
         public = coincurve.PublicKey.from_signature_and_message(recoverable, digest, hasher=None)
     except Exception as exc:  # coincurve raises plain Exception/ValueError on no solution
         raise SignatureError(f"signature: no public key recovers from it ({exc})") from None
-    return address_of_public_key(public.format(compressed=False))
+    return keccak256(public.format(compressed=False)[1:])[12:]
+
+
+def recover_digest(digest: bytes, signature: object) -> Address:
+    """The checksummed address that signed the 32-byte ``digest``."""
+    return Address(to_checksum_address(_recover_raw(digest, signature)))
 
 
 def sign_digest(digest: bytes, private_key: bytes) -> bytes:
@@ -123,13 +128,15 @@ def verify_attestation(
 
     Raises SignatureError naming both addresses when the signature recovers to someone else.
     """
-    expected = attestation.node if expected_signer is None else expected_signer
-    check_address("expected signer", expected)
-    signer = recover_attestation_signer(attestation, domain, signature)
-    if signer != expected:
+    if expected_signer is None:
+        expected = attestation.node  # validated when the attestation was built
+    else:
+        expected = check_address("expected signer", expected_signer)
+    raw = _recover_raw(attestation.digest(domain), signature)
+    if raw != bytes.fromhex(expected[2:]):
         raise SignatureError(
-            f"signature: recovers to {signer}, not to {expected}; it was made by another key "
-            f"or over different fields, chain id or contract",
+            f"signature: recovers to {to_checksum_address(raw)}, not to {expected}; it was made "
+            f"by another key or over different fields, chain id or contract",
             code="signer_mismatch",
         )
-    return signer
+    return expected

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench.NAME`, each printing one JSON object as its last line."""
