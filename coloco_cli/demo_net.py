@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from coloco_cli.procs import Child, ProcessManager, free_port, wait_until
-from protocol.errors import LedgerError
+from protocol.errors import ChainError, LedgerError
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
-
     from protocol.deployment import Deployment
     from protocol.devnet import AnvilProcess
 
@@ -46,6 +46,7 @@ class DemoNet:
     def chain(self, private_key: str | None = None) -> ChainClient:
         """A chain client, sending as `private_key` if given."""
         from eth_account import Account
+
         from protocol.chain import ChainClient
 
         account = Account.from_key(private_key) if private_key else None
@@ -106,8 +107,7 @@ def start_ledger(
         "COLOCO_LEDGER_INDEXER_POLL_S": "0.2",
         "COLOCO_LEDGER_LIFECYCLE_POLL_S": "0.2",
     }
-    argv = [sys.executable, "-m", "coloco_cli", "ledger", "serve", "--host", "127.0.0.1"]
-    argv += ["--port", str(port)]
+    argv = ledger_argv(port)
     child = procs.start("ledger", argv, workdir / "logs" / "ledger.log", env=env)
     url = f"http://127.0.0.1:{port}"
 
@@ -121,15 +121,73 @@ def start_ledger(
     return url, child
 
 
-def open_run(ledger_url: str, run_id: bytes, genesis_checkpoint: bytes) -> dict[str, Any]:
-    """Admin call: the ledger commits round 0 (genesis) of the run on chain."""
-    resp = httpx.post(
-        f"{ledger_url}/v1/runs",
-        json={"run_id": "0x" + run_id.hex(), "genesis_checkpoint": "0x" + genesis_checkpoint.hex()},
-        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-        timeout=60.0,
-    )
-    if resp.status_code not in (200, 201, 202):
-        raise LedgerError(f"ledger refused to open the run ({resp.status_code}): {resp.text[:400]}")
-    data: dict[str, Any] = resp.json()
-    return data
+def ledger_argv(port: int) -> list[str]:
+    """`coloco ledger serve` (or, before that command exists, uvicorn on the ledger's factory)."""
+    import importlib.util
+
+    if importlib.util.find_spec("coloco_cli.ledger") is not None:
+        return [sys.executable, "-m", "coloco_cli", "ledger", "serve", "--host", "127.0.0.1",
+                "--port", str(port)]  # fmt: skip
+    log.warning("coloco ledger serve is not in this checkout: running uvicorn directly")
+    return [sys.executable, "-m", "uvicorn", "ledger.main:create_app", "--factory",
+            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]  # fmt: skip
+
+
+def open_run(
+    net: DemoNet, run_id: bytes, genesis_checkpoint: bytes, *, timeout: float = 60
+) -> None:
+    """Admin call: the ledger commits round 0 (genesis) of the run; checked on chain.
+
+    The call is idempotent, so it is retried until the chain shows the genesis commit.
+    """
+    from protocol.types import RoundNumber, RunId
+
+    chain = net.chain()
+    body = {"run_id": "0x" + run_id.hex(), "genesis_checkpoint": "0x" + genesis_checkpoint.hex()}
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            resp = httpx.post(
+                f"{net.ledger_url}/v1/runs",
+                json=body,
+                headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                timeout=60.0,
+            )
+            last = f"{resp.status_code}: {resp.text[:300]}"
+            if 400 <= resp.status_code < 500:
+                raise LedgerError(f"the ledger refused to open the run ({last})")
+        except httpx.HTTPError as exc:
+            last = repr(exc)
+        if chain.has_committed(RunId(run_id)):
+            onchain = bytes(chain.checkpoint_of(RunId(run_id), RoundNumber(0)))
+            if onchain != genesis_checkpoint:
+                raise LedgerError(f"round 0 was committed with 0x{onchain.hex()}, not the genesis")
+            return
+        log.warning("opening the run did not commit round 0 yet (%s); retrying", last)
+        time.sleep(1.0)
+    raise LedgerError(f"the ledger did not commit the run's genesis within {timeout:.0f}s: {last}")
+
+
+def organiser_sets_config(net: DemoNet, fn: str, *args: Any) -> None:
+    """Devnet only: set the run's starting TrainingConfig as the Timelock (its owner).
+
+    On a real chain the run's first config is set through governance (or by the deployer before
+    it hands ownership to the Timelock). On the devnet the demo impersonates the Timelock with
+    anvil's `anvil_impersonateAccount` to start with the `--inner-steps` the user asked for.
+    """
+    chain = net.chain()
+    config = chain.contract("TrainingConfig")
+    timelock = net.deployment.address("TimelockController")
+    data = config.encode_abi(fn, args=list(args))
+    net.fund(timelock)
+    net.anvil.call("anvil_impersonateAccount", [timelock])
+    try:
+        tx = net.anvil.call(
+            "eth_sendTransaction", [{"from": timelock, "to": config.address, "data": data}]
+        )
+        receipt = chain.wait_for_receipt(bytes.fromhex(str(tx)[2:]))
+    finally:
+        net.anvil.call("anvil_stopImpersonatingAccount", [timelock])
+    if receipt["status"] != 1:
+        raise ChainError(f"TrainingConfig.{fn}{args} as the Timelock failed on the devnet")

@@ -1,0 +1,137 @@
+"""Gather the demo's facts from their sources: the chain, the ledger, and the nodes' own records.
+
+Nothing here trusts one source alone: rounds come from the chain (`lastRound`), what each node
+was credited from the ledger's verified scores of committed rounds, what each node worked from
+its own `round_done` records, and balances from the token contract.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from coloco_cli.rewards import fetch_owed
+from protocol.types import RunId
+
+if TYPE_CHECKING:
+    from coloco_cli.demo_run import DemoRun
+
+log = logging.getLogger(__name__)
+
+SETTLED = {"committed", "final"}
+
+
+def ledger_rounds(run: DemoRun) -> list[dict[str, Any]]:
+    """The ledger's rounds of the run (oldest first), with every verified score."""
+    net = run._net()
+    rounds = net.ledger_get(f"/v1/runs/0x{run.run_id.hex()}/rounds?limit=500")
+    return sorted((r for r in rounds if r["round"] > 0), key=lambda r: r["round"])
+
+
+def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
+    """The demo report (see `demo_report.REQUIRED_KEYS`)."""
+    net = run._net()
+    chain = net.chain()
+    committed = int(chain.last_round(RunId(run.run_id)))
+    rounds = ledger_rounds(run)
+    records: dict[int, list[dict[str, Any]]] = {}
+    for node in run.nodes:
+        for rec in node.records():
+            records.setdefault(int(rec["round"]), []).append(rec)
+
+    per_round = []
+    credited: dict[str, set[int]] = {}
+    for rnd in rounds:
+        r = int(rnd["round"])
+        scores = rnd.get("scores", [])
+        for s in scores:
+            if rnd["state"] in SETTLED and s.get("verified") and int(s.get("reward") or 0) > 0:
+                credited.setdefault(s["node"].lower(), set()).add(r)
+        evals = [x["eval_loss"] for x in records.get(r, []) if x.get("eval_loss") is not None]
+        per_round.append(
+            {
+                "round": r,
+                "state": rnd["state"],
+                "members": len(rnd.get("members", [])),
+                "config_version": _one({s["config_version"] for s in scores}),
+                "inner_steps": _one({s["inner_steps"] for s in scores}),
+                "eval_loss": evals[0] if evals else None,
+                "tx_hash": rnd.get("tx_hash"),
+            }
+        )
+    _mark_churn(run, per_round)
+
+    nodes = []
+    for node in run.nodes:
+        worked = [r for r in node.rounds_worked() if r <= committed]
+        first = 1 if node.actor in run.actors[: run.plan.nodes] else (worked or [0])[0]
+        last = min(node.leave_after or run.plan.rounds, committed)
+        expected = list(range(first, last + 1)) if first else []
+        got = sorted(credited.get(node.actor.node_address.lower(), set()))
+        owed = fetch_owed(net.ledger_url, node.actor.payout_address)
+        balance = int(chain.call("ModelShareToken", "balanceOf", node.actor.payout_address))
+        nodes.append(
+            {
+                "name": node.actor.name,
+                "node": node.actor.node_address,
+                "payout": node.actor.payout_address,
+                "operator": node.actor.operator_address,
+                "rounds_worked": len(worked),
+                "rounds_expected": len(expected),
+                "rounds_worked_list": worked,
+                "rounds_credited": got,
+                "credited_exactly": got == worked == expected,
+                "left_after": node.leave_after,
+                "owed": str(owed.cumulative_amount),
+                "balance": str(balance),
+                "balance_equals_owed": balance == owed.cumulative_amount,
+            }
+        )
+
+    gov = run.gov
+    after = gov.config_version_after if gov else run.config_version_start
+    seen = gov is not None and any(
+        r["config_version"] == after and r["inner_steps"] == gov.inner_steps_after
+        for r in per_round
+        if r["state"] in SETTLED
+    )
+    losses = [r["eval_loss"] for r in per_round if r["eval_loss"] is not None]
+    return {
+        "rounds_committed": committed,
+        "run_id": "0x" + run.run_id.hex(),
+        "plan": run.plan.describe(),
+        "nodes": nodes,
+        "claims": run.claims,
+        "tokens_minted": str(int(chain.call("ModelShareToken", "totalSupply"))),
+        "balances_equal_committed_rewards": all(n["balance_equals_owed"] for n in nodes),
+        "proposal_executed": bool(gov and gov.executed),
+        "governance": gov.to_json() if gov else None,
+        "config_version_before": gov.config_version_before if gov else run.config_version_start,
+        "config_version_after": after,
+        "config_change_seen_by_trainers": seen,
+        "eval_loss_first": losses[0] if losses else None,
+        "eval_loss_last": losses[-1] if losses else None,
+        "rounds": per_round,
+        "wall_s": round(wall_s, 2),
+        "chain_id": net.deployment.chain_id,
+        "contracts": dict(net.deployment.contracts),
+    }
+
+
+def _one(values: set[Any]) -> Any:
+    """The single value all attestations of a round agree on (None if none, a list if not)."""
+    if not values:
+        return None
+    return next(iter(values)) if len(values) == 1 else sorted(values)
+
+
+def _mark_churn(run: DemoRun, per_round: list[dict[str, Any]]) -> None:
+    by_round = {r["round"]: r for r in per_round}
+    for node in run.nodes:
+        worked = node.rounds_worked()
+        if not worked:
+            continue
+        if worked[0] > 1 and worked[0] in by_round:
+            by_round[worked[0]]["joined"] = f"{node.actor.name} joined"
+        if node.leave_after is not None and worked[-1] + 1 in by_round:
+            by_round[worked[-1] + 1]["left"] = f"{node.actor.name} left"

@@ -1,0 +1,65 @@
+"""What a demo run will do, decided up front and checked: rounds, churn, when to vote."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocol.errors import ConfigError
+
+MIN_ROUNDS = 3
+"""Round 1 settles (rewards to vote with), the vote lands in round 2, round 3 trains with it."""
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """The schedule of one demo run (rounds are outer DiLoCo rounds, 1-based)."""
+
+    nodes: int
+    rounds: int
+    inner_steps: int
+    new_inner_steps: int
+    govern_after: int
+    """Claims and the governance vote start once this round is committed on chain."""
+    join_after: int | None
+    """A new node starts once this round is committed (it joins at the next round boundary)."""
+    leave_after: int | None
+    """The leaving node's last round."""
+    round_timeout_s: float = 240.0
+
+    @classmethod
+    def make(cls, *, nodes: int, rounds: int, inner_steps: int, churn: bool = True) -> DemoPlan:
+        if nodes < 1:
+            raise ConfigError(f"--nodes {nodes}: the demo needs at least 1 node")
+        if nodes > 7:
+            raise ConfigError(f"--nodes {nodes}: the devnet funds at most 7 operators (+1 joiner)")
+        if rounds < MIN_ROUNDS:
+            raise ConfigError(
+                f"--rounds {rounds}: the demo needs at least {MIN_ROUNDS} (round 1 pays the "
+                "rewards the holders vote with; the vote lands during round 2; round 3 trains "
+                "with the new config)"
+            )
+        if not 2 <= inner_steps <= 10_000:
+            raise ConfigError(f"--inner-steps {inner_steps}: choose 2..10000")
+        # churn needs: a leaver that is not the only node, and rounds after the join
+        churn = churn and nodes >= 2 and rounds >= 5
+        return cls(
+            nodes=nodes,
+            rounds=rounds,
+            inner_steps=inner_steps,
+            new_inner_steps=max(inner_steps // 2, 1),
+            govern_after=1,
+            join_after=2 if churn else None,
+            leave_after=rounds - 2 if churn else None,
+        )
+
+    def describe(self) -> str:
+        parts = [
+            f"{self.nodes} nodes x {self.rounds} rounds, H={self.inner_steps}",
+            f"vote after round {self.govern_after}: inner steps {self.inner_steps} -> "
+            f"{self.new_inner_steps}",
+        ]
+        if self.join_after is not None:
+            parts.append(f"a node joins after round {self.join_after}")
+        if self.leave_after is not None:
+            parts.append(f"one leaves after round {self.leave_after}")
+        return "; ".join(parts)

@@ -1,0 +1,168 @@
+"""One demo run, as verbs: start the network, onboard operators, train, govern, claim, report.
+
+Every process goes through one `ProcessManager`, so whatever happens (success, an error, Ctrl-C)
+they are all stopped when `DemoRun` leaves its `with` block.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+
+from coloco_cli.demo_actors import Actor, make_actors, register_and_stake
+from coloco_cli.demo_gov import GovOutcome, claim_all, govern
+from coloco_cli.demo_net import (
+    DemoNet,
+    open_run,
+    organiser_sets_config,
+    start_chain,
+    start_ledger,
+)
+from coloco_cli.demo_plan import DemoPlan
+from coloco_cli.demo_train import (
+    NodeProc,
+    genesis_checkpoint_hash,
+    start_node,
+    start_rendezvous,
+    wait_for_exit,
+    wait_for_round,
+)
+from coloco_cli.procs import ProcessManager
+
+log = logging.getLogger(__name__)
+
+
+class DemoRun:
+    """Holds the demo's processes and state; use as a context manager."""
+
+    def __init__(self, plan: DemoPlan, workdir: Path, console: Console) -> None:
+        self.plan = plan
+        self.workdir = workdir
+        self.console = console
+        self.procs = ProcessManager()
+        self.run_id = os.urandom(32)
+        self.net: DemoNet | None = None
+        self.actors: list[Actor] = []
+        self.nodes: list[NodeProc] = []
+        self.rendezvous = ""
+        self.gov: GovOutcome | None = None
+        self.claims: list[dict[str, Any]] = []
+        self.config_version_start = 0
+        self.started = time.monotonic()
+
+    def __enter__(self) -> DemoRun:
+        self.procs.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.step(f"stopping {len(self.procs.children)} processes")
+        self.procs.__exit__(exc_type, exc, tb)
+
+    def step(self, text: str) -> None:
+        self.console.print(f"[dim]{time.monotonic() - self.started:6.1f}s[/] {text}")
+
+    # --- verbs ---------------------------------------------------------------------------------
+
+    def start_network(self) -> DemoNet:
+        self.step("starting anvil and deploying the contracts")
+        anvil, deployment, dep_path = start_chain(self.procs, self.workdir)
+        self.step(f"starting the ledger (SQLite) and the rendezvous; chain {anvil.rpc_url}")
+        url, ledger = start_ledger(self.procs, self.workdir, anvil, dep_path, round_deadline_s=90)
+        self.net = DemoNet(self.workdir, anvil, deployment, dep_path, url, ledger)
+        self.rendezvous, _ = start_rendezvous(self.procs, self.workdir)
+        return self.net
+
+    def onboard(self) -> None:
+        net = self._net()
+        extra = 1 if self.plan.join_after is not None else 0
+        self.actors = make_actors(net, self.plan.nodes + extra)
+        for actor in self.actors:
+            register_and_stake(net, actor)
+            self.step(
+                f"{actor.name}: operator {actor.operator_address[:10]}… registered hot key "
+                f"{actor.node_address[:10]}… (payout {actor.payout_address[:10]}…) and staked"
+            )
+
+    def configure(self) -> None:
+        net = self._net()
+        chain = net.chain()
+        current = chain.training_config()
+        if current.inner_steps != self.plan.inner_steps:
+            organiser_sets_config(net, "setInnerLoop", self.plan.inner_steps, current.inner_lr_e6)
+        self.config_version_start = chain.training_config().version
+        genesis = genesis_checkpoint_hash()
+        open_run(net, self.run_id, genesis)
+        self.step(
+            f"run 0x{self.run_id.hex()[:12]}… opened: genesis 0x{genesis.hex()[:12]}… committed "
+            f"as round 0; TrainingConfig v{self.config_version_start}, H={self.plan.inner_steps}"
+        )
+
+    def train_and_govern(self) -> None:
+        net, plan = self._net(), self.plan
+        initial = self.actors[: plan.nodes]
+        leaver = initial[-1] if plan.leave_after is not None and plan.nodes >= 2 else None
+        for actor in initial:
+            self.nodes.append(
+                self._start(actor, leave_after=plan.leave_after if actor is leaver else None)
+            )
+        self.step(f"{plan.nodes} nodes training ({plan.describe()})")
+        events = sorted(
+            [(plan.govern_after, "govern")]
+            + ([(plan.join_after, "join")] if plan.join_after is not None else [])
+        )
+        for after, what in events:
+            last = wait_for_round(net, self.run_id, after, self.nodes, timeout=plan.round_timeout_s)
+            self.step(f"round {last} committed on chain")
+            if what == "govern":
+                self.claims += claim_all(net, self.actors[: plan.nodes])
+                self.step(f"{len(self.claims)} contributors claimed; holders vote")
+                self.gov = govern(
+                    net, self.actors[: plan.nodes], [f"inner-steps={plan.new_inner_steps}"]
+                )
+                self.step(
+                    f"proposal executed: TrainingConfig v{self.gov.config_version_before} -> "
+                    f"v{self.gov.config_version_after} (inner steps {self.gov.inner_steps_after})"
+                )
+            else:
+                joiner = self.actors[plan.nodes]
+                self.nodes.append(self._start(joiner, leave_after=None))
+                self.step(f"{joiner.name} joins the run (live recovery from a peer)")
+        timeout = plan.round_timeout_s * plan.rounds
+        wait_for_round(net, self.run_id, plan.rounds, self.nodes, timeout=timeout)
+        wait_for_exit(self.nodes, timeout=plan.round_timeout_s)
+        self.step(f"all {plan.rounds} rounds committed on chain")
+
+    def final_claims(self) -> None:
+        more = claim_all(self._net(), self.actors)
+        self.claims += more
+        self.step(f"{len(more)} final claims sent")
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _start(self, actor: Actor, *, leave_after: int | None) -> NodeProc:
+        return start_node(
+            self.procs,
+            self._net(),
+            actor,
+            run_id=self.run_id,
+            rendezvous=self.rendezvous,
+            min_nodes=self.plan.nodes,
+            last_round=self.plan.rounds,
+            leave_after=leave_after,
+        )
+
+    def _net(self) -> DemoNet:
+        if self.net is None:
+            raise RuntimeError("start_network() first")
+        return self.net

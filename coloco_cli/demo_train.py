@@ -1,0 +1,169 @@
+"""The demo's trainers: `coloco node run` processes, the rendezvous, and what they report.
+
+Each node is a separate `coloco node run` process (the operator's own command) with its hot-key
+keystore; they meet at the demo's rendezvous store and train DiLoCo rounds. Each node logs one
+structured `round_done` record per round it worked; the demo reads them from the node's log.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from coloco_cli.procs import Child, ProcessManager, free_port, port_open, wait_until
+from protocol.errors import ColocoError, TrainerError
+
+if TYPE_CHECKING:
+    from coloco_cli.demo_actors import Actor
+    from coloco_cli.demo_net import DemoNet
+
+log = logging.getLogger(__name__)
+
+MODEL = "tiny"
+SEED = 0
+
+
+@dataclass
+class NodeProc:
+    """One running (or finished) trainer node."""
+
+    actor: Actor
+    child: Child
+    last_round: int | None
+    leave_after: int | None
+
+    def records(self) -> list[dict[str, Any]]:
+        """The node's `round_done` records so far (from its log)."""
+        return parse_round_records(self.child.log_path)
+
+    def rounds_worked(self) -> list[int]:
+        return sorted({int(r["round"]) for r in self.records()})
+
+
+def parse_round_records(log_path: Path | None) -> list[dict[str, Any]]:
+    """`round_done` records in a node log (JSON objects, or Python dict reprs)."""
+    if log_path is None or not log_path.exists():
+        return []
+    out = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        start = line.find("{")
+        if start < 0 or "round_done" not in line:
+            continue
+        text = line[start:]
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
+            try:
+                record = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                continue
+        if isinstance(record, dict) and record.get("event") == "round_done":
+            out.append(record)
+    return out
+
+
+def start_rendezvous(procs: ProcessManager, workdir: Path) -> tuple[str, Child]:
+    """Host the run's TCPStore in its own child process; returns 'host:port'."""
+    port = free_port()
+    argv = [sys.executable, "-m", "coloco_cli.demo_rendezvous", "--port", str(port)]
+    child = procs.start("rendezvous", argv, workdir / "logs" / "rendezvous.log")
+    wait_until(lambda: port_open("127.0.0.1", port), timeout=60, what="the rendezvous", child=child)
+    return f"127.0.0.1:{port}", child
+
+
+def genesis_checkpoint_hash() -> bytes:
+    """The hash of the run's round-0 weights (the model preset's seed), committed as round 0."""
+    from trainer.model import GPTConfig
+    from trainer.recovery import genesis_hash
+
+    return genesis_hash(GPTConfig.preset(MODEL), SEED)
+
+
+def start_node(
+    procs: ProcessManager,
+    net: DemoNet,
+    actor: Actor,
+    *,
+    run_id: bytes,
+    rendezvous: str,
+    min_nodes: int,
+    last_round: int,
+    leave_after: int | None = None,
+    batch_size: int = 8,
+) -> NodeProc:
+    """`coloco node run` for `actor`'s node, as the operator would start it."""
+    argv = [
+        sys.executable, "-m", "coloco_cli", "node", "run",
+        "--run-id", "0x" + run_id.hex(),
+        "--keystore", str(actor.keystore),
+        "--password-file", str(actor.password_file),
+        "--rpc-url", net.rpc_url,
+        "--deployment", str(net.deployment_path),
+        "--ledger-url", net.ledger_url,
+        "--rendezvous", rendezvous,
+        "--checkpoint-dir", str(net.workdir / "checkpoints" / actor.name),
+        "--model", MODEL,
+        "--seed", str(SEED),
+        "--batch-size", str(batch_size),
+        "--min-nodes", str(min_nodes),
+        "--rounds", str(last_round),
+        "--plain",
+    ]  # fmt: skip
+    if leave_after is not None:
+        argv += ["--leave-after", str(leave_after)]
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    child = procs.start(actor.name, argv, net.workdir / "logs" / f"{actor.name}.log", env=env)
+    log.info("%s started (pid %d)", actor.name, child.pid)
+    return NodeProc(actor, child, last_round, leave_after)
+
+
+def check_nodes(nodes: list[NodeProc]) -> None:
+    """Raise with the log tail if a node process failed."""
+    for node in nodes:
+        code = node.child.popen.poll()
+        if code not in (None, 0):
+            raise TrainerError(
+                f"{node.actor.name} exited with code {code}; its log {node.child.log_path} "
+                f"ends with:\n{node.child.log_tail()}"
+            )
+
+
+def wait_for_round(
+    net: DemoNet, run_id: bytes, target: int, nodes: list[NodeProc], *, timeout: float
+) -> int:
+    """Block until the chain has committed round `target` of the run; returns the last round."""
+    from protocol.types import RunId
+
+    chain = net.chain()
+    deadline = time.monotonic() + timeout
+    while True:
+        last = int(chain.last_round(RunId(run_id)))
+        if last >= target:
+            return last
+        check_nodes(nodes)
+        if not net.ledger.alive():
+            raise ColocoError(f"the ledger stopped; its log ends with:\n{net.ledger.log_tail()}")
+        if time.monotonic() > deadline:
+            raise ColocoError(
+                f"round {target} was not committed on chain within {timeout:.0f}s (last "
+                f"committed: {last}); see the logs under {net.workdir / 'logs'}"
+            )
+        time.sleep(0.25)
+
+
+def wait_for_exit(nodes: list[NodeProc], *, timeout: float) -> None:
+    """Wait until every node process has finished its rounds (exit code 0)."""
+    deadline = time.monotonic() + timeout
+    while any(n.child.alive() for n in nodes):
+        check_nodes(nodes)
+        if time.monotonic() > deadline:
+            running = [n.actor.name for n in nodes if n.child.alive()]
+            raise ColocoError(f"nodes {running} did not finish within {timeout:.0f}s")
+        time.sleep(0.25)
+    check_nodes(nodes)
