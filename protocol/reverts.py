@@ -12,7 +12,7 @@ from typing import Any, Final
 from eth_abi.abi import decode as abi_decode
 from eth_abi.exceptions import DecodingError
 
-from protocol.eip712 import keccak256
+from protocol.eip712 import keccak256, to_checksum_address
 from protocol.errors import ContractRevertError
 
 PANIC_CODES: Final[dict[int, str]] = {
@@ -71,7 +71,10 @@ class ErrorDecoder:
             )
         name, types, names = known
         try:
-            args = tuple(abi_decode(types, raw[4:]))
+            args = tuple(
+                to_checksum_address(a) if t == "address" else a
+                for t, a in zip(types, abi_decode(types, raw[4:]), strict=True)
+            )
         except (DecodingError, ValueError, OverflowError) as exc:
             return ContractRevertError(
                 f"{context} reverted with {name} but its arguments do not decode ({exc})",

@@ -1,0 +1,232 @@
+"""ChainClient against a real anvil with the real contracts: reads, writes, reverts, retries."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+import requests
+from eth_account import Account
+
+from protocol.chain import ChainClient, RetryPolicy
+from protocol.deployment import Deployment
+from protocol.devnet import AnvilProcess
+from protocol.errors import ChainError, ContractRevertError, DeploymentError, RpcUnavailableError
+from protocol.types import Address, Bytes32, RoundNumber, RunId
+from tests.vectors.generate import vector_address, vector_bytes32
+
+pytestmark = pytest.mark.anvil
+
+FAST_RETRY = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.02)
+RUN = RunId(vector_bytes32("chain-test/run"))
+
+
+def h(label: str) -> Bytes32:
+    return Bytes32(vector_bytes32(label))
+
+
+@pytest.fixture
+def committer(chain: AnvilProcess, deployment: Deployment) -> ChainClient:
+    key = dict(chain.accounts)[deployment.committer]
+    return ChainClient(chain.rpc_url, deployment, Account.from_key(key), retry=FAST_RETRY)
+
+
+def commit(client: ChainClient, round_: int, run: RunId = RUN) -> Any:
+    return client.commit_round(
+        run,
+        RoundNumber(round_),
+        rewards_root=h(f"root/{round_}"),
+        checkpoint_hash=h(f"ckpt/{round_}"),
+        total_work=1000 * round_,
+        attestations_root=h(f"atts/{round_}"),
+    )
+
+
+def test_typed_reads(committer: ChainClient) -> None:
+    config = committer.training_config()
+    assert config.version >= 1
+    assert config.inner_steps > 0
+    assert sum(config.data_mixture_bps) == 10000
+    assert config.wire_format in ("fp32", "bf16", "int8")
+    stranger = vector_address("chain-test/stranger")
+    info = committer.node_info(stranger)
+    assert not info.registered and info.staked == 0
+    assert committer.is_active(stranger) is False
+    assert committer.last_round(RUN) == 0 and committer.has_committed(RUN) is False
+    assert committer.block_number() >= 1
+    domain = committer.attestation_domain()
+    assert domain.verifying_contract == committer.deployment.address("ContributionLedger")
+
+
+def test_commit_round_then_read_back(committer: ChainClient) -> None:
+    receipt = commit(committer, 0)
+    assert receipt["status"] == 1
+    receipt = commit(committer, 1)
+    assert committer.last_round(RUN) == 1
+    assert committer.has_committed(RUN)
+    assert committer.checkpoint_of(RUN, RoundNumber(1)) == h("ckpt/1")
+    assert committer.checkpoint_of(RUN, RoundNumber(0)) == h("ckpt/0")
+    assert committer.latest_rewards_root() == h("root/1")
+    events = (
+        committer.contract("ContributionLedger").events.RoundCommitted().process_receipt(receipt)
+    )
+    assert [e["args"]["round"] for e in events] == [1]
+
+
+def test_custom_error_reverts_are_decoded(committer: ChainClient, chain: AnvilProcess) -> None:
+    commit(committer, 5)
+    with pytest.raises(ContractRevertError) as info:
+        commit(committer, 5)
+    assert info.value.error_name == "RoundNotIncreasing"
+    assert info.value.error_args == (RUN, 5, 5)
+    assert "RoundNotIncreasing(runId=0x" in info.value.message
+    with pytest.raises(ContractRevertError) as info:
+        committer.commit_round(
+            RUN, RoundNumber(6), rewards_root=h("r"), checkpoint_hash=Bytes32(bytes(32)),
+            total_work=0, attestations_root=h("a"),
+        )  # fmt: skip
+    assert info.value.error_name == "ZeroCheckpoint"
+    outsider_key = chain.accounts[7][1]
+    outsider = ChainClient(chain.rpc_url, committer.deployment, Account.from_key(outsider_key))
+    with pytest.raises(ContractRevertError) as info:
+        commit(outsider, 9)
+    assert info.value.error_name == "AccessControlUnauthorizedAccount"
+    assert info.value.error_args[0] == chain.accounts[7][0]
+    role = committer.call("ContributionLedger", "COMMITTER_ROLE")
+    assert info.value.error_args[1] == bytes(role)
+
+
+def test_view_revert_is_decoded(committer: ChainClient) -> None:
+    with pytest.raises(ContractRevertError) as info:
+        committer.claim(vector_address("claimer"), 10, [h("not a proof")])
+    assert info.value.error_name in ("InvalidProof", "NoRewardsRoot")
+
+
+def test_many_sends_without_waiting_use_consecutive_nonces(committer: ChainClient) -> None:
+    hashes = [
+        committer.send(
+            "ContributionLedger", "commitRound", RUN, i, h(f"r{i}"), h(f"c{i}"), i, h(f"a{i}")
+        )
+        for i in range(1, 6)
+    ]
+    receipts = [committer.wait_for_receipt(tx) for tx in hashes]
+    assert all(r["status"] == 1 for r in receipts)
+    nonces = [committer.w3.eth.get_transaction(tx)["nonce"] for tx in hashes]
+    assert nonces == list(range(nonces[0], nonces[0] + 5))
+    assert committer.last_round(RUN) == 5
+
+
+def test_nonce_resyncs_after_another_process_used_the_key(
+    committer: ChainClient, chain: AnvilProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="protocol.chain")
+    commit(committer, 1)  # caches the nonce
+    twin = ChainClient(chain.rpc_url, committer.deployment, committer.account, retry=FAST_RETRY)
+    commit(twin, 2)  # the cached nonce of `committer` is now stale
+    receipt = commit(committer, 3)
+    assert receipt["status"] == 1
+    assert committer.last_round(RUN) == 3
+    assert "refused" in caplog.text and "resyncing" in caplog.text
+
+
+def test_waits_for_confirmations(committer: ChainClient, chain: AnvilProcess) -> None:
+    miner = threading.Timer(0.5, chain.mine, args=(2,))
+    miner.start()
+    started = time.monotonic()
+    receipt = committer.transact(
+        "ContributionLedger", "commitRound", RUN, 1, h("r"), h("c"), 1, h("a"), confirmations=3
+    )
+    miner.join()
+    assert time.monotonic() - started >= 0.4
+    assert committer.block_number() >= receipt["blockNumber"] + 2
+    with pytest.raises(ChainError, match="short of 9 confirmations"):
+        committer.wait_for_receipt(
+            bytes(receipt["transactionHash"]), confirmations=9, timeout_s=0.3
+        )
+
+
+def test_refuses_wrong_chain_and_missing_account(
+    committer: ChainClient, chain: AnvilProcess
+) -> None:
+    wrong = dataclasses.replace(committer.deployment, chain_id=1)
+    client = ChainClient(chain.rpc_url, wrong, committer.account, retry=FAST_RETRY)  # type: ignore[arg-type]
+    with pytest.raises(DeploymentError, match="is chain 31337 but the deployment is for chain 1"):
+        commit(client, 1)
+    reader = ChainClient(chain.rpc_url, committer.deployment)
+    with pytest.raises(ChainError, match="create the client with an account"):
+        commit(reader, 1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_refused_connection_raises_rpc_unavailable(deployment: Deployment) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    client = ChainClient(url, deployment, retry=FAST_RETRY)
+    with pytest.raises(RpcUnavailableError, match=f"RPC {url} did not answer .* after 3 attempts"):
+        client.block_number()
+    with pytest.raises(RpcUnavailableError, match="check that the node is running"):
+        client.latest_rewards_root()
+
+
+@pytest.fixture
+def flaky_proxy(anvil: AnvilProcess) -> Iterator[tuple[str, list[int]]]:
+    """A real HTTP proxy to anvil that answers 503, then 429, then forwards."""
+    seen: list[int] = []
+    failures = iter([503, 429])
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            status = next(failures, 200)
+            seen.append(status)
+            if status != 200:
+                self.send_response(status)
+                self.end_headers()
+                return
+            answer = requests.post(
+                anvil.rpc_url, data=body, headers={"Content-Type": "application/json"}, timeout=10
+            )
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer.content)))
+            self.end_headers()
+            self.wfile.write(answer.content)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_transient_http_errors_are_retried(
+    flaky_proxy: tuple[str, list[int]], deployment: Deployment
+) -> None:
+    url, seen = flaky_proxy
+    client = ChainClient(url, deployment, retry=FAST_RETRY)
+    assert client.block_number() >= 1
+    assert seen == [503, 429, 200]
+    assert client.latest_rewards_root() is not None
+
+
+def test_repr_does_not_leak_the_key(committer: ChainClient) -> None:
+    assert committer.account is not None
+    assert committer.account.key.hex().removeprefix("0x") not in repr(committer)
+    assert Address(str(committer.account_address)) in repr(committer)
