@@ -230,3 +230,13 @@ def test_repr_does_not_leak_the_key(committer: ChainClient) -> None:
     assert committer.account is not None
     assert committer.account.key.hex().removeprefix("0x") not in repr(committer)
     assert Address(str(committer.account_address)) in repr(committer)
+
+
+def test_mined_failure_is_replayed_into_the_custom_error(committer: ChainClient) -> None:
+    commit(committer, 4)
+    with pytest.raises(ContractRevertError) as info:  # explicit gas skips estimation: it is mined
+        committer.transact(
+            "ContributionLedger", "commitRound", RUN, 4, h("r"), h("c"), 1, h("a"), gas=200_000
+        )
+    assert info.value.error_name == "RoundNotIncreasing"
+    assert info.value.error_args == (RUN, 4, 4)

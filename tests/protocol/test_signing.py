@@ -116,3 +116,20 @@ def test_digest_and_expected_signer_are_checked(
         verify_attestation(attestation, domain, signature, attestation.node.lower())  # type: ignore[arg-type]
     assert verify_attestation(attestation, domain, signature, attestation.node) == attestation.node
     assert vector_address("x") != attestation.node
+
+
+def test_refuses_to_start_without_coincurve() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys; sys.modules['coincurve'] = None\n"
+        "try:\n    import protocol.signing\n"
+        "except Exception as exc:\n    print(type(exc).__name__, exc)\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo
+    )
+    assert out.stdout.startswith("ConfigError coincurve (libsecp256k1) is required")
