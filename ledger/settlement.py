@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from sqlalchemy import Engine, func
@@ -138,6 +139,8 @@ class Settler:
                 if row.status in ("mined", "final", "conflict"):
                     return row
                 self._advance(row)
+                if row.status == "sent":
+                    time.sleep(0.1)  # the receipt is not there yet
         raise SettlementError(
             f"round {round_} of run {run_id} is not mined after {max_steps} steps"
         )

@@ -107,6 +107,28 @@ def body(
     return out
 
 
+def tick_until(ledger: Any, run_id: str, round_: int, state: str, timeout: float = 10.0) -> None:
+    """Run lifecycle ticks until the round reaches ``state`` (receipts can lag a send)."""
+    import time
+
+    from sqlmodel import Session, select
+
+    from ledger.models import RoundState
+
+    deadline = time.monotonic() + timeout
+    while True:
+        ledger.tick()
+        with Session(ledger.engine) as s:
+            rnd = s.exec(
+                select(RoundState).where(RoundState.run_id == run_id, RoundState.round == round_)
+            ).first()
+        if rnd is not None and rnd.state == state:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"round {round_} is {rnd and rnd.state}, not {state}")
+        time.sleep(0.05)
+
+
 def gradient_blob(seed: int, *, scale: float = 1.0) -> tuple[str, bytes, dict[str, torch.Tensor]]:
     """A small pseudo-gradient, its canonical hash and safetensors bytes."""
     gen = torch.Generator().manual_seed(seed)
