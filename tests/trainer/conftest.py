@@ -1,0 +1,40 @@
+"""Trainer fixtures: a small two-source corpus folder and a rendezvous store hosted by the test."""
+
+from __future__ import annotations
+
+import sysconfig
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+from protocol.devnet import free_port
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two sources (`a_lib`, `b_tests`) of real Python source as .txt, ~40 files, ~600 KB."""
+    root = tmp_path_factory.mktemp("corpus")
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    picks = {
+        "a_lib": sorted(stdlib.glob("*.py"))[:30],
+        "b_tests": sorted((stdlib / "unittest").glob("*.py"))[:12],
+    }
+    for source, files in picks.items():
+        (root / source).mkdir()
+        for f in files:
+            (root / source / (f.stem + ".txt")).write_bytes(f.read_bytes())
+    return root
+
+
+@pytest.fixture
+def store_port() -> Iterator[int]:
+    """A TCPStore hosted by the test process (the coordinator); nodes connect as clients."""
+    port = free_port()
+    store = dist.TCPStore(  # type: ignore[attr-defined]
+        "127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
+    )
+    yield port
+    del store

@@ -1,0 +1,120 @@
+"""Real trainer nodes in real processes for the trainer tests (importable: spawn needs it).
+
+`start_nodes(plans, port)` starts one process per plan, each running a full
+:class:`trainer.node.NodeRunner` (rendezvous over the parent's TCPStore, gloo process groups,
+checkpoints, signed attestations), and `collect` returns each node's round records, or None for
+a node that died on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch.multiprocessing as mp
+
+# anvil's well-known development keys (public test keys, never real funds).
+DEV_KEYS = [
+    "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+    "0x5de4111afa1a4b94908f83e6ac0d3b4f24ff3e0d29f6a3b86e5c3e8a79f5a1d9",
+    "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
+    "0x47e179ec197488593b187f80a00eb0da91f1b9e0b0d5bd9b2d0a8e0c3f0f4a71",
+]
+RUN_ID = bytes.fromhex("ab" * 32)
+
+
+@dataclass
+class Plan:
+    key: int
+    rounds: int | None = None
+    leave_after: int | None = None
+    start_delay_s: float = 0.0
+    die_in_round: int | None = None
+    checkpoint_dir: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    min_nodes: int = 1
+    join_window_s: float = 1.0
+    collective_timeout_s: float = 8.0
+
+
+def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    from protocol.eip712 import Eip712Domain
+    from protocol.keys import NodeKey
+    from trainer.attest import Attester
+    from trainer.membership import MembershipConfig
+    from trainer.model import GPTConfig
+    from trainer.node import NodeRunner, NodeSettings
+    from trainer.progress import round_record
+    from trainer.runconfig import RunConfig, StaticConfig
+
+    time.sleep(plan.start_delay_s)
+    key = NodeKey.from_private_key(bytes.fromhex(DEV_KEYS[plan.key][2:]))
+    domain = Eip712Domain(chain_id=31337, verifying_contract=key.address)
+    settings = NodeSettings(
+        run_id=RUN_ID,
+        model=GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32),
+        rendezvous_port=port,
+        membership=MembershipConfig(
+            min_nodes=plan.min_nodes,
+            join_window_s=plan.join_window_s,
+            rendezvous_timeout_s=60.0,
+            collective_timeout_s=plan.collective_timeout_s,
+        ),
+        data_path=data_dir,
+        checkpoint_dir=Path(plan.checkpoint_dir) if plan.checkpoint_dir else None,
+        max_rounds=plan.rounds,
+        leave_after_round=plan.leave_after,
+        eval_rows=16,
+    )
+    config = RunConfig.make(**({"inner_steps": 3, "batch_size": 4} | plan.config))
+    runner = NodeRunner(settings, Attester(key, domain, RUN_ID, None), StaticConfig(config))
+    records: list[dict[str, Any]] = []
+
+    def on_step(r: int, info: Any) -> None:
+        if plan.die_in_round == r and info.step == 2:
+            os._exit(17)  # a crash mid-round: no goodbye, sockets just close
+
+    def on_round(report: Any) -> None:
+        rec = round_record(report)
+        rec["attestation"] = report.signed.attestation.to_json()
+        rec["signature"] = "0x" + report.signed.signature.hex()
+        records.append(rec)
+        results[plan.key] = list(records)
+
+    runner.on_step, runner.on_round = on_step, on_round
+    runner.run()
+    results[plan.key] = records
+
+
+def start_nodes(plans: list[Plan], port: int, data_dir: Path) -> tuple[list[Any], Any, Any]:
+    ctx = mp.get_context("spawn")
+    manager = ctx.Manager()
+    results = manager.dict()
+    procs = [ctx.Process(target=_node_main, args=(p, port, str(data_dir), results)) for p in plans]
+    for p in procs:
+        p.start()
+    return procs, results, manager
+
+
+def collect(procs: list[Any], results: Any, manager: Any, timeout: float = 240.0) -> dict[int, Any]:
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(0.1, deadline - time.monotonic()))
+    alive = [p for p in procs if p.is_alive()]
+    for p in alive:
+        p.kill()
+        p.join()
+    out = dict(results)
+    codes = [p.exitcode for p in procs]
+    manager.shutdown()
+    if alive:
+        raise TimeoutError(f"{len(alive)} nodes still running after {timeout}s; results {out}")
+    return {"results": out, "exit_codes": codes}

@@ -1,0 +1,1 @@
+"""coloco trainer: model, data, DiLoCo, wire codec, membership, node loop, ledger client."""

@@ -1,0 +1,87 @@
+"""After each round: commit to the pseudo-gradient, sign a ComputeAttestation, submit it.
+
+The pseudo-gradient blob (safetensors of the node's own fp32 ``base - local`` tensors, before any
+wire codec) is uploaded first; its canonical hash is the attestation's ``pseudoGradient``, so the
+ledger can check the commitment against the bytes and score them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from protocol.attestation import ComputeAttestation
+from protocol.blobs import encode_blob
+from protocol.eip712 import Eip712Domain
+from protocol.hashing import hash_state_dict
+from protocol.keys import NodeKey
+from protocol.types import Address, Bytes32, RoundNumber, RunId
+from trainer.ledger_client import LedgerClient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkRecord:
+    """What a node did in one round: exactly the numbers the attestation carries."""
+
+    round: int
+    config_version: int
+    base_checkpoint: bytes
+    pseudo_gradient: dict[str, Tensor]
+    data_shard: bytes
+    inner_steps: int
+    tokens: int
+    result_checkpoint: bytes
+
+
+@dataclass(frozen=True)
+class Signed:
+    attestation: ComputeAttestation
+    signature: bytes
+    ledger_id: int | None
+
+
+class Attester:
+    """Signs with the node's hot key; submits when a ledger is configured."""
+
+    def __init__(
+        self, key: NodeKey, domain: Eip712Domain, run_id: bytes, ledger: LedgerClient | None
+    ) -> None:
+        self.key = key
+        self.domain = domain
+        self.run_id = run_id
+        self.ledger = ledger
+
+    @property
+    def address(self) -> str:
+        return str(self.key.address)
+
+    def attestation(self, work: WorkRecord) -> ComputeAttestation:
+        return ComputeAttestation(
+            run_id=RunId(self.run_id),
+            round=RoundNumber(work.round),
+            node=self.key.address,
+            config_version=work.config_version,
+            base_checkpoint=Bytes32(work.base_checkpoint),
+            pseudo_gradient=Bytes32(bytes(hash_state_dict(work.pseudo_gradient))),
+            data_shard=Bytes32(work.data_shard),
+            inner_steps=work.inner_steps,
+            tokens=work.tokens,
+            result_checkpoint=Bytes32(work.result_checkpoint),
+        )
+
+    def publish(self, work: WorkRecord, round_members: Sequence[str]) -> Signed:
+        att = self.attestation(work)
+        signature = self.key.sign_attestation(att, self.domain)
+        ledger_id = None
+        if self.ledger is not None:
+            self.ledger.put_blob(att.pseudo_gradient, encode_blob(work.pseudo_gradient))
+            ledger_id = self.ledger.submit_attestation(
+                att, signature, [str(Address(m)) for m in round_members]
+            )
+            log.info("round %d attestation accepted by the ledger (id %d)", work.round, ledger_id)
+        return Signed(att, signature, ledger_id)

@@ -1,0 +1,110 @@
+"""DiLoCo: H inner AdamW steps (the plain :class:`~trainer.inner.InnerTrainer`), then an outer
+step made of three named operations:
+
+1. :meth:`DiLoCo.sync_pseudo_gradient`: average ``base - local`` over the round's members;
+2. :meth:`DiLoCo.outer_step`: Nesterov SGD on the base weights with that average;
+3. :meth:`DiLoCo.sync_inner_model`: the inner model restarts from the new base weights.
+
+The outer state (base weights + momentum) is flat fp32 on CPU, so every member computes the same
+bits from the same average. If the averaging collective fails (a member died), the caller re-forms
+the group and calls :meth:`DiLoCo.finish_round` again with the new averager: the pseudo-gradient
+computed from this node's inner steps is kept, nothing is retrained.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from protocol.hashing import hash_state_dict
+from trainer.comm import Averager
+from trainer.inner import InnerConfig, InnerResult, InnerTrainer, StepInfo
+from trainer.model import GPT
+from trainer.outer import OuterConfig, OuterState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RoundSettings:
+    """Everything a round needs from the run's TrainingConfig."""
+
+    inner: InnerConfig
+    outer: OuterConfig
+    wire_format: str = "fp32"
+
+
+@dataclass
+class LocalWork:
+    """A node's own contribution to a round, before any communication."""
+
+    base_hash: bytes
+    pseudo_gradient: Tensor  # flat fp32, base - local
+    inner: InnerResult
+
+    def pseudo_gradient_tensors(self, state: OuterState) -> dict[str, Tensor]:
+        return state.layout.unflatten(self.pseudo_gradient)
+
+
+@dataclass
+class RoundOutcome:
+    local: LocalWork
+    result_hash: bytes
+    bytes_sent: int
+    world_size: int
+
+
+class DiLoCo:
+    """Wraps a model and its outer state; one call per outer round."""
+
+    def __init__(self, model: GPT, state: OuterState) -> None:
+        self.model = model
+        self.state = state
+        self.state.load_into(model)
+
+    def base_hash(self) -> bytes:
+        return bytes(hash_state_dict(self.state.weights()))
+
+    def train_local(
+        self,
+        rows: Tensor,
+        settings: RoundSettings,
+        on_step: Callable[[StepInfo], None] | None = None,
+    ) -> LocalWork:
+        """H inner steps from the base weights; returns the pseudo-gradient (no communication)."""
+        base_hash = self.base_hash()
+        self.sync_inner_model()
+        inner = InnerTrainer(self.model, settings.inner).train(rows, on_step=on_step)
+        return LocalWork(base_hash, self.state.pseudo_gradient(self.model), inner)
+
+    def sync_pseudo_gradient(
+        self, local: LocalWork, averager: Averager, settings: RoundSettings
+    ) -> tuple[Tensor, int]:
+        return averager.average(local.pseudo_gradient, settings.wire_format)
+
+    def outer_step(self, avg: Tensor, settings: RoundSettings) -> None:
+        self.state.step(avg, settings.outer)
+
+    def sync_inner_model(self) -> None:
+        self.state.load_into(self.model)
+
+    def finish_round(
+        self, local: LocalWork, averager: Averager, settings: RoundSettings
+    ) -> RoundOutcome:
+        """Average, outer step, reload. Raises CollectiveError with the state untouched."""
+        avg, sent = self.sync_pseudo_gradient(local, averager, settings)
+        self.outer_step(avg, settings)
+        self.sync_inner_model()
+        return RoundOutcome(local, self.base_hash(), sent, averager.world_size)
+
+    def run_round(
+        self,
+        rows: Tensor,
+        averager: Averager,
+        settings: RoundSettings,
+        on_step: Callable[[StepInfo], None] | None = None,
+    ) -> RoundOutcome:
+        return self.finish_round(self.train_local(rows, settings, on_step), averager, settings)

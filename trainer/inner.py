@@ -1,0 +1,125 @@
+"""The plain trainer: AdamW steps over token rows. DiLoCo wraps it; fully synchronous data
+parallel (the benchmark's baseline) is this same trainer with a larger batch.
+
+Each call to :meth:`InnerTrainer.train` starts a fresh AdamW, so one DiLoCo round is a pure
+function of (base weights, shard rows, config): a validator can replay any (node, round).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from protocol.errors import ConfigError, TrainerError
+from trainer.model import GPT
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InnerConfig:
+    """Inner optimisation: ``steps`` AdamW steps of ``batch_size`` rows at learning rate ``lr``."""
+
+    steps: int
+    lr: float
+    batch_size: int = 16
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    warmup_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.steps <= 0:
+            raise ConfigError(f"inner steps must be positive, got {self.steps}")
+        if not 0.0 < self.lr < 1.0:
+            raise ConfigError(f"inner lr must be in (0, 1), got {self.lr}")
+        if self.batch_size <= 0:
+            raise ConfigError(f"inner batch_size must be positive, got {self.batch_size}")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+
+    def tokens(self, seq_len: int) -> int:
+        """Tokens one call to :meth:`InnerTrainer.train` consumes."""
+        return self.steps * self.batch_size * seq_len
+
+
+@dataclass
+class StepInfo:
+    step: int
+    loss: float
+    tokens_per_s: float
+
+
+@dataclass
+class InnerResult:
+    steps: int
+    tokens: int
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def final_loss(self) -> float:
+        return self.losses[-1] if self.losses else float("nan")
+
+
+class InnerTrainer:
+    """Runs AdamW steps on a model; knows nothing of rounds, peers or chains."""
+
+    def __init__(self, model: GPT, cfg: InnerConfig) -> None:
+        self.model = model
+        self.cfg = cfg
+        self.device = next(model.parameters()).device
+
+    def _lr_at(self, step: int) -> float:
+        if self.cfg.warmup_steps and step < self.cfg.warmup_steps:
+            return self.cfg.lr * (step + 1) / self.cfg.warmup_steps
+        return self.cfg.lr
+
+    def train(
+        self, rows: Tensor, *, on_step: Callable[[StepInfo], None] | None = None
+    ) -> InnerResult:
+        """Run ``cfg.steps`` steps over ``rows`` (int64 ``[n, seq_len + 1]``) in order."""
+        cfg = self.cfg
+        needed = cfg.steps * cfg.batch_size
+        if rows.shape[0] < needed:
+            raise TrainerError(
+                f"shard has {rows.shape[0]} rows but {cfg.steps} steps x {cfg.batch_size} "
+                f"rows need {needed}"
+            )
+        opt = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+        )
+        self.model.train()
+        result = InnerResult(steps=0, tokens=0)
+        start = time.perf_counter()
+        for step in range(cfg.steps):
+            batch = rows[step * cfg.batch_size : (step + 1) * cfg.batch_size].to(self.device)
+            for group in opt.param_groups:
+                group["lr"] = self._lr_at(step)
+            with torch.autocast(
+                self.device.type, torch.bfloat16, enabled=self.device.type == "cuda"
+            ):
+                _, loss = self.model(batch[:, :-1], batch[:, 1:])
+            assert loss is not None
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            opt.step()
+            value = float(loss.detach())
+            if math.isnan(value):
+                raise TrainerError(f"inner loss became NaN at step {step}: lower the inner lr")
+            result.steps += 1
+            result.tokens += batch.shape[0] * (batch.shape[1] - 1)
+            result.losses.append(value)
+            if on_step is not None:
+                elapsed = time.perf_counter() - start
+                on_step(StepInfo(step + 1, value, result.tokens / max(elapsed, 1e-9)))
+        result.seconds = time.perf_counter() - start
+        return result

@@ -1,0 +1,141 @@
+"""The node's client for the ledger's HTTP API (docs/interfaces.md, under /v1).
+
+Retries with exponential backoff on connection errors, timeouts, 429 and 5xx; a 4xx answer is the
+ledger's verdict and is raised at once as :class:`AttestationRejected` / :class:`LedgerError`
+carrying the ledger's error code. Every call is idempotent (re-posting the same signed attestation
+answers the same id; blobs are content-addressed), so retrying is always safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from protocol.attestation import ComputeAttestation
+from protocol.errors import AttestationRejected, LedgerError, LedgerUnavailableError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 6
+    base_delay_s: float = 0.25
+    max_delay_s: float = 8.0
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.base_delay_s * 2**attempt, self.max_delay_s))
+
+
+def _hex(h: bytes) -> str:
+    if len(h) != 32:
+        raise LedgerError(f"blob hash must be 32 bytes, got {len(h)}")
+    return "0x" + h.hex()
+
+
+class LedgerClient:
+    """Thin, typed access to one ledger service."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 30.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self.http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> LedgerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, what: str, **kw: Any) -> httpx.Response:
+        last: str = ""
+        for attempt in range(self.retry.attempts):
+            try:
+                resp = self.http.request(method, path, **kw)
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if resp.status_code < 400:
+                    return resp
+                if resp.status_code != 429 and resp.status_code < 500:
+                    raise _refusal(resp, what)
+                last = f"HTTP {resp.status_code}"
+            if attempt + 1 < self.retry.attempts:
+                delay = self.retry.delay(attempt)
+                log.warning("%s: %s; retrying in %.2fs", what, last, delay)
+                time.sleep(delay)
+        raise LedgerUnavailableError(
+            f"{what}: the ledger at {self.base_url} did not answer after "
+            f"{self.retry.attempts} attempts ({last}). Is it running? Check --ledger-url."
+        )
+
+    def health(self) -> dict[str, Any]:
+        return dict(self._request("GET", "/v1/health", "ledger health").json())
+
+    def put_blob(self, blob_hash: bytes, data: bytes) -> None:
+        """Upload a safetensors blob whose canonical tensor hash is ``blob_hash``."""
+        self._request(
+            "PUT",
+            f"/v1/blobs/{_hex(blob_hash)}",
+            f"upload of blob {_hex(blob_hash)[:18]}..",
+            content=data,
+            headers={"content-type": "application/octet-stream"},
+        )
+
+    def get_blob(self, blob_hash: bytes) -> bytes | None:
+        """A blob's bytes, or None when the ledger does not hold it."""
+        try:
+            return self._request(
+                "GET", f"/v1/blobs/{_hex(blob_hash)}", f"download of blob {_hex(blob_hash)[:18]}.."
+            ).content
+        except LedgerError as exc:
+            if exc.code == "not_found":
+                return None
+            raise
+
+    def submit_attestation(
+        self,
+        attestation: ComputeAttestation,
+        signature: bytes,
+        round_members: Sequence[str],
+    ) -> int:
+        """POST a signed attestation; returns the ledger's id (the same id on a re-post)."""
+        body = {
+            "attestation": attestation.to_json(),
+            "signature": "0x" + signature.hex(),
+            "round_members": list(round_members),
+        }
+        resp = self._request(
+            "POST",
+            "/v1/attestations",
+            f"attestation for round {attestation.round}",
+            json=body,
+        )
+        return int(resp.json()["id"])
+
+
+def _refusal(resp: httpx.Response, what: str) -> LedgerError:
+    try:
+        err = resp.json()["error"]
+        code, message = str(err["code"]), str(err["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = f"http_{resp.status_code}", resp.text[:300]
+    cls: Callable[..., LedgerError] = AttestationRejected if "attestation" in what else LedgerError
+    return cls(
+        f"{what} refused by the ledger (HTTP {resp.status_code}, {code}): {message}", code=code
+    )

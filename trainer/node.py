@@ -1,0 +1,246 @@
+"""The node operator's loop: recover, then per round join, read config, train, sync, attest, save.
+
+:class:`NodeRunner` is the pure-Python entry point (tests, the demo and ``coloco node run`` all
+drive it). Each round reads as verbs::
+
+    members = join(r)            # rendezvous at the round boundary (elastic membership)
+    config  = read_config(r)     # TrainingConfig from the chain, agreed through rank 0
+    local   = train_local(r)     # H inner AdamW steps on this node's shard
+    outcome = synchronize(local) # average + outer Nesterov step, re-forming the group on failure
+    save / publish / attest      # checkpoint on disk, for peers, signed attestation to the ledger
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from protocol.errors import CollectiveError, TrainerError
+from trainer.attest import Attester, Signed, WorkRecord
+from trainer.checkpoint import CheckpointDir, RoundCheckpoint
+from trainer.data import Corpus, ShardSpec
+from trainer.diloco import DiLoCo, LocalWork, RoundOutcome
+from trainer.inner import StepInfo
+from trainer.membership import Members, MembershipConfig, Rendezvous, RoundGroup
+from trainer.model import GPT, GPTConfig, evaluate
+from trainer.recovery import Recovery
+from trainer.runconfig import ConfigSource, RunConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    run_id: bytes
+    model: GPTConfig
+    rendezvous_host: str = "127.0.0.1"
+    rendezvous_port: int = 29400
+    host_rendezvous: bool = False
+    membership: MembershipConfig = field(default_factory=MembershipConfig)
+    seed: int = 0
+    device: str = "cpu"
+    data_path: str | None = None
+    checkpoint_dir: Path | None = None
+    max_rounds: int | None = None
+    leave_after_round: int | None = None
+    eval_rows: int = 64
+    max_collective_retries: int = 2
+
+
+@dataclass
+class RoundReport:
+    round: int
+    members: tuple[str, ...]
+    rank: int
+    attempts: int
+    config: RunConfig
+    shard_id: bytes
+    steps: int
+    tokens: int
+    final_loss: float
+    bytes_sent: int
+    base_hash: bytes
+    result_hash: bytes
+    eval_loss: float | None
+    signed: Signed
+
+
+ProgressFn = Callable[[int, StepInfo], None]
+
+
+class NodeRunner:
+    """One node. ``run()`` returns the reports of the rounds it worked."""
+
+    def __init__(
+        self,
+        settings: NodeSettings,
+        attester: Attester,
+        config_source: ConfigSource,
+        *,
+        corpus: Corpus | None = None,
+        recovery: Recovery | None = None,
+        on_step: ProgressFn | None = None,
+        on_round: Callable[[RoundReport], None] | None = None,
+    ) -> None:
+        self.s = settings
+        self.attester = attester
+        self.address = attester.address
+        self.config_source = config_source
+        self.corpus = corpus or Corpus.load(settings.data_path)
+        self.device = torch.device(settings.device)
+        self.on_step = on_step
+        self.on_round = on_round
+        self.rdv = Rendezvous(
+            settings.rendezvous_host,
+            settings.rendezvous_port,
+            self.address,
+            settings.membership,
+            is_host=settings.host_rendezvous,
+        )
+        self.disk = CheckpointDir(settings.checkpoint_dir) if settings.checkpoint_dir else None
+        self.recovery = recovery or Recovery(settings.run_id, settings.model, settings.seed)
+        self.model = GPT(settings.model, seed=settings.seed).to(self.device)
+        self.diloco: DiLoCo | None = None
+        self.state_round = -1
+        self.eval_rows = (
+            self.corpus.eval_rows(settings.model.seq_len, settings.eval_rows, seed=7)
+            if settings.eval_rows
+            else None
+        )
+
+    # --- verbs ------------------------------------------------------------------------------
+
+    def adopt(self, ckpt: RoundCheckpoint) -> None:
+        self.diloco = DiLoCo(self.model, ckpt.to_state())
+        self.state_round = ckpt.round
+        log.info("%s holds the state after round %d (0x%s..)", self.address, ckpt.round,
+                 ckpt.weights_hash.hex()[:12])  # fmt: skip
+
+    def join(self, r: int) -> Members:
+        return self.rdv.join(r)
+
+    def read_config(self, r: int, group: RoundGroup) -> RunConfig:
+        """Rank 0 reads the chain and publishes; the others use its copy so the round agrees."""
+        key = f"config/{r}/{group.members.attempt}"
+        if group.rank == 0:
+            config = self.config_source.read()
+            self.rdv.store.set(key, config.to_json())
+            return config
+        config = RunConfig.from_json(self.rdv.store.get(key))
+        own = self.config_source.read()
+        if own.version != config.version:
+            log.warning("round %d: rank 0 read config v%d, this node v%d; using v%d",
+                        r, config.version, own.version, config.version)  # fmt: skip
+        return config
+
+    def train_local(self, r: int, config: RunConfig) -> tuple[ShardSpec, LocalWork]:
+        assert self.diloco is not None
+        inner = config.settings.inner
+        spec = ShardSpec.for_node(self.s.run_id, r, self.address,
+                                  inner.tokens(self.s.model.seq_len), config.mixture)  # fmt: skip
+        rows = self.corpus.shard_rows(spec, self.s.model.seq_len)
+        hook = self.on_step
+        on_step = None if hook is None else (lambda info: hook(r, info))
+        return spec, self.diloco.train_local(rows, config.settings, on_step)
+
+    def synchronize(
+        self, r: int, group: RoundGroup, local: LocalWork, config: RunConfig
+    ) -> tuple[RoundOutcome, RoundGroup]:
+        """Average and step; if a member dies, re-form the group with the survivors and retry."""
+        assert self.diloco is not None
+        timeout = group.averager.timeout if hasattr(group.averager, "timeout") else None
+        for attempt in range(self.s.max_collective_retries + 1):
+            snapshot = (self.diloco.state.base.clone(), self.diloco.state.momentum.clone())
+            try:
+                outcome = self.diloco.finish_round(local, group.averager, config.settings)
+                if timeout is not None:
+                    group.check_same(outcome.result_hash, timeout)
+                return outcome, group
+            except CollectiveError as exc:
+                self.diloco.state.base.copy_(snapshot[0])
+                self.diloco.state.momentum.copy_(snapshot[1])
+                self.diloco.sync_inner_model()
+                group.close()
+                if attempt == self.s.max_collective_retries:
+                    raise
+                log.warning("round %d: %s; re-forming the group without the lost nodes", r, exc)
+                window = self.s.membership.collective_timeout_s + 2.0
+                members = self.rdv.join(r, attempt + 1, window_s=0.0, timeout_s=window)
+                group = self.rdv.form_group(members, self.device)
+                timeout = getattr(group.averager, "timeout", None)
+        raise TrainerError("unreachable")
+
+    def save_and_publish(self, r: int, group: RoundGroup) -> RoundCheckpoint:
+        assert self.diloco is not None
+        ckpt = RoundCheckpoint.of(self.diloco.state, r, self.s.run_id)
+        self.state_round = r
+        if self.disk is not None:
+            self.disk.save(ckpt)
+        if group.rank == 0:
+            self.rdv.publish_checkpoint(r, ckpt.to_bytes(), ckpt.weights_hash)
+            self.recovery.upload(ckpt)
+        return ckpt
+
+    # --- loop -------------------------------------------------------------------------------
+
+    def first_round(self) -> int:
+        ckpt = self.recovery.initial(self.rdv, self.disk)
+        self.adopt(ckpt)
+        return max(ckpt.round + 1, self.rdv.current_round() + 1)
+
+    def run_round(self, r: int) -> RoundReport | None:
+        members = self.join(r)
+        if self.address not in members.addresses:
+            log.info("round %d closed without this node; trying the next one", r)
+            return None
+        if self.state_round != r - 1:
+            self.adopt(self.recovery.from_peer(self.rdv, r - 1))
+        group = self.rdv.form_group(members, self.device)
+        try:
+            config = self.read_config(r, group)
+            spec, local = self.train_local(r, config)
+            outcome, group = self.synchronize(r, group, local, config)
+            self.save_and_publish(r, group)
+        finally:
+            group.close()
+        eval_loss = evaluate(self.model, self.eval_rows) if self.eval_rows is not None else None
+        work = WorkRecord(
+            round=r,
+            config_version=config.version,
+            base_checkpoint=local.base_hash,
+            pseudo_gradient=local.pseudo_gradient_tensors(self.diloco.state),  # type: ignore[union-attr]
+            data_shard=spec.id,
+            inner_steps=local.inner.steps,
+            tokens=local.inner.tokens,
+            result_checkpoint=outcome.result_hash,
+        )
+        signed = self.attester.publish(work, group.members.addresses)
+        return RoundReport(
+            round=r, members=group.members.addresses, rank=group.rank,
+            attempts=group.members.attempt + 1, config=config, shard_id=spec.id,
+            steps=local.inner.steps, tokens=local.inner.tokens,
+            final_loss=local.inner.final_loss, bytes_sent=outcome.bytes_sent,
+            base_hash=local.base_hash, result_hash=outcome.result_hash,
+            eval_loss=eval_loss, signed=signed,
+        )  # fmt: skip
+
+    def run(self) -> list[RoundReport]:
+        reports: list[RoundReport] = []
+        r = self.first_round()
+        last = self.s.max_rounds
+        if self.s.leave_after_round is not None:
+            last = min(last or self.s.leave_after_round, self.s.leave_after_round)
+        while last is None or r <= last:
+            report = self.run_round(r)
+            if report is not None:
+                reports.append(report)
+                if self.on_round is not None:
+                    self.on_round(report)
+            r += 1
+        self.rdv.announce_leave(r)
+        log.info("%s leaves before round %d", self.address, r)
+        return reports

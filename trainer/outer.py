@@ -1,0 +1,105 @@
+"""DiLoCo's outer state: the round's base weights and the Nesterov momentum, as flat fp32 CPU
+tensors. Elementwise CPU arithmetic on identical inputs gives bit-identical outputs on every node,
+whatever device the inner model trains on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from protocol.errors import CheckpointError, ConfigError
+
+
+@dataclass(frozen=True)
+class OuterConfig:
+    """Outer Nesterov SGD (DiLoCo defaults: lr 0.7, momentum 0.9)."""
+
+    lr: float = 0.7
+    momentum: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.lr <= 10.0:
+            raise ConfigError(f"outer lr must be in (0, 10], got {self.lr}")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ConfigError(f"outer momentum must be in [0, 1), got {self.momentum}")
+
+
+class FlatLayout:
+    """Parameter names, shapes and offsets of a model flattened into one fp32 vector."""
+
+    def __init__(self, shapes: Mapping[str, torch.Size]) -> None:
+        self.names = sorted(shapes)
+        self.shapes = {n: torch.Size(shapes[n]) for n in self.names}
+        self.offsets: dict[str, tuple[int, int]] = {}
+        pos = 0
+        for n in self.names:
+            size = self.shapes[n].numel()
+            self.offsets[n] = (pos, pos + size)
+            pos += size
+        self.numel = pos
+
+    @classmethod
+    def of(cls, model: nn.Module) -> FlatLayout:
+        return cls({n: p.shape for n, p in model.named_parameters()})
+
+    def flatten(self, tensors: Mapping[str, Tensor]) -> Tensor:
+        missing = set(self.names) - set(tensors)
+        if missing:
+            raise CheckpointError(f"state is missing tensors {sorted(missing)}")
+        return torch.cat([tensors[n].detach().float().cpu().reshape(-1) for n in self.names])
+
+    def unflatten(self, flat: Tensor) -> dict[str, Tensor]:
+        if flat.numel() != self.numel:
+            raise CheckpointError(
+                f"flat vector has {flat.numel()} values, layout needs {self.numel}"
+            )
+        return {n: flat[a:b].view(self.shapes[n]) for n, (a, b) in self.offsets.items()}
+
+
+class OuterState:
+    """Base weights and momentum of the current round boundary."""
+
+    def __init__(self, layout: FlatLayout, base: Tensor, momentum: Tensor | None = None) -> None:
+        self.layout = layout
+        self.base = base.detach().float().cpu().contiguous().clone()
+        self.momentum = (
+            torch.zeros_like(self.base) if momentum is None else momentum.float().cpu().clone()
+        )
+        if self.momentum.shape != self.base.shape:
+            raise CheckpointError("outer momentum and base weights differ in size")
+
+    @classmethod
+    def from_model(cls, model: nn.Module) -> OuterState:
+        layout = FlatLayout.of(model)
+        return cls(layout, layout.flatten(dict(model.named_parameters())))
+
+    def pseudo_gradient(self, model: nn.Module) -> Tensor:
+        """``base - local``, fp32 on CPU (what the attestation commits to)."""
+        return self.base - self.layout.flatten(dict(model.named_parameters()))
+
+    def step(self, avg_pseudo_gradient: Tensor, cfg: OuterConfig) -> None:
+        """Nesterov SGD: ``m = mu*m + g; base -= lr * (g + mu*m)`` (torch SGD, dampening 0)."""
+        g = avg_pseudo_gradient.float().cpu()
+        if g.shape != self.base.shape:
+            raise ConfigError(
+                f"pseudo-gradient has {g.numel()} values, model has {self.base.numel()}"
+            )
+        self.momentum.mul_(cfg.momentum).add_(g)
+        self.base.sub_(g.add(self.momentum, alpha=cfg.momentum), alpha=cfg.lr)
+
+    @torch.no_grad()
+    def load_into(self, model: nn.Module) -> None:
+        """Copy the base weights into the model (the inner model starts the next round here)."""
+        views = self.layout.unflatten(self.base)
+        for name, p in model.named_parameters():
+            p.copy_(views[name])
+
+    def weights(self) -> dict[str, Tensor]:
+        return {n: t.clone() for n, t in self.layout.unflatten(self.base).items()}
+
+    def momentum_tensors(self) -> dict[str, Tensor]:
+        return {n: t.clone() for n, t in self.layout.unflatten(self.momentum).items()}

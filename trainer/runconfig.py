@@ -1,0 +1,118 @@
+"""Where a round's hyper-parameters come from: the chain's TrainingConfig, or a fixed value.
+
+A node reads its :class:`RunConfig` at the start of every round, so a governance change executed
+before round r is what round r trains with (and its ``configVersion`` is what the node attests).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from protocol.errors import ConfigError
+from trainer.comm import check_format
+from trainer.diloco import RoundSettings
+from trainer.inner import InnerConfig
+from trainer.outer import OuterConfig
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One round's settings as read from the run's TrainingConfig."""
+
+    version: int
+    settings: RoundSettings
+    mixture: tuple[int, ...]
+
+    def to_json(self) -> str:
+        s = self.settings
+        return json.dumps(
+            {
+                "version": self.version,
+                "inner_steps": s.inner.steps,
+                "inner_lr": s.inner.lr,
+                "batch_size": s.inner.batch_size,
+                "outer_lr": s.outer.lr,
+                "outer_momentum": s.outer.momentum,
+                "wire_format": s.wire_format,
+                "mixture": list(self.mixture),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RunConfig:
+        d: dict[str, Any] = json.loads(text)
+        return cls.make(
+            version=int(d["version"]),
+            inner_steps=int(d["inner_steps"]),
+            inner_lr=float(d["inner_lr"]),
+            batch_size=int(d["batch_size"]),
+            outer_lr=float(d["outer_lr"]),
+            outer_momentum=float(d["outer_momentum"]),
+            wire_format=str(d["wire_format"]),
+            mixture=tuple(int(b) for b in d["mixture"]),
+        )
+
+    @classmethod
+    def make(
+        cls,
+        *,
+        version: int = 0,
+        inner_steps: int = 10,
+        inner_lr: float = 3e-3,
+        batch_size: int = 8,
+        outer_lr: float = 0.7,
+        outer_momentum: float = 0.9,
+        wire_format: str = "fp32",
+        mixture: tuple[int, ...] = (10_000,),
+    ) -> RunConfig:
+        settings = RoundSettings(
+            inner=InnerConfig(steps=inner_steps, lr=inner_lr, batch_size=batch_size),
+            outer=OuterConfig(lr=outer_lr, momentum=outer_momentum),
+            wire_format=check_format(wire_format),
+        )
+        if sum(mixture) != 10_000:
+            raise ConfigError(f"data mixture must sum to 10000 bps, got {list(mixture)}")
+        return cls(version, settings, tuple(mixture))
+
+
+class ConfigSource(Protocol):
+    def read(self) -> RunConfig: ...
+
+
+class StaticConfig:
+    """A fixed config (tests, offline runs)."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+
+    def read(self) -> RunConfig:
+        return self.config
+
+
+class ChainConfig:
+    """``TrainingConfig`` on chain, through :class:`protocol.chain.ChainClient`.
+
+    The per-node batch size is not governed on chain (it depends on the node's memory); it is the
+    node's own setting. Everything else comes from the chain.
+    """
+
+    def __init__(self, chain: Any, *, batch_size: int) -> None:
+        self.chain = chain
+        self.batch_size = batch_size
+
+    def read(self) -> RunConfig:
+        view = self.chain.training_config()
+        if view.inner_steps <= 0:
+            raise ConfigError(f"TrainingConfig.innerSteps is {view.inner_steps}: must be positive")
+        return RunConfig.make(
+            version=int(view.version),
+            inner_steps=int(view.inner_steps),
+            inner_lr=view.inner_lr,
+            batch_size=self.batch_size,
+            outer_lr=view.outer_lr,
+            outer_momentum=view.outer_momentum,
+            wire_format=str(view.wire_format),
+            mixture=tuple(view.data_mixture_bps) or (10_000,),
+        )
