@@ -93,11 +93,9 @@ def test_killed_process_after_send_commits_once(
     settings = settings_for(db_url)
     env = dict(os.environ)
     for key, value in settings.model_dump().items():
-        if value is None:
-            continue
-        if hasattr(value, "get_secret_value"):
-            value = value.get_secret_value()
-        env[f"COLOCO_LEDGER_{key.upper()}"] = str(value)
+        if value is not None:
+            plain = value.get_secret_value() if hasattr(value, "get_secret_value") else value
+            env[f"COLOCO_LEDGER_{key.upper()}"] = str(plain)
     proc = subprocess.run(
         [sys.executable, "-m", "tests.ledger.crash_worker", "sent"],
         cwd=REPO_ROOT,
