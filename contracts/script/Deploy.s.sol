@@ -84,7 +84,12 @@ contract Deploy is Script {
         address timelock = address(d.timelock);
         d.token = new ModelShareToken(deployer, p.grantCap);
         d.governor = new ModelGovernor(
-            d.token, d.timelock, p.votingDelay, p.votingPeriod, p.proposalThreshold, p.quorumFraction
+            d.token,
+            d.timelock,
+            p.votingDelay,
+            p.votingPeriod,
+            p.proposalThreshold,
+            p.quorumFraction
         );
         d.config = new TrainingConfig(timelock);
         d.ledger = new ContributionLedger(deployer);

@@ -51,10 +51,7 @@ contract ModelShareToken is IModelShareToken, ERC20, ERC20Permit, ERC20Votes, Ac
 
     /// @dev The one hook: after moving balances and votes, self-delegate a recipient that has no
     /// delegate yet (its just-received units then count as its own votes).
-    function _update(address from, address to, uint256 value)
-        internal
-        override(ERC20, ERC20Votes)
-    {
+    function _update(address from, address to, uint256 value) internal override(ERC20, ERC20Votes) {
         super._update(from, to, value);
         if (to != address(0) && value != 0 && delegates(to) == address(0)) _delegate(to, to);
     }

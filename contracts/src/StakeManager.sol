@@ -139,7 +139,9 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
         if (n.operator == address(0)) revert NodeNotRegistered(node);
         uint256 staked = n.staked;
         uint256 unbonding = n.unbonding;
-        if (amount > staked + unbonding) revert InsufficientStake(node, amount, staked + unbonding);
+        if (amount > staked + unbonding) {
+            revert InsufficientStake(node, amount, staked + unbonding);
+        }
         uint256 fromStaked = amount < staked ? amount : staked;
         // fromStaked <= staked and amount - fromStaked <= unbonding (checked above): no underflow.
         // Both results are at most their uint96 starting values, so the casts are safe.

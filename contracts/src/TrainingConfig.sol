@@ -115,8 +115,7 @@ contract TrainingConfig is ITrainingConfig, Ownable {
         for (uint256 i; i < dataMixtureBps.length; ++i) {
             sum += dataMixtureBps[i];
         }
-        if (dataMixtureBps.length == 0 || dataMixtureBps.length > MAX_DATA_SOURCES || sum != BPS)
-        {
+        if (dataMixtureBps.length == 0 || dataMixtureBps.length > MAX_DATA_SOURCES || sum != BPS) {
             revert InvalidDataMixture(dataMixtureBps.length, sum);
         }
         _config.dataMixtureBps = dataMixtureBps;

@@ -160,7 +160,9 @@ contract ContributionLedgerTest is Test {
                 a.resultCheckpoint
             )
         );
-        assertEq(ledger.hashAttestation(a), keccak256(abi.encodePacked("\x19\x01", domain, structHash)));
+        assertEq(
+            ledger.hashAttestation(a), keccak256(abi.encodePacked("\x19\x01", domain, structHash))
+        );
         (, string memory name, string memory version,,,,) = ledger.eip712Domain();
         assertEq(name, "coloco");
         assertEq(version, "1");
@@ -206,15 +208,11 @@ contract ContributionLedgerTest is Test {
         // The malleable twin (n - s, flipped v) recovers the same key; OZ ECDSA refuses it.
         uint256 n = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141;
         bytes memory twin = abi.encodePacked(r, bytes32(n - uint256(s)), v == 27 ? 28 : 27);
-        vm.expectRevert(
-            abi.encodeWithSelector(IContributionLedger.InvalidSignature.selector, twin)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IContributionLedger.InvalidSignature.selector, twin));
         ledger.verifyAttestation(a, twin);
     }
 
-    function testFuzz_verifyAttestation_roundTrips(uint256 pk, uint64 round, uint64 tokens)
-        public
-    {
+    function testFuzz_verifyAttestation_roundTrips(uint256 pk, uint64 round, uint64 tokens) public {
         pk = bound(pk, 1, 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364140);
         address signer = vm.addr(pk);
         ComputeAttestation memory a = _att(signer);
@@ -253,7 +251,9 @@ contract ContributionLedgerTest is Test {
             string memory v = string.concat(".", base, ".");
             assertEq(l.hashAttestation(a), vm.parseJsonBytes32(json, string.concat(v, "digest")));
             bytes memory sig = vm.parseJsonBytes(json, string.concat(v, "signature"));
-            assertEq(l.verifyAttestation(a, sig), vm.parseJsonAddress(json, string.concat(v, "signer")));
+            assertEq(
+                l.verifyAttestation(a, sig), vm.parseJsonAddress(json, string.concat(v, "signer"))
+            );
         }
     }
 }

@@ -83,9 +83,7 @@ contract StakeManagerTest is ColocoTest {
     function test_register_revertsWhenAlreadyRegistered() public {
         vm.prank(operator);
         stakeManager.register(node, payout);
-        vm.expectRevert(
-            abi.encodeWithSelector(IStakeManager.NodeAlreadyRegistered.selector, node)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IStakeManager.NodeAlreadyRegistered.selector, node));
         vm.prank(stranger);
         stakeManager.register(node, stranger);
     }
@@ -159,9 +157,7 @@ contract StakeManagerTest is ColocoTest {
 
     function test_requestUnstake_revertsWhenNotOperator() public {
         _registerAndStake(node, 1 ether);
-        vm.expectRevert(
-            abi.encodeWithSelector(IStakeManager.NotOperator.selector, node, stranger)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IStakeManager.NotOperator.selector, node, stranger));
         vm.prank(stranger);
         stakeManager.requestUnstake(node, 1 ether);
     }
@@ -172,9 +168,7 @@ contract StakeManagerTest is ColocoTest {
         vm.expectRevert(IStakeManager.ZeroAmount.selector);
         stakeManager.requestUnstake(node, 0);
         vm.expectRevert(
-            abi.encodeWithSelector(
-                IStakeManager.InsufficientStake.selector, node, 2 ether, 1 ether
-            )
+            abi.encodeWithSelector(IStakeManager.InsufficientStake.selector, node, 2 ether, 1 ether)
         );
         stakeManager.requestUnstake(node, 2 ether);
         vm.stopPrank();
@@ -223,9 +217,7 @@ contract StakeManagerTest is ColocoTest {
 
     function test_withdraw_revertsWhenNotOperator() public {
         _registerAndStake(node, 1 ether);
-        vm.expectRevert(
-            abi.encodeWithSelector(IStakeManager.NotOperator.selector, node, stranger)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IStakeManager.NotOperator.selector, node, stranger));
         vm.prank(stranger);
         stakeManager.withdraw(node);
     }
@@ -257,9 +249,7 @@ contract StakeManagerTest is ColocoTest {
         assertTrue(stakeManager.isActive(fresh));
         assertFalse(stakeManager.isActive(node));
         assertTrue(stakeManager.retired(node));
-        vm.expectRevert(
-            abi.encodeWithSelector(IStakeManager.NodeAlreadyRegistered.selector, node)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IStakeManager.NodeAlreadyRegistered.selector, node));
         vm.prank(stranger);
         stakeManager.register(node, stranger);
     }
@@ -269,9 +259,7 @@ contract StakeManagerTest is ColocoTest {
         address other = makeAddr("other");
         _registerAndStake(other, 1 ether);
         vm.startPrank(operator);
-        vm.expectRevert(
-            abi.encodeWithSelector(IStakeManager.NodeAlreadyRegistered.selector, other)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IStakeManager.NodeAlreadyRegistered.selector, other));
         stakeManager.rotateNodeKey(node, other);
         vm.expectRevert(IStakeManager.ZeroAddress.selector);
         stakeManager.rotateNodeKey(node, address(0));
@@ -280,9 +268,7 @@ contract StakeManagerTest is ColocoTest {
 
     function test_rotateNodeKey_revertsWhenNotOperator() public {
         _registerAndStake(node, 1 ether);
-        vm.expectRevert(
-            abi.encodeWithSelector(IStakeManager.NotOperator.selector, node, stranger)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IStakeManager.NotOperator.selector, node, stranger));
         vm.prank(stranger);
         stakeManager.rotateNodeKey(node, stranger);
     }
@@ -301,9 +287,7 @@ contract StakeManagerTest is ColocoTest {
         vm.expectRevert(IStakeManager.ZeroAddress.selector);
         vm.prank(operator);
         stakeManager.setPayout(node, address(0));
-        vm.expectRevert(
-            abi.encodeWithSelector(IStakeManager.NotOperator.selector, node, stranger)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IStakeManager.NotOperator.selector, node, stranger));
         vm.prank(stranger);
         stakeManager.setPayout(node, stranger);
     }
@@ -356,14 +340,10 @@ contract StakeManagerTest is ColocoTest {
         vm.expectRevert(IStakeManager.ZeroAmount.selector);
         stakeManager.slash(node, 0, bytes32(0));
         vm.expectRevert(
-            abi.encodeWithSelector(
-                IStakeManager.InsufficientStake.selector, node, 2 ether, 1 ether
-            )
+            abi.encodeWithSelector(IStakeManager.InsufficientStake.selector, node, 2 ether, 1 ether)
         );
         stakeManager.slash(node, 2 ether, bytes32(0));
-        vm.expectRevert(
-            abi.encodeWithSelector(IStakeManager.NodeNotRegistered.selector, stranger)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IStakeManager.NodeNotRegistered.selector, stranger));
         stakeManager.slash(stranger, 1, bytes32(0));
         vm.stopPrank();
     }
@@ -424,9 +404,7 @@ contract StakeManagerTest is ColocoTest {
         vm.prank(address(timelock));
         if (cut > amount) {
             vm.expectRevert(
-                abi.encodeWithSelector(
-                    IStakeManager.InsufficientStake.selector, node, cut, amount
-                )
+                abi.encodeWithSelector(IStakeManager.InsufficientStake.selector, node, cut, amount)
             );
             stakeManager.slash(node, cut, bytes32(0));
             return;

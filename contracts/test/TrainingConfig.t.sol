@@ -49,9 +49,7 @@ contract TrainingConfigTest is Test {
         vm.startPrank(owner);
         vm.expectRevert(abi.encodeWithSelector(ITrainingConfig.InvalidInnerSteps.selector, 0));
         config.setInnerLoop(0, 1000);
-        vm.expectRevert(
-            abi.encodeWithSelector(ITrainingConfig.InvalidInnerSteps.selector, 100_001)
-        );
+        vm.expectRevert(abi.encodeWithSelector(ITrainingConfig.InvalidInnerSteps.selector, 100_001));
         config.setInnerLoop(100_001, 1000);
         vm.expectRevert(
             abi.encodeWithSelector(
@@ -87,9 +85,7 @@ contract TrainingConfigTest is Test {
             )
         );
         config.setOuterOptimizer(10_000_001, 0);
-        vm.expectRevert(
-            abi.encodeWithSelector(ITrainingConfig.InvalidMomentum.selector, 1_000_000)
-        );
+        vm.expectRevert(abi.encodeWithSelector(ITrainingConfig.InvalidMomentum.selector, 1_000_000));
         config.setOuterOptimizer(700_000, 1_000_000);
         vm.stopPrank();
     }
@@ -152,7 +148,9 @@ contract TrainingConfigTest is Test {
         uint16[] memory mix = new uint16[](2);
         (mix[0], mix[1]) = (5000, 4999);
         vm.startPrank(owner);
-        vm.expectRevert(abi.encodeWithSelector(ITrainingConfig.InvalidDataMixture.selector, 2, 9999));
+        vm.expectRevert(
+            abi.encodeWithSelector(ITrainingConfig.InvalidDataMixture.selector, 2, 9999)
+        );
         config.setDataMixture(mix);
         vm.expectRevert(abi.encodeWithSelector(ITrainingConfig.InvalidDataMixture.selector, 0, 0));
         config.setDataMixture(new uint16[](0));

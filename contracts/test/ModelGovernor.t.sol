@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.28;
+
+import {IGovernor} from "@openzeppelin/contracts/governance/IGovernor.sol";
+import {ITrainingConfig} from "../src/interfaces/ITrainingConfig.sol";
+import {ColocoTest} from "./utils/ColocoTest.sol";
+
+/// Governance end to end on the deployed system: holders earn votes by claiming (auto-delegated),
+/// propose a TrainingConfig change, vote, queue in the Timelock, execute; and a proposal that
+/// misses quorum never executes.
+contract ModelGovernorTest is ColocoTest {
+    address internal whale = makeAddr("whale");
+    address internal minnow = makeAddr("minnow");
+
+    function setUp() public override {
+        super.setUp();
+        // 96% / 1% / 3% of the supply (grants stand in for earned rewards).
+        vm.startPrank(address(timelock));
+        token.grant(whale, 960e18);
+        token.grant(minnow, 10e18);
+        token.grant(stranger, 30e18);
+        vm.stopPrank();
+        vm.roll(block.number + 1);
+    }
+
+    function _proposal(uint32 steps)
+        internal
+        view
+        returns (address[] memory targets, uint256[] memory values, bytes[] memory calldatas)
+    {
+        targets = new address[](1);
+        values = new uint256[](1);
+        calldatas = new bytes[](1);
+        targets[0] = address(config);
+        calldatas[0] = abi.encodeCall(ITrainingConfig.setInnerLoop, (steps, 2000));
+    }
+
+    function _propose(address proposer, uint32 steps, string memory description)
+        internal
+        returns (uint256 id)
+    {
+        (address[] memory t, uint256[] memory v, bytes[] memory c) = _proposal(steps);
+        vm.prank(proposer);
+        id = governor.propose(t, v, c, description);
+        vm.roll(block.number + governor.votingDelay() + 1);
+    }
+
+    function test_governance_endToEnd_changesTrainingConfig() public {
+        assertEq(token.getVotes(whale), 960e18); // no delegate() call was needed
+        string memory description = "H=100, inner lr 2e-3";
+        uint256 id = _propose(minnow, 100, description);
+        assertEq(uint8(governor.state(id)), uint8(IGovernor.ProposalState.Active));
+
+        vm.prank(whale);
+        governor.castVote(id, 1);
+        vm.prank(minnow);
+        governor.castVote(id, 0);
+        (uint256 against, uint256 forVotes,) = governor.proposalVotes(id);
+        assertEq(forVotes, 960e18);
+        assertEq(against, 10e18);
+
+        vm.roll(block.number + governor.votingPeriod());
+        assertEq(uint8(governor.state(id)), uint8(IGovernor.ProposalState.Succeeded));
+        (address[] memory t, uint256[] memory v, bytes[] memory c) = _proposal(100);
+        bytes32 descHash = keccak256(bytes(description));
+        governor.queue(t, v, c, descHash);
+        assertEq(uint8(governor.state(id)), uint8(IGovernor.ProposalState.Queued));
+
+        vm.warp(block.timestamp + timelock.getMinDelay() + 1);
+        uint64 versionBefore = config.version();
+        vm.prank(stranger); // executor role is open to anyone
+        governor.execute(t, v, c, descHash);
+        assertEq(uint8(governor.state(id)), uint8(IGovernor.ProposalState.Executed));
+        assertEq(config.current().innerSteps, 100);
+        assertEq(config.current().innerLrE6, 2000);
+        assertEq(config.version(), versionBefore + 1);
+    }
+
+    function test_governance_proposalWithoutQuorumDoesNotExecute() public {
+        string memory description = "H=7";
+        uint256 id = _propose(minnow, 7, description);
+        vm.prank(minnow); // 1% of supply votes for: below the 4% quorum
+        governor.castVote(id, 1);
+        vm.roll(block.number + governor.votingPeriod());
+        assertEq(uint8(governor.state(id)), uint8(IGovernor.ProposalState.Defeated));
+        assertLt(10e18, governor.quorum(block.number - 1));
+
+        (address[] memory t, uint256[] memory v, bytes[] memory c) = _proposal(7);
+        bytes32 descHash = keccak256(bytes(description));
+        vm.expectPartialRevert(IGovernor.GovernorUnexpectedProposalState.selector);
+        governor.queue(t, v, c, descHash);
+        vm.expectPartialRevert(IGovernor.GovernorUnexpectedProposalState.selector);
+        governor.execute(t, v, c, descHash);
+        assertEq(config.current().innerSteps, 50);
+        assertEq(config.version(), 1);
+    }
+
+    function test_governance_votesAreSnapshottedAtProposal() public {
+        uint256 id = _propose(minnow, 9, "H=9");
+        // tokens moved after the snapshot do not carry votes
+        vm.prank(whale);
+        token.transfer(minnow, 500e18);
+        vm.prank(minnow);
+        governor.castVote(id, 1);
+        (, uint256 forVotes,) = governor.proposalVotes(id);
+        assertEq(forVotes, 10e18);
+    }
+
+    function test_governance_timelockCannotBeBypassed() public {
+        vm.expectRevert();
+        vm.prank(whale);
+        config.setInnerLoop(1, 1);
+        bytes32 proposer = timelock.PROPOSER_ROLE();
+        assertTrue(timelock.hasRole(proposer, address(governor)));
+        assertFalse(timelock.hasRole(proposer, whale));
+    }
+
+    function test_governor_settings() public view {
+        assertEq(governor.name(), "coloco governor");
+        assertEq(governor.votingDelay(), 1);
+        assertEq(governor.votingPeriod(), 20);
+        assertEq(governor.proposalThreshold(), 0);
+        assertEq(governor.quorumNumerator(), 4);
+        assertEq(governor.timelock(), address(timelock));
+        assertEq(address(governor.token()), address(token));
+        assertEq(governor.COUNTING_MODE(), "support=bravo&quorum=for,abstain");
+    }
+}

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.28;
+
+import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
+import {IModelShareToken} from "../src/interfaces/IModelShareToken.sol";
+import {ColocoTest} from "./utils/ColocoTest.sol";
+
+contract ModelShareTokenTest is ColocoTest {
+    event Granted(address indexed to, uint256 amount, uint256 granted);
+    event DelegateChanged(
+        address indexed delegator, address indexed fromDelegate, address indexed toDelegate
+    );
+
+    bytes32 internal constant PERMIT_TYPEHASH = keccak256(
+        "Permit(address owner,address spender,uint256 value,uint256 nonce,uint256 deadline)"
+    );
+
+    function test_metadata() public view {
+        assertEq(token.name(), "coloco Model Share");
+        assertEq(token.symbol(), "CMS");
+        assertEq(token.decimals(), 18);
+        assertEq(token.clock(), block.number);
+        assertEq(token.CLOCK_MODE(), "mode=blocknumber&from=default");
+        assertEq(token.GRANT_CAP(), GRANT_CAP);
+    }
+
+    function test_mint_onlyDistributor() public {
+        vm.prank(address(distributor));
+        token.mint(payout, 5e18);
+        assertEq(token.balanceOf(payout), 5e18);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IAccessControl.AccessControlUnauthorizedAccount.selector,
+                address(timelock),
+                token.MINTER_ROLE()
+            )
+        );
+        vm.prank(address(timelock));
+        token.mint(payout, 1);
+    }
+
+    function test_mint_autoDelegatesFirstReceipt() public {
+        vm.expectEmit(address(token));
+        emit DelegateChanged(payout, address(0), payout);
+        vm.prank(address(distributor));
+        token.mint(payout, 5e18);
+        assertEq(token.delegates(payout), payout);
+        vm.roll(block.number + 1);
+        assertEq(token.getVotes(payout), 5e18);
+        assertEq(token.getPastVotes(payout, block.number - 1), 5e18);
+        assertEq(token.getPastTotalSupply(block.number - 1), 5e18);
+    }
+
+    function test_transfer_autoDelegatesRecipientButKeepsChosenDelegate() public {
+        vm.prank(address(distributor));
+        token.mint(payout, 10e18);
+        vm.prank(payout);
+        token.delegate(stranger);
+        address fresh = makeAddr("fresh");
+        vm.prank(payout);
+        token.transfer(fresh, 4e18);
+        assertEq(token.delegates(fresh), fresh);
+        assertEq(token.getVotes(fresh), 4e18);
+        assertEq(token.delegates(payout), stranger);
+        assertEq(token.getVotes(stranger), 6e18);
+        assertEq(token.getVotes(payout), 0);
+    }
+
+    function test_grant_withinCap() public {
+        vm.expectEmit(address(token));
+        emit Granted(stranger, 100e18, 100e18);
+        vm.prank(address(timelock));
+        token.grant(stranger, 100e18);
+        assertEq(token.balanceOf(stranger), 100e18);
+        assertEq(token.granted(), 100e18);
+        assertEq(token.getVotes(stranger), 100e18);
+    }
+
+    function test_grant_revertsAboveCap() public {
+        vm.startPrank(address(timelock));
+        token.grant(stranger, GRANT_CAP - 1);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IModelShareToken.GrantCapExceeded.selector, GRANT_CAP + 1, GRANT_CAP
+            )
+        );
+        token.grant(stranger, 2);
+        vm.stopPrank();
+    }
+
+    function test_grant_revertsWhenNotGranter() public {
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IAccessControl.AccessControlUnauthorizedAccount.selector,
+                address(distributor),
+                token.GRANTER_ROLE()
+            )
+        );
+        vm.prank(address(distributor));
+        token.grant(stranger, 1);
+    }
+
+    function test_roles_nobodyCanAddMinters() public {
+        bytes32 minter = token.MINTER_ROLE();
+        assertFalse(token.hasRole(bytes32(0), address(timelock)));
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IAccessControl.AccessControlUnauthorizedAccount.selector,
+                address(timelock),
+                bytes32(0)
+            )
+        );
+        vm.prank(address(timelock));
+        token.grantRole(minter, address(timelock));
+    }
+
+    function test_permit_setsAllowanceAndNonce() public {
+        (address owner, uint256 pk) = makeAddrAndKey("holder");
+        bytes32 structHash =
+            keccak256(abi.encode(PERMIT_TYPEHASH, owner, stranger, 1e18, 0, block.timestamp + 1));
+        bytes32 digest =
+            keccak256(abi.encodePacked("\x19\x01", token.DOMAIN_SEPARATOR(), structHash));
+        (uint8 v, bytes32 r, bytes32 s) = vm.sign(pk, digest);
+        token.permit(owner, stranger, 1e18, block.timestamp + 1, v, r, s);
+        assertEq(token.allowance(owner, stranger), 1e18);
+        assertEq(token.nonces(owner), 1);
+    }
+
+    function testFuzz_votesFollowBalancesOfSelfDelegatedHolders(uint128 a, uint128 b, uint128 moved)
+        public
+    {
+        address alice = makeAddr("alice");
+        address bob = makeAddr("bob");
+        vm.startPrank(address(distributor));
+        token.mint(alice, a);
+        token.mint(bob, b);
+        vm.stopPrank();
+        moved = uint128(bound(moved, 0, a));
+        vm.prank(alice);
+        token.transfer(bob, moved);
+        assertEq(token.getVotes(alice), token.balanceOf(alice));
+        assertEq(token.getVotes(bob), token.balanceOf(bob));
+        assertEq(token.getVotes(alice) + token.getVotes(bob), token.totalSupply());
+    }
+}
