@@ -28,10 +28,10 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
-    from protocol.errors import ConfigError
     from ledger.core.config import Settings
     from ledger.core.logs import configure
     from ledger.main import create_app
+    from protocol.errors import ConfigError
 
     configure(log_level, json_logs=json_logs)
     try:
