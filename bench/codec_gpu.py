@@ -17,6 +17,7 @@ import json
 import logging
 import statistics
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -31,13 +32,14 @@ def _median_ms(fn: Callable[[], object], iters: int = 20) -> float:
     torch.cuda.synchronize()
     times = []
     for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record()
         fn()
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return float(statistics.median(times))
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -63,8 +65,8 @@ def run(numel: int) -> dict[str, object]:
         for backend in ("triton", "torch"):
             packet = encode(base, local, fmt, backend=backend)
             packets[backend] = packet
-            enc_ms = _median_ms(lambda b=backend, f=fmt: encode(base, local, f, backend=b))
-            dec_ms = _median_ms(lambda p=packet, b=backend: decode_into(out, p, backend=b))
+            enc_ms = _median_ms(partial(encode, base, local, fmt, backend=backend))
+            dec_ms = _median_ms(partial(decode_into, out, packet, backend=backend))
             enc_gbps = (8 * numel + packet.nbytes) / enc_ms / 1e6
             dec_gbps = (packet.nbytes + 4 * numel) / dec_ms / 1e6
             key = f"{backend}_{name}"
