@@ -46,7 +46,7 @@ def demo(
     Example: coloco demo --nodes 3 --rounds 6 --inner-steps 20 --report reports/demo.json
     """
     console = Console()
-    for noisy in ("httpx", "web3", "urllib3"):
+    for noisy in ("httpx", "web3", "urllib3", "matplotlib", "protocol.keys"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     plan = DemoPlan.make(nodes=nodes, rounds=rounds, inner_steps=inner_steps, churn=churn)
     keep = workdir is not None

@@ -93,4 +93,4 @@ def register_and_stake(net: DemoNet, actor: Actor) -> None:
     status = node_status(chain, actor.node_address)
     if not status.active:
         raise ChainError(f"{actor.name} staked but its node is not active: {status}")
-    log.info("%s: node %s registered and staked", actor.name, actor.node_address)
+    log.debug("%s: node %s registered and staked", actor.name, actor.node_address)

@@ -80,7 +80,7 @@ def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
                 "rounds_expected": len(expected),
                 "rounds_worked_list": worked,
                 "rounds_credited": got,
-                "credited_exactly": got == worked == expected,
+                "credited_exactly": bool(worked) and got == worked == expected,
                 "left_after": node.leave_after,
                 "owed": str(owed.cumulative_amount),
                 "balance": str(balance),

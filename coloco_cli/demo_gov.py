@@ -100,7 +100,7 @@ def govern(net: DemoNet, holders: list[Actor], sets: list[str]) -> GovOutcome:
         chain = net.chain(holder.payout_key)
         if int(chain.call("ModelShareToken", "getVotes", holder.payout_address)) == 0:
             continue
-        cast_vote(chain, prop.proposal_id, "for", "demo: shorter rounds")
+        cast_vote(chain, prop.proposal_id, "for", "demo: longer rounds, less communication")
         voters.append(holder.payout_address)
     net.mine(voting_period + 1)
     state = proposal_state(viewer, prop.proposal_id)

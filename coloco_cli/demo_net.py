@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,19 +38,23 @@ class DemoNet:
     deployment_path: Path
     ledger_url: str
     ledger: Child
+    _clients: dict[str, ChainClient] = field(default_factory=dict, repr=False)
 
     @property
     def rpc_url(self) -> str:
         return self.anvil.rpc_url
 
     def chain(self, private_key: str | None = None) -> ChainClient:
-        """A chain client, sending as `private_key` if given."""
+        """A chain client, sending as `private_key` if given (one client per key: one nonce)."""
         from eth_account import Account
 
         from protocol.chain import ChainClient
 
-        account = Account.from_key(private_key) if private_key else None
-        return ChainClient(self.rpc_url, self.deployment, account=account)
+        key = private_key or ""
+        if key not in self._clients:
+            account = Account.from_key(private_key) if private_key else None
+            self._clients[key] = ChainClient(self.rpc_url, self.deployment, account=account)
+        return self._clients[key]
 
     def fund(self, address: str, ether: int = 10) -> None:
         """Give `address` native currency for gas (anvil cheat RPC)."""

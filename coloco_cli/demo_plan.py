@@ -46,7 +46,7 @@ class DemoPlan:
             nodes=nodes,
             rounds=rounds,
             inner_steps=inner_steps,
-            new_inner_steps=max(inner_steps // 2, 1),
+            new_inner_steps=inner_steps + max(inner_steps // 2, 1),
             govern_after=1,
             join_after=2 if churn else None,
             leave_after=rounds - 2 if churn else None,

@@ -32,6 +32,7 @@ from coloco_cli.demo_train import (
     start_rendezvous,
     wait_for_exit,
     wait_for_round,
+    wait_rendezvous,
 )
 from coloco_cli.procs import ProcessManager
 
@@ -78,9 +79,10 @@ class DemoRun:
         self.step("starting anvil and deploying the contracts")
         anvil, deployment, dep_path = start_chain(self.procs, self.workdir)
         self.step(f"starting the ledger (SQLite) and the rendezvous; chain {anvil.rpc_url}")
+        self.rendezvous, rdv = start_rendezvous(self.procs, self.workdir)
         url, ledger = start_ledger(self.procs, self.workdir, anvil, dep_path, round_deadline_s=90)
         self.net = DemoNet(self.workdir, anvil, deployment, dep_path, url, ledger)
-        self.rendezvous, _ = start_rendezvous(self.procs, self.workdir)
+        wait_rendezvous(self.rendezvous, rdv)
         return self.net
 
     def onboard(self) -> None:
@@ -113,13 +115,16 @@ class DemoRun:
         initial = self.actors[: plan.nodes]
         leaver = initial[-1] if plan.leave_after is not None and plan.nodes >= 2 else None
         for actor in initial:
-            self.nodes.append(
-                self._start(actor, leave_after=plan.leave_after if actor is leaver else None)
-            )
+            leave = plan.leave_after if actor is leaver else None
+            self.nodes.append(self._start(actor, leave_after=leave))
+        joiner = None
+        if plan.join_after is not None:  # started now, warm, released after round join_after
+            joiner = self._start(self.actors[plan.nodes], leave_after=None, standby=True)
         self.step(f"{plan.nodes} nodes training ({plan.describe()})")
         events = sorted(
             [(plan.govern_after, "govern")]
-            + ([(plan.join_after, "join")] if plan.join_after is not None else [])
+            + ([(plan.join_after, "join")] if plan.join_after is not None else []),
+            key=lambda e: (e[0], e[1] != "join"),
         )
         for after, what in events:
             last = wait_for_round(net, self.run_id, after, self.nodes, timeout=plan.round_timeout_s)
@@ -134,10 +139,10 @@ class DemoRun:
                     f"proposal executed: TrainingConfig v{self.gov.config_version_before} -> "
                     f"v{self.gov.config_version_after} (inner steps {self.gov.inner_steps_after})"
                 )
-            else:
-                joiner = self.actors[plan.nodes]
-                self.nodes.append(self._start(joiner, leave_after=None))
-                self.step(f"{joiner.name} joins the run (live recovery from a peer)")
+            elif joiner is not None:
+                joiner.release()
+                self.nodes.append(joiner)
+                self.step(f"{joiner.actor.name} joins the run (live recovery from a peer)")
         timeout = plan.round_timeout_s * plan.rounds
         wait_for_round(net, self.run_id, plan.rounds, self.nodes, timeout=timeout)
         wait_for_exit(self.nodes, timeout=plan.round_timeout_s)
@@ -150,7 +155,7 @@ class DemoRun:
 
     # --- helpers -------------------------------------------------------------------------------
 
-    def _start(self, actor: Actor, *, leave_after: int | None) -> NodeProc:
+    def _start(self, actor: Actor, *, leave_after: int | None, standby: bool = False) -> NodeProc:
         return start_node(
             self.procs,
             self._net(),
@@ -160,6 +165,7 @@ class DemoRun:
             min_nodes=self.plan.nodes,
             last_round=self.plan.rounds,
             leave_after=leave_after,
+            standby=standby,
         )
 
     def _net(self) -> DemoNet:

@@ -37,6 +37,17 @@ class NodeProc:
     child: Child
     last_round: int | None
     leave_after: int | None
+    gate: Path | None = None
+
+    def release(self, timeout: float = 180) -> None:
+        """Let a standby node (started with a gate) run: wait until it is warm, open the gate."""
+        if self.gate is None:
+            return
+        ready = self.gate.parent / (self.gate.name + ".ready")
+        wait_until(
+            ready.exists, timeout=timeout, what=f"{self.actor.name} to warm up", child=self.child
+        )
+        self.gate.write_text("go")
 
     def records(self) -> list[dict[str, Any]]:
         """The node's `round_done` records so far (from its log)."""
@@ -69,12 +80,22 @@ def parse_round_records(log_path: Path | None) -> list[dict[str, Any]]:
 
 
 def start_rendezvous(procs: ProcessManager, workdir: Path) -> tuple[str, Child]:
-    """Host the run's TCPStore in its own child process; returns 'host:port'."""
+    """Start hosting the run's TCPStore in its own child process; returns ('host:port', child).
+
+    It does not wait: call `wait_rendezvous` (starting torch takes a while on a busy machine, so
+    the demo starts the ledger meanwhile).
+    """
     port = free_port()
     argv = [sys.executable, "-m", "coloco_cli.demo_rendezvous", "--port", str(port)]
     child = procs.start("rendezvous", argv, workdir / "logs" / "rendezvous.log")
-    wait_until(lambda: port_open("127.0.0.1", port), timeout=60, what="the rendezvous", child=child)
     return f"127.0.0.1:{port}", child
+
+
+def wait_rendezvous(address: str, child: Child, timeout: float = 120) -> None:
+    host, _, port = address.rpartition(":")
+    wait_until(
+        lambda: port_open(host, int(port)), timeout=timeout, what="the rendezvous", child=child
+    )
 
 
 def genesis_checkpoint_hash() -> bytes:
@@ -96,10 +117,19 @@ def start_node(
     last_round: int,
     leave_after: int | None = None,
     batch_size: int = 8,
+    standby: bool = False,
 ) -> NodeProc:
-    """`coloco node run` for `actor`'s node, as the operator would start it."""
+    """`coloco node run` for `actor`'s node, as the operator would start it.
+
+    With `standby`, the process warms up and waits for `NodeProc.release()` before it runs.
+    """
+    gate = net.workdir / "gates" / actor.name if standby else None
+    prefix = [sys.executable, "-m", "coloco_cli"]
+    if gate is not None:
+        gate.parent.mkdir(parents=True, exist_ok=True)
+        prefix = [sys.executable, "-m", "coloco_cli.demo_standby", str(gate), "--"]
     argv = [
-        sys.executable, "-m", "coloco_cli", "node", "run",
+        *prefix, "node", "run",
         "--run-id", "0x" + run_id.hex(),
         "--keystore", str(actor.keystore),
         "--password-file", str(actor.password_file),
@@ -119,8 +149,8 @@ def start_node(
         argv += ["--leave-after", str(leave_after)]
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     child = procs.start(actor.name, argv, net.workdir / "logs" / f"{actor.name}.log", env=env)
-    log.info("%s started (pid %d)", actor.name, child.pid)
-    return NodeProc(actor, child, last_round, leave_after)
+    log.info("%s started (pid %d)%s", actor.name, child.pid, " on standby" if gate else "")
+    return NodeProc(actor, child, last_round, leave_after, gate)
 
 
 def check_nodes(nodes: list[NodeProc]) -> None:

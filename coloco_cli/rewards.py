@@ -9,6 +9,7 @@ difference to what was already claimed.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -30,7 +31,7 @@ from coloco_cli.common import (
     resolve,
 )
 from coloco_cli.node import checksum
-from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
+from protocol.errors import ConfigError, ContractRevertError, LedgerError, LedgerUnavailableError
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
@@ -95,27 +96,43 @@ class ClaimResult:
     balance: int
 
 
-def claim_rewards(chain: ChainClient, ledger_url: str, account: str) -> ClaimResult:
-    """Fetch the proof for `account` and claim everything not yet claimed (sender pays gas)."""
-    owed = fetch_owed(ledger_url, account)
-    if owed.cumulative_amount == 0:
-        raise ConfigError(f"{owed.account} is owed nothing yet: its node has no settled rounds")
-    onchain_root = bytes(chain.call("ContributionLedger", "latestRewardsRoot"))
-    if onchain_root != owed.root:
-        raise LedgerError(
-            f"the ledger's proof is for root 0x{owed.root.hex()} but the chain has "
-            f"0x{onchain_root.hex()}: the latest round is still being committed; retry shortly"
-        )
-    already = int(chain.call("RewardDistributor", "claimed", owed.account))
-    if already >= owed.cumulative_amount:
-        raise ConfigError(
-            f"{owed.account} already claimed all {fmt_units(already)} CMS it is owed: "
-            "nothing new until the next round settles"
-        )
-    chain.transact("RewardDistributor", "claim", owed.account, owed.cumulative_amount, owed.proof)
-    balance = int(chain.call("ModelShareToken", "balanceOf", owed.account))
-    return ClaimResult(
-        owed.account, owed.cumulative_amount, owed.cumulative_amount - already, balance
+def claim_rewards(
+    chain: ChainClient, ledger_url: str, account: str, *, attempts: int = 5, wait_s: float = 1.0
+) -> ClaimResult:
+    """Fetch the proof for `account` and claim everything not yet claimed (sender pays gas).
+
+    A new round may be committed between fetching the proof and sending the claim; then the
+    proof is for the previous root, so it is fetched again (up to `attempts` times).
+    """
+    for attempt in range(attempts):
+        owed = fetch_owed(ledger_url, account)
+        if owed.cumulative_amount == 0:
+            raise ConfigError(f"{owed.account} is owed nothing yet: its node has no settled rounds")
+        onchain_root = bytes(chain.call("ContributionLedger", "latestRewardsRoot"))
+        already = int(chain.call("RewardDistributor", "claimed", owed.account))
+        if already >= owed.cumulative_amount and onchain_root == owed.root:
+            raise ConfigError(
+                f"{owed.account} already claimed all {fmt_units(already)} CMS it is owed: "
+                "nothing new until the next round settles"
+            )
+        if onchain_root == owed.root:
+            try:
+                chain.transact(
+                    "RewardDistributor", "claim", owed.account, owed.cumulative_amount, owed.proof
+                )
+            except ContractRevertError as exc:
+                if exc.error_name != "InvalidProof":
+                    raise
+                log.info("root moved while claiming for %s; fetching a fresh proof", owed.account)
+            else:
+                balance = int(chain.call("ModelShareToken", "balanceOf", owed.account))
+                paid = owed.cumulative_amount - already
+                return ClaimResult(owed.account, owed.cumulative_amount, paid, balance)
+        if attempt + 1 < attempts:
+            time.sleep(wait_s)
+    raise LedgerError(
+        f"the ledger's proof for {account} is for root 0x{owed.root.hex()} but the chain has "
+        f"0x{onchain_root.hex()}: the latest round is still being committed; retry shortly"
     )
 
 
