@@ -8,6 +8,7 @@ lower-case address is not a checksummed one, 31 bytes are not a ``bytes32``). et
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import threading
@@ -94,9 +95,15 @@ def to_checksum_address(raw: bytes | str) -> str:
     hex_lower = raw.hex() if isinstance(raw, bytes) else raw.removeprefix("0x").lower()
     if len(hex_lower) != 40:
         raise EncodingError(f"address: expected 20 bytes, got {len(hex_lower) // 2}")
-    nibbles = keccak256(hex_lower.encode()).hex()
+    return _checksum(hex_lower)
+
+
+@functools.lru_cache(maxsize=65536)
+def _checksum(hex_lower: str) -> str:
+    # Cached: a ledger sees the same few thousand node and payout addresses over and over.
+    nibbles = keccak256(hex_lower.encode()).hex()[:40]
     return "0x" + "".join(
-        c.upper() if int(n, 16) >= 8 else c for c, n in zip(hex_lower, nibbles, strict=False)
+        c.upper() if n in "89abcdef" else c for c, n in zip(hex_lower, nibbles, strict=True)
     )
 
 
