@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from protocol.errors import CollectiveError, TrainerError
 from tests.harness.distributed import run_workers
@@ -104,6 +105,26 @@ def test_a_flat_packet_of_many_parameters_averages_to_identical_views(
     assert len({r[0] for r in results}) == 1  # type: ignore[index]
     assert results[0][2] == [[17, 33], [5], [64, 64], [1]]  # type: ignore[index]
     assert results[0][1] > 0  # type: ignore[index]
+
+
+def _leaving_worker(rank: int, world: int) -> str:
+    if rank == 1:
+        dist.destroy_process_group()  # its sockets close, as when the process dies mid-round
+        return "left"
+    time.sleep(1.0)
+    started = time.monotonic()
+    try:
+        average(_vector(rank), None, "int8", 20.0)
+    except CollectiveError:
+        return f"CollectiveError after {time.monotonic() - started:.1f}s"
+    return "no error"
+
+
+def test_a_peer_that_goes_away_mid_round_raises_collective_error() -> None:
+    results = run_workers(_leaving_worker, 2, timeout=120)
+    assert results[1] == "left"
+    assert results[0].startswith("CollectiveError after"), results[0]
+    assert float(results[0].split("after ")[1].rstrip("s")) < 19.0  # failed fast, not by timeout
 
 
 def test_a_stalled_peer_raises_collective_error_within_the_timeout() -> None:
