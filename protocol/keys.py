@@ -138,9 +138,15 @@ def create_keystore(
     if payout is not None:
         data["coloco"] = {"payout": payout}
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2)
+    # Write a private temp file, then rename: never a half-written or world-readable keystore.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
     log.info("wrote keystore %s for %s", path, node_key.address)
     return node_key
 

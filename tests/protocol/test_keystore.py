@@ -82,6 +82,11 @@ def test_refuses_overwrite_empty_password_and_bad_payout(tmp_path: Path) -> None
     create_keystore(path, "pw", light=True)
     with pytest.raises(KeystoreError, match="already exists"):
         create_keystore(path, "pw", light=True)
+    path.chmod(0o644)
+    replaced = create_keystore(path, "pw2", light=True, overwrite=True)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_node_key(path, "pw2") == replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.json"]
     with pytest.raises(KeystoreError, match="empty keystore password"):
         create_keystore(tmp_path / "e.json", "", light=True)
     with pytest.raises(EncodingError, match=r"payout: .* not EIP-55"):
