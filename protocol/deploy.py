@@ -85,6 +85,9 @@ def deploy(
         str(foundry_bin("forge")),
         "script",
         SCRIPT,
+        # compile only sources and the script: a cold checkout deploys without building tests
+        "--skip",
+        "test",
         "--broadcast",
         "--rpc-url",
         rpc_url,
