@@ -19,9 +19,11 @@ import typer
 from rich.console import Console
 
 from coloco_cli.demo_collect import collect
+from coloco_cli.demo_net import attach_anvil
 from coloco_cli.demo_plan import DemoPlan
 from coloco_cli.demo_report import print_summary, write_report
 from coloco_cli.demo_run import DemoRun
+from coloco_cli.devnet import ACCOUNTS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -40,22 +42,35 @@ def demo(
     workdir: Annotated[
         Path | None, typer.Option(help="Keep logs, keys, DB here (default: a temp dir).")
     ] = None,
+    rpc_url: Annotated[
+        str | None,
+        typer.Option(help="Use this running anvil (e.g. `coloco devnet up`) and leave it up."),
+    ] = None,
+    accounts: Annotated[
+        Path | None, typer.Option(help="With --rpc-url: anvil's --config-out accounts JSON.")
+    ] = None,
 ) -> None:
     """Run the whole network on this machine, end to end.
 
     Example: coloco demo --nodes 3 --rounds 6 --inner-steps 20 --report reports/demo.json
+
+    On a devnet you keep afterwards: coloco devnet up && coloco demo --rpc-url
+    http://127.0.0.1:8545 (the demo deploys its own contracts there and leaves the chain up).
     """
     console = Console()
     for noisy in ("httpx", "web3", "urllib3", "matplotlib", "protocol.keys"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     plan = DemoPlan.make(nodes=nodes, rounds=rounds, inner_steps=inner_steps, churn=churn)
-    keep = workdir is not None
+    keep = workdir is not None or rpc_url is not None
     work = workdir or Path(tempfile.mkdtemp(prefix="coloco-demo-"))
     work.mkdir(parents=True, exist_ok=True)
+    anvil = None
+    if rpc_url is not None:
+        anvil = attach_anvil(rpc_url, accounts or ACCOUNTS_FILE, work.resolve())
     console.rule(f"coloco demo: {plan.describe()}")
     start = time.monotonic()
     try:
-        with DemoRun(plan, work.resolve(), console) as run:
+        with DemoRun(plan, work.resolve(), console, anvil) as run:
             run.start_network()
             run.onboard()
             run.configure()
@@ -66,6 +81,11 @@ def demo(
         png = write_report(data, report)
         print_summary(data, console)
         console.print(f"report: [bold]{report}[/]  loss curve: [bold]{png}[/]")
+        if rpc_url is not None:
+            console.print(
+                f"the chain stays up; explore it with COLOCO_RPC_URL={rpc_url} "
+                f"COLOCO_DEPLOYMENT={work / 'deployment.json'} coloco gov list"
+            )
     except BaseException:
         console.print(f"[red]demo failed[/]; logs kept in [bold]{work / 'logs'}[/]")
         keep = True

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from coloco_cli.procs import Child, ProcessManager, free_port, wait_until
-from protocol.errors import ChainError, LedgerError
+from protocol.errors import ChainError, ConfigError, LedgerError
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
@@ -73,13 +73,39 @@ class DemoNet:
         return resp.json()
 
 
-def start_chain(procs: ProcessManager, workdir: Path) -> tuple[AnvilProcess, Deployment, Path]:
-    """Start anvil on a free port and deploy everything (deployer = account 0, committer = 1)."""
+def attach_anvil(rpc_url: str, accounts_file: Path, workdir: Path) -> AnvilProcess:
+    """An anvil this demo did not start (e.g. `coloco devnet up`): used, never stopped.
+
+    `accounts_file` is anvil's `--config-out` JSON (`.coloco/devnet/anvil-accounts.json`).
+    """
+    import json
+    from urllib.parse import urlparse
+
+    from protocol.devnet import AnvilProcess, rpc_call
+
+    try:
+        cfg = json.loads(accounts_file.read_text())
+        accounts = list(zip(cfg["available_accounts"], cfg["private_keys"], strict=True))
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(
+            f"--accounts {accounts_file}: not anvil's --config-out JSON ({exc}); with "
+            "`coloco devnet up` it is .coloco/devnet/anvil-accounts.json"
+        ) from exc
+    chain_id = int(rpc_call(rpc_url, "eth_chainId"), 16)
+    port = urlparse(rpc_url).port or 8545
+    return AnvilProcess(rpc_url, port, -1, chain_id, accounts, workdir)
+
+
+def start_chain(
+    procs: ProcessManager, workdir: Path, anvil: AnvilProcess | None = None
+) -> tuple[AnvilProcess, Deployment, Path]:
+    """Start anvil (unless given one) and deploy all (deployer = account 0, committer = 1)."""
     from protocol.deploy import deploy
     from protocol.devnet import AnvilProcess
 
-    anvil = AnvilProcess.start(workdir / "anvil", accounts=10)
-    procs.add_cleanup("anvil", anvil.stop)
+    if anvil is None:
+        anvil = AnvilProcess.start(workdir / "anvil", accounts=10)
+        procs.add_cleanup("anvil", anvil.stop)
     path = workdir / "deployment.json"
     deployment = deploy(
         anvil.rpc_url, anvil.accounts[0][1], committer=anvil.accounts[1][0], out_path=path

@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -36,14 +36,20 @@ from coloco_cli.demo_train import (
 )
 from coloco_cli.procs import ProcessManager
 
+if TYPE_CHECKING:
+    from protocol.devnet import AnvilProcess
+
 log = logging.getLogger(__name__)
 
 
 class DemoRun:
     """Holds the demo's processes and state; use as a context manager."""
 
-    def __init__(self, plan: DemoPlan, workdir: Path, console: Console) -> None:
+    def __init__(
+        self, plan: DemoPlan, workdir: Path, console: Console, anvil: AnvilProcess | None = None
+    ) -> None:
         self.plan = plan
+        self.external_anvil = anvil
         self.workdir = workdir
         self.console = console
         self.procs = ProcessManager()
@@ -77,7 +83,7 @@ class DemoRun:
 
     def start_network(self) -> DemoNet:
         self.step("starting anvil and deploying the contracts")
-        anvil, deployment, dep_path = start_chain(self.procs, self.workdir)
+        anvil, deployment, dep_path = start_chain(self.procs, self.workdir, self.external_anvil)
         self.step(f"starting the ledger (SQLite) and the rendezvous; chain {anvil.rpc_url}")
         self.rendezvous, rdv = start_rendezvous(self.procs, self.workdir)
         url, ledger = start_ledger(self.procs, self.workdir, anvil, dep_path, round_deadline_s=90)

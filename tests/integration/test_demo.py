@@ -1,0 +1,116 @@
+"""A shortened `coloco demo` through the real processes, then its claims checked on chain.
+
+The demo runs as a subprocess (`python -m coloco_cli demo`) against the session's anvil, so that
+the chain outlives it: anvil, the ledger, the rendezvous and the trainer nodes are real processes;
+afterwards the test reads the chain itself and compares it with the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol.chain import ChainClient
+from protocol.deployment import Deployment
+from protocol.devnet import AnvilProcess
+from protocol.types import RunId
+from tests.integration.test_procs import _alive
+
+pytestmark = [pytest.mark.integration, pytest.mark.anvil, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+NODES, ROUNDS, INNER_STEPS = 2, 3, 8
+
+
+@pytest.fixture(scope="module")
+def demo_run(
+    anvil: AnvilProcess, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, Any], Path]:
+    work = tmp_path_factory.mktemp("demo")
+    report = work / "report" / "demo.json"
+    cmd = [
+        sys.executable, "-m", "coloco_cli", "demo",
+        "--nodes", str(NODES), "--rounds", str(ROUNDS), "--inner-steps", str(INNER_STEPS),
+        "--report", str(report), "--workdir", str(work / "run"),
+        "--rpc-url", anvil.rpc_url, "--accounts", str(anvil.workdir / "anvil-accounts.json"),
+    ]  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=REPO, capture_output=True, text=True, timeout=800, check=False,
+        env={**os.environ, "COLUMNS": "160"},
+    )  # fmt: skip
+    logs = work / "run" / "logs"
+    assert proc.returncode == 0, (
+        f"demo failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}\n"
+        + "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("*.log")))
+    )
+    return json.loads(report.read_text()), work
+
+
+def test_report_has_every_required_field(demo_run: tuple[dict[str, Any], Path]) -> None:
+    from coloco_cli.demo_report import REQUIRED_KEYS
+
+    report, _ = demo_run
+    assert set(REQUIRED_KEYS) <= set(report)
+    assert report["rounds_committed"] == ROUNDS
+    assert report["proposal_executed"] is True
+    assert report["config_version_after"] == report["config_version_before"] + 1
+    assert report["config_change_seen_by_trainers"] is True
+    assert isinstance(report["eval_loss_first"], float)
+    assert report["eval_loss_last"] < report["eval_loss_first"]
+    assert 0 < report["wall_s"] < 800
+    png = Path(report["loss_curve_png"])
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(report["nodes"]) == NODES
+    for node in report["nodes"]:
+        assert node["rounds_credited"] == list(range(1, ROUNDS + 1)), node
+        assert node["credited_exactly"] and node["balance_equals_owed"]
+    # the attestations before the vote carry the old config, those after it the new one
+    rounds = report["rounds"]
+    gov = report["governance"]
+    assert rounds[0]["config_version"] == gov["config_version_before"]
+    assert rounds[0]["inner_steps"] == INNER_STEPS
+    assert rounds[-1]["config_version"] == gov["config_version_after"]
+    assert rounds[-1]["inner_steps"] == gov["inner_steps_after"] != INNER_STEPS
+
+
+def test_chain_state_matches_the_report(
+    demo_run: tuple[dict[str, Any], Path], anvil: AnvilProcess
+) -> None:
+    report, work = demo_run
+    deployment = Deployment.load(work / "run" / "deployment.json")
+    chain = ChainClient(anvil.rpc_url, deployment)
+    run_id = RunId(bytes.fromhex(report["run_id"][2:]))
+    assert chain.last_round(run_id) == ROUNDS
+    config = chain.training_config()
+    assert config.version == report["config_version_after"]
+    assert config.inner_steps == report["governance"]["inner_steps_after"]
+    assert chain.call("ModelGovernor", "state", int(report["governance"]["proposal_id"])) == 7
+    supply = chain.call("ModelShareToken", "totalSupply")
+    assert str(supply) == report["tokens_minted"]
+    balances = 0
+    for node in report["nodes"]:
+        balance = chain.token_balance(node["payout"])
+        assert str(balance) == node["owed"] == node["balance"]
+        assert chain.claimed(node["payout"]) == balance
+        assert chain.is_active(node["node"])
+        balances += balance
+    assert balances == supply
+    # every round's committed reward budget was paid out, to within rounding dust per round
+    assert abs(supply - ROUNDS * config.reward_per_round) <= ROUNDS * NODES
+
+
+def test_the_demo_left_no_process_behind(demo_run: tuple[dict[str, Any], Path]) -> None:
+    _, work = demo_run
+    # every child the demo started had its own process group; none may still be alive
+    pids = [int(p) for p in (work / "run").glob("**/*.pid") for p in [p.read_text()]]
+    assert all(not _alive(pid) for pid in pids)
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
+    # every node, the ledger and the rendezvous had the run folder on their command line
+    leftovers = [line for line in out.stdout.splitlines() if str(work / "run") in line]
+    assert leftovers == []
