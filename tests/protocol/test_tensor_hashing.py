@@ -7,6 +7,8 @@ import struct
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protocol.errors import EncodingError
 from protocol.hashing import MAGIC, hash_state_dict, tensor_bytes
@@ -115,3 +117,34 @@ def test_refuses_what_has_no_canonical_bytes() -> None:
         hash_state_dict({1: torch.zeros(1)})  # type: ignore[dict-item]
     with pytest.raises(EncodingError, match="expected a mapping"):
         hash_state_dict([torch.zeros(1)])  # type: ignore[arg-type]
+
+
+def test_views_into_larger_storage_hash_only_their_own_bytes() -> None:
+    big = torch.arange(100, dtype=torch.float32)
+    window = big[10:20]
+    assert window.is_contiguous() and window.storage_offset() == 10
+    assert hash_state_dict({"w": window}) == hash_state_dict({"w": window.clone()})
+    rows = torch.arange(30, dtype=torch.int16).reshape(6, 5)[2:4]
+    assert hash_state_dict({"r": rows}) == hash_state_dict({"r": rows.clone()})
+
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+          torch.int16, torch.int32, torch.int64, torch.bool]  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dtype=st.sampled_from(DTYPES),
+    shape=st.lists(st.integers(0, 5), max_size=3),
+    seed=st.integers(0, 2**16),
+    transpose=st.booleans(),
+)
+def test_random_tensors_follow_the_spec(
+    dtype: torch.dtype, shape: list[int], seed: int, transpose: bool
+) -> None:
+    g = torch.Generator().manual_seed(seed)
+    t = (torch.randn(tuple(shape), generator=g, dtype=torch.float64) * 50).to(dtype)
+    if transpose and t.dim() >= 2:
+        t = t.transpose(0, 1)
+    sd = {"t": t, "u": torch.ones(2, dtype=dtype)}
+    assert hash_state_dict(sd) == spec_hash(sd)
