@@ -1,1 +1,1 @@
-"""coloco's shared protocol: signed attestations, reward trees, hashing, keys and the chain client."""
+"""coloco's shared protocol: signed attestations, reward trees, hashing, keys, the chain client."""
