@@ -99,7 +99,7 @@ contract ModelGovernorTest is ColocoTest {
         uint256 id = _propose(minnow, 9, "H=9");
         // tokens moved after the snapshot do not carry votes
         vm.prank(whale);
-        token.transfer(minnow, 500e18);
+        assertTrue(token.transfer(minnow, 500e18));
         vm.prank(minnow);
         governor.castVote(id, 1);
         (, uint256 forVotes,) = governor.proposalVotes(id);

@@ -31,7 +31,7 @@ contract ClaimHandler is Test {
         distributor = distributor_;
         committer = committer_;
         for (uint256 i; i < N; ++i) {
-            accounts[i] = address(uint160(0xA000 + i));
+            accounts[i] = vm.addr(0xA000 + i);
         }
         vm.prank(committer);
         ledger.commitRound(RUN, 0, bytes32(0), keccak256("genesis"), 0, bytes32(0));

@@ -21,8 +21,8 @@ contract StakeHandler is Test {
         sm = sm_;
         slasher = slasher_;
         for (uint256 i; i < 4; ++i) {
-            address n = address(uint160(0x1000 + i));
-            address op = address(uint160(0x2000 + i));
+            address n = vm.addr(0x1000 + i);
+            address op = vm.addr(0x2000 + i);
             vm.prank(op);
             sm.register(n, op);
             nodes.push(n);
@@ -55,6 +55,7 @@ contract StakeHandler is Test {
     function withdraw(uint256 seed) external {
         (address n, address op) = _pick(seed);
         (,,, uint256 unbonding, uint64 readyAt) = sm.nodes(n);
+        // forge-lint: disable-next-line(block-timestamp)
         if (unbonding == 0 || block.timestamp < readyAt) return;
         vm.prank(op);
         sm.withdraw(n);

@@ -9,6 +9,8 @@ import {ITrainingConfig} from "../src/interfaces/ITrainingConfig.sol";
 contract TrainingConfigTest is Test {
     event ConfigUpdated(uint64 indexed version, bytes32 indexed field);
 
+    bytes32 internal constant INNER_LR = "innerLrE6";
+    bytes32 internal constant OUTER_LR = "outerLrE6";
     address internal owner = makeAddr("timelock");
     TrainingConfig internal config;
 
@@ -52,9 +54,7 @@ contract TrainingConfigTest is Test {
         vm.expectRevert(abi.encodeWithSelector(ITrainingConfig.InvalidInnerSteps.selector, 100_001));
         config.setInnerLoop(100_001, 1000);
         vm.expectRevert(
-            abi.encodeWithSelector(
-                ITrainingConfig.InvalidLearningRate.selector, bytes32("innerLrE6"), 0
-            )
+            abi.encodeWithSelector(ITrainingConfig.InvalidLearningRate.selector, INNER_LR, 0)
         );
         config.setInnerLoop(10, 0);
         vm.stopPrank();
@@ -81,7 +81,7 @@ contract TrainingConfigTest is Test {
         vm.startPrank(owner);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ITrainingConfig.InvalidLearningRate.selector, bytes32("outerLrE6"), 10_000_001
+                ITrainingConfig.InvalidLearningRate.selector, OUTER_LR, 10_000_001
             )
         );
         config.setOuterOptimizer(10_000_001, 0);
