@@ -22,10 +22,48 @@ from trainer.codec.speed import averaged_errors, measure_codec_ns_per_param
 log = logging.getLogger("bench.codec")
 
 
+def _int8_roundtrip_eager(base: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    """The int8 reference math without its NaN check (a graph break), for torch.compile."""
+    rows = (base - local).view(-1, 256)
+    amax = rows.abs().amax(dim=1, keepdim=True)
+    c127 = torch.full_like(amax, 127.0)
+    q = torch.round(rows * (c127 / amax)).to(torch.int8)
+    return (q.to(torch.float32) * (amax / c127)).view(-1)
+
+
+def measure_torch_compile(numel: int, repeats: int) -> dict[str, float]:
+    """inductor (C++ backend) on the same int8 round trip: compile seconds and ns/param."""
+    import time
+
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(numel, generator=gen)
+    local = base + 0.01 * torch.randn(numel, generator=gen)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        fn = torch.compile(_int8_roundtrip_eager, dynamic=False)
+        start = time.perf_counter()
+        fn(base, local)
+        compile_s = time.perf_counter() - start
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn(base, local)
+            best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return {"compile_s": round(compile_s, 1), "ns_per_param": round(best * 1e9 / numel, 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller tensors, fewer repeats")
     parser.add_argument("--nodes", type=int, default=8, help="simulated nodes for the accuracy")
+    parser.add_argument(
+        "--with-compile",
+        action="store_true",
+        help="also time torch.compile (inductor) on the int8 round trip (~70 s compile on 2 cores)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     numel = 1 << (20 if args.quick else 22)
@@ -53,6 +91,11 @@ def main() -> None:
         "numel": numel,
         "nodes": args.nodes,
     }
+    if args.with_compile:
+        compiled = measure_torch_compile(numel, repeats)
+        log.info("torch.compile int8: %s", compiled)
+        result["torch_compile_ns_per_param"] = compiled["ns_per_param"]
+        result["torch_compile_seconds"] = compiled["compile_s"]
     acc_numel = 1 << (18 if args.quick else 20)
     for kind in ("gaussian", "student_t"):
         errors = averaged_errors(kind, args.nodes, acc_numel)

@@ -179,3 +179,12 @@ def test_exact_halves_round_to_even(backend: str) -> None:
     x = torch.tensor([127.0, 63.5, -47.5, 0.5, -0.5, 1.5, 2.5, -2.5])  # absmax 127: scale 1
     packet = quantize(x, "int8", backend=backend)
     assert packet.payload[:8].tolist() == [127, 64, -48, 0, 0, 2, 2, -2]
+
+
+def test_a_packet_checks_its_own_parts() -> None:
+    with pytest.raises(TrainerError, match="per-block scales"):
+        Packet(WireFormat.INT8, (256,), torch.zeros(256, dtype=torch.int8), None)
+    with pytest.raises(TrainerError, match="needs 2 scales and 512 codes"):
+        Packet(WireFormat.INT8, (300,), torch.zeros(256, dtype=torch.int8), torch.zeros(1))
+    with pytest.raises(TrainerError, match=r"1-D torch\.bfloat16 payload"):
+        Packet(WireFormat.BF16, (4,), torch.zeros(4), None)

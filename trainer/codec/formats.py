@@ -20,7 +20,7 @@ from enum import IntEnum
 
 import torch
 
-from protocol.errors import ConfigError
+from protocol.errors import ConfigError, TrainerError
 
 DEFAULT_BLOCK_SIZE = 256
 MIN_BLOCK_SIZE = 32
@@ -88,7 +88,7 @@ def num_blocks(numel: int, block_size: int) -> int:
     return math.ceil(numel / block_size)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Packet:
     """One encoded tensor (or flat buffer of many tensors) as it goes on the wire.
 
@@ -102,6 +102,28 @@ class Packet:
     payload: torch.Tensor
     scales: torch.Tensor | None = None
     block_size: int = DEFAULT_BLOCK_SIZE
+
+    def __post_init__(self) -> None:
+        if self.payload.dtype != self.fmt.payload_dtype or self.payload.dim() != 1:
+            raise TrainerError(
+                f"{self.fmt.name} packet needs a 1-D {self.fmt.payload_dtype} payload, got "
+                f"{self.payload.dim()}-D {self.payload.dtype}"
+            )
+        if self.fmt is WireFormat.INT8:
+            blocks = num_blocks(self.numel, check_block_size(self.block_size))
+            if self.scales is None or self.scales.dtype != torch.float32:
+                raise TrainerError("an int8 packet needs fp32 per-block scales")
+            if self.scales.numel() != blocks or self.payload.numel() != blocks * self.block_size:
+                raise TrainerError(
+                    f"int8 packet of {self.numel} values in blocks of {self.block_size} needs "
+                    f"{blocks} scales and {blocks * self.block_size} codes, got "
+                    f"{self.scales.numel()} and {self.payload.numel()}"
+                )
+        elif self.payload.numel() < self.numel:
+            raise TrainerError(
+                f"{self.fmt.name} packet of shape {self.shape} needs {self.numel} values, "
+                f"payload has {self.payload.numel()}"
+            )
 
     @property
     def numel(self) -> int:
