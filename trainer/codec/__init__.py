@@ -4,7 +4,7 @@ API the DiLoCo loop calls (all tensors fp32; `fmt` is a `WireFormat`, its chain 
 0/1/2 from `TrainingConfig.wireFormat`, or "fp32"/"bf16"/"int8"):
 
     from trainer.codec import WireFormat, encode, encode_flat, decode, unflatten
-    from trainer.allreduce import average
+    from trainer.allreduce import average, simulate_average
 
     packet = encode_flat(base_params, local_params, fmt)        # base - local, fused, one packet
     mean, bytes_sent = average(packet, group, timeout=60.0)     # flat fp32 mean, same on all ranks
@@ -16,6 +16,7 @@ API the DiLoCo loop calls (all tensors fp32; `fmt` is a `WireFormat`, its chain 
     decode_into(out, packet, *, accumulate=False) -> Tensor     # into a preallocated buffer
     average(x_or_packet, group=None, fmt=None, timeout=60.0, *, block_size=256)
         -> (mean: Tensor, bytes_sent: int)                      # raises CollectiveError
+    simulate_average(vectors, fmt) -> Tensor                    # same bits, one process
     Packet.nbytes                                               # payload + scales on the wire
     wire_bytes(numel, fmt, block_size=256) -> int               # same, without encoding
     measure_codec_ns_per_param() -> float                       # in trainer.codec.speed
