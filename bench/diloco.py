@@ -44,6 +44,9 @@ class Setup:
     outer: OuterConfig
     eval_rows: int
     seed: int = 0
+    warmup: int = 0
+    cosine: bool = False
+    fresh_adam: bool = False
 
 
 def worker_address(k: int) -> str:
@@ -70,7 +73,9 @@ def run_sync(corpus: Corpus, s: Setup, eval_rows: torch.Tensor) -> tuple[float, 
         for step in range(s.inner_steps):
             sl = slice(step * s.batch, (step + 1) * s.batch)
             rows.append(torch.cat([w[sl] for w in per_worker]))
-    cfg = InnerConfig(steps=s.inner_steps * s.rounds, lr=s.inner_lr, batch_size=s.batch * s.workers)
+    steps = s.inner_steps * s.rounds
+    cfg = InnerConfig(steps=steps, lr=s.inner_lr, batch_size=s.batch * s.workers,
+                      warmup_steps=s.warmup, schedule_steps=steps if s.cosine else 0)  # fmt: skip
     InnerTrainer(model, cfg).train(torch.cat(rows))
     n_params = model.num_params()
     sent = s.inner_steps * s.rounds * wire_bytes(n_params, "fp32", s.workers)
@@ -123,6 +128,10 @@ def main() -> None:
     p.add_argument("--outer-momentum", type=float, default=0.9)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--skip-int8", action="store_true")
+    p.add_argument("--skip-sync", action="store_true")
+    p.add_argument("--warmup", type=int, default=0, help="inner lr warmup steps (both runs)")
+    p.add_argument("--cosine", action="store_true", help="cosine inner lr decay (both runs)")
+    p.add_argument("--fresh-adam", action="store_true", help="new AdamW state every round")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
@@ -136,12 +145,21 @@ def main() -> None:
         inner_lr=args.inner_lr,
         outer=OuterConfig(lr=args.outer_lr, momentum=args.outer_momentum),
         eval_rows=256,
+        warmup=args.warmup,
+        cosine=args.cosine,
+        fresh_adam=args.fresh_adam,
     )
     t0 = time.perf_counter()
     corpus = Corpus.stdlib()
     eval_rows = corpus.eval_rows(s.model.seq_len, s.eval_rows, seed=1234)
     initial = evaluate(GPT(s.model, seed=s.seed), eval_rows)
-    sync_loss, sync_bytes = run_sync(corpus, s, eval_rows)
+    if args.skip_sync:
+        sync_loss = float("nan")
+        sync_bytes = (
+            s.inner_steps * s.rounds * wire_bytes(GPT(s.model).num_params(), "fp32", s.workers)
+        )
+    else:
+        sync_loss, sync_bytes = run_sync(corpus, s, eval_rows)
     log.info("sync eval %.4f (%.0fs)", sync_loss, time.perf_counter() - t0)
     d_loss, d_bytes, d_curve = run_diloco(corpus, s, eval_rows, "fp32")
     out: dict[str, object] = {

@@ -64,6 +64,7 @@ class DiLoCo:
         self.model = model
         self.state = state
         self.state.load_into(model)
+        self.inner: InnerTrainer | None = None
 
     def base_hash(self) -> bytes:
         return bytes(hash_state_dict(self.state.weights()))
@@ -77,7 +78,10 @@ class DiLoCo:
         """H inner steps from the base weights; returns the pseudo-gradient (no communication)."""
         base_hash = self.base_hash()
         self.sync_inner_model()
-        inner = InnerTrainer(self.model, settings.inner).train(rows, on_step=on_step)
+        if self.inner is None:
+            self.inner = InnerTrainer(self.model, settings.inner)
+        self.inner.cfg = settings.inner  # the config may change between rounds
+        inner = self.inner.train(rows, on_step=on_step)
         return LocalWork(base_hash, self.state.pseudo_gradient(self.model), inner)
 
     def sync_pseudo_gradient(

@@ -1,8 +1,10 @@
 """The plain trainer: AdamW steps over token rows. DiLoCo wraps it; fully synchronous data
 parallel (the benchmark's baseline) is this same trainer with a larger batch.
 
-Each call to :meth:`InnerTrainer.train` starts a fresh AdamW, so one DiLoCo round is a pure
-function of (base weights, shard rows, config): a validator can replay any (node, round).
+The AdamW state lives as long as the trainer (as in DiLoCo: each worker keeps its inner optimizer
+across rounds); ``keep_state=False`` starts a fresh AdamW on every call instead, which makes one
+round a pure function of (base weights, shard rows, config) for replays. The learning rate can
+follow a warmup + cosine schedule over ``schedule_steps`` global steps (0: constant).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class InnerConfig:
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
     warmup_steps: int = 0
+    schedule_steps: int = 0
+    min_lr_ratio: float = 0.1
 
     def __post_init__(self) -> None:
         if self.steps <= 0:
@@ -71,15 +75,34 @@ class InnerResult:
 class InnerTrainer:
     """Runs AdamW steps on a model; knows nothing of rounds, peers or chains."""
 
-    def __init__(self, model: GPT, cfg: InnerConfig) -> None:
+    def __init__(self, model: GPT, cfg: InnerConfig, *, keep_state: bool = True) -> None:
         self.model = model
         self.cfg = cfg
+        self.keep_state = keep_state
         self.device = next(model.parameters()).device
+        self.global_step = 0
+        self._opt: torch.optim.AdamW | None = None
 
     def _lr_at(self, step: int) -> float:
-        if self.cfg.warmup_steps and step < self.cfg.warmup_steps:
-            return self.cfg.lr * (step + 1) / self.cfg.warmup_steps
-        return self.cfg.lr
+        cfg = self.cfg
+        if cfg.warmup_steps and step < cfg.warmup_steps:
+            return cfg.lr * (step + 1) / cfg.warmup_steps
+        if cfg.schedule_steps:
+            span = max(cfg.schedule_steps - cfg.warmup_steps, 1)
+            progress = min(max(step - cfg.warmup_steps, 0) / span, 1.0)
+            ratio = cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (
+                1 + math.cos(math.pi * progress)
+            )
+            return cfg.lr * ratio
+        return cfg.lr
+
+    def optimizer(self) -> torch.optim.AdamW:
+        if self._opt is None or not self.keep_state:
+            cfg = self.cfg
+            self._opt = torch.optim.AdamW(
+                self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+            )
+        return self._opt
 
     def train(
         self, rows: Tensor, *, on_step: Callable[[StepInfo], None] | None = None
@@ -92,16 +115,14 @@ class InnerTrainer:
                 f"shard has {rows.shape[0]} rows but {cfg.steps} steps x {cfg.batch_size} "
                 f"rows need {needed}"
             )
-        opt = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
-        )
+        opt = self.optimizer()
         self.model.train()
         result = InnerResult(steps=0, tokens=0)
         start = time.perf_counter()
         for step in range(cfg.steps):
             batch = rows[step * cfg.batch_size : (step + 1) * cfg.batch_size].to(self.device)
             for group in opt.param_groups:
-                group["lr"] = self._lr_at(step)
+                group["lr"] = self._lr_at(self.global_step)
             with torch.autocast(
                 self.device.type, torch.bfloat16, enabled=self.device.type == "cuda"
             ):
@@ -116,6 +137,7 @@ class InnerTrainer:
             if math.isnan(value):
                 raise TrainerError(f"inner loss became NaN at step {step}: lower the inner lr")
             result.steps += 1
+            self.global_step += 1
             result.tokens += batch.shape[0] * (batch.shape[1] - 1)
             result.losses.append(value)
             if on_step is not None:

@@ -47,11 +47,12 @@ class LedgerClient:
         *,
         timeout_s: float = 30.0,
         retry: RetryPolicy | None = None,
-        transport: httpx.BaseTransport | None = None,
+        http: httpx.Client | None = None,
     ) -> None:
+        """``http``: an existing client to use (e.g. FastAPI's TestClient around a real app)."""
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
-        self.http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
+        self.http = http or httpx.Client(base_url=self.base_url, timeout=timeout_s)
 
     def close(self) -> None:
         self.http.close()

@@ -1,0 +1,63 @@
+"""A node's signed attestation carries exactly what it trained, and a replay reproduces it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from protocol.eip712 import Eip712Domain
+from protocol.hashing import hash_state_dict
+from protocol.keys import NodeKey
+from protocol.signing import verify_attestation
+from tests.trainer.nodes import DEV_KEYS, RUN_ID
+from trainer.attest import Attester
+from trainer.checkpoint import CheckpointDir
+from trainer.data import Corpus, ShardSpec
+from trainer.diloco import DiLoCo
+from trainer.membership import MembershipConfig
+from trainer.model import GPT, GPTConfig
+from trainer.node import NodeRunner, NodeSettings
+from trainer.recovery import genesis_checkpoint, genesis_hash
+from trainer.runconfig import RunConfig, StaticConfig
+
+SMALL = GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32)
+
+
+def test_attestation_fields_equal_what_was_trained(
+    corpus_dir: Path, store_port: int, tmp_path: Path
+) -> None:
+    key = NodeKey.from_private_key(bytes.fromhex(DEV_KEYS[0][2:]))
+    domain = Eip712Domain(chain_id=31337, verifying_contract=DEV_ADDRESS)
+    config = RunConfig.make(version=7, inner_steps=4, batch_size=4, mixture=(6000, 4000))
+    settings = NodeSettings(
+        run_id=RUN_ID,
+        model=SMALL,
+        rendezvous_port=store_port,
+        membership=MembershipConfig(min_nodes=1, join_window_s=0.0),
+        data_path=str(corpus_dir),
+        checkpoint_dir=tmp_path,
+        max_rounds=2,
+        eval_rows=8,
+    )
+    runner = NodeRunner(settings, Attester(key, domain, RUN_ID, None), StaticConfig(config))
+    reports = runner.run()
+    assert [r.round for r in reports] == [1, 2]
+    att = reports[0].signed.attestation
+    spec = ShardSpec.for_node(RUN_ID, 1, key.address, 4 * 4 * 32, (6000, 4000))
+    assert att.run_id == RUN_ID and att.round == 1 and att.node == key.address
+    assert att.config_version == 7
+    assert att.inner_steps == 4 and att.tokens == 4 * 4 * 32
+    assert att.data_shard == spec.id
+    assert att.base_checkpoint == genesis_hash(SMALL, 0)
+    assert att.result_checkpoint == CheckpointDir(tmp_path).load(1).weights_hash
+    assert reports[1].signed.attestation.base_checkpoint == att.result_checkpoint
+    assert verify_attestation(att, domain, reports[0].signed.signature) == key.address
+
+    # An independent replay of round 1 (what an auditor does) reproduces the commitment.
+    model = GPT(SMALL)
+    replay = DiLoCo(model, genesis_checkpoint(SMALL, 0).to_state())
+    rows = Corpus.from_folder(corpus_dir).shard_rows(spec, SMALL.seq_len)
+    local = replay.train_local(rows, config.settings)
+    assert hash_state_dict(local.pseudo_gradient_tensors(replay.state)) == att.pseudo_gradient
+
+
+DEV_ADDRESS = NodeKey.from_private_key(bytes.fromhex(DEV_KEYS[4][2:])).address

@@ -1,0 +1,150 @@
+"""A node against the real chain (anvil + deployed contracts) and the real ledger app.
+
+Config comes from TrainingConfig every round (a change executed by the Timelock between rounds is
+what the next round trains with and attests); the genesis checkpoint is checked against the
+chain; attestations and blobs go to the ledger, which accepts them, idempotently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from protocol.chain import ChainClient
+from protocol.deployment import Deployment
+from protocol.devnet import AnvilProcess
+from protocol.errors import AttestationRejected, LedgerUnavailableError
+from protocol.keys import NodeKey
+from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
+    ADMIN,
+    client,
+    db_url,
+    deployment_file,
+    ledger,
+    nodes,
+    settings_for,
+)
+from tests.ledger.helpers import domain_of
+from trainer.attest import Attester
+from trainer.ledger_client import LedgerClient, RetryPolicy
+from trainer.membership import MembershipConfig
+from trainer.model import GPTConfig
+from trainer.node import NodeRunner, NodeSettings, RoundReport
+from trainer.recovery import Recovery, genesis_hash
+from trainer.runconfig import ChainConfig
+
+pytestmark = [pytest.mark.anvil]
+
+SMALL = GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32)
+RUN = bytes.fromhex("5e" * 32)
+
+
+def _as_timelock(chain: AnvilProcess, deployment: Deployment, fn: str, *args: Any) -> None:
+    """Execute a TrainingConfig setter as its owner, the Timelock (what an executed vote does)."""
+    from protocol.deployment import abi
+
+    timelock = deployment.address("TimelockController")
+    chain.call("anvil_impersonateAccount", [timelock])
+    chain.call("anvil_setBalance", [timelock, hex(10**19)])
+    contract = chain.w3.eth.contract(
+        address=deployment.address("TrainingConfig"), abi=abi("TrainingConfig")
+    )
+    tx = getattr(contract.functions, fn)(*args).transact({"from": timelock})
+    assert chain.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
+    chain.call("anvil_stopImpersonatingAccount", [timelock])
+
+
+def _node(
+    chain: AnvilProcess,
+    deployment: Deployment,
+    key: NodeKey,
+    corpus_dir: Path,
+    store_port: int,
+    ledger: LedgerClient | None,
+    rounds: int,
+) -> NodeRunner:
+    cc = ChainClient(chain.rpc_url, deployment)
+    settings = NodeSettings(
+        run_id=RUN, model=SMALL, rendezvous_port=store_port,
+        membership=MembershipConfig(min_nodes=1, join_window_s=0.0),
+        data_path=str(corpus_dir), max_rounds=rounds, eval_rows=8,
+    )  # fmt: skip
+    return NodeRunner(
+        settings,
+        Attester(key, domain_of(deployment), RUN, ledger),
+        ChainConfig(cc, batch_size=4),
+        recovery=Recovery(RUN, SMALL, 0, chain=cc, ledger=ledger),
+    )
+
+
+def test_config_change_on_chain_is_picked_up_next_round(
+    chain: AnvilProcess, deployment: Deployment, corpus_dir: Path, store_port: int
+) -> None:
+    _as_timelock(chain, deployment, "setInnerLoop", 3, 3000)
+    _as_timelock(chain, deployment, "setDataMixture", [7000, 3000])
+    before = ChainClient(chain.rpc_url, deployment).training_config()
+    key = NodeKey.from_private_key(bytes([7]) * 32)
+    runner = _node(chain, deployment, key, corpus_dir, store_port, None, rounds=2)
+
+    def vote_passed(report: RoundReport) -> None:
+        if report.round == 1:
+            _as_timelock(chain, deployment, "setInnerLoop", 5, 2000)
+
+    runner.on_round = vote_passed
+    r1, r2 = runner.run()
+    a1, a2 = r1.signed.attestation, r2.signed.attestation
+    assert a1.config_version == before.version and a1.inner_steps == 3
+    assert a2.config_version == before.version + 1 and a2.inner_steps == 5
+    assert a2.tokens == 5 * 4 * SMALL.seq_len
+    assert r2.config.settings.inner.lr == pytest.approx(0.002)
+    assert r2.config.mixture == (7000, 3000)
+
+
+def test_attestations_and_blobs_are_accepted_by_the_real_ledger(
+    chain: AnvilProcess,
+    deployment: Deployment,
+    client: TestClient,  # noqa: F811
+    ledger: Any,  # noqa: F811
+    nodes: list[Any],  # noqa: F811
+    corpus_dir: Path,
+    store_port: int,
+) -> None:
+    _as_timelock(chain, deployment, "setInnerLoop", 3, 3000)
+    r = client.post(
+        "/v1/runs",
+        json={
+            "run_id": "0x" + RUN.hex(),
+            "genesis_checkpoint": "0x" + genesis_hash(SMALL, 0).hex(),
+        },
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
+    assert r.status_code == 201, r.text
+    ledger.indexer.catch_up()
+    key = NodeKey.from_private_key(nodes[0].key)
+    lc = LedgerClient("http://testserver", http=client)
+    runner = _node(chain, deployment, key, corpus_dir, store_port, lc, rounds=1)
+    (report,) = runner.run()  # genesis checked against checkpointOf(run, 0) on chain
+    assert report.signed.ledger_id is not None
+    att = report.signed.attestation
+    again = lc.submit_attestation(att, report.signed.signature, [key.address])
+    assert again == report.signed.ledger_id, "re-posting the same attestation is idempotent"
+    pg_blob = lc.get_blob(att.pseudo_gradient)
+    assert pg_blob is not None and len(pg_blob) > 1000
+    assert lc.get_blob(att.result_checkpoint) is not None, "rank 0 uploaded the checkpoint"
+    stranger = NodeKey.from_private_key(bytes([9]) * 32)  # not registered on chain
+    forged = dataclasses.replace(att, node=stranger.address)
+    with pytest.raises(AttestationRejected) as err:
+        lc.submit_attestation(
+            forged, stranger.sign_attestation(forged, domain_of(deployment)), [stranger.address]
+        )
+    assert err.value.code != "http_422", err.value.message  # a verdict with the ledger's own code
+
+
+def test_unreachable_ledger_is_a_clear_error() -> None:
+    lc = LedgerClient("http://127.0.0.1:9", retry=RetryPolicy(attempts=2, base_delay_s=0.01))
+    with pytest.raises(LedgerUnavailableError, match="did not answer after 2 attempts"):
+        lc.health()
