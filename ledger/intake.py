@@ -1,21 +1,26 @@
 """Accepting attestations: level 0 checks, then one row per (run, round, node), idempotently.
 
-One lock serialises "is the round still open? insert" against the lifecycle closing rounds, so
+The hot path: checks run outside the lock (CPU only: parse, hash, recover, snapshot lookups);
+then one short transaction per request or batch, in SQLAlchemy Core: one SELECT for the slots
+already taken, one multi-row INSERT ... RETURNING for the new ones, one for the rejections.
+The lock serialises "is the round still open? insert" against the lifecycle closing rounds, so
 no attestation slips into a round after it was scored. Rejections are stored (audit trail).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import Engine
-from sqlmodel import Session, select
+from sqlalchemy import Connection, Engine, insert, select
 
 from ledger.core.config import Settings
+from ledger.group_writer import GroupWriter
 from ledger.indexer import ChainSnapshot, Indexer
 from ledger.models import Attestation, Rejection, RoundState, utcnow
 from ledger.schemas import AttestationIn
@@ -23,6 +28,11 @@ from ledger.verify import Checked, check_chain, check_form, http_status, reject
 from protocol.errors import AttestationRejected
 
 log = logging.getLogger(__name__)
+
+_ATT = Attestation.__table__  # type: ignore[attr-defined]
+_REJ = Rejection.__table__  # type: ignore[attr-defined]
+_ROUND = RoundState.__table__  # type: ignore[attr-defined]
+_INT63 = 1 << 63
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +45,22 @@ class Outcome:
     message: str | None = None
 
 
+Slot = tuple[str, int, str]
+
+
+@dataclass
+class Job:
+    """One request's items and their outcomes (an int outcome refers to an earlier item)."""
+
+    items: list[AttestationIn]
+    out: list[Outcome | int] = field(default_factory=list)
+    rejections: list[dict[str, Any]] = field(default_factory=list)
+    checked: list[tuple[int, Checked]] = field(default_factory=list)
+
+    def results(self) -> list[Outcome]:
+        return [_resolve(self.out, o) for o in self.out]
+
+
 class Intake:
     def __init__(self, engine: Engine, indexer: Indexer, settings: Settings) -> None:
         self.engine = engine
@@ -42,137 +68,176 @@ class Intake:
         self.settings = settings
         self.lock = threading.Lock()
         self.round_states: dict[tuple[str, int], str] = {}
+        self.writer = GroupWriter(self)
 
     @property
     def snapshot(self) -> ChainSnapshot:
         return self.indexer.snapshot
 
-    def submit(self, items: list[AttestationIn]) -> list[Outcome]:
-        """Verify and store ``items`` (one transaction); an outcome per item, in order."""
+    def check(self, items: list[AttestationIn]) -> Job:
+        """Level 0 checks that need no database (CPU only; run them outside the lock)."""
         domain = self.indexer.chain.domain
         snap = self.snapshot
-        pre: list[Checked | Outcome] = []
-        rejections: list[Rejection] = []
-        for item in items:
+        job = Job(items=items)
+        for index, item in enumerate(items):
             try:
-                checked = check_form(item, domain)
-                check_chain(checked, snap, round_window=self.settings.round_window)
-                pre.append(checked)
+                c = check_form(item, domain)
+                check_chain(c, snap, round_window=self.settings.round_window)
+                job.checked.append((index, c))
+                job.out.append(Outcome(0))
             except AttestationRejected as exc:
-                pre.append(Outcome(http_status(exc.code), code=exc.code, message=exc.message))
-                rejections.append(_rejection(item, exc))
-        with self.lock, Session(self.engine, expire_on_commit=False) as session:
-            out: list[Outcome | int] = []  # an int refers to an earlier item of this batch
-            new_rows: list[tuple[int, Attestation]] = []
-            seen: dict[tuple[str, int, str], tuple[int, str]] = {}
-            for item, result in zip(items, pre, strict=True):
-                if isinstance(result, Outcome):
-                    out.append(result)
-                    continue
+                job.out.append(_refusal(exc))
+                job.rejections.append(_rejection(item, exc))
+        return job
+
+    def submit(self, items: list[AttestationIn]) -> list[Outcome]:
+        """Verify and store ``items`` (one transaction); an outcome per item, in order."""
+        job = self.check(items)
+        with self.lock:
+            self._write(job)
+        return job.results()
+
+    async def submit_async(self, items: list[AttestationIn]) -> list[Outcome]:
+        """Like :meth:`submit`, but the write joins concurrent requests in one transaction."""
+        job = self.check(items)
+        if job.checked or job.rejections:
+            await asyncio.wrap_future(self.writer.enqueue(job))
+        return job.results()
+
+    def _write(self, job: Job) -> None:
+        items, out, rejections = job.items, job.out, job.rejections
+        with self.engine.begin() as conn:
+            taken = self._taken(conn, [c for _, c in job.checked])
+            seen: dict[Slot, tuple[int, str]] = {}
+            rows: list[dict[str, Any]] = []
+            row_index: list[int] = []
+            for index, c in job.checked:
                 try:
-                    outcome, row = self._place(session, result, seen, len(out))
+                    placed = self._place(conn, c, taken, seen, index)
                 except AttestationRejected as exc:
-                    rejections.append(_rejection(item, exc, result))
-                    out.append(Outcome(http_status(exc.code), code=exc.code, message=exc.message))
+                    out[index] = _refusal(exc)
+                    rejections.append(_rejection(items[index], exc, c))
                     continue
-                if row is not None:
-                    new_rows.append((len(out), row))
-                out.append(outcome)
-            session.add_all(rejections)
-            session.flush()
-            for index, row in new_rows:
-                assert row.id is not None
-                out[index] = Outcome(202, id=row.id)
-            session.commit()
-        return [out[o] if isinstance(o, int) else o for o in out]  # type: ignore[misc]
+                if isinstance(placed, dict):
+                    rows.append(placed)
+                    row_index.append(index)
+                else:
+                    out[index] = placed
+            if rows:
+                stmt = insert(_ATT).returning(_ATT.c.id, sort_by_parameter_order=True)
+                ids = conn.execute(stmt, rows).scalars().all()
+                for index, new_id in zip(row_index, ids, strict=True):
+                    out[index] = Outcome(202, id=int(new_id))
+            if rejections:
+                conn.execute(insert(_REJ), rejections)
+
+    def _taken(self, conn: Connection, checked: list[Checked]) -> dict[Slot, tuple[int, str]]:
+        """(run, round, node) -> (id, digest) for the slots of ``checked`` already stored."""
+        if not checked:
+            return {}
+        wanted = {(c.run_hex, int(c.attestation.round), str(c.attestation.node)) for c in checked}
+        stmt = select(_ATT.c.run_id, _ATT.c.round, _ATT.c.node, _ATT.c.id, _ATT.c.digest).where(
+            _ATT.c.run_id.in_({s[0] for s in wanted}),
+            _ATT.c.round.in_({s[1] for s in wanted}),
+            _ATT.c.node.in_({s[2] for s in wanted}),
+        )
+        found = {}
+        for run, rnd, node, row_id, digest in conn.execute(stmt):
+            if (run, rnd, node) in wanted:
+                found[(run, rnd, node)] = (int(row_id), digest)
+        return found
 
     def _place(
         self,
-        session: Session,
-        checked: Checked,
-        seen: dict[tuple[str, int, str], tuple[int, str]],
+        conn: Connection,
+        c: Checked,
+        taken: dict[Slot, tuple[int, str]],
+        seen: dict[Slot, tuple[int, str]],
         index: int,
-    ) -> tuple[Outcome | int, Attestation | None]:
-        att = checked.attestation
-        run = checked.run_hex
-        key = (run, att.round)
-        state = self.round_states.get(key)
-        if state is None:
-            state = self._open_round(session, run, att.round)
+    ) -> dict[str, Any] | Outcome | int:
+        """The row to insert, or the outcome of a duplicate (an int: same as that item)."""
+        att = c.attestation
+        run = c.run_hex
+        state = self.round_states.get((run, att.round)) or self._open_round(conn, run, att.round)
         if state != "open":
             raise reject(
                 "round_closed",
                 f"round {att.round} of run {run} is {state}: it no longer takes attestations",
             )
-        slot = (run, att.round, att.node)
-        digest_hex = "0x" + checked.digest.hex()
-        earlier = seen.get(slot)  # the same slot earlier in this batch
-        if earlier is not None and earlier[1] == digest_hex:
-            return earlier[0], None
-        existing = session.exec(
-            select(Attestation.id, Attestation.digest).where(
-                Attestation.run_id == run,
-                Attestation.round == att.round,
-                Attestation.node == att.node,
-            )
-        ).first()
-        if earlier is not None or existing is not None:
-            if existing is not None and existing[1] == digest_hex:
-                return Outcome(202, id=existing[0]), None
+        slot: Slot = (run, int(att.round), str(att.node))
+        digest = "0x" + c.digest.hex()
+        earlier, stored = seen.get(slot), taken.get(slot)
+        if earlier is not None and earlier[1] == digest:
+            return earlier[0]
+        if stored is not None and stored[1] == digest:
+            return Outcome(202, id=stored[0])
+        if earlier is not None or stored is not None:
             raise reject(
                 "conflicting_attestation",
                 f"node {att.node} already attested round {att.round} of run {run} with "
                 "different fields: one attestation per node per round",
             )
-        if att.tokens >= 1 << 63 or att.config_version >= 1 << 63:
+        if att.tokens >= _INT63 or att.config_version >= _INT63:
             raise reject("invalid_field", "tokens/configVersion: implausibly large (>= 2**63)")
-        row = Attestation(
-            run_id=run,
-            round=att.round,
-            node=att.node,
-            config_version=att.config_version,
-            base_checkpoint="0x" + att.base_checkpoint.hex(),
-            pseudo_gradient="0x" + att.pseudo_gradient.hex(),
-            data_shard="0x" + att.data_shard.hex(),
-            inner_steps=att.inner_steps,
-            tokens=att.tokens,
-            result_checkpoint="0x" + att.result_checkpoint.hex(),
-            digest=digest_hex,
-            signature="0x" + checked.signature.hex(),
-            members=json.dumps(list(checked.members)) if checked.members is not None else None,
-        )
-        session.add(row)
-        seen[slot] = (index, digest_hex)
-        return Outcome(202), row
+        seen[slot] = (index, digest)
+        return {
+            "run_id": run,
+            "round": att.round,
+            "node": att.node,
+            "config_version": att.config_version,
+            "base_checkpoint": "0x" + att.base_checkpoint.hex(),
+            "pseudo_gradient": "0x" + att.pseudo_gradient.hex(),
+            "data_shard": "0x" + att.data_shard.hex(),
+            "inner_steps": att.inner_steps,
+            "tokens": att.tokens,
+            "result_checkpoint": "0x" + att.result_checkpoint.hex(),
+            "digest": digest,
+            "signature": "0x" + c.signature.hex(),
+            "members": json.dumps(list(c.members)) if c.members is not None else None,
+            "received_at": utcnow(),
+        }
 
-    def _open_round(self, session: Session, run: str, round_: int) -> str:
-        row = session.exec(
-            select(RoundState).where(RoundState.run_id == run, RoundState.round == round_)
-        ).first()
-        if row is None:
+    def _open_round(self, conn: Connection, run: str, round_: int) -> str:
+        state = conn.execute(
+            select(_ROUND.c.state).where(_ROUND.c.run_id == run, _ROUND.c.round == round_)
+        ).scalar()
+        if state is None:
             now = utcnow()
-            row = RoundState(
-                run_id=run,
-                round=round_,
-                opened_at=now,
-                deadline_at=now + timedelta(seconds=self.settings.round_deadline_s),
+            conn.execute(
+                insert(_ROUND).values(
+                    run_id=run,
+                    round=round_,
+                    state="open",
+                    opened_at=now,
+                    deadline_at=now + timedelta(seconds=self.settings.round_deadline_s),
+                )
             )
-            session.add(row)
-            session.flush()
+            state = "open"
             log.info("round %d of run %s opened", round_, run)
-        self.round_states[(run, round_)] = row.state
-        return row.state
+        self.round_states[(run, round_)] = str(state)
+        return str(state)
+
+
+def _refusal(exc: AttestationRejected) -> Outcome:
+    return Outcome(http_status(exc.code), code=exc.code, message=exc.message)
+
+
+def _resolve(out: list[Outcome | int], o: Outcome | int) -> Outcome:
+    while isinstance(o, int):
+        o = out[o]
+    return o
 
 
 def _rejection(
     item: AttestationIn, exc: AttestationRejected, checked: Checked | None = None
-) -> Rejection:
+) -> dict[str, Any]:
     fields = item.attestation
-    return Rejection(
-        node=fields.node,
-        run_id=fields.runId.lower(),
-        round=str(fields.round),
-        code=exc.code,
-        message=exc.message,
-        digest="0x" + checked.digest.hex() if checked is not None else None,
-    )
+    return {
+        "node": fields.node,
+        "run_id": fields.runId.lower(),
+        "round": str(fields.round),
+        "code": exc.code,
+        "message": exc.message,
+        "digest": "0x" + checked.digest.hex() if checked is not None else None,
+        "created_at": utcnow(),
+    }

@@ -59,10 +59,13 @@ class RoundKeeper:
                 ).all()
                 attested = {node for node, _ in rows}
                 expected = set(attested)
+                declared = False
                 for _, members in rows:
                     if members:
+                        declared = True
                         expected.update(json.loads(members))
-                complete = bool(attested) and expected <= attested
+                # without any declared round_members only the deadline closes the round
+                complete = declared and expected <= attested
                 if complete or now >= rnd.deadline_at:
                     rnd.state = "closing"
                     rnd.closed_at = now

@@ -15,7 +15,7 @@ from ledger.service import Ledger
 from protocol.errors import LedgerError
 
 
-def get_ledger(request: Request) -> Ledger:
+async def get_ledger(request: Request) -> Ledger:
     ledger: Ledger = request.app.state.ledger
     return ledger
 
@@ -23,11 +23,11 @@ def get_ledger(request: Request) -> Ledger:
 LedgerDep = Annotated[Ledger, Depends(get_ledger)]
 
 
-def get_settings(ledger: LedgerDep) -> Settings:
+async def get_settings(ledger: LedgerDep) -> Settings:
     return ledger.settings
 
 
-def get_chain(ledger: LedgerDep) -> LedgerChain:
+async def get_chain(ledger: LedgerDep) -> LedgerChain:
     return ledger.chain
 
 

@@ -30,7 +30,7 @@ class NodeKey:
 
 
 def contract(w3: Web3, dep: Deployment, name: str) -> Any:
-    return w3.eth.contract(address=dep.address(name), abi=abi(name))
+    return w3.eth.contract(address=dep.address(name), abi=abi(name))  # type: ignore[call-overload]
 
 
 def _send(w3: Web3, fn: Any, sender: str, value: int = 0) -> None:

@@ -37,16 +37,16 @@ def _error(outcome: Outcome) -> Response:
 
 
 @router.post("", status_code=202, response_model=Accepted, responses=_ERRORS)  # type: ignore[arg-type]
-def post_attestation(body: AttestationIn, ledger: LedgerDep) -> Response:
+async def post_attestation(body: AttestationIn, ledger: LedgerDep) -> Response:
     """Submit one signed ComputeAttestation. Re-posting the same one answers the same id."""
-    outcome = ledger.intake.submit([body])[0]
+    outcome = (await ledger.intake.submit_async([body]))[0]
     if outcome.status != 202:
         return _error(outcome)
     return json_response({"id": outcome.id, "status": "accepted"}, 202)
 
 
 @router.post("/batch", status_code=202, response_model=BatchOut, responses=_ERRORS)  # type: ignore[arg-type]
-def post_batch(body: BatchIn, ledger: LedgerDep) -> Response:
+async def post_batch(body: BatchIn, ledger: LedgerDep) -> Response:
     """Submit many attestations in one request; one result per item, in order."""
     limit = ledger.settings.max_batch_items
     if len(body.items) > limit:
@@ -55,7 +55,7 @@ def post_batch(body: BatchIn, ledger: LedgerDep) -> Response:
         )
     results = []
     accepted = 0
-    for index, outcome in enumerate(ledger.intake.submit(body.items)):
+    for index, outcome in enumerate(await ledger.intake.submit_async(body.items)):
         if outcome.status == 202:
             accepted += 1
             results.append(

@@ -1,0 +1,216 @@
+"""`python -m bench.ledger [--database sqlite|postgres] [--quick]`: ledger HTTP throughput.
+
+Starts a real anvil, deploys the contracts, registers and stakes real nodes, starts
+`coloco ledger serve` (one uvicorn worker, pinned to one core when the machine has two), commits
+a genesis, and drives the API over HTTP on 127.0.0.1 from another process (pinned to the other
+core) with pre-signed, valid attestations, each a distinct (node, round):
+
+- single: POST /v1/attestations, closed loop, 8 connections -> ``single_per_s``;
+- batch: POST /v1/attestations/batch with 100 items per request -> ``batch_per_s`` (items/s);
+- latency: POST /v1/attestations at 500 requests/s offered (open loop) -> ``p50_ms``, ``p99_ms``.
+
+Every request must answer 202 (``errors`` counts the others). Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from bench.ledger_client import run_phase
+from protocol.deploy import deploy
+from protocol.devnet import AnvilProcess, free_port, stop_pid
+from protocol.signing import sign_attestation
+from protocol.toolchain import REPO_ROOT
+from tests.ledger.helpers import attestation, domain_of, h, new_node
+
+log = logging.getLogger("bench.ledger")
+ADMIN = "bench-admin-token-0123456789abcdef"
+NODES = 20
+BATCH = 100
+
+
+def _cpus() -> tuple[int | None, int | None]:
+    cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[0], cpus[1]) if len(cpus) >= 2 else (None, None)
+
+
+def _presign(
+    nodes: list[Any], run_id: str, domain: Any, count: int, first_round: int
+) -> list[bytes]:
+    genesis = h("bench-genesis")
+    out = []
+    for i in range(count):
+        node = nodes[i % len(nodes)]
+        rnd = first_round + i // len(nodes)
+        att = attestation(
+            node, run_id=run_id, round_=rnd, base=genesis, result=h(f"r{rnd}"), tokens=1000 + i
+        )
+        sig = sign_attestation(att, domain, node.key)
+        out.append(orjson.dumps({"attestation": att.to_json(), "signature": "0x" + sig.hex()}))
+    return out
+
+
+def _start_server(
+    env: dict[str, str], port: int, cpu: int | None, logfile: Path
+) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "coloco_cli", "ledger", "serve", "--host", "127.0.0.1",
+            "--port", str(port), "--log-level", "warning"]  # fmt: skip
+    if cpu is not None:
+        argv = ["taskset", "-c", str(cpu), *argv]
+    with logfile.open("ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            env={**os.environ, **env},
+            cwd=REPO_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ledger exited {proc.returncode}: {logfile.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"ledger did not answer: {logfile.read_text()[-2000:]}")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _server_pid(proc: subprocess.Popen[bytes]) -> int:
+    """The python process under ``taskset`` (taskset execs, so it is the same pid)."""
+    return proc.pid
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    n_single, n_batch, seconds = (1000, 2000, 2) if args.quick else (5000, 20000, 10)
+    n_latency = 500 * seconds
+    server_cpu, client_cpu = _cpus()
+    work = Path(tempfile.mkdtemp(prefix="bench-ledger-"))
+    anvil = AnvilProcess.start(work / "anvil")
+    pg = None
+    server = None
+    try:
+        dep_path = work / "deployment.json"
+        dep = deploy(
+            anvil.rpc_url, anvil.accounts[0][1], committer=anvil.accounts[1][0], out_path=dep_path
+        )
+        nodes = [new_node(anvil.w3, dep, anvil.accounts[2 + i % 8][0]) for i in range(NODES)]
+        if args.database == "postgres":
+            from tests.harness.postgres import PostgresServer
+
+            pg = PostgresServer.start()
+            db_url = pg.create_database("bench_ledger")
+        else:
+            db_url = f"sqlite:///{work / 'ledger.db'}"
+        env = {
+            "COLOCO_LEDGER_ENVIRONMENT": "test",
+            "COLOCO_LEDGER_RPC_URL": anvil.rpc_url,
+            "COLOCO_LEDGER_DEPLOYMENT": str(dep_path),
+            "COLOCO_LEDGER_COMMITTER_PRIVATE_KEY": anvil.accounts[1][1],
+            "COLOCO_LEDGER_DATABASE_URL": db_url,
+            "COLOCO_LEDGER_BLOB_DIR": str(work / "blobs"),
+            "COLOCO_LEDGER_ADMIN_TOKEN": ADMIN,
+            "COLOCO_LEDGER_ROUND_WINDOW": "1000000",
+            "COLOCO_LEDGER_ROUND_DEADLINE_S": "36000",
+            "COLOCO_LEDGER_MAX_BATCH_ITEMS": str(BATCH),
+        }
+        port = free_port()
+        server = _start_server(env, port, server_cpu, work / "ledger.log")
+        url = f"http://127.0.0.1:{port}"
+        run_id = h("bench-run")
+        r = httpx.post(
+            f"{url}/v1/runs",
+            json={"run_id": run_id, "genesis_checkpoint": h("bench-genesis")},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+            timeout=60,
+        )
+        r.raise_for_status()
+        time.sleep(1.5)  # the indexer sees the genesis commit
+        domain = domain_of(dep)
+        total = 200 + n_single + n_batch + n_latency
+        log.info("pre-signing %d attestations", total)
+        bodies = _presign(nodes, run_id, domain, total, 1)
+        warm, single = bodies[:200], bodies[200 : 200 + n_single]
+        rest = bodies[200 + n_single :]
+        batch_items, latency = rest[:n_batch], rest[n_batch:]
+        batches = [
+            b'{"items":[' + b",".join(batch_items[i : i + BATCH]) + b"]}"
+            for i in range(0, len(batch_items), BATCH)
+        ]
+        ctx = get_context("spawn")
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+
+            def phase(kind: str, path: str, data: list[bytes], arg: float) -> dict[str, Any]:
+                before = _cpu_seconds(_server_pid(server))
+                out = pool.submit(
+                    run_phase, kind, "127.0.0.1", port, path, data, arg=arg, cpu=client_cpu
+                ).result()
+                out["server_cpu_s"] = _cpu_seconds(_server_pid(server)) - before
+                return out
+
+            phase("closed", "/v1/attestations", warm, 4)
+            s = phase("closed", "/v1/attestations", single, 8)
+            log.info("single: %s", s)
+            b = phase("closed", "/v1/attestations/batch", batches, 2)
+            log.info("batch: %s", b)
+            lat = phase("open", "/v1/attestations", latency, 500)
+            log.info("latency: %s", lat)
+        health = httpx.get(f"{url}/v1/health", timeout=10).json()
+        result = {
+            "database": args.database,
+            "single_per_s": round(s["requests"] / s["elapsed_s"], 1),
+            "batch_per_s": round(len(batch_items) / b["elapsed_s"], 1),
+            "single_per_cpu_s": round(n_single / max(s["server_cpu_s"], 1e-9), 1),
+            "batch_per_cpu_s": round(n_batch / max(b["server_cpu_s"], 1e-9), 1),
+            "p50_ms": round(lat["p50_ms"], 2),
+            "p99_ms": round(lat["p99_ms"], 2),
+            "max_ms": round(lat["max_ms"], 2),
+            "offered_rps": 500,
+            "achieved_rps": round(lat["achieved_rps"], 1),
+            "errors": s["errors"] + b["errors"] + lat["errors"],
+            "requests": {"single": n_single, "batch_items": n_batch, "latency": n_latency},
+            "server_cpu": server_cpu,
+            "client_cpu": client_cpu,
+            "quick": args.quick,
+            "health": health["status"],
+            "load_average_1m": round(os.getloadavg()[0], 2),
+        }
+    finally:
+        if server is not None:
+            stop_pid(server.pid)
+        anvil.stop()
+        if pg is not None:
+            pg.stop()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
