@@ -6,6 +6,7 @@ they are all stopped when `DemoRun` leaves its `with` block.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -31,6 +32,7 @@ from coloco_cli.demo_train import (
     start_node,
     start_rendezvous,
     wait_for_exit,
+    wait_for_records,
     wait_for_round,
     wait_rendezvous,
 )
@@ -73,7 +75,9 @@ class DemoRun:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.step(f"stopping {len(self.procs.children)} processes")
+        children = [{"name": c.name, "pid": c.pid} for c in self.procs.children]
+        (self.workdir / "processes.json").write_text(json.dumps(children, indent=1))
+        self.step(f"stopping {len(children)} processes")
         self.procs.__exit__(exc_type, exc, tb)
 
     def step(self, text: str) -> None:
@@ -133,26 +137,46 @@ class DemoRun:
             key=lambda e: (e[0], e[1] != "join"),
         )
         for after, what in events:
-            last = wait_for_round(net, self.run_id, after, self.nodes, timeout=plan.round_timeout_s)
-            self.step(f"round {last} committed on chain")
             if what == "govern":
-                self.claims += claim_all(net, self.actors[: plan.nodes])
-                self.step(f"{len(self.claims)} contributors claimed; holders vote")
-                self.gov = govern(
-                    net, self.actors[: plan.nodes], [f"inner-steps={plan.new_inner_steps}"]
-                )
-                self.step(
-                    f"proposal executed: TrainingConfig v{self.gov.config_version_before} -> "
-                    f"v{self.gov.config_version_after} (inner steps {self.gov.inner_steps_after})"
-                )
+                self._govern(after)
             elif joiner is not None:
+                wait_for_round(net, self.run_id, after, self.nodes, timeout=plan.round_timeout_s)
                 joiner.release()
                 self.nodes.append(joiner)
-                self.step(f"{joiner.actor.name} joins the run (live recovery from a peer)")
+                self.step(f"round {after} committed; {joiner.actor.name} joins the run")
         timeout = plan.round_timeout_s * plan.rounds
         wait_for_round(net, self.run_id, plan.rounds, self.nodes, timeout=timeout)
         wait_for_exit(self.nodes, timeout=plan.round_timeout_s)
         self.step(f"all {plan.rounds} rounds committed on chain")
+
+    def _govern(self, after: int) -> None:
+        """Claims and the vote, with the trainers paused at the start of round `after` + 1.
+
+        On a real network a vote lasts days and rounds minutes; here rounds take seconds, so the
+        trainers are paused (SIGSTOP) from the end of round `after` until the vote is executed:
+        the change then lands at a known point whatever the machine's speed (round `after` + 2
+        trains with it at the latest).
+        """
+        net, plan = self._net(), self.plan
+        wait_for_records(self.nodes, after, timeout=plan.round_timeout_s)
+        for node in self.nodes:
+            node.child.pause()
+        self.step(f"round {after} done on every node; trainers paused for the vote")
+        try:
+            wait_for_round(net, self.run_id, after, self.nodes, timeout=plan.round_timeout_s)
+            self.step(f"round {after} committed on chain")
+            self.claims += claim_all(net, self.actors[: plan.nodes])
+            self.step(f"{len(self.claims)} contributors claimed; holders vote")
+            sets = [f"inner-steps={plan.new_inner_steps}"]
+            self.gov = govern(net, self.actors[: plan.nodes], sets)
+        finally:
+            for node in self.nodes:
+                node.child.resume()
+        self.step(
+            f"proposal executed: TrainingConfig v{self.gov.config_version_before} -> "
+            f"v{self.gov.config_version_after} (inner steps {self.gov.inner_steps_after}); "
+            "trainers resumed"
+        )
 
     def final_claims(self) -> None:
         more = claim_all(self._net(), self.actors)

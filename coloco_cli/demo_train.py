@@ -142,6 +142,7 @@ def start_node(
         "--seed", str(SEED),
         "--batch-size", str(batch_size),
         "--min-nodes", str(min_nodes),
+        "--collective-timeout", "120",
         "--rounds", str(last_round),
         "--plain",
     ]  # fmt: skip
@@ -151,6 +152,21 @@ def start_node(
     child = procs.start(actor.name, argv, net.workdir / "logs" / f"{actor.name}.log", env=env)
     log.info("%s started (pid %d)%s", actor.name, child.pid, " on standby" if gate else "")
     return NodeProc(actor, child, last_round, leave_after, gate)
+
+
+def wait_for_records(nodes: list[NodeProc], round: int, *, timeout: float) -> None:
+    """Block until every running node has logged `round_done` for `round` (or finished)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        check_nodes(nodes)
+        pending = [
+            n.actor.name for n in nodes if n.child.alive() and round not in n.rounds_worked()
+        ]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise ColocoError(f"nodes {pending} did not finish round {round} in {timeout:.0f}s")
+        time.sleep(0.05)
 
 
 def check_nodes(nodes: list[NodeProc]) -> None:

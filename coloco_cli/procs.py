@@ -49,6 +49,15 @@ class Child:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
+    def pause(self) -> None:
+        """SIGSTOP the child's process group (resume with `resume`)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGCONT)
+
     def log_tail(self, n_chars: int = 2000) -> str:
         """The last characters of the child's log (for error messages)."""
         if self.log_path is None or not self.log_path.exists():
@@ -93,6 +102,7 @@ def kill_group(pid: int, *, grace: float = 5.0) -> None:
     """SIGTERM the process group led by `pid`, then SIGKILL it after `grace` seconds."""
     try:
         os.killpg(pid, signal.SIGTERM)
+        os.killpg(pid, signal.SIGCONT)  # a paused (SIGSTOP) group must run to handle SIGTERM
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace

@@ -107,10 +107,10 @@ def test_chain_state_matches_the_report(
 
 def test_the_demo_left_no_process_behind(demo_run: tuple[dict[str, Any], Path]) -> None:
     _, work = demo_run
-    # every child the demo started had its own process group; none may still be alive
-    pids = [int(p) for p in (work / "run").glob("**/*.pid") for p in [p.read_text()]]
-    assert all(not _alive(pid) for pid in pids)
+    started = json.loads((work / "run" / "processes.json").read_text())
+    names = {p["name"] for p in started}
+    assert {"ledger", "rendezvous", "node-1", "node-2"} <= names
+    alive = [p for p in started if _alive(p["pid"])]
+    assert alive == [], f"still running after the demo: {alive}"
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
-    # every node, the ledger and the rendezvous had the run folder on their command line
-    leftovers = [line for line in out.stdout.splitlines() if str(work / "run") in line]
-    assert leftovers == []
+    assert [line for line in out.stdout.splitlines() if str(work / "run") in line] == []
