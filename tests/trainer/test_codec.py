@@ -31,7 +31,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def _cases() -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(3)
     ties = torch.tensor([127.0, 63.5, -47.5, 0.5, -0.5, 1.5, 2.5])  # exact .5 after scaling
-    tiny_block = torch.full((256,), 1e-38)  # absmax below 2**-120: encodes as zeros
+    tiny_block = torch.full((256,), 1e-38)  # absmax below 2**-100: encodes as zeros
     mixed = torch.cat([tiny_block, torch.randn(300, generator=gen) * 1e30])
     heavy = torch.distributions.StudentT(3.0).sample((5000,))
     return [
@@ -188,3 +188,14 @@ def test_a_packet_checks_its_own_parts() -> None:
         Packet(WireFormat.INT8, (300,), torch.zeros(256, dtype=torch.int8), torch.zeros(1))
     with pytest.raises(TrainerError, match=r"1-D torch\.bfloat16 payload"):
         Packet(WireFormat.BF16, (4,), torch.zeros(4), None)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_tiny_blocks_are_zero_and_subnormals_round_to_code_zero(backend: str) -> None:
+    below = torch.full((32,), 5e-31)  # absmax < 2**-100: the whole block is zero
+    above = torch.cat([torch.tensor([1e-30]), torch.full((31,), 1e-40)])  # 1e-40 is subnormal
+    packet = quantize(torch.cat([below, above]), "int8", block_size=32, backend=backend)
+    assert packet.scales is not None
+    assert packet.scales[0].item() == 0.0 and packet.scales[1].item() > 0.0
+    assert packet.payload[:32].eq(0).all() and packet.payload[33:].eq(0).all()
+    assert packet.payload[32].item() == 127

@@ -7,7 +7,7 @@ bit-identical packets and bit-identical decodes, so ranks that run different bac
 
 Quantization rule (int8), per block of values `d` (the padded tail counts as zeros):
     amax  = max |d|                      (NaN/Inf anywhere is refused)
-    if amax < 2**-120: scale = 0, q = 0  (avoids 127/amax overflowing fp32)
+    if amax < 2**-100: scale = 0, q = 0  (see TINY_AMAX)
     else: scale = amax / 127, q = round_half_even(d * (127 / amax))   all in fp32, no FMA
 Decode: `q * scale` in fp32. bf16 is round-to-nearest-even of the fp32 value.
 """
@@ -25,8 +25,10 @@ from protocol.errors import ConfigError, TrainerError
 DEFAULT_BLOCK_SIZE = 256
 MIN_BLOCK_SIZE = 32
 MAX_BLOCK_SIZE = 4096
-TINY_AMAX = 2.0**-120
-"""Blocks whose absmax is below this encode as zeros (127 / amax would overflow fp32)."""
+TINY_AMAX = 2.0**-100
+"""Blocks whose absmax is below this encode as zeros. Above it, `127 / amax` cannot overflow and
+a subnormal value times `127 / amax` is below 2**-19, so it rounds to 0 whether or not the device
+flushes subnormals (GPUs may): all backends agree on every input."""
 
 
 class WireFormat(IntEnum):

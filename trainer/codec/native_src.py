@@ -14,7 +14,7 @@ C_SOURCE = r"""
 #define ABS_MASK 0x7fffffffu
 #define NONFINITE 0x7f800000u
 #define MAGIC 12582912.0f          /* 1.5 * 2^23: adding and subtracting rounds half to even */
-#define TINY 7.52316384526264e-37f /* 2^-120, see trainer/codec/formats.py */
+#define TINY 7.888609052210118e-31f /* 2^-100, see trainer/codec/formats.py */
 #define MAX_BLOCK 4096
 
 static inline uint32_t fbits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
