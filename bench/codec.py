@@ -91,6 +91,18 @@ def main() -> None:
         "numel": numel,
         "nodes": args.nodes,
     }
+    # what a 1 Gbit/s link costs per parameter, 4 nodes, reduce-scatter + all-gather
+    world, gbit = 4, 1e9
+    per_param = {f: 2 * (world - 1) / world * wire_bytes(n_bytes, f) / n_bytes for f in WireFormat}
+    result["at_1gbit_4_nodes_ns_per_param"] = {
+        "fp32_wire": round(per_param[WireFormat.FP32] * 8 / gbit * 1e9, 2),
+        "int8_wire_plus_codec": round(
+            per_param[WireFormat.INT8] * 8 / gbit * 1e9 + speed[default]["int8"], 2
+        ),
+        "int8_wire_plus_torch_eager_codec": round(
+            per_param[WireFormat.INT8] * 8 / gbit * 1e9 + speed["torch"]["int8"], 2
+        ),
+    }
     if args.with_compile:
         compiled = measure_torch_compile(numel, repeats)
         log.info("torch.compile int8: %s", compiled)
