@@ -76,6 +76,29 @@ contract ModelGovernorTest is ColocoTest {
         assertEq(config.version(), versionBefore + 1);
     }
 
+    function test_governance_slashesThroughTimelock() public {
+        _registerAndStake(node, 2 ether);
+        address[] memory t = new address[](1);
+        uint256[] memory v = new uint256[](1);
+        bytes[] memory c = new bytes[](1);
+        t[0] = address(stakeManager);
+        c[0] = abi.encodeCall(stakeManager.slash, (node, 1.5 ether, keccak256("audit #7")));
+        vm.prank(whale);
+        uint256 id = governor.propose(t, v, c, "slash node for audit #7");
+        vm.roll(block.number + governor.votingDelay() + 1);
+        vm.prank(whale);
+        governor.castVote(id, 1);
+        vm.roll(block.number + governor.votingPeriod());
+        bytes32 descHash = keccak256("slash node for audit #7");
+        governor.queue(t, v, c, descHash);
+        vm.warp(block.timestamp + timelock.getMinDelay() + 1);
+        governor.execute(t, v, c, descHash);
+        (,, uint256 staked,,) = stakeManager.nodes(node);
+        assertEq(staked, 0.5 ether);
+        assertEq(treasury.balance, 1.5 ether);
+        assertFalse(stakeManager.isActive(node));
+    }
+
     function test_governance_proposalWithoutQuorumDoesNotExecute() public {
         string memory description = "H=7";
         uint256 id = _propose(minnow, 7, description);

@@ -68,6 +68,25 @@ contract TrainingConfigTest is Test {
         config.setInnerLoop(10, 10);
     }
 
+    function test_everySetter_revertsWhenNotOwner() public {
+        bytes[] memory calls = new bytes[](8);
+        calls[0] = abi.encodeCall(TrainingConfig.setInnerLoop, (10, 10));
+        calls[1] = abi.encodeCall(TrainingConfig.setOuterOptimizer, (10, 10));
+        calls[2] = abi.encodeCall(TrainingConfig.setWireFormat, (1));
+        calls[3] = abi.encodeCall(TrainingConfig.setMaxNodes, (3));
+        calls[4] = abi.encodeCall(TrainingConfig.setMinStake, (3));
+        calls[5] = abi.encodeCall(TrainingConfig.setRewardPerRound, (3));
+        calls[6] = abi.encodeCall(TrainingConfig.setDataMixture, (new uint16[](1)));
+        calls[7] = abi.encodeCall(TrainingConfig.releaseCheckpoint, (keccak256("w"), "u"));
+        for (uint256 i; i < calls.length; ++i) {
+            vm.prank(makeAddr("stranger"));
+            (bool ok, bytes memory ret) = address(config).call(calls[i]);
+            assertFalse(ok);
+            assertEq(bytes4(ret), Ownable.OwnableUnauthorizedAccount.selector);
+        }
+        assertEq(config.version(), 1);
+    }
+
     function test_setOuterOptimizer_updates() public {
         vm.expectEmit(address(config));
         emit ConfigUpdated(2, "outerOptimizer");
