@@ -75,9 +75,9 @@ class DemoRun:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        children = [{"name": c.name, "pid": c.pid} for c in self.procs.children]
-        (self.workdir / "processes.json").write_text(json.dumps(children, indent=1))
-        self.step(f"stopping {len(children)} processes")
+        started = [{"name": c.name, "pid": c.pid} for c in self.procs.started]
+        (self.workdir / "processes.json").write_text(json.dumps(started, indent=1))
+        self.step(f"stopping {len(self.procs.children)} processes")
         self.procs.__exit__(exc_type, exc, tb)
 
     def step(self, text: str) -> None:
@@ -93,6 +93,7 @@ class DemoRun:
         url, ledger = start_ledger(self.procs, self.workdir, anvil, dep_path, round_deadline_s=90)
         self.net = DemoNet(self.workdir, anvil, deployment, dep_path, url, ledger)
         wait_rendezvous(self.rendezvous, rdv)
+        self.step(f"ledger at {url}, rendezvous at {self.rendezvous}")
         return self.net
 
     def onboard(self) -> None:

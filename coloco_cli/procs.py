@@ -131,6 +131,8 @@ class ProcessManager:
 
     def __init__(self, *, handle_signals: bool = True, grace: float = 5.0) -> None:
         self.children: list[Child] = []
+        self.started: list[Child] = []
+        """Every child ever started (kept after it stops), for reports and leak checks."""
         self._cleanups: list[tuple[str, Callable[[], None]]] = []
         self._grace = grace
         self._handle_signals = handle_signals
@@ -204,6 +206,7 @@ class ProcessManager:
             raise ConfigError(f"cannot start {name} ({argv[0]}): {exc}") from exc
         child = Child(name=name, popen=popen, log_path=log_path, _log_file=log_file)
         self.children.append(child)
+        self.started.append(child)
         log.debug("started %s pid=%d: %s", name, popen.pid, " ".join(argv))
         return child
 
