@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -42,12 +44,14 @@ def _as_timedelta(timeout: float | timedelta) -> timedelta:
     return td
 
 
-def _wait(work: dist.Work | None, phase: str, timeout: timedelta) -> None:
-    if work is None:
-        raise CollectiveError(f"{phase}: torch.distributed returned no work handle")
+def _collective(phase: str, timeout: timedelta, start: Callable[[], dist.Work | None]) -> None:
+    """Start one async collective and wait for it; any failure becomes CollectiveError."""
     try:
+        work = start()
+        if work is None:
+            raise CollectiveError(f"all-reduce {phase}: torch.distributed returned no work handle")
         work.wait(timeout=timeout)
-    except RuntimeError as exc:  # gloo/NCCL timeouts and peer failures
+    except RuntimeError as exc:  # gloo/NCCL timeouts and peer failures (DistBackendError too)
         raise CollectiveError(
             f"all-reduce {phase} failed or timed out after {timeout.total_seconds():g} s "
             f"({exc}); a peer is gone or stalled: drop it from the round and re-form the group"
@@ -104,26 +108,45 @@ def average(
     # 1. reduce-scatter: chunk r of every rank goes to rank r, still encoded
     send = _pad(packet.payload, world * chunk)
     recv = torch.empty_like(send)
-    _wait(dist.all_to_all_single(recv, send, group=group, async_op=True), "all_to_all", wait_for)
+    _collective(
+        "all_to_all",
+        wait_for,
+        partial(dist.all_to_all_single, recv, send, group=group, async_op=True),
+    )
     recv_scales = None
     if packet.scales is not None:
         send_scales = _pad(packet.scales, world * k)
         recv_scales = torch.empty_like(send_scales)
-        work = dist.all_to_all_single(recv_scales, send_scales, group=group, async_op=True)
-        _wait(work, "all_to_all (scales)", wait_for)
+        _collective(
+            "all_to_all (scales)",
+            wait_for,
+            partial(dist.all_to_all_single, recv_scales, send_scales, group=group, async_op=True),
+        )
 
     # 2. this rank's chunk: fp32 sum in rank order, mean, re-encoded
     mine = _reduce_chunk(packet, recv, recv_scales, world=world, k=k, chunk=chunk)
 
     # 3. all-gather the mean chunks; every rank decodes the same bytes
     gathered = torch.empty(world * chunk, dtype=mine.payload.dtype, device=device)
-    work = dist.all_gather_into_tensor(gathered, mine.payload, group=group, async_op=True)
-    _wait(work, "all_gather", wait_for)
+    _collective(
+        "all_gather",
+        wait_for,
+        partial(dist.all_gather_into_tensor, gathered, mine.payload, group=group, async_op=True),
+    )
     gathered_scales = None
     if mine.scales is not None:
         gathered_scales = torch.empty(world * k, dtype=torch.float32, device=device)
-        work = dist.all_gather_into_tensor(gathered_scales, mine.scales, group=group, async_op=True)
-        _wait(work, "all_gather (scales)", wait_for)
+        _collective(
+            "all_gather (scales)",
+            wait_for,
+            partial(
+                dist.all_gather_into_tensor,
+                gathered_scales,
+                mine.scales,
+                group=group,
+                async_op=True,
+            ),
+        )
     mean = _decode_gathered(packet, gathered, gathered_scales, world * chunk)
 
     bytes_sent = 2 * (world - 1) * mine.nbytes
