@@ -136,6 +136,16 @@ def claim_rewards(
     )
 
 
+def _cell(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key == "reward":
+        return f"{fmt_units(int(value))} CMS"
+    if key == "node":
+        return f"{str(value)[:10]}…"
+    return str(value)
+
+
 @app.command()
 def show(
     *,
@@ -160,12 +170,12 @@ def show(
     table.add_row("token balance", f"{fmt_units(balance)} CMS")
     console.print(table)
     if owed.receipts:
-        receipts = Table(title="receipts")
+        receipts = Table(title="receipts (one per round)")
         keys = [k for k in RECEIPT_COLUMNS if k in owed.receipts[0]]
         for key in keys:
             receipts.add_column(key)
         for rec in owed.receipts:
-            receipts.add_row(*(str(rec.get(k, "")) for k in keys))
+            receipts.add_row(*(_cell(k, rec.get(k)) for k in keys))
         console.print(receipts)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,53 @@ def test_the_demo_left_no_process_behind(demo_run: tuple[dict[str, Any], Path]) 
     assert alive == [], f"still running after the demo: {alive}"
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
     assert [line for line in out.stdout.splitlines() if str(work / "run") in line] == []
+
+
+def test_rewards_cli_reads_the_restarted_ledger(
+    demo_run: tuple[dict[str, Any], Path], anvil: AnvilProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's ledger, restarted on its SQLite file, serves what `coloco rewards` shows."""
+    from typer.testing import CliRunner
+
+    from coloco_cli.common import fmt_units
+    from coloco_cli.demo_net import start_ledger
+    from coloco_cli.main import app
+    from coloco_cli.procs import ProcessManager
+    from protocol.errors import ConfigError
+
+    report, work = demo_run
+    run_dir = work / "run"
+    with ProcessManager(handle_signals=False) as procs:
+        url, _ = start_ledger(
+            procs, run_dir, anvil, run_dir / "deployment.json", round_deadline_s=90
+        )
+        monkeypatch.setenv("COLOCO_RPC_URL", anvil.rpc_url)
+        monkeypatch.setenv("COLOCO_LEDGER_URL", url)
+        monkeypatch.setenv("COLOCO_DEPLOYMENT", str(run_dir / "deployment.json"))
+        monkeypatch.delenv("COLOCO_CONFIG", raising=False)
+        runner = CliRunner()
+        node = report["nodes"][0]
+        shown = runner.invoke(app, ["rewards", "show", "--account", node["payout"]])
+        assert shown.exit_code == 0, shown.exception
+        text = " ".join(shown.output.split())
+        assert f"owed (cumulative) │ {fmt_units(int(node['owed']))} CMS" in text, shown.output
+        assert "claimable now │ 0 CMS" in text
+        for r in range(1, ROUNDS + 1):  # one receipt per round
+            assert re.search(rf"│ {r} │ 0x\w+… │ \d+ │ \d+ │ [\d.]+ │ [\d.]+ CMS │", text), text
+
+        again = runner.invoke(
+            app,
+            [
+                "rewards",
+                "claim",
+                "--account",
+                node["payout"],
+                "--private-key",
+                anvil.accounts[9][1],
+            ],
+        )
+        assert isinstance(again.exception, ConfigError)
+        assert "already claimed all" in again.exception.message
+        status = runner.invoke(app, ["node", "status", "--node", node["node"]])
+        assert status.exit_code == 0, status.exception
+        assert f"rounds worked │ {ROUNDS}" in " ".join(status.output.split())
