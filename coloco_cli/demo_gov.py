@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from coloco_cli.gov import (
     cast_vote,
+    delegate_votes,
     execute_proposal,
     proposal_state,
     propose_change,
@@ -40,6 +41,7 @@ class GovOutcome:
     votes_for: int
     votes_against: int
     voters: list[str] = field(default_factory=list)
+    delegations: list[dict[str, str]] = field(default_factory=list)
     config_version_before: int = 0
     config_version_after: int = 0
     inner_steps_before: int = 0
@@ -91,6 +93,13 @@ def govern(net: DemoNet, holders: list[Actor], sets: list[str]) -> GovOutcome:
     before = int(viewer.call("TrainingConfig", "version"))
     inner_before = int(viewer.training_config().inner_steps)
 
+    delegations = []
+    if len(holders) >= 3:  # the last holder lends its votes to the first (`coloco gov delegate`)
+        giver, taker = holders[-1], holders[0]
+        delegate_votes(net.chain(giver.payout_key), taker.payout_address)
+        delegations.append({"from": giver.payout_address, "to": taker.payout_address})
+        log.info("%s delegated its votes to %s", giver.payout_address, taker.payout_address)
+    net.mine(1)
     proposer = net.chain(holders[0].payout_key)
     prop = propose_change(proposer, sets, "coloco demo: " + ", ".join(sets))
     log.info("proposal %d created: %s", prop.proposal_id, prop.description)
@@ -118,6 +127,7 @@ def govern(net: DemoNet, holders: list[Actor], sets: list[str]) -> GovOutcome:
         votes_for=int(for_),
         votes_against=int(against),
         voters=voters,
+        delegations=delegations,
         config_version_before=before,
         config_version_after=int(viewer.call("TrainingConfig", "version")),
         inner_steps_before=inner_before,

@@ -119,6 +119,8 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
             "votes", f"for {fmt_units(int(gov['votes_for']))} / against "
             f"{fmt_units(int(gov['votes_against']))} ({len(gov.get('voters', []))} voters)"
         )  # fmt: skip
+        for d in gov.get("delegations", []):
+            summary.add_row("delegation", f"{d['from'][:10]}… -> {d['to'][:10]}…")
     summary.add_row(
         "config version",
         f"{report['config_version_before']} -> {report['config_version_after']}"

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 app = typer.Typer(no_args_is_help=True)
 
 STATES = ("Pending", "Active", "Canceled", "Defeated", "Succeeded", "Queued", "Expired", "Executed")
+DELEGATE_GAS = 250_000
 SUPPORT = {"for": 1, "against": 0, "abstain": 2}
 
 ProposalOpt = Annotated[str, typer.Option("--proposal", help="Proposal id (decimal or 0x hex).")]
@@ -107,7 +108,10 @@ def _sender(chain: ChainClient) -> str:
 def delegate_votes(chain: ChainClient, to: str | None = None) -> Any:
     """Delegate the sender's ModelShareToken votes to `to` (default: the sender itself)."""
     target = checksum(to, what="--to") if to else _sender(chain)
-    return chain.transact("ModelShareToken", "delegate", target)
+    # A fixed limit: eth_estimateGas runs in the latest block, where an ERC20Votes checkpoint
+    # written in that same block is updated in place; the mined transaction lands in a new block
+    # and pushes new checkpoints, which costs more than the estimate (+25%) allows.
+    return chain.transact("ModelShareToken", "delegate", target, gas=DELEGATE_GAS)
 
 
 def propose_change(chain: ChainClient, sets: list[str], description: str | None = None) -> Proposal:

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from eth_account import Account
 from typer.testing import CliRunner
 
 from coloco_cli.gov_changes import parse_sets
@@ -77,6 +78,10 @@ def test_delegate_moves_votes(
 ) -> None:
     viewer = ChainClient(chain.rpc_url, deployment)
     alice, bob = holders
+    # a transfer in the latest block writes both holders' vote checkpoints in that block; the
+    # delegation mined in the next block must push new ones (more gas than estimated there)
+    sender = ChainClient(chain.rpc_url, deployment, Account.from_key(bob.key))
+    sender.transact("ModelShareToken", "transfer", alice.address, 1)
     _ok("gov", "delegate", "--to", bob.address, "--private-key", alice.key)
     assert viewer.call("ModelShareToken", "getVotes", bob.address) == alice.amount + bob.amount
     assert viewer.call("ModelShareToken", "getVotes", alice.address) == 0
