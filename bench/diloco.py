@@ -31,6 +31,7 @@ from trainer.outer import OuterConfig, OuterState
 
 log = logging.getLogger("bench.diloco")
 RUN_ID = bytes.fromhex("c0" * 32)
+WARM_LR = 3e-3  # the warm start is the same whatever lrs the two runs then use
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class Setup:
     warmup: int = 0
     cosine: bool = False
     fresh_adam: bool = False
+    warm_start: int = 0
+    sync_lr: float = 3e-3
 
 
 def worker_address(k: int) -> str:
@@ -64,8 +67,19 @@ def shards(corpus: Corpus, s: Setup, rnd: int) -> list[torch.Tensor]:
     ]
 
 
-def run_sync(corpus: Corpus, s: Setup, eval_rows: torch.Tensor) -> tuple[float, int]:
+def start_model(corpus: Corpus, s: Setup) -> GPT:
+    """The shared starting point: genesis, plus ``warm_start`` synchronous steps if asked
+    (as in the DiLoCo paper, both methods then continue from the same warm model)."""
     model = GPT(s.model, seed=s.seed)
+    if s.warm_start:
+        rows = corpus.random_rows(s.model.seq_len, s.warm_start * s.batch * s.workers, seed=4242)
+        cfg = InnerConfig(steps=s.warm_start, lr=WARM_LR, batch_size=s.batch * s.workers)
+        InnerTrainer(model, cfg).train(rows)
+    return model
+
+
+def run_sync(corpus: Corpus, s: Setup, eval_rows: torch.Tensor) -> tuple[float, int]:
+    model = start_model(corpus, s)
     # One AdamW for the whole run (train() starts a fresh one): feed all rounds in one call.
     rows = []
     for rnd in range(1, s.rounds + 1):
@@ -74,7 +88,7 @@ def run_sync(corpus: Corpus, s: Setup, eval_rows: torch.Tensor) -> tuple[float, 
             sl = slice(step * s.batch, (step + 1) * s.batch)
             rows.append(torch.cat([w[sl] for w in per_worker]))
     steps = s.inner_steps * s.rounds
-    cfg = InnerConfig(steps=steps, lr=s.inner_lr, batch_size=s.batch * s.workers,
+    cfg = InnerConfig(steps=steps, lr=s.sync_lr, batch_size=s.batch * s.workers,
                       warmup_steps=s.warmup, schedule_steps=steps if s.cosine else 0)  # fmt: skip
     InnerTrainer(model, cfg).train(torch.cat(rows))
     n_params = model.num_params()
@@ -85,15 +99,16 @@ def run_sync(corpus: Corpus, s: Setup, eval_rows: torch.Tensor) -> tuple[float, 
 def run_diloco(
     corpus: Corpus, s: Setup, eval_rows: torch.Tensor, fmt: str
 ) -> tuple[float, int, list[float]]:
-    model = GPT(s.model, seed=s.seed)
+    model = start_model(corpus, s)
     outer = OuterState.from_model(model)
-    trainer = InnerTrainer(
-        model, InnerConfig(steps=s.inner_steps, lr=s.inner_lr, batch_size=s.batch)
-    )
+    cfg = InnerConfig(steps=s.inner_steps, lr=s.inner_lr, batch_size=s.batch, warmup_steps=s.warmup,
+                      schedule_steps=s.inner_steps * s.rounds if s.cosine else 0)  # fmt: skip
+    # One inner trainer (its own AdamW state) per worker, all driving the same model in turn.
+    trainers = [InnerTrainer(model, cfg, keep_state=not s.fresh_adam) for _ in range(s.workers)]
     sent, curve = 0, []
     for rnd in range(1, s.rounds + 1):
         pgs = []
-        for rows in shards(corpus, s, rnd):
+        for trainer, rows in zip(trainers, shards(corpus, s, rnd), strict=True):
             outer.load_into(model)
             trainer.train(rows)
             pgs.append(outer.pseudo_gradient(model))
@@ -123,7 +138,8 @@ def main() -> None:
     p.add_argument("--inner-steps", type=int, default=50)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--inner-lr", type=float, default=3e-3)
+    p.add_argument("--inner-lr", type=float, default=3e-3, help="DiLoCo inner AdamW lr")
+    p.add_argument("--sync-lr", type=float, default=3e-3, help="the synchronous baseline's lr")
     p.add_argument("--outer-lr", type=float, default=0.7)
     p.add_argument("--outer-momentum", type=float, default=0.9)
     p.add_argument("--threads", type=int, default=1)
@@ -132,6 +148,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=0, help="inner lr warmup steps (both runs)")
     p.add_argument("--cosine", action="store_true", help="cosine inner lr decay (both runs)")
     p.add_argument("--fresh-adam", action="store_true", help="new AdamW state every round")
+    p.add_argument("--warm-start", type=int, default=0,
+                   help="synchronous steps both runs start from (not counted)")  # fmt: skip
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
@@ -148,11 +166,13 @@ def main() -> None:
         warmup=args.warmup,
         cosine=args.cosine,
         fresh_adam=args.fresh_adam,
+        warm_start=args.warm_start,
+        sync_lr=args.sync_lr,
     )
     t0 = time.perf_counter()
     corpus = Corpus.stdlib()
     eval_rows = corpus.eval_rows(s.model.seq_len, s.eval_rows, seed=1234)
-    initial = evaluate(GPT(s.model, seed=s.seed), eval_rows)
+    initial = evaluate(start_model(corpus, s), eval_rows)
     if args.skip_sync:
         sync_loss = float("nan")
         sync_bytes = (
@@ -171,6 +191,11 @@ def main() -> None:
         "seq_len": s.model.seq_len,
         "params": GPT(s.model).num_params(),
         "tokens": s.rounds * s.inner_steps * s.batch * s.workers * s.model.seq_len,
+        "warm_start_steps": s.warm_start,
+        "inner_lr": s.inner_lr,
+        "sync_lr": s.sync_lr,
+        "outer_lr": s.outer.lr,
+        "outer_momentum": s.outer.momentum,
         "initial_eval_loss": round(initial, 4),
         "diloco_eval_loss": round(d_loss, 4),
         "sync_eval_loss": round(sync_loss, 4),

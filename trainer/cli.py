@@ -100,6 +100,9 @@ def run_command(  # noqa: PLR0917 - typer maps each parameter to a flag
     join_window: Annotated[
         float, typer.Option(help="Seconds a round boundary waits for joiners.")
     ] = 1.0,
+    connect_timeout: Annotated[
+        float, typer.Option(help="Seconds to reach the rendezvous before giving up.")
+    ] = 20.0,
     collective_timeout: Annotated[
         float, typer.Option(help="Seconds before a silent peer is dropped.")
     ] = 30.0,
@@ -177,7 +180,8 @@ def _build(**o: object):  # type: ignore[no-untyped-def]
         host_rendezvous=bool(o["host_rendezvous"]), seed=int(str(o["seed"])),
         membership=MembershipConfig(min_nodes=int(str(o["min_nodes"])),
                                     join_window_s=float(str(o["join_window"])),
-                                    collective_timeout_s=float(str(o["collective_timeout"]))),
+                                    collective_timeout_s=float(str(o["collective_timeout"])),
+                                    connect_timeout_s=float(str(o["connect_timeout"]))),
         device=str(o["device"]), data_path=None if o["data"] is None else str(o["data"]),
         checkpoint_dir=Path(str(o["checkpoint_dir"])), max_rounds=o["rounds"],  # type: ignore[arg-type]
         leave_after_round=o["leave_after"],  # type: ignore[arg-type]

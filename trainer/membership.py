@@ -37,6 +37,7 @@ class MembershipConfig:
     join_window_s: float = 1.0
     rendezvous_timeout_s: float = 60.0
     collective_timeout_s: float = 30.0
+    connect_timeout_s: float = 20.0
     backend: str = "gloo"
 
 
@@ -107,8 +108,9 @@ class Rendezvous:
                 port,
                 is_master=is_host,
                 wait_for_workers=False,
-                timeout=timedelta(seconds=self.cfg.rendezvous_timeout_s),
+                timeout=timedelta(seconds=self.cfg.connect_timeout_s),
             )
+            self.store.set_timeout(timedelta(seconds=self.cfg.rendezvous_timeout_s))
         except (RuntimeError, dist.DistStoreError) as exc:
             raise CollectiveError(
                 f"cannot reach the rendezvous at {host}:{port}: {exc}. Is the coordinator "

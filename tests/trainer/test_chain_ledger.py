@@ -64,7 +64,7 @@ def _node(
     key: NodeKey,
     corpus_dir: Path,
     store_port: int,
-    ledger: LedgerClient | None,
+    ledger_client: LedgerClient | None,
     rounds: int,
 ) -> NodeRunner:
     cc = ChainClient(chain.rpc_url, deployment)
@@ -75,9 +75,9 @@ def _node(
     )  # fmt: skip
     return NodeRunner(
         settings,
-        Attester(key, domain_of(deployment), RUN, ledger),
+        Attester(key, domain_of(deployment), RUN, ledger_client),
         ChainConfig(cc, batch_size=4),
-        recovery=Recovery(RUN, SMALL, 0, chain=cc, ledger=ledger),
+        recovery=Recovery(RUN, SMALL, 0, chain=cc, ledger=ledger_client),
     )
 
 

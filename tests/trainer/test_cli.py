@@ -1,0 +1,75 @@
+"""`coloco node run` (trainer.cli.run_command): a real offline run, and clear exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from protocol.devnet import free_port
+from protocol.keys import create_keystore
+from trainer.checkpoint import CheckpointDir
+from trainer.cli import parse_run_id, run_command
+
+app = typer.Typer()
+app.command()(run_command)
+
+
+@pytest.fixture
+def keystore(tmp_path: Path) -> tuple[Path, Path]:
+    ks = tmp_path / "node.json"
+    create_keystore(ks, "pw", private_key=bytes([5]) * 32, kdf="pbkdf2", light=True)
+    pw = tmp_path / "pw.txt"
+    pw.write_text("pw\n")
+    return ks, pw
+
+
+def _args(ks: tuple[Path, Path], *extra: str) -> list[str]:
+    return ["--run-id", "cli-test", "--keystore", str(ks[0]), "--password-file", str(ks[1]),
+            "--plain", *extra]  # fmt: skip
+
+
+def test_offline_run_trains_and_writes_checkpoints(
+    keystore: tuple[Path, Path], corpus_dir: Path, tmp_path: Path
+) -> None:
+    port = free_port()
+    ckpts = tmp_path / "ckpt"
+    result = CliRunner().invoke(app, _args(
+        keystore, "--host-rendezvous", "--rendezvous", f"127.0.0.1:{port}", "--data",
+        str(corpus_dir), "--checkpoint-dir", str(ckpts), "--rounds", "2", "--inner-steps", "2",
+        "--batch-size", "2", "--join-window", "0",
+    ))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert CheckpointDir(ckpts).rounds() == [1, 2]
+
+
+def test_unreachable_peers_exit_5_with_a_message(keystore: tuple[Path, Path]) -> None:
+    port = free_port()  # nobody hosts a rendezvous there
+    result = CliRunner().invoke(app, _args(keystore, "--rendezvous", f"127.0.0.1:{port}",
+                                                  "--connect-timeout", "2"),
+                                env={"COLUMNS": "200"})  # fmt: skip
+    assert result.exit_code == 5, result.output
+    assert "rendezvous" in result.output
+
+
+def test_unreachable_chain_exits_3(keystore: tuple[Path, Path], tmp_path: Path) -> None:
+    dep = tmp_path / "dep.json"
+    dep.write_text("{}")
+    result = CliRunner().invoke(app, _args(keystore, "--rpc-url", "http://127.0.0.1:9",
+                                           "--deployment", str(dep)))  # fmt: skip
+    assert result.exit_code == 3, result.output
+
+
+def test_unreachable_ledger_exits_4(keystore: tuple[Path, Path]) -> None:
+    result = CliRunner().invoke(app, _args(keystore, "--ledger-url", "http://127.0.0.1:9"))
+    assert result.exit_code == 4, result.output
+    assert "ledger" in result.output
+
+
+def test_run_id_forms() -> None:
+    assert parse_run_id("0x" + "ab" * 32) == bytes.fromhex("ab" * 32)
+    assert len(parse_run_id("my-run")) == 32
+    with pytest.raises(Exception, match="64 hex digits"):
+        parse_run_id("0x1234")
