@@ -18,12 +18,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from coloco_cli.demo_collect import collect
+from coloco_cli.demo_collect import checks, collect
 from coloco_cli.demo_net import attach_anvil
 from coloco_cli.demo_plan import DemoPlan
 from coloco_cli.demo_report import print_summary, write_report
 from coloco_cli.demo_run import DemoRun
 from coloco_cli.devnet import ACCOUNTS_FILE
+from protocol.errors import ColocoError
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ def demo(
             run.final_claims()
             data = collect(run, time.monotonic() - start)
         data["wall_s"] = round(time.monotonic() - start, 2)
+        data["checks"] = checks(data, plan.rounds)
         png = write_report(data, report)
         print_summary(data, console)
         console.print(f"report: [bold]{report}[/]  loss curve: [bold]{png}[/]")
@@ -85,6 +87,13 @@ def demo(
             console.print(
                 f"the chain stays up; explore it with COLOCO_RPC_URL={rpc_url} "
                 f"COLOCO_DEPLOYMENT={work / 'deployment.json'} coloco gov list"
+            )
+        failed = [name for name, ok in data["checks"].items() if not ok]
+        if failed:
+            keep = True
+            raise ColocoError(
+                f"the demo ran but {len(failed)} check(s) failed: {'; '.join(failed)}. "
+                f"See {report} and the logs in {work / 'logs'}"
             )
     except BaseException:
         console.print(f"[red]demo failed[/]; logs kept in [bold]{work / 'logs'}[/]")

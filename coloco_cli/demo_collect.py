@@ -118,6 +118,23 @@ def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
     }
 
 
+def checks(report: dict[str, Any], rounds: int) -> dict[str, bool]:
+    """The demo's promises, each true or false (the demo fails if one is false)."""
+    first, last = report["eval_loss_first"], report["eval_loss_last"]
+    return {
+        "every round committed on chain": report["rounds_committed"] == rounds,
+        "every node credited exactly the rounds it worked": all(
+            n["credited_exactly"] for n in report["nodes"]
+        ),
+        "balances equal committed cumulative rewards": report["balances_equal_committed_rewards"],
+        "tokens minted equal the balances": int(report["tokens_minted"])
+        == sum(int(n["balance"]) for n in report["nodes"]),
+        "the proposal executed through the Timelock": report["proposal_executed"],
+        "trainers attested the new config": report["config_change_seen_by_trainers"],
+        "eval loss went down": first is not None and last is not None and last < first,
+    }
+
+
 def _one(values: set[Any]) -> Any:
     """The single value all attestations of a round agree on (None if none, a list if not)."""
     if not values:

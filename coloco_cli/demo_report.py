@@ -130,4 +130,6 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
     if first is not None and last is not None:
         summary.add_row("eval loss", f"{first:.4f} -> {last:.4f}")
     summary.add_row("wall time", f"{report['wall_s']:.1f} s")
+    for name, ok in report.get("checks", {}).items():
+        summary.add_row("[green]✓[/]" if ok else "[red]✗[/]", name)
     console.print(summary)

@@ -58,6 +58,7 @@ def test_report_has_every_required_field(demo_run: tuple[dict[str, Any], Path]) 
 
     report, _ = demo_run
     assert set(REQUIRED_KEYS) <= set(report)
+    assert report["checks"] and all(report["checks"].values()), report["checks"]
     assert report["rounds_committed"] == ROUNDS
     assert report["proposal_executed"] is True
     assert report["config_version_after"] == report["config_version_before"] + 1
