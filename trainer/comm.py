@@ -98,9 +98,17 @@ class SoloAverager:
 class GroupAverager:
     """Averages over a torch.distributed process group (gloo on CPU, NCCL on GPU)."""
 
-    def __init__(self, group: dist.ProcessGroup | None, timeout: timedelta) -> None:
+    def __init__(
+        self,
+        group: dist.ProcessGroup | None,
+        timeout: timedelta,
+        device: torch.device | None = None,
+    ) -> None:
+        """``device``: where the vector travels from (cuda with NCCL: the codec's Triton path);
+        the mean always comes back as a CPU tensor for the outer step."""
         self.group = group
         self.timeout = timeout
+        self.device = device or torch.device("cpu")
         self.world_size = dist.get_world_size(group)
 
     def average(self, flat: Tensor, fmt: str) -> tuple[Tensor, int]:
@@ -111,8 +119,8 @@ class GroupAverager:
             allreduce = None  # type: ignore[assignment]
         try:
             if allreduce is not None and hasattr(allreduce, "average"):
-                mean, sent = allreduce.average(flat, self.group, fmt, self.timeout)
-                return mean, int(sent)
+                mean, sent = allreduce.average(flat.to(self.device), self.group, fmt, self.timeout)
+                return mean.cpu(), int(sent)
             if fmt != "fp32":
                 raise ConfigError(
                     f"wire format {fmt} needs trainer/allreduce.py (the quantized all-reduce), "

@@ -38,7 +38,8 @@ class MembershipConfig:
     rendezvous_timeout_s: float = 60.0
     collective_timeout_s: float = 30.0
     connect_timeout_s: float = 20.0
-    backend: str = "gloo"
+    backend: str = "auto"
+    """"auto": NCCL when the node trains on CUDA, else gloo; or "gloo" / "nccl"."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ class RoundGroup:
         """All members hold ``digest`` (the resulting checkpoint hash), else CheckpointError."""
         if self.world_size == 1:
             return
-        mine = torch.tensor(list(digest), dtype=torch.uint8)
+        device = getattr(self.averager, "device", torch.device("cpu"))
+        mine = torch.tensor(list(digest), dtype=torch.uint8, device=device)
         gathered = [torch.empty_like(mine) for _ in range(self.world_size)]
         try:
             work = dist.all_gather(gathered, mine, async_op=True)
@@ -76,10 +78,10 @@ class RoundGroup:
         except (RuntimeError, dist.DistBackendError) as exc:
             raise CollectiveError(f"hash check over {self.world_size} nodes failed: {exc}") from exc
         for addr, g in zip(self.members.addresses, gathered, strict=True):
-            if bytes(g.tolist()) != digest:
+            if bytes(g.cpu().tolist()) != digest:
                 raise CheckpointError(
                     f"after round {self.members.round} node {addr} holds weights 0x"
-                    f"{bytes(g.tolist()).hex()[:16]}.. but this node 0x{digest.hex()[:16]}..: "
+                    f"{bytes(g.cpu().tolist()).hex()[:16]}.. but this node 0x{digest.hex()[:16]}..: "
                     "the nodes diverged (different code, torch version or hardware?)"
                 )
 
@@ -204,7 +206,9 @@ class Rendezvous:
             return RoundGroup(members, 0, SoloAverager())
         if dist.is_initialized():
             dist.destroy_process_group()
-        backend = "nccl" if device.type == "cuda" and self.cfg.backend == "auto" else "gloo"
+        backend = self.cfg.backend
+        if backend == "auto":
+            backend = "nccl" if device.type == "cuda" else "gloo"
         prefix = f"pg/{members.round}/{members.attempt}"
         try:
             dist.init_process_group(
@@ -218,7 +222,8 @@ class Rendezvous:
             raise CollectiveError(
                 f"forming the process group of round {members.round} failed: {exc}"
             ) from exc
-        return RoundGroup(members, rank, GroupAverager(None, timeout))
+        wire_device = device if backend == "nccl" else torch.device("cpu")
+        return RoundGroup(members, rank, GroupAverager(None, timeout, wire_device))
 
     # --- live recovery ----------------------------------------------------------------------
 

@@ -32,11 +32,18 @@ def _assert_agree(rounds: dict[int, dict[int, dict[str, Any]]]) -> None:
             assert bases == {prev}, f"round {r} did not start from round {r - 1}'s result"
 
 
-def test_three_nodes_hold_identical_weights_after_every_round(
+def test_three_nodes_hold_identical_weights_after_every_round_int8_wire(
     corpus_dir: Path, store_port: int, tmp_path: Path
 ) -> None:
     plans = [
-        Plan(key=k, rounds=2, min_nodes=3, checkpoint_dir=str(tmp_path / f"n{k}")) for k in range(3)
+        Plan(
+            key=k,
+            rounds=2,
+            min_nodes=3,
+            checkpoint_dir=str(tmp_path / f"n{k}"),
+            config={"wire_format": "int8"},
+        )  # the quantized all-reduce, for real
+        for k in range(3)
     ]
     out = collect(*start_nodes(plans, store_port, corpus_dir))
     assert out["exit_codes"] == [0, 0, 0]
