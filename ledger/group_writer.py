@@ -1,17 +1,17 @@
-"""Group commit: concurrent requests' attestations written in one transaction.
+"""Group commit on the event loop: concurrent requests' attestations in one transaction.
 
-The API's handlers verify on the event loop and hand their checked items to this writer; one
-thread takes every job waiting, merges them into one :class:`~ledger.intake.Job`, writes it in
-one transaction under the intake lock, and completes each job's future. Under load, N single
-requests cost one commit instead of N; alone, a request waits for nothing.
+Handlers verify on the event loop and hand their checked items here. The first job of a group
+schedules a flush a couple of loop iterations later; every job that arrives meanwhile joins it,
+and the flush writes them all in one transaction (under the intake lock) and resolves each
+job's future. Under load, N single requests cost one commit instead of N; alone, a request waits
+two loop iterations. Running on the loop thread (not a writer thread) avoids GIL hand-offs
+between threads, which cost more than the writes on a busy core.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
-import threading
-from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,53 +20,36 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_GROUP_ITEMS = 2000
+_HOPS = 2
 
 
 class GroupWriter:
     def __init__(self, intake: Intake) -> None:
         self.intake = intake
-        self._queue: queue.Queue[tuple[Job, Future[None]] | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
+        self._pending: list[tuple[Job, asyncio.Future[None]]] = []
+        self._size = 0
+        self._scheduled = False
 
-    def enqueue(self, job: Job) -> Future[None]:
-        future: Future[None] = Future()
-        if self._thread is None:
-            with self._start_lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._run, name="ledger-intake-writer", daemon=True
-                    )
-                    self._thread.start()
-        self._queue.put((job, future))
-        return future
+    async def write(self, job: Job) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._pending.append((job, future))
+        self._size += len(job.items)
+        if self._size >= MAX_GROUP_ITEMS:
+            self._flush(0)
+        elif not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush, _HOPS)
+        await future
 
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout=10)
-            self._thread = None
-
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            group = [first]
-            size = len(first[0].items)
-            while size < MAX_GROUP_ITEMS:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    self._queue.put(None)
-                    break
-                group.append(nxt)
-                size += len(nxt[0].items)
-            self._write(group)
-
-    def _write(self, group: list[tuple[Job, Future[None]]]) -> None:
+    def _flush(self, hops: int) -> None:
+        if hops > 0 and self._pending:
+            asyncio.get_running_loop().call_soon(self._flush, hops - 1)
+            return
+        self._scheduled = False
+        group, self._pending, self._size = self._pending, [], 0
+        if not group:
+            return
         from ledger.intake import Job
 
         merged = Job(items=[])
@@ -80,13 +63,15 @@ class GroupWriter:
             merged.rejections.extend(job.rejections)
         try:
             with self.intake.lock:
-                self.intake._write(merged)
-        except BaseException as exc:
+                self.intake.write(merged)
+        except Exception as exc:
             log.exception("writing %d attestations failed", len(merged.items))
             for _, future in group:
-                future.set_exception(exc)
+                if not future.done():
+                    future.set_exception(exc)
             return
         results = merged.results()
         for (job, future), offset in zip(group, offsets, strict=True):
             job.out = list(results[offset : offset + len(job.items)])
-            future.set_result(None)
+            if not future.done():
+                future.set_result(None)

@@ -9,7 +9,6 @@ no attestation slips into a round after it was scored. Rejections are stored (au
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import threading
@@ -94,17 +93,18 @@ class Intake:
         """Verify and store ``items`` (one transaction); an outcome per item, in order."""
         job = self.check(items)
         with self.lock:
-            self._write(job)
+            self.write(job)
         return job.results()
 
     async def submit_async(self, items: list[AttestationIn]) -> list[Outcome]:
         """Like :meth:`submit`, but the write joins concurrent requests in one transaction."""
         job = self.check(items)
         if job.checked or job.rejections:
-            await asyncio.wrap_future(self.writer.enqueue(job))
+            await self.writer.write(job)
         return job.results()
 
-    def _write(self, job: Job) -> None:
+    def write(self, job: Job) -> None:
+        """Store a checked job (the caller holds :attr:`lock`)."""
         items, out, rejections = job.items, job.out, job.rejections
         with self.engine.begin() as conn:
             taken = self._taken(conn, [c for _, c in job.checked])

@@ -77,7 +77,6 @@ class Ledger:
 
     def stop(self) -> None:
         self._stop.set()
-        self.intake.writer.stop()
         if self._thread is not None:
             self._thread.join(timeout=30)
         self.engine.dispose()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ledger.api.deps import LedgerDep
@@ -16,6 +16,7 @@ from ledger.schemas import (
     BatchOut,
     ErrorResponse,
 )
+from ledger.service import Ledger
 
 router = APIRouter(prefix="/attestations", tags=["attestations"])
 
@@ -37,8 +38,9 @@ def _error(outcome: Outcome) -> Response:
 
 
 @router.post("", status_code=202, response_model=Accepted, responses=_ERRORS)  # type: ignore[arg-type]
-async def post_attestation(body: AttestationIn, ledger: LedgerDep) -> Response:
+async def post_attestation(body: AttestationIn, request: Request) -> Response:
     """Submit one signed ComputeAttestation. Re-posting the same one answers the same id."""
+    ledger: Ledger = request.app.state.ledger
     outcome = (await ledger.intake.submit_async([body]))[0]
     if outcome.status != 202:
         return _error(outcome)
