@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from coloco_cli.node import node_status, register_node, stake_node
+from coloco_cli.node_ops import node_status, register_node, stake_node
 from protocol.errors import ChainError, ConfigError
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from coloco_cli.gov import (
+from coloco_cli.gov_ops import (
     cast_vote,
     delegate_votes,
     execute_proposal,

@@ -1,16 +1,13 @@
 """`coloco node register | stake | unstake | withdraw | status | run`: what a node operator does.
 
-A node is its hot signing key (`--node`, an address); the operator (the sender of these
-transactions) registers it with a cold payout address, stakes for it in native currency, and
-later unstakes (an unbonding delay) and withdraws. The functions below the commands are the
-same code paths `coloco demo` uses.
+The commands parse options and print; the work is in `coloco_cli.node_ops` (which `coloco demo`
+calls too). `run` is the trainer's command (`trainer/cli.py: run_command`).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -28,168 +25,23 @@ from coloco_cli.common import (
     open_chain,
     parse_amount,
     resolve,
-    revert_hint,
 )
-from protocol.errors import ConfigError, ContractRevertError
-
-if TYPE_CHECKING:
-    from protocol.chain import ChainClient
+from coloco_cli.node_ops import (
+    checksum,
+    node_status,
+    register_node,
+    stake_node,
+    tx_line,
+    unstake_node,
+    utc,
+    withdraw_node,
+)
 
 log = logging.getLogger(__name__)
 
 app = typer.Typer(no_args_is_help=True)
 
-ZERO_ADDRESS = "0x0000000000000000000000000000000000000000"
-
 NodeOpt = Annotated[str, typer.Option("--node", help="The node's hot signing address (0x...).")]
-
-
-@dataclass(frozen=True)
-class NodeStatus:
-    """A node's on-chain record."""
-
-    node: str
-    operator: str
-    payout: str
-    staked: int
-    unbonding: int
-    unbonding_ready_at: int
-    active: bool
-    min_stake: int
-
-    @property
-    def registered(self) -> bool:
-        return self.operator != ZERO_ADDRESS
-
-
-def _hints(node: str) -> dict[str, str]:
-    return {
-        "NodeNotRegistered": (
-            f"node {node} is not registered: run coloco node register --node {node} --payout 0x..."
-        ),
-        "NodeAlreadyRegistered": (
-            f"node {node} is already registered: see coloco node status --node {node}"
-        ),
-        "NotOperator": f"only node {node}'s operator can do this: send it from the operator key",
-        "StakeBelowMinimum": "the first stake must reach TrainingConfig.minStake: raise --amount",
-        "InsufficientStake": f"not that much is staked: see coloco node status --node {node}",
-        "NothingToWithdraw": (
-            f"nothing is unbonding for node {node}: "
-            f"run coloco node unstake --node {node} --amount ..."
-        ),
-        "StillUnbonding": "the unbonding delay has not passed yet: try again after the time shown",
-        "ZeroAmount": "the amount must be more than zero",
-        "ZeroAddress": "an address argument is zero: pass a real address",
-    }
-
-
-def checksum(address: str, *, what: str = "address") -> str:
-    """The checksummed form of `address`, or a ConfigError naming `what`."""
-    from eth_utils.address import is_address, to_checksum_address
-
-    if not isinstance(address, str) or not is_address(address):
-        raise ConfigError(f"{what} {address!r} is not a 0x-prefixed 20-byte address")
-    return str(to_checksum_address(address))
-
-
-def _send(chain: ChainClient, node: str, fn: str, *args: Any, value: int = 0) -> Any:
-    try:
-        return chain.transact("StakeManager", fn, *args, value=value)
-    except ContractRevertError as exc:
-        raise ContractRevertError(
-            f"StakeManager.{fn} reverted: {revert_hint(exc, _hints(node))}",
-            error_name=exc.error_name,
-            error_args=exc.error_args,
-        ) from exc
-
-
-def node_status(chain: ChainClient, node: str) -> NodeStatus:
-    """Read `node`'s record, whether it is active, and the current minimum stake."""
-    from protocol.types import Address
-
-    info = chain.node_info(Address(checksum(node, what="--node")))
-    return NodeStatus(
-        node=info.node,
-        operator=info.operator,
-        payout=info.payout,
-        staked=info.staked,
-        unbonding=info.unbonding,
-        unbonding_ready_at=info.unbonding_ready_at,
-        active=chain.is_active(info.node),
-        min_stake=int(chain.call("TrainingConfig", "minStake")),
-    )
-
-
-def register_node(chain: ChainClient, node: str, payout: str) -> Any:
-    """Register `node` with `payout` as its reward address; the sender becomes its operator."""
-    node = checksum(node, what="--node")
-    payout = checksum(payout, what="--payout")
-    if node_status(chain, node).registered:
-        raise ConfigError(
-            f"node {node} is already registered: see coloco node status --node {node}"
-        )
-    return _send(chain, node, "register", node, payout)
-
-
-def stake_node(chain: ChainClient, node: str, amount: int | None = None) -> Any:
-    """Stake `amount` wei for `node` (default: what is missing to reach the minimum stake)."""
-    status = node_status(chain, node)
-    if not status.registered:
-        raise ConfigError(_hints(status.node)["NodeNotRegistered"])
-    if amount is None:
-        amount = max(status.min_stake - status.staked, 0)
-        if amount == 0:
-            raise ConfigError(
-                f"node {status.node} already holds the minimum stake "
-                f"({fmt_units(status.min_stake)} ETH): pass --amount to add more"
-            )
-    if amount <= 0:
-        raise ConfigError("--amount must be more than zero")
-    return _send(chain, status.node, "stake", status.node, value=amount)
-
-
-def unstake_node(chain: ChainClient, node: str, amount: int) -> Any:
-    """Move `amount` wei of `node`'s stake into unbonding."""
-    status = node_status(chain, node)
-    if not status.registered:
-        raise ConfigError(_hints(status.node)["NodeNotRegistered"])
-    if amount <= 0 or amount > status.staked:
-        raise ConfigError(
-            f"cannot unstake {fmt_units(amount)} ETH from node {status.node}: it has "
-            f"{fmt_units(status.staked)} ETH staked; pass an --amount between 0 and that"
-        )
-    return _send(chain, status.node, "requestUnstake", status.node, amount)
-
-
-def withdraw_node(chain: ChainClient, node: str) -> Any:
-    """Withdraw `node`'s unbonded stake to its operator."""
-    status = node_status(chain, node)
-    if status.unbonding == 0:
-        raise ConfigError(_hints(status.node)["NothingToWithdraw"])
-    now = int(chain.w3.eth.get_block("latest")["timestamp"])
-    if now < status.unbonding_ready_at:
-        raise ConfigError(
-            f"node {status.node}'s {fmt_units(status.unbonding)} ETH unbond until "
-            f"{_utc(status.unbonding_ready_at)} ({status.unbonding_ready_at - now}s from the last "
-            "block): run coloco node withdraw again after that"
-        )
-    return _send(chain, status.node, "withdraw", status.node)
-
-
-def _utc(timestamp: int) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _tx_line(receipt: Any) -> str:
-    """'tx 0x…' for a web3 receipt."""
-    try:
-        tx = receipt["transactionHash"]
-    except (KeyError, TypeError):
-        return "sent"
-    text = tx.hex() if hasattr(tx, "hex") else str(tx)
-    return f"tx {text if text.startswith('0x') else '0x' + text}"
 
 
 @app.command()
@@ -211,7 +63,7 @@ def register(
     chain = open_chain(ep, load_signer(keystore, password_file, private_key))
     receipt = register_node(chain, node, payout)
     console.print(
-        f"registered node {checksum(node)} -> payout {checksum(payout)} ({_tx_line(receipt)})"
+        f"registered node {checksum(node)} -> payout {checksum(payout)} ({tx_line(receipt)})"
     )
     console.print(f"next: coloco node stake --node {checksum(node)}")
 
@@ -240,7 +92,7 @@ def stake(
     status = node_status(chain, node)
     console.print(
         f"staked for {status.node}: total {fmt_units(status.staked)} ETH "
-        f"({'active' if status.active else 'not active yet'}; {_tx_line(receipt)})"
+        f"({'active' if status.active else 'not active yet'}; {tx_line(receipt)})"
     )
 
 
@@ -265,7 +117,7 @@ def unstake(
     status = node_status(chain, node)
     console.print(
         f"unbonding {fmt_units(status.unbonding)} ETH for {status.node}, withdrawable from "
-        f"{_utc(status.unbonding_ready_at)} ({_tx_line(receipt)})"
+        f"{utc(status.unbonding_ready_at)} ({tx_line(receipt)})"
     )
 
 
@@ -286,7 +138,7 @@ def withdraw(
     ep = resolve(rpc_url, None, deployment)
     chain = open_chain(ep, load_signer(keystore, password_file, private_key))
     receipt = withdraw_node(chain, node)
-    console.print(f"withdrawn for {checksum(node)} ({_tx_line(receipt)})")
+    console.print(f"withdrawn for {checksum(node)} ({tx_line(receipt)})")
 
 
 @app.command()
@@ -308,7 +160,7 @@ def status(
     table.add_row("operator", st.operator)
     table.add_row("payout", st.payout)
     table.add_row("staked", f"{fmt_units(st.staked)} ETH (minimum {fmt_units(st.min_stake)})")
-    ready = f" (withdrawable from {_utc(st.unbonding_ready_at)})" if st.unbonding else ""
+    ready = f" (withdrawable from {utc(st.unbonding_ready_at)})" if st.unbonding else ""
     table.add_row("unbonding", f"{fmt_units(st.unbonding)} ETH{ready}")
     table.add_row("active", "[green]yes[/]" if st.active else "[red]no[/]")
     ledger_view = _ledger_node(ep.ledger_url, st.node)

@@ -30,7 +30,7 @@ from coloco_cli.common import (
     open_chain,
     resolve,
 )
-from coloco_cli.node import checksum
+from coloco_cli.node_ops import checksum
 from protocol.errors import ConfigError, ContractRevertError, LedgerError, LedgerUnavailableError
 
 if TYPE_CHECKING:

@@ -1,0 +1,189 @@
+"""What a token holder does on chain, as functions: the CLI and `coloco demo` both call them.
+
+Proposals change TrainingConfig through the OpenZeppelin Governor and its Timelock. A proposal is
+found again by its id from the Governor's `ProposalCreated` logs, so queueing and executing need
+only the id.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from eth_utils.crypto import keccak
+
+from coloco_cli.common import fmt_units
+from coloco_cli.gov_changes import SetterCall, config_as_dict, parse_sets, setter_calls
+from coloco_cli.node_ops import checksum
+from protocol.errors import ConfigError
+
+if TYPE_CHECKING:
+    from protocol.chain import ChainClient
+
+log = logging.getLogger(__name__)
+
+STATES = ("Pending", "Active", "Canceled", "Defeated", "Succeeded", "Queued", "Expired", "Executed")
+DELEGATE_GAS = 250_000
+SUPPORT = {"for": 1, "against": 0, "abstain": 2}
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A proposal as created on chain (what queue/execute need to name it again)."""
+
+    proposal_id: int
+    proposer: str
+    targets: list[str]
+    values: list[int]
+    calldatas: list[bytes]
+    description: str
+    vote_start: int
+    vote_end: int
+
+    @property
+    def description_hash(self) -> bytes:
+        return keccak(text=self.description)
+
+
+def parse_proposal_id(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError as exc:
+        raise ConfigError(f"--proposal {text!r} is not a number: see `coloco gov list`") from exc
+
+
+def proposal_state(chain: ChainClient, proposal_id: int) -> str:
+    return STATES[int(chain.call("ModelGovernor", "state", proposal_id))]
+
+
+def list_proposals(chain: ChainClient, from_block: int = 0) -> list[Proposal]:
+    """Every proposal from the Governor's ProposalCreated logs, oldest first."""
+    events = chain.contract("ModelGovernor").events.ProposalCreated.get_logs(from_block=from_block)
+    return [
+        Proposal(
+            proposal_id=int(ev.args.proposalId),
+            proposer=ev.args.proposer,
+            targets=list(ev.args.targets),
+            values=[int(v) for v in ev.args.values],
+            calldatas=[bytes(c) for c in ev.args.calldatas],
+            description=ev.args.description,
+            vote_start=int(ev.args.voteStart),
+            vote_end=int(ev.args.voteEnd),
+        )
+        for ev in events
+    ]
+
+
+def find_proposal(chain: ChainClient, proposal_id: int, from_block: int = 0) -> Proposal:
+    for prop in list_proposals(chain, from_block):
+        if prop.proposal_id == proposal_id:
+            return prop
+    raise ConfigError(f"no proposal {proposal_id} on this Governor: see `coloco gov list`")
+
+
+def sender_of(chain: ChainClient) -> str:
+    if chain.account_address is None:
+        raise ConfigError("this command sends a transaction: pass --keystore or --private-key")
+    return chain.account_address
+
+
+def delegate_votes(chain: ChainClient, to: str | None = None) -> Any:
+    """Delegate the sender's ModelShareToken votes to `to` (default: the sender itself)."""
+    target = checksum(to, what="--to") if to else sender_of(chain)
+    # A fixed limit: eth_estimateGas runs in the latest block, where an ERC20Votes checkpoint
+    # written in that same block is updated in place; the mined transaction lands in a new block
+    # and pushes new checkpoints, which costs more than the estimate (+25%) allows.
+    return chain.transact("ModelShareToken", "delegate", target, gas=DELEGATE_GAS)
+
+
+def propose_change(chain: ChainClient, sets: list[str], description: str | None = None) -> Proposal:
+    """Propose TrainingConfig changes (`['inner-steps=30']`); returns the created proposal."""
+    config = chain.contract("TrainingConfig")
+    abi = config.abi
+    current = config_as_dict(abi, chain.call("TrainingConfig", "current"))
+    calls: list[SetterCall] = setter_calls(abi, current, parse_sets(sets))
+    targets: list[str] = [str(config.address)] * len(calls)
+    values = [0] * len(calls)
+    calldatas = [bytes.fromhex(config.encode_abi(c.function, args=list(c.args))[2:]) for c in calls]
+    description = description or "coloco: " + "; ".join(c.describe() for c in calls)
+    sender = sender_of(chain)
+    votes = int(chain.call("ModelShareToken", "getVotes", sender))
+    threshold = int(chain.call("ModelGovernor", "proposalThreshold"))
+    if votes < threshold:
+        raise ConfigError(
+            f"{sender} has {fmt_units(votes)} votes, the Governor needs "
+            f"{fmt_units(threshold)} to propose: claim rewards and `coloco gov delegate` first"
+        )
+    proposal_id = int(
+        chain.call(
+            "ModelGovernor", "hashProposal", targets, values, calldatas, keccak(text=description)
+        )
+    )
+    chain.transact("ModelGovernor", "propose", targets, values, calldatas, description)
+    return Proposal(
+        proposal_id=proposal_id,
+        proposer=sender,
+        targets=targets,
+        values=values,
+        calldatas=calldatas,
+        description=description,
+        vote_start=int(chain.call("ModelGovernor", "proposalSnapshot", proposal_id)),
+        vote_end=int(chain.call("ModelGovernor", "proposalDeadline", proposal_id)),
+    )
+
+
+def cast_vote(chain: ChainClient, proposal_id: int, support: str, reason: str = "") -> Any:
+    """Vote for/against/abstain on an Active proposal."""
+    if support not in SUPPORT:
+        raise ConfigError(f"--support {support!r}: choose one of {', '.join(SUPPORT)}")
+    state = proposal_state(chain, proposal_id)
+    if state == "Pending":
+        start = int(chain.call("ModelGovernor", "proposalSnapshot", proposal_id))
+        raise ConfigError(
+            f"proposal {proposal_id} is Pending: voting opens after block {start} "
+            f"(now {chain.block_number()}); wait (on a devnet: cast rpc anvil_mine)"
+        )
+    if state != "Active":
+        raise ConfigError(f"proposal {proposal_id} is {state}, not Active: it takes no votes")
+    if reason:
+        return chain.transact(
+            "ModelGovernor", "castVoteWithReason", proposal_id, SUPPORT[support], reason
+        )
+    return chain.transact("ModelGovernor", "castVote", proposal_id, SUPPORT[support])
+
+
+def queue_proposal(chain: ChainClient, proposal_id: int, from_block: int = 0) -> Any:
+    """Queue a Succeeded proposal in the Timelock."""
+    state = proposal_state(chain, proposal_id)
+    if state != "Succeeded":
+        end = int(chain.call("ModelGovernor", "proposalDeadline", proposal_id))
+        hint = f" (voting ends after block {end})" if state in {"Pending", "Active"} else ""
+        raise ConfigError(f"proposal {proposal_id} is {state}, only Succeeded can be queued{hint}")
+    p = find_proposal(chain, proposal_id, from_block)
+    return chain.transact(
+        "ModelGovernor", "queue", p.targets, p.values, p.calldatas, p.description_hash
+    )
+
+
+def execute_proposal(chain: ChainClient, proposal_id: int, from_block: int = 0) -> Any:
+    """Execute a Queued proposal once the Timelock delay has passed."""
+    state = proposal_state(chain, proposal_id)
+    if state != "Queued":
+        raise ConfigError(
+            f"proposal {proposal_id} is {state}: queue it first with "
+            f"`coloco gov queue --proposal {proposal_id}`"
+            if state == "Succeeded"
+            else f"proposal {proposal_id} is {state}, only Queued proposals execute"
+        )
+    eta = int(chain.call("ModelGovernor", "proposalEta", proposal_id))
+    now = int(chain.w3.eth.get_block("latest")["timestamp"])
+    if now < eta:
+        raise ConfigError(
+            f"proposal {proposal_id} waits in the Timelock until timestamp {eta} "
+            f"({eta - now}s from the last block): try again then"
+        )
+    p = find_proposal(chain, proposal_id, from_block)
+    return chain.transact(
+        "ModelGovernor", "execute", p.targets, p.values, p.calldatas, p.description_hash
+    )
