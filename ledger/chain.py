@@ -45,6 +45,7 @@ class ConfigView:
     reward_per_round: int
     inner_steps: int
     outer_lr_e6: int
+    data_mixture: tuple[int, ...] = (10_000,)
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,7 @@ class LedgerChain:
             outer_lr_e6=int(cfg[2]),
             min_stake=int(cfg[6]),
             reward_per_round=int(cfg[7]),
+            data_mixture=tuple(int(x) for x in cfg[8]),
         )
 
     def last_round(self, run_id: bytes) -> int | None:

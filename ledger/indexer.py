@@ -68,7 +68,10 @@ class Indexer:
             cursor = session.get(KeyValue, CURSOR_KEY)
             snap.indexed_block = int(cursor.value) if cursor else None
             cfg = session.get(KeyValue, CONFIG_KEY)
-            snap.config = ConfigView(**json.loads(cfg.value)) if cfg else None
+            if cfg is not None:
+                data = json.loads(cfg.value)
+                data["data_mixture"] = tuple(data.get("data_mixture", (10_000,)))
+                snap.config = ConfigView(**data)
         snap.head = self.snapshot.head
         self.snapshot = snap
         return snap

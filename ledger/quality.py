@@ -14,13 +14,15 @@ from dataclasses import dataclass
 
 import torch
 
+from ledger.models import Attestation
+
 log = logging.getLogger(__name__)
 
 COPY_COSINE = 0.999
 
 Tensors = Mapping[str, torch.Tensor]
-UsefulnessFn = Callable[[str, int, str, Tensors], float]
-"""(run_id, round, node, pseudo_gradient) -> quality in [0, 1]."""
+UsefulnessFn = Callable[["Attestation", Tensors], "tuple[float, str] | None"]
+"""(attestation, pseudo_gradient) -> (quality in [0, 1], why), or None when not measurable."""
 
 
 @dataclass(frozen=True)
@@ -35,16 +37,15 @@ def _flat(tensors: Tensors) -> torch.Tensor:
 
 
 def assess(
-    ordered: Sequence[tuple[str, Tensors]],
+    ordered: Sequence[tuple[Attestation, Tensors]],
     *,
-    run_id: str,
-    round_: int,
     usefulness: UsefulnessFn | None,
 ) -> dict[str, Quality]:
     """Quality of each node's pseudo-gradient; ``ordered`` is by arrival (first is original)."""
     out: dict[str, Quality] = {}
     seen: list[tuple[str, torch.Tensor, tuple[str, ...]]] = []
-    for node, tensors in ordered:
+    for att, tensors in ordered:
+        node = att.node
         flat = _flat(tensors)
         names = tuple(sorted(f"{n}:{tuple(t.shape)}" for n, t in tensors.items()))
         norm = float(flat.norm())
@@ -70,11 +71,17 @@ def assess(
             out[node] = Quality(1.0, "usefulness not measured (no scorer configured)")
             continue
         try:
-            score = float(usefulness(run_id, round_, node, tensors))
+            measured = usefulness(att, tensors)
         except Exception as exc:  # the scorer is external code: record why, score zero
             log.warning("usefulness scorer failed for %s: %s", node, exc)
             out[node] = Quality(0.0, f"usefulness could not be measured: {exc}")
             continue
-        score = min(max(score, 0.0), 1.0) if math.isfinite(score) else 0.0
-        out[node] = Quality(score, f"usefulness {score:.3f} (own shard vs random data)")
+        if measured is None:
+            out[node] = Quality(
+                1.0,
+                "usefulness not measured (base checkpoint blob missing or shard not rebuildable)",
+            )
+            continue
+        score = min(max(measured[0], 0.0), 1.0) if math.isfinite(measured[0]) else 0.0
+        out[node] = Quality(score, measured[1])
     return out

@@ -147,7 +147,7 @@ class RoundKeeper:
                         f"result checkpoint {a.result_checkpoint} disagrees with the majority "
                         f"{majority} ({len(agreeing)} of {len(base_ok)} nodes)"
                     )
-            material: list[tuple[str, dict[str, torch.Tensor]]] = []
+            material: list[tuple[Attestation, dict[str, torch.Tensor]]] = []
             for a in agreeing:
                 tensors = self.blobs.tensors(a.pseudo_gradient)
                 if tensors is None:
@@ -156,10 +156,8 @@ class RoundKeeper:
                         "PUT /v1/blobs/{hash} before attesting"
                     )
                 else:
-                    material.append((a.node, tensors))
-            quality: dict[str, Quality] = assess(
-                material, run_id=rnd.run_id, round_=rnd.round, usefulness=self.usefulness
-            )
+                    material.append((a, tensors))
+            quality: dict[str, Quality] = assess(material, usefulness=self.usefulness)
             weights: dict[int, int] = {}
             for a in atts:
                 aid = a.id or 0

@@ -16,7 +16,7 @@ from sqlmodel import Session, col, select
 
 from ledger import db
 from ledger.blobstore import BlobStore
-from ledger.chain import LedgerChain
+from ledger.chain import ConfigView, LedgerChain
 from ledger.core.config import Settings
 from ledger.indexer import Indexer
 from ledger.intake import Intake
@@ -24,7 +24,7 @@ from ledger.models import RoundState, Settlement
 from ledger.quality import UsefulnessFn
 from ledger.rounds import RoundKeeper
 from ledger.settlement import FaultHook, Settler
-from protocol.errors import ColocoError
+from protocol.errors import ColocoError, SettlementError
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,8 @@ class Ledger:
         self.indexer = Indexer(self.engine, self.chain, chunk_blocks=settings.indexer_chunk_blocks)
         self.intake = Intake(self.engine, self.indexer, settings)
         self.blobs = BlobStore(settings.blob_dir, self.engine, max_bytes=settings.max_blob_bytes)
+        if usefulness is None and settings.usefulness_model:
+            usefulness = self._trainer_usefulness()
         self.keeper = RoundKeeper(
             self.engine, self.intake, self.indexer, self.blobs, settings, usefulness=usefulness
         )
@@ -56,6 +58,25 @@ class Ledger:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
+
+    def _trainer_usefulness(self) -> UsefulnessFn:
+        from ledger.usefulness import trainer_usefulness
+
+        def config() -> ConfigView:
+            cfg = self.indexer.snapshot.config
+            if cfg is None:
+                raise SettlementError("TrainingConfig not indexed yet")
+            return cfg
+
+        assert self.settings.usefulness_model is not None
+        return trainer_usefulness(
+            self.blobs,
+            preset=self.settings.usefulness_model,
+            corpus_dir=self.settings.usefulness_corpus,
+            rows=self.settings.usefulness_rows,
+            mixture_of=lambda: config().data_mixture,
+            outer_lr_of=lambda: config().outer_lr_e6 / 1e6,
+        )
 
     def prepare_database(self) -> None:
         if self.settings.auto_create_schema:

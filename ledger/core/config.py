@@ -57,6 +57,11 @@ class Settings(BaseSettings):
     indexer_chunk_blocks: int = Field(default=2000, ge=1)
     indexer_poll_s: float = Field(default=1.0, gt=0)
     lifecycle_poll_s: float = Field(default=0.5, gt=0)
+    usefulness_model: str | None = Field(
+        default=None, description="model preset for the own-shard usefulness test (e.g. tiny)"
+    )
+    usefulness_corpus: Path | None = Field(default=None, description="corpus folder; stdlib")
+    usefulness_rows: int = Field(default=32, ge=1, le=4096)
     run_background: bool = Field(default=True, description="run indexer + lifecycle in the app")
     auto_create_schema: bool = Field(
         default=False, description="create tables on start (development/test only)"

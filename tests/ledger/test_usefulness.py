@@ -1,0 +1,95 @@
+"""Level 2 with the trainer's own-shard test: honest work scores, noise does not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from sqlmodel import create_engine
+
+from ledger.blobstore import BlobStore
+from ledger.db import create_all
+from ledger.models import Attestation
+from ledger.quality import assess
+from ledger.usefulness import trainer_usefulness
+from protocol.blobs import encode_blob
+from protocol.hashing import hash_state_dict
+from trainer.data import Corpus, ShardSpec
+from trainer.model import GPT, GPTConfig
+
+RUN = bytes(range(32))
+NODE = "0x" + "11" * 20
+
+
+def test_honest_scores_noise_and_copies_do_not(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    cfg = GPTConfig.preset("tiny")
+    model = GPT(cfg, seed=0)
+    tokens = 16 * cfg.seq_len * 4
+    spec = ShardSpec.for_node(RUN, 1, NODE, tokens, (10_000,))
+    corpus = Corpus.stdlib()
+    rows = corpus.shard_rows(spec, cfg.seq_len)
+    warm = corpus.random_rows(cfg.seq_len, 16 * 40, seed=5)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for step in range(40):  # a base that has learnt something, as after a few rounds
+        batch = warm[step * 16 : (step + 1) * 16]
+        _, loss = model(batch[:, :-1], batch[:, 1:])
+        assert loss is not None
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    base = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for step in range(20):
+        batch = rows[(step * 16) % len(rows) :][:16]
+        _, loss = model(batch[:, :-1], batch[:, 1:])
+        assert loss is not None
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    honest = {n: base[n] - p.detach() for n, p in model.named_parameters()}
+    noise = {n: torch.randn_like(t) * t.norm() / t.numel() ** 0.5 * 3 for n, t in honest.items()}
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    create_all(engine)
+    blobs = BlobStore(tmp_path / "blobs", engine, max_bytes=1 << 28)
+    base_hash = "0x" + hash_state_dict(base).hex()
+    blobs.put(base_hash, encode_blob(base))
+    scorer = trainer_usefulness(
+        blobs,
+        preset="tiny",
+        corpus_dir=None,
+        rows=32,
+        mixture_of=lambda: (10_000,),
+        outer_lr_of=lambda: 0.7,
+    )
+
+    def att(node: str, pg: dict[str, torch.Tensor]) -> Attestation:
+        own = ShardSpec.for_node(RUN, 1, node, tokens, (10_000,))
+        return Attestation(
+            run_id="0x" + RUN.hex(),
+            round=1,
+            node=node,
+            config_version=1,
+            base_checkpoint=base_hash,
+            pseudo_gradient="0x" + hash_state_dict(pg).hex(),
+            data_shard="0x" + own.id.hex(),
+            inner_steps=20,
+            tokens=tokens,
+            result_checkpoint="0x" + "22" * 32,
+            digest="0x" + "33" * 32,
+            signature="0x",
+        )
+
+    copier, noisy = "0x" + "44" * 20, "0x" + "55" * 20
+    quality = assess(
+        [(att(NODE, honest), honest), (att(copier, honest), honest), (att(noisy, noise), noise)],
+        usefulness=scorer,
+    )
+    assert quality[NODE].score > 0.3, quality[NODE]
+    assert "own-shard loss" in quality[NODE].reason
+    assert quality[copier].score == 0.0 and "copies" in quality[copier].reason
+    assert quality[noisy].score < quality[NODE].score / 2, quality[noisy]
+    # a shard id the node could not have trained on: not measured, and the receipt says so
+    wrong = att(NODE, honest)
+    wrong.data_shard = "0x" + "66" * 32
+    assert scorer(wrong, honest) is None
