@@ -58,25 +58,37 @@ class NodeProc:
 
 
 def parse_round_records(log_path: Path | None) -> list[dict[str, Any]]:
-    """`round_done` records in a node log (JSON objects, or Python dict reprs)."""
+    """`round_done` records in a node log: a JSON object or a Python dict repr on a log line,
+    possibly as the message of a JSON log record (`{"msg": "{...round_done...}"}`)."""
     if log_path is None or not log_path.exists():
         return []
     out = []
     for line in log_path.read_text(errors="replace").splitlines():
-        start = line.find("{")
-        if start < 0 or "round_done" not in line:
-            continue
-        text = line[start:]
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError:
-            try:
-                record = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                continue
-        if isinstance(record, dict) and record.get("event") == "round_done":
-            out.append(record)
+        if "round_done" in line:
+            record = _record_in(line)
+            if record is not None:
+                out.append(record)
     return out
+
+
+def _record_in(text: str, depth: int = 0) -> dict[str, Any] | None:
+    start = text.find("{")
+    if start < 0 or depth > 2:
+        return None
+    body = text[start:]
+    try:
+        value = json.loads(body)
+    except json.JSONDecodeError:
+        try:
+            value = ast.literal_eval(body)
+        except (ValueError, SyntaxError):
+            return None
+    if not isinstance(value, dict):
+        return None
+    if value.get("event") == "round_done":
+        return value
+    message = value.get("msg", value.get("message"))
+    return _record_in(message, depth + 1) if isinstance(message, str) else None
 
 
 def start_rendezvous(procs: ProcessManager, workdir: Path) -> tuple[str, Child]:
