@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from sqlmodel import Session
 
 from ledger.chain import LedgerChain
@@ -11,6 +12,9 @@ from ledger.service import Ledger
 from tests.ledger.helpers import ETHER, contract, new_node
 
 
+@pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_follows_stake_events_and_resumes(ledger: Ledger, chain, deployment, nodes) -> None:
     ledger.prepare_database()
     ledger.start(background=False)
@@ -46,8 +50,6 @@ def test_follows_stake_events_and_resumes(ledger: Ledger, chain, deployment, nod
 
 
 def test_rpc_down_is_a_clear_error(deployment_file) -> None:
-    import pytest
-
     from protocol.errors import RpcUnavailableError
 
     dead = LedgerChain("http://127.0.0.1:9", deployment_file, None)

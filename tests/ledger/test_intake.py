@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from eth_account import Account
 from fastapi.testclient import TestClient
 from sqlmodel import Session, func, select
@@ -25,6 +26,9 @@ def _post(client: TestClient, payload: object) -> tuple[int, dict]:  # type: ign
     return r.status_code, r.json()
 
 
+@pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_accepts_and_is_idempotent(client, ledger, started_run, nodes, domain) -> None:
     att = attestation(nodes[0], run_id=started_run, round_=1, base=GENESIS, result=h("r1"))
     status, out = _post(client, body(att, nodes[0].key, domain))
@@ -114,6 +118,9 @@ def test_chain_state_refusals(client, ledger, chain, deployment, started_run, no
     assert ledger.indexer.snapshot.last_round[started_run] == 0
 
 
+@pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_form_refusals(client, ledger, started_run, nodes, domain) -> None:
     att = attestation(nodes[0], run_id=started_run, round_=1, base=GENESIS, result=h("r1"))
     good = body(att, nodes[0].key, domain)
@@ -155,6 +162,9 @@ def test_form_refusals(client, ledger, started_run, nodes, domain) -> None:
     assert status == 202
 
 
+@pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_batch(client, ledger, started_run, nodes, domain) -> None:
     items = [
         body(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from fastapi.testclient import TestClient
 from web3 import Web3
 
@@ -20,6 +21,9 @@ def _upload(client: TestClient, seed: int, scale: float = 1.0) -> str:
     return digest
 
 
+@pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_round_scored_committed_and_claimed(
     client, ledger: Ledger, started_run, nodes, domain, chain, deployment
 ) -> None:

@@ -50,6 +50,9 @@ def _status(ledger: Ledger) -> str:
         return s.exec(select(Settlement).where(Settlement.round == 1)).one().status
 
 
+@pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 @pytest.mark.parametrize("point", ["signed", "sent"])
 def test_crash_in_process_then_resume(
     point, client, ledger, settings_for, db_url, started_run, nodes, domain, chain, deployment
