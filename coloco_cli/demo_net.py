@@ -136,6 +136,7 @@ def start_ledger(
         "COLOCO_LEDGER_CONFIRMATIONS": "0",
         "COLOCO_LEDGER_INDEXER_POLL_S": "0.2",
         "COLOCO_LEDGER_LIFECYCLE_POLL_S": "0.2",
+        "COLOCO_LEDGER_USEFULNESS_MODEL": "tiny",  # level 2: own shard vs random data
     }
     argv = ledger_argv(port)
     child = procs.start("ledger", argv, workdir / "logs" / "ledger.log", env=env)

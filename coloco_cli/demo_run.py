@@ -28,7 +28,7 @@ from coloco_cli.demo_net import (
 from coloco_cli.demo_plan import DemoPlan
 from coloco_cli.demo_train import (
     NodeProc,
-    genesis_checkpoint_hash,
+    genesis_checkpoint,
     start_node,
     start_rendezvous,
     wait_for_exit,
@@ -110,11 +110,15 @@ class DemoRun:
     def configure(self) -> None:
         net = self._net()
         chain = net.chain()
+        from trainer.ledger_client import LedgerClient
+
         current = chain.training_config()
         if current.inner_steps != self.plan.inner_steps:
             organiser_sets_config(net, "setInnerLoop", self.plan.inner_steps, current.inner_lr_e6)
         self.config_version_start = chain.training_config().version
-        genesis = genesis_checkpoint_hash()
+        genesis, blob = genesis_checkpoint()
+        with LedgerClient(net.ledger_url) as ledger:
+            ledger.put_blob(genesis, blob)
         open_run(net, self.run_id, genesis)
         self.step(
             f"run 0x{self.run_id.hex()[:12]}… opened: genesis 0x{genesis.hex()[:12]}… committed "
