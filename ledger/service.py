@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
@@ -58,6 +59,7 @@ class Ledger:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
+        self._indexed_at = float("-inf")
 
     def _trainer_usefulness(self) -> UsefulnessFn:
         from ledger.usefulness import trainer_usefulness
@@ -104,9 +106,12 @@ class Ledger:
 
     def tick(self) -> None:
         """One pass of the lifecycle: index, close, score, record intents, settle."""
-        for _ in range(100):
-            if self.indexer.step() == 0:
-                break
+        now = time.monotonic()
+        if now - self._indexed_at >= self.settings.indexer_poll_s:
+            self._indexed_at = now
+            for _ in range(100):
+                if self.indexer.step() == 0:
+                    break
         self.keeper.close_due()
         for rnd in self.keeper.score_ready():
             if rnd.state == "scored":
@@ -125,7 +130,8 @@ class Ledger:
                 self.settler.record_intent(rnd)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.settings.lifecycle_poll_s):
+        poll = min(self.settings.lifecycle_poll_s, self.settings.indexer_poll_s)
+        while not self._stop.wait(poll):
             try:
                 self.tick()
                 self.last_error = None

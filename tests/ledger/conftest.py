@@ -50,6 +50,7 @@ def settings_for(
             "run_background": False,
             "confirmations": 1,
             "round_deadline_s": 600,
+            "indexer_poll_s": 0.01,
         }
         values.update(overrides)
         return Settings(_env_file=None, **values)  # type: ignore[call-arg]
