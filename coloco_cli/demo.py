@@ -28,6 +28,11 @@ from protocol.errors import ColocoError
 
 log = logging.getLogger(__name__)
 
+QUIET_LOGGERS = (
+    "httpx", "web3", "urllib3", "matplotlib", "protocol.keys", "protocol.devnet",
+    "protocol.deploy", "coloco_cli.demo_net", "coloco_cli.demo_train", "coloco_cli.demo_gov",
+)  # fmt: skip
+
 
 def demo(
     *,
@@ -59,8 +64,9 @@ def demo(
     http://127.0.0.1:8545 (the demo deploys its own contracts there and leaves the chain up).
     """
     console = Console()
-    for noisy in ("httpx", "web3", "urllib3", "matplotlib", "protocol.keys"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if logging.getLogger().level > logging.DEBUG:  # the step lines say it all; -v shows more
+        for noisy in QUIET_LOGGERS:
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     plan = DemoPlan.make(nodes=nodes, rounds=rounds, inner_steps=inner_steps, churn=churn)
     keep = workdir is not None or rpc_url is not None
     work = workdir or Path(tempfile.mkdtemp(prefix="coloco-demo-"))

@@ -150,7 +150,11 @@ class DemoRun:
                 self.nodes.append(joiner)
                 self.step(f"round {after} committed; {joiner.actor.name} joins the run")
         timeout = plan.round_timeout_s * plan.rounds
-        wait_for_round(net, self.run_id, plan.rounds, self.nodes, timeout=timeout)
+        with self.console.status(f"training rounds up to {plan.rounds}…"):
+            wait_for_round(
+                net, self.run_id, plan.rounds, self.nodes, timeout=timeout,
+                on_commit=lambda r: self.step(f"round {r}/{plan.rounds} committed on chain"),
+            )  # fmt: skip
         wait_for_exit(self.nodes, timeout=plan.round_timeout_s)
         self.step(f"all {plan.rounds} rounds committed on chain")
 

@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -200,15 +201,29 @@ def check_nodes(nodes: list[NodeProc]) -> None:
 
 
 def wait_for_round(
-    net: DemoNet, run_id: bytes, target: int, nodes: list[NodeProc], *, timeout: float
+    net: DemoNet,
+    run_id: bytes,
+    target: int,
+    nodes: list[NodeProc],
+    *,
+    timeout: float,
+    on_commit: Callable[[int], None] | None = None,
 ) -> int:
-    """Block until the chain has committed round `target` of the run; returns the last round."""
+    """Block until the chain has committed round `target` of the run; returns the last round.
+
+    `on_commit(round)` is called for each newly committed round seen while waiting.
+    """
     from protocol.types import RunId
 
     chain = net.chain()
     deadline = time.monotonic() + timeout
+    seen = int(chain.last_round(RunId(run_id)))
     while True:
         last = int(chain.last_round(RunId(run_id)))
+        if on_commit is not None:
+            for r in range(seen + 1, last + 1):
+                on_commit(r)
+        seen = max(seen, last)
         if last >= target:
             return last
         check_nodes(nodes)
