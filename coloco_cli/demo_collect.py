@@ -23,14 +23,14 @@ SETTLED = {"committed", "final"}
 
 def ledger_rounds(run: DemoRun) -> list[dict[str, Any]]:
     """The ledger's rounds of the run (oldest first), with every verified score."""
-    net = run._net()
+    net = run.require_net()
     rounds = net.ledger_get(f"/v1/runs/0x{run.run_id.hex()}/rounds?limit=500")
     return sorted((r for r in rounds if r["round"] > 0), key=lambda r: r["round"])
 
 
 def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
     """The demo report (see `demo_report.REQUIRED_KEYS`)."""
-    net = run._net()
+    net = run.require_net()
     chain = net.chain()
     committed = int(chain.last_round(RunId(run.run_id)))
     rounds = ledger_rounds(run)

@@ -37,6 +37,7 @@ from coloco_cli.demo_train import (
     wait_rendezvous,
 )
 from coloco_cli.procs import ProcessManager
+from protocol.errors import ColocoError
 
 if TYPE_CHECKING:
     from protocol.devnet import AnvilProcess
@@ -97,7 +98,7 @@ class DemoRun:
         return self.net
 
     def onboard(self) -> None:
-        net = self._net()
+        net = self.require_net()
         extra = 1 if self.plan.join_after is not None else 0
         self.actors = make_actors(net, self.plan.nodes + extra)
         for actor in self.actors:
@@ -108,7 +109,7 @@ class DemoRun:
             )
 
     def configure(self) -> None:
-        net = self._net()
+        net = self.require_net()
         chain = net.chain()
         from trainer.ledger_client import LedgerClient
 
@@ -126,7 +127,7 @@ class DemoRun:
         )
 
     def train_and_govern(self) -> None:
-        net, plan = self._net(), self.plan
+        net, plan = self.require_net(), self.plan
         initial = self.actors[: plan.nodes]
         leaver = initial[-1] if plan.leave_after is not None and plan.nodes >= 2 else None
         for actor in initial:
@@ -166,7 +167,7 @@ class DemoRun:
         the change then lands at a known point whatever the machine's speed (round `after` + 2
         trains with it at the latest).
         """
-        net, plan = self._net(), self.plan
+        net, plan = self.require_net(), self.plan
         wait_for_records(self.nodes, after, timeout=plan.round_timeout_s)
         for node in self.nodes:
             node.child.pause()
@@ -188,7 +189,7 @@ class DemoRun:
         )
 
     def final_claims(self) -> None:
-        more = claim_all(self._net(), self.actors)
+        more = claim_all(self.require_net(), self.actors)
         self.claims += more
         self.step(f"{len(more)} final claims sent")
 
@@ -197,7 +198,7 @@ class DemoRun:
     def _start(self, actor: Actor, *, leave_after: int | None, standby: bool = False) -> NodeProc:
         return start_node(
             self.procs,
-            self._net(),
+            self.require_net(),
             actor,
             run_id=self.run_id,
             rendezvous=self.rendezvous,
@@ -207,7 +208,7 @@ class DemoRun:
             standby=standby,
         )
 
-    def _net(self) -> DemoNet:
+    def require_net(self) -> DemoNet:
         if self.net is None:
-            raise RuntimeError("start_network() first")
+            raise ColocoError("internal: the demo's network is not started (start_network first)")
         return self.net
