@@ -196,8 +196,8 @@ def status() -> None:
 
     url = devnet_rpc_url()
     if url is None:
-        console.print("devnet: [red]down[/] (start it with `coloco devnet up`)")
-        raise typer.Exit(1)
+        raise ChainError("the devnet is down (no live anvil pid in .coloco/devnet/): start it "
+                         "with `coloco devnet up`")  # fmt: skip
     head = int(rpc_call(url, "eth_blockNumber"), 16)
     console.print(f"devnet: [green]up[/] at {url}, block {head}, pid {running_pid()}")
     if DEVNET_DEPLOYMENT.is_file():

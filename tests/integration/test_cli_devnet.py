@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from coloco_cli.main import app
 from coloco_cli.procs import free_port, port_open
 from protocol.deployment import CONTRACT_NAMES, Deployment
-from protocol.errors import ConfigError
+from protocol.errors import ChainError, ConfigError
 
 pytestmark = pytest.mark.integration
 
@@ -63,6 +63,9 @@ def test_devnet_lifecycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert not port_open("127.0.0.1", port)
     assert not Path(".coloco/devnet/anvil.pid").exists()
     assert "not running" in runner.invoke(app, ["devnet", "down"]).output
+    down_status = runner.invoke(app, ["devnet", "status"])
+    assert isinstance(down_status.exception, ChainError)
+    assert "coloco devnet up" in down_status.exception.message
 
 
 def test_devnet_up_refuses_a_busy_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
