@@ -18,6 +18,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -109,6 +110,7 @@ def main() -> None:
     parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally block cleans up
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     n_single, n_batch, seconds = (1000, 2000, 2) if args.quick else (5000, 20000, 10)
     n_latency = 500 * seconds

@@ -67,6 +67,7 @@ class Intake:
         self.settings = settings
         self.lock = threading.Lock()
         self.round_states: dict[tuple[str, int], str] = {}
+        self.dirty: set[tuple[str, int]] = set()  # rounds with new attestations (see rounds.py)
         self.writer = GroupWriter(self)
 
     @property
@@ -128,6 +129,7 @@ class Intake:
                 ids = conn.execute(stmt, rows).scalars().all()
                 for index, new_id in zip(row_index, ids, strict=True):
                     out[index] = Outcome(202, id=int(new_id))
+                self.dirty.update((row["run_id"], row["round"]) for row in rows)
             if rejections:
                 conn.execute(insert(_REJ), rejections)
 

@@ -45,38 +45,62 @@ class RoundKeeper:
         self.blobs = blobs
         self.settings = settings
         self.usefulness = usefulness
+        self._first_pass = True
 
     def close_due(self, now: datetime | None = None) -> list[tuple[str, int]]:
-        """Move open rounds to closing when all expected nodes attested or the deadline passed."""
+        """Move open rounds to closing when all expected nodes attested or the deadline passed.
+
+        Only rounds past their deadline or with new attestations (``Intake.dirty``) are looked
+        at, and the intake lock is held just for the state change, not for the checks.
+        """
         now = now or utcnow()
-        closed: list[tuple[str, int]] = []
+        with Session(self.engine) as session:
+            open_rounds = session.exec(select(RoundState).where(RoundState.state == "open")).all()
+        with self.intake.lock:
+            dirty, self.intake.dirty = self.intake.dirty, set()
+        if self._first_pass:
+            self._first_pass = False
+            dirty |= {(r.run_id, r.round) for r in open_rounds}
+        closing: list[tuple[RoundState, set[str], str]] = []
+        for rnd in open_rounds:
+            overdue = now >= rnd.deadline_at
+            if not overdue and (rnd.run_id, rnd.round) not in dirty:
+                continue
+            expected, complete = self._expected(rnd)
+            if complete or overdue:
+                why = "every expected node attested" if complete else "deadline passed"
+                closing.append((rnd, expected, why))
+        if not closing:
+            return []
         with self.intake.lock, Session(self.engine) as session:
-            for rnd in session.exec(select(RoundState).where(RoundState.state == "open")).all():
-                rows = session.exec(
-                    select(Attestation.node, Attestation.members).where(
-                        Attestation.run_id == rnd.run_id, Attestation.round == rnd.round
-                    )
-                ).all()
-                attested = {node for node, _ in rows}
-                expected = set(attested)
-                declared = False
-                for _, members in rows:
-                    if members:
-                        declared = True
-                        expected.update(json.loads(members))
-                # without any declared round_members only the deadline closes the round
-                complete = declared and expected <= attested
-                if complete or now >= rnd.deadline_at:
-                    rnd.state = "closing"
-                    rnd.closed_at = now
-                    rnd.expected = json.dumps(sorted(expected))
-                    session.add(rnd)
-                    self.intake.round_states[(rnd.run_id, rnd.round)] = "closing"
-                    closed.append((rnd.run_id, rnd.round))
-                    why = "every expected node attested" if complete else "deadline passed"
-                    log.info("round %d of run %s closing: %s", rnd.round, rnd.run_id, why)
+            for rnd, expected, why in closing:
+                row = session.get(RoundState, rnd.id)
+                if row is None or row.state != "open":
+                    continue
+                row.state, row.closed_at = "closing", now
+                row.expected = json.dumps(sorted(expected))
+                session.add(row)
+                self.intake.round_states[(row.run_id, row.round)] = "closing"
+                log.info("round %d of run %s closing: %s", row.round, row.run_id, why)
             session.commit()
-        return closed
+        return [(rnd.run_id, rnd.round) for rnd, _, _ in closing]
+
+    def _expected(self, rnd: RoundState) -> tuple[set[str], bool]:
+        """(expected members, whether all of them attested). Undeclared: never complete."""
+        with Session(self.engine) as session:
+            rows = session.exec(
+                select(Attestation.node, Attestation.members).where(
+                    Attestation.run_id == rnd.run_id, Attestation.round == rnd.round
+                )
+            ).all()
+        attested = {node for node, _ in rows}
+        expected = set(attested)
+        declared = False
+        for _, members in rows:
+            if members:
+                declared = True
+                expected.update(json.loads(members))
+        return expected, declared and expected <= attested
 
     def score_ready(self) -> list[RoundState]:
         """Score every closing round whose earlier rounds are all committed on chain."""
