@@ -11,7 +11,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from coloco_cli.rewards import fetch_owed
-from protocol.types import RunId
+from protocol.merkle import verify_proof
+from protocol.types import Address, RunId
 
 if TYPE_CHECKING:
     from coloco_cli.demo_run import DemoRun
@@ -70,6 +71,11 @@ def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
         got = sorted(credited.get(node.actor.node_address.lower(), set()))
         owed = fetch_owed(net.ledger_url, node.actor.payout_address)
         balance = int(chain.call("ModelShareToken", "balanceOf", node.actor.payout_address))
+        # the ledger's amount is what the chain committed: its proof opens the on-chain root
+        committed_root = bytes(chain.latest_rewards_root())
+        in_root = owed.root == committed_root and verify_proof(
+            committed_root, Address(owed.account), owed.cumulative_amount, owed.proof
+        )
         nodes.append(
             {
                 "name": node.actor.name,
@@ -84,6 +90,7 @@ def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
                 "left_after": node.leave_after,
                 "owed": str(owed.cumulative_amount),
                 "balance": str(balance),
+                "owed_in_committed_root": in_root,
                 "balance_equals_owed": balance == owed.cumulative_amount,
             }
         )
@@ -103,7 +110,9 @@ def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
         "nodes": nodes,
         "claims": run.claims,
         "tokens_minted": str(int(chain.call("ModelShareToken", "totalSupply"))),
-        "balances_equal_committed_rewards": all(n["balance_equals_owed"] for n in nodes),
+        "balances_equal_committed_rewards": all(
+            n["balance_equals_owed"] and n["owed_in_committed_root"] for n in nodes
+        ),
         "proposal_executed": bool(gov and gov.executed),
         "governance": gov.to_json() if gov else None,
         "config_version_before": gov.config_version_before if gov else run.config_version_start,
