@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -14,18 +13,11 @@ from coloco_cli.main import app
 from coloco_cli.procs import free_port, port_open
 from protocol.deployment import CONTRACT_NAMES, Deployment
 from protocol.errors import ChainError, ConfigError
+from tests.integration.pids import alive
 
 pytestmark = pytest.mark.integration
 
 runner = CliRunner()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
 def test_devnet_lifecycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,7 +29,7 @@ def test_devnet_lifecycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     pid = state["pid"]
     try:
         assert state["rpc_url"] == f"http://127.0.0.1:{port}"
-        assert _pid_alive(pid) and port_open("127.0.0.1", port)
+        assert alive(pid) and port_open("127.0.0.1", port)
 
         again = runner.invoke(app, ["devnet", "up", "--port", str(port)])
         assert isinstance(again.exception, ConfigError)
@@ -57,9 +49,9 @@ def test_devnet_lifecycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         down = runner.invoke(app, ["devnet", "down"])
     assert down.exit_code == 0, down.output
     deadline = time.monotonic() + 5
-    while _pid_alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _pid_alive(pid)
+    assert not alive(pid)
     assert not port_open("127.0.0.1", port)
     assert not Path(".coloco/devnet/anvil.pid").exists()
     assert "not running" in runner.invoke(app, ["devnet", "down"]).output

@@ -21,7 +21,7 @@ from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.types import RunId
-from tests.integration.test_procs import _alive
+from tests.integration.pids import alive as _alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.anvil, pytest.mark.timeout(900)]
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from coloco_cli.procs import port_open
-from tests.integration.test_procs import _alive, _wait_gone
+from tests.integration.pids import alive as _alive
+from tests.integration.pids import wait_gone as _wait_gone
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

@@ -20,27 +20,8 @@ from coloco_cli.procs import (
     wait_until,
 )
 from protocol.errors import ColocoError
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0); treat it as gone
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
+from tests.integration.pids import alive as _alive
+from tests.integration.pids import wait_gone as _wait_gone
 
 
 def test_stop_all_kills_children_and_grandchildren(tmp_path: Path) -> None:
