@@ -129,7 +129,10 @@ class Intake:
                 ids = conn.execute(stmt, rows).scalars().all()
                 for index, new_id in zip(row_index, ids, strict=True):
                     out[index] = Outcome(202, id=int(new_id))
-                self.dirty.update((row["run_id"], row["round"]) for row in rows)
+                # only rounds whose members were declared can close before their deadline
+                self.dirty.update(
+                    (r["run_id"], r["round"]) for r in rows if r["members"] is not None
+                )
             if rejections:
                 conn.execute(insert(_REJ), rejections)
 

@@ -55,26 +55,32 @@ class RoundKeeper:
         """
         now = now or utcnow()
         with Session(self.engine) as session:
-            open_rounds = session.exec(select(RoundState).where(RoundState.state == "open")).all()
+            open_rounds = session.exec(
+                select(
+                    RoundState.id, RoundState.run_id, RoundState.round, RoundState.deadline_at
+                ).where(RoundState.state == "open")
+            ).all()
         with self.intake.lock:
             dirty, self.intake.dirty = self.intake.dirty, set()
         if self._first_pass:
             self._first_pass = False
-            dirty |= {(r.run_id, r.round) for r in open_rounds}
-        closing: list[tuple[RoundState, set[str], str]] = []
-        for rnd in open_rounds:
-            overdue = now >= rnd.deadline_at
-            if not overdue and (rnd.run_id, rnd.round) not in dirty:
+            dirty |= {(run_id, round_) for _, run_id, round_, _ in open_rounds}
+        closing: list[tuple[int | None, set[str], str]] = []
+        keys: list[tuple[str, int]] = []
+        for row_id, run_id, round_, deadline_at in open_rounds:
+            overdue = now >= deadline_at
+            if not overdue and (run_id, round_) not in dirty:
                 continue
-            expected, complete = self._expected(rnd)
+            expected, complete = self._expected(run_id, round_)
             if complete or overdue:
                 why = "every expected node attested" if complete else "deadline passed"
-                closing.append((rnd, expected, why))
+                closing.append((row_id, expected, why))
+                keys.append((run_id, round_))
         if not closing:
             return []
         with self.intake.lock, Session(self.engine) as session:
-            for rnd, expected, why in closing:
-                row = session.get(RoundState, rnd.id)
+            for row_id, expected, why in closing:
+                row = session.get(RoundState, row_id)
                 if row is None or row.state != "open":
                     continue
                 row.state, row.closed_at = "closing", now
@@ -83,14 +89,14 @@ class RoundKeeper:
                 self.intake.round_states[(row.run_id, row.round)] = "closing"
                 log.info("round %d of run %s closing: %s", row.round, row.run_id, why)
             session.commit()
-        return [(rnd.run_id, rnd.round) for rnd, _, _ in closing]
+        return keys
 
-    def _expected(self, rnd: RoundState) -> tuple[set[str], bool]:
+    def _expected(self, run_id: str, round_: int) -> tuple[set[str], bool]:
         """(expected members, whether all of them attested). Undeclared: never complete."""
         with Session(self.engine) as session:
             rows = session.exec(
                 select(Attestation.node, Attestation.members).where(
-                    Attestation.run_id == rnd.run_id, Attestation.round == rnd.round
+                    Attestation.run_id == run_id, Attestation.round == round_
                 )
             ).all()
         attested = {node for node, _ in rows}
