@@ -1,6 +1,6 @@
 """A shortened `coloco demo` through the real processes, then its claims checked on chain.
 
-The demo runs as a subprocess (`python -m coloco_cli demo`) against the session's anvil, so that
+The demo runs as a subprocess (`python -m coloco_cli demo`) against an anvil of its own, so that
 the chain outlives it: anvil, the ledger, the rendezvous and the trainer nodes are real processes;
 afterwards the test reads the chain itself and compares it with the report.
 """
@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,20 @@ NODES, ROUNDS, INNER_STEPS = 2, 3, 8
 
 
 @pytest.fixture(scope="module")
+def demo_chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnvilProcess]:
+    """An anvil of this module's own: the demo deploys, mines and moves time on it freely."""
+    node = AnvilProcess.start(tmp_path_factory.mktemp("demo-anvil"))
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.fixture(scope="module")
 def demo_run(
-    anvil: AnvilProcess, tmp_path_factory: pytest.TempPathFactory
+    demo_chain: AnvilProcess, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[dict[str, Any], Path]:
+    anvil = demo_chain
     work = tmp_path_factory.mktemp("demo")
     report = work / "report" / "demo.json"
     cmd = [
@@ -82,8 +94,9 @@ def test_report_has_every_required_field(demo_run: tuple[dict[str, Any], Path]) 
 
 
 def test_chain_state_matches_the_report(
-    demo_run: tuple[dict[str, Any], Path], anvil: AnvilProcess
+    demo_run: tuple[dict[str, Any], Path], demo_chain: AnvilProcess
 ) -> None:
+    anvil = demo_chain
     report, work = demo_run
     deployment = Deployment.load(work / "run" / "deployment.json")
     chain = ChainClient(anvil.rpc_url, deployment)
@@ -119,7 +132,9 @@ def test_the_demo_left_no_process_behind(demo_run: tuple[dict[str, Any], Path]) 
 
 
 def test_rewards_cli_reads_the_restarted_ledger(
-    demo_run: tuple[dict[str, Any], Path], anvil: AnvilProcess, monkeypatch: pytest.MonkeyPatch
+    demo_run: tuple[dict[str, Any], Path],
+    demo_chain: AnvilProcess,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The demo's ledger, restarted on its SQLite file, serves what `coloco rewards` shows."""
     from typer.testing import CliRunner
@@ -131,6 +146,7 @@ def test_rewards_cli_reads_the_restarted_ledger(
     from protocol.errors import ConfigError
 
     report, work = demo_run
+    anvil = demo_chain
     run_dir = work / "run"
     with ProcessManager(handle_signals=False) as procs:
         url, _ = start_ledger(
