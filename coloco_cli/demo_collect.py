@@ -42,12 +42,15 @@ def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
 
     per_round = []
     credited: dict[str, set[int]] = {}
+    tokens: dict[str, int] = {}
     for rnd in rounds:
         r = int(rnd["round"])
         scores = rnd.get("scores", [])
         for s in scores:
             if rnd["state"] in SETTLED and s.get("verified") and int(s.get("reward") or 0) > 0:
                 credited.setdefault(s["node"].lower(), set()).add(r)
+                key = s["node"].lower()
+                tokens[key] = tokens.get(key, 0) + int(s.get("verified_tokens") or 0)
         evals = [x["eval_loss"] for x in records.get(r, []) if x.get("eval_loss") is not None]
         per_round.append(
             {
@@ -86,6 +89,7 @@ def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
                 "rounds_expected": len(expected),
                 "rounds_worked_list": worked,
                 "rounds_credited": got,
+                "tokens_verified": tokens.get(node.actor.node_address.lower(), 0),
                 "credited_exactly": bool(worked) and got == worked == expected,
                 "left_after": node.leave_after,
                 "owed": str(owed.cumulative_amount),

@@ -76,6 +76,12 @@ def plot_loss(rounds: list[dict[str, Any]], png: Path) -> None:
     plt.close(fig)
 
 
+def _short(amount: str) -> str:
+    """'183.333333333333333332' -> '183.3333' (the JSON report keeps every digit)."""
+    whole, dot, frac = amount.partition(".")
+    return f"{whole}.{frac[:4]}" if dot else whole
+
+
 def print_summary(report: dict[str, Any], console: Console) -> None:
     """Rounds, loss, per-node work, rewards and votes as rich tables."""
     rounds = Table(title="rounds settled on chain")
@@ -95,7 +101,9 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
     console.print(rounds)
 
     nodes = Table(title="nodes: work credited and rewards")
-    for col in ("node", "address", "rounds worked", "expected", "exact", "owed CMS", "claimed CMS"):
+    columns = ("node", "address", "rounds worked", "expected", "credited exactly",
+               "tokens verified", "owed CMS", "claimed CMS")  # fmt: skip
+    for col in columns:
         nodes.add_column(col)
     for n in report["nodes"]:
         nodes.add_row(
@@ -104,8 +112,9 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
             str(n.get("rounds_worked")),
             str(n.get("rounds_expected")),
             "[green]yes[/]" if n.get("credited_exactly") else "[red]no[/]",
-            fmt_units(int(n.get("owed", 0))),
-            fmt_units(int(n.get("balance", 0))),
+            f"{n.get('tokens_verified', 0):,}",
+            _short(fmt_units(int(n.get("owed", 0)))),
+            _short(fmt_units(int(n.get("balance", 0)))),
         )
     console.print(nodes)
 
