@@ -190,14 +190,22 @@ def wait_for_records(nodes: list[NodeProc], round: int, *, timeout: float) -> No
 
 
 def check_nodes(nodes: list[NodeProc]) -> None:
-    """Raise with the log tail if a node process failed."""
+    """Raise with the log tail if a node process failed, or stopped before its last round."""
     for node in nodes:
         code = node.child.popen.poll()
-        if code not in (None, 0):
-            raise TrainerError(
-                f"{node.actor.name} exited with code {code}; its log {node.child.log_path} "
-                f"ends with:\n{node.child.log_tail()}"
-            )
+        if code is None:
+            continue
+        final = node.leave_after or node.last_round
+        if code != 0:
+            why = f"exited with code {code}"
+        elif final is not None and final not in node.rounds_worked():
+            why = f"exited before its last round ({final})"
+        else:
+            continue
+        raise TrainerError(
+            f"{node.actor.name} {why}; its log {node.child.log_path} ends with:\n"
+            f"{node.child.log_tail()}"
+        )
 
 
 def wait_for_round(

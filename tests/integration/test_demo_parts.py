@@ -79,3 +79,28 @@ def test_report_needs_every_key_and_writes_a_png(tmp_path: Path) -> None:
     del report["wall_s"]
     with pytest.raises(ValueError, match="wall_s"):
         write_report(report, tmp_path / "again.json")
+
+
+def test_a_node_that_stops_early_is_reported_even_with_exit_code_0(tmp_path: Path) -> None:
+    from coloco_cli.demo_actors import Actor
+    from coloco_cli.demo_train import NodeProc, check_nodes
+    from coloco_cli.procs import ProcessManager
+    from protocol.errors import TrainerError
+
+    actor = Actor("node-1", "0x0", "0x0", "0x0", tmp_path / "k", tmp_path / "p", "0x0", "0x0")
+    record = json.dumps({"event": "round_done", "round": 1})
+    with ProcessManager(handle_signals=False) as procs:
+        early = procs.start(
+            "node-1", ["bash", "-c", f"echo '{record}'; echo 'error (ledger_error): boom'"],
+            tmp_path / "early.log",
+        )  # fmt: skip
+        early.popen.wait(timeout=10)
+        with pytest.raises(TrainerError, match=r"before its last round \(3\)") as info:
+            check_nodes([NodeProc(actor, early, last_round=3, leave_after=None)])
+        assert "boom" in info.value.message
+        # the same node leaving after round 1 did exactly what it should
+        check_nodes([NodeProc(actor, early, last_round=3, leave_after=1)])
+        failed = procs.start("node-2", ["bash", "-c", "exit 5"], tmp_path / "failed.log")
+        failed.popen.wait(timeout=10)
+        with pytest.raises(TrainerError, match="exited with code 5"):
+            check_nodes([NodeProc(actor, failed, last_round=3, leave_after=None)])
