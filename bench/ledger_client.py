@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import deque
 from typing import Any
 
 
@@ -69,15 +70,20 @@ async def open_loop(
     host: str, port: int, path: str, bodies: list[bytes], rate: float
 ) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
-    idle: list[Conn] = [await _connect(host, port) for _ in range(32)]
+    idle: deque[Conn] = deque([await _connect(host, port) for _ in range(32)])
     latencies: list[float] = []
     bad: list[str] = []
     t0 = loop.time() + 0.05
 
     async def one(i: int, body: bytes) -> None:
         scheduled = t0 + i / rate
-        conn = idle.pop() if idle else await _connect(host, port)
-        status, payload = await conn.post(path, host, body)
+        conn = idle.popleft() if idle else await _connect(host, port)
+        try:
+            status, payload = await conn.post(path, host, body)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            # the server closed an idle keep-alive connection before reading: send again
+            conn = await _connect(host, port)
+            status, payload = await conn.post(path, host, body)
         latencies.append(loop.time() - scheduled)
         if status != 202:
             bad.append(f"{status} {payload[:200]!r}")

@@ -118,6 +118,7 @@ class Ledger:
                 self.settler.record_intent(rnd)
         self._record_missing_intents()
         self.settler.tick()
+        db.checkpoint(self.engine)
 
     def _record_missing_intents(self) -> None:
         with Session(self.engine, expire_on_commit=False) as session:
