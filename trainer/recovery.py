@@ -124,7 +124,9 @@ class Recovery:
                 found = self.from_ledger(last)
                 if found is not None:
                     return found
-        return self.verify(genesis_checkpoint(self.model, self.seed, self.run_id), "genesis")
+        genesis = self.verify(genesis_checkpoint(self.model, self.seed, self.run_id), "genesis")
+        self.upload(genesis)  # round 1's base, so the ledger can score round 1 (idempotent)
+        return genesis
 
     def upload(self, ckpt: RoundCheckpoint) -> None:
         """Rank 0 puts the round's weights in the ledger's blob store (id = checkpoint hash)."""

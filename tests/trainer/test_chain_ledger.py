@@ -135,6 +135,7 @@ def test_attestations_and_blobs_are_accepted_by_the_real_ledger(
     pg_blob = lc.get_blob(att.pseudo_gradient)
     assert pg_blob is not None and len(pg_blob) > 1000
     assert lc.get_blob(att.result_checkpoint) is not None, "rank 0 uploaded the checkpoint"
+    assert lc.get_blob(att.base_checkpoint) is not None, "genesis uploaded: round 1 is scorable"
     stranger = NodeKey.from_private_key(bytes([9]) * 32)  # not registered on chain
     forged = dataclasses.replace(att, node=stranger.address)
     with pytest.raises(AttestationRejected) as err:
