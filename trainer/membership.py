@@ -78,10 +78,11 @@ class RoundGroup:
         except (RuntimeError, dist.DistBackendError) as exc:
             raise CollectiveError(f"hash check over {self.world_size} nodes failed: {exc}") from exc
         for addr, g in zip(self.members.addresses, gathered, strict=True):
-            if bytes(g.cpu().tolist()) != digest:
+            theirs = bytes(g.cpu().tolist())
+            if theirs != digest:
                 raise CheckpointError(
                     f"after round {self.members.round} node {addr} holds weights 0x"
-                    f"{bytes(g.cpu().tolist()).hex()[:16]}.. but this node 0x{digest.hex()[:16]}..: "
+                    f"{theirs.hex()[:16]}.. but this node 0x{digest.hex()[:16]}..: "
                     "the nodes diverged (different code, torch version or hardware?)"
                 )
 
