@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
-from protocol.errors import AttestationRejected, LedgerUnavailableError
+from protocol.errors import AttestationRejected, CheckpointError, LedgerUnavailableError
 from protocol.keys import NodeKey
 from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     ADMIN,
@@ -28,13 +28,13 @@ from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     nodes,
     settings_for,
 )
-from tests.ledger.helpers import domain_of
+from tests.ledger.helpers import domain_of, tick_until
 from trainer.attest import Attester
 from trainer.ledger_client import LedgerClient, RetryPolicy
 from trainer.membership import MembershipConfig
 from trainer.model import GPTConfig
 from trainer.node import NodeRunner, NodeSettings, RoundReport
-from trainer.recovery import Recovery, genesis_hash
+from trainer.recovery import Recovery, genesis_checkpoint, genesis_hash
 from trainer.runconfig import ChainConfig
 
 pytestmark = [pytest.mark.anvil]
@@ -136,6 +136,18 @@ def test_attestations_and_blobs_are_accepted_by_the_real_ledger(
     assert pg_blob is not None and len(pg_blob) > 1000
     assert lc.get_blob(att.result_checkpoint) is not None, "rank 0 uploaded the checkpoint"
     assert lc.get_blob(att.base_checkpoint) is not None, "genesis uploaded: round 1 is scorable"
+    # The ledger settles the round (one member, it declared itself) and commits it on chain;
+    # a node that restarts with no peer and no local checkpoint recovers those weights from the
+    # ledger's blob store, checked against checkpointOf(run, 1).
+    tick_until(ledger, "0x" + RUN.hex(), 1, "committed", timeout=60.0)
+    cc = ChainClient(chain.rpc_url, deployment)
+    assert bytes(cc.checkpoint_of(RUN, 1)) == att.result_checkpoint
+    cold = Recovery(RUN, SMALL, 0, chain=cc, ledger=lc)
+    restored = cold.from_ledger(1)
+    assert restored is not None and restored.weights_hash == att.result_checkpoint
+    with pytest.raises(CheckpointError, match="the chain committed"):
+        Recovery(RUN, SMALL, 1, chain=cc).verify(genesis_checkpoint(SMALL, 1, RUN), "genesis")
+
     stranger = NodeKey.from_private_key(bytes([9]) * 32)  # not registered on chain
     forged = dataclasses.replace(att, node=stranger.address)
     with pytest.raises(AttestationRejected) as err:
