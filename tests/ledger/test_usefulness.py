@@ -93,3 +93,23 @@ def test_honest_scores_noise_and_copies_do_not(tmp_path: Path) -> None:
     wrong = att(NODE, honest)
     wrong.data_shard = "0x" + "66" * 32
     assert scorer(wrong, honest) is None
+
+
+def test_settings_enable_the_trainer_scorer(settings_for, db_url) -> None:
+    from ledger.service import Ledger
+
+    ledger = Ledger(settings_for(db_url, usefulness_model="tiny"))
+    try:
+        ledger.prepare_database()
+        ledger.start(background=False)
+        scorer = ledger.keeper.usefulness
+        assert scorer is not None
+        missing_base = Attestation(
+            run_id="0x" + RUN.hex(), round=1, node=NODE, config_version=1,
+            base_checkpoint="0x" + "77" * 32, pseudo_gradient="0x" + "88" * 32,
+            data_shard="0x" + "99" * 32, inner_steps=1, tokens=64,
+            result_checkpoint="0x" + "22" * 32, digest="0x" + "33" * 32, signature="0x",
+        )  # fmt: skip
+        assert scorer(missing_base, {"w": torch.ones(2)}) is None  # not measured, not guessed
+    finally:
+        ledger.stop()
