@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 
 import typer
 from rich.console import Console
 
+from coloco_cli import devnet, gov, keys, ledger, node, rewards
+from coloco_cli.demo import demo
 from protocol.errors import ColocoError
-
-# (group name, module, help). A module defines `app = typer.Typer(...)`.
-_GROUPS: tuple[tuple[str, str, str], ...] = (
-    ("keys", "coloco_cli.keys", "Create and inspect node keys (encrypted keystores)."),
-    ("node", "coloco_cli.node", "Operate a trainer node: register, stake, run, status."),
-    ("rewards", "coloco_cli.rewards", "Show and claim ownership-token rewards."),
-    ("gov", "coloco_cli.gov", "Delegate, propose, vote, queue and execute governance."),
-    ("devnet", "coloco_cli.devnet", "Local anvil devnet: up, down, deploy."),
-    ("ledger", "coloco_cli.ledger", "Run the ledger service."),
-)
 
 app = typer.Typer(
     name="coloco",
@@ -27,6 +18,16 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+app.add_typer(keys.app, name="keys", help="Create and inspect node keys (encrypted keystores).")
+app.add_typer(node.app, name="node", help="Operate a trainer node: register, stake, run, status.")
+app.add_typer(rewards.app, name="rewards", help="Show and claim ownership-token rewards.")
+app.add_typer(gov.app, name="gov", help="Delegate, propose, vote, queue and execute governance.")
+app.add_typer(devnet.app, name="devnet", help="Local anvil devnet: up, down, deploy, status.")
+app.add_typer(ledger.app, name="ledger", help="Run the ledger service.")
+app.command("demo")(demo)
+
+_QUIET_LOGGERS = ("httpx", "httpcore", "web3", "urllib3")
 
 
 @app.callback()
@@ -37,29 +38,15 @@ def _root(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-
-
-for _name, _module, _help in _GROUPS:
-    try:
-        _mod = importlib.import_module(_module)
-    except ModuleNotFoundError as exc:  # group not built yet in this checkout
-        if exc.name != _module:
-            raise
-        continue
-    app.add_typer(_mod.app, name=_name, help=_help)
-
-try:
-    _demo = importlib.import_module("coloco_cli.demo")
-    app.command("demo", help="Run the whole network on this machine, end to end.")(_demo.demo)
-except ModuleNotFoundError as exc:
-    if exc.name != "coloco_cli.demo":
-        raise
+    if not verbose:  # one INFO line per HTTP request drowns what the user needs to read
+        for name in _QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def main() -> None:
     """Console entry point: coloco errors become a message and an exit code, not a traceback."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except ColocoError as exc:
         Console(stderr=True).print(f"[bold red]error[/] ({exc.code}): {exc.message}")
         sys.exit(2)
@@ -67,14 +54,15 @@ def main() -> None:
         Console(stderr=True).print("aborted")
         sys.exit(130)
     except (typer.Exit, SystemExit) as exc:
-        code = getattr(exc, "exit_code", None)
-        if code is None:
-            code = getattr(exc, "code", 0)
-        sys.exit(code or 0)
-    except Exception as exc:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
+        exit_code = getattr(exc, "exit_code", None)
+        if exit_code is None:
+            exit_code = getattr(exc, "code", 0)
+        sys.exit(exit_code or 0)
+    except Exception as exc:
+        # Usage errors: typer vendors its own click, so match on the interface, not the class.
+        show, exit_code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(exit_code, int):
+            show()
+            sys.exit(exit_code)
         raise
+    sys.exit(code if isinstance(code, int) else 0)

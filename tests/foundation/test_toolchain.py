@@ -15,8 +15,20 @@ def test_coloco_help_lists_command_groups() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "coloco_cli", "--help"], capture_output=True, text=True, check=True
     ).stdout
-    assert "coloco" in out
-    assert "Usage" in out
+    for group in ("keys", "node", "rewards", "gov", "devnet", "ledger", "demo"):
+        assert group in out, f"`coloco --help` does not list {group}"
+
+
+def test_cli_usage_error_is_a_message_and_exit_2_not_a_traceback() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "coloco_cli", "node", "stake"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 2
+    assert "Missing option" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_solc_wrapper_answers_version_in_native_format() -> None:
