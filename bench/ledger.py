@@ -183,6 +183,7 @@ def main() -> None:
             log.info("single: %s", s)
             b = phase("closed", "/v1/attestations/batch", batches, 2)
             log.info("batch: %s", b)
+            time.sleep(2.0)  # let the worker's WAL checkpoint after the batch phase finish
             lat = phase("open", "/v1/attestations", latency, 500)
             log.info("latency: %s", lat)
         health = httpx.get(f"{url}/v1/health", timeout=10).json()
