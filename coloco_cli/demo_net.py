@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from coloco_cli.procs import Child, ProcessManager, free_port, wait_until
-from protocol.errors import ChainError, ConfigError, LedgerError
+from protocol.errors import ConfigError, LedgerError
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
@@ -97,9 +97,16 @@ def attach_anvil(rpc_url: str, accounts_file: Path, workdir: Path) -> AnvilProce
 
 
 def start_chain(
-    procs: ProcessManager, workdir: Path, anvil: AnvilProcess | None = None
+    procs: ProcessManager,
+    workdir: Path,
+    anvil: AnvilProcess | None = None,
+    *,
+    inner_steps: int | None = None,
 ) -> tuple[AnvilProcess, Deployment, Path]:
-    """Start anvil (unless given one) and deploy all (deployer = account 0, committer = 1)."""
+    """Start anvil (unless given one) and deploy all (deployer = account 0, committer = 1).
+
+    `inner_steps` is the run's genesis H, set by the deployment before the Timelock owns the config.
+    """
     from protocol.deploy import deploy
     from protocol.devnet import AnvilProcess
 
@@ -108,7 +115,11 @@ def start_chain(
         procs.add_cleanup("anvil", anvil.stop)
     path = workdir / "deployment.json"
     deployment = deploy(
-        anvil.rpc_url, anvil.accounts[0][1], committer=anvil.accounts[1][0], out_path=path
+        anvil.rpc_url,
+        anvil.accounts[0][1],
+        committer=anvil.accounts[1][0],
+        out_path=path,
+        initial_inner_steps=inner_steps,
     )
     log.info("contracts deployed on %s (chain %d)", anvil.rpc_url, anvil.chain_id)
     return anvil, deployment, path
@@ -198,27 +209,3 @@ def open_run(
         log.warning("opening the run did not commit round 0 yet (%s); retrying", last)
         time.sleep(1.0)
     raise LedgerError(f"the ledger did not commit the run's genesis within {timeout:.0f}s: {last}")
-
-
-def organiser_sets_config(net: DemoNet, fn: str, *args: Any) -> None:
-    """Devnet only: set the run's starting TrainingConfig as the Timelock (its owner).
-
-    On a real chain the run's first config is set through governance (or by the deployer before
-    it hands ownership to the Timelock). On the devnet the demo impersonates the Timelock with
-    anvil's `anvil_impersonateAccount` to start with the `--inner-steps` the user asked for.
-    """
-    chain = net.chain()
-    config = chain.contract("TrainingConfig")
-    timelock = net.deployment.address("TimelockController")
-    data = config.encode_abi(fn, args=list(args))
-    net.fund(timelock)
-    net.anvil.call("anvil_impersonateAccount", [timelock])
-    try:
-        tx = net.anvil.call(
-            "eth_sendTransaction", [{"from": timelock, "to": config.address, "data": data}]
-        )
-        receipt = chain.wait_for_receipt(bytes.fromhex(str(tx)[2:]))
-    finally:
-        net.anvil.call("anvil_stopImpersonatingAccount", [timelock])
-    if receipt["status"] != 1:
-        raise ChainError(f"TrainingConfig.{fn}{args} as the Timelock failed on the devnet")

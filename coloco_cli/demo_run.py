@@ -21,7 +21,6 @@ from coloco_cli.demo_gov import GovOutcome, claim_all, govern
 from coloco_cli.demo_net import (
     DemoNet,
     open_run,
-    organiser_sets_config,
     start_chain,
     start_ledger,
 )
@@ -88,7 +87,9 @@ class DemoRun:
 
     def start_network(self) -> DemoNet:
         self.step("starting anvil and deploying the contracts")
-        anvil, deployment, dep_path = start_chain(self.procs, self.workdir, self.external_anvil)
+        anvil, deployment, dep_path = start_chain(
+            self.procs, self.workdir, self.external_anvil, inner_steps=self.plan.inner_steps
+        )
         self.step(f"starting the ledger (SQLite) and the rendezvous; chain {anvil.rpc_url}")
         self.rendezvous, rdv = start_rendezvous(self.procs, self.workdir)
         url, ledger = start_ledger(self.procs, self.workdir, anvil, dep_path, round_deadline_s=90)
@@ -113,9 +114,6 @@ class DemoRun:
         chain = net.chain()
         from trainer.ledger_client import LedgerClient
 
-        current = chain.training_config()
-        if current.inner_steps != self.plan.inner_steps:
-            organiser_sets_config(net, "setInnerLoop", self.plan.inner_steps, current.inner_lr_e6)
         self.config_version_start = chain.training_config().version
         genesis, blob = genesis_checkpoint()
         with LedgerClient(net.ledger_url) as ledger:

@@ -44,12 +44,15 @@ def deploy(
     timelock_delay: int = 1,
     unbonding_delay: int = 60,
     grant_cap: int = 1_000_000 * 10**18,
+    initial_inner_steps: int | None = None,
 ) -> Deployment:
     """Deploys everything as `deployer_key`, writes the deployment JSON to `out_path`, returns it.
 
     `committer` gets COMMITTER_ROLE on the ContributionLedger; slashed stake goes to `treasury`
     (default: the Timelock). Voting delay and period are in blocks, the timelock and unbonding
     delays in seconds, `quorum_fraction` in percent, `grant_cap` in token units.
+    `initial_inner_steps` sets the run's genesis H before the Timelock takes TrainingConfig over
+    (None keeps the contract default); every later change goes through governance.
     """
     committer = _checked_address(committer, "committer")
     if treasury is not None:
@@ -58,6 +61,10 @@ def deploy(
         raise DeploymentError(f"quorum_fraction {quorum_fraction} must be a percentage in 1..100")
     if voting_period <= 0:
         raise DeploymentError(f"voting_period {voting_period} must be at least 1 block")
+    if initial_inner_steps is not None and initial_inner_steps <= 0:
+        raise DeploymentError(
+            f"initial_inner_steps {initial_inner_steps} must be >= 1 (or None for the default)"
+        )
     if min(voting_delay, timelock_delay, unbonding_delay, grant_cap) < 0:
         raise DeploymentError("delays and grant_cap must be non-negative")
     try:
@@ -77,6 +84,7 @@ def deploy(
         "COLOCO_TIMELOCK_DELAY": str(timelock_delay),
         "COLOCO_UNBONDING_DELAY": str(unbonding_delay),
         "COLOCO_GRANT_CAP": str(grant_cap),
+        "COLOCO_INITIAL_INNER_STEPS": str(initial_inner_steps or 0),
         "COLOCO_DEPLOY_OUT": str(scratch.relative_to(REPO_ROOT)),
         # keep forge's broadcast logs (they hold the key's address) out of the tracked tree
         "FOUNDRY_BROADCAST": str(REPO_ROOT / "cache" / "broadcast"),

@@ -16,6 +16,8 @@ import {TrainingConfig} from "../src/TrainingConfig.sol";
 /// COLOCO_COMMITTER [the deployer], COLOCO_TREASURY [the Timelock], COLOCO_VOTING_DELAY [1 block],
 /// COLOCO_VOTING_PERIOD [20 blocks], COLOCO_QUORUM_FRACTION [4 %], COLOCO_TIMELOCK_DELAY [1 s],
 /// COLOCO_UNBONDING_DELAY [60 s], COLOCO_GRANT_CAP [1,000,000 CMS], COLOCO_PROPOSAL_THRESHOLD [0],
+/// COLOCO_INITIAL_INNER_STEPS [0: the contract default; the run's genesis H, set before the
+/// Timelock takes ownership, so later changes go through governance only],
 /// COLOCO_DEPLOY_OUT [deployments/<chainId>.json; must lie under ./deployments].
 /// @dev Roles after `deploy`: ledger COMMITTER -> committer; token MINTER -> distributor and
 /// GRANTER -> Timelock, with no token admin left (nobody can add a minter); StakeManager SLASHER
@@ -32,6 +34,7 @@ contract Deploy is Script {
         uint64 unbondingDelay;
         uint256 grantCap;
         uint256 proposalThreshold;
+        uint32 initialInnerSteps; // zero: TrainingConfig's default
     }
 
     struct Deployed {
@@ -75,6 +78,7 @@ contract Deploy is Script {
         p.unbondingDelay = uint64(vm.envOr("COLOCO_UNBONDING_DELAY", uint256(60)));
         p.grantCap = vm.envOr("COLOCO_GRANT_CAP", uint256(1_000_000e18));
         p.proposalThreshold = vm.envOr("COLOCO_PROPOSAL_THRESHOLD", uint256(0));
+        p.initialInnerSteps = uint32(vm.envOr("COLOCO_INITIAL_INNER_STEPS", uint256(0)));
     }
 
     function _deploy(Params memory p, address deployer) internal returns (Deployed memory d) {
@@ -91,7 +95,11 @@ contract Deploy is Script {
             p.proposalThreshold,
             p.quorumFraction
         );
-        d.config = new TrainingConfig(timelock);
+        d.config = new TrainingConfig(deployer);
+        if (p.initialInnerSteps != 0) {
+            d.config.setInnerLoop(p.initialInnerSteps, d.config.current().innerLrE6);
+        }
+        d.config.transferOwnership(timelock);
         d.ledger = new ContributionLedger(deployer);
         d.distributor = new RewardDistributor(d.token, d.ledger);
         address treasury = p.treasury == address(0) ? timelock : p.treasury;

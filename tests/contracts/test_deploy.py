@@ -107,6 +107,7 @@ def test_deploy_with_custom_treasury_and_params(chain: AnvilProcess, tmp_path: P
         out_path=out,
         voting_period=7,
         quorum_fraction=10,
+        initial_inner_steps=17,
     )
     assert Deployment.load(out) == dep
     assert json.loads(out.read_text())["governance"]["voting_period"] == 7
@@ -114,6 +115,22 @@ def test_deploy_with_custom_treasury_and_params(chain: AnvilProcess, tmp_path: P
     assert stake.functions.treasury().call() == treasury
     governor = _contract(chain.w3, dep, "ModelGovernor")
     assert governor.functions.quorumNumerator().call() == 10
+    config = _contract(chain.w3, dep, "TrainingConfig")
+    assert config.functions.current().call()[0] == 17  # genesis H set by the deployment...
+    assert config.functions.version().call() == 2
+    timelock = dep.address("TimelockController")
+    assert config.functions.owner().call() == timelock  # ...and then only governance changes it
+
+
+def test_deploy_rejects_zero_initial_inner_steps(tmp_path: Path) -> None:
+    with pytest.raises(DeploymentError, match="initial_inner_steps"):
+        deploy(
+            "http://127.0.0.1:1",
+            "0x" + "11" * 32,
+            committer="0x" + "22" * 20,
+            out_path=tmp_path / "x",
+            initial_inner_steps=0,
+        )
 
 
 def test_deploy_reports_forge_failure(tmp_path: Path) -> None:

@@ -42,7 +42,8 @@ abstract contract ColocoTest is Test {
             timelockDelay: 1,
             unbondingDelay: UNBONDING,
             grantCap: GRANT_CAP,
-            proposalThreshold: 0
+            proposalThreshold: 0,
+            initialInnerSteps: 0
         });
         Deploy.Deployed memory d = new Deploy().deploy(p);
         stakeManager = d.stakeManager;
