@@ -16,6 +16,7 @@ from torch import Tensor
 from protocol.attestation import ComputeAttestation
 from protocol.blobs import encode_blob
 from protocol.eip712 import Eip712Domain
+from protocol.errors import LedgerUnavailableError
 from protocol.hashing import hash_state_dict
 from protocol.keys import NodeKey
 from protocol.types import Address, Bytes32, RoundNumber, RunId
@@ -55,6 +56,7 @@ class Attester:
         self.domain = domain
         self.run_id = run_id
         self.ledger = ledger
+        self.backlog: list[_Pending] = []
 
     @property
     def address(self) -> str:
@@ -75,13 +77,43 @@ class Attester:
         )
 
     def publish(self, work: WorkRecord, round_members: Sequence[str]) -> Signed:
+        """Sign; submit (after any backlog). A ledger outage keeps the round in the backlog
+        (retried after the next round) instead of stopping the node; a refusal raises."""
         att = self.attestation(work)
         signature = self.key.sign_attestation(att, self.domain)
-        ledger_id = None
-        if self.ledger is not None:
-            self.ledger.put_blob(att.pseudo_gradient, encode_blob(work.pseudo_gradient))
-            ledger_id = self.ledger.submit_attestation(
-                att, signature, [str(Address(m)) for m in round_members]
-            )
-            log.info("round %d attestation accepted by the ledger (id %d)", work.round, ledger_id)
-        return Signed(att, signature, ledger_id)
+        item = _Pending(att, signature, encode_blob(work.pseudo_gradient),
+                        [str(Address(m)) for m in round_members])  # fmt: skip
+        if self.ledger is None:
+            return Signed(att, signature, None)
+        self.backlog.append(item)
+        ids = self.flush()
+        return Signed(att, signature, ids.get(work.round))
+
+    def flush(self) -> dict[int, int]:
+        """Submit the backlog in round order; returns {round: ledger id} of what went through."""
+        assert self.ledger is not None
+        done: dict[int, int] = {}
+        while self.backlog:
+            item = self.backlog[0]
+            try:
+                self.ledger.put_blob(item.attestation.pseudo_gradient, item.blob)
+                ledger_id = self.ledger.submit_attestation(
+                    item.attestation, item.signature, item.members
+                )
+            except LedgerUnavailableError as exc:
+                log.warning("ledger unreachable, %d attestation(s) kept for later: %s",
+                            len(self.backlog), exc.message)  # fmt: skip
+                break
+            self.backlog.pop(0)
+            done[item.attestation.round] = ledger_id
+            log.info("round %d attestation accepted by the ledger (id %d)",
+                     item.attestation.round, ledger_id)  # fmt: skip
+        return done
+
+
+@dataclass(frozen=True)
+class _Pending:
+    attestation: ComputeAttestation
+    signature: bytes
+    blob: bytes
+    members: list[str]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from protocol.errors import CollectiveError, TrainerError
+from protocol.errors import CollectiveError, LedgerUnavailableError, TrainerError
 from trainer.attest import Attester, Signed, WorkRecord
 from trainer.checkpoint import CheckpointDir, RoundCheckpoint
 from trainer.data import Corpus, ShardSpec
@@ -243,4 +243,12 @@ class NodeRunner:
             r += 1
         self.rdv.announce_leave(r)
         log.info("%s leaves before round %d", self.address, r)
+        if self.attester.ledger is not None and self.attester.backlog:
+            self.attester.flush()
+            if self.attester.backlog:
+                rounds = [p.attestation.round for p in self.attester.backlog]
+                raise LedgerUnavailableError(
+                    f"the ledger never accepted the attestations of rounds {rounds}; they stay "
+                    "uncredited: check --ledger-url and that the ledger is running"
+                )
         return reports
