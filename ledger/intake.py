@@ -33,6 +33,7 @@ _ATT = Attestation.__table__  # type: ignore[attr-defined]
 _REJ = Rejection.__table__  # type: ignore[attr-defined]
 _ROUND = RoundState.__table__  # type: ignore[attr-defined]
 _INT63 = 1 << 63
+_PG_PIPELINE_ROWS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,12 +141,12 @@ class Intake:
     def _insert(conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
         """Insert ``rows``; their ids in order.
 
-        PostgreSQL: a pipelined executemany, then one ``digest = ANY(array)`` lookup (two
-        statements whose text does not depend on the row count, so psycopg prepares them once);
-        a multi-row ``INSERT .. RETURNING`` is re-parsed for every batch size. SQLite: one
-        ``INSERT .. RETURNING``.
+        Large groups on PostgreSQL: a pipelined executemany, then one ``digest = ANY(array)``
+        lookup (two statements whose text does not depend on the row count, so psycopg prepares
+        them once; a long multi-row ``INSERT .. RETURNING`` is re-parsed for every size).
+        Otherwise one ``INSERT .. RETURNING`` (fewest round trips for a few rows).
         """
-        if conn.dialect.name == "postgresql":
+        if conn.dialect.name == "postgresql" and len(rows) >= _PG_PIPELINE_ROWS:
             conn.execute(insert(_ATT), rows)
             digests = [r["digest"] for r in rows]
             param = bindparam("digests", digests, type_=ARRAY(String()))

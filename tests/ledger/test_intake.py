@@ -186,3 +186,37 @@ def test_batch(client, ledger, started_run, nodes, domain) -> None:
     assert _count(ledger, Attestation) == 3
     r = client.post("/v1/attestations/batch", json={"items": []})
     assert r.status_code == 422
+
+
+@pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_large_batch_ids_match_items(settings_for, db_url, run_id, nodes, domain) -> None:
+    """A batch big enough for PostgreSQL's pipelined insert: every id maps to its own item."""
+    from fastapi.testclient import TestClient as Client
+
+    from ledger.main import create_app
+    from tests.ledger.conftest import ADMIN
+
+    service = Ledger(settings_for(db_url, round_window=10))
+    with Client(create_app(ledger=service)) as client:
+        r = client.post("/v1/runs", json={"run_id": run_id, "genesis_checkpoint": GENESIS},
+                        headers={"Authorization": f"Bearer {ADMIN}"})  # fmt: skip
+        assert r.status_code == 201, r.text
+        service.indexer.catch_up()
+        atts = [
+            attestation(n, run_id=run_id, round_=rnd, base=GENESIS, result=h("r"), tokens=rnd)
+            for rnd in range(1, 8)
+            for n in nodes
+        ]
+        items = [body(a, n.key, domain) for a, n in zip(atts, nodes * 7, strict=True)]
+        out = client.post("/v1/attestations/batch", json={"items": items}).json()
+        assert out["accepted"] == 21, out
+        ids = [res["id"] for res in out["results"]]
+        with Session(service.engine) as s:
+            rows = {row.id: row for row in s.exec(select(Attestation)).all()}
+        for att, row_id in zip(atts, ids, strict=True):
+            assert rows[row_id].node == att.node and rows[row_id].round == att.round
+        again = client.post("/v1/attestations/batch", json={"items": items}).json()
+        assert [res["id"] for res in again["results"]] == ids  # idempotent, same ids
+    service.stop()
