@@ -33,6 +33,7 @@ class Plan:
     rounds: int | None = None
     leave_after: int | None = None
     start_delay_s: float = 0.0
+    join_after_round: int = 0  # wait until this round's member list closed, then join
     die_in_round: int | None = None
     checkpoint_dir: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
@@ -56,6 +57,8 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     from trainer.runconfig import RunConfig, StaticConfig
 
     time.sleep(plan.start_delay_s)
+    if plan.join_after_round:
+        _wait_for_round(port, plan.join_after_round)
     key = NodeKey.from_private_key(bytes.fromhex(DEV_KEYS[plan.key][2:]))
     domain = Eip712Domain(chain_id=31337, verifying_contract=key.address)
     settings = NodeSettings(
@@ -92,6 +95,22 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     runner.on_step, runner.on_round = on_step, on_round
     runner.run()
     results[plan.key] = records
+
+
+def _wait_for_round(port: int, round: int) -> None:
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore(  # type: ignore[attr-defined]
+        "127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=60)
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if store.check(["current_round"]) and int(store.get("current_round")) >= round:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"round {round} never closed")
 
 
 def start_nodes(plans: list[Plan], port: int, data_dir: Path) -> tuple[list[Any], Any, Any]:

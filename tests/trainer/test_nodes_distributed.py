@@ -63,12 +63,12 @@ def test_three_nodes_hold_identical_weights_after_every_round_int8_wire(
 
 
 def test_a_node_joins_and_another_leaves_between_rounds(corpus_dir: Path, store_port: int) -> None:
-    # Every boundary waits >= 2 s for joiners; the third node starts 5 s late, so it registers
-    # after round 1 closed and must enter through live recovery.
+    # The third node starts once round 1's member list has closed, so it must enter a later
+    # round through live recovery; every boundary waits >= 2 s for joiners, so it makes round 4.
     plans = [
         Plan(key=0, rounds=4, min_nodes=2, join_window_s=2.0),
         Plan(key=1, leave_after=2, min_nodes=2, join_window_s=2.0),
-        Plan(key=2, rounds=4, start_delay_s=5.0, join_window_s=2.0),
+        Plan(key=2, rounds=4, join_after_round=1, join_window_s=2.0),
     ]
     out = collect(*start_nodes(plans, store_port, corpus_dir))
     assert out["exit_codes"] == [0, 0, 0]
