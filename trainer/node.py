@@ -72,6 +72,13 @@ class RoundReport:
 ProgressFn = Callable[[int, StepInfo], None]
 
 
+class _LeftOut(TrainerError):
+    """This node's re-formed round closed without it."""
+
+    def __init__(self, round: int) -> None:
+        super().__init__(f"round {round} was re-formed without this node")
+
+
 class NodeRunner:
     """One node. ``run()`` returns the reports of the rounds it worked."""
 
@@ -170,6 +177,8 @@ class NodeRunner:
                 log.warning("round %d: %s; re-forming the group without the lost nodes", r, exc)
                 window = self.s.membership.collective_timeout_s + 2.0
                 members = self.rdv.join(r, attempt + 1, window_s=0.0, timeout_s=window)
+                if self.address not in members.addresses:
+                    raise _LeftOut(r) from exc
                 group = self.rdv.form_group(members, self.device)
                 timeout = getattr(group.averager, "timeout", None)
         raise TrainerError("unreachable")
@@ -205,6 +214,11 @@ class NodeRunner:
             spec, local = self.train_local(r, config)
             outcome, group = self.synchronize(r, group, local, config)
             self.save_and_publish(r, group)
+        except _LeftOut:
+            # The survivors re-formed the round without this node (its collective failed later
+            # than theirs): its work of round r is lost; it rejoins at r + 1 from a peer.
+            log.warning("round %d finished without this node; rejoining next round", r)
+            return None
         finally:
             group.close()
         eval_loss = evaluate(self.model, self.eval_rows) if self.eval_rows is not None else None
