@@ -22,6 +22,7 @@ from protocol.errors import ConfigError, ContractRevertError, DeploymentError
 
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
+
     from protocol.chain import ChainClient
     from protocol.deployment import Deployment
 
