@@ -54,8 +54,8 @@ demo: setup
 	$(VENV)/bin/coloco demo --report reports/demo.json
 
 lint: setup
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check --no-cache .
+	$(VENV)/bin/ruff format --no-cache --check .
 	$(FORGE) fmt --check
 
 typecheck: setup
