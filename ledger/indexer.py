@@ -17,6 +17,7 @@ from sqlmodel import Session, select
 
 from ledger.chain import ConfigView, LedgerChain
 from ledger.models import ChainCommit, KeyValue, Node
+from protocol.types import Address
 
 log = logging.getLogger(__name__)
 
@@ -112,12 +113,15 @@ class Indexer:
                             tx_hash=ev.tx_hash,
                         )
                     )
-            records = [self.chain.node_info(addr, block=end) for addr in sorted(refresh)]
-            config = self.chain.training_config(block=end) if config_changed else None
+            client = self.chain.client
+            records = [client.node_info(Address(addr), block=end) for addr in sorted(refresh)]
+            config = (
+                ConfigView.from_view(client.training_config(block=end)) if config_changed else None
+            )
             with Session(self.engine, expire_on_commit=False) as session:
                 for rec in records:
-                    row = session.get(Node, rec.address) or Node(
-                        address=rec.address, operator="", payout="", staked="0", updated_block=end
+                    row = session.get(Node, rec.node) or Node(
+                        address=rec.node, operator="", payout="", staked="0", updated_block=end
                     )
                     row.operator, row.payout = rec.operator, rec.payout
                     row.staked, row.unbonding = str(rec.staked), str(rec.unbonding)
@@ -135,7 +139,7 @@ class Indexer:
                     session.merge(KeyValue(key=CONFIG_KEY, value=_config_to_json(config)))
                 session.merge(KeyValue(key=CURSOR_KEY, value=str(end)))
                 session.commit()
-                for rec_row in (session.get(Node, r.address) for r in records):
+                for rec_row in (session.get(Node, r.node) for r in records):
                     if rec_row is not None:
                         session.expunge(rec_row)
                         snap_nodes = dict(self.snapshot.nodes)

@@ -30,7 +30,7 @@ from ledger.chain import LedgerChain
 from ledger.models import Attestation, RoundState, Settlement
 from protocol.errors import ContractRevertError, SettlementError
 from protocol.merkle import RewardsTree
-from protocol.types import Address
+from protocol.types import Address, RoundNumber, RunId
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class Settler:
         last = self.chain.last_round(run)
         if last is None or last < row.round:
             return False
-        onchain = "0x" + self.chain.checkpoint_of(run, row.round).hex()
+        onchain = "0x" + self.chain.client.checkpoint_of(RunId(run), RoundNumber(row.round)).hex()
         if onchain == row.checkpoint:
             return True
         if int(onchain, 16) == 0:

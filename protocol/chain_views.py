@@ -95,9 +95,10 @@ class ChainViews:
 
     # --- TrainingConfig / StakeManager --------------------------------------------------------
 
-    def training_config(self) -> TrainingConfigView:
-        version = int(self.call("TrainingConfig", "version"))
-        c = self.call("TrainingConfig", "current")
+    def training_config(self, *, block: int | str = "latest") -> TrainingConfigView:
+        """The live config, or the one in force at ``block`` (a number, or a tag like "latest")."""
+        version = int(self.call("TrainingConfig", "version", block=block))
+        c = self.call("TrainingConfig", "current", block=block)
         wire = int(c[4])
         return TrainingConfigView(
             version=version,
@@ -114,9 +115,12 @@ class ChainViews:
             released_checkpoint_uri=str(c[10]),
         )
 
-    def node_info(self, node: Address) -> NodeInfo:
+    def node_info(self, node: Address, *, block: int | str = "latest") -> NodeInfo:
+        """The node's record now, or as it stood at ``block``."""
         check_address("node", node)
-        operator, payout, staked, unbonding, ready_at = self.call("StakeManager", "nodes", node)
+        operator, payout, staked, unbonding, ready_at = self.call(
+            "StakeManager", "nodes", node, block=block
+        )
         return NodeInfo(
             node=node,
             operator=Address(to_checksum_address(operator)),

@@ -53,5 +53,7 @@ def test_rpc_down_is_a_clear_error(deployment_file) -> None:
     from protocol.errors import RpcUnavailableError
 
     dead = LedgerChain("http://127.0.0.1:9", deployment_file, None)
-    with pytest.raises(RpcUnavailableError, match="does not answer"):
+    with pytest.raises(
+        RpcUnavailableError, match=r"RPC http://127.0.0.1:9 did not answer eth_blockNumber"
+    ):
         dead.block_number()

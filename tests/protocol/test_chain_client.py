@@ -109,6 +109,21 @@ def test_view_revert_is_decoded(committer: ChainClient) -> None:
     assert info.value.error_name in ("InvalidProof", "NoRewardsRoot")
 
 
+def test_reads_at_a_past_block(chain: AnvilProcess, deployment: Deployment) -> None:
+    operator = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[6][1]))
+    node = vector_address("chain-test/past-block-node")
+    before = operator.block_number()
+    operator.transact("StakeManager", "register", node, chain.accounts[6][0])
+    operator.transact("StakeManager", "stake", node, value=3 * 10**18)
+    now = operator.node_info(node)
+    assert now.registered and now.staked == 3 * 10**18
+    assert now.operator == chain.accounts[6][0]
+    then = operator.node_info(node, block=before)
+    assert not then.registered and then.staked == 0
+    assert operator.node_info(node, block="latest") == now
+    assert operator.training_config(block=before) == operator.training_config()
+
+
 def test_many_sends_without_waiting_use_consecutive_nonces(committer: ChainClient) -> None:
     hashes = [
         committer.send(

@@ -12,6 +12,7 @@ from ledger.api.deps import AdminDep, LedgerDep, SessionDep
 from ledger.models import Attestation, AttestationPublic, RoundPublic, RoundState, Run, utcnow
 from ledger.schemas import RunIn, RunOut
 from protocol.errors import LedgerError
+from protocol.types import RoundNumber, RunId
 
 router = APIRouter(tags=["runs"])
 
@@ -89,9 +90,10 @@ def create_run(body: RunIn, ledger: LedgerDep, _admin: AdminDep) -> RunOut:
     genesis = body.genesis_checkpoint.lower()
     if int(genesis, 16) == 0:
         raise LedgerError("genesis_checkpoint must not be zero", code="invalid_field")
-    last = ledger.chain.last_round(bytes.fromhex(run[2:]))
+    run_bytes = RunId(bytes.fromhex(run[2:]))
+    last = ledger.chain.last_round(run_bytes)
     if last is not None:
-        onchain = "0x" + ledger.chain.checkpoint_of(bytes.fromhex(run[2:]), 0).hex()
+        onchain = "0x" + ledger.chain.client.checkpoint_of(run_bytes, RoundNumber(0)).hex()
         if onchain != genesis:
             raise LedgerError(
                 f"run {run} already has genesis checkpoint {onchain} on chain, not {genesis}",
