@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, event
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Session, SQLModel, create_engine
 
@@ -17,6 +19,9 @@ from protocol.errors import ConfigError
 log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# a pooled PostgreSQL connection idle longer than this is pinged before use; one returned more
+# recently is handed out as is (a ping per checkout is a round trip per request under load)
+PING_IDLE_S = 1.0
 
 
 def normalize_url(url: str) -> str:
@@ -52,7 +57,35 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=8, max_overflow=8)
+    event.listen(engine, "checkin", _mark_checkin)
+    event.listen(engine, "checkout", _ping_if_idle(engine))
+    return engine
+
+
+def _mark_checkin(_dbapi_conn: Any, record: Any) -> None:
+    if record is not None:
+        record.info["checked_in_at"] = time.monotonic()
+
+
+def _ping_if_idle(engine: Engine) -> Any:
+    """``pool_pre_ping``, but only for connections idle longer than :data:`PING_IDLE_S`.
+
+    A failed ping raises :class:`DisconnectionError`: the pool discards the connection and
+    checks out a fresh one (SQLAlchemy's pessimistic disconnect handling).
+    """
+
+    def checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        last = record.info.get("checked_in_at")
+        if last is not None and time.monotonic() - last < PING_IDLE_S:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:
+            log.warning("pooled database connection is dead, reconnecting: %s", exc)
+            raise DisconnectionError() from exc
+
+    return checkout
 
 
 def checkpoint(engine: Engine) -> None:

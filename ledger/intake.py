@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Connection, Engine, String, any_, bindparam, insert, select
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ledger.core.config import Settings
 from ledger.group_writer import GroupWriter
@@ -111,6 +112,8 @@ class Intake:
         items, out, rejections = job.items, job.out, job.rejections
         with self.engine.begin() as conn:
             taken = self._taken(conn, [c for _, c in job.checked])
+            if conn.dialect.name == "postgresql":
+                self._open_rounds(conn, {(c.run_hex, c.attestation.round) for _, c in job.checked})
             seen: dict[Slot, tuple[int, str]] = {}
             rows: list[dict[str, Any]] = []
             row_index: list[int] = []
@@ -231,6 +234,37 @@ class Intake:
             "members": json.dumps(list(c.members)) if c.members is not None else None,
             "received_at": utcnow(),
         }
+
+    def _open_rounds(self, conn: Connection, keys: set[tuple[str, int]]) -> None:
+        """PostgreSQL: open (or load the state of) the rounds in ``keys`` not cached yet.
+
+        One ``INSERT .. ON CONFLICT DO NOTHING RETURNING`` for all of them (a round trip per
+        group instead of a SELECT and an INSERT per new round: round trips are what a write
+        costs there); rounds it did not insert exist already and are looked up one by one
+        (:meth:`_open_round`: only after a restart). SQLite opens them in :meth:`_place`.
+        """
+        missing = sorted(k for k in keys if k not in self.round_states)
+        if not missing:
+            return
+        now = utcnow()
+        deadline = now + timedelta(seconds=self.settings.round_deadline_s)
+        rows = [
+            {"run_id": run, "round": round_, "state": "open", "opened_at": now,
+             "deadline_at": deadline}
+            for run, round_ in missing
+        ]  # fmt: skip
+        stmt = (
+            pg_insert(_ROUND)
+            .on_conflict_do_nothing(index_elements=[_ROUND.c.run_id, _ROUND.c.round])
+            .returning(_ROUND.c.run_id, _ROUND.c.round)
+        )
+        opened = {(str(run), int(round_)) for run, round_ in conn.execute(stmt, rows)}
+        for run, round_ in missing:
+            if (run, round_) in opened:
+                self.round_states[(run, round_)] = "open"
+                log.info("round %d of run %s opened", round_, run)
+            else:
+                self._open_round(conn, run, round_)
 
     def _open_round(self, conn: Connection, run: str, round_: int) -> str:
         state = conn.execute(
