@@ -1,6 +1,12 @@
 """DiLoCo's outer state: the round's base weights and the Nesterov momentum, as flat fp32 CPU
-tensors. Elementwise CPU arithmetic on identical inputs gives bit-identical outputs on every node,
-whatever device the inner model trains on.
+tensors, and :func:`outer_step`, the one definition of the outer Nesterov step.
+
+Bit-exact on every machine: :func:`outer_step` is a fixed sequence of single IEEE-754 fp32
+operations (one multiply, or one add/subtract, per kernel), each rounded once. torch's ``add``
+with ``alpha`` and ``addcmul`` become a fused multiply-add on AVX2/AVX-512 but not under
+``ATEN_CPU_CAPABILITY=default`` (or on another vector unit), so those give different bits on
+different machines; a multiply and an add in separate kernels cannot be fused. The ledger's audit
+recomputes the step with this same function (it imports nothing else from the trainer).
 """
 
 from __future__ import annotations
@@ -60,6 +66,35 @@ class FlatLayout:
         return {n: flat[a:b].view(self.shapes[n]) for n, (a, b) in self.offsets.items()}
 
 
+def outer_step(
+    base: Tensor, momentum: Tensor, avg: Tensor, lr: float, mu: float
+) -> tuple[Tensor, Tensor]:
+    """Nesterov SGD (torch SGD, dampening 0), bit-exact on every machine and device.
+
+    Returns new ``(base, momentum)``; inputs are untouched. With fp32 ``lr``/``mu`` constants
+    (the Python floats rounded to fp32 once), in this order and nothing fused::
+
+        m'   = (m * mu) + g
+        base' = base - ((g + (m' * mu)) * lr)
+    """
+    for name, t in (("base", base), ("momentum", momentum), ("pseudo-gradient", avg)):
+        if t.dtype != torch.float32:
+            raise ConfigError(f"outer step {name} must be float32, got {t.dtype}")
+    if not base.shape == momentum.shape == avg.shape:
+        raise ConfigError(
+            f"outer step shapes differ: base {tuple(base.shape)}, momentum "
+            f"{tuple(momentum.shape)}, pseudo-gradient {tuple(avg.shape)}"
+        )
+    mu_t = torch.tensor(mu, dtype=torch.float32, device=base.device)
+    lr_t = torch.tensor(lr, dtype=torch.float32, device=base.device)
+    new_m = torch.mul(momentum, mu_t)
+    new_m = torch.add(new_m, avg)
+    d = torch.mul(new_m, mu_t)
+    d = torch.add(avg, d)
+    d = torch.mul(d, lr_t)
+    return torch.sub(base, d), new_m
+
+
 class OuterState:
     """Base weights and momentum of the current round boundary."""
 
@@ -82,14 +117,15 @@ class OuterState:
         return self.base - self.layout.flatten(dict(model.named_parameters()))
 
     def step(self, avg_pseudo_gradient: Tensor, cfg: OuterConfig) -> None:
-        """Nesterov SGD: ``m = mu*m + g; base -= lr * (g + mu*m)`` (torch SGD, dampening 0)."""
+        """Nesterov SGD: ``m = mu*m + g; base -= lr * (g + mu*m)`` (:func:`outer_step`)."""
         g = avg_pseudo_gradient.float().cpu()
         if g.shape != self.base.shape:
             raise ConfigError(
                 f"pseudo-gradient has {g.numel()} values, model has {self.base.numel()}"
             )
-        self.momentum.mul_(cfg.momentum).add_(g)
-        self.base.sub_(g.add(self.momentum, alpha=cfg.momentum), alpha=cfg.lr)
+        base, momentum = outer_step(self.base, self.momentum, g, cfg.lr, cfg.momentum)
+        self.base.copy_(base)
+        self.momentum.copy_(momentum)
 
     @torch.no_grad()
     def load_into(self, model: nn.Module) -> None:
