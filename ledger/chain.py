@@ -198,9 +198,18 @@ class LedgerChain:
         try:
             self.client.rpc(lambda: eth.send_raw_transaction(HexStr(raw_tx)), "send commitRound")
         except Web3RPCError as exc:
-            if "already known" not in str(exc).lower():
-                raise
-            log.debug("commitRound already in the node's pool (a retried send)")
+            text = str(exc).lower()
+            if "already known" in text:
+                log.debug("commitRound already in the node's pool (a retried send)")
+                return
+            if "nonce too low" in text and self.tx_known(self._hash_of(raw_tx)):
+                log.warning("commitRound: %s, but the transaction is known: it landed", exc)
+                return
+            raise
+
+    @staticmethod
+    def _hash_of(raw_tx: str) -> str:
+        return "0x" + bytes(Web3.keccak(hexstr=HexStr(raw_tx))).hex()
 
     def tx_known(self, tx_hash: str) -> bool:
         """Whether the node knows the transaction (pending or mined)."""

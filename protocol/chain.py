@@ -52,6 +52,23 @@ class RetryPolicy:
         return float(min(self.max_delay_s, self.base_delay_s * 2**attempt))
 
 
+@dataclass(frozen=True)
+class _Sent:
+    """What :meth:`ChainClient.bump` needs to re-sign a sent transaction with higher fees."""
+
+    func: Any
+    params: dict[str, Any]
+    label: str
+    tx: dict[str, Any]
+
+    def signed_fees(self) -> tuple[int, int]:
+        """(fee cap, tip) the transaction was signed with (a legacy price counts as both)."""
+        if "maxFeePerGas" in self.tx:
+            return int(self.tx["maxFeePerGas"]), int(self.tx["maxPriorityFeePerGas"])
+        price = int(self.tx.get("gasPrice", 0))
+        return price, price
+
+
 def _revert_data(exc: ContractLogicError) -> str | None:
     return exc.data if isinstance(exc.data, str) else None
 
@@ -78,6 +95,9 @@ class ChainClient(ChainViews):
         request_timeout_s: float = 30.0,
         receipt_timeout_s: float = 120.0,
         poll_interval_s: float = 0.05,
+        bump_after_s: float = 30.0,
+        fee_bump: float = 1.125,
+        max_fee_per_gas: int | None = None,
     ) -> None:
         if confirmations < 1:
             raise ChainError("confirmations counts the block holding the transaction: use >= 1")
@@ -89,6 +109,11 @@ class ChainClient(ChainViews):
         self.gas_margin = gas_margin
         self.receipt_timeout_s = receipt_timeout_s
         self.poll_interval_s = poll_interval_s
+        self.bump_after_s = bump_after_s
+        self.fee_bump = fee_bump
+        self.max_fee_per_gas = max_fee_per_gas
+        self._sent: dict[bytes, _Sent] = {}
+        self._built: dict[bytes, dict[str, Any]] = {}
         provider = HTTPProvider(
             rpc_url,
             request_kwargs={"timeout": request_timeout_s},
@@ -179,7 +204,12 @@ class ChainClient(ChainViews):
     def send(
         self, contract: str, fn: str, *args: Any, value: int = 0, gas: int | None = None
     ) -> bytes:
-        """Sign and send a transaction; return its hash without waiting for it."""
+        """Sign and send a transaction; return its hash without waiting for it.
+
+        Never sends the same intent twice: after an ambiguous failure (a timeout, "nonce too
+        low", "already known") the transaction is looked up by its hash before anything is
+        re-signed, so a send that timed out but landed is taken as sent.
+        """
         if self.account is None:
             raise ChainError(
                 f"{contract}.{fn} sends a transaction: create the client with an account"
@@ -190,7 +220,7 @@ class ChainClient(ChainViews):
         func = self.contract(contract).get_function_by_name(fn)(*args)
         params: dict[str, Any] = {"from": account.address, "value": value}
         with self._lock:
-            for attempt in range(3):
+            for _ in range(3):
                 if self._nonce is None:
                     self._nonce = self.rpc(
                         lambda: self.w3.eth.get_transaction_count(account.address, "pending"),
@@ -200,24 +230,14 @@ class ChainClient(ChainViews):
                 limit = gas or int(
                     self.rpc(lambda: func.estimate_gas(params), label) * self.gas_margin
                 )
-                signed = self._sign(account, func, {**params, "nonce": nonce, "gas": limit}, label)
-                try:
-                    self.rpc(
-                        partial(self.w3.eth.send_raw_transaction, signed.raw_transaction), label
-                    )
-                except Web3RPCError as exc:
-                    text = str(exc).lower()
-                    if "already known" in text:  # our own resend after a lost answer
-                        pass
-                    elif any(marker in text for marker in _NONCE_ERRORS) and attempt < 2:
-                        log.warning("%s: nonce %d refused (%s); resyncing", label, nonce, exc)
-                        self._nonce = None
-                        continue
-                    else:
-                        raise ChainError(
-                            f"{label}: the node refused the transaction: {exc}"
-                        ) from exc
+                tx_params = {**params, "nonce": nonce, "gas": limit}
+                signed = self._sign(account, func, tx_params, label)
+                built = self._built.pop(bytes(signed.hash))
+                if not self._push(signed, nonce, label):
+                    self._nonce = None  # the nonce went to another transaction: resync
+                    continue
                 self._nonce = nonce + 1
+                self._sent[bytes(signed.hash)] = _Sent(func, tx_params, label, built)
                 log.debug(
                     "%s sent: nonce %d, gas %d, hash %s", label, nonce, limit, signed.hash.hex()
                 )
@@ -226,21 +246,121 @@ class ChainClient(ChainViews):
             f"{label}: nonce kept changing under us; is another process using this key?"
         )
 
+    def _push(self, signed: SignedTransaction, nonce: int, label: str) -> bool:
+        """Send ``signed``; True once the node holds it, False when its nonce went elsewhere."""
+        tx_hash = bytes(signed.hash)
+        try:
+            self.rpc(partial(self.w3.eth.send_raw_transaction, signed.raw_transaction), label)
+            return True
+        except RpcUnavailableError as exc:
+            try:
+                known = self.transaction_known(tx_hash)
+            except RpcUnavailableError:
+                known = False
+            if known:
+                log.warning("%s: the send failed (%s) but 0x%s landed", label, exc, tx_hash.hex())
+                return True
+            self._nonce = None
+            raise ChainError(
+                f"{label}: the node did not answer the send of 0x{tx_hash.hex()} (nonce {nonce}) "
+                f"and cannot say whether it holds it: {exc}. Look the hash up before sending "
+                "the same intent again"
+            ) from exc
+        except Web3RPCError as exc:
+            text = str(exc).lower()
+            if "already known" in text or "already imported" in text:
+                return True  # our own resend after a lost answer
+            if not any(marker in text for marker in _NONCE_ERRORS):
+                raise ChainError(f"{label}: the node refused the transaction: {exc}") from exc
+            if self.transaction_known(tx_hash):
+                log.warning(
+                    "%s: %s, but 0x%s is known: an earlier try landed", label, exc, tx_hash.hex()
+                )
+                return True
+            log.warning("%s: nonce %d refused (%s); resyncing", label, nonce, exc)
+            return False
+
+    def transaction_known(self, tx_hash: bytes) -> bool:
+        """Whether the node holds the transaction (in its pool or mined), by hash."""
+        from web3.exceptions import TransactionNotFound
+
+        def lookup() -> bool:
+            try:
+                return self.w3.eth.get_transaction(HexBytes(tx_hash)) is not None
+            except TransactionNotFound:
+                return False
+
+        return self.rpc(lookup, "eth_getTransactionByHash")
+
     def _sign(
         self, account: LocalAccount, func: Any, tx_params: dict[str, Any], label: str
     ) -> SignedTransaction:
         tx = self.rpc(partial(func.build_transaction, tx_params), label)
-        return account.sign_transaction(tx)
+        signed = account.sign_transaction(tx)
+        self._built[bytes(signed.hash)] = dict(tx)
+        return signed
+
+    def bump(self, tx_hash: bytes) -> bytes:
+        """Replace a pending transaction sent by :meth:`send`: same nonce, fees raised.
+
+        Both fees rise by at least :attr:`fee_bump` (nodes want >= 10% to replace) and the fee
+        cap covers twice the latest base fee; returns the new hash (the old one may still win).
+        """
+        sent = self._sent.get(tx_hash)
+        if sent is None or self.account is None:
+            raise ChainError(f"0x{tx_hash.hex()} was not sent by this client: cannot replace it")
+        old = sent.signed_fees()
+        base = int(
+            self.rpc(lambda: self.w3.eth.get_block("latest"), "eth_getBlockByNumber").get(
+                "baseFeePerGas", 0
+            )
+        )
+        tip = max(int(old[1] * self.fee_bump) + 1, 10**9)
+        cap = max(int(old[0] * self.fee_bump) + 1, 2 * base + tip)
+        if self.max_fee_per_gas is not None and cap > self.max_fee_per_gas:
+            raise ChainError(
+                f"{sent.label}: replacing 0x{tx_hash.hex()} needs a fee cap of {cap} wei, over "
+                f"the configured maximum {self.max_fee_per_gas}; raise it or wait"
+            )
+        params = {**sent.params, "maxFeePerGas": cap, "maxPriorityFeePerGas": tip}
+        params.pop("gasPrice", None)
+        with self._lock:
+            signed = self._sign(self.account, sent.func, params, sent.label)
+            built = self._built.pop(bytes(signed.hash))
+            if not self._push(signed, int(params["nonce"]), sent.label):
+                log.info("%s: nonce %d already used; no replacement", sent.label, params["nonce"])
+                return tx_hash
+        new = bytes(signed.hash)
+        self._sent[new] = _Sent(sent.func, params, sent.label, built)
+        log.warning(
+            "%s: 0x%s stuck; replaced by 0x%s (fee cap %d, tip %d)",
+            sent.label, tx_hash.hex(), new.hex(), cap, tip,
+        )  # fmt: skip
+        return new
 
     def wait_for_receipt(
         self, tx_hash: bytes, *, confirmations: int | None = None, timeout_s: float | None = None
     ) -> TxReceipt:
-        """Wait until the transaction is mined and ``confirmations`` blocks hold it (1 = mined)."""
+        """Wait until the transaction is mined and ``confirmations`` blocks hold it (1 = mined).
+
+        A transaction of this client not mined after :attr:`bump_after_s` is replaced with
+        higher fees (:meth:`bump`); whichever of the versions is mined is the answer.
+        """
         needed = self.confirmations if confirmations is None else confirmations
         deadline = time.monotonic() + (timeout_s or self.receipt_timeout_s)
+        hashes = [tx_hash]
+        bump_at = time.monotonic() + self.bump_after_s
         while True:
-            receipt = self.rpc(lambda: self._receipt_or_none(tx_hash), "eth_getTransactionReceipt")
+            receipt = None
+            for candidate in hashes:
+                receipt = self.rpc(
+                    partial(self._receipt_or_none, candidate), "eth_getTransactionReceipt"
+                )
+                if receipt is not None:
+                    break
             if receipt is not None and self.block_number() - receipt["blockNumber"] + 1 >= needed:
+                for done in hashes:
+                    self._sent.pop(done, None)
                 return receipt
             if time.monotonic() > deadline:
                 state = (
@@ -250,6 +370,11 @@ class ChainClient(ChainViews):
                     f"transaction 0x{tx_hash.hex()} {state} after "
                     f"{timeout_s or self.receipt_timeout_s:.0f}s; check the node and gas price"
                 )
+            if receipt is None and hashes[-1] in self._sent and time.monotonic() > bump_at:
+                replacement = self.bump(hashes[-1])
+                if replacement not in hashes:
+                    hashes.append(replacement)
+                bump_at = time.monotonic() + self.bump_after_s
             time.sleep(self.poll_interval_s)
 
     def _receipt_or_none(self, tx_hash: bytes) -> TxReceipt | None:
