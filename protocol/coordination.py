@@ -1,0 +1,219 @@
+"""`CoordinationMessage`: the one signed envelope of everything nodes tell each other.
+
+Joins, closed member lists (round-open), leave notices, config read-outs and checkpoint hashes all
+travel as a :class:`SignedMessage`: an EIP-712 struct over (run, round, attempt, kind, signer,
+keccak256 of the payload) under the deployment's domain (the attestation's), signed by the node's
+hot key. The domain binds a message to one chain and one ContributionLedger; the struct binds it to
+one run, one round, one attempt of that round and one kind, so a message copied to another key,
+round, attempt or kind does not verify there (replays do not count). The payload is canonical JSON
+(sorted keys, no spaces), so its hash is reproducible.
+
+A signed ``JOIN`` is also the membership record the ledger can keep: it proves the node asked to
+train round ``round`` before the round opened.
+
+Verifying a message here checks its form and its signature only; whether the signer may speak
+(registered and active on chain) is the reader's check (trainer/coordination/).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Final
+
+from protocol.eip712 import (
+    Eip712Domain,
+    bytes32_hex,
+    check_address,
+    check_bytes32,
+    check_uint,
+    encode_address,
+    encode_uint,
+    keccak256,
+    parse_bytes32,
+    typed_data_digest,
+)
+from protocol.errors import EncodingError, SignatureError
+from protocol.signing import check_signature, recover_digest, sign_digest
+from protocol.types import Address, Bytes32, RunId
+
+PRIMARY_TYPE: Final = "CoordinationMessage"
+
+# (python attribute, EIP-712 name, solidity type) in struct order. The one declaration.
+COORDINATION_FIELDS: Final[tuple[tuple[str, str, str], ...]] = (
+    ("run_id", "runId", "bytes32"),
+    ("round", "round", "uint64"),
+    ("attempt", "attempt", "uint32"),
+    ("kind", "kind", "uint8"),
+    ("node", "node", "address"),
+    ("payload_hash", "payloadHash", "bytes32"),
+)
+COORDINATION_TYPE: Final = (
+    PRIMARY_TYPE + "(" + ",".join(f"{sol} {name}" for _, name, sol in COORDINATION_FIELDS) + ")"
+)
+COORDINATION_TYPEHASH: Final = keccak256(COORDINATION_TYPE.encode())
+MAX_WIRE_BYTES: Final = 1 << 20
+"""A message on the wire is at most 1 MiB (a round-open of ~1000 members fits)."""
+
+
+class Kind(IntEnum):
+    """What a message says. The number is what is signed."""
+
+    JOIN = 1
+    """I train round r (attempt a). Payload: ``head`` (my chain head), ``endpoint`` (where I
+    would host the rendezvous as a successor, or "")."""
+    ROUND_OPEN = 2
+    """Round r (attempt a) is closed: its members (their signed joins) and the block at which
+    every member reads TrainingConfig."""
+    LEAVE = 3
+    """Do not wait for me in round r."""
+    CONFIG = 4
+    """My read of TrainingConfig at the round's block (its hash), or that I sit the round out."""
+    CHECKPOINT = 5
+    """The weights hash I hold after round r (attempt a)."""
+
+
+def canonical_json(payload: dict[str, Any]) -> bytes:
+    """Sorted keys, no spaces, UTF-8: one byte string per payload."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinationMessage:
+    """The signed struct; ``payload_hash`` = keccak256 of the canonical payload bytes."""
+
+    run_id: RunId
+    round: int
+    attempt: int
+    kind: Kind
+    node: Address
+    payload_hash: Bytes32
+
+    def __post_init__(self) -> None:
+        check_bytes32("runId", self.run_id)
+        check_uint("round", self.round, 64)
+        check_uint("attempt", self.attempt, 32)
+        if not isinstance(self.kind, Kind):
+            raise EncodingError(f"kind: expected a coordination Kind, got {self.kind!r}")
+        check_address("node", self.node)
+        check_bytes32("payloadHash", self.payload_hash)
+
+    def struct_hash(self) -> bytes:
+        return keccak256(
+            COORDINATION_TYPEHASH
+            + self.run_id
+            + encode_uint(self.round)
+            + encode_uint(self.attempt)
+            + encode_uint(int(self.kind))
+            + encode_address(self.node)
+            + self.payload_hash
+        )
+
+    def digest(self, domain: Eip712Domain) -> bytes:
+        return typed_data_digest(domain, self.struct_hash())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runId": bytes32_hex(self.run_id),
+            "round": self.round,
+            "attempt": self.attempt,
+            "kind": int(self.kind),
+            "node": self.node,
+            "payloadHash": bytes32_hex(self.payload_hash),
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> CoordinationMessage:
+        names = [name for _, name, _ in COORDINATION_FIELDS]
+        if not isinstance(data, dict) or sorted(data) != sorted(names):
+            raise EncodingError(f"coordination message: expected exactly the fields {names}")
+        kind = data["kind"]
+        if isinstance(kind, bool) or not isinstance(kind, int) or kind not in set(Kind):
+            raise EncodingError(f"coordination message: unknown kind {kind!r}")
+        return cls(
+            run_id=RunId(parse_bytes32("runId", data["runId"])),
+            round=data["round"],
+            attempt=data["attempt"],
+            kind=Kind(kind),
+            node=data["node"],
+            payload_hash=parse_bytes32("payloadHash", data["payloadHash"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SignedMessage:
+    """A message, its payload bytes and the 65-byte signature of its signer (``message.node``)."""
+
+    message: CoordinationMessage
+    payload: bytes
+    signature: bytes
+
+    @classmethod
+    def create(
+        cls,
+        private_key: bytes,
+        node: Address,
+        domain: Eip712Domain,
+        *,
+        run_id: bytes,
+        round: int,
+        attempt: int,
+        kind: Kind,
+        payload: dict[str, Any],
+    ) -> SignedMessage:
+        """Sign ``payload`` as ``node`` (whose key is ``private_key``)."""
+        body = canonical_json(payload)
+        msg = CoordinationMessage(RunId(run_id), round, attempt, kind, node,
+                                  Bytes32(keccak256(body)))  # fmt: skip
+        return cls(msg, body, sign_digest(msg.digest(domain), private_key))
+
+    def verify(self, domain: Eip712Domain) -> Address:
+        """Return the signer after checking the payload hash and that ``message.node`` signed it."""
+        if keccak256(self.payload) != self.message.payload_hash:
+            raise SignatureError("coordination message: the payload does not hash to payloadHash")
+        signer = recover_digest(self.message.digest(domain), self.signature)
+        if signer != self.message.node:
+            raise SignatureError(
+                f"coordination message: signed by {signer}, not by {self.message.node}",
+                code="signer_mismatch",
+            )
+        return signer
+
+    def body(self) -> dict[str, Any]:
+        """The payload as a JSON object."""
+        try:
+            data = json.loads(self.payload)
+        except ValueError as exc:
+            raise EncodingError(f"coordination payload: not JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise EncodingError("coordination payload: expected a JSON object")
+        return data
+
+    def to_wire(self) -> bytes:
+        return canonical_json(
+            {
+                "message": self.message.to_json(),
+                "payload": self.payload.decode(),
+                "signature": "0x" + self.signature.hex(),
+            }
+        )
+
+    @classmethod
+    def from_wire(cls, data: bytes) -> SignedMessage:
+        """Parse the wire form strictly (size, fields, types); EncodingError/SignatureError."""
+        if len(data) > MAX_WIRE_BYTES:
+            raise EncodingError(f"coordination message: {len(data)} bytes, over {MAX_WIRE_BYTES}")
+        try:
+            outer = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise EncodingError(f"coordination message: not JSON ({exc})") from None
+        if not isinstance(outer, dict) or sorted(outer) != ["message", "payload", "signature"]:
+            raise EncodingError("coordination message: expected message, payload and signature")
+        if not isinstance(outer["payload"], str):
+            raise EncodingError("coordination message: payload must be a JSON string")
+        return cls(
+            CoordinationMessage.from_json(outer["message"]),
+            outer["payload"].encode(),
+            check_signature(outer["signature"]),
+        )
