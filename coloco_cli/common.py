@@ -212,6 +212,8 @@ def parse_amount(text: str, *, what: str = "amount") -> int:
         raise ConfigError(
             f"{what} {text!r} is not a number: write e.g. 1.5 (ether) or 100wei"
         ) from exc
+    if not value.is_finite():
+        raise ConfigError(f"{what} {text!r} is not a finite number: write e.g. 1.5 (ether)")
     if value < 0 or value != value.to_integral_value():
         raise ConfigError(f"{what} {text!r} must be a non-negative whole number of wei")
     return int(value)

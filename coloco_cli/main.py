@@ -1,4 +1,9 @@
-"""`coloco`: the single console script. Each command group lives in its own module."""
+"""`coloco`: the single console script. Each command group is a package with its `cli.py`.
+
+Exit codes, for scripts: 0 success, 1 an error (a message `error (<code>): ...` on stderr, never a
+traceback), 2 a usage error (unknown option, bad value), 130 interrupted. `node run` documents
+more codes of its own (docs/trainer.md).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,22 @@ import sys
 import typer
 from rich.console import Console
 
-from coloco_cli import devnet, gov, keys, ledger, node, rewards
-from coloco_cli.demo import demo
+from coloco_cli import __version__
+from coloco_cli.demo.cli import demo
+from coloco_cli.devnet.cli import app as devnet_app
+from coloco_cli.gov.cli import app as gov_app
+from coloco_cli.keys.cli import app as keys_app
+from coloco_cli.ledger.cli import app as ledger_app
+from coloco_cli.node.cli import app as node_app
+from coloco_cli.rendezvous.cli import app as rendezvous_app
+from coloco_cli.rewards.cli import app as rewards_app
 from protocol.errors import ColocoError
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+log = logging.getLogger("coloco")
 
 app = typer.Typer(
     name="coloco",
@@ -19,20 +37,34 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-app.add_typer(keys.app, name="keys", help="Create and inspect node keys (encrypted keystores).")
-app.add_typer(node.app, name="node", help="Operate a trainer node: register, stake, run, status.")
-app.add_typer(rewards.app, name="rewards", help="Show and claim ownership-token rewards.")
-app.add_typer(gov.app, name="gov", help="Delegate, propose, vote, queue and execute governance.")
-app.add_typer(devnet.app, name="devnet", help="Local anvil devnet: up, down, deploy, status.")
-app.add_typer(ledger.app, name="ledger", help="Run the ledger service.")
+app.add_typer(keys_app, name="keys", help="Named accounts and node keys (encrypted keystores).")
+app.add_typer(node_app, name="node", help="Operate a trainer node: register, stake, run, status.")
+app.add_typer(rewards_app, name="rewards", help="Show and claim ownership-token rewards.")
+app.add_typer(gov_app, name="gov", help="Delegate, propose, vote, queue and execute governance.")
+app.add_typer(devnet_app, name="devnet", help="Local anvil devnet: up, down, deploy, status.")
+app.add_typer(ledger_app, name="ledger", help="Run the ledger service.")
+app.add_typer(rendezvous_app, name="rendezvous", help="Host a run's rendezvous store (organisers).")
 app.command("demo")(demo)
 
 _QUIET_LOGGERS = ("httpx", "httpcore", "web3", "urllib3")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"coloco {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        help="Print the version and exit.",
+        callback=_print_version,
+        is_eager=True,
+    ),
 ) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
@@ -44,15 +76,16 @@ def _root(
 
 
 def main() -> None:
-    """Console entry point: coloco errors become a message and an exit code, not a traceback."""
+    """Console entry point: every error becomes a message and an exit code, never a traceback."""
+    err = Console(stderr=True)
     try:
         code = app(standalone_mode=False)
     except ColocoError as exc:
-        Console(stderr=True).print(f"[bold red]error[/] ({exc.code}): {exc.message}")
-        sys.exit(2)
-    except typer.Abort:
-        Console(stderr=True).print("aborted")
-        sys.exit(130)
+        err.print(f"[bold red]error[/] ({exc.code}): {exc.message}", highlight=False)
+        sys.exit(EXIT_ERROR)
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("aborted")
+        sys.exit(EXIT_INTERRUPTED)
     except (typer.Exit, SystemExit) as exc:
         exit_code = getattr(exc, "exit_code", None)
         if exit_code is None:
@@ -64,5 +97,11 @@ def main() -> None:
         if callable(show) and isinstance(exit_code, int):
             show()
             sys.exit(exit_code)
-        raise
+        log.debug("unexpected error", exc_info=True)
+        err.print(
+            f"[bold red]error[/] (internal): {exc.__class__.__name__}: {exc}. This is a bug in "
+            "coloco: rerun with -v for the traceback and report it",
+            highlight=False,
+        )
+        sys.exit(EXIT_ERROR)
     sys.exit(code if isinstance(code, int) else 0)

@@ -1,4 +1,4 @@
-"""``coloco node run``: parse, build, train, close. Registered by coloco_cli/node.py.
+"""``coloco node run``: parse, build, train, close. Registered by coloco_cli/node/cli.py.
 
 Exit codes: 0 done; 2 bad settings; 3 chain unreachable or refusing; 4 ledger unreachable or
 refusing; 5 peers (rendezvous / collectives) unreachable; 6 a checkpoint failed its hash check.

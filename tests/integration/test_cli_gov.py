@@ -9,7 +9,7 @@ import pytest
 from eth_account import Account
 from typer.testing import CliRunner
 
-from coloco_cli.gov_changes import parse_sets
+from coloco_cli.gov.changes import parse_sets
 from coloco_cli.main import app
 from protocol.chain import ChainClient
 from protocol.deployment import Deployment

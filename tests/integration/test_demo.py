@@ -66,7 +66,7 @@ def demo_run(
 
 
 def test_report_has_every_required_field(demo_run: tuple[dict[str, Any], Path]) -> None:
-    from coloco_cli.demo_report import REQUIRED_KEYS
+    from coloco_cli.demo.report import REQUIRED_KEYS
 
     report, _ = demo_run
     assert set(REQUIRED_KEYS) <= set(report)
@@ -140,7 +140,7 @@ def test_rewards_cli_reads_the_restarted_ledger(
     from typer.testing import CliRunner
 
     from coloco_cli.common import fmt_units
-    from coloco_cli.demo_net import start_ledger
+    from coloco_cli.demo.net import start_ledger
     from coloco_cli.main import app
     from coloco_cli.procs import ProcessManager
     from protocol.errors import ConfigError

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from coloco_cli.demo_plan import DemoPlan
-from coloco_cli.demo_report import REQUIRED_KEYS, write_report
-from coloco_cli.demo_train import parse_round_records
-from coloco_cli.gov_changes import config_as_dict, setter_calls
+from coloco_cli.demo.plan import DemoPlan
+from coloco_cli.demo.report import REQUIRED_KEYS, write_report
+from coloco_cli.demo.train import parse_round_records
+from coloco_cli.gov.changes import config_as_dict, setter_calls
 from protocol.deployment import abi
 from protocol.errors import ConfigError
 
@@ -82,8 +82,8 @@ def test_report_needs_every_key_and_writes_a_png(tmp_path: Path) -> None:
 
 
 def test_a_node_that_stops_early_is_reported_even_with_exit_code_0(tmp_path: Path) -> None:
-    from coloco_cli.demo_actors import Actor
-    from coloco_cli.demo_train import NodeProc, check_nodes
+    from coloco_cli.demo.actors import Actor
+    from coloco_cli.demo.train import NodeProc, check_nodes
     from coloco_cli.procs import ProcessManager
     from protocol.errors import TrainerError
 

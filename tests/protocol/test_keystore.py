@@ -12,7 +12,7 @@ import pytest
 from eth_account import Account
 from typer.testing import CliRunner
 
-from coloco_cli.keys import app
+from coloco_cli.keys.cli import app
 from protocol.errors import EncodingError, KeystoreError
 from protocol.keys import (
     PASSWORD_ENV,

@@ -1,6 +1,6 @@
 """A pre-warmed `coloco` command: import everything, wait for a gate file, then run the command.
 
-`python -m coloco_cli.demo_standby GATE -- node run --run-id ...` loads torch, the trainer and the
+`python -m coloco_cli.demo.standby GATE -- node run --run-id ...` loads torch, the trainer and the
 default corpus first (the slow part of a node's start on a small machine), waits until the file
 GATE exists, then runs `coloco node run ...` exactly as the console script would. The demo uses
 it for the node that joins mid-run, so the join happens at a chosen round rather than whenever a
@@ -30,7 +30,7 @@ def warm_up() -> None:
 
 def main() -> None:
     if len(sys.argv) < 3 or sys.argv[2] != "--":
-        raise SystemExit("usage: python -m coloco_cli.demo_standby GATE -- COLOCO-ARGS...")
+        raise SystemExit("usage: python -m coloco_cli.demo.standby GATE -- COLOCO-ARGS...")
     gate = Path(sys.argv[1])
     args = sys.argv[3:]
     warm_up()

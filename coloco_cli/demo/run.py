@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from coloco_cli.demo_actors import Actor, make_actors, register_and_stake
-from coloco_cli.demo_gov import GovOutcome, claim_all, govern
-from coloco_cli.demo_net import (
+from coloco_cli.demo.actors import Actor, make_actors, register_and_stake
+from coloco_cli.demo.gov import GovOutcome, claim_all, govern
+from coloco_cli.demo.net import (
     DemoNet,
     open_run,
     start_chain,
     start_ledger,
 )
-from coloco_cli.demo_plan import DemoPlan
-from coloco_cli.demo_train import (
+from coloco_cli.demo.plan import DemoPlan
+from coloco_cli.demo.train import (
     NodeProc,
     genesis_checkpoint,
     start_node,

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from coloco_cli.node_ops import node_status, register_node, stake_node
+from coloco_cli.node.ops import node_status, register_node, stake_node
 from protocol.errors import ChainError, ConfigError
 
 if TYPE_CHECKING:
-    from coloco_cli.demo_net import DemoNet
+    from coloco_cli.demo.net import DemoNet
 
 log = logging.getLogger(__name__)
 

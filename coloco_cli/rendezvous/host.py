@@ -1,7 +1,8 @@
 """The run's rendezvous: hosts the `torch.distributed.TCPStore` every node connects to.
 
-`python -m coloco_cli.demo_rendezvous --port P` runs until SIGTERM/SIGINT. The demo starts it as
-its own child process (so no node has to host it, and any node may leave).
+`coloco rendezvous serve --port P` (or `python -m coloco_cli.rendezvous.host --port P`) runs until
+SIGTERM/SIGINT. The demo starts it as its own child process (so no node has to host it, and any
+node may leave).
 """
 
 from __future__ import annotations

@@ -18,19 +18,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from coloco_cli.demo_collect import checks, collect
-from coloco_cli.demo_net import attach_anvil
-from coloco_cli.demo_plan import DemoPlan
-from coloco_cli.demo_report import print_summary, write_report
-from coloco_cli.demo_run import DemoRun
-from coloco_cli.devnet import ACCOUNTS_FILE
 from protocol.errors import ColocoError
 
 log = logging.getLogger(__name__)
 
 QUIET_LOGGERS = (
     "httpx", "web3", "urllib3", "matplotlib", "protocol.keys", "protocol.devnet",
-    "protocol.deploy", "coloco_cli.demo_net", "coloco_cli.demo_train", "coloco_cli.demo_gov",
+    "protocol.deploy", "coloco_cli.demo.net", "coloco_cli.demo.train", "coloco_cli.demo.gov",
 )  # fmt: skip
 
 
@@ -63,6 +57,13 @@ def demo(
     On a devnet you keep afterwards: coloco devnet up && coloco demo --rpc-url
     http://127.0.0.1:8545 (the demo deploys its own contracts there and leaves the chain up).
     """
+    from coloco_cli.demo.collect import checks, collect
+    from coloco_cli.demo.net import attach_anvil
+    from coloco_cli.demo.plan import DemoPlan
+    from coloco_cli.demo.report import print_summary, write_report
+    from coloco_cli.demo.run import DemoRun
+    from coloco_cli.devnet.cli import ACCOUNTS_FILE
+
     console = Console()
     if logging.getLogger().level > logging.DEBUG:  # the step lines say it all; -v shows more
         for noisy in QUIET_LOGGERS:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from coloco_cli.rewards import fetch_owed
+from coloco_cli.rewards.ops import fetch_owed
 from protocol.merkle import verify_proof
 from protocol.types import Address, RunId
 
 if TYPE_CHECKING:
-    from coloco_cli.demo_run import DemoRun
+    from coloco_cli.demo.run import DemoRun
 
 log = logging.getLogger(__name__)
 

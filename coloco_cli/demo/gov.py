@@ -12,7 +12,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from coloco_cli.gov_ops import (
+from coloco_cli.gov.ops import (
     cast_vote,
     delegate_votes,
     execute_proposal,
@@ -20,12 +20,12 @@ from coloco_cli.gov_ops import (
     propose_change,
     queue_proposal,
 )
-from coloco_cli.rewards import claim_rewards, fetch_owed
+from coloco_cli.rewards.ops import claim_rewards, fetch_owed
 from protocol.errors import ColocoError
 
 if TYPE_CHECKING:
-    from coloco_cli.demo_actors import Actor
-    from coloco_cli.demo_net import DemoNet
+    from coloco_cli.demo.actors import Actor
+    from coloco_cli.demo.net import DemoNet
 
 log = logging.getLogger(__name__)
 

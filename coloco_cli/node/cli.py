@@ -1,6 +1,6 @@
 """`coloco node register | stake | unstake | withdraw | status | run`: what a node operator does.
 
-The commands parse options and print; the work is in `coloco_cli.node_ops` (which `coloco demo`
+The commands parse options and print; the work is in `coloco_cli.node.ops` (which `coloco demo`
 calls too). `run` is the trainer's command (`trainer/cli.py: run_command`).
 """
 
@@ -26,7 +26,7 @@ from coloco_cli.common import (
     parse_amount,
     resolve,
 )
-from coloco_cli.node_ops import (
+from coloco_cli.node.ops import (
     checksum,
     node_status,
     register_node,

@@ -1,6 +1,6 @@
 """`coloco gov delegate | propose | vote | queue | execute | status | list`: token holders.
 
-The commands parse options and print; the work is in `coloco_cli.gov_ops` (which `coloco demo`
+The commands parse options and print; the work is in `coloco_cli.gov.ops` (which `coloco demo`
 calls too).
 """
 
@@ -24,7 +24,7 @@ from coloco_cli.common import (
     open_chain,
     resolve,
 )
-from coloco_cli.gov_ops import (
+from coloco_cli.gov.ops import (
     cast_vote,
     delegate_votes,
     execute_proposal,
@@ -35,7 +35,7 @@ from coloco_cli.gov_ops import (
     propose_change,
     queue_proposal,
 )
-from coloco_cli.node_ops import checksum
+from coloco_cli.node.ops import checksum
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from eth_utils.crypto import keccak
 
 from coloco_cli.common import fmt_units
-from coloco_cli.gov_changes import SetterCall, config_as_dict, parse_sets, setter_calls
-from coloco_cli.node_ops import checksum
+from coloco_cli.gov.changes import SetterCall, config_as_dict, parse_sets, setter_calls
+from coloco_cli.node.ops import checksum
 from protocol.errors import ConfigError
 
 if TYPE_CHECKING:

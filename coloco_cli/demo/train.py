@@ -21,8 +21,8 @@ from coloco_cli.procs import Child, ProcessManager, free_port, port_open, wait_u
 from protocol.errors import ColocoError, TrainerError
 
 if TYPE_CHECKING:
-    from coloco_cli.demo_actors import Actor
-    from coloco_cli.demo_net import DemoNet
+    from coloco_cli.demo.actors import Actor
+    from coloco_cli.demo.net import DemoNet
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def start_rendezvous(procs: ProcessManager, workdir: Path) -> tuple[str, Child]:
     the demo starts the ledger meanwhile).
     """
     port = free_port()
-    argv = [sys.executable, "-m", "coloco_cli.demo_rendezvous", "--port", str(port)]
+    argv = [sys.executable, "-m", "coloco_cli.rendezvous.host", "--port", str(port)]
     child = procs.start("rendezvous", argv, workdir / "logs" / "rendezvous.log")
     return f"127.0.0.1:{port}", child
 
@@ -147,7 +147,7 @@ def start_node(
     prefix = [sys.executable, "-m", "coloco_cli"]
     if gate is not None:
         gate.parent.mkdir(parents=True, exist_ok=True)
-        prefix = [sys.executable, "-m", "coloco_cli.demo_standby", str(gate), "--"]
+        prefix = [sys.executable, "-m", "coloco_cli.demo.standby", str(gate), "--"]
     argv = [
         *prefix, "node", "run",
         "--run-id", "0x" + run_id.hex(),

@@ -1,0 +1,1 @@
+"""`coloco devnet`: a local anvil chain to try coloco on."""

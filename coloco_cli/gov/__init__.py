@@ -1,0 +1,1 @@
+"""`coloco gov`: token holders delegate, propose, vote, queue and execute."""

@@ -1,0 +1,1 @@
+"""`coloco keys`: named accounts and node keys (encrypted eth-account keystores)."""

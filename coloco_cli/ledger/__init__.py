@@ -1,0 +1,1 @@
+"""`coloco ledger`: run the ledger service."""

@@ -1,0 +1,1 @@
+"""`coloco node`: what a node operator does (register, stake, run, status)."""

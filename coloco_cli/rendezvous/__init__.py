@@ -1,0 +1,1 @@
+"""`coloco rendezvous`: host a run's rendezvous store, so that no node has to."""

@@ -1,0 +1,1 @@
+"""`coloco rewards`: what a payout address is owed, and claiming it."""

@@ -1,0 +1,107 @@
+"""`coloco rewards show | claim`: what a contributor (a payout address) is owed and claiming it.
+
+The ledger serves the cumulative amount owed to a payout address with its Merkle proof against
+`ContributionLedger.latestRewardsRoot()`; `claim` checks the proof's root is the one on chain,
+then sends `RewardDistributor.claim(account, cumulativeAmount, proof)` (`coloco_cli.rewards.ops`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from coloco_cli.common import (
+    DeploymentOpt,
+    KeystoreOpt,
+    LedgerUrlOpt,
+    PasswordFileOpt,
+    PrivateKeyOpt,
+    RpcUrlOpt,
+    console,
+    fmt_units,
+    load_signer,
+    open_chain,
+    resolve,
+)
+from coloco_cli.rewards.ops import claim_rewards, fetch_owed
+
+log = logging.getLogger(__name__)
+
+app = typer.Typer(no_args_is_help=True)
+
+RECEIPT_COLUMNS = (
+    "round", "node", "claimed_tokens", "verified_tokens", "quality", "reward", "reason",
+)  # fmt: skip
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key == "reward":
+        return f"{fmt_units(int(value))} CMS"
+    if key == "node":
+        return f"{str(value)[:10]}…"
+    return str(value)
+
+
+@app.command()
+def show(
+    *,
+    account: Annotated[str, typer.Option(help="Payout address to look up.")],
+    rpc_url: RpcUrlOpt = None,
+    ledger_url: LedgerUrlOpt = None,
+    deployment: DeploymentOpt = None,
+) -> None:
+    """Show what a payout address is owed, what it claimed, and its per-round receipts.
+
+    Example: coloco rewards show --account 0xCOLD...
+    """
+    ep = resolve(rpc_url, ledger_url, deployment)
+    owed = fetch_owed(ep.ledger_url, account)
+    chain = open_chain(ep)
+    claimed = int(chain.call("RewardDistributor", "claimed", owed.account))
+    balance = int(chain.call("ModelShareToken", "balanceOf", owed.account))
+    table = Table(title=f"rewards of {owed.account}", show_header=False)
+    table.add_row("owed (cumulative)", f"{fmt_units(owed.cumulative_amount)} CMS")
+    table.add_row("claimed", f"{fmt_units(claimed)} CMS")
+    table.add_row("claimable now", f"{fmt_units(max(owed.cumulative_amount - claimed, 0))} CMS")
+    table.add_row("token balance", f"{fmt_units(balance)} CMS")
+    console.print(table)
+    if owed.receipts:
+        receipts = Table(title="receipts (one per round)")
+        keys = [k for k in RECEIPT_COLUMNS if k in owed.receipts[0]]
+        for key in keys:
+            receipts.add_column(key)
+        for rec in owed.receipts:
+            receipts.add_row(*(_cell(k, rec.get(k)) for k in keys))
+        console.print(receipts)
+
+
+@app.command()
+def claim(
+    *,
+    account: Annotated[
+        str | None, typer.Option(help="Payout address to claim for (default: the sender).")
+    ] = None,
+    rpc_url: RpcUrlOpt = None,
+    ledger_url: LedgerUrlOpt = None,
+    deployment: DeploymentOpt = None,
+    keystore: KeystoreOpt = None,
+    password_file: PasswordFileOpt = None,
+    private_key: PrivateKeyOpt = None,
+) -> None:
+    """Claim every ownership token owed to a payout address, with the ledger's Merkle proof.
+
+    Example: coloco rewards claim --keystore payout.json
+    """
+    ep = resolve(rpc_url, ledger_url, deployment)
+    signer = load_signer(keystore, password_file, private_key)
+    chain = open_chain(ep, signer)
+    result = claim_rewards(chain, ep.ledger_url, account or signer.address)
+    console.print(
+        f"claimed {fmt_units(result.paid)} CMS for {result.account}; "
+        f"balance now {fmt_units(result.balance)} CMS"
+    )

@@ -1,0 +1,1 @@
+"""`coloco run`: organisers open, inspect, list and close training runs on the ledger."""
