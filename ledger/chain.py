@@ -168,10 +168,12 @@ class LedgerChain:
         total_work: int,
         attestations_root: bytes,
         nonce: int,
+        fees: tuple[int, int] | None = None,
     ) -> tuple[str, str]:
         """Sign ``commitRound`` with ``nonce``; return (tx hash, raw tx hex), nothing sent.
 
         A dry run (gas estimation) comes first, so a revert raises ContractRevertError here.
+        ``fees`` (fee cap, tip) replaces the default fees (a replacement of a stuck commit).
         """
         account = self._committer()
         fn = self.client.contract("ContributionLedger").functions.commitRound(
@@ -180,13 +182,15 @@ class LedgerChain:
         sender = account.address
         rpc = self.client.rpc
         gas = rpc(lambda: fn.estimate_gas({"from": sender}), "ContributionLedger.commitRound")
-        gas_price = rpc(lambda: self.client.w3.eth.gas_price, "eth_gasPrice")
+        if fees is None:
+            gas_price = rpc(lambda: self.client.w3.eth.gas_price, "eth_gasPrice")
+            fees = (int(gas_price) * 2 + 10**9, 10**9)
         params: TxParams = {
             "from": sender,
             "nonce": Nonce(nonce),
             "gas": int(gas * 1.3) + 20_000,
-            "maxFeePerGas": Wei(int(gas_price) * 2 + 10**9),
-            "maxPriorityFeePerGas": Wei(10**9),
+            "maxFeePerGas": Wei(fees[0]),
+            "maxPriorityFeePerGas": Wei(fees[1]),
             "chainId": self.chain_id,
         }
         tx: dict[str, Any] = dict(rpc(lambda: fn.build_transaction(params), "build commitRound"))
@@ -210,6 +214,21 @@ class LedgerChain:
     @staticmethod
     def _hash_of(raw_tx: str) -> str:
         return "0x" + bytes(Web3.keccak(hexstr=HexStr(raw_tx))).hex()
+
+    def replacement_fees(self, tx_hash: str, bump: float = 1.125) -> tuple[int, int]:
+        """(fee cap, tip) for a replacement of pending ``tx_hash``: both raised by ``bump``
+        (nodes want >= 10%), the cap at least twice the latest base fee plus the tip."""
+        eth = self.client.w3.eth
+        try:
+            tx: Any = self.client.rpc(lambda: eth.get_transaction(HexStr(tx_hash)), "tx")
+        except TransactionNotFound:
+            tx = {}  # gone from the pool: no replacement rule, fees from the base fee alone
+        block = self.client.rpc(lambda: eth.get_block("latest"), "eth_getBlockByNumber")
+        old_cap = int(tx.get("maxFeePerGas", tx.get("gasPrice", 0)))
+        old_tip = int(tx.get("maxPriorityFeePerGas", tx.get("gasPrice", 0)))
+        tip = max(int(old_tip * bump) + 1, 10**9)
+        cap = max(int(old_cap * bump) + 1, 2 * int(block.get("baseFeePerGas", 0)) + tip)
+        return cap, tip
 
     def tx_known(self, tx_hash: str) -> bool:
         """Whether the node knows the transaction (pending or mined)."""

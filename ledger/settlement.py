@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
+from web3.exceptions import Web3RPCError
 
 from ledger.chain import LedgerChain
 from ledger.models import Attestation, RoundState, Settlement
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 FaultHook = Callable[[str], None]
 _OPEN = ("intent", "signed", "sent", "mined")
+_UNDERPRICED = ("less than block base fee", "underpriced", "fee cap less than", "fee too low")
 
 
 def cumulative_amounts(session: Session) -> dict[str, int]:
@@ -66,12 +68,15 @@ class Settler:
         *,
         confirmations: int,
         fault_hook: FaultHook | None = None,
+        stuck_after_s: float = 60.0,
     ) -> None:
         self.engine = engine
         self.chain = chain
         self.confirmations = confirmations
         self.fault_hook = fault_hook
+        self.stuck_after_s = stuck_after_s
         self.lock = threading.Lock()
+        self._pending_since: dict[str, float] = {}  # tx hash -> when first seen in the pool
 
     def _fault(self, point: str) -> None:
         if self.fault_hook is not None:
@@ -169,6 +174,15 @@ class Settler:
                     if status == "conflict":
                         rnd.note = "committed on chain by someone else with another checkpoint"
                     session.add(rnd)
+            elif changes.get("status") in ("intent", "signed"):
+                rnd = session.exec(
+                    select(RoundState).where(
+                        RoundState.run_id == row.run_id, RoundState.round == row.round
+                    )
+                ).first()
+                if rnd is not None and rnd.state == "committed":  # its commit left the chain
+                    rnd.state, rnd.tx_hash, rnd.block_number = "scored", None, None
+                    session.add(rnd)
             session.commit()
 
     def _committed_on_chain(self, row: Settlement) -> bool | None:
@@ -208,9 +222,34 @@ class Settler:
         elif row.status == "sent":
             self._check_receipt(row)
         elif row.status == "mined":
-            head = self.chain.block_number()
-            if row.block_number is not None and head - row.block_number >= self.confirmations:
+            self._confirm(row)
+
+    def _confirm(self, row: Settlement) -> None:
+        """Final once the commit is ``confirmations`` deep, its receipt re-read then (reorgs)."""
+        head = self.chain.block_number()
+        if row.block_number is None or head - row.block_number < self.confirmations:
+            return
+        rcpt = self.chain.receipt(row.tx_hash) if row.tx_hash else None
+        if rcpt is not None and int(rcpt["status"]) == 1:
+            block = int(rcpt["blockNumber"])
+            if block != row.block_number:
+                log.warning("round %d: commit moved to block %d by a reorg", row.round, block)
+                self._save(row, block_number=block)  # count the depth again from there
+            else:
                 self._save(row, status="final")
+            return
+        found = self._committed_on_chain(row)
+        if found is None:
+            self._adopt(row)
+        elif found and rcpt is None:
+            self._save(row, status="final")  # adopted: committed by another of our hashes
+        else:
+            log.warning(
+                "round %d of run %s: its commit left the chain (reorg); sending it again",
+                row.round,
+                row.run_id,
+            )
+            self._save(row, status="signed", block_number=None)
 
     def _sign_and_send(self, row: Settlement) -> None:
         state = self._committed_on_chain(row)
@@ -255,9 +294,53 @@ class Settler:
             self._save(row, status="intent", nonce=None, tx_hash=None, raw_tx=None)
             return
         log.info("re-sending the recorded commitRound of round %d (tx %s)", row.round, row.tx_hash)
-        self.chain.send_raw(row.raw_tx)
+        try:
+            self.chain.send_raw(row.raw_tx)
+        except Web3RPCError as exc:
+            if not any(m in str(exc).lower() for m in _UNDERPRICED):
+                raise
+            log.warning("round %d: the node refuses the recorded fees (%s)", row.round, exc)
+            self._replace(row)
+            return
         self._save(row, status="sent")
         self._check_receipt(row)
+
+    def _stuck(self, tx_hash: str) -> bool:
+        since = self._pending_since.setdefault(tx_hash, time.monotonic())
+        return time.monotonic() - since >= self.stuck_after_s
+
+    def _replace(self, row: Settlement) -> None:
+        """Re-sign a stuck commit with the same nonce and higher fees; record it, then send.
+
+        Whichever version is mined wins: the old hash, if it is, is adopted from the chain.
+        """
+        assert row.tx_hash is not None and row.nonce is not None
+        old = row.tx_hash
+        fees = self.chain.replacement_fees(old)
+        try:
+            tx_hash, raw = self.chain.sign_commit(
+                run_id=bytes.fromhex(row.run_id[2:]),
+                round_=row.round,
+                rewards_root=bytes.fromhex(row.rewards_root[2:]),
+                checkpoint=bytes.fromhex(row.checkpoint[2:]),
+                total_work=int(row.total_work),
+                attestations_root=bytes.fromhex(row.attestations_root[2:]),
+                nonce=row.nonce,
+                fees=fees,
+            )
+        except ContractRevertError:
+            if self._committed_on_chain(row) is not False:
+                self._adopt(row)
+                return
+            raise
+        self._save(row, status="signed", tx_hash=tx_hash, raw_tx=raw)
+        self._pending_since.pop(old, None)
+        log.warning(
+            "commitRound of round %d stuck as %s: replaced by %s (fee cap %d, tip %d)",
+            row.round, old, tx_hash, fees[0], fees[1],
+        )  # fmt: skip
+        self.chain.send_raw(raw)
+        self._save(row, status="sent")
 
     def _check_receipt(self, row: Settlement) -> None:
         assert row.tx_hash is not None
@@ -265,7 +348,10 @@ class Settler:
         if rcpt is None:
             if not self.chain.tx_known(row.tx_hash):
                 self._save(row, status="signed")  # dropped: re-send or re-sign next tick
+            elif self._stuck(row.tx_hash):
+                self._replace(row)
             return
+        self._pending_since.pop(row.tx_hash, None)
         if int(rcpt["status"]) == 1:
             self._save(row, status="mined", block_number=int(rcpt["blockNumber"]))
             log.info(
