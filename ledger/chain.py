@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from eth_account import Account
 from eth_typing import HexStr
 from web3 import Web3
-from web3.exceptions import TransactionNotFound, Web3RPCError
+from web3.exceptions import BlockNotFound, TransactionNotFound, Web3RPCError
 from web3.types import FilterParams, Nonce, TxParams, Wei
 
 from protocol.chain import ChainClient, RetryPolicy
@@ -107,6 +107,15 @@ class LedgerChain:
 
     def block_number(self) -> int:
         return self.client.block_number()
+
+    def block_hash(self, number: int) -> str | None:
+        """The hash of block ``number`` on the node's canonical chain (None: no such block)."""
+        eth = self.client.w3.eth
+        try:
+            block = self.client.rpc(lambda: eth.get_block(number), "eth_getBlockByNumber")
+        except BlockNotFound:
+            return None
+        return "0x" + bytes(block["hash"]).hex() if block and block.get("hash") else None
 
     def last_round(self, run_id: bytes) -> int | None:
         """The run's last committed round, or None when the run has no genesis commit."""

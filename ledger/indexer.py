@@ -3,6 +3,11 @@
 It reads ``eth_getLogs`` in chunks from the deployment block, stores what it learns and its cursor
 in one database transaction per chunk (so a restart resumes exactly), and keeps an in-memory
 :class:`ChainSnapshot` the API answers from without an RPC call per request.
+
+No archive node is needed: node records and the TrainingConfig touched by a chunk's events are read
+at the latest block, never at a historical one. It stays ``depth`` blocks behind the head, and
+remembers the hash of its cursor block: when a reorg replaced that block, it rewinds
+``rewind_blocks``, forgets the commits it saw there and indexes them again.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ log = logging.getLogger(__name__)
 
 CURSOR_KEY = "indexer.cursor"
 CONFIG_KEY = "indexer.config"
+CURSOR_HASH_KEY = "indexer.cursor_hash"
 _NODE_ARGS = ("node", "oldNode", "newNode")
 
 
@@ -49,10 +55,20 @@ def _config_to_json(cfg: ConfigView) -> str:
 
 
 class Indexer:
-    def __init__(self, engine: Engine, chain: LedgerChain, *, chunk_blocks: int = 2000) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        chain: LedgerChain,
+        *,
+        chunk_blocks: int = 2000,
+        depth: int = 0,
+        rewind_blocks: int = 64,
+    ) -> None:
         self.engine = engine
         self.chain = chain
         self.chunk_blocks = chunk_blocks
+        self.depth = depth
+        self.rewind_blocks = rewind_blocks
         self.snapshot = ChainSnapshot()
         self._lock = threading.Lock()
 
@@ -81,18 +97,20 @@ class Indexer:
         """Index the next chunk of blocks; return how many blocks were indexed (0 = caught up)."""
         with self._lock:
             head = self.chain.block_number()
+            refresh: set[str] = self._rewind_if_reorged()
             snap = self.snapshot
             start = (
                 snap.indexed_block + 1
                 if snap.indexed_block is not None
                 else self.chain.deployment_block
             )
-            if start > head:
+            safe = head - self.depth
+            if start > safe:
                 self.snapshot.head = head
                 return 0
-            end = min(head, start + self.chunk_blocks - 1)
+            end = min(safe, start + self.chunk_blocks - 1)
             events = self.chain.logs(start, end)
-            refresh: set[str] = set()
+            end_hash = self.chain.block_hash(end)
             config_changed = snap.config is None
             commits: list[ChainCommit] = []
             for ev in events:
@@ -114,10 +132,9 @@ class Indexer:
                         )
                     )
             client = self.chain.client
-            records = [client.node_info(Address(addr), block=end) for addr in sorted(refresh)]
-            config = (
-                ConfigView.from_view(client.training_config(block=end)) if config_changed else None
-            )
+            # state at the latest block: correct now, and no archive node needed
+            records = [client.node_info(Address(addr)) for addr in sorted(refresh)]
+            config = ConfigView.from_view(client.training_config()) if config_changed else None
             with Session(self.engine, expire_on_commit=False) as session:
                 for rec in records:
                     row = session.get(Node, rec.node) or Node(
@@ -138,6 +155,8 @@ class Indexer:
                 if config is not None:
                     session.merge(KeyValue(key=CONFIG_KEY, value=_config_to_json(config)))
                 session.merge(KeyValue(key=CURSOR_KEY, value=str(end)))
+                if end_hash is not None:
+                    session.merge(KeyValue(key=CURSOR_HASH_KEY, value=end_hash))
                 session.commit()
                 for rec_row in (session.get(Node, r.node) for r in records):
                     if rec_row is not None:
@@ -156,6 +175,31 @@ class Indexer:
             if events:
                 log.info("indexed blocks %d-%d: %d events", start, end, len(events))
             return end - start + 1
+
+    def _rewind_if_reorged(self) -> set[str]:
+        """If the cursor block is no longer canonical, rewind; return the nodes to refresh."""
+        cursor = self.snapshot.indexed_block
+        if cursor is None:
+            return set()
+        with Session(self.engine) as session:
+            stored = session.get(KeyValue, CURSOR_HASH_KEY)
+            if stored is None or self.chain.block_hash(cursor) == stored.value:
+                return set()
+            back = max(self.chain.deployment_block - 1, cursor - self.rewind_blocks)
+            log.warning(
+                "reorg: block %d is no longer %s; re-indexing from block %d",
+                cursor, stored.value, back + 1,
+            )  # fmt: skip
+            for commit in session.exec(select(ChainCommit).where(ChainCommit.block_number > back)):
+                session.delete(commit)
+            touched = {
+                n.address for n in session.exec(select(Node).where(Node.updated_block > back))
+            }
+            session.merge(KeyValue(key=CURSOR_KEY, value=str(back)))
+            session.delete(stored)
+            session.commit()
+        self.load()
+        return touched
 
     def catch_up(self, max_steps: int = 10_000) -> None:
         """Index until the chain head (used at start and by tests)."""

@@ -45,7 +45,12 @@ class Ledger:
         self.chain = chain or LedgerChain(
             settings.rpc_url, settings.deployment, settings.committer_key()
         )
-        self.indexer = Indexer(self.engine, self.chain, chunk_blocks=settings.indexer_chunk_blocks)
+        self.indexer = Indexer(
+            self.engine,
+            self.chain,
+            chunk_blocks=settings.indexer_chunk_blocks,
+            depth=max(0, settings.confirmations - 1),  # 1 confirmation = the head itself
+        )
         self.intake = Intake(self.engine, self.indexer, settings)
         self.blobs = BlobStore(settings.blob_dir, self.engine, max_bytes=settings.max_blob_bytes)
         if usefulness is None and settings.usefulness_model:
