@@ -2,13 +2,14 @@
 pragma solidity ^0.8.28;
 
 import {Ownable} from "@openzeppelin/contracts/access/Ownable.sol";
+import {IOwnershipSplit} from "./interfaces/IOwnershipSplit.sol";
 import {ITrainingConfig} from "./interfaces/ITrainingConfig.sol";
 
 /// @title TrainingConfig
 /// @notice The governed training parameters. Owned by the Timelock: every setter is a governance
 /// proposal's action. Each setter validates its field group, bumps `version` and emits
 /// `ConfigUpdated(version, field)`.
-contract TrainingConfig is ITrainingConfig, Ownable {
+contract TrainingConfig is ITrainingConfig, IOwnershipSplit, Ownable {
     /// @notice Upper bound on inner steps per round (H).
     uint32 public constant MAX_INNER_STEPS = 100_000;
     /// @notice Upper bound on the inner learning rate: 1.0.
@@ -31,6 +32,10 @@ contract TrainingConfig is ITrainingConfig, Ownable {
     uint256 public constant MAX_URI_LENGTH = 512;
 
     Config private _config;
+    /// @dev The ownership split (IOwnershipSplit), in one slot; all to compute until governed.
+    uint16 private _computeBps = 10_000;
+    uint16 private _codeBps;
+    uint16 private _capitalBps;
     /// @inheritdoc ITrainingConfig
     uint64 public version;
 
@@ -131,6 +136,33 @@ contract TrainingConfig is ITrainingConfig, Ownable {
         _config.releasedCheckpoint = checkpoint;
         _config.releasedCheckpointURI = uri;
         _bump("releasedCheckpoint");
+    }
+
+    // ---------------------------------------------------------------- ownership split
+
+    /// @inheritdoc IOwnershipSplit
+    function ownershipSplit() external view returns (uint16, uint16, uint16) {
+        return (_computeBps, _codeBps, _capitalBps);
+    }
+
+    /// @inheritdoc IOwnershipSplit
+    function poolRewards() external view returns (uint256, uint256, uint256) {
+        uint256 reward = _config.rewardPerRound;
+        return (reward * _computeBps / BPS, reward * _codeBps / BPS, reward * _capitalBps / BPS);
+    }
+
+    /// @inheritdoc IOwnershipSplit
+    function setOwnershipSplit(uint16 computeBps, uint16 codeBps, uint16 capitalBps)
+        external
+        onlyOwner
+    {
+        if (uint256(computeBps) + codeBps + capitalBps != BPS) {
+            revert InvalidOwnershipSplit(computeBps, codeBps, capitalBps);
+        }
+        _computeBps = computeBps;
+        _codeBps = codeBps;
+        _capitalBps = capitalBps;
+        _bump("ownershipSplit");
     }
 
     function _bump(bytes32 field) private {
