@@ -2,11 +2,14 @@
 pragma solidity ^0.8.28;
 
 import {Script} from "forge-std/Script.sol";
+import {CapitalDeploy} from "./CapitalDeploy.sol";
 import {TimelockController} from "@openzeppelin/contracts/governance/TimelockController.sol";
+import {CodeRegistry} from "../src/CodeRegistry.sol";
 import {ContributionLedger} from "../src/ContributionLedger.sol";
 import {ModelGovernor} from "../src/ModelGovernor.sol";
 import {ModelShareToken} from "../src/ModelShareToken.sol";
 import {RewardDistributor} from "../src/RewardDistributor.sol";
+import {RunFunding} from "../src/RunFunding.sol";
 import {StakeManager} from "../src/StakeManager.sol";
 import {TrainingConfig} from "../src/TrainingConfig.sol";
 
@@ -23,7 +26,7 @@ import {TrainingConfig} from "../src/TrainingConfig.sol";
 /// GRANTER -> Timelock, with no token admin left (nobody can add a minter); StakeManager SLASHER
 /// -> Timelock; Timelock proposer and canceller -> governor, executor -> anyone; ledger and
 /// StakeManager admin -> Timelock; the deployer keeps no role anywhere.
-contract Deploy is Script {
+contract Deploy is Script, CapitalDeploy {
     struct Params {
         address committer;
         address treasury; // zero: the Timelock
@@ -45,6 +48,8 @@ contract Deploy is Script {
         TrainingConfig config;
         ModelGovernor governor;
         TimelockController timelock;
+        RunFunding funding;
+        CodeRegistry codeRegistry;
     }
 
     /// @notice Reads the parameters from env, deploys as the broadcasting key, writes the JSON.
@@ -99,6 +104,7 @@ contract Deploy is Script {
         if (p.initialInnerSteps != 0) {
             d.config.setInnerLoop(p.initialInnerSteps, d.config.current().innerLrE6);
         }
+        _genesisSplit(d.config);
         d.config.transferOwnership(timelock);
         d.ledger = new ContributionLedger(deployer);
         d.distributor = new RewardDistributor(d.token, d.ledger);
@@ -109,6 +115,10 @@ contract Deploy is Script {
         _handOver(address(d.ledger), timelock, deployer);
         d.token.grantRole(d.token.MINTER_ROLE(), address(d.distributor));
         d.token.grantRole(d.token.GRANTER_ROLE(), timelock);
+        (d.funding, d.codeRegistry) =
+            _deployCapital(d.token, d.ledger, d.config, timelock, p.committer);
+        d.token.grantRole(d.token.MINTER_ROLE(), address(d.funding));
+        d.token.grantRole(d.token.MINTER_ROLE(), address(d.codeRegistry));
         d.token.renounceRole(bytes32(0), deployer);
         d.stakeManager.grantRole(d.stakeManager.SLASHER_ROLE(), timelock);
         _handOver(address(d.stakeManager), timelock, deployer);
@@ -134,6 +144,8 @@ contract Deploy is Script {
         vm.serializeAddress(c, "RewardDistributor", address(d.distributor));
         vm.serializeAddress(c, "TrainingConfig", address(d.config));
         vm.serializeAddress(c, "ModelGovernor", address(d.governor));
+        vm.serializeAddress(c, "RunFunding", address(d.funding));
+        vm.serializeAddress(c, "CodeRegistry", address(d.codeRegistry));
         c = vm.serializeAddress(c, "TimelockController", address(d.timelock));
         string memory g = "governance";
         vm.serializeUint(g, "voting_delay", p.votingDelay);

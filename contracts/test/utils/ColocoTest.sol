@@ -4,10 +4,12 @@ pragma solidity ^0.8.28;
 import {Test} from "forge-std/Test.sol";
 import {TimelockController} from "@openzeppelin/contracts/governance/TimelockController.sol";
 import {Deploy} from "../../script/Deploy.s.sol";
+import {CodeRegistry} from "../../src/CodeRegistry.sol";
 import {ContributionLedger} from "../../src/ContributionLedger.sol";
 import {ModelGovernor} from "../../src/ModelGovernor.sol";
 import {ModelShareToken} from "../../src/ModelShareToken.sol";
 import {RewardDistributor} from "../../src/RewardDistributor.sol";
+import {RunFunding} from "../../src/RunFunding.sol";
 import {StakeManager} from "../../src/StakeManager.sol";
 import {TrainingConfig} from "../../src/TrainingConfig.sol";
 
@@ -31,6 +33,8 @@ abstract contract ColocoTest is Test {
     TrainingConfig internal config;
     ModelGovernor internal governor;
     TimelockController internal timelock;
+    RunFunding internal funding;
+    CodeRegistry internal codeRegistry;
 
     function setUp() public virtual {
         Deploy.Params memory p = Deploy.Params({
@@ -53,6 +57,8 @@ abstract contract ColocoTest is Test {
         config = d.config;
         governor = d.governor;
         timelock = d.timelock;
+        funding = d.funding;
+        codeRegistry = d.codeRegistry;
         vm.deal(operator, 1000 ether);
         vm.deal(stranger, 1000 ether);
     }
