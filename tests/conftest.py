@@ -48,12 +48,19 @@ def deployment(anvil: AnvilProcess, tmp_path_factory: pytest.TempPathFactory):  
 
 @pytest.fixture
 def chain(anvil: AnvilProcess) -> Iterator[AnvilProcess]:
-    """The session's anvil, snapshotted before the test and reverted after it."""
+    """The session's anvil, snapshotted before the test and reverted after it.
+
+    A revert restores state but not a base-fee override or automine setting a test left behind
+    (fee-bumping tests raise the base fee): both are put back so later tests' fee caps still fit.
+    """
     snap = anvil.snapshot()
+    base_fee = anvil.call("eth_getBlockByNumber", ["latest", False])["baseFeePerGas"]
     try:
         yield anvil
     finally:
         anvil.revert(snap)
+        anvil.call("evm_setAutomine", [True])
+        anvil.call("anvil_setNextBlockBaseFeePerGas", [base_fee])
 
 
 @pytest.fixture
