@@ -23,13 +23,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import statistics
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
 from trainer.comm import simulate_average, wire_bytes
-from trainer.data import Corpus, ShardSpec
+from trainer.data import Corpus, DataSource, ShardSpec
 from trainer.inner import InnerConfig, InnerTrainer
 from trainer.model import GPT, GPTConfig, evaluate
 from trainer.outer import OuterConfig, OuterState
@@ -57,6 +61,11 @@ class Setup:
     sync_lr: float = 3e-3
 
 
+def run_id_of(seed: int) -> bytes:
+    """Each seed draws its own shards (and genesis): seed 0 is the historical RUN_ID."""
+    return RUN_ID if seed == 0 else seed.to_bytes(2, "big") * 16
+
+
 def worker_address(k: int) -> str:
     return "0x" + (k + 1).to_bytes(20, "big").hex()
 
@@ -65,7 +74,7 @@ def shards(corpus: Corpus, s: Setup, rnd: int) -> list[torch.Tensor]:
     n_tokens = s.inner_steps * s.batch * s.model.seq_len
     return [
         corpus.shard_rows(
-            ShardSpec.for_node(RUN_ID, rnd, worker_address(k), n_tokens, (7000, 3000)),
+            ShardSpec.for_node(run_id_of(s.seed), rnd, worker_address(k), n_tokens, (7000, 3000)),
             s.model.seq_len,
         )
         for k in range(s.workers)
@@ -77,7 +86,9 @@ def start_model(corpus: Corpus, s: Setup) -> GPT:
     (as in the DiLoCo paper, both methods then continue from the same warm model)."""
     model = GPT(s.model, seed=s.seed)
     if s.warm_start:
-        rows = corpus.random_rows(s.model.seq_len, s.warm_start * s.batch * s.workers, seed=4242)
+        rows = corpus.random_rows(
+            s.model.seq_len, s.warm_start * s.batch * s.workers, seed=4242 + s.seed
+        )
         cfg = InnerConfig(steps=s.warm_start, lr=WARM_LR, batch_size=s.batch * s.workers)
         InnerTrainer(model, cfg).train(rows)
     return model
@@ -102,8 +113,11 @@ def run_sync(corpus: Corpus, s: Setup, eval_rows: torch.Tensor) -> tuple[float, 
 
 
 def run_diloco(
-    corpus: Corpus, s: Setup, eval_rows: torch.Tensor, fmt: str
+    corpus: Corpus, s: Setup, eval_rows: torch.Tensor, fmt: str, *, overlap: bool = False
 ) -> tuple[float, int, list[float]]:
+    """``overlap``: the one-round delayed outer step (round r's average is applied at the end of
+    round r+1, so its communication can run during round r+1's compute; the last is applied
+    after the final round)."""
     model = start_model(corpus, s)
     outer = OuterState.from_model(model)
     cfg = InnerConfig(steps=s.inner_steps, lr=s.inner_lr, batch_size=s.batch, warmup_steps=s.warmup,
@@ -111,6 +125,7 @@ def run_diloco(
     # One inner trainer (its own AdamW state) per worker, all driving the same model in turn.
     trainers = [InnerTrainer(model, cfg, keep_state=not s.fresh_adam) for _ in range(s.workers)]
     sent, curve = 0, []
+    pending: torch.Tensor | None = None
     for rnd in range(1, s.rounds + 1):
         pgs = []
         for trainer, rows in zip(trainers, shards(corpus, s, rnd), strict=True):
@@ -119,7 +134,13 @@ def run_diloco(
             pgs.append(outer.pseudo_gradient(model))
         avg = simulate_average(pgs, fmt)
         sent += wire_bytes(outer.base.numel(), fmt, s.workers)
-        outer.step(avg, s.outer)
+        apply: torch.Tensor | None = avg
+        if overlap:
+            apply, pending = pending, avg
+        if apply is not None:
+            outer.step(apply, s.outer)
+        if overlap and rnd == s.rounds and pending is not None:
+            outer.step(pending, s.outer)
         outer.load_into(model)
         if rnd % max(1, s.rounds // 5) == 0 or rnd == s.rounds:
             curve.append(round(evaluate(model, eval_rows), 4))
@@ -136,20 +157,104 @@ def codec_ns_per_param() -> float | None:
     return float(measure_codec_ns_per_param())
 
 
+SYNC_LR_GRID = (1.5e-3, 3e-3, 6e-3, 1.2e-2)
+
+
+def split_eval(corpus: Corpus) -> tuple[Corpus, Corpus]:
+    """(validation, test): the first and second halves of each source's held-out bytes, so the
+    baseline's lr is chosen on text the reported loss never sees."""
+    val, test = [], []
+    for src in corpus.sources:
+        half = src.eval.numel() // 2
+        val.append(DataSource(src.name, src.train, src.eval[:half]))
+        test.append(DataSource(src.name, src.train, src.eval[half:]))
+    return Corpus(val, name=f"{corpus.name}:val"), Corpus(test, name=f"{corpus.name}:test")
+
+
+def code_corpus(root: Path = Path("node_modules/@openzeppelin/contracts")) -> Corpus | None:
+    """Another corpus of source code: OpenZeppelin's Solidity (npm ci installs it), two sources
+    (``utils/`` and the rest) as .txt files in a temporary folder; None if it is missing."""
+    files = sorted(root.rglob("*.sol")) if root.is_dir() else []
+    if len(files) < 20:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="coloco-code-corpus-"))
+    for f in files:
+        rel = f.relative_to(root)
+        source = "b_utils" if rel.parts[0] == "utils" else "a_contracts"
+        target = folder / source / (str(rel.with_suffix("")).replace("/", "__") + ".txt")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(f.read_bytes())
+    return Corpus.from_folder(folder)
+
+
+def tune_sync_lr(
+    corpus: Corpus, s: Setup, val_rows: torch.Tensor, grid: tuple[float, ...]
+) -> tuple[float, dict[str, float]]:
+    """Best synchronous lr on the validation rows; a best at the grid's edge extends the grid
+    by a factor 2 that way (twice at most), so the optimum is bracketed."""
+    losses: dict[float, float] = {}
+    lrs = list(grid)
+    for _ in range(3):
+        for lr in lrs:
+            if lr not in losses:
+                losses[lr] = run_sync(corpus, replace(s, sync_lr=lr), val_rows)[0]
+                log.info("sync lr %g: validation loss %.4f", lr, losses[lr])
+        best = min(losses, key=losses.__getitem__)
+        ordered = sorted(losses)
+        if best == ordered[0]:
+            lrs = [best / 2]
+        elif best == ordered[-1] and best * 2 < 0.1:
+            lrs = [best * 2]
+        else:
+            break
+    return best, {f"{lr:g}": round(v, 4) for lr, v in sorted(losses.items())}
+
+
+def compare(corpus: Corpus, s: Setup, eval_rows: torch.Tensor, *, int8: bool) -> dict[str, object]:
+    """One seed: synchronous baseline and DiLoCo (fp32 wire, and int8 if asked)."""
+    sync_loss, sync_bytes = run_sync(corpus, s, eval_rows)
+    d_loss, d_bytes, d_curve = run_diloco(corpus, s, eval_rows, "fp32")
+    out: dict[str, object] = {
+        "seed": s.seed,
+        "diloco_eval_loss": round(d_loss, 4),
+        "sync_eval_loss": round(sync_loss, 4),
+        "loss_ratio": round(d_loss / sync_loss, 4),
+        "bytes_ratio_vs_sync": round(sync_bytes / d_bytes, 2),
+        "diloco_curve_fp32": d_curve,
+    }
+    if int8:
+        q_loss, q_bytes, q_curve = run_diloco(corpus, s, eval_rows, "int8")
+        out |= {
+            "int8_eval_loss": round(q_loss, 4),
+            "int8_loss_ratio": round(q_loss / sync_loss, 4),
+            "int8_bytes_ratio_vs_fp32": round(d_bytes / q_bytes, 3),
+            "int8_loss_ratio_vs_fp32": round(q_loss / d_loss, 5),
+            "int8_bytes_ratio_vs_sync": round(sync_bytes / q_bytes, 2),
+            "diloco_curve_int8": q_curve,
+        }
+    log.info("seed %d on %s: %s", s.seed, corpus.name, out)
+    return out
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    mean = statistics.mean(values)
+    return round(mean, 4), round(statistics.stdev(values) if len(values) > 1 else 0.0, 4)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="fewer rounds (under 10 min on 2 cores)")
+    p.add_argument("--quick", action="store_true", help="fewer rounds (under 20 min on 2 cores)")
     p.add_argument("--rounds", type=int)
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (mean and sd reported)")
     p.add_argument("--inner-steps", type=int, default=50)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--inner-lr", type=float, default=3e-3, help="DiLoCo inner AdamW lr")
-    p.add_argument("--sync-lr", type=float, default=3e-3, help="the synchronous baseline's lr")
+    p.add_argument("--sync-lr", type=float, help="the baseline's lr (default: tuned on validation)")
     p.add_argument("--outer-lr", type=float, default=0.7)
     p.add_argument("--outer-momentum", type=float, default=0.9)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--skip-int8", action="store_true")
-    p.add_argument("--skip-sync", action="store_true")
+    p.add_argument("--skip-other-corpus", action="store_true")
     p.add_argument("--warmup", type=int, default=0, help="inner lr warmup steps (both runs)")
     p.add_argument("--cosine", action="store_true", help="cosine inner lr decay (both runs)")
     p.add_argument("--fresh-adam", action="store_true", help="new AdamW state every round")
@@ -172,21 +277,25 @@ def main() -> None:
         cosine=args.cosine,
         fresh_adam=args.fresh_adam,
         warm_start=args.warm_start,
-        sync_lr=args.sync_lr,
     )
     t0 = time.perf_counter()
+    load = os.getloadavg()
     corpus = Corpus.stdlib()
-    eval_rows = corpus.eval_rows(s.model.seq_len, s.eval_rows, seed=1234)
+    val, test = split_eval(corpus)
+    val_rows = val.eval_rows(s.model.seq_len, s.eval_rows, seed=1234)
+    eval_rows = test.eval_rows(s.model.seq_len, s.eval_rows, seed=1234)
     initial = evaluate(start_model(corpus, s), eval_rows)
-    if args.skip_sync:
-        sync_loss = float("nan")
-        sync_bytes = (
-            s.inner_steps * s.rounds * wire_bytes(GPT(s.model).num_params(), "fp32", s.workers)
-        )
+    grid: dict[str, float] = {}
+    if args.sync_lr is not None:
+        sync_lr = args.sync_lr
     else:
-        sync_loss, sync_bytes = run_sync(corpus, s, eval_rows)
-    log.info("sync eval %.4f (%.0fs)", sync_loss, time.perf_counter() - t0)
-    d_loss, d_bytes, d_curve = run_diloco(corpus, s, eval_rows, "fp32")
+        sync_lr, grid = tune_sync_lr(corpus, s, val_rows, SYNC_LR_GRID)
+    s = replace(s, sync_lr=sync_lr)
+    seeds = list(range(args.seeds))
+    runs = [compare(corpus, replace(s, seed=k), eval_rows, int8=k == 0) for k in seeds]
+    ratios = [float(r["loss_ratio"]) for r in runs]  # type: ignore[arg-type]
+    mean, sd = _mean_sd(ratios)
+    first = runs[0]
     out: dict[str, object] = {
         "simulated_workers": True,
         "workers": s.workers,
@@ -198,26 +307,36 @@ def main() -> None:
         "tokens": s.rounds * s.inner_steps * s.batch * s.workers * s.model.seq_len,
         "warm_start_steps": s.warm_start,
         "inner_lr": s.inner_lr,
-        "sync_lr": s.sync_lr,
+        "sync_lr": sync_lr,
+        "sync_lr_validation_losses": grid,
         "outer_lr": s.outer.lr,
         "outer_momentum": s.outer.momentum,
+        "seeds": seeds,
+        "loss_ratio_mean": mean,
+        "loss_ratio_sd": sd,
+        "loss_ratios": ratios,
         "initial_eval_loss": round(initial, 4),
-        "diloco_eval_loss": round(d_loss, 4),
-        "sync_eval_loss": round(sync_loss, 4),
-        "loss_ratio": round(d_loss / sync_loss, 4),
-        "bytes_ratio_vs_sync": round(sync_bytes / d_bytes, 2),
-        "diloco_curve_fp32": d_curve,
+        **{k: v for k, v in first.items() if k != "seed"},
     }
-    if not args.skip_int8:
-        q_loss, q_bytes, q_curve = run_diloco(corpus, s, eval_rows, "int8")
-        out |= {
-            "int8_eval_loss": round(q_loss, 4),
-            "int8_bytes_ratio_vs_fp32": round(d_bytes / q_bytes, 3),
-            "int8_loss_ratio_vs_fp32": round(q_loss / d_loss, 5),
-            "int8_bytes_ratio_vs_sync": round(sync_bytes / q_bytes, 2),
-            "diloco_curve_int8": q_curve,
-        }
+    if not args.skip_other_corpus:
+        other = code_corpus()
+        if other is None:
+            out["other_corpus"] = "node_modules/@openzeppelin/contracts missing: run npm ci"
+        else:
+            _, other_test = split_eval(other)
+            other_rows = other_test.eval_rows(s.model.seq_len, s.eval_rows, seed=1234)
+            other_runs = [compare(other, replace(s, seed=k), other_rows, int8=False) for k in seeds]
+            other_ratios = [float(r["loss_ratio"]) for r in other_runs]  # type: ignore[arg-type]
+            o_mean, o_sd = _mean_sd(other_ratios)
+            out |= {
+                "other_corpus": "OpenZeppelin Solidity sources (settings tuned on stdlib)",
+                "other_loss_ratio_mean": o_mean,
+                "other_loss_ratio_sd": o_sd,
+                "other_loss_ratios": other_ratios,
+            }
     out["codec_ns_per_param"] = codec_ns_per_param()
+    out["load_avg_start"] = [round(x, 2) for x in load]
+    out["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(out))
 

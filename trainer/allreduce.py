@@ -15,6 +15,12 @@ bytes per rank, which beats a 2 (world-1)/world * 4N fp32 ring all-reduce by onl
 ranks). Reduce-scatter + all-gather in int8 costs 2 (world-1)/world * N (1 + 4/block) bytes, 3.94x
 less than fp32 at block 256, for one extra quantization of the (smaller) mean.
 
+Weighted mean (heterogeneous nodes): with ``weight=`` (this rank's tokens of the round) the ranks
+first all-gather their weights (8 bytes each), and step 2 sums ``decode(chunk_src) * w_src`` in
+rank order and divides by ``sum(w)``, so a node that ran fewer inner steps counts for less, as the
+ledger pays by tokens. Each product and sum is its own fp32 kernel (no fused multiply-add), so the
+mean stays bit-identical on every rank and machine.
+
 `bytes_sent` counts what this rank puts on the wire: (world-1) encoded chunks in each phase
 (pairwise all-to-all, ring all-gather); transport headers are not counted.
 """
@@ -87,9 +93,11 @@ def average(
     timeout: float | timedelta = 60.0,
     *,
     block_size: int = DEFAULT_BLOCK_SIZE,
+    weight: int | None = None,
 ) -> tuple[torch.Tensor, int]:
     """Mean over the ranks of `group` of `x` (a fp32 tensor, encoded in `fmt`, or a Packet).
 
+    With `weight` (every rank passes its own, e.g. its tokens), the mean is weighted by them.
     Returns `(mean, bytes_sent)`: `mean` is fp32 in the shape of `x` and bit-identical on every
     rank; `bytes_sent` is what this rank put on the wire. Raises CollectiveError when a collective
     fails or does not finish within `timeout` (seconds or timedelta).
@@ -104,6 +112,9 @@ def average(
     rank = dist.get_rank(group)
     k, chunk = _chunking(packet, world)
     device = packet.device
+    weights = None
+    if weight is not None:
+        weights = _gather_weights(weight, group, wait_for, device)
 
     # 1. reduce-scatter: chunk r of every rank goes to rank r, still encoded
     send = _pad(packet.payload, world * chunk)
@@ -124,7 +135,7 @@ def average(
         )
 
     # 2. this rank's chunk: fp32 sum in rank order, mean, re-encoded
-    mine = _reduce_chunk(packet, recv, recv_scales, world=world, k=k, chunk=chunk)
+    mine = _reduce_chunk(packet, recv, recv_scales, world=world, k=k, chunk=chunk, weights=weights)
 
     # 3. all-gather the mean chunks; every rank decodes the same bytes
     gathered = torch.empty(world * chunk, dtype=mine.payload.dtype, device=device)
@@ -149,7 +160,7 @@ def average(
         )
     mean = _decode_gathered(packet, gathered, gathered_scales, world * chunk)
 
-    bytes_sent = 2 * (world - 1) * mine.nbytes
+    bytes_sent = 2 * (world - 1) * mine.nbytes + (8 * (world - 1) if weights else 0)
     log.debug(
         "rank %d averaged %d values as %s: %d bytes sent",
         rank,
@@ -158,6 +169,25 @@ def average(
         bytes_sent,
     )
     return mean, bytes_sent
+
+
+def _gather_weights(
+    weight: int, group: dist.ProcessGroup | None, timeout: timedelta, device: torch.device
+) -> list[int]:
+    if weight <= 0:
+        raise TrainerError(f"all-reduce weight must be positive, got {weight}")
+    world = dist.get_world_size(group)
+    mine = torch.tensor([int(weight)], dtype=torch.int64, device=device)
+    out = torch.empty(world, dtype=torch.int64, device=device)
+    _collective(
+        "all_gather (weights)",
+        timeout,
+        partial(dist.all_gather_into_tensor, out, mine, group=group, async_op=True),
+    )
+    weights = [int(w) for w in out.cpu().tolist()]
+    if min(weights) <= 0:
+        raise CollectiveError(f"a peer sent a non-positive all-reduce weight: {weights}")
+    return weights
 
 
 def _chunking(packet: Packet, world: int) -> tuple[int, int]:
@@ -175,9 +205,27 @@ def _reduce_chunk(
     world: int,
     k: int,
     chunk: int,
+    weights: list[int] | None = None,
 ) -> Packet:
-    """Decode the `world` copies of one chunk, sum them in rank order, divide, re-encode."""
+    """Decode the `world` copies of one chunk, sum them in rank order, divide, re-encode.
+
+    With `weights`: ``sum(decode(src) * w_src) / sum(w)``, each operation its own kernel."""
     acc = torch.zeros(chunk, dtype=torch.float32, device=payloads.device)
+    if weights is not None:
+        tmp = torch.empty_like(acc)
+        for src in range(world):
+            part = Packet(
+                packet.fmt,
+                (chunk,),
+                payloads[src * chunk : (src + 1) * chunk],
+                None if scales is None else scales[src * k : (src + 1) * k],
+                packet.block_size,
+            )
+            decode_into(tmp, part)
+            w = torch.tensor(float(weights[src]), dtype=torch.float32, device=acc.device)
+            acc = torch.add(acc, torch.mul(tmp, w))
+        total = torch.tensor(float(sum(weights)), dtype=torch.float32, device=acc.device)
+        return quantize(torch.div(acc, total), packet.fmt, block_size=packet.block_size)
     for src in range(world):
         part = Packet(
             packet.fmt,
@@ -200,19 +248,26 @@ def _decode_gathered(
 
 
 def simulate_average(
-    vectors: list[torch.Tensor],
+    vectors: list[torch.Tensor] | list[Packet],
     fmt: WireFormat | int | str,
     *,
     block_size: int = DEFAULT_BLOCK_SIZE,
+    weights: list[int] | None = None,
 ) -> torch.Tensor:
-    """What `average` returns when rank r holds `vectors[r]`, computed in one process.
+    """What `average` returns when rank r holds `vectors[r]` (and passed `weights[r]`),
+    computed in one process. `vectors` may also be the ranks' packets (the ledger's audit
+    replays the committed int8 encodings).
 
     Bit-identical to the distributed result (same chunks, same order, same kernels); for
     benchmarks, accuracy tests and the ledger's replay.
     """
     if not vectors:
         raise TrainerError("simulate_average needs at least one vector")
-    packets = [quantize(v, fmt, block_size=block_size) for v in vectors]
+    packets = [
+        v if isinstance(v, Packet) else quantize(v, fmt, block_size=block_size) for v in vectors
+    ]
+    if weights is not None and len(weights) != len(packets):
+        raise TrainerError(f"{len(packets)} vectors but {len(weights)} weights")
     world = len(packets)
     first = packets[0]
     if world == 1:
@@ -228,7 +283,9 @@ def simulate_average(
             recv_scales = torch.cat(
                 [s[r * k : (r + 1) * k] for s in padded_scales if s is not None]
             )
-        means.append(_reduce_chunk(first, recv, recv_scales, world=world, k=k, chunk=chunk))
+        means.append(
+            _reduce_chunk(first, recv, recv_scales, world=world, k=k, chunk=chunk, weights=weights)
+        )
     gathered = torch.cat([m.payload for m in means])
     gathered_scales = None
     if first.scales is not None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from protocol.hashing import hash_state_dict
+from trainer.codec import Packet, encode
 from trainer.comm import Averager
 from trainer.inner import InnerConfig, InnerResult, InnerTrainer, StepInfo
 from trainer.model import GPT
@@ -74,15 +75,23 @@ class DiLoCo:
         rows: Tensor,
         settings: RoundSettings,
         on_step: Callable[[StepInfo], None] | None = None,
+        budget_s: float | None = None,
     ) -> LocalWork:
-        """H inner steps from the base weights; returns the pseudo-gradient (no communication)."""
+        """H inner steps (or those that fit in ``budget_s``) from the base weights; returns the
+        pseudo-gradient (no communication)."""
         base_hash = self.base_hash()
         self.sync_inner_model()
         if self.inner is None:
             self.inner = InnerTrainer(self.model, settings.inner)
         self.inner.cfg = settings.inner  # the config may change between rounds
-        inner = self.inner.train(rows, on_step=on_step)
+        inner = self.inner.train(rows, on_step=on_step, budget_s=budget_s)
         return LocalWork(base_hash, self.state.pseudo_gradient(self.model), inner)
+
+    def local_packet(self, fmt: str) -> Packet:
+        """``base - local`` in the wire format, subtraction and quantization fused (the codec's
+        kernel): what goes into the all-reduce and what the commitment holds."""
+        flat_local = self.state.layout.flatten(dict(self.model.named_parameters()))
+        return encode(self.state.base, flat_local, fmt)
 
     def sync_pseudo_gradient(
         self, local: LocalWork, averager: Averager, settings: RoundSettings

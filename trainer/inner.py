@@ -105,9 +105,20 @@ class InnerTrainer:
         return self._opt
 
     def train(
-        self, rows: Tensor, *, on_step: Callable[[StepInfo], None] | None = None
+        self,
+        rows: Tensor,
+        *,
+        on_step: Callable[[StepInfo], None] | None = None,
+        budget_s: float | None = None,
     ) -> InnerResult:
-        """Run ``cfg.steps`` steps over ``rows`` (int64 ``[n, seq_len + 1]``) in order."""
+        """Run ``cfg.steps`` steps over ``rows`` (int64 ``[n, seq_len + 1]``) in order.
+
+        ``budget_s`` time-boxes the phase (heterogeneous nodes): after the first step, a step
+        starts only if the mean step time so far says it ends within the budget; the result
+        declares the steps and tokens actually run (a slower node runs fewer, and is weighted
+        and paid by those tokens)."""
+        if budget_s is not None and budget_s <= 0:
+            raise ConfigError(f"inner time budget must be positive, got {budget_s} s")
         cfg = self.cfg
         needed = cfg.steps * cfg.batch_size
         if rows.shape[0] < needed:
@@ -120,6 +131,12 @@ class InnerTrainer:
         result = InnerResult(steps=0, tokens=0)
         start = time.perf_counter()
         for step in range(cfg.steps):
+            if budget_s is not None and step > 0:
+                elapsed = time.perf_counter() - start
+                if elapsed + elapsed / step > budget_s:
+                    log.info("time box: %d of %d inner steps fit in %.1f s", step, cfg.steps,
+                             budget_s)  # fmt: skip
+                    break
             batch = rows[step * cfg.batch_size : (step + 1) * cfg.batch_size].to(self.device)
             for group in opt.param_groups:
                 group["lr"] = self._lr_at(self.global_step)

@@ -66,17 +66,7 @@ class FlatLayout:
         return {n: flat[a:b].view(self.shapes[n]) for n, (a, b) in self.offsets.items()}
 
 
-def outer_step(
-    base: Tensor, momentum: Tensor, avg: Tensor, lr: float, mu: float
-) -> tuple[Tensor, Tensor]:
-    """Nesterov SGD (torch SGD, dampening 0), bit-exact on every machine and device.
-
-    Returns new ``(base, momentum)``; inputs are untouched. With fp32 ``lr``/``mu`` constants
-    (the Python floats rounded to fp32 once), in this order and nothing fused::
-
-        m'   = (m * mu) + g
-        base' = base - ((g + (m' * mu)) * lr)
-    """
+def _check(base: Tensor, momentum: Tensor, avg: Tensor) -> None:
     for name, t in (("base", base), ("momentum", momentum), ("pseudo-gradient", avg)):
         if t.dtype != torch.float32:
             raise ConfigError(f"outer step {name} must be float32, got {t.dtype}")
@@ -85,14 +75,39 @@ def outer_step(
             f"outer step shapes differ: base {tuple(base.shape)}, momentum "
             f"{tuple(momentum.shape)}, pseudo-gradient {tuple(avg.shape)}"
         )
+
+
+def outer_step_(base: Tensor, momentum: Tensor, avg: Tensor, lr: float, mu: float) -> None:
+    """:func:`outer_step` in place on ``base`` and ``momentum`` (one temporary buffer).
+
+    In-place ``add_``/``sub_`` without ``alpha`` are exact single roundings (``a + 1*b``), so
+    the bits are those of :func:`outer_step`."""
+    _check(base, momentum, avg)
     mu_t = torch.tensor(mu, dtype=torch.float32, device=base.device)
     lr_t = torch.tensor(lr, dtype=torch.float32, device=base.device)
-    new_m = torch.mul(momentum, mu_t)
-    new_m = torch.add(new_m, avg)
-    d = torch.mul(new_m, mu_t)
-    d = torch.add(avg, d)
-    d = torch.mul(d, lr_t)
-    return torch.sub(base, d), new_m
+    momentum.mul_(mu_t)
+    momentum.add_(avg)
+    d = torch.mul(momentum, mu_t)
+    d.add_(avg)
+    d.mul_(lr_t)
+    base.sub_(d)
+
+
+def outer_step(
+    base: Tensor, momentum: Tensor, avg: Tensor, lr: float, mu: float
+) -> tuple[Tensor, Tensor]:
+    """Nesterov SGD (torch SGD, dampening 0), bit-exact on every machine and device.
+
+    Returns new ``(base, momentum)``; inputs are untouched. With fp32 ``lr``/``mu`` constants
+    (the Python floats rounded to fp32 once), in this order and nothing fused::
+
+        m'    = (m * mu) + g
+        base' = base - ((g + (m' * mu)) * lr)
+    """
+    _check(base, momentum, avg)
+    new_base, new_m = base.clone(), momentum.clone()
+    outer_step_(new_base, new_m, avg, lr, mu)
+    return new_base, new_m
 
 
 class OuterState:
@@ -123,9 +138,7 @@ class OuterState:
             raise ConfigError(
                 f"pseudo-gradient has {g.numel()} values, model has {self.base.numel()}"
             )
-        base, momentum = outer_step(self.base, self.momentum, g, cfg.lr, cfg.momentum)
-        self.base.copy_(base)
-        self.momentum.copy_(momentum)
+        outer_step_(self.base, self.momentum, g, cfg.lr, cfg.momentum)
 
     @torch.no_grad()
     def load_into(self, model: nn.Module) -> None:

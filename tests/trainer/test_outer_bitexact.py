@@ -26,7 +26,7 @@ LR, MU = 0.7, 0.9
 
 CHILD = r"""
 import hashlib, sys, torch
-from trainer.outer import outer_step
+from trainer.outer import outer_step, outer_step_
 d = torch.load(sys.argv[1])
 mode = sys.argv[2]
 base, m = d["base"].clone(), torch.zeros_like(d["base"])
@@ -35,7 +35,10 @@ for g in d["gs"]:
         m.mul_(0.9).add_(g)
         base.sub_(g.add(m, alpha=0.9), alpha=0.7)
     else:
+        b2, m2 = base.clone(), m.clone()
         base, m = outer_step(base, m, g, 0.7, 0.9)
+        outer_step_(b2, m2, g, 0.7, 0.9)  # the in-place form OuterState.step uses
+        assert torch.equal(b2, base) and torch.equal(m2, m), "in-place bits differ"
 h = hashlib.sha256(base.numpy().tobytes() + m.numpy().tobytes()).hexdigest()
 print(torch.backends.cpu.get_cpu_capability(), h)
 """

@@ -1,0 +1,194 @@
+"""One DiLoCo node of ``bench.network``, run inside its own network namespace.
+
+    ip netns exec NS python -m bench.network_node --index I --hub 10.77.0.254 ... --out F.json
+
+Per round: join the round's membership at the rendezvous (:class:`trainer.membership.Rendezvous`,
+a TCPStore in the hub namespace); keep the gloo group while the member list is unchanged (formed
+once, not every round); run the inner steps that fit in the round's time budget; encode
+``base - local`` with the codec's fused subtract-and-quantize kernel; average it weighted by
+tokens (:func:`trainer.allreduce.average`); take the bit-exact outer step
+(:func:`trainer.outer.outer_step`); check every member holds the same weights; upload the
+commitment (the same packet, :mod:`trainer.commitment`) to the ledger's blob route with the node's
+real :class:`trainer.ledger_client.LedgerClient`, in the background while the next round computes.
+Nothing else is sent: no per-round checkpoint to the store or the ledger.
+
+``--slowdown F`` emulates a node F times slower (after each step it sleeps F-1 times that step's
+compute): on 2 shared cores, a third busy process would measure CPU contention, not the protocol.
+Writes one JSON file of per-round records and the eth0 byte counters read inside the namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from trainer import commitment
+from trainer.allreduce import average
+from trainer.data import Corpus, ShardSpec
+from trainer.diloco import DiLoCo, RoundSettings
+from trainer.inner import InnerConfig, InnerTrainer, StepInfo
+from trainer.ledger_client import LedgerClient
+from trainer.membership import MembershipConfig, Rendezvous
+from trainer.model import GPT, GPTConfig
+from trainer.outer import OuterConfig, OuterState
+
+NET = Path("/sys/class/net/eth0/statistics")
+
+
+def counters() -> tuple[int, int]:
+    return int((NET / "tx_bytes").read_text()), int((NET / "rx_bytes").read_text())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--index", type=int, required=True)
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--hub", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--ledger-port", type=int, required=True)
+    p.add_argument("--preset", default="cpu10m")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--inner-steps", type=int, default=50)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--fmt", default="int8")
+    p.add_argument("--budget-s", type=float, default=0.0, help="inner time box; 0: none")
+    p.add_argument("--slowdown", type=float, default=1.0)
+    p.add_argument("--sync-steps", type=int, default=0, help="measure sync DP instead")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s n{args.index} %(message)s")
+    log = logging.getLogger("bench.network_node")
+
+    torch.set_num_threads(1)
+    cfg = GPTConfig.preset(args.preset)
+    address = "0x" + (args.index + 1).to_bytes(20, "big").hex()
+    corpus = Corpus.stdlib()
+    model = GPT(cfg, seed=0)
+    diloco = DiLoCo(model, OuterState.from_model(model))
+    membership = MembershipConfig(
+        min_nodes=args.world, join_window_s=0.0, rendezvous_timeout_s=600, collective_timeout_s=300
+    )
+    rdv = Rendezvous(args.hub, args.port, address, membership)
+    ledger = LedgerClient(f"http://{args.hub}:{args.ledger_port}")
+    inner_cfg = InnerConfig(steps=args.inner_steps, lr=1e-3, batch_size=args.batch)
+    settings = RoundSettings(inner=inner_cfg, outer=OuterConfig(), wire_format=args.fmt)
+    run_id = bytes(32)
+    records: list[dict[str, object]] = []
+    group = None
+    members_seen: tuple[str, ...] = ()
+    groups_formed = 0
+
+    def rows_for(r: int) -> torch.Tensor:
+        spec = ShardSpec.for_node(run_id, r, address, inner_cfg.tokens(cfg.seq_len), (7000, 3000))
+        return corpus.shard_rows(spec, cfg.seq_len)
+
+    last_step_end = [time.perf_counter()]
+
+    def slow(info: StepInfo) -> None:
+        now = time.perf_counter()
+        if args.slowdown > 1.0:
+            time.sleep((args.slowdown - 1.0) * (now - last_step_end[0]))
+        last_step_end[0] = time.perf_counter()
+
+    if args.sync_steps:
+        members = rdv.join(1)
+        group = rdv.form_group(members, torch.device("cpu"))
+        trainer = InnerTrainer(model, InnerConfig(steps=1, lr=1e-3, batch_size=args.batch))
+        rows = rows_for(1)
+        tx0, rx0 = counters()
+        t0 = time.perf_counter()
+        for step in range(args.sync_steps):
+            batch = rows[step * args.batch : (step + 1) * args.batch]
+            _, loss = model(batch[:, :-1], batch[:, 1:])
+            assert loss is not None
+            model.zero_grad(set_to_none=True)
+            loss.backward()
+            grads = torch.cat([q.grad.reshape(-1) for q in model.parameters()])  # type: ignore[union-attr]
+            dist.all_reduce(grads)
+        wall = time.perf_counter() - t0
+        tx1, rx1 = counters()
+        del trainer
+        Path(args.out).write_text(json.dumps({"sync_steps": args.sync_steps, "tx": tx1 - tx0,
+                                              "rx": rx1 - rx0, "wall_s": wall}))  # fmt: skip
+        group.close()
+        return
+
+    uploads: list[threading.Thread] = []
+    upload_bytes = 0
+    tx0, rx0 = counters()
+    t_prev = time.perf_counter()
+    for r in range(1, args.rounds + 1):
+        t_round = time.perf_counter()
+        members = rdv.join(r)
+        if members.addresses != members_seen:  # rebuilt only when membership changes
+            if group is not None:
+                group.close()
+            group = rdv.form_group(members, torch.device("cpu"))
+            members_seen, groups_formed = members.addresses, groups_formed + 1
+        assert group is not None
+        rows = rows_for(r)
+        diloco.sync_inner_model()
+        if diloco.inner is None:
+            diloco.inner = InnerTrainer(model, inner_cfg)
+        t_train = time.perf_counter()
+        last_step_end[0] = t_train
+        inner = diloco.inner.train(rows, on_step=slow, budget_s=args.budget_s or None)
+        t_enc = time.perf_counter()
+        compute_s = t_enc - t_train
+        packet = diloco.local_packet(args.fmt)  # fused base - local, quantized
+        t_ar = time.perf_counter()
+        mean, sent = average(packet, None, timeout=timedelta(seconds=300), weight=inner.tokens)
+        t_outer = time.perf_counter()
+        diloco.outer_step(mean, settings)
+        diloco.sync_inner_model()
+        result = diloco.base_hash()
+        t_check = time.perf_counter()
+        group.check_same(result, timedelta(seconds=300))
+        t_blob = time.perf_counter()
+        blob = commitment.blob(packet)
+        upload_bytes += len(blob)
+        digest = commitment.commitment_hash(packet)
+        th = threading.Thread(target=ledger.put_blob, args=(digest, blob), daemon=True)
+        th.start()
+        uploads.append(th)
+        t_end = time.perf_counter()
+        records.append({
+            "round": r, "members": len(members.addresses), "steps": inner.steps,
+            "tokens": inner.tokens, "compute_s": compute_s,
+            "step_s": inner.seconds / max(inner.steps, 1),
+            "comm_s": t_end - t_enc, "wall_s": t_end - t_prev, "join_s": t_train - t_round,
+            "encode_s": t_ar - t_enc, "allreduce_s": t_outer - t_ar,
+            "outer_s": t_check - t_outer, "check_s": t_blob - t_check, "blob_s": t_end - t_blob,
+            "allreduce_bytes_sent": sent, "loss": inner.final_loss, "result": result.hex()[:16],
+        })  # fmt: skip
+        log.info("round %d: %d steps, compute %.1fs, wall %.1fs", r, inner.steps, compute_s,
+                 t_end - t_prev)  # fmt: skip
+        t_prev = t_end
+    for th in uploads:
+        th.join()
+    # the last round's group stays up until every member is done (a barrier), then leaves
+    rdv.announce_leave(args.rounds + 1)
+    tx1, rx1 = counters()
+    Path(args.out).write_text(json.dumps({
+        "index": args.index, "rounds": records, "tx": tx1 - tx0, "rx": rx1 - rx0,
+        "numel": diloco.state.base.numel(), "packet_bytes": packet.nbytes,
+        "commitment_blob_bytes": upload_bytes // args.rounds, "groups_formed": groups_formed,
+        "params": model.num_params(),
+    }))  # fmt: skip
+    if group is not None:
+        dist.barrier()
+        group.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""bench.diloco's parts: validation and test splits are disjoint, the second corpus loads, the
+overlap option changes the result (a one-round delayed outer step) and the seeds differ."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from bench.diloco import Setup, code_corpus, run_diloco, split_eval
+from trainer.data import Corpus
+from trainer.model import GPTConfig
+from trainer.outer import OuterConfig
+
+SETUP = Setup(model=GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32), workers=2, rounds=3,
+              inner_steps=2, batch=2, inner_lr=3e-3, outer=OuterConfig(), eval_rows=16)  # fmt: skip
+
+
+def test_validation_and_test_halves_do_not_overlap(corpus_dir: Path) -> None:
+    corpus = Corpus.from_folder(corpus_dir)
+    val, test = split_eval(corpus)
+    for whole, v, t in zip(corpus.sources, val.sources, test.sources, strict=True):
+        assert torch.equal(torch.cat([v.eval, t.eval]), whole.eval)
+        assert v.eval.numel() > 0 and t.eval.numel() > 0
+        assert torch.equal(v.train, whole.train)
+
+
+def test_the_other_corpus_is_solidity_source_in_two_sources() -> None:
+    other = code_corpus()
+    assert other is not None, "node_modules/@openzeppelin/contracts is installed by npm ci"
+    assert len(other.sources) == 2
+    assert b"pragma solidity" in bytes(other.sources[0].train[:200_000].tolist())
+
+
+def test_overlap_and_seed_change_the_run(corpus_dir: Path) -> None:
+    corpus = Corpus.from_folder(corpus_dir)
+    rows = corpus.eval_rows(32, 16, seed=1)
+    plain, _, _ = run_diloco(corpus, SETUP, rows, "fp32")
+    again, _, _ = run_diloco(corpus, SETUP, rows, "fp32")
+    delayed, _, _ = run_diloco(corpus, SETUP, rows, "fp32", overlap=True)
+    other_seed, _, _ = run_diloco(corpus, Setup(**{**SETUP.__dict__, "seed": 1}), rows, "fp32")
+    assert plain == again
+    assert delayed != plain
+    assert other_seed != plain

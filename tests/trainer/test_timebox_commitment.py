@@ -1,0 +1,82 @@
+"""The time-boxed inner phase and the int8 pseudo-gradient commitment."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from protocol.blobs import blob_id, decode_blob
+from protocol.errors import ConfigError, EncodingError
+from trainer import commitment
+from trainer.allreduce import simulate_average
+from trainer.codec import decode, encode, wire_bytes
+from trainer.data import Corpus, ShardSpec
+from trainer.diloco import DiLoCo
+from trainer.inner import InnerConfig, InnerTrainer
+from trainer.model import GPT, GPTConfig
+from trainer.outer import OuterState
+
+SMALL = GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32)
+
+
+def _rows(corpus_dir: Path, steps: int) -> torch.Tensor:
+    spec = ShardSpec.for_node(bytes(32), 1, "0x" + "44" * 20, steps * 4 * 32, (5000, 5000))
+    return Corpus.from_folder(corpus_dir).shard_rows(spec, 32)
+
+
+def test_time_box_runs_the_steps_that_fit_and_declares_them(corpus_dir: Path) -> None:
+    rows = _rows(corpus_dir, 40)
+    trainer = InnerTrainer(GPT(SMALL), InnerConfig(steps=40, lr=1e-3, batch_size=4))
+    slow = trainer.train(rows, on_step=lambda _: time.sleep(0.1), budget_s=3.0)
+    assert 1 <= slow.steps < 40  # 40 steps sleep 4 s alone: the box must stop it early
+    assert slow.tokens == slow.steps * 4 * 32
+    # it stops before the step its mean step time says would overrun (one step of slack for
+    # a step slower than the mean)
+    assert slow.seconds <= 3.0 + 2 * slow.seconds / slow.steps
+    fast = trainer.train(rows, budget_s=60.0)
+    assert fast.steps == 40  # the budget never adds steps beyond H
+    with pytest.raises(ConfigError, match="time budget"):
+        trainer.train(rows, budget_s=0.0)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp32"])
+def test_commitment_is_the_all_reduce_packet_and_costs_what_it_costs(
+    corpus_dir: Path, fmt: str
+) -> None:
+    model = GPT(SMALL)
+    diloco = DiLoCo(model, OuterState.from_model(model))
+    diloco.train_local(_rows(corpus_dir, 3), _settings(fmt))
+    packet = diloco.local_packet(fmt)
+    flat_pg = diloco.state.pseudo_gradient(model)
+    # fused subtract-and-quantize == quantize(base - local)
+    assert torch.equal(decode(packet), decode(encode(flat_pg, None, fmt)))
+    data = commitment.blob(packet)
+    n = model.num_params()
+    assert len(data) <= wire_bytes(n, fmt) + 512  # the packet plus a safetensors header
+    assert bytes(blob_id(data, max_bytes=1 << 30)) == commitment.commitment_hash(packet)
+    tensors = decode_blob(data, max_bytes=1 << 30)
+    assert commitment.is_commitment(tensors)
+    assert torch.equal(commitment.decoded(tensors), decode(packet))
+    # the audit replays the weighted average from the members' committed packets
+    replay = simulate_average([commitment.packet_of(tensors)] * 2, fmt, weights=[3, 1])
+    assert torch.allclose(replay, decode(packet), atol=1e-6)
+
+
+def test_a_malformed_commitment_is_refused() -> None:
+    packet = encode(torch.randn(1000), None, "int8")
+    tensors = commitment.tensors_of(packet)
+    bad_meta = dict(tensors, meta=torch.tensor([2, 5000, 256], dtype=torch.int64))
+    with pytest.raises(EncodingError, match="commitment blob"):
+        commitment.packet_of(bad_meta)
+    with pytest.raises(EncodingError, match="meta"):
+        commitment.packet_of({"payload": tensors["payload"]})
+
+
+def _settings(fmt: str):  # type: ignore[no-untyped-def]
+    from trainer.diloco import RoundSettings
+    from trainer.outer import OuterConfig
+
+    return RoundSettings(InnerConfig(steps=3, lr=1e-3, batch_size=4), OuterConfig(), fmt)
