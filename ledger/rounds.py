@@ -24,6 +24,7 @@ from ledger.intake import Intake
 from ledger.models import Attestation, RoundState, Run, utcnow
 from ledger.quality import Quality, UsefulnessFn, assess
 from ledger.scoring import attestations_root, cap_tokens, majority_checkpoint, split_rewards, weight
+from trainer.commitment import as_flat
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +186,8 @@ class RoundKeeper:
                         f"pseudo-gradient blob {a.pseudo_gradient} was not uploaded: "
                         "PUT /v1/blobs/{hash} before attesting"
                     )
-                else:
-                    material.append((a, tensors))
+                else:  # an int8/fp32 commitment (trainer.commitment) is scored decoded
+                    material.append((a, as_flat(tensors)))
             quality: dict[str, Quality] = assess(material, usefulness=self.usefulness)
             weights: dict[int, int] = {}
             for a in atts:

@@ -33,6 +33,7 @@ def trainer_usefulness(
     outer_lr_of: Callable[[], float],
 ) -> UsefulnessFn:
     """A :data:`~ledger.quality.UsefulnessFn` backed by ``trainer.scoring``."""
+    from trainer.commitment import named
     from trainer.data import Corpus, ShardSpec
     from trainer.model import GPTConfig
     from trainer.scoring import scoring_rows, usefulness
@@ -52,6 +53,7 @@ def trainer_usefulness(
         )
         if "0x" + spec.id.hex() != att.data_shard:
             return None
+        pseudo_gradient = named(pseudo_gradient, {n: t.shape for n, t in base.items()})
         own, random = scoring_rows(corpus(), spec, config.seq_len, rows)
         report = usefulness(config, base, pseudo_gradient, own, random, outer_lr=outer_lr_of())
         return report.score, (

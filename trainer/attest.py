@@ -1,8 +1,10 @@
 """After each round: commit to the pseudo-gradient, sign a ComputeAttestation, submit it.
 
-The pseudo-gradient blob (safetensors of the node's own fp32 ``base - local`` tensors, before any
-wire codec) is uploaded first; its canonical hash is the attestation's ``pseudoGradient``, so the
-ledger can check the commitment against the bytes and score them.
+The pseudo-gradient blob (:mod:`trainer.commitment`: the node's own ``base - local`` exactly as it
+entered the all-reduce, int8 codes + scales in the int8 wire format, so it costs what one
+all-reduce packet costs) is uploaded first; its canonical hash is the attestation's
+``pseudoGradient``, so the ledger can check the commitment against the bytes, decode and score
+them, and replay the round's weighted average.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from protocol.errors import CollectiveError, ColocoError, ConfigError
+from trainer.codec import Packet
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,9 @@ class Averager(Protocol):
 
     world_size: int
 
-    def average(self, flat: Tensor, fmt: str) -> tuple[Tensor, int]: ...
+    def average(
+        self, flat: Tensor | Packet, fmt: str, weight: int | None = None
+    ) -> tuple[Tensor, int]: ...
 
 
 class SoloAverager:
@@ -91,7 +94,13 @@ class SoloAverager:
 
     world_size = 1
 
-    def average(self, flat: Tensor, fmt: str) -> tuple[Tensor, int]:
+    def average(
+        self, flat: Tensor | Packet, fmt: str, weight: int | None = None
+    ) -> tuple[Tensor, int]:
+        if isinstance(flat, Packet):
+            from trainer.codec import decode
+
+            return decode(flat).cpu(), 0
         return roundtrip(flat, fmt), 0
 
 
@@ -111,15 +120,32 @@ class GroupAverager:
         self.device = device or torch.device("cpu")
         self.world_size = dist.get_world_size(group)
 
-    def average(self, flat: Tensor, fmt: str) -> tuple[Tensor, int]:
+    def average(
+        self, flat: Tensor | Packet, fmt: str, weight: int | None = None
+    ) -> tuple[Tensor, int]:
+        """``flat`` as fp32 values or as the packet already encoded (the fused kernel's);
+        ``weight``: this node's tokens, for a token-weighted mean."""
         check_format(fmt)
         try:
             from trainer import allreduce
         except ImportError:
             allreduce = None  # type: ignore[assignment]
         try:
+            if isinstance(flat, Packet):
+                packet = Packet(
+                    flat.fmt,
+                    flat.shape,
+                    flat.payload.to(self.device),
+                    None if flat.scales is None else flat.scales.to(self.device),
+                    flat.block_size,
+                )
+                mean, sent = allreduce.average(packet, self.group, None, self.timeout,
+                                               weight=weight)  # fmt: skip
+                return mean.cpu(), int(sent)
             if allreduce is not None and hasattr(allreduce, "average"):
-                mean, sent = allreduce.average(flat.to(self.device), self.group, fmt, self.timeout)
+                mean, sent = allreduce.average(
+                    flat.to(self.device), self.group, fmt, self.timeout, weight=weight
+                )
                 return mean.cpu(), int(sent)
             if fmt != "fp32":
                 raise ConfigError(

@@ -15,6 +15,8 @@ canonical tensor hash, is what the attestation commits to.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor
 
@@ -64,3 +66,24 @@ def commitment_hash(packet: Packet) -> bytes:
 def decoded(tensors: dict[str, Tensor]) -> Tensor:
     """The flat fp32 pseudo-gradient a commitment encodes (what the other nodes decoded)."""
     return decode(packet_of(tensors))
+
+
+FLAT = "pseudo_gradient"
+"""The one tensor name of a decoded commitment (a flat fp32 vector, FlatLayout order)."""
+
+
+def as_flat(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """A commitment blob's tensors decoded to ``{FLAT: fp32 vector}``; any other blob (named
+    fp32 tensors, the format before commitments) is returned as it is."""
+    if is_commitment(dict(tensors)):
+        return {FLAT: decoded(dict(tensors))}
+    return dict(tensors)
+
+
+def named(tensors: Mapping[str, Tensor], shapes: Mapping[str, torch.Size]) -> dict[str, Tensor]:
+    """Per-parameter views of a decoded commitment, by the model's parameter shapes."""
+    if set(tensors) != {FLAT}:
+        return dict(tensors)
+    from trainer.outer import FlatLayout
+
+    return FlatLayout(shapes).unflatten(tensors[FLAT])

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from protocol.errors import TrainerError
 from protocol.hashing import hash_state_dict
+from trainer import commitment
 from trainer.codec import Packet, encode
 from trainer.comm import Averager
 from trainer.inner import InnerConfig, InnerResult, InnerTrainer, StepInfo
@@ -45,6 +47,13 @@ class LocalWork:
     base_hash: bytes
     pseudo_gradient: Tensor  # flat fp32, base - local
     inner: InnerResult
+    packet: Packet | None = None  # base - local in the wire format: all-reduced and committed
+
+    def commitment(self) -> dict[str, Tensor]:
+        """The tensors of the commitment blob (trainer.commitment): the all-reduce's packet."""
+        if self.packet is None:
+            raise TrainerError("this round's work has no encoded packet")
+        return commitment.tensors_of(self.packet)
 
     def pseudo_gradient_tensors(self, state: OuterState) -> dict[str, Tensor]:
         return state.layout.unflatten(self.pseudo_gradient)
@@ -85,7 +94,8 @@ class DiLoCo:
             self.inner = InnerTrainer(self.model, settings.inner)
         self.inner.cfg = settings.inner  # the config may change between rounds
         inner = self.inner.train(rows, on_step=on_step, budget_s=budget_s)
-        return LocalWork(base_hash, self.state.pseudo_gradient(self.model), inner)
+        packet = self.local_packet(settings.wire_format)
+        return LocalWork(base_hash, self.state.pseudo_gradient(self.model), inner, packet)
 
     def local_packet(self, fmt: str) -> Packet:
         """``base - local`` in the wire format, subtraction and quantization fused (the codec's
@@ -96,7 +106,9 @@ class DiLoCo:
     def sync_pseudo_gradient(
         self, local: LocalWork, averager: Averager, settings: RoundSettings
     ) -> tuple[Tensor, int]:
-        return averager.average(local.pseudo_gradient, settings.wire_format)
+        """Token-weighted mean of the members' packets (the fused kernel's encoding)."""
+        vector = local.packet if local.packet is not None else local.pseudo_gradient
+        return averager.average(vector, settings.wire_format, weight=local.inner.tokens)
 
     def outer_step(self, avg: Tensor, settings: RoundSettings) -> None:
         self.state.step(avg, settings.outer)

@@ -113,6 +113,7 @@ class NodeRunner:
         self.model = GPT(settings.model, seed=settings.seed).to(self.device)
         self.diloco: DiLoCo | None = None
         self.state_round = -1
+        self._last_members: tuple[str, ...] = ()
         self.eval_rows = (
             self.corpus.eval_rows(settings.model.seq_len, settings.eval_rows, seed=7)
             if settings.eval_rows
@@ -191,8 +192,18 @@ class NodeRunner:
             self.disk.save(ckpt)
         if group.rank == 0:
             self.rdv.publish_checkpoint(r, ckpt.to_bytes(), ckpt.weights_hash)
-            self.recovery.upload(ckpt)
+            # the ledger gets the weights when membership changes or the node leaves, not
+            # every round (4 B/param): the round's commitments let it replay the rest
+            if group.members.addresses != self._last_members or r == self._last_round():
+                self.recovery.upload(ckpt)
+        self._last_members = group.members.addresses
         return ckpt
+
+    def _last_round(self) -> int | None:
+        last = self.s.max_rounds
+        if self.s.leave_after_round is not None:
+            last = min(last or self.s.leave_after_round, self.s.leave_after_round)
+        return last
 
     # --- loop -------------------------------------------------------------------------------
 
@@ -226,7 +237,7 @@ class NodeRunner:
             round=r,
             config_version=config.version,
             base_checkpoint=local.base_hash,
-            pseudo_gradient=local.pseudo_gradient_tensors(self.diloco.state),  # type: ignore[union-attr]
+            pseudo_gradient=local.commitment(),  # the all-reduce's packet (trainer.commitment)
             data_shard=spec.id,
             inner_steps=local.inner.steps,
             tokens=local.inner.tokens,
@@ -245,9 +256,7 @@ class NodeRunner:
     def run(self) -> list[RoundReport]:
         reports: list[RoundReport] = []
         r = self.first_round()
-        last = self.s.max_rounds
-        if self.s.leave_after_round is not None:
-            last = min(last or self.s.leave_after_round, self.s.leave_after_round)
+        last = self._last_round()
         while last is None or r <= last:
             report = self.run_round(r)
             if report is not None:

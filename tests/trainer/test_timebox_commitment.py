@@ -80,3 +80,28 @@ def _settings(fmt: str):  # type: ignore[no-untyped-def]
     from trainer.outer import OuterConfig
 
     return RoundSettings(InnerConfig(steps=3, lr=1e-3, batch_size=4), OuterConfig(), fmt)
+
+
+def test_the_ledger_scores_a_commitment_decoded() -> None:
+    """ledger.rounds decodes commitments before assessing them: a zero pseudo-gradient in int8
+    is still zero work, a copy is still a copy, and the scorer gets per-parameter tensors."""
+    from ledger.quality import assess
+
+    class Att:
+        def __init__(self, node: str) -> None:
+            self.node = node
+
+    honest = commitment.tensors_of(encode(torch.randn(3000), None, "int8"))
+    zero = commitment.tensors_of(encode(torch.zeros(3000), None, "int8"))
+    material = [(Att("a"), commitment.as_flat(honest)), (Att("b"), commitment.as_flat(honest)),
+                (Att("c"), commitment.as_flat(zero))]  # fmt: skip
+    quality = assess(material, usefulness=None)  # type: ignore[arg-type]
+    assert quality["a"].score == 1.0
+    assert quality["b"].score == 0.0 and "copies" in quality["b"].reason
+    assert quality["c"].score == 0.0 and "zero" in quality["c"].reason
+    # without decoding, the zero commitment's meta/scales would look like work
+    assert assess([(Att("z"), zero)], usefulness=None)["z"].score == 1.0  # type: ignore[list-item]
+    shapes = {"b": torch.Size([1000]), "a": torch.Size([20, 100])}
+    views = commitment.named(commitment.as_flat(honest), shapes)
+    assert {n: v.shape for n, v in views.items()} == shapes
+    assert torch.equal(torch.cat([views["a"].reshape(-1), views["b"]]), commitment.decoded(honest))
