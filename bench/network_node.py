@@ -23,6 +23,7 @@ import argparse
 import json
 import logging
 import os
+import statistics
 import threading
 import time
 from datetime import timedelta
@@ -60,7 +61,9 @@ def main() -> None:
     p.add_argument("--inner-steps", type=int, default=50)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--fmt", default="int8")
-    p.add_argument("--budget-s", type=float, default=0.0, help="inner time box; 0: none")
+    p.add_argument("--budget-s", type=float, default=0.0,
+                   help="inner time box in s; 0: none; -1: round 1 runs H steps and sets the box "
+                   "of later rounds to the members' mean round-1 compute time")  # fmt: skip
     p.add_argument("--slowdown", type=float, default=1.0)
     p.add_argument("--sync-steps", type=int, default=0, help="measure sync DP instead")
     p.add_argument("--out", required=True)
@@ -123,6 +126,7 @@ def main() -> None:
         group.close()
         return
 
+    budget = args.budget_s
     uploads: list[threading.Thread] = []
     upload_bytes = 0
     tx0, rx0 = counters()
@@ -142,7 +146,7 @@ def main() -> None:
             diloco.inner = InnerTrainer(model, inner_cfg)
         t_train = time.perf_counter()
         last_step_end[0] = t_train
-        inner = diloco.inner.train(rows, on_step=slow, budget_s=args.budget_s or None)
+        inner = diloco.inner.train(rows, on_step=slow, budget_s=budget if budget > 0 else None)
         t_enc = time.perf_counter()
         compute_s = t_enc - t_train
         packet = diloco.local_packet(args.fmt)  # fused base - local, quantized
@@ -171,6 +175,10 @@ def main() -> None:
             "outer_s": t_check - t_outer, "check_s": t_blob - t_check, "blob_s": t_end - t_blob,
             "allreduce_bytes_sent": sent, "loss": inner.final_loss, "result": result.hex()[:16],
         })  # fmt: skip
+        if budget < 0:  # the round's time budget, agreed from round 1 (the same on every node)
+            rdv.store.set(f"budget/{args.index}", str(compute_s))
+            rdv.store.wait([f"budget/{i}" for i in range(args.world)])
+            budget = statistics.mean(float(rdv.store.get(f"budget/{i}")) for i in range(args.world))
         log.info("round %d: %d steps, compute %.1fs, wall %.1fs", r, inner.steps, compute_s,
                  t_end - t_prev)  # fmt: skip
         t_prev = t_end
