@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -52,6 +53,10 @@ class Members:
         return self.addresses.index(address)
 
 
+class DivergedError(CheckpointError):
+    """This node's weights differ from those of a strict majority of the round's members."""
+
+
 class RoundGroup:
     """The process group of one closed member list; torn down before the next is formed."""
 
@@ -64,10 +69,16 @@ class RoundGroup:
     def world_size(self) -> int:
         return len(self.members.addresses)
 
-    def check_same(self, digest: bytes, timeout: timedelta) -> None:
-        """All members hold ``digest`` (the resulting checkpoint hash), else CheckpointError."""
+    def check_same(self, digest: bytes, timeout: timedelta) -> tuple[str, ...]:
+        """Compare the resulting checkpoint hash across members; majority rules.
+
+        Returns the members that diverge from a strict majority holding this node's
+        ``digest`` (evicted: they recover from a peer, the run goes on). Raises
+        CheckpointError when this node is outside a strict majority (it is the divergent one,
+        or there is no majority, e.g. 1 against 1)."""
+        self.divergent: tuple[str, ...] = ()
         if self.world_size == 1:
-            return
+            return ()
         device = getattr(self.averager, "device", torch.device("cpu"))
         mine = torch.tensor(list(digest), dtype=torch.uint8, device=device)
         gathered = [torch.empty_like(mine) for _ in range(self.world_size)]
@@ -77,14 +88,33 @@ class RoundGroup:
                 raise CollectiveError(f"hash check did not finish within {timeout}")
         except (RuntimeError, dist.DistBackendError) as exc:
             raise CollectiveError(f"hash check over {self.world_size} nodes failed: {exc}") from exc
-        for addr, g in zip(self.members.addresses, gathered, strict=True):
-            theirs = bytes(g.cpu().tolist())
-            if theirs != digest:
-                raise CheckpointError(
-                    f"after round {self.members.round} node {addr} holds weights 0x"
-                    f"{theirs.hex()[:16]}.. but this node 0x{digest.hex()[:16]}..: "
-                    "the nodes diverged (different code, torch version or hardware?)"
-                )
+        held = {a: bytes(g.cpu().tolist()) for a, g in zip(self.members.addresses, gathered,
+                                                            strict=True)}  # fmt: skip
+        agree = [a for a, h in held.items() if h == digest]
+        others = tuple(a for a in self.members.addresses if held[a] != digest)
+        if others and 2 * len(agree) <= self.world_size:
+            addr = others[0]
+            counts = Counter(held.values())
+            majority = any(2 * n > self.world_size for n in counts.values())
+            raise (DivergedError if majority else CheckpointError)(
+                f"after round {self.members.round} node {addr} holds weights 0x"
+                f"{held[addr].hex()[:16]}.. but this node 0x{digest.hex()[:16]}.. and this "
+                f"node is not in a strict majority ({len(agree)} of {self.world_size}): the "
+                "nodes diverged (different code, torch version or hardware?)"
+            )
+        if others:
+            log.warning("round %d: %s diverged from the majority (%d of %d): evicted, they "
+                        "recover from a peer", self.members.round, list(others), len(agree),
+                        self.world_size)  # fmt: skip
+        self.divergent = others
+        return others
+
+    @property
+    def publisher(self) -> bool:
+        """Whether this node publishes the round's checkpoint: the lowest-ranked member of the
+        majority (rank 0 unless rank 0 diverged)."""
+        honest = [a for a in self.members.addresses if a not in getattr(self, "divergent", ())]
+        return bool(honest) and honest[0] == self.members.addresses[self.rank]
 
     def close(self) -> None:
         if dist.is_initialized():

@@ -25,7 +25,7 @@ from trainer.checkpoint import CheckpointDir, RoundCheckpoint
 from trainer.data import Corpus, ShardSpec
 from trainer.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.inner import StepInfo
-from trainer.membership import Members, MembershipConfig, Rendezvous, RoundGroup
+from trainer.membership import DivergedError, Members, MembershipConfig, Rendezvous, RoundGroup
 from trainer.model import GPT, GPTConfig, evaluate
 from trainer.recovery import Recovery
 from trainer.runconfig import ConfigSource, RunConfig
@@ -190,7 +190,7 @@ class NodeRunner:
         self.state_round = r
         if self.disk is not None:
             self.disk.save(ckpt)
-        if group.rank == 0:
+        if group.publisher:  # rank 0, or the first majority member if rank 0 diverged
             self.rdv.publish_checkpoint(r, ckpt.to_bytes(), ckpt.weights_hash)
             # the ledger gets the weights when membership changes or the node leaves, not
             # every round (4 B/param): the round's commitments let it replay the rest
@@ -229,6 +229,12 @@ class NodeRunner:
             # The survivors re-formed the round without this node (its collective failed later
             # than theirs): its work of round r is lost; it rejoins at r + 1 from a peer.
             log.warning("round %d finished without this node; rejoining next round", r)
+            return None
+        except DivergedError as exc:
+            # This node's weights differ from the majority's: it is evicted from the round (its
+            # work is lost), drops its state and rejoins at r + 1 from a peer's checkpoint.
+            log.error("round %d: %s; evicted by the majority, recovering from a peer", r, exc)
+            self.state_round = -1
             return None
         finally:
             group.close()

@@ -35,6 +35,7 @@ class Plan:
     start_delay_s: float = 0.0
     join_after_round: int = 0  # wait until this round's member list closed, then join
     die_in_round: int | None = None
+    diverge_in_round: int | None = None  # a faulty machine: its outer step gives other bits
     checkpoint_dir: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     min_nodes: int = 1
@@ -84,6 +85,8 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     def on_step(r: int, info: Any) -> None:
         if plan.die_in_round == r and info.step == 2:
             os._exit(17)  # a crash mid-round: no goodbye, sockets just close
+        if plan.diverge_in_round == r and info.step == 1 and runner.diloco is not None:
+            runner.diloco.state.base[0] += 1.0  # its round-r result will differ from the rest
 
     def on_round(report: Any) -> None:
         rec = round_record(report)
