@@ -48,16 +48,31 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def make_engine(url: str) -> Engine:
+# connections the process uses besides the API's threads: the writer thread, the lifecycle
+# worker, the leader lock, one spare
+INTERNAL_CONNECTIONS = 4
+
+
+def make_engine(url: str, *, threads: int = 16) -> Engine:
+    """An engine whose pool holds a connection for each of ``threads`` API threads and the
+    process's own users (:data:`INTERNAL_CONNECTIONS`): no thread ever waits for the pool while
+    another holds the connection it needs (a pool smaller than its users can deadlock them)."""
     url = normalize_url(url)
+    pool: dict[str, Any] = {
+        "pool_size": threads + INTERNAL_CONNECTIONS,
+        "max_overflow": INTERNAL_CONNECTIONS,
+        "pool_timeout": 30,
+    }
     if url.startswith("sqlite"):
         kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
         if ":memory:" in url or url in ("sqlite://", "sqlite:///"):
             kwargs["poolclass"] = StaticPool
+        else:
+            kwargs.update(pool)
         engine = create_engine(url, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    engine = create_engine(url, pool_size=8, max_overflow=8)
+    engine = create_engine(url, **pool)
     event.listen(engine, "checkin", _mark_checkin)
     event.listen(engine, "checkout", _ping_if_idle(engine))
     return engine

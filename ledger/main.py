@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import to_thread
 from fastapi import APIRouter, FastAPI
 
 from ledger.api.errors import BodyLimit, install_error_handlers
@@ -23,6 +24,8 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # the API's thread count is the one the pool was sized for (ledger.db.make_engine)
+        to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         service = ledger or Ledger(settings)
         service.prepare_database()
         service.start()

@@ -23,6 +23,7 @@ from ledger.indexer import Indexer
 from ledger.intake import Intake
 from ledger.models import Attestation, RoundState, Run, utcnow
 from ledger.quality import Quality, UsefulnessFn, assess
+from ledger.retry import Backoff
 from ledger.scoring import attestations_root, cap_tokens, majority_checkpoint, split_rewards, weight
 from trainer.commitment import as_flat
 
@@ -47,6 +48,7 @@ class RoundKeeper:
         self.settings = settings
         self.usefulness = usefulness
         self._first_pass = True
+        self.backoff = Backoff("scoring of (run, round)")
 
     def close_due(self, now: datetime | None = None) -> list[tuple[str, int]]:
         """Move open rounds to closing when all expected nodes attested or the deadline passed.
@@ -110,7 +112,11 @@ class RoundKeeper:
         return expected, declared and expected <= attested
 
     def score_ready(self) -> list[RoundState]:
-        """Score every closing round whose earlier rounds are all committed on chain."""
+        """Score every closing round whose earlier rounds are all committed on chain.
+
+        A round whose scoring raises (a corrupt blob, a usefulness model error) is retried with
+        backoff and reported; the other rounds are scored regardless.
+        """
         scored: list[RoundState] = []
         with Session(self.engine, expire_on_commit=False) as session:
             closing = session.exec(
@@ -119,8 +125,16 @@ class RoundKeeper:
                 .order_by(col(RoundState.run_id), col(RoundState.round))
             ).all()
         for rnd in closing:
-            if self._ready(rnd):
-                scored.append(self.score_round(rnd))
+            key = (rnd.run_id, rnd.round)
+            if not self.backoff.due(key):
+                continue
+            try:
+                if self._ready(rnd):
+                    scored.append(self.score_round(rnd))
+            except Exception as exc:  # isolate: this round waits, the others go on
+                self.backoff.failed(key, exc)
+            else:
+                self.backoff.succeeded(key)
         return scored
 
     def _ready(self, rnd: RoundState) -> bool:

@@ -100,6 +100,10 @@ class RunOut(BaseModel):
     tx_hash: str | None
 
 
+class LiveOut(BaseModel):
+    status: Literal["alive"]
+
+
 class HealthOut(BaseModel):
     status: Literal["ok", "degraded"]
     database: str

@@ -2,8 +2,10 @@
 
 One :class:`Ledger` per process: the database engine, the chain door, the indexer (and its
 in-memory snapshot), intake, the blob store, the round keeper and the settler. The worker thread
-runs ``index -> close -> score -> settle`` every ``lifecycle_poll_s``; a failing step is logged
-and retried on the next tick, so the API keeps serving.
+runs ``index -> close -> score -> settle -> checkpoint`` every ``lifecycle_poll_s``. Each step
+fails on its own (an RPC outage stops indexing and settling, never closing or the WAL checkpoint),
+and inside a step each round and settlement fails on its own (:mod:`ledger.retry`): what failed
+is retried with backoff and reported by :meth:`Ledger.problems` (readiness, metrics).
 """
 
 from __future__ import annotations
@@ -12,20 +14,22 @@ import logging
 import threading
 import time
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, exists
 from sqlmodel import Session, col, select
 
 from ledger import db
 from ledger.blobstore import BlobStore
 from ledger.chain import ConfigView, LedgerChain
+from ledger.core import secrets
 from ledger.core.config import Settings
 from ledger.indexer import Indexer
 from ledger.intake import Intake
 from ledger.models import RoundState, Settlement
 from ledger.quality import UsefulnessFn
+from ledger.retry import Backoff, describe
 from ledger.rounds import RoundKeeper
 from ledger.settlement import FaultHook, Settler
-from protocol.errors import ColocoError, SettlementError
+from protocol.errors import SettlementError
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +45,8 @@ class Ledger:
         fault_hook: FaultHook | None = None,
     ) -> None:
         self.settings = settings
-        self.engine = engine or db.make_engine(settings.database_url)
+        secrets.register(settings)  # before anything can log the RPC URL
+        self.engine = engine or db.make_engine(settings.database_url, threads=settings.api_threads)
         self.chain = chain or LedgerChain(
             settings.rpc_url, settings.deployment, settings.committer_key()
         )
@@ -63,7 +68,8 @@ class Ledger:
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.last_error: str | None = None
+        self.step_errors: dict[str, str] = {}
+        self.intents = Backoff("settlement intent of (run, round)")
         self._indexed_at = float("-inf")
 
     def _trainer_usefulness(self) -> UsefulnessFn:
@@ -107,43 +113,83 @@ class Ledger:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        self.intake.writer.close()
         self.engine.dispose()
 
+    @property
+    def last_error(self) -> str | None:
+        problems = self.problems()
+        return next(iter(problems.values()), None)
+
+    def problems(self) -> dict[str, str]:
+        """Every step, round or settlement failing right now, with its error."""
+        return {
+            **{f"step {name}": error for name, error in self.step_errors.items()},
+            **self.keeper.backoff.report(),
+            **self.intents.report(),
+            **self.settler.backoff.report(),
+        }
+
     def tick(self) -> None:
-        """One pass of the lifecycle: index, close, score, record intents, settle."""
+        """One pass of the lifecycle; each step fails on its own (see the module docstring)."""
+        for name, step in (
+            ("index", self._index),
+            ("close", self.keeper.close_due),
+            ("score", self.keeper.score_ready),
+            ("settle", self._settle),
+            ("checkpoint", lambda: db.checkpoint(self.engine)),
+        ):
+            try:
+                step()
+            except Exception as exc:  # isolate: the next steps still run
+                error = describe(exc)
+                if self.step_errors.get(name) != error:
+                    log.warning("lifecycle step %s failed (will retry): %s", name, error)
+                self.step_errors[name] = error
+            else:
+                if self.step_errors.pop(name, None) is not None:
+                    log.info("lifecycle step %s recovered", name)
+
+    def _index(self) -> None:
         now = time.monotonic()
-        if now - self._indexed_at >= self.settings.indexer_poll_s:
-            self._indexed_at = now
-            for _ in range(100):
-                if self.indexer.step() == 0:
-                    break
-        self.keeper.close_due()
-        for rnd in self.keeper.score_ready():
-            if rnd.state == "scored":
-                self.settler.record_intent(rnd)
+        if now - self._indexed_at < self.settings.indexer_poll_s:
+            return
+        self._indexed_at = now
+        for _ in range(100):
+            if self.indexer.step() == 0:
+                break
+
+    def _settle(self) -> None:
         self._record_missing_intents()
         self.settler.tick()
-        db.checkpoint(self.engine)
 
     def _record_missing_intents(self) -> None:
+        """Record the intent of every scored round without a settlement (each on its own)."""
+        has_settlement = exists().where(
+            col(Settlement.run_id) == col(RoundState.run_id),
+            col(Settlement.round) == col(RoundState.round),
+        )
         with Session(self.engine, expire_on_commit=False) as session:
             scored = session.exec(
-                select(RoundState).where(RoundState.state == "scored").order_by(col(RoundState.id))
+                select(RoundState)
+                .where(RoundState.state == "scored", ~has_settlement)
+                .order_by(col(RoundState.id))
             ).all()
-            done = {(s.run_id, s.round) for s in session.exec(select(Settlement)).all()}
         for rnd in scored:
-            if (rnd.run_id, rnd.round) not in done:
+            key = (rnd.run_id, rnd.round)
+            if not self.intents.due(key):
+                continue
+            try:
                 self.settler.record_intent(rnd)
+            except Exception as exc:
+                self.intents.failed(key, exc)
+            else:
+                self.intents.succeeded(key)
 
     def _run(self) -> None:
         poll = min(self.settings.lifecycle_poll_s, self.settings.indexer_poll_s)
         while not self._stop.wait(poll):
             try:
                 self.tick()
-                self.last_error = None
-            except ColocoError as exc:
-                self.last_error = f"{exc.code}: {exc.message}"
-                log.warning("lifecycle step failed (will retry): %s", self.last_error)
-            except Exception as exc:  # keep serving; the next tick retries from the database
-                self.last_error = repr(exc)
-                log.exception("lifecycle step failed (will retry)")
+            except Exception:  # tick isolates its steps; this is a last resort
+                log.exception("lifecycle tick failed (will retry)")

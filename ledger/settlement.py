@@ -29,6 +29,7 @@ from web3.exceptions import Web3RPCError
 
 from ledger.chain import LedgerChain
 from ledger.models import Attestation, RoundState, Settlement
+from ledger.retry import Backoff
 from protocol.errors import ContractRevertError, SettlementError
 from protocol.merkle import RewardsTree
 from protocol.types import Address, RoundNumber, RunId
@@ -77,6 +78,7 @@ class Settler:
         self.stuck_after_s = stuck_after_s
         self.lock = threading.Lock()
         self._pending_since: dict[str, float] = {}  # tx hash -> when first seen in the pool
+        self.backoff = Backoff("settlement of (run, round)")
 
     def _fault(self, point: str) -> None:
         if self.fault_hook is not None:
@@ -126,10 +128,22 @@ class Settler:
             )
 
     def tick(self) -> None:
-        """Advance every unfinished settlement one step (safe to call at any time)."""
+        """Advance every unfinished settlement one step (safe to call at any time).
+
+        A settlement that fails (a revert, an RPC error) waits with backoff and is reported;
+        the others go on: one bad round never holds up another run's.
+        """
         with self.lock:
             for row in self.pending():
-                self._advance(row)
+                key = (row.run_id, row.round)
+                if not self.backoff.due(key):
+                    continue
+                try:
+                    self._advance(row)
+                except Exception as exc:  # isolate: report, back off, go on with the next
+                    self.backoff.failed(key, exc)
+                else:
+                    self.backoff.succeeded(key)
 
     def drive(self, run_id: str, round_: int, *, max_steps: int = 50) -> Settlement:
         """Advance one settlement until it is mined (used for the genesis commit and tests)."""

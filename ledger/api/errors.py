@@ -12,6 +12,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ledger.core.secrets import redact
 from ledger.verify import HTTP_STATUS
 from protocol.errors import ChainError, ColocoError
 
@@ -34,7 +35,8 @@ def json_response(data: Any, status: int = 200) -> Response:
 
 
 def error_response(status: int, code: str, message: str) -> Response:
-    return json_response({"error": {"code": code, "message": message}}, status)
+    """The one error shape; secrets (an RPC URL in a chain error) never reach the caller."""
+    return json_response({"error": {"code": code, "message": redact(message)}}, status)
 
 
 def _validation_message(errors: list[Any]) -> tuple[str, str]:

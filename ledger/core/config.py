@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     )
     usefulness_corpus: Path | None = Field(default=None, description="corpus folder; stdlib")
     usefulness_rows: int = Field(default=32, ge=1, le=4096)
+    api_threads: int = Field(
+        default=16, ge=1, le=512, description="threads serving sync routes; the pool follows"
+    )
     run_background: bool = Field(default=True, description="run indexer + lifecycle in the app")
     auto_create_schema: bool = Field(
         default=False, description="create tables on start (development/test only)"

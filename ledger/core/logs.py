@@ -24,6 +24,8 @@ class JsonFormatter(logging.Formatter):
                 data[key] = value
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:  # pre-formatted (and redacted) by ledger.core.secrets
+            data["exc"] = record.exc_text
         return orjson.dumps(data, default=str).decode()
 
 

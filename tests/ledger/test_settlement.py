@@ -18,8 +18,8 @@ from tests.ledger.conftest import GENESIS
 from tests.ledger.helpers import attestation, body, contract, gradient_blob, h, tick_until
 
 
-class Crash(Exception):
-    pass
+class Crash(BaseException):
+    """A simulated process death: not an error the settler may catch and retry."""
 
 
 def _scored_round(client, ledger: Ledger, run_id: str, nodes, domain) -> None:

@@ -1,40 +1,48 @@
-"""GET /v1/health and GET /v1/eip712."""
+"""Health (liveness, readiness) and GET /v1/eip712.
+
+No probe calls the chain or holds a pooled connection while waiting on anything but the
+database: the chain head and indexer lag come from the indexer's snapshot (the background
+worker's last look), the database check borrows a connection for one ``SELECT 1``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter
+from fastapi.responses import Response
 from sqlalchemy import text
+from starlette.concurrency import run_in_threadpool
 
-from ledger.api.deps import LedgerDep, SessionDep
-from ledger.schemas import HealthOut
+from ledger.api.deps import LedgerDep
+from ledger.api.errors import json_response
+from ledger.core.secrets import redact
+from ledger.schemas import HealthOut, LiveOut
+from ledger.service import Ledger
 from protocol.attestation import ATTESTATION_FIELDS, PRIMARY_TYPE
 from protocol.eip712 import EIP712_DOMAIN_FIELDS
 
 router = APIRouter(tags=["meta"])
 
+MAX_INDEXER_LAG = 100
 
-@router.get("/health", response_model=HealthOut)
-def health(session: SessionDep, ledger: LedgerDep) -> HealthOut:
-    """Database reachable, chain head, indexer lag (blocks behind the head)."""
-    detail: dict[str, Any] = {}
+
+def _database(ledger: Ledger) -> str:
     try:
-        session.exec(text("SELECT 1"))  # type: ignore[call-overload]
-        database = "ok"
+        with ledger.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        return "ok"
     except Exception as exc:  # report, do not fail the probe
-        database = f"error: {type(exc).__name__}"
-    head: int | None
-    try:
-        head = ledger.chain.block_number()
-    except Exception as exc:
-        head = None
-        detail["chain"] = str(exc)
-    indexed = ledger.indexer.snapshot.indexed_block
+        return f"error: {type(exc).__name__}"
+
+
+async def _readiness(ledger: Ledger) -> HealthOut:
+    database = await run_in_threadpool(_database, ledger)
+    snap = ledger.indexer.snapshot
+    head, indexed = snap.head, snap.indexed_block
     lag = head - indexed if head is not None and indexed is not None else None
-    if ledger.last_error:
-        detail["lifecycle"] = ledger.last_error
-    ok = database == "ok" and head is not None and lag is not None and lag <= 100
+    detail: dict[str, Any] = {k: redact(v) for k, v in ledger.problems().items()}
+    ok = database == "ok" and lag is not None and lag <= MAX_INDEXER_LAG and not detail
     return HealthOut(
         status="ok" if ok else "degraded",
         database=database,
@@ -43,6 +51,29 @@ def health(session: SessionDep, ledger: LedgerDep) -> HealthOut:
         indexer_lag=lag,
         detail=detail,
     )
+
+
+@router.get("/health", response_model=HealthOut)
+async def health(ledger: LedgerDep) -> HealthOut:
+    """The readiness report, always answered 200 (for dashboards; probes use /health/ready)."""
+    return await _readiness(ledger)
+
+
+@router.get("/health/live", response_model=LiveOut)
+async def live() -> LiveOut:
+    """Liveness: the process answers (no database, no chain). Restart the ledger if not."""
+    return LiveOut(status="alive")
+
+
+@router.get(
+    "/health/ready",
+    response_model=HealthOut,
+    responses={503: {"model": HealthOut, "description": "degraded: see detail"}},
+)
+async def ready(ledger: LedgerDep) -> Response:
+    """Readiness: database reachable, indexer within 100 blocks, no failing step or round."""
+    report = await _readiness(ledger)
+    return json_response(report.model_dump(), 200 if report.status == "ok" else 503)
 
 
 @router.get("/eip712")
