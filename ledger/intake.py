@@ -4,7 +4,10 @@ The hot path: checks run outside the lock (CPU only: parse, hash, recover, snaps
 then one short transaction per request or batch, in SQLAlchemy Core: one SELECT for the slots
 already taken, one multi-row INSERT ... RETURNING for the new ones, one for the rejections.
 The lock serialises "is the round still open? insert" against the lifecycle closing rounds, so
-no attestation slips into a round after it was scored. Rejections are stored (audit trail).
+no attestation slips into a round after it was scored. A refusal is stored (the audit trail of
+``GET /v1/nodes/{address}``) only once the sender's signature verified, so nobody can fill another
+node's list; unknown senders are refused before any signature work; retention is bounded
+(:mod:`ledger.retention`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from ledger.group_writer import GroupWriter
 from ledger.indexer import ChainSnapshot, Indexer
 from ledger.models import Attestation, Rejection, RoundState, utcnow
 from ledger.schemas import AttestationIn
-from ledger.verify import Checked, check_chain, check_form, http_status, reject
+from ledger.verify import Checked, check_chain, check_form, check_sender, http_status, reject
 from protocol.errors import AttestationRejected
 
 log = logging.getLogger(__name__)
@@ -83,14 +86,19 @@ class Intake:
         snap = self.snapshot
         job = Job(items=items)
         for index, item in enumerate(items):
+            c: Checked | None = None
             try:
+                check_sender(item, snap)  # cheap refusals first: no signature work for them
                 c = check_form(item, domain)
                 check_chain(c, snap, round_window=self.settings.round_window)
                 job.checked.append((index, c))
                 job.out.append(Outcome(0))
             except AttestationRejected as exc:
                 job.out.append(_refusal(exc))
-                job.rejections.append(_rejection(item, exc))
+                if c is not None:  # only a verified sender's refusals are recorded under it
+                    job.rejections.append(_rejection(item, exc, c))
+                else:
+                    log.debug("refused unverified attestation: %s", exc.code)
         return job
 
     def submit(self, items: list[AttestationIn]) -> list[Outcome]:
@@ -297,16 +305,15 @@ def _resolve(out: list[Outcome | int], o: Outcome | int) -> Outcome:
     return o
 
 
-def _rejection(
-    item: AttestationIn, exc: AttestationRejected, checked: Checked | None = None
-) -> dict[str, Any]:
+def _rejection(item: AttestationIn, exc: AttestationRejected, checked: Checked) -> dict[str, Any]:
+    """The audit row of a refusal whose sender's signature verified (so it is theirs)."""
     fields = item.attestation
     return {
-        "node": fields.node,
+        "node": str(checked.attestation.node),
         "run_id": fields.runId.lower(),
         "round": str(fields.round),
         "code": exc.code,
         "message": exc.message,
-        "digest": "0x" + checked.digest.hex() if checked is not None else None,
+        "digest": "0x" + checked.digest.hex(),
         "created_at": utcnow(),
     }

@@ -26,12 +26,15 @@ from ledger.indexer import Indexer
 from ledger.intake import Intake
 from ledger.models import RoundState, Settlement
 from ledger.quality import UsefulnessFn
+from ledger.retention import prune_rejections
 from ledger.retry import Backoff, describe
 from ledger.rounds import RoundKeeper
 from ledger.settlement import FaultHook, Settler
 from protocol.errors import SettlementError
 
 log = logging.getLogger(__name__)
+
+PRUNE_EVERY_S = 60.0
 
 
 class Ledger:
@@ -71,6 +74,7 @@ class Ledger:
         self.step_errors: dict[str, str] = {}
         self.intents = Backoff("settlement intent of (run, round)")
         self._indexed_at = float("-inf")
+        self._pruned_at = float("-inf")
 
     def _trainer_usefulness(self) -> UsefulnessFn:
         from ledger.usefulness import trainer_usefulness
@@ -138,6 +142,7 @@ class Ledger:
             ("score", self.keeper.score_ready),
             ("settle", self._settle),
             ("checkpoint", lambda: db.checkpoint(self.engine)),
+            ("prune", self._prune),
         ):
             try:
                 step()
@@ -158,6 +163,13 @@ class Ledger:
         for _ in range(100):
             if self.indexer.step() == 0:
                 break
+
+    def _prune(self) -> None:
+        now = time.monotonic()
+        if now - self._pruned_at < PRUNE_EVERY_S:
+            return
+        self._pruned_at = now
+        prune_rejections(self.engine, keep=self.settings.max_rejections_per_node)
 
     def _settle(self) -> None:
         self._record_missing_intents()

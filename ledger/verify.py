@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eth_utils.address import to_checksum_address
+
 from ledger.indexer import ChainSnapshot
 from ledger.schemas import AttestationIn
 from protocol.attestation import ComputeAttestation
@@ -57,6 +59,34 @@ class Checked:
     @property
     def run_hex(self) -> str:
         return "0x" + self.attestation.run_id.hex()
+
+
+def check_sender(item: AttestationIn, snap: ChainSnapshot) -> None:
+    """The cheap refusals, before any signature work: chain not indexed, unknown or unstaked node.
+
+    An anonymous flood naming unregistered addresses costs a dictionary lookup each, not a
+    signature recovery. (A node's own refusals are recorded only once its signature verified.)
+    """
+    if snap.config is None or snap.indexed_block is None:
+        raise reject(
+            "chain_not_indexed", "the ledger has not indexed the chain yet: retry in a moment"
+        )
+    node = item.attestation.node
+    record = snap.nodes.get(node)
+    if record is None or not record.registered:
+        if to_checksum_address(node) != node:
+            return  # the form check names the malformed address
+        raise reject(
+            "unregistered_node",
+            f"node {node} is not registered in StakeManager: "
+            "run `coloco node register` and stake first",
+        )
+    if not snap.is_active(node):
+        raise reject(
+            "not_staked",
+            f"node {node} stakes {record.staked} wei, below the minimum "
+            f"{snap.config.min_stake}: stake more (`coloco node stake`)",
+        )
 
 
 def check_form(item: AttestationIn, domain: Eip712Domain) -> Checked:

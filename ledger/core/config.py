@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     )
     usefulness_corpus: Path | None = Field(default=None, description="corpus folder; stdlib")
     usefulness_rows: int = Field(default=32, ge=1, le=4096)
+    max_rejections_per_node: int = Field(
+        default=1000, ge=1, description="audit trail: newest refusals kept per node"
+    )
     api_threads: int = Field(
         default=16, ge=1, le=512, description="threads serving sync routes; the pool follows"
     )
