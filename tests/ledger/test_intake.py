@@ -70,8 +70,8 @@ def test_signature_refusals(client, ledger, started_run, nodes, domain) -> None:
             assert out["error"]["code"] == code, (payload, out)
             assert status in (403, 422)
     assert _count(ledger, Attestation) == 0
-    rejections = client.get(f"/v1/nodes/{nodes[0].address}").json()["rejections"]
-    assert {r["code"] for r in rejections} == {"bad_signature", "signer_mismatch"}
+    # none of these proves the node sent it: nothing is recorded under its address
+    assert client.get(f"/v1/nodes/{nodes[0].address}").json()["rejections"] == []
 
 
 def test_wrong_chain_and_contract(client, started_run, nodes, domain, deployment) -> None:
@@ -114,7 +114,8 @@ def test_chain_state_refusals(client, ledger, chain, deployment, started_run, no
     assert post(nodes[0], round_=3) == (422, "future_round")
     assert post(nodes[0], config_version=2) == (422, "future_config_version")
     assert post(nodes[0], round_=2) == (202, "accepted")
-    assert _count(ledger, Rejection) == 6
+    # recorded: the refusals of verified senders (unknown run, future round and config)
+    assert _count(ledger, Rejection) == 3
     assert ledger.indexer.snapshot.last_round[started_run] == 0
 
 
