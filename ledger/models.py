@@ -202,3 +202,4 @@ class Blob(SQLModel, table=True):
     hash: str = Field(primary_key=True, max_length=66)
     size: int = Field(sa_type=BigInteger)
     created_at: datetime = Field(default_factory=utcnow)
+    uploader: str | None = Field(default=None, max_length=42, index=True)  # counts on its quota

@@ -60,7 +60,13 @@ class Ledger:
             depth=max(0, settings.confirmations - 1),  # 1 confirmation = the head itself
         )
         self.intake = Intake(self.engine, self.indexer, settings)
-        self.blobs = BlobStore(settings.blob_dir, self.engine, max_bytes=settings.max_blob_bytes)
+        self.blobs = BlobStore(
+            settings.blob_dir,
+            self.engine,
+            max_bytes=settings.max_blob_bytes,
+            quota_bytes=settings.blob_quota_bytes,
+            min_free_bytes=settings.blob_min_free_bytes,
+        )
         if usefulness is None and settings.usefulness_model:
             usefulness = self._trainer_usefulness()
         self.keeper = RoundKeeper(
@@ -75,6 +81,7 @@ class Ledger:
         self.intents = Backoff("settlement intent of (run, round)")
         self._indexed_at = float("-inf")
         self._pruned_at = float("-inf")
+        self._blobs_collected_at = time.monotonic()
 
     def _trainer_usefulness(self) -> UsefulnessFn:
         from ledger.usefulness import trainer_usefulness
@@ -143,6 +150,7 @@ class Ledger:
             ("settle", self._settle),
             ("checkpoint", lambda: db.checkpoint(self.engine)),
             ("prune", self._prune),
+            ("blobs", self._collect_blobs),
         ):
             try:
                 step()
@@ -174,6 +182,14 @@ class Ledger:
     def _settle(self) -> None:
         self._record_missing_intents()
         self.settler.tick()
+
+    def _collect_blobs(self) -> None:
+        """Delete blobs no round needs, at most every tenth of the grace period (<= 5 min)."""
+        now = time.monotonic()
+        if now - self._blobs_collected_at < min(300.0, self.settings.blob_gc_grace_s / 10):
+            return
+        self._blobs_collected_at = now
+        self.blobs.collect_garbage(grace_s=self.settings.blob_gc_grace_s)
 
     def _record_missing_intents(self) -> None:
         """Record the intent of every scored round without a settlement (each on its own)."""

@@ -73,7 +73,7 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def check_blob(data: bytes, *, max_bytes: int) -> dict[str, Any]:
+def check_blob(data: bytes | bytearray | memoryview, *, max_bytes: int) -> dict[str, Any]:
     """Validate the safetensors layout of ``data``; return its parsed header."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise EncodingError(f"blob: expected bytes, got {type(data).__name__}")
@@ -146,3 +146,49 @@ def decode_blob(data: bytes, *, max_bytes: int) -> dict[str, torch.Tensor]:
 def blob_id(data: bytes, *, max_bytes: int) -> Bytes32:
     """The id of a blob: the canonical hash of the tensors it holds."""
     return hash_state_dict(decode_blob(data, max_bytes=max_bytes))
+
+
+_TORCH_DTYPES: Final[dict[str, torch.dtype]] = {
+    "BOOL": torch.bool,
+    "U8": torch.uint8,
+    "I8": torch.int8,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+    "I16": torch.int16,
+    "U16": torch.uint16,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I32": torch.int32,
+    "U32": torch.uint32,
+    "F32": torch.float32,
+    "I64": torch.int64,
+    "U64": torch.uint64,
+    "F64": torch.float64,
+}
+
+
+def tensors_of_buffer(buffer: memoryview, *, max_bytes: int) -> dict[str, torch.Tensor]:
+    """Tensors viewing ``buffer`` (e.g. an mmap of a blob file): no copy of the data.
+
+    The layout is checked first (:func:`check_blob`); the tensors are read-only views and
+    keep ``buffer`` alive. Same names, dtypes and values as :func:`decode_blob`.
+    """
+    import warnings
+
+    header = check_blob(buffer, max_bytes=max_bytes)
+    (header_len,) = struct.unpack_from("<Q", buffer, 0)
+    base = 8 + header_len
+    out: dict[str, torch.Tensor] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "buffer is not writable": never written
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            dtype, shape = _TORCH_DTYPES[entry["dtype"]], entry["shape"]
+            begin, end = entry["data_offsets"]
+            if begin == end:
+                out[name] = torch.empty(shape, dtype=dtype)
+                continue
+            flat = torch.frombuffer(buffer[base + begin : base + end], dtype=torch.uint8)
+            out[name] = flat.view(dtype).reshape(shape)
+    return out

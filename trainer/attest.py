@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from protocol.attestation import ComputeAttestation
+from protocol.blob_auth import UploadSigner
 from protocol.blobs import encode_blob
 from protocol.eip712 import Eip712Domain
 from protocol.errors import LedgerUnavailableError
@@ -58,6 +59,8 @@ class Attester:
         self.domain = domain
         self.run_id = run_id
         self.ledger = ledger
+        if ledger is not None and ledger.uploader is None:  # blob uploads signed by this node
+            ledger.uploader = UploadSigner(key.private_key, domain)
         self.backlog: list[_Pending] = []
 
     @property

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from protocol.attestation import ComputeAttestation
+from protocol.blob_auth import UploadSigner
 from protocol.errors import AttestationRejected, LedgerError, LedgerUnavailableError
 
 log = logging.getLogger(__name__)
@@ -48,9 +49,13 @@ class LedgerClient:
         timeout_s: float = 30.0,
         retry: RetryPolicy | None = None,
         http: httpx.Client | None = None,
+        uploader: UploadSigner | None = None,
     ) -> None:
-        """``http``: an existing client to use (e.g. FastAPI's TestClient around a real app)."""
+        """``http``: an existing client to use (e.g. FastAPI's TestClient around a real app);
+        ``uploader``: signs blob uploads with a node's hot key (the ledger refuses anonymous
+        uploads of blobs no run names yet)."""
         self.base_url = base_url.rstrip("/")
+        self.uploader = uploader
         self.retry = retry or RetryPolicy()
         self.http = http or httpx.Client(base_url=self.base_url, timeout=timeout_s)
 
@@ -90,12 +95,15 @@ class LedgerClient:
 
     def put_blob(self, blob_hash: bytes, data: bytes) -> None:
         """Upload a safetensors blob whose canonical tensor hash is ``blob_hash``."""
+        headers = {"content-type": "application/octet-stream"}
+        if self.uploader is not None:
+            headers.update(self.uploader.headers(_hex(blob_hash)))
         self._request(
             "PUT",
             f"/v1/blobs/{_hex(blob_hash)}",
             f"upload of blob {_hex(blob_hash)[:18]}..",
             content=data,
-            headers={"content-type": "application/octet-stream"},
+            headers=headers,
         )
 
     def get_blob(self, blob_hash: bytes) -> bytes | None:

@@ -116,9 +116,9 @@ class DemoRun:
 
         self.config_version_start = chain.training_config().version
         genesis, blob = genesis_checkpoint()
-        with LedgerClient(net.ledger_url) as ledger:
-            ledger.put_blob(genesis, blob)
         open_run(net, self.run_id, genesis)
+        with LedgerClient(net.ledger_url) as ledger:  # a run's genesis: anyone may upload it
+            ledger.put_blob(genesis, blob)
         self.step(
             f"run 0x{self.run_id.hex()[:12]}… opened: genesis 0x{genesis.hex()[:12]}… committed "
             f"as round 0; TrainingConfig v{self.config_version_start}, H={self.plan.inner_steps}"

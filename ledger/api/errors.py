@@ -24,6 +24,8 @@ _STATUS = {
     "unauthorized": 401,
     "bad_blob": 422,
     "blob_hash_mismatch": 422,
+    "blob_quota_exceeded": 413,
+    "blob_disk_full": 507,
     "conflicting_genesis": 409,
     "encoding_error": 422,
 }

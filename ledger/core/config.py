@@ -52,6 +52,15 @@ class Settings(BaseSettings):
     confirmations: int = Field(default=1, ge=0, le=1000)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     max_blob_bytes: int = Field(default=256 << 20, ge=1024)
+    blob_quota_bytes: int = Field(
+        default=4 << 30, ge=1024, description="blob bytes one node may store at once"
+    )
+    blob_min_free_bytes: int = Field(
+        default=1 << 30, ge=0, description="uploads are refused when the blob disk has less free"
+    )
+    blob_gc_grace_s: float = Field(
+        default=3600.0, gt=0, description="blobs no round needs are deleted after this age"
+    )
     max_batch_items: int = Field(default=1000, ge=1, le=100_000)
     max_tokens_per_s: float = Field(default=5_000_000.0, gt=0)
     indexer_chunk_blocks: int = Field(default=2000, ge=1)

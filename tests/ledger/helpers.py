@@ -137,3 +137,10 @@ def gradient_blob(seed: int, *, scale: float = 1.0) -> tuple[str, bytes, dict[st
         "layer.bias": torch.randn(8, generator=gen) * scale,
     }
     return "0x" + hash_state_dict(sd).hex(), encode_blob(sd), sd
+
+
+def upload_headers(node: NodeKey, domain: Eip712Domain, digest: str) -> dict[str, str]:
+    """The signed headers with which ``node`` may PUT blob ``digest`` (protocol.blob_auth)."""
+    from protocol.blob_auth import UploadSigner
+
+    return UploadSigner(node.key, domain).headers(digest)

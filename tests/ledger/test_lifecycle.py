@@ -11,12 +11,20 @@ from web3 import Web3
 from ledger.models import utcnow
 from ledger.service import Ledger
 from tests.ledger.conftest import GENESIS
-from tests.ledger.helpers import attestation, body, contract, gradient_blob, h, tick_until
+from tests.ledger.helpers import (
+    attestation,
+    body,
+    contract,
+    gradient_blob,
+    h,
+    tick_until,
+    upload_headers,
+)
 
 
-def _upload(client: TestClient, seed: int, scale: float = 1.0) -> str:
+def _upload(client: TestClient, seed: int, by: tuple, scale: float = 1.0) -> str:  # type: ignore[type-arg]
     digest, data, _ = gradient_blob(seed, scale=scale)
-    r = client.put(f"/v1/blobs/{digest}", content=data)
+    r = client.put(f"/v1/blobs/{digest}", content=data, headers=upload_headers(*by, digest))
     assert r.status_code == 201, r.text
     return digest
 
@@ -28,9 +36,9 @@ def test_round_scored_committed_and_claimed(
     client, ledger: Ledger, started_run, nodes, domain, chain, deployment
 ) -> None:
     members = [n.address for n in nodes]
-    honest = _upload(client, 1)
+    honest = _upload(client, 1, (nodes[0], domain))
     copy_of_honest = honest  # node 2 attests the very same pseudo-gradient
-    zero = _upload(client, 3, scale=0.0)
+    zero = _upload(client, 3, (nodes[2], domain), scale=0.0)
     result = h("result-1")
     atts = [
         attestation(
@@ -105,7 +113,7 @@ def test_round_scored_committed_and_claimed(
 
 
 def test_deadline_dissent_and_base_mismatch(client, ledger, started_run, nodes, domain) -> None:
-    grads = [_upload(client, 10 + i) for i in range(3)]
+    grads = [_upload(client, 10 + i, (nodes[i], domain)) for i in range(3)]
     absent = Web3.to_checksum_address("0x" + "ab" * 20)  # an expected member never attests
     members = [n.address for n in nodes] + [absent]
     majority, minority = h("good"), h("fork")

@@ -15,7 +15,15 @@ from ledger.models import RoundState, Settlement
 from ledger.service import Ledger
 from protocol.toolchain import REPO_ROOT
 from tests.ledger.conftest import GENESIS
-from tests.ledger.helpers import attestation, body, contract, gradient_blob, h, tick_until
+from tests.ledger.helpers import (
+    attestation,
+    body,
+    contract,
+    gradient_blob,
+    h,
+    tick_until,
+    upload_headers,
+)
 
 
 class Crash(BaseException):
@@ -24,7 +32,8 @@ class Crash(BaseException):
 
 def _scored_round(client, ledger: Ledger, run_id: str, nodes, domain) -> None:
     digest, data, _ = gradient_blob(7)
-    assert client.put(f"/v1/blobs/{digest}", content=data).status_code == 201
+    signed = upload_headers(nodes[0], domain, digest)
+    assert client.put(f"/v1/blobs/{digest}", content=data, headers=signed).status_code == 201
     att = attestation(
         nodes[0], run_id=run_id, round_=1, base=GENESIS, result=h("res"), pseudo_gradient=digest
     )

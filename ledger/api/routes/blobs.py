@@ -1,27 +1,83 @@
-"""PUT/GET /v1/blobs/{hash}: safetensors blobs addressed by the canonical hash of their tensors."""
+"""PUT/GET /v1/blobs/{hash}: safetensors blobs addressed by the canonical hash of their tensors.
+
+Uploads stream to disk (never held in memory) and need a registered node's signature
+(:mod:`protocol.blob_auth`), except a blob a run or round already names as its checkpoint, which
+anyone may bring (its content is fixed by its hash). Downloads stream from disk.
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
-from fastapi.responses import Response
+from fastapi.responses import FileResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 
 from ledger.api.deps import LedgerDep
 from ledger.schemas import BlobOut, ErrorResponse
-from protocol.errors import LedgerError
+from ledger.service import Ledger
+from protocol import blob_auth
+from protocol.eip712 import check_address
+from protocol.errors import EncodingError, LedgerError, SignatureError
 
 router = APIRouter(prefix="/blobs", tags=["blobs"])
 
 HashPath = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="canonical hash")]
+
+_AUTH_HELP = (
+    "sign the upload with the node's hot key (protocol.blob_auth: headers "
+    + ", ".join(blob_auth.HEADERS)
+    + ")"
+)
+
+
+def authorise(ledger: Ledger, headers: Headers, blob: str) -> str | None:
+    """The uploading node (it pays the quota), or None for a checkpoint a run already names."""
+    node_h, expires_h, sig_h = (headers.get(name) for name in blob_auth.HEADERS)
+    if node_h is None and expires_h is None and sig_h is None:
+        if ledger.blobs.wanted(blob):
+            return None
+        raise LedgerError(f"anonymous blob upload refused: {_AUTH_HELP}", code="unauthorized")
+    if node_h is None or expires_h is None or sig_h is None:
+        raise LedgerError(f"incomplete upload authorisation: {_AUTH_HELP}", code="unauthorized")
+    try:
+        node = check_address("blob uploader", node_h)
+        expires = blob_auth.parse_expires(expires_h, now=time.time())
+    except (EncodingError, SignatureError) as exc:
+        raise LedgerError(f"{exc}; {_AUTH_HELP}", code="unauthorized") from None
+    snapshot = ledger.indexer.snapshot
+    if node not in snapshot.nodes or not snapshot.nodes[node].registered:
+        raise LedgerError(
+            f"node {node} is not registered in StakeManager: register it before uploading",
+            code="unregistered_node",
+        )
+    if not snapshot.is_active(node):
+        raise LedgerError(f"node {node} has less than the minimum stake", code="not_staked")
+    try:
+        signer = blob_auth.recover_uploader(ledger.chain.domain, node, blob, expires, sig_h)
+    except SignatureError as exc:
+        raise LedgerError(f"upload signature: {exc}", code="unauthorized") from None
+    if signer != node:
+        raise LedgerError(
+            f"upload signed by {signer}, not by {node}: sign with the node's hot key",
+            code="signer_mismatch",
+        )
+    return None if ledger.blobs.wanted(blob) else node
 
 
 @router.put(
     "/{hash}",
     response_model=BlobOut,
     status_code=201,
-    responses={422: {"model": ErrorResponse}, 413: {"model": ErrorResponse}},
+    responses={
+        401: {"model": ErrorResponse},
+        403: {"model": ErrorResponse},
+        413: {"model": ErrorResponse},
+        422: {"model": ErrorResponse},
+        507: {"model": ErrorResponse},
+    },
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -33,11 +89,26 @@ HashPath = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="cano
 )
 async def put_blob(hash: HashPath, request: Request, ledger: LedgerDep) -> BlobOut:
     """Upload a checkpoint or pseudo-gradient (safetensors); it must hash to ``hash``."""
-    data = await request.body()
-    if not data:
+    blob = hash.lower()
+    store = ledger.blobs
+    if store.exists(blob):
+        return BlobOut(hash=blob, size=store.path(blob).stat().st_size)
+    uploader = await run_in_threadpool(authorise, ledger, request.headers, blob)
+    length = request.headers.get("content-length")
+    declared = int(length) if length is not None and length.isdigit() else None
+    upload = await run_in_threadpool(store.begin, blob, uploader=uploader, declared=declared)
+    try:
+        async for chunk in request.stream():
+            if chunk:
+                await run_in_threadpool(upload.write, chunk)
+    except BaseException:
+        upload.abort()
+        raise
+    if upload.size == 0:
+        upload.abort()
         raise LedgerError("empty body: send the safetensors bytes", code="bad_blob")
-    size = await run_in_threadpool(ledger.blobs.put, hash, data)
-    return BlobOut(hash=hash.lower(), size=size)
+    size = await run_in_threadpool(upload.finish)
+    return BlobOut(hash=blob, size=size)
 
 
 @router.get(
@@ -46,9 +117,9 @@ async def put_blob(hash: HashPath, request: Request, ledger: LedgerDep) -> BlobO
     responses={200: {"content": {"application/octet-stream": {}}}, 404: {"model": ErrorResponse}},
 )
 def get_blob(hash: HashPath, ledger: LedgerDep) -> Response:
-    data = ledger.blobs.get_bytes(hash)
-    if data is None:
+    path = ledger.blobs.path(hash)
+    if not path.is_file():
         raise LedgerError(
             f"no blob {hash}: upload it with PUT /v1/blobs/{{hash}}", code="not_found"
         )
-    return Response(content=data, media_type="application/octet-stream")
+    return FileResponse(path, media_type="application/octet-stream")
