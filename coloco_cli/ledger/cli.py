@@ -41,13 +41,10 @@ def serve(
             "COLOCO_LEDGER_" + str(e["loc"][0]).upper() + f" ({e['msg']})" for e in exc.errors()
         )
         raise ConfigError(f"invalid ledger settings: {fields}") from None
-    log.info(
-        "starting ledger on %s:%d (environment %s, chain %s)",
-        host,
-        port,
-        settings.environment,
-        settings.rpc_url,
-    )
+    from ledger.core import secrets
+
+    secrets.register(settings)  # the RPC URL (often with a provider key) is never logged
+    log.info("starting ledger on %s:%d (environment %s)", host, port, settings.environment)
     uvicorn.run(
         create_app(settings),
         host=host,

@@ -17,9 +17,17 @@ def make(**kw: object) -> Settings:
     return Settings(_env_file=None, **kw)  # type: ignore[arg-type]
 
 
-def test_development_defaults_are_allowed() -> None:
-    s = make()
-    assert s.environment == "development" and s.database_url.startswith("sqlite")
+def test_production_is_the_default_and_refuses_development_secrets() -> None:
+    with pytest.raises((ConfigError, ValidationError), match="development token"):
+        make()
+    with pytest.raises((ConfigError, ValidationError), match="COMMITTER_KEYSTORE"):
+        make(admin_token="x" * 32)
+
+
+def test_development_must_be_asked_for() -> None:
+    s = make(environment="development")
+    assert s.database_url.startswith("sqlite")
+    assert s.committer_key() is None
 
 
 @pytest.mark.parametrize(
