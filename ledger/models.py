@@ -7,13 +7,42 @@ a signed 64-bit column (tokens, config version) are only stored once verificatio
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, DateTime, Dialect, Index, Text, UniqueConstraint
+from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A point in time, always timezone-aware UTC in Python, whatever the database session's zone.
+
+    PostgreSQL stores ``timestamptz`` (an instant; a naive ``timestamp`` column would convert an
+    aware value through the session's TimeZone and shift it by hours); SQLite stores the UTC
+    wall time and gets its zone back here. A naive value is taken as UTC (``utcnow()`` everywhere).
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        moment = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return moment.replace(tzinfo=None) if dialect.name == "sqlite" else moment
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
 
 # --- attestations ---------------------------------------------------------------------------------
@@ -41,7 +70,7 @@ class Attestation(AttestationBase, table=True):
     digest: str = Field(max_length=66, unique=True)
     signature: str = Field(max_length=132)
     members: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
-    received_at: datetime = Field(default_factory=utcnow)
+    received_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     payout: str | None = Field(default=None, max_length=42, index=True)
     verified: bool | None = None
     verified_tokens: int | None = Field(default=None, sa_type=BigInteger)
@@ -73,7 +102,7 @@ class Rejection(SQLModel, table=True):
     code: str = Field(max_length=64)
     message: str = Field(sa_column=Column(Text, nullable=False))
     digest: str | None = Field(default=None, max_length=66)
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
 
 
 class RejectionPublic(SQLModel):
@@ -93,7 +122,7 @@ ROUND_STATES = ("open", "closing", "scored", "committed", "final")
 class Run(SQLModel, table=True):
     run_id: str = Field(primary_key=True, max_length=66)
     genesis_checkpoint: str = Field(max_length=66)
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
 
 
 class RoundState(SQLModel, table=True):
@@ -106,9 +135,9 @@ class RoundState(SQLModel, table=True):
     run_id: str = Field(max_length=66, index=True)
     round: int = Field(sa_type=BigInteger)
     state: str = Field(default="open", max_length=16, index=True)
-    opened_at: datetime = Field(default_factory=utcnow)
-    deadline_at: datetime
-    closed_at: datetime | None = None
+    opened_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    deadline_at: datetime = Field(sa_type=UtcDateTime)
+    closed_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
     expected: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     checkpoint: str | None = Field(default=None, max_length=66)
     total_work: str | None = Field(default=None, max_length=80)
@@ -157,7 +186,7 @@ class Settlement(SQLModel, table=True):
     raw_tx: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     block_number: int | None = Field(default=None, sa_type=BigInteger)
     status: str = Field(default="intent", max_length=16)
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
 
 
 # --- chain index ----------------------------------------------------------------------------------
@@ -201,5 +230,5 @@ class KeyValue(SQLModel, table=True):
 class Blob(SQLModel, table=True):
     hash: str = Field(primary_key=True, max_length=66)
     size: int = Field(sa_type=BigInteger)
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     uploader: str | None = Field(default=None, max_length=42, index=True)  # counts on its quota

@@ -1,8 +1,10 @@
 """Ledger settings: one typed object, from the environment (``COLOCO_LEDGER_*``) or a .env file.
 
-Secrets (the committer keystore password, the admin token) have no default. Outside the
-``development`` environment unsafe values (the well-known development token, a missing keystore,
-an in-memory database) are refused with a message saying which setting to fix.
+Safe by default: the environment is ``production`` unless told otherwise, where secrets (the
+committer keystore and its password, the admin token) must be set and unsafe values (the
+well-known development token, a raw private key, an in-memory database, auto-created schema)
+are refused with a message saying which setting to fix. ``development`` (the demo) and ``test``
+must be asked for explicitly; only ``development`` accepts the development admin token.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class Settings(BaseSettings):
         frozen=True,
     )
 
-    environment: Environment = "development"
+    environment: Environment = "production"
     rpc_url: str = "http://127.0.0.1:8545"
     deployment: Path = Field(
         default=Path("deployments/31337.json"), description="deployment JSON written by deploy"
