@@ -21,7 +21,15 @@ from ledger.service import Ledger
 from protocol.chain import RetryPolicy
 from protocol.devnet import AnvilProcess
 from tests.ledger.conftest import ADMIN, GENESIS
-from tests.ledger.helpers import NodeKey, attestation, body, gradient_blob, h, tick_until
+from tests.ledger.helpers import (
+    NodeKey,
+    attestation,
+    body,
+    gradient_blob,
+    h,
+    tick_until,
+    upload_headers,
+)
 
 
 def _start_run(client: TestClient, ledger: Ledger, label: str) -> str:
@@ -41,7 +49,8 @@ def _attest_alone(
 ) -> str:
     """One node attests round 1 of ``run`` as its only member (the round completes at once)."""
     digest, data, _ = gradient_blob(seed)
-    assert client.put(f"/v1/blobs/{digest}", content=data).status_code == 201
+    headers = upload_headers(node, domain, digest)  # type: ignore[arg-type]
+    assert client.put(f"/v1/blobs/{digest}", content=data, headers=headers).status_code == 201
     att = attestation(
         node, run_id=run, round_=1, base=GENESIS, result=result, pseudo_gradient=digest
     )
