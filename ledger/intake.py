@@ -116,18 +116,25 @@ class Intake:
         return job.results()
 
     def write(self, job: Job) -> None:
-        """Store a checked job (the caller holds :attr:`lock`)."""
+        """Store a checked job (the caller holds :attr:`lock`).
+
+        The round-state cache and the dirty set change only once the transaction committed: a
+        rolled-back group leaves them as the database is.
+        """
         items, out, rejections = job.items, job.out, job.rejections
+        states: dict[tuple[str, int], str] = {}
+        dirty: set[tuple[str, int]] = set()
         with self.engine.begin() as conn:
             taken = self._taken(conn, [c for _, c in job.checked])
             if conn.dialect.name == "postgresql":
-                self._open_rounds(conn, {(c.run_hex, c.attestation.round) for _, c in job.checked})
+                keys = {(c.run_hex, int(c.attestation.round)) for _, c in job.checked}
+                states = self._lock_rounds(conn, keys)
             seen: dict[Slot, tuple[int, str]] = {}
             rows: list[dict[str, Any]] = []
             row_index: list[int] = []
             for index, c in job.checked:
                 try:
-                    placed = self._place(conn, c, taken, seen, index)
+                    placed = self._place(conn, c, taken, seen, index=index, states=states)
                 except AttestationRejected as exc:
                     out[index] = _refusal(exc)
                     rejections.append(_rejection(items[index], exc, c))
@@ -142,11 +149,11 @@ class Intake:
                 for index, new_id in zip(row_index, ids, strict=True):
                     out[index] = Outcome(202, id=int(new_id))
                 # only rounds whose members were declared can close before their deadline
-                self.dirty.update(
-                    (r["run_id"], r["round"]) for r in rows if r["members"] is not None
-                )
+                dirty = {(r["run_id"], r["round"]) for r in rows if r["members"] is not None}
             if rejections:
                 conn.execute(insert(_REJ), rejections)
+        self.round_states.update(states)
+        self.dirty |= dirty
 
     @staticmethod
     def _insert(conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
@@ -199,12 +206,17 @@ class Intake:
         c: Checked,
         taken: dict[Slot, tuple[int, str]],
         seen: dict[Slot, tuple[int, str]],
+        *,
         index: int,
+        states: dict[tuple[str, int], str],
     ) -> dict[str, Any] | Outcome | int:
         """The row to insert, or the outcome of a duplicate (an int: same as that item)."""
         att = c.attestation
         run = c.run_hex
-        state = self.round_states.get((run, att.round)) or self._open_round(conn, run, att.round)
+        key = (run, int(att.round))
+        state = states.get(key) or self.round_states.get(key)
+        if state is None:
+            state = states[key] = self._open_round(conn, run, att.round)
         if state != "open":
             raise reject(
                 "round_closed",
@@ -243,36 +255,45 @@ class Intake:
             "received_at": utcnow(),
         }
 
-    def _open_rounds(self, conn: Connection, keys: set[tuple[str, int]]) -> None:
-        """PostgreSQL: open (or load the state of) the rounds in ``keys`` not cached yet.
+    def _lock_rounds(
+        self, conn: Connection, keys: set[tuple[str, int]]
+    ) -> dict[tuple[str, int], str]:
+        """PostgreSQL: open the rounds of ``keys`` not known yet, then read and share-lock all.
 
-        One ``INSERT .. ON CONFLICT DO NOTHING RETURNING`` for all of them (a round trip per
-        group instead of a SELECT and an INSERT per new round: round trips are what a write
-        costs there); rounds it did not insert exist already and are looked up one by one
-        (:meth:`_open_round`: only after a restart). SQLite opens them in :meth:`_place`.
+        The state comes from the database, never from this process's cache: several workers
+        write, and only the leader closes rounds. ``FOR SHARE`` holds the rows until this
+        group commits; closing a round is an ``UPDATE`` of its row, so it waits for every group
+        that saw the round open, and a group that comes after it sees it closed: a late
+        attestation can never enter a closed (or scored) round. New rounds open in one
+        ``INSERT .. ON CONFLICT DO NOTHING`` (a round trip only when a round is new here).
         """
+        if not keys:
+            return {}
         missing = sorted(k for k in keys if k not in self.round_states)
-        if not missing:
-            return
-        now = utcnow()
-        deadline = now + timedelta(seconds=self.settings.round_deadline_s)
-        rows = [
-            {"run_id": run, "round": round_, "state": "open", "opened_at": now,
-             "deadline_at": deadline}
-            for run, round_ in missing
-        ]  # fmt: skip
-        stmt = (
-            pg_insert(_ROUND)
-            .on_conflict_do_nothing(index_elements=[_ROUND.c.run_id, _ROUND.c.round])
-            .returning(_ROUND.c.run_id, _ROUND.c.round)
-        )
-        opened = {(str(run), int(round_)) for run, round_ in conn.execute(stmt, rows)}
-        for run, round_ in missing:
-            if (run, round_) in opened:
-                self.round_states[(run, round_)] = "open"
+        if missing:
+            now = utcnow()
+            deadline = now + timedelta(seconds=self.settings.round_deadline_s)
+            rows = [
+                {"run_id": run, "round": round_, "state": "open", "opened_at": now,
+                 "deadline_at": deadline}
+                for run, round_ in missing
+            ]  # fmt: skip
+            stmt = (
+                pg_insert(_ROUND)
+                .on_conflict_do_nothing(index_elements=[_ROUND.c.run_id, _ROUND.c.round])
+                .returning(_ROUND.c.run_id, _ROUND.c.round)
+            )
+            for run, round_ in conn.execute(stmt, rows):
                 log.info("round %d of run %s opened", round_, run)
-            else:
-                self._open_round(conn, run, round_)
+        runs = bindparam("lock_runs", sorted({k[0] for k in keys}), type_=ARRAY(String()))
+        rounds = bindparam("lock_rounds", sorted({k[1] for k in keys}), type_=ARRAY(BigInteger()))
+        found = conn.execute(
+            select(_ROUND.c.run_id, _ROUND.c.round, _ROUND.c.state)
+            .where(_ROUND.c.run_id == any_(runs), _ROUND.c.round == any_(rounds))
+            .order_by(_ROUND.c.run_id, _ROUND.c.round)
+            .with_for_update(read=True)
+        )
+        return {(str(r), int(n)): str(st) for r, n, st in found if (str(r), int(n)) in keys}
 
     def _open_round(self, conn: Connection, run: str, round_: int) -> str:
         state = conn.execute(
@@ -291,7 +312,6 @@ class Intake:
             )
             state = "open"
             log.info("round %d of run %s opened", round_, run)
-        self.round_states[(run, round_)] = str(state)
         return str(state)
 
 

@@ -53,22 +53,26 @@ class RoundKeeper:
     def close_due(self, now: datetime | None = None) -> list[tuple[str, int]]:
         """Move open rounds to closing when all expected nodes attested or the deadline passed.
 
-        Only rounds past their deadline or with new attestations (``Intake.dirty``) are looked
-        at, and the intake lock is held just for the state change, not for the checks.
+        On SQLite (one worker) only rounds past their deadline or with new attestations
+        (``Intake.dirty``) are looked at; the dirty set is taken *before* the open rounds are
+        read, so a round opened and completed in between is seen on the next pass, not only at
+        its deadline. On PostgreSQL other workers' attestations leave no trace here: every open
+        round is looked at. Each round closes in its own transaction (an ``UPDATE`` of its row,
+        which waits for the groups writing into it, see ``Intake._lock_rounds``), and the cache
+        changes only after the commit.
         """
         now = now or utcnow()
+        with self.intake.lock:
+            dirty, self.intake.dirty = self.intake.dirty, set()
         with Session(self.engine) as session:
             open_rounds = session.exec(
                 select(
                     RoundState.id, RoundState.run_id, RoundState.round, RoundState.deadline_at
                 ).where(RoundState.state == "open")
             ).all()
-        with self.intake.lock:
-            dirty, self.intake.dirty = self.intake.dirty, set()
-        if self._first_pass:
+        if self._first_pass or self.engine.dialect.name != "sqlite":
             self._first_pass = False
             dirty |= {(run_id, round_) for _, run_id, round_, _ in open_rounds}
-        closing: list[tuple[int | None, set[str], str]] = []
         keys: list[tuple[str, int]] = []
         for row_id, run_id, round_, deadline_at in open_rounds:
             overdue = now >= deadline_at
@@ -77,22 +81,23 @@ class RoundKeeper:
             expected, complete = self._expected(run_id, round_)
             if complete or overdue:
                 why = "every expected node attested" if complete else "deadline passed"
-                closing.append((row_id, expected, why))
-                keys.append((run_id, round_))
-        if not closing:
-            return []
-        with self.intake.lock, Session(self.engine) as session:
-            for row_id, expected, why in closing:
-                row = session.get(RoundState, row_id)
-                if row is None or row.state != "open":
-                    continue
-                row.state, row.closed_at = "closing", now
-                row.expected = json.dumps(sorted(expected))
-                session.add(row)
-                self.intake.round_states[(row.run_id, row.round)] = "closing"
-                log.info("round %d of run %s closing: %s", row.round, row.run_id, why)
-            session.commit()
+                if self._close(row_id, expected, why, now):
+                    keys.append((run_id, round_))
         return keys
+
+    def _close(self, row_id: int | None, expected: set[str], why: str, now: datetime) -> bool:
+        with self.intake.lock, Session(self.engine) as session:
+            row = session.get(RoundState, row_id, with_for_update=True)
+            if row is None or row.state != "open":
+                return False
+            row.state, row.closed_at = "closing", now
+            row.expected = json.dumps(sorted(expected))
+            session.add(row)
+            session.commit()
+            key = (row.run_id, row.round)
+            self.intake.round_states[key] = "closing"
+            log.info("round %d of run %s closing: %s", key[1], key[0], why)
+        return True
 
     def _expected(self, run_id: str, round_: int) -> tuple[set[str], bool]:
         """(expected members, whether all of them attested). Undeclared: never complete."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from sqlalchemy import Engine, exists
 from sqlmodel import Session, col, select
@@ -24,6 +25,7 @@ from ledger.core import secrets
 from ledger.core.config import Settings
 from ledger.indexer import Indexer
 from ledger.intake import Intake
+from ledger.leader import Leadership
 from ledger.models import RoundState, Settlement
 from ledger.quality import UsefulnessFn
 from ledger.retention import prune_rejections
@@ -77,6 +79,8 @@ class Ledger:
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.leadership = Leadership(self.engine)
+        self.leading = False
         self.step_errors: dict[str, str] = {}
         self.intents = Backoff("settlement intent of (run, round)")
         self._indexed_at = float("-inf")
@@ -109,13 +113,17 @@ class Ledger:
             db.upgrade(self.settings.database_url)
 
     def start(self, *, background: bool | None = None) -> None:
-        """Load state, catch up with the chain, and start the worker thread."""
+        """Load state, catch up with the chain (the leader), and start the worker thread."""
         self.chain.check_chain_id()
         self.indexer.load()
         with Session(self.engine) as session:
-            for rnd in session.exec(select(RoundState)):
-                self.intake.round_states[(rnd.run_id, rnd.round)] = rnd.state
-        self.indexer.catch_up()
+            for run_id, round_, state in session.exec(
+                select(RoundState.run_id, RoundState.round, RoundState.state).where(
+                    RoundState.state != "final"
+                )
+            ):
+                self.intake.round_states[(run_id, round_)] = state
+        self.refresh_chain_view()
         if background if background is not None else self.settings.run_background:
             self._thread = threading.Thread(target=self._run, name="ledger-worker", daemon=True)
             self._thread.start()
@@ -125,6 +133,7 @@ class Ledger:
         if self._thread is not None:
             self._thread.join(timeout=30)
         self.intake.writer.close()
+        self.leadership.release()
         self.engine.dispose()
 
     @property
@@ -141,9 +150,44 @@ class Ledger:
             **self.settler.backoff.report(),
         }
 
+    def refresh_chain_view(self) -> None:
+        """The leader indexes up to the chain head; a follower reloads what the leader stored."""
+        self.leading = self.leadership.held()
+        if self.leading:
+            self.indexer.catch_up()
+        else:
+            self.indexer.load()
+
+    def settle_now(self, run_id: str, round_: int, *, timeout_s: float = 120.0) -> Settlement:
+        """Commit a recorded settlement now (the leader), or wait for the leader to commit it."""
+        if self.leadership.held():
+            return self.settler.drive(run_id, round_)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with Session(self.engine, expire_on_commit=False) as session:
+                row = session.exec(
+                    select(Settlement).where(
+                        Settlement.run_id == run_id, Settlement.round == round_
+                    )
+                ).one()
+            if row.status in ("mined", "final", "conflict") or time.monotonic() > deadline:
+                return row
+            time.sleep(0.2)
+
     def tick(self) -> None:
-        """One pass of the lifecycle; each step fails on its own (see the module docstring)."""
-        for name, step in (
+        """One pass of the lifecycle; each step fails on its own (see the module docstring).
+
+        Only the leader (:mod:`ledger.leader`) indexes, closes, scores, settles and prunes; a
+        follower reloads the chain view the leader stored, to check attestations against it.
+        """
+        try:
+            self.leading = self.leadership.held()
+        except Exception as exc:
+            self.leading = False
+            self.step_errors["lead"] = describe(exc)
+        else:
+            self.step_errors.pop("lead", None)
+        steps: tuple[tuple[str, Callable[[], object]], ...] = (
             ("index", self._index),
             ("close", self.keeper.close_due),
             ("score", self.keeper.score_ready),
@@ -151,7 +195,12 @@ class Ledger:
             ("checkpoint", lambda: db.checkpoint(self.engine)),
             ("prune", self._prune),
             ("blobs", self._collect_blobs),
-        ):
+        )
+        if not self.leading:
+            steps = (("follow", self._follow),)
+        for stale in set(self.step_errors) - {name for name, _ in steps} - {"lead"}:
+            del self.step_errors[stale]  # a step this worker no longer runs
+        for name, step in steps:
             try:
                 step()
             except Exception as exc:  # isolate: the next steps still run
@@ -171,6 +220,13 @@ class Ledger:
         for _ in range(100):
             if self.indexer.step() == 0:
                 break
+
+    def _follow(self) -> None:
+        now = time.monotonic()
+        if now - self._indexed_at < self.settings.indexer_poll_s:
+            return
+        self._indexed_at = now
+        self.indexer.load()
 
     def _prune(self) -> None:
         now = time.monotonic()

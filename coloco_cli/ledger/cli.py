@@ -1,4 +1,7 @@
-"""`coloco ledger serve`: run the ledger service (uvicorn, one worker, structured logs).
+"""`coloco ledger serve`: run the ledger service (uvicorn, structured logs).
+
+One worker on SQLite; ``--workers N`` on PostgreSQL (each serves the API, one leads: see
+docs/ledger.md, "Several workers").
 
 Settings come from COLOCO_LEDGER_* environment variables (or a .env file); see docs/ledger.md.
 """
@@ -16,6 +19,7 @@ log = logging.getLogger("coloco.ledger")
 
 @app.command()
 def serve(
+    *,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
@@ -23,6 +27,9 @@ def serve(
         bool, typer.Option("--json-logs/--text-logs", help="One JSON object per log line.")
     ] = True,
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = False,
+    workers: Annotated[
+        int, typer.Option(min=1, help="Worker processes (PostgreSQL only; SQLite runs one).")
+    ] = 1,
 ) -> None:
     """Serve the ledger API: migrate the database, index the chain, settle rounds."""
     import uvicorn
@@ -45,11 +52,21 @@ def serve(
 
     secrets.register(settings)  # the RPC URL (often with a provider key) is never logged
     log.info("starting ledger on %s:%d (environment %s)", host, port, settings.environment)
+    if workers > 1:
+        if not settings.database_url.startswith("postgres"):
+            raise ConfigError(
+                "--workers > 1 needs PostgreSQL (COLOCO_LEDGER_DATABASE_URL=postgresql://...): "
+                "SQLite runs one worker"
+            )
+        from ledger import db
+
+        db.upgrade(settings.database_url)  # once, before the workers start
     uvicorn.run(
-        create_app(settings),
+        create_app(settings) if workers == 1 else "ledger.main:create_app",
+        factory=workers > 1,
         host=host,
         port=port,
-        workers=1,
+        workers=workers,
         log_config=None,
         access_log=access_log,
         log_level=log_level,

@@ -79,6 +79,7 @@ def test_crash_in_process_then_resume(
     expected_on_chain = 1 if point == "sent" else 0
     assert _commit_events(chain, deployment, started_run, 1) == expected_on_chain
 
+    ledger.leadership.release()  # the crashed process's connection, with its leader lock, is gone
     restarted = Ledger(settings_for(db_url))  # a fresh process' view: same database and chain
     restarted.start(background=False)
     tick_until(restarted, started_run, 1, "committed")

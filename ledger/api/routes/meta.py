@@ -42,7 +42,11 @@ async def _readiness(ledger: Ledger) -> HealthOut:
     head, indexed = snap.head, snap.indexed_block
     lag = head - indexed if head is not None and indexed is not None else None
     detail: dict[str, Any] = {k: redact(v) for k, v in ledger.problems().items()}
-    ok = database == "ok" and lag is not None and lag <= MAX_INDEXER_LAG and not detail
+    # the leader indexes (within MAX_INDEXER_LAG blocks of the head); a follower checks
+    # attestations against what the leader indexed
+    leader_ok = lag is not None and lag <= MAX_INDEXER_LAG
+    chain_ok = leader_ok if ledger.leading else indexed is not None
+    ok = database == "ok" and chain_ok and not detail
     return HealthOut(
         status="ok" if ok else "degraded",
         database=database,

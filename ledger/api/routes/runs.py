@@ -122,8 +122,8 @@ def create_run(body: RunIn, ledger: LedgerDep, _admin: AdminDep) -> RunOut:
             session.add(rnd)
         session.commit()
     ledger.settler.record_intent(rnd)
-    settlement = ledger.settler.drive(run, 0)
-    ledger.indexer.catch_up()
+    settlement = ledger.settle_now(run, 0)
+    ledger.refresh_chain_view()
     return RunOut(
         run_id=run,
         genesis_checkpoint=genesis,
