@@ -1,35 +1,60 @@
-"""Elastic membership at round boundaries, over a ``torch.distributed.TCPStore``.
+"""Elastic membership at round boundaries, over an untrusted ``torch.distributed.TCPStore``.
 
-The store is hosted by a coordinator (``coloco`` rendezvous, the demo, a test, or the first node
-with ``host=True``); nodes connect as clients. For each round ``r`` (and each retry ``a`` of it
-after a member died) nodes register their address under ``members/r/a``; any registrant closes
-the list with ``compare_set`` once every expected node has registered and the join window has
-passed, or once the timeout has passed with whoever is there. Expected = last round's members
-minus those that announced leaving (round 1: ``min_nodes``). Ranks are positions in the sorted
-address list, and each closed list gets a fresh gloo/NCCL process group (:class:`RoundGroup`).
+Every value a node acts on is a signed coordination message checked by
+:class:`~trainer.coordination.board.Board` (unsigned, foreign, stale or replayed ones are refused
+and logged). For round ``r`` (attempt ``a`` after a member died or sat out):
 
-The lowest rank of each round publishes the round's checkpoint blob under ``ckpt/r`` and
-``ckpt/latest``: a node that joins fetches it from there (live recovery from a peer).
+- each node posts a signed ``JOIN`` (its chain head, its successor endpoint) in a slot of
+  ``members/r/a``; it re-posts if its join disappears or is overwritten;
+- once every expected node joined and the join window passed (or at the timeout), a member posts
+  the signed ``ROUND_OPEN`` under ``members/r/a/open`` with ``compare_set``: the members' signed
+  joins themselves, and the block at which everyone reads TrainingConfig (at least every member's
+  join head). A reader accepts it only if the closer is a member and every embedded join verifies;
+  an invalid value there is refused and replaced. The same message goes to ``current_round``;
+- expected = last round's members minus those that posted a signed ``LEAVE`` (round 1:
+  ``min_nodes``).
+
+Ranks are positions in the sorted address list; each list gets a fresh gloo/NCCL process group.
+After a round every member posts a signed ``CHECKPOINT`` (the weights hash it holds); the first two
+ranks also put the blob under ``ckpt/r/<address>``. A joiner accepts a blob only if it matches the
+hash committed on chain or, for a round not committed yet, the hash signed by a majority of that
+round's members (:mod:`trainer.recovery`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from protocol.errors import CheckpointError, CollectiveError, TrainerError
+from protocol.coordination import Kind, SignedMessage
+from protocol.eip712 import Eip712Domain
+from protocol.errors import (
+    CheckpointError,
+    CollectiveError,
+    ConfigError,
+    ProtocolError,
+    TrainerError,
+)
+from protocol.keys import NodeKey
 from trainer.comm import GroupAverager, SoloAverager
+from trainer.coordination.board import Board
+from trainer.coordination.registry import Registry
+from trainer.coordination.store import Endpoint, FailoverStore, endpoint_text, parse_endpoint
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.05
+_REPOST_S = 0.5
+MAX_SLOTS = 1024
+"""Join slots read per round attempt: a rogue bumping the counter cannot make readers loop."""
+MAX_ATTEMPTS = 8
 
 
 @dataclass(frozen=True)
@@ -39,6 +64,10 @@ class MembershipConfig:
     rendezvous_timeout_s: float = 60.0
     collective_timeout_s: float = 30.0
     connect_timeout_s: float = 20.0
+    config_wait_s: float = 10.0
+    """How long a node waits for its chain to reach the round's config block (and for the other
+    members' config read-outs) before it sits the round out."""
+    failover_wait_s: float = 30.0
     backend: str = "auto"
     """"auto": NCCL when the node trains on CUDA, else gloo; or "gloo" / "nccl"."""
 
@@ -48,6 +77,8 @@ class Members:
     round: int
     attempt: int
     addresses: tuple[str, ...]
+    config_block: int = 0
+    endpoints: tuple[str, ...] = field(default=(), compare=False)
 
     def rank_of(self, address: str) -> int:
         return self.addresses.index(address)
@@ -122,57 +153,131 @@ class RoundGroup:
 
 
 class Rendezvous:
-    """One node's handle on the shared store."""
+    """One node's signed handle on the shared store."""
 
     def __init__(
         self,
         host: str,
         port: int,
-        address: str,
-        cfg: MembershipConfig | None = None,
         *,
+        key: NodeKey,
+        domain: Eip712Domain,
+        run_id: bytes,
+        registry: Registry,
+        cfg: MembershipConfig | None = None,
         is_host: bool = False,
+        own_endpoint: str | None = None,
+        head: Callable[[], int] = lambda: 0,
     ) -> None:
-        self.address = address
+        self.address = str(key.address)
         self.cfg = cfg or MembershipConfig()
-        try:
-            self.store = dist.TCPStore(  # type: ignore[attr-defined]
-                host,
-                port,
-                is_master=is_host,
-                wait_for_workers=False,
-                timeout=timedelta(seconds=self.cfg.connect_timeout_s),
-            )
-            self.store.set_timeout(timedelta(seconds=self.cfg.rendezvous_timeout_s))
-        except (RuntimeError, dist.DistStoreError) as exc:
-            raise CollectiveError(
-                f"cannot reach the rendezvous at {host}:{port}: {exc}. Is the coordinator "
-                "running? Check --rendezvous host:port and the firewall."
-            ) from exc
+        self.own_endpoint = own_endpoint or ""
+        self.head = head
+        self.store = FailoverStore(
+            (host, port), host=is_host,
+            own_endpoint=parse_endpoint(own_endpoint) if own_endpoint else None,
+            connect_timeout_s=self.cfg.connect_timeout_s,
+            op_timeout_s=self.cfg.rendezvous_timeout_s, failover_wait_s=self.cfg.failover_wait_s,
+        )  # fmt: skip
+        self.store.successors = self.successors
+        self.store.on_failover.append(self._republish)
+        self.board = Board(self.store, key, domain, run_id, registry)
+        self.last: Members | None = None
+        self._joins: dict[tuple[int, int], dict[str, SignedMessage]] = {}
+        self._published: dict[str, bytes] = {}
+
+    @property
+    def refusals(self) -> list:  # type: ignore[type-arg]
+        return self.board.refusals
 
     # --- membership -------------------------------------------------------------------------
 
     def _prefix(self, round: int, attempt: int) -> str:
         return f"members/{round}/{attempt}"
 
-    def _registered(self, prefix: str) -> list[str]:
-        n = int(self.store.add(f"{prefix}/n", 0))
-        return [self.store.get(f"{prefix}/slot/{i}").decode() for i in range(n)]
+    def _post_join(self, round: int, attempt: int) -> None:
+        prefix = self._prefix(round, attempt)
+        slot = self.store.add(f"{prefix}/n", 1) - 1
+        self.board.post(f"{prefix}/slot/{slot}", Kind.JOIN, round, attempt,
+                        {"head": int(self.head()), "endpoint": self.own_endpoint})  # fmt: skip
+
+    def valid_joins(self, round: int, attempt: int) -> dict[str, SignedMessage]:
+        """Signed joins of (round, attempt) seen so far (kept once verified), by signer."""
+        prefix = self._prefix(round, attempt)
+        seen = self._joins.setdefault((round, attempt), {})
+        n = self.store.add(f"{prefix}/n", 0)
+        if n > MAX_SLOTS:
+            self.board.refuse("flood", f"{prefix}/n", f"{n} slots; reading the first {MAX_SLOTS}")
+        for i in range(min(n, MAX_SLOTS)):
+            key = f"{prefix}/slot/{i}"
+            if not self.store.check([key]):
+                continue
+            msg = self.board.verify(self.store.get(key), key, Kind.JOIN, round, attempt)
+            if msg is not None and msg.message.node not in seen:
+                seen[msg.message.node] = msg
+        return seen
+
+    def _leaving(self, round: int, addresses: set[str]) -> set[str]:
+        return {
+            a for a in addresses
+            if self.board.read(f"leave/{round}/{a}", Kind.LEAVE, round, 0, signer=a) is not None
+        }  # fmt: skip
 
     def _expected(self, round: int, attempt: int) -> set[str] | int:
         if attempt > 0:
-            return set(json.loads(self.store.get(f"{self._prefix(round, attempt - 1)}/closed")))
-        if self.store.check(["latest_members"]):
-            last = json.loads(self.store.get("latest_members"))
-            leaving = {a for a in last["members"] if self.store.check([f"leave/{round}/{a}"])}
-            return set(last["members"]) - leaving
+            before = self.opened(round, attempt - 1)
+            if before is None and self.last is not None and self.last.round == round:
+                before = self.last
+            if before is not None:
+                return set(before.addresses)
+        last = self.last
+        latest = self.latest_open()
+        if latest is not None and (last is None or latest.round > last.round):
+            last = latest
+        if last is not None and last.round < round:
+            members = set(last.addresses)
+            return members - self._leaving(round, members)
         return self.cfg.min_nodes
 
-    def closed(self, round: int, attempt: int = 0) -> Members | None:
-        key = f"{self._prefix(round, attempt)}/closed"
-        if not self.store.check([key]):
+    def _members_of(self, msg: SignedMessage, key: str) -> Members | None:
+        """The member list a verified ROUND_OPEN carries, if every embedded join verifies."""
+        m = msg.message
+        try:
+            body = msg.body()
+            joins_raw, block = body["joins"], body["config_block"]
+            if not isinstance(joins_raw, list) or not isinstance(block, int) or block < 0:
+                raise ValueError("joins must be a list and config_block a block number")
+            joins = [self.board.verify(str(j).encode(), f"{key}#join", Kind.JOIN, m.round,
+                                       m.attempt) for j in joins_raw]  # fmt: skip
+        except (ProtocolError, KeyError, ValueError) as exc:
+            self.board.refuse("invalid", key, f"round-open by {m.node} is malformed: {exc}")
             return None
-        return Members(round, attempt, tuple(json.loads(self.store.get(key))))
+        if any(j is None for j in joins):
+            self.board.refuse("invalid", key, f"round-open by {m.node} embeds a refused join")
+            return None
+        by_node = {j.message.node: j.body() for j in joins if j is not None}
+        if len(by_node) != len(joins) or m.node not in by_node:
+            self.board.refuse("invalid", key, f"round-open by {m.node}: duplicate joins, or the "
+                              "closer is not a member")  # fmt: skip
+            return None
+        heads = [int(b.get("head", 0)) for b in by_node.values()]
+        if block < max(heads):
+            self.board.refuse("config_block", key, f"round-open by {m.node} sets config block "
+                              f"{block}, below a member's join head {max(heads)}")  # fmt: skip
+            return None
+        addresses = tuple(sorted(by_node))
+        endpoints = tuple(str(by_node[a].get("endpoint", "")) for a in addresses)
+        return Members(m.round, m.attempt, addresses, block, endpoints)
+
+    def opened(self, round: int, attempt: int = 0) -> Members | None:
+        key = f"{self._prefix(round, attempt)}/open"
+        msg = self.board.read(key, Kind.ROUND_OPEN, round, attempt)
+        return None if msg is None else self._members_of(msg, key)
+
+    def latest_open(self) -> Members | None:
+        """The verified round-open under ``current_round`` (a hint: the latest round opened)."""
+        msg = self.board.read("current_round", Kind.ROUND_OPEN, None, None)
+        return None if msg is None else self._members_of(msg, "current_round")
 
     def join(
         self,
@@ -181,49 +286,85 @@ class Rendezvous:
         *,
         window_s: float | None = None,
         timeout_s: float | None = None,
+        expect: set[str] | None = None,
     ) -> Members:
-        """Register for ``round`` and wait until its member list is closed; return it."""
-        prefix = self._prefix(round, attempt)
-        slot = int(self.store.add(f"{prefix}/n", 1)) - 1
-        self.store.set(f"{prefix}/slot/{slot}", self.address)
+        """Post a signed join for ``round`` and wait until its member list opens; return it."""
+        if not self.board.registry.admits(self.address):
+            raise ConfigError(
+                f"node {self.address} is not registered and active on chain, so no member will "
+                "accept its joins: register and stake it first (StakeManager)"
+            )
+        self._post_join(round, attempt)
+        posted = time.monotonic()
         window = self.cfg.join_window_s if window_s is None else window_s
         timeout = self.cfg.rendezvous_timeout_s if timeout_s is None else timeout_s
         start = time.monotonic()
         while True:
-            members = self.closed(round, attempt)
+            members = self.opened(round, attempt)
             if members is not None:
+                self.last = members
                 return members
             waited = time.monotonic() - start
-            present = set(self._registered(prefix))
-            expected = self._expected(round, attempt)
+            joins = self.valid_joins(round, attempt)
+            if self.address not in joins and time.monotonic() - posted > _REPOST_S:
+                log.warning("round %d: this node's join is missing from the store; re-posting",
+                            round)  # fmt: skip
+                self._post_join(round, attempt)
+                posted = time.monotonic()
+            present = set(joins)
+            expected = expect if expect is not None else self._expected(round, attempt)
             complete = (
                 len(present) >= expected if isinstance(expected, int) else expected <= present
             )
-            if (complete and waited >= window) or waited >= timeout:
+            if (complete and waited >= window and self.address in present) or waited >= timeout:
                 if not complete:
-                    log.warning("round %d: closing without %s", round,
+                    log.warning("round %d: opening without %s", round,
                                 sorted(expected - present) if isinstance(expected, set) else
                                 f"{expected - len(present)} more nodes")  # fmt: skip
-                self._try_close(prefix, round, sorted(present))
+                self._try_open(round, attempt, joins)
             time.sleep(_POLL_S)
 
-    def _try_close(self, prefix: str, round: int, addresses: list[str]) -> None:
-        value = json.dumps(addresses).encode()
-        winner = self.store.compare_set(f"{prefix}/closed", "", value)  # type: ignore[arg-type]
-        if winner == value:
-            self.store.set("latest_members", json.dumps({"round": round, "members": addresses}))
-            self.store.set("current_round", str(round))
-            log.info("round %d members closed: %s", round, addresses)
+    def _try_open(self, round: int, attempt: int, joins: dict[str, SignedMessage]) -> None:
+        if self.address not in joins:
+            return  # only a member may open the round
+        heads = [int(j.body().get("head", 0)) for j in joins.values()]
+        block = max([int(self.head()), *heads])
+        wires = [joins[a].to_wire().decode() for a in sorted(joins)]
+        opening = self.board.sign(Kind.ROUND_OPEN, round, attempt,
+                                  {"joins": wires, "config_block": block}).to_wire()  # fmt: skip
+        key = f"{self._prefix(round, attempt)}/open"
+        winner = self.store.compare_set(key, "", opening)
+        if winner != opening and self.opened(round, attempt) is None:
+            log.warning("round %d: replacing a refused value under %s", round, key)
+            winner = self.store.compare_set(key, winner, opening)
+        if winner == opening:
+            self.store.set("current_round", opening)
+            self._published["current_round"] = opening
+            log.info("round %d members opened: %s (config block %d)", round, sorted(joins), block)
 
     def announce_leave(self, next_round: int) -> None:
-        """Tell the others not to wait for this node in ``next_round``."""
-        self.store.set(f"leave/{next_round}/{self.address}", "1")
+        """Tell the others not to wait for this node in ``next_round`` (signed)."""
+        self.board.post(f"leave/{next_round}/{self.address}", Kind.LEAVE, next_round, 0, {})
 
     def current_round(self) -> int:
-        """The latest round whose member list closed (0 if none)."""
-        if not self.store.check(["current_round"]):
-            return 0
-        return int(self.store.get("current_round"))
+        """The latest round whose signed member list opened (0 if none is readable)."""
+        latest = self.latest_open()
+        return 0 if latest is None else latest.round
+
+    # --- failover ---------------------------------------------------------------------------
+
+    def successors(self) -> list[Endpoint]:
+        """Where the members meet when the host dies: the last members' advertised endpoints,
+        in address order (the same list on every member)."""
+        if self.last is None:
+            return []
+        return [parse_endpoint(e) for e in self.last.endpoints if e]
+
+    def _republish(self) -> None:
+        for key, value in self._published.items():
+            self.store.set(key, value)
+        log.info("re-posted %d coordination values at %s", len(self._published),
+                 endpoint_text(self.store.endpoint))  # fmt: skip
 
     # --- process group ----------------------------------------------------------------------
 
@@ -240,11 +381,11 @@ class Rendezvous:
         backend = self.cfg.backend
         if backend == "auto":
             backend = "nccl" if device.type == "cuda" else "gloo"
-        prefix = f"pg/{members.round}/{members.attempt}"
+        prefix = f"pg/{members.round}/{members.attempt}/{endpoint_text(self.store.endpoint)}"
         try:
             dist.init_process_group(
                 backend,
-                store=dist.PrefixStore(prefix, self.store),  # type: ignore[attr-defined]
+                store=dist.PrefixStore(prefix, self.store.store),  # type: ignore[attr-defined]
                 rank=rank,
                 world_size=len(members.addresses),
                 timeout=timeout,
@@ -256,27 +397,67 @@ class Rendezvous:
         wire_device = device if backend == "nccl" else torch.device("cpu")
         return RoundGroup(members, rank, GroupAverager(None, timeout, wire_device))
 
-    # --- live recovery ----------------------------------------------------------------------
+    # --- checkpoints ------------------------------------------------------------------------
 
-    def publish_checkpoint(self, round: int, blob: bytes, weights_hash: bytes) -> None:
-        self.store.set(f"ckpt/{round}", blob)  # type: ignore[arg-type]
-        self.store.set("ckpt/latest", json.dumps({"round": round, "hash": weights_hash.hex()}))
-        if round >= 2 and self.store.check([f"ckpt/{round - 2}"]):
-            self.store.delete_key(f"ckpt/{round - 2}")
+    def publish_checkpoint(
+        self, round: int, attempt: int, rank: int, blob: bytes, weights_hash: bytes
+    ) -> None:
+        """Sign the hash this node holds after ``round``; the first two ranks serve the blob."""
+        signed = self.board.post(f"ckpt/{round}/sig/{self.address}", Kind.CHECKPOINT, round,
+                                 attempt, {"hash": weights_hash.hex()})  # fmt: skip
+        self._published = {k: v for k, v in self._published.items() if not k.startswith("ckpt/")}
+        self._published[f"ckpt/{round}/sig/{self.address}"] = signed.to_wire()
+        if rank < 2:
+            self.store.set(f"ckpt/{round}/{self.address}", blob)
+            self._published[f"ckpt/{round}/{self.address}"] = blob
+        if rank == 0:
+            self.store.set("ckpt/latest", signed.to_wire())
+            self._published["ckpt/latest"] = signed.to_wire()
+        old = f"ckpt/{round - 2}/{self.address}"
+        if round >= 2 and self.store.check([old]):
+            self.store.delete_key(old)
 
-    def latest_checkpoint_round(self) -> tuple[int, bytes] | None:
-        if not self.store.check(["ckpt/latest"]):
+    def latest_checkpoint_round(self) -> int | None:
+        """The round of the signed ``ckpt/latest`` (a hint; the hash is checked separately)."""
+        msg = self.board.read("ckpt/latest", Kind.CHECKPOINT, None, None)
+        return None if msg is None else msg.message.round
+
+    def round_members(self, round: int) -> Members | None:
+        """The latest opened attempt of ``round`` that the store still holds."""
+        if self.last is not None and self.last.round == round:
+            return self.last
+        for attempt in reversed(range(MAX_ATTEMPTS)):
+            if self.store.check([f"{self._prefix(round, attempt)}/open"]):
+                found = self.opened(round, attempt)
+                if found is not None:
+                    return found
+        return None
+
+    def signed_checkpoint_hash(self, round: int) -> bytes | None:
+        """The weights hash signed by a strict majority of ``round``'s members, or None."""
+        members = self.round_members(round)
+        if members is None:
             return None
-        info = json.loads(self.store.get("ckpt/latest"))
-        return int(info["round"]), bytes.fromhex(info["hash"])
-
-    def fetch_checkpoint(self, round: int, timeout_s: float) -> bytes:
-        """The checkpoint blob of ``round`` from a peer, waiting up to ``timeout_s`` for it."""
-        key = f"ckpt/{round}"
+        votes: Counter[str] = Counter()
+        for addr in members.addresses:
+            msg = self.board.read(f"ckpt/{round}/sig/{addr}", Kind.CHECKPOINT, round,
+                                  members.attempt, signer=addr)  # fmt: skip
+            if msg is not None:
+                votes[str(msg.body().get("hash", ""))] += 1
+        if not votes:
+            return None
+        best, count = votes.most_common(1)[0]
+        if 2 * count <= len(members.addresses):
+            return None
         try:
-            self.store.wait([key], timedelta(seconds=timeout_s))
-        except (RuntimeError, dist.DistStoreError) as exc:
-            raise CheckpointError(
-                f"no peer published the checkpoint of round {round} within {timeout_s:.0f}s: {exc}"
-            ) from exc
-        return bytes(self.store.get(key))
+            return bytes.fromhex(best)
+        except ValueError:
+            return None
+
+    def checkpoint_blobs(self, round: int) -> Iterator[tuple[str, bytes]]:
+        """(key, blob) of every copy of ``round``'s checkpoint the members serve."""
+        members = self.round_members(round)
+        for addr in members.addresses if members is not None else ():
+            key = f"ckpt/{round}/{addr}"
+            if self.store.check([key]):
+                yield key, self.store.get(key)

@@ -3,8 +3,8 @@
 :class:`NodeRunner` is the pure-Python entry point (tests, the demo and ``coloco node run`` all
 drive it). Each round reads as verbs::
 
-    members = join(r)            # rendezvous at the round boundary (elastic membership)
-    config  = read_config(r)     # TrainingConfig from the chain, agreed through rank 0
+    members = join(r)            # signed joins, signed round-open (elastic membership)
+    config  = read_config(r)     # TrainingConfig read by this node at the round's agreed block
     local   = train_local(r)     # H inner AdamW steps on this node's shard
     outcome = synchronize(local) # average + outer Nesterov step, re-forming the group on failure
     save / publish / attest      # checkpoint on disk, for peers, signed attestation to the ledger
@@ -19,9 +19,13 @@ from pathlib import Path
 
 import torch
 
+from protocol.eip712 import Eip712Domain, to_checksum_address
 from protocol.errors import CollectiveError, LedgerUnavailableError, TrainerError
+from protocol.types import Address
 from trainer.attest import Attester, Signed, WorkRecord
 from trainer.checkpoint import CheckpointDir, RoundCheckpoint
+from trainer.coordination.agreement import ConfigAgreement
+from trainer.coordination.registry import AnyKeyRegistry, ChainRegistry, Registry
 from trainer.data import Corpus, ShardSpec
 from trainer.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.inner import StepInfo
@@ -40,6 +44,8 @@ class NodeSettings:
     rendezvous_host: str = "127.0.0.1"
     rendezvous_port: int = 29400
     host_rendezvous: bool = False
+    own_endpoint: str | None = None
+    """HOST:PORT where this node hosts the rendezvous if it becomes the successor."""
     membership: MembershipConfig = field(default_factory=MembershipConfig)
     seed: int = 0
     device: str = "cpu"
@@ -72,6 +78,19 @@ class RoundReport:
 ProgressFn = Callable[[int, StepInfo], None]
 
 
+def offline_domain(run_id: bytes) -> Eip712Domain:
+    """The coordination domain of a run without a chain (the same on every node of the run)."""
+    contract = Address(to_checksum_address(run_id[:20]))
+    return Eip712Domain(chain_id=31337, verifying_contract=contract)
+
+
+class _SitOut(TrainerError):
+    """This node's config read does not agree with the round's (or its chain is behind)."""
+
+    def __init__(self, round: int) -> None:
+        super().__init__(f"round {round}: this node sits the round out")
+
+
 class _LeftOut(TrainerError):
     """This node's re-formed round closed without it."""
 
@@ -92,6 +111,7 @@ class NodeRunner:
         recovery: Recovery | None = None,
         on_step: ProgressFn | None = None,
         on_round: Callable[[RoundReport], None] | None = None,
+        registry: Registry | None = None,
     ) -> None:
         self.s = settings
         self.attester = attester
@@ -101,15 +121,21 @@ class NodeRunner:
         self.device = torch.device(settings.device)
         self.on_step = on_step
         self.on_round = on_round
-        self.rdv = Rendezvous(
-            settings.rendezvous_host,
-            settings.rendezvous_port,
-            self.address,
-            settings.membership,
-            is_host=settings.host_rendezvous,
-        )
-        self.disk = CheckpointDir(settings.checkpoint_dir) if settings.checkpoint_dir else None
         self.recovery = recovery or Recovery(settings.run_id, settings.model, settings.seed)
+        chain = self.recovery.chain
+        if registry is None:
+            registry = ChainRegistry(chain) if chain is not None else AnyKeyRegistry()
+        run = settings.run_id
+        domain = chain.attestation_domain() if chain is not None else offline_domain(run)
+        self.rdv = Rendezvous(
+            settings.rendezvous_host, settings.rendezvous_port,
+            key=attester.key, domain=domain, run_id=settings.run_id, registry=registry,
+            cfg=settings.membership, is_host=settings.host_rendezvous,
+            own_endpoint=settings.own_endpoint, head=config_source.head,
+        )  # fmt: skip
+        self.agreement = ConfigAgreement(self.rdv, config_source,
+                                         settings.membership.config_wait_s)  # fmt: skip
+        self.disk = CheckpointDir(settings.checkpoint_dir) if settings.checkpoint_dir else None
         self.model = GPT(settings.model, seed=settings.seed).to(self.device)
         self.diloco: DiLoCo | None = None
         self.state_round = -1
@@ -131,19 +157,24 @@ class NodeRunner:
     def join(self, r: int) -> Members:
         return self.rdv.join(r)
 
-    def read_config(self, r: int, group: RoundGroup) -> RunConfig:
-        """Rank 0 reads the chain and publishes; the others use its copy so the round agrees."""
-        key = f"config/{r}/{group.members.attempt}"
-        if group.rank == 0:
-            config = self.config_source.read()
-            self.rdv.store.set(key, config.to_json())
-            return config
-        config = RunConfig.from_json(self.rdv.store.get(key))
-        own = self.config_source.read()
-        if own.version != config.version:
-            log.warning("round %d: rank 0 read config v%d, this node v%d; using v%d",
-                        r, config.version, own.version, config.version)  # fmt: skip
-        return config
+    def read_config(self, members: Members) -> tuple[RunConfig, Members]:
+        """This node's own read of TrainingConfig at the round's block, once the members agree.
+
+        Members whose read differs (or whose chain is behind) drop out: the round re-forms with
+        the agreeing majority; a node outside any majority sits the round out (``_SitOut``).
+        """
+        r = members.round
+        while True:
+            verdict = self.agreement.settle(members)
+            if verdict.config is None:
+                raise _SitOut(r)
+            if verdict.agree == set(members.addresses):
+                return verdict.config, members
+            window = 2 * self.s.membership.config_wait_s + 2.0
+            members = self.rdv.join(r, members.attempt + 1, window_s=0.0, timeout_s=window,
+                                    expect=set(verdict.agree))  # fmt: skip
+            if self.address not in members.addresses:
+                raise _SitOut(r)
 
     def train_local(self, r: int, config: RunConfig) -> tuple[ShardSpec, LocalWork]:
         assert self.diloco is not None
@@ -161,7 +192,7 @@ class NodeRunner:
         """Average and step; if a member dies, re-form the group with the survivors and retry."""
         assert self.diloco is not None
         timeout = group.averager.timeout if hasattr(group.averager, "timeout") else None
-        for attempt in range(self.s.max_collective_retries + 1):
+        for retry in range(self.s.max_collective_retries + 1):
             snapshot = (self.diloco.state.base.clone(), self.diloco.state.momentum.clone())
             try:
                 outcome = self.diloco.finish_round(local, group.averager, config.settings)
@@ -173,15 +204,33 @@ class NodeRunner:
                 self.diloco.state.momentum.copy_(snapshot[1])
                 self.diloco.sync_inner_model()
                 group.close()
-                if attempt == self.s.max_collective_retries:
+                if retry == self.s.max_collective_retries:
                     raise
                 log.warning("round %d: %s; re-forming the group without the lost nodes", r, exc)
                 window = self.s.membership.collective_timeout_s + 2.0
-                members = self.rdv.join(r, attempt + 1, window_s=0.0, timeout_s=window)
+                attempt = group.members.attempt + 1
+                members = self.rdv.join(r, attempt, window_s=0.0, timeout_s=window)
                 if self.address not in members.addresses:
                     raise _LeftOut(r) from exc
-                group = self.rdv.form_group(members, self.device)
+                group = self.form_group(members)
                 timeout = getattr(group.averager, "timeout", None)
+        raise TrainerError("unreachable")
+
+    def form_group(self, members: Members) -> RoundGroup:
+        """The round's process group; if forming it fails (a member vanished, the rendezvous
+        host died), the round re-forms with whoever joins its next attempt."""
+        for retry in range(self.s.max_collective_retries + 1):
+            try:
+                return self.rdv.form_group(members, self.device)
+            except CollectiveError as exc:
+                if retry == self.s.max_collective_retries:
+                    raise
+                log.warning("round %d: %s; re-forming", members.round, exc.message)
+                window = self.s.membership.collective_timeout_s + 2.0
+                members = self.rdv.join(members.round, members.attempt + 1, window_s=0.0,
+                                        timeout_s=window)  # fmt: skip
+                if self.address not in members.addresses:
+                    raise _LeftOut(members.round) from exc
         raise TrainerError("unreachable")
 
     def save_and_publish(self, r: int, group: RoundGroup) -> RoundCheckpoint:
@@ -190,12 +239,16 @@ class NodeRunner:
         self.state_round = r
         if self.disk is not None:
             self.disk.save(ckpt)
-        if group.publisher:  # rank 0, or the first majority member if rank 0 diverged
-            self.rdv.publish_checkpoint(r, ckpt.to_bytes(), ckpt.weights_hash)
-            # the ledger gets the weights when membership changes or the node leaves, not
-            # every round (4 B/param): the round's commitments let it replay the rest
-            if group.members.addresses != self._last_members or r == self._last_round():
-                self.recovery.upload(ckpt)
+        # every member signs the hash it holds; the first two majority members serve the blob
+        honest = [a for a in group.members.addresses if a not in getattr(group, "divergent", ())]
+        self.rdv.publish_checkpoint(r, group.members.attempt, honest.index(self.address),
+                                    ckpt.to_bytes(), ckpt.weights_hash)  # fmt: skip
+        # the publisher (rank 0, or the first majority member if rank 0 diverged) gives the ledger
+        # the weights when membership changes or the node leaves, not every round (4 B/param):
+        # the round's commitments let it replay the rest
+        changed = group.members.addresses != self._last_members or r == self._last_round()
+        if group.publisher and changed:
+            self.recovery.upload(ckpt)
         self._last_members = group.members.addresses
         return ckpt
 
@@ -217,11 +270,19 @@ class NodeRunner:
         if self.address not in members.addresses:
             log.info("round %d closed without this node; trying the next one", r)
             return None
+        try:
+            config, members = self.read_config(members)
+        except _SitOut:
+            log.warning("round %d: sat out (config not agreed at the round's block)", r)
+            return None
         if self.state_round != r - 1:
             self.adopt(self.recovery.from_peer(self.rdv, r - 1))
-        group = self.rdv.form_group(members, self.device)
         try:
-            config = self.read_config(r, group)
+            group = self.form_group(members)
+        except _LeftOut:
+            log.warning("round %d re-formed without this node; rejoining next round", r)
+            return None
+        try:
             spec, local = self.train_local(r, config)
             outcome, group = self.synchronize(r, group, local, config)
             self.save_and_publish(r, group)

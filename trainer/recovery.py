@@ -2,14 +2,17 @@
 
 Order at start-up: the newest of (a peer's published checkpoint, this node's checkpoint folder);
 else the committed weights from the ledger's blob store; else the genesis weights of the run's
-seed. Every checkpoint of round r is checked against ``ContributionLedger.checkpointOf(run, r)``
-when a chain is configured and the round is committed (a round the ledger has not committed yet
-is checked against the hash its publisher advertised, and the log says so).
+seed. A checkpoint from a peer is used only if its weights hash is the one committed on chain
+(``ContributionLedger.checkpointOf(run, r)``) or, for a round not committed yet, the one signed
+by a strict majority of that round's members (signed ``CHECKPOINT`` messages). A blob that hashes
+otherwise is refused (logged, kept in the rendezvous' refusals) and the next copy is tried.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import time
 from typing import Any
 
 import torch
@@ -56,6 +59,7 @@ class Recovery:
         self.chain = chain
         self.ledger = ledger
         self.peer_timeout_s = peer_timeout_s
+        self._refused: set[bytes] = set()
 
     def committed(self, round: int) -> bytes | None:
         """The on-chain checkpoint hash of ``round``, or None (no chain, or not committed yet)."""
@@ -82,16 +86,53 @@ class Recovery:
             )
         return ckpt
 
+    def expected_hash(self, rdv: Rendezvous, round: int) -> tuple[bytes, str] | None:
+        """The hash a checkpoint of ``round`` must have, and who vouches for it."""
+        committed = self.committed(round)
+        if committed is not None:
+            return committed, "the chain"
+        signed = rdv.signed_checkpoint_hash(round)
+        return None if signed is None else (signed, "a majority of the round's members")
+
     def from_peer(self, rdv: Rendezvous, round: int) -> RoundCheckpoint:
+        """The verified checkpoint of ``round`` from the first peer copy whose hash matches."""
         if round == 0:
             return self.verify(genesis_checkpoint(self.model, self.seed, self.run_id), "genesis")
-        blob = rdv.fetch_checkpoint(round, self.peer_timeout_s)
-        advertised = rdv.latest_checkpoint_round()
-        expect = advertised[1] if advertised and advertised[0] == round else None
-        ckpt = RoundCheckpoint.from_bytes(blob, expect_hash=expect)
-        if ckpt.round != round:
-            raise CheckpointError(f"peer sent the checkpoint of round {ckpt.round}, not {round}")
-        return self.verify(ckpt, "a peer")
+        deadline = time.monotonic() + self.peer_timeout_s
+        while True:
+            expected = self.expected_hash(rdv, round)
+            if expected is not None:
+                for key, blob in rdv.checkpoint_blobs(round):
+                    found = self._try_blob(rdv, key, blob, round, expected)
+                    if found is not None:
+                        return found
+            if time.monotonic() > deadline:
+                raise CheckpointError(
+                    f"no copy of round {round}'s checkpoint matching a hash committed on chain or "
+                    f"signed by a majority of its members within {self.peer_timeout_s:.0f}s "
+                    f"(hash known: {expected is not None}); retry, or start from the ledger"
+                )
+            time.sleep(0.2)
+
+    def _try_blob(
+        self, rdv: Rendezvous, key: str, blob: bytes, round: int, vouched: tuple[bytes, str]
+    ) -> RoundCheckpoint | None:
+        expected, by = vouched
+        digest = hashlib.sha256(blob).digest()
+        if digest in self._refused:
+            return None
+        try:
+            ckpt = RoundCheckpoint.from_bytes(blob, expect_hash=expected)
+            if ckpt.round != round:
+                raise CheckpointError(f"blob holds round {ckpt.round}, not {round}")
+        except CheckpointError as exc:
+            self._refused.add(digest)
+            rdv.board.refuse("hash_mismatch", key, f"{exc.message} (hash vouched for by {by}); "
+                             "fetching another copy")  # fmt: skip
+            return None
+        log.info("checkpoint of round %d from %s matches the hash vouched for by %s",
+                 round, key, by)  # fmt: skip
+        return self.verify(ckpt, key)
 
     def from_ledger(self, round: int) -> RoundCheckpoint | None:
         """Committed weights from the ledger's blob store (momentum restarts at zero)."""
@@ -114,8 +155,8 @@ class Recovery:
     def initial(self, rdv: Rendezvous, disk: CheckpointDir | None) -> RoundCheckpoint:
         peer = rdv.latest_checkpoint_round()
         local = disk.latest() if disk is not None else None
-        if peer is not None and (local is None or peer[0] > local.round):
-            return self.from_peer(rdv, peer[0])
+        if peer is not None and (local is None or peer > local.round):
+            return self.from_peer(rdv, peer)
         if local is not None:
             return self.verify(local, f"{disk.path if disk else 'disk'}")
         if self.chain is not None:

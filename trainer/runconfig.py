@@ -1,7 +1,8 @@
 """Where a round's hyper-parameters come from: the chain's TrainingConfig, or a fixed value.
 
-A node reads its :class:`RunConfig` at the start of every round, so a governance change executed
-before round r is what round r trains with (and its ``configVersion`` is what the node attests).
+A node reads its :class:`RunConfig` at the start of every round, at the block its signed round-open
+names (trainer/coordination/agreement.py), so a governance change executed before round r opened
+is what round r trains with (and its ``configVersion`` is what the node attests).
 """
 
 from __future__ import annotations
@@ -78,7 +79,13 @@ class RunConfig:
 
 
 class ConfigSource(Protocol):
-    def read(self) -> RunConfig: ...
+    def head(self) -> int:
+        """The newest block this source can read (0 for a fixed config)."""
+        ...
+
+    def read(self, block: int | None = None) -> RunConfig:
+        """The config in force at ``block`` (None: the newest)."""
+        ...
 
 
 class StaticConfig:
@@ -87,7 +94,10 @@ class StaticConfig:
     def __init__(self, config: RunConfig) -> None:
         self.config = config
 
-    def read(self) -> RunConfig:
+    def head(self) -> int:
+        return 0
+
+    def read(self, block: int | None = None) -> RunConfig:
         return self.config
 
 
@@ -102,8 +112,11 @@ class ChainConfig:
         self.chain = chain
         self.batch_size = batch_size
 
-    def read(self) -> RunConfig:
-        view = self.chain.training_config()
+    def head(self) -> int:
+        return int(self.chain.block_number())
+
+    def read(self, block: int | None = None) -> RunConfig:
+        view = self.chain.training_config(block="latest" if block is None else block)
         if view.inner_steps <= 0:
             raise ConfigError(f"TrainingConfig.innerSteps is {view.inner_steps}: must be positive")
         return RunConfig.make(

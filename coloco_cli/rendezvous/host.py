@@ -9,32 +9,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import threading
-from datetime import timedelta
-from types import FrameType
 
-log = logging.getLogger("coloco.rendezvous")
-
-
-def serve(host: str, port: int) -> None:
-    """Host the store until a signal arrives."""
-    import torch.distributed as dist
-
-    store = dist.TCPStore(  # type: ignore[attr-defined]
-        host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=300)
-    )
-    stop = threading.Event()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    store.set("rendezvous/ready", "1")
-    log.info("rendezvous store on %s:%d", host, port)
-    stop.wait()
-    log.info("rendezvous stopped")
+from trainer.rendezvous import serve
 
 
 def main() -> None:

@@ -41,6 +41,12 @@ class Plan:
     min_nodes: int = 1
     join_window_s: float = 1.0
     collective_timeout_s: float = 8.0
+    private_key: str | None = None  # else DEV_KEYS[key]
+    rpc_url: str | None = None  # with deployment: config, registry and hashes from this chain
+    deployment: str | None = None
+    own_endpoint: str | None = None  # where this node hosts the rendezvous as a successor
+    config_wait_s: float = 10.0
+    failover_wait_s: float = 30.0
 
 
 def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
@@ -55,22 +61,38 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     from trainer.model import GPTConfig
     from trainer.node import NodeRunner, NodeSettings
     from trainer.progress import round_record
-    from trainer.runconfig import RunConfig, StaticConfig
+    from trainer.recovery import Recovery
+    from trainer.runconfig import ChainConfig, ConfigSource, RunConfig, StaticConfig
 
     time.sleep(plan.start_delay_s)
     if plan.join_after_round:
         _wait_for_round(port, plan.join_after_round)
-    key = NodeKey.from_private_key(bytes.fromhex(DEV_KEYS[plan.key][2:]))
+    key = NodeKey.from_private_key(bytes.fromhex((plan.private_key or DEV_KEYS[plan.key])[2:]))
     domain = Eip712Domain(chain_id=31337, verifying_contract=key.address)
+    model = GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32)
+    chain = None
+    source: ConfigSource = StaticConfig(
+        RunConfig.make(**({"inner_steps": 3, "batch_size": 4} | plan.config))
+    )
+    if plan.rpc_url and plan.deployment:
+        from protocol.chain import ChainClient
+        from protocol.deployment import Deployment
+
+        chain = ChainClient(plan.rpc_url, Deployment.load(Path(plan.deployment)))
+        source = ChainConfig(chain, batch_size=4)
+        domain = chain.attestation_domain()
     settings = NodeSettings(
         run_id=RUN_ID,
-        model=GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32),
+        model=model,
         rendezvous_port=port,
+        own_endpoint=plan.own_endpoint,
         membership=MembershipConfig(
             min_nodes=plan.min_nodes,
             join_window_s=plan.join_window_s,
             rendezvous_timeout_s=60.0,
             collective_timeout_s=plan.collective_timeout_s,
+            config_wait_s=plan.config_wait_s,
+            failover_wait_s=plan.failover_wait_s,
         ),
         data_path=data_dir,
         checkpoint_dir=Path(plan.checkpoint_dir) if plan.checkpoint_dir else None,
@@ -78,9 +100,13 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         leave_after_round=plan.leave_after,
         eval_rows=16,
     )
-    config = RunConfig.make(**({"inner_steps": 3, "batch_size": 4} | plan.config))
-    runner = NodeRunner(settings, Attester(key, domain, RUN_ID, None), StaticConfig(config))
+    recovery = Recovery(RUN_ID, model, 0, chain=chain, peer_timeout_s=60.0)
+    runner = NodeRunner(settings, Attester(key, domain, RUN_ID, None), source, recovery=recovery)
     records: list[dict[str, Any]] = []
+
+    def events() -> None:
+        results[f"refusals/{plan.key}"] = [(f.check, f.key) for f in runner.rdv.refusals]
+        results[f"failovers/{plan.key}"] = list(runner.rdv.store.failovers)
 
     def on_step(r: int, info: Any) -> None:
         if plan.die_in_round == r and info.step == 2:
@@ -94,9 +120,13 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         rec["signature"] = "0x" + report.signed.signature.hex()
         records.append(rec)
         results[plan.key] = list(records)
+        events()
 
     runner.on_step, runner.on_round = on_step, on_round
-    runner.run()
+    try:
+        runner.run()
+    finally:
+        events()
     results[plan.key] = records
 
 
@@ -110,7 +140,7 @@ def _wait_for_round(port: int, round: int) -> None:
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if store.check(["current_round"]) and int(store.get("current_round")) >= round:
+        if store.check([f"members/{round}/0/open"]):
             return
         time.sleep(0.05)
     raise TimeoutError(f"round {round} never closed")
@@ -134,9 +164,13 @@ def collect(procs: list[Any], results: Any, manager: Any, timeout: float = 240.0
     for p in alive:
         p.kill()
         p.join()
-    out = dict(results)
+    everything = dict(results)
+    out = {k: v for k, v in everything.items() if isinstance(k, int)}
+    events = {k: v for k, v in everything.items() if isinstance(k, str)}
     codes = [p.exitcode for p in procs]
     manager.shutdown()
     if alive:
         raise TimeoutError(f"{len(alive)} nodes still running after {timeout}s; results {out}")
-    return {"results": out, "exit_codes": codes}
+    refusals = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("refusals/")}
+    failovers = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("failovers/")}
+    return {"results": out, "exit_codes": codes, "refusals": refusals, "failovers": failovers}

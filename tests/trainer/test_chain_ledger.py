@@ -82,12 +82,16 @@ def _node(
 
 
 def test_config_change_on_chain_is_picked_up_next_round(
-    chain: AnvilProcess, deployment: Deployment, corpus_dir: Path, store_port: int
+    chain: AnvilProcess,
+    deployment: Deployment,
+    nodes: list[Any],  # noqa: F811
+    corpus_dir: Path,
+    store_port: int,
 ) -> None:
     _as_timelock(chain, deployment, "setInnerLoop", 3, 3000)
     _as_timelock(chain, deployment, "setDataMixture", [7000, 3000])
     before = ChainClient(chain.rpc_url, deployment).training_config()
-    key = NodeKey.from_private_key(bytes([7]) * 32)
+    key = NodeKey.from_private_key(nodes[0].key)  # registered and staked: members admit it
     runner = _node(chain, deployment, key, corpus_dir, store_port, None, rounds=2)
 
     def vote_passed(report: RoundReport) -> None:

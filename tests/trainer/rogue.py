@@ -1,0 +1,218 @@
+"""A rogue process that reaches the rendezvous store and attacks the run's coordination.
+
+`start_rogue(attack, port, info)` spawns a process named ``rogue-<attack>``: a plain TCPStore
+client (anyone who can reach the port can be one) with its own key, which is *not* registered on
+chain. It writes what the attack needs, over and over, until the test ends it. The attacks are
+the ones an unauthenticated store used to allow (issue 16): rewrite the round's config, add a
+phantom member, drop an honest one, move ``current_round``, serve a poisoned checkpoint with a
+matching unsigned hash, replay an old signed join, and host the rendezvous and vanish mid-run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch.multiprocessing as mp
+
+ROGUE_KEY = "0x" + "66" * 32  # never registered on chain
+
+
+@dataclass
+class RogueInfo:
+    run_id: bytes
+    chain_id: int
+    ledger: str  # ContributionLedger address: the coordination domain
+    honest: list[str] = field(default_factory=list)
+    target: str = ""  # the honest node an attack is aimed at
+    absent: str = ""  # a registered node that is not running
+    rounds: int = 4
+
+
+def _store(port: int, *, host: bool = False) -> Any:
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    return dist.TCPStore(  # type: ignore[attr-defined]
+        "127.0.0.1", port, is_master=host, wait_for_workers=False, timeout=timedelta(seconds=60)
+    )
+
+
+class _Rogue:
+    def __init__(self, port: int, info: RogueInfo) -> None:
+        from protocol.eip712 import Eip712Domain
+        from protocol.keys import NodeKey
+
+        self.store = _store(port)
+        self.info = info
+        self.key = NodeKey.from_private_key(bytes.fromhex(ROGUE_KEY[2:]))
+        self.domain = Eip712Domain(chain_id=info.chain_id, verifying_contract=info.ledger)  # type: ignore[arg-type]
+        self.done: set[Any] = set()
+
+    def forged(self, kind: int, r: int, a: int, payload: dict[str, Any], node: str = "") -> bytes:
+        """Signed by the rogue's key; claiming ``node`` as signer when given (a forgery)."""
+        from protocol.coordination import Kind, SignedMessage
+
+        msg = SignedMessage.create(self.key.private_key, node or self.key.address, self.domain,  # type: ignore[arg-type]
+                                   run_id=self.info.run_id, round=r, attempt=a, kind=Kind(kind),
+                                   payload=payload)  # fmt: skip
+        return msg.to_wire()
+
+    def slot(self, r: int, a: int, value: bytes) -> None:
+        n = int(self.store.add(f"members/{r}/{a}/n", 1)) - 1
+        self.store.set(f"members/{r}/{a}/slot/{n}", value)
+
+    def once(self, tag: Any) -> bool:
+        if tag in self.done:
+            return False
+        self.done.add(tag)
+        return True
+
+    def signed_in(self, key: str) -> Any:
+        from protocol.coordination import SignedMessage
+        from protocol.errors import ProtocolError
+
+        if not self.store.check([key]):
+            return None
+        try:
+            return SignedMessage.from_wire(self.store.get(key))
+        except ProtocolError:
+            return None
+
+    # --- attacks ----------------------------------------------------------------------------
+
+    def config(self) -> None:
+        """Rewrite the round's config: the old shared key, forged read-outs, a round-open that
+        pins an old config block."""
+        evil = {"version": 99, "inner_steps": 1, "inner_lr": 0.5, "batch_size": 4,
+                "outer_lr": 5.0, "outer_momentum": 0.0, "wire_format": "fp32",
+                "mixture": [10000]}  # fmt: skip
+        for r in range(1, self.info.rounds + 1):
+            for a in (0, 1):
+                self.store.set(f"config/{r}/{a}", json.dumps(evil))
+                for addr in self.info.honest:
+                    if self.once(("cfg", r, a, addr)):
+                        self.store.set(f"config/{r}/{a}/{addr}",
+                                       self.forged(4, r, a, {"hash": "00" * 32, "version": 99},
+                                                   node=addr))  # fmt: skip
+            old_block = self.forged(2, r, 0, {"joins": [], "config_block": 1})
+            self.store.compare_set(f"members/{r}/0/open", "", old_block)
+
+    def phantom(self) -> None:
+        """Add phantom members: an unsigned join, a join signed by an unregistered key, and a
+        join claiming a registered node that is not running (signed by the rogue)."""
+        for r in range(1, self.info.rounds + 1):
+            if not self.once(("phantom", r)):
+                continue
+            self.slot(r, 0, json.dumps({"node": self.key.address}).encode())
+            self.slot(r, 0, self.forged(1, r, 0, {"head": 0, "endpoint": ""}))
+            self.slot(r, 0, self.forged(1, r, 0, {"head": 0, "endpoint": ""},
+                                        node=self.info.absent))  # fmt: skip
+            legacy = {"round": r, "members": [self.info.absent]}
+            self.store.set("latest_members", json.dumps(legacy))
+
+    def drop(self) -> None:
+        """Drop an honest member: forged leave notices, its join slots overwritten, a round-open
+        without it."""
+        target = self.info.target
+        for r in range(1, self.info.rounds + 1):
+            self.store.set(f"leave/{r}/{target}",
+                           self.forged(3, r, 0, {}, node=target if r % 2 else ""))  # fmt: skip
+            prefix = f"members/{r}/0"
+            n = int(self.store.add(f"{prefix}/n", 0))
+            others = []
+            for i in range(n):
+                msg = self.signed_in(f"{prefix}/slot/{i}")
+                if msg is None:
+                    continue
+                if msg.message.node == target and self.once(("drop", r, i)):
+                    self.store.set(f"{prefix}/slot/{i}", b"dropped by the rogue")
+                elif msg.message.node != target:
+                    others.append(msg.to_wire().decode())
+            if others:
+                self.store.compare_set(f"{prefix}/open", "",
+                                       self.forged(2, r, 0, {"joins": others,
+                                                             "config_block": 0}))  # fmt: skip
+
+    def move_round(self) -> None:
+        """Move current_round far ahead (plain and signed by the rogue), and ckpt/latest."""
+        self.store.set("current_round", "99")
+        self.store.set("current_round", self.forged(2, 50, 0, {"joins": [], "config_block": 0}))
+        self.store.set("ckpt/latest", json.dumps({"round": 50, "hash": "00" * 32}))
+
+    def poison(self) -> None:
+        """Serve a poisoned checkpoint under the first member's copy, advertised in ckpt/latest
+        with its (matching, unsigned) hash."""
+        import torch
+
+        from trainer.checkpoint import RoundCheckpoint
+        from trainer.model import GPTConfig, genesis_state
+
+        target = self.info.target
+        for r in range(1, self.info.rounds + 1):
+            key = f"ckpt/{r}/{target}"
+            if not self.store.check([key]) or not self.once(("poison", r)):
+                continue
+            weights = genesis_state(GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32), 99)
+            bad = RoundCheckpoint(r, weights, {n: torch.zeros_like(t) for n, t in weights.items()},
+                                  self.info.run_id)  # fmt: skip
+            self.store.set(key, bad.to_bytes())
+            self.store.set("ckpt/latest", json.dumps({"round": r, "hash": bad.weights_hash.hex()}))
+
+    def replay(self) -> None:
+        """Replay the round-1 signed join of a node that left into every later round."""
+        target = self.info.target
+        found = None
+        n = int(self.store.add("members/1/0/n", 0))
+        for i in range(n):
+            msg = self.signed_in(f"members/1/0/slot/{i}")
+            if msg is not None and msg.message.node == target:
+                found = msg.to_wire()
+        if found is None:
+            return
+        for r in range(2, self.info.rounds + 1):
+            if self.once(("replay", r)):
+                self.slot(r, 0, found)
+                self.slot(r, 1, found)
+
+
+def _rogue_main(attack: str, port: int, info: RogueInfo) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if attack == "host":
+        _rogue_host(port, info)
+        return
+    rogue = _Rogue(port, info)
+    step = getattr(rogue, attack)
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):  # a rogue keeps going whatever the store answers
+            step()
+        time.sleep(0.1)
+
+
+def _rogue_host(port: int, info: RogueInfo) -> None:
+    """Host the run's rendezvous, then vanish (no goodbye) once round 2 has opened."""
+    store = _store(port, host=True)
+    store.set("rendezvous/ready", "1")
+    while not store.check(["members/2/0/open"]):
+        time.sleep(0.05)
+    time.sleep(0.5)  # round 2 is in flight
+    os._exit(9)
+
+
+def start_rogue(attack: str, port: int, info: RogueInfo) -> Any:
+    ctx = mp.get_context("spawn")
+    proc = ctx.Process(target=_rogue_main, args=(attack, port, info), name=f"rogue-{attack}")
+    proc.start()
+    return proc
+
+
+def stop_rogue(proc: Any) -> None:
+    if proc.is_alive():
+        proc.kill()
+    proc.join(10)
