@@ -32,14 +32,17 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from protocol.keys import NodeKey
 from trainer import commitment
 from trainer.allreduce import average
+from trainer.coordination.registry import AnyKeyRegistry
 from trainer.data import Corpus, ShardSpec
 from trainer.diloco import DiLoCo, RoundSettings
 from trainer.inner import InnerConfig, InnerTrainer, StepInfo
 from trainer.ledger_client import LedgerClient
 from trainer.membership import MembershipConfig, Rendezvous
 from trainer.model import GPT, GPTConfig
+from trainer.node import offline_domain
 from trainer.outer import OuterConfig, OuterState
 
 NET = Path("/sys/class/net/eth0/statistics")
@@ -74,18 +77,20 @@ def main() -> None:
 
     torch.set_num_threads(1)
     cfg = GPTConfig.preset(args.preset)
-    address = "0x" + (args.index + 1).to_bytes(20, "big").hex()
+    key = NodeKey.from_private_key((args.index + 1).to_bytes(32, "big"))
+    address = str(key.address)
+    run_id = bytes(32)
     corpus = Corpus.stdlib()
     model = GPT(cfg, seed=0)
     diloco = DiLoCo(model, OuterState.from_model(model))
     membership = MembershipConfig(
         min_nodes=args.world, join_window_s=0.0, rendezvous_timeout_s=600, collective_timeout_s=300
     )
-    rdv = Rendezvous(args.hub, args.port, address, membership)
+    rdv = Rendezvous(args.hub, args.port, key=key, domain=offline_domain(run_id), run_id=run_id,
+                     registry=AnyKeyRegistry(), cfg=membership)  # fmt: skip
     ledger = LedgerClient(f"http://{args.hub}:{args.ledger_port}")
     inner_cfg = InnerConfig(steps=args.inner_steps, lr=1e-3, batch_size=args.batch)
     settings = RoundSettings(inner=inner_cfg, outer=OuterConfig(), wire_format=args.fmt)
-    run_id = bytes(32)
     records: list[dict[str, object]] = []
     group = None
     members_seen: tuple[str, ...] = ()

@@ -12,6 +12,8 @@ import logging
 
 from trainer.rendezvous import serve
 
+__all__ = ["main", "serve"]
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)

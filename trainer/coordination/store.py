@@ -105,6 +105,9 @@ class FailoverStore:
     def compare_set(self, key: str, expected: bytes | str, desired: bytes) -> bytes:
         return bytes(self._call("compare_set", key, expected, desired))
 
+    def wait(self, keys: list[str]) -> None:
+        self._call("wait", keys)
+
     def delete_key(self, key: str) -> bool:
         return bool(self._call("delete_key", key))
 
