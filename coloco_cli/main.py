@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from coloco_cli import __version__
+from coloco_cli.audit import audit_command
 from coloco_cli.demo.cli import demo
 from coloco_cli.devnet.cli import app as devnet_app
 from coloco_cli.gov.cli import app as gov_app
@@ -45,6 +46,7 @@ app.add_typer(devnet_app, name="devnet", help="Local anvil devnet: up, down, dep
 app.add_typer(ledger_app, name="ledger", help="Run the ledger service.")
 app.add_typer(rendezvous_app, name="rendezvous", help="Host a run's rendezvous store (organisers).")
 app.command("demo")(demo)
+app.command("audit")(audit_command)
 
 _QUIET_LOGGERS = ("httpx", "httpcore", "web3", "urllib3")
 

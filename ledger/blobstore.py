@@ -28,7 +28,7 @@ from sqlalchemy import Engine, and_, func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from ledger.models import Attestation, Blob, ChainCommit, RoundState, Run
+from ledger.models import Attestation, Blob, ChainCommit, KeyValue, RoundState, Run
 from protocol.blobs import tensors_of_buffer
 from protocol.errors import EncodingError, LedgerError
 from protocol.hashing import hash_state_dict
@@ -256,6 +256,30 @@ class BlobStore:
         target = self.path(hash_hex)
         return target.read_bytes() if target.exists() else None
 
+    def hidden(self, hash_hex: str) -> bool:
+        """Is this the pseudo-gradient of an attestation whose round is open or closing?"""
+        from sqlmodel import col, select
+
+        from ledger.models import Attestation, RoundState
+
+        with Session(self.engine) as session:
+            rounds = session.exec(
+                select(Attestation.run_id, Attestation.round).where(
+                    Attestation.pseudo_gradient == hash_hex.lower()
+                )
+            ).all()
+            for run, rnd in rounds:
+                state = session.exec(
+                    select(RoundState.state).where(
+                        RoundState.run_id == run,
+                        RoundState.round == rnd,
+                        col(RoundState.state).in_(("open", "closing")),
+                    )
+                ).first()
+                if state is not None:
+                    return True
+        return False
+
     def tensors(self, hash_hex: str) -> dict[str, torch.Tensor] | None:
         """The blob's tensors (read-only views of an mmap of the file), or None if absent."""
         target = self.path(hash_hex)
@@ -292,6 +316,11 @@ class BlobStore:
                 c for c in session.exec(select(RoundState.checkpoint)).all() if c is not None
             )
             keep.update(session.exec(select(ChainCommit.checkpoint)).all())
+            keep.update(  # the outer momentum the ledger keeps per round (ledger.outer_step)
+                kv.value
+                for kv in session.exec(select(KeyValue)).all()
+                if kv.key.startswith("outer:")
+            )
             candidates = [h for h in old if h not in keep]
             for i in range(0, len(candidates), 500):
                 chunk = candidates[i : i + 500]

@@ -45,6 +45,9 @@ class ConfigView:
     inner_steps: int
     outer_lr_e6: int
     data_mixture: tuple[int, ...] = (10_000,)
+    inner_lr_e6: int = 0
+    outer_momentum_e6: int = 900_000
+    wire_format: str = "fp32"
 
     @classmethod
     def from_view(cls, view: TrainingConfigView) -> ConfigView:
@@ -55,6 +58,9 @@ class ConfigView:
             inner_steps=view.inner_steps,
             outer_lr_e6=view.outer_lr_e6,
             data_mixture=view.data_mixture_bps,
+            inner_lr_e6=view.inner_lr_e6,
+            outer_momentum_e6=view.outer_momentum_e6,
+            wire_format=str(view.wire_format),
         )
 
 

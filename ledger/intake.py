@@ -26,6 +26,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from ledger.core.config import Settings
 from ledger.group_writer import GroupWriter
 from ledger.indexer import ChainSnapshot, Indexer
+from ledger.membership import Membership
 from ledger.models import Attestation, Rejection, RoundState, utcnow
 from ledger.schemas import AttestationIn
 from ledger.verify import Checked, check_chain, check_form, check_sender, http_status, reject
@@ -75,6 +76,7 @@ class Intake:
         self.round_states: dict[tuple[str, int], str] = {}
         self.dirty: set[tuple[str, int]] = set()  # rounds with new attestations (see rounds.py)
         self.writer = GroupWriter(self)
+        self.membership: Membership | None = None  # set by the service (ledger.membership)
 
     @property
     def snapshot(self) -> ChainSnapshot:
@@ -148,8 +150,8 @@ class Intake:
                 ids = self._insert(conn, rows)
                 for index, new_id in zip(row_index, ids, strict=True):
                     out[index] = Outcome(202, id=int(new_id))
-                # only rounds whose members were declared can close before their deadline
-                dirty = {(r["run_id"], r["round"]) for r in rows if r["members"] is not None}
+                # the keeper re-checks these rounds' membership (ledger.membership)
+                dirty = {(r["run_id"], r["round"]) for r in rows}
             if rejections:
                 conn.execute(insert(_REJ), rejections)
         self.round_states.update(states)
@@ -221,6 +223,12 @@ class Intake:
             raise reject(
                 "round_closed",
                 f"round {att.round} of run {run} is {state}: it no longer takes attestations",
+            )
+        if self.membership is not None and not self.membership.admits(run, att.round, att.node):
+            raise reject(
+                "not_a_member",
+                f"node {att.node} did not join round {att.round} of run {run} before it started: "
+                "POST /v1/joins for the next round before it starts",
             )
         slot: Slot = (run, int(att.round), str(att.node))
         digest = "0x" + c.digest.hex()

@@ -114,6 +114,38 @@ class RejectionPublic(SQLModel):
     created_at: datetime
 
 
+class Join(SQLModel, table=True):
+    """A node's signed join of a round, recorded before the round started (its membership)."""
+
+    __tablename__ = "round_join"
+    __table_args__ = (UniqueConstraint("run_id", "round", "node", name="uq_round_join"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=66, index=True)
+    round: int = Field(sa_type=BigInteger)
+    node: str = Field(max_length=42)
+    signature: str = Field(max_length=132)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class FraudRecord(SQLModel, table=True):
+    """A failed replay audit: the evidence, and the reward it withheld (never claimable)."""
+
+    __tablename__ = "fraud_record"
+    __table_args__ = (UniqueConstraint("run_id", "round", "node", name="uq_fraud_record"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=66, index=True)
+    round: int = Field(sa_type=BigInteger)
+    node: str = Field(max_length=42, index=True)
+    digest: str = Field(max_length=66)
+    evidence_hash: str = Field(max_length=66)
+    evidence: str = Field(sa_column=Column(Text, nullable=False))
+    withheld: str = Field(default="0", max_length=80)
+    slash_tx: str | None = Field(default=None, max_length=66)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
 # --- runs and rounds ------------------------------------------------------------------------------
 
 ROUND_STATES = ("open", "closing", "scored", "committed", "final")

@@ -1,14 +1,15 @@
-"""Level 2: is a pseudo-gradient worth anything?
+"""Level 2 on tensors: is a pseudo-gradient the model's shape, finite, non-zero, of an honest
+magnitude, and not a copy? Plus the usefulness scorer's interface (``ledger.usefulness``).
 
-Zero tensors and copies of another node's pseudo-gradient score nothing. When a usefulness
-scorer is configured (the trainer's own-shard vs random-shard test, ``trainer.scoring``), its
-score in [0, 1] is the quality; otherwise quality is 1.0 and the receipt says it was not measured.
+Copies are found on *residuals*: each pseudo-gradient minus its projection on the round's mean
+direction (the component every honest node shares), compared by cosine. A cosine is blind to
+rescaling; noise lowers it only as much as the noise outweighs the residual; and tensors are laid
+out by (shape, norm) rather than by name, so renaming (swapping same-shape tensors) does not hide
+a copy either. Pure functions; :mod:`ledger.judge` applies them to a round.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -16,13 +17,26 @@ import torch
 
 from ledger.models import Attestation
 
-log = logging.getLogger(__name__)
-
-COPY_COSINE = 0.999
-
 Tensors = Mapping[str, torch.Tensor]
-UsefulnessFn = Callable[["Attestation", Tensors], "tuple[float, str] | None"]
-"""(attestation, pseudo_gradient) -> (quality in [0, 1], why), or None when not measurable."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the usefulness scorer measured: quality in [0, 1], why, and whether the node's own
+    shard improved more than random data (False marks the pair suspicious for the audit)."""
+
+    score: float
+    reason: str
+    on_shard: bool = True
+
+
+class ShardMismatch(Exception):
+    """The attested dataShard is not the shard the protocol assigns this node, round and work."""
+
+
+UsefulnessFn = Callable[[Attestation, Tensors], Measured | None]
+"""(attestation, pseudo_gradient) -> measurement, or None when the base blob is missing.
+Raises :class:`ShardMismatch` when the attested shard is not the node's."""
 
 
 @dataclass(frozen=True)
@@ -31,57 +45,63 @@ class Quality:
     reason: str
 
 
-def _flat(tensors: Tensors) -> torch.Tensor:
-    parts = [tensors[name].detach().reshape(-1).to(torch.float64) for name in sorted(tensors)]
+def canonical_flat(tensors: Tensors) -> torch.Tensor:
+    """One float64 vector, tensors ordered by (shape, norm): names play no part."""
+    items = sorted(
+        tensors.values(),
+        key=lambda t: (tuple(t.shape), float(t.detach().double().norm())),
+    )
+    parts = [t.detach().reshape(-1).to(torch.float64) for t in items]
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
-def assess(
-    ordered: Sequence[tuple[Attestation, Tensors]],
-    *,
-    usefulness: UsefulnessFn | None,
-) -> dict[str, Quality]:
-    """Quality of each node's pseudo-gradient; ``ordered`` is by arrival (first is original)."""
-    out: dict[str, Quality] = {}
-    seen: list[tuple[str, torch.Tensor, tuple[str, ...]]] = []
-    for att, tensors in ordered:
-        node = att.node
-        flat = _flat(tensors)
-        names = tuple(sorted(f"{n}:{tuple(t.shape)}" for n, t in tensors.items()))
-        norm = float(flat.norm())
-        if flat.numel() == 0 or norm == 0.0 or not torch.isfinite(flat).all():
-            out[node] = Quality(0.0, "pseudo-gradient is zero or not finite: no useful work")
-            continue
-        copied = None
-        for other, other_flat, other_names in seen:
-            if other_names == names and other_flat.numel() == flat.numel():
-                cos = float(torch.dot(flat, other_flat) / (norm * float(other_flat.norm())))
-                if cos >= COPY_COSINE:
-                    copied = (other, cos)
-                    break
-        seen.append((node, flat, names))
-        if copied is not None:
-            out[node] = Quality(
-                0.0,
-                f"pseudo-gradient copies node {copied[0]}'s (cosine {copied[1]:.4f}), "
-                "which arrived first",
+def integrity(tensors: Tensors, model: Tensors | None) -> tuple[str, str] | None:
+    """(check, why) when the tensors cannot be a pseudo-gradient of the model, else None."""
+    if model is not None:
+        if set(tensors) != set(model):
+            odd = sorted(set(tensors) ^ set(model))[:4]
+            return "shape_mismatch", (
+                f"pseudo-gradient names {len(tensors)} tensors, the model has {len(model)} "
+                f"(differs in {odd}): upload base - local for every parameter"
             )
-            continue
-        if usefulness is None:
-            out[node] = Quality(1.0, "usefulness not measured (no scorer configured)")
-            continue
-        try:
-            measured = usefulness(att, tensors)
-        except Exception as exc:  # the scorer is external code: record why, score zero
-            log.warning("usefulness scorer failed for %s: %s", node, exc)
-            out[node] = Quality(0.0, f"usefulness could not be measured: {exc}")
-            continue
-        if measured is None:
-            out[node] = Quality(
-                1.0,
-                "usefulness not measured (base checkpoint blob missing or shard not rebuildable)",
-            )
-            continue
-        score = min(max(measured[0], 0.0), 1.0) if math.isfinite(measured[0]) else 0.0
-        out[node] = Quality(score, measured[1])
-    return out
+        for name, t in tensors.items():
+            if tuple(t.shape) != tuple(model[name].shape):
+                return "shape_mismatch", (
+                    f"pseudo-gradient {name} has shape {tuple(t.shape)}, the model's is "
+                    f"{tuple(model[name].shape)}"
+                )
+    if not tensors or all(t.numel() == 0 for t in tensors.values()):
+        return "zero_update", "pseudo-gradient is empty: no useful work"
+    for t in tensors.values():
+        if not torch.isfinite(t).all():
+            return "not_finite", "pseudo-gradient has NaN or infinite values"
+    if all(not bool(t.any()) for t in tensors.values()):
+        return "zero_update", "pseudo-gradient is zero: no useful work"
+    return None
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+
+
+def residual(x: torch.Tensor, direction: torch.Tensor | None) -> torch.Tensor:
+    """``x`` without its component along ``direction`` (unit vector), or ``x`` itself."""
+    if direction is None:
+        return x
+    return x - torch.dot(x, direction) * direction
+
+
+def unit(x: torch.Tensor) -> torch.Tensor | None:
+    n = float(x.norm())
+    return x / n if n > 0 else None
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.numel() != b.numel():
+        return 0.0
+    na, nb = float(a.norm()), float(b.norm())
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return float(torch.dot(a, b)) / (na * nb)

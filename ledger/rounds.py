@@ -1,10 +1,10 @@
 """Round lifecycle: open -> closing (all expected nodes attested, or the deadline) -> scored.
 
-Scoring runs levels 1 and 2 on every accepted attestation of a round once every earlier round of
-the run is committed: base checkpoint equals the committed one, result checkpoint agrees with the
-majority, the pseudo-gradient blob was uploaded (its id is its canonical hash, so it matches the
-commitment), quality (zero/copy/usefulness), tokens within the round's time. Each attestation
-gets a receipt: verified tokens, quality, reward and the reason. Settlement takes it from there.
+Which nodes are expected is set by their signed joins (:mod:`ledger.membership`). Scoring runs
+levels 1-3 (:mod:`ledger.judge`) on every accepted attestation of a round once every earlier round
+of the run is committed; the checkpoint it commits is the ledger's own outer step. Each
+attestation gets a receipt: verified tokens, quality, reward and the reason (the check that
+decided it, with its evidence). Settlement takes it from there.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import logging
 from datetime import datetime
 
-import torch
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
@@ -21,11 +20,12 @@ from ledger.blobstore import BlobStore
 from ledger.core.config import Settings
 from ledger.indexer import Indexer
 from ledger.intake import Intake
+from ledger.judge import Context, judge_round, record_frauds
+from ledger.membership import Membership
 from ledger.models import Attestation, RoundState, Run, utcnow
-from ledger.quality import Quality, UsefulnessFn, assess
+from ledger.quality import UsefulnessFn
 from ledger.retry import Backoff
-from ledger.scoring import attestations_root, cap_tokens, majority_checkpoint, split_rewards, weight
-from trainer.commitment import as_flat
+from ledger.scoring import attestations_root
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ class RoundKeeper:
         settings: Settings,
         *,
         usefulness: UsefulnessFn | None = None,
+        membership: Membership | None = None,
     ) -> None:
         self.engine = engine
         self.intake = intake
@@ -47,6 +48,8 @@ class RoundKeeper:
         self.blobs = blobs
         self.settings = settings
         self.usefulness = usefulness
+        self.membership = membership
+        self.audit_cpu_s = 0.0  # CPU seconds spent replaying (bench.redteam reads it)
         self._first_pass = True
         self.backoff = Backoff("scoring of (run, round)")
 
@@ -70,6 +73,8 @@ class RoundKeeper:
                     RoundState.id, RoundState.run_id, RoundState.round, RoundState.deadline_at
                 ).where(RoundState.state == "open")
             ).all()
+        if self.membership is not None:
+            dirty |= self.membership.due(now)
         if self._first_pass or self.engine.dialect.name != "sqlite":
             self._first_pass = False
             dirty |= {(run_id, round_) for _, run_id, round_, _ in open_rounds}
@@ -78,7 +83,7 @@ class RoundKeeper:
             overdue = now >= deadline_at
             if not overdue and (run_id, round_) not in dirty:
                 continue
-            expected, complete = self._expected(run_id, round_)
+            expected, complete = self._expected(run_id, round_, now)
             if complete or overdue:
                 why = "every expected node attested" if complete else "deadline passed"
                 if self._close(row_id, expected, why, now):
@@ -99,22 +104,18 @@ class RoundKeeper:
             log.info("round %d of run %s closing: %s", key[1], key[0], why)
         return True
 
-    def _expected(self, run_id: str, round_: int) -> tuple[set[str], bool]:
-        """(expected members, whether all of them attested). Undeclared: never complete."""
+    def _expected(self, run_id: str, round_: int, now: datetime) -> tuple[set[str], bool]:
+        """(expected members, whether the round may close early): see :mod:`ledger.membership`."""
         with Session(self.engine) as session:
             rows = session.exec(
                 select(Attestation.node, Attestation.members).where(
                     Attestation.run_id == run_id, Attestation.round == round_
                 )
             ).all()
-        attested = {node for node, _ in rows}
-        expected = set(attested)
-        declared = False
-        for _, members in rows:
-            if members:
-                declared = True
-                expected.update(json.loads(members))
-        return expected, declared and expected <= attested
+        declared = {node: json.loads(m) if m else None for node, m in rows}
+        if self.membership is None:
+            return set(declared), False
+        return self.membership.complete(run_id, round_, declared, now)
 
     def score_ready(self) -> list[RoundState]:
         """Score every closing round whose earlier rounds are all committed on chain.
@@ -181,65 +182,26 @@ class RoundKeeper:
                 ).all()
             )
             run = session.get(Run, rnd.run_id)
-            reasons: dict[int, str] = {}
-            base_ok = [a for a in atts if a.base_checkpoint == base]
-            for a in atts:
-                if a.base_checkpoint != base:
-                    reasons[a.id or 0] = (
-                        f"base checkpoint {a.base_checkpoint} is not the committed checkpoint "
-                        f"{base} of round {last}"
-                    )
-            majority = majority_checkpoint([a.result_checkpoint for a in base_ok])
-            agreeing = [a for a in base_ok if a.result_checkpoint == majority]
-            for a in base_ok:
-                if a.result_checkpoint != majority:
-                    reasons[a.id or 0] = (
-                        f"result checkpoint {a.result_checkpoint} disagrees with the majority "
-                        f"{majority} ({len(agreeing)} of {len(base_ok)} nodes)"
-                    )
-            material: list[tuple[Attestation, dict[str, torch.Tensor]]] = []
-            for a in agreeing:
-                tensors = self.blobs.tensors(a.pseudo_gradient)
-                if tensors is None:
-                    reasons[a.id or 0] = (
-                        f"pseudo-gradient blob {a.pseudo_gradient} was not uploaded: "
-                        "PUT /v1/blobs/{hash} before attesting"
-                    )
-                else:  # an int8/fp32 commitment (trainer.commitment) is scored decoded
-                    material.append((a, as_flat(tensors)))
-            quality: dict[str, Quality] = assess(material, usefulness=self.usefulness)
-            weights: dict[int, int] = {}
-            for a in atts:
-                aid = a.id or 0
+            members = self.membership.members(rnd.run_id, rnd.round) if self.membership else None
+            ctx = Context(
+                settings=self.settings, blobs=self.blobs, config=cfg, base=base, last_round=last,
+                members=members, usefulness=self.usefulness,
+                start_of=lambda a: self._start_of(session, a, run),
+            )  # fmt: skip
+            judged = judge_round(session, rnd, atts, ctx)
+            self.audit_cpu_s += judged.audit_cpu_s
+            for e in judged.entries:
+                a = e.att
                 node = snap.nodes.get(a.node)
                 a.payout = node.payout if node is not None else None
-                if aid in reasons:
-                    a.verified, a.verified_tokens, a.quality, a.reason = False, 0, 0.0, reasons[aid]
-                    weights[aid] = 0
-                    continue
-                start = self._start_of(session, a, run)
-                seconds = (a.received_at - start).total_seconds()
-                verified = cap_tokens(a.tokens, seconds, self.settings.max_tokens_per_s)
-                if a.inner_steps == 0:
-                    verified = 0
-                q = quality[a.node]
-                a.verified, a.verified_tokens, a.quality = (
-                    q.score > 0 and verified > 0,
-                    verified,
-                    q.score,
-                )
-                note = q.reason
-                if verified < a.tokens:
-                    note += (
-                        f"; {a.tokens} tokens claimed in {seconds:.1f}s, credited {verified} "
-                        f"(max {self.settings.max_tokens_per_s:g} tokens/s)"
-                    )
-                a.reason = note
-                weights[aid] = weight(verified, q.score)
-            rewards = split_rewards(cfg.reward_per_round, weights)
-            for a in atts:
-                a.reward = str(rewards.get(a.id or 0, 0))
+                a.verified = e.ok and e.quality > 0 and e.tokens > 0
+                a.verified_tokens = e.tokens if e.ok else 0
+                a.quality = e.quality if e.ok else 0.0
+                a.reason = e.reason
+                a.reward = str(e.reward)
                 session.add(a)
+            record_frauds(session, rnd, judged.entries)
+            majority = judged.checkpoint
             row = session.get(RoundState, rnd.id)
             assert row is not None
             row.checkpoint = majority
@@ -248,9 +210,9 @@ class RoundKeeper:
                 "0x" + attestations_root([bytes.fromhex(a.digest[2:]) for a in atts]).hex()
             )
             row.reward_per_round = str(cfg.reward_per_round)
+            row.note = judged.note
             if majority is None:
                 row.state = "final"
-                row.note = "no attestation built on the committed checkpoint: nothing to commit"
             else:
                 row.state = "scored"
             session.add(row)

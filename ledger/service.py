@@ -26,6 +26,7 @@ from ledger.core.config import Settings
 from ledger.indexer import Indexer
 from ledger.intake import Intake
 from ledger.leader import Leadership
+from ledger.membership import Membership
 from ledger.models import RoundState, Settlement
 from ledger.quality import UsefulnessFn
 from ledger.retention import prune_rejections
@@ -62,6 +63,10 @@ class Ledger:
             depth=max(0, settings.confirmations - 1),  # 1 confirmation = the head itself
         )
         self.intake = Intake(self.engine, self.indexer, settings)
+        self.membership = Membership(
+            self.engine, self.indexer, join_window_s=settings.join_window_s
+        )
+        self.intake.membership = self.membership
         self.blobs = BlobStore(
             settings.blob_dir,
             self.engine,
@@ -72,7 +77,13 @@ class Ledger:
         if usefulness is None and settings.usefulness_model:
             usefulness = self._trainer_usefulness()
         self.keeper = RoundKeeper(
-            self.engine, self.intake, self.indexer, self.blobs, settings, usefulness=usefulness
+            self.engine,
+            self.intake,
+            self.indexer,
+            self.blobs,
+            settings,
+            usefulness=usefulness,
+            membership=self.membership,
         )
         self.settler = Settler(
             self.engine, self.chain, confirmations=settings.confirmations, fault_hook=fault_hook
@@ -104,6 +115,7 @@ class Ledger:
             rows=self.settings.usefulness_rows,
             mixture_of=lambda: config().data_mixture,
             outer_lr_of=lambda: config().outer_lr_e6 / 1e6,
+            inner_steps_of=lambda: config().inner_steps,
         )
 
     def prepare_database(self) -> None:

@@ -36,6 +36,8 @@ HTTP_STATUS: dict[str, int] = {
     "conflicting_attestation": 409,
     "chain_not_indexed": 503,
     "batch_too_large": 413,
+    "not_a_member": 403,
+    "round_started": 409,
 }
 
 

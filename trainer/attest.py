@@ -19,8 +19,9 @@ from protocol.attestation import ComputeAttestation
 from protocol.blob_auth import UploadSigner
 from protocol.blobs import encode_blob
 from protocol.eip712 import Eip712Domain
-from protocol.errors import LedgerUnavailableError
+from protocol.errors import AttestationRejected, LedgerUnavailableError
 from protocol.hashing import hash_state_dict
+from protocol.join import RoundJoin
 from protocol.keys import NodeKey
 from protocol.types import Address, Bytes32, RoundNumber, RunId
 from trainer.ledger_client import LedgerClient
@@ -80,6 +81,21 @@ class Attester:
             tokens=work.tokens,
             result_checkpoint=Bytes32(work.result_checkpoint),
         )
+
+    def join(self, round: int) -> bool:
+        """Sign and post this node's join of ``round`` (the ledger's membership). False when the
+        ledger refused it (the round already started: take part from the next round)."""
+        if self.ledger is None:
+            return True
+        join = RoundJoin(RunId(self.run_id), RoundNumber(round), self.key.address)
+        try:
+            self.ledger.join_round(join, self.key.sign_digest(join.digest(self.domain)))
+        except AttestationRejected as exc:
+            log.warning("round %d: the ledger refused the join (%s)", round, exc.message)
+            return exc.code not in ("round_started", "round_closed", "stale_round")
+        except LedgerUnavailableError as exc:
+            log.warning("round %d: join not recorded, ledger unreachable: %s", round, exc.message)
+        return True
 
     def publish(self, work: WorkRecord, round_members: Sequence[str]) -> Signed:
         """Sign; submit (after any backlog). A ledger outage keeps the round in the backlog

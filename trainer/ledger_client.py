@@ -117,6 +117,14 @@ class LedgerClient:
                 return None
             raise
 
+    def join_round(self, join: Any, signature: bytes) -> dict[str, Any]:
+        """POST a signed RoundJoin: membership of a round, before it starts."""
+        body = {"join": join.to_json(), "signature": "0x" + signature.hex()}
+        resp = self._request(
+            "POST", "/v1/joins", f"attestation join of round {join.round}", json=body
+        )
+        return dict(resp.json())
+
     def submit_attestation(
         self,
         attestation: ComputeAttestation,

@@ -266,6 +266,9 @@ class NodeRunner:
         return max(ckpt.round + 1, self.rdv.current_round() + 1)
 
     def run_round(self, r: int) -> RoundReport | None:
+        if not self.attester.join(r):  # the ledger's members: signed joins before the round
+            log.info("round %d started at the ledger without this node; trying the next one", r)
+            return None
         members = self.join(r)
         if self.address not in members.addresses:
             log.info("round %d closed without this node; trying the next one", r)

@@ -28,6 +28,7 @@ _STATUS = {
     "blob_disk_full": 507,
     "conflicting_genesis": 409,
     "encoding_error": 422,
+    "not_yet_public": 403,
 }
 
 

@@ -69,7 +69,7 @@ class Settings(BaseSettings):
     indexer_poll_s: float = Field(default=1.0, gt=0)
     lifecycle_poll_s: float = Field(default=0.5, gt=0)
     usefulness_model: str | None = Field(
-        default=None, description="model preset for the own-shard usefulness test (e.g. tiny)"
+        default="tiny", description="model preset for the own-shard usefulness test (e.g. tiny)"
     )
     usefulness_corpus: Path | None = Field(default=None, description="corpus folder; stdlib")
     usefulness_rows: int = Field(default=32, ge=1, le=4096)
@@ -79,6 +79,23 @@ class Settings(BaseSettings):
     api_threads: int = Field(
         default=16, ge=1, le=512, description="threads serving sync routes; the pool follows"
     )
+    join_window_s: float = Field(
+        default=1.0, gt=0, description="a round starts this long after its first join / r-1"
+    )
+    tokens_per_step: int | None = Field(
+        default=None, ge=1, description="governed batch x sequence length (work is derived)"
+    )
+    copy_cosine: float = Field(default=0.9, gt=0, le=1, description="residual copy threshold")
+    copy_history_rounds: int = Field(default=3, ge=0, le=100)
+    magnitude_floor: float = Field(default=0.25, gt=0, description="x median honest norm")
+    magnitude_ceiling: float = Field(default=4.0, gt=1, description="x median honest norm")
+    audit_fraction: float = Field(
+        default=0.0, ge=0, le=1, description="share of verified node-rounds replayed"
+    )
+    audit_probation_rounds: int = Field(
+        default=1, ge=0, description="a node's first verified rounds are always replayed"
+    )
+    audit_tolerance: float = Field(default=1e-3, gt=0, description="replay relative L2 error")
     run_background: bool = Field(default=True, description="run indexer + lifecycle in the app")
     auto_create_schema: bool = Field(
         default=False, description="create tables on start (development/test only)"

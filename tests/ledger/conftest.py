@@ -51,6 +51,8 @@ def settings_for(
             "confirmations": 1,
             "round_deadline_s": 600,
             "indexer_poll_s": 0.01,
+            "join_window_s": 0.5,
+            "usefulness_model": None,  # fake blobs; test_usefulness and the red team score
         }
         values.update(overrides)
         return Settings(_env_file=None, **values)  # type: ignore[call-arg]

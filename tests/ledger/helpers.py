@@ -72,7 +72,7 @@ def attestation(
     result: str,
     pseudo_gradient: str | None = None,
     tokens: int = 1000,
-    inner_steps: int = 10,
+    inner_steps: int = 50,
     config_version: int = 1,
     shard: str | None = None,
 ) -> ComputeAttestation:
@@ -105,6 +105,17 @@ def body(
     if members is not None:
         out["round_members"] = members
     return out
+
+
+def join(client: Any, node: NodeKey, run_id: str, round_: int, domain: Eip712Domain) -> Any:
+    """POST a signed RoundJoin (membership of ``round_``); returns the response."""
+    from protocol.join import RoundJoin
+    from protocol.signing import sign_digest
+    from protocol.types import RoundNumber, RunId
+
+    j = RoundJoin(RunId(bytes.fromhex(run_id[2:])), RoundNumber(round_), Address(node.address))
+    sig = sign_digest(j.digest(domain), node.key)
+    return client.post("/v1/joins", json={"join": j.to_json(), "signature": "0x" + sig.hex()})
 
 
 def tick_until(ledger: Any, run_id: str, round_: int, state: str, timeout: float = 10.0) -> None:

@@ -17,6 +17,7 @@ from tests.ledger.helpers import (
     contract,
     gradient_blob,
     h,
+    join,
     tick_until,
     upload_headers,
 )
@@ -36,6 +37,8 @@ def test_round_scored_committed_and_claimed(
     client, ledger: Ledger, started_run, nodes, domain, chain, deployment
 ) -> None:
     members = [n.address for n in nodes]
+    for node in nodes:  # members are the nodes that joined before the round started
+        assert join(client, node, started_run, 1, domain).status_code == 202
     honest = _upload(client, 1, (nodes[0], domain))
     copy_of_honest = honest  # node 2 attests the very same pseudo-gradient
     zero = _upload(client, 3, (nodes[2], domain), scale=0.0)

@@ -6,12 +6,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 from sqlmodel import Session, select
 
 from ledger.core.config import Settings
-from ledger.models import RoundState, Settlement
+from ledger.models import RoundState, Settlement, utcnow
 from ledger.service import Ledger
 from protocol.toolchain import REPO_ROOT
 from tests.ledger.conftest import GENESIS
@@ -21,6 +22,7 @@ from tests.ledger.helpers import (
     contract,
     gradient_blob,
     h,
+    join,
     tick_until,
     upload_headers,
 )
@@ -31,6 +33,7 @@ class Crash(BaseException):
 
 
 def _scored_round(client, ledger: Ledger, run_id: str, nodes, domain) -> None:
+    assert join(client, nodes[0], run_id, 1, domain).status_code == 202
     digest, data, _ = gradient_blob(7)
     signed = upload_headers(nodes[0], domain, digest)
     assert client.put(f"/v1/blobs/{digest}", content=data, headers=signed).status_code == 201
@@ -39,7 +42,7 @@ def _scored_round(client, ledger: Ledger, run_id: str, nodes, domain) -> None:
     )
     r = client.post("/v1/attestations", json=body(att, nodes[0].key, domain, [nodes[0].address]))
     assert r.status_code == 202
-    ledger.keeper.close_due()
+    ledger.keeper.close_due(now=utcnow() + timedelta(seconds=2))  # after the join window
     (rnd,) = ledger.keeper.score_ready()
     ledger.settler.record_intent(rnd)
 

@@ -1,16 +1,18 @@
-"""Level 2 with the trainer's own-shard test: honest work scores, noise does not."""
+"""Level 2 with the trainer's own-shard test: honest work scores, noise does not, a wrong shard is
+refused."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from sqlmodel import create_engine
 
 from ledger.blobstore import BlobStore
 from ledger.db import create_all
 from ledger.models import Attestation
-from ledger.quality import assess
+from ledger.quality import ShardMismatch
 from ledger.usefulness import trainer_usefulness
 from protocol.blobs import encode_blob
 from protocol.hashing import hash_state_dict
@@ -21,7 +23,7 @@ RUN = bytes(range(32))
 NODE = "0x" + "11" * 20
 
 
-def test_honest_scores_noise_and_copies_do_not(tmp_path: Path) -> None:
+def test_honest_scores_noise_does_not_wrong_shard_refused(tmp_path: Path) -> None:
     torch.manual_seed(0)
     cfg = GPTConfig.preset("tiny")
     model = GPT(cfg, seed=0)
@@ -80,19 +82,18 @@ def test_honest_scores_noise_and_copies_do_not(tmp_path: Path) -> None:
             signature="0x",
         )
 
-    copier, noisy = "0x" + "44" * 20, "0x" + "55" * 20
-    quality = assess(
-        [(att(NODE, honest), honest), (att(copier, honest), honest), (att(noisy, noise), noise)],
-        usefulness=scorer,
-    )
-    assert quality[NODE].score > 0.3, quality[NODE]
-    assert "own-shard loss" in quality[NODE].reason
-    assert quality[copier].score == 0.0 and "copies" in quality[copier].reason
-    assert quality[noisy].score < quality[NODE].score / 2, quality[noisy]
-    # a shard id the node could not have trained on: not measured, and the receipt says so
+    honest_m = scorer(att(NODE, honest), honest)
+    noisy = "0x" + "55" * 20
+    noise_m = scorer(att(noisy, noise), noise)
+    assert honest_m is not None and noise_m is not None
+    assert honest_m.score > 0.3, honest_m
+    assert "own-shard loss" in honest_m.reason
+    assert noise_m.score < honest_m.score / 2, noise_m
+    # a shard id the node could not have trained on: refused, and the message says which
     wrong = att(NODE, honest)
     wrong.data_shard = "0x" + "66" * 32
-    assert scorer(wrong, honest) is None
+    with pytest.raises(ShardMismatch, match="not this node's shard"):
+        scorer(wrong, honest)
 
 
 def test_settings_enable_the_trainer_scorer(settings_for, db_url) -> None:

@@ -17,7 +17,12 @@ from fastapi.testclient import TestClient
 from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
-from protocol.errors import AttestationRejected, CheckpointError, LedgerUnavailableError
+from protocol.errors import (
+    AttestationRejected,
+    CheckpointError,
+    LedgerError,
+    LedgerUnavailableError,
+)
 from protocol.keys import NodeKey
 from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     ADMIN,
@@ -136,8 +141,8 @@ def test_attestations_and_blobs_are_accepted_by_the_real_ledger(
     att = report.signed.attestation
     again = lc.submit_attestation(att, report.signed.signature, [key.address])
     assert again == report.signed.ledger_id, "re-posting the same attestation is idempotent"
-    pg_blob = lc.get_blob(att.pseudo_gradient)
-    assert pg_blob is not None and len(pg_blob) > 1000
+    with pytest.raises(LedgerError, match="not_yet_public"):  # no copying from an open round
+        lc.get_blob(att.pseudo_gradient)
     assert lc.get_blob(att.result_checkpoint) is not None, "rank 0 uploaded the checkpoint"
     assert lc.get_blob(att.base_checkpoint) is not None, "genesis uploaded: round 1 is scorable"
     # The ledger settles the round (one member, it declared itself) and commits it on chain;
@@ -145,7 +150,10 @@ def test_attestations_and_blobs_are_accepted_by_the_real_ledger(
     # ledger's blob store, checked against checkpointOf(run, 1).
     tick_until(ledger, "0x" + RUN.hex(), 1, "committed", timeout=60.0)
     cc = ChainClient(chain.rpc_url, deployment)
+    # the ledger computed the outer step itself: the same bits as the node's
     assert bytes(cc.checkpoint_of(RUN, 1)) == att.result_checkpoint
+    pg_blob = lc.get_blob(att.pseudo_gradient)  # public once the round is scored
+    assert pg_blob is not None and len(pg_blob) > 1000
     cold = Recovery(RUN, SMALL, 0, chain=cc, ledger=lc)
     restored = cold.from_ledger(1)
     assert restored is not None and restored.weights_hash == att.result_checkpoint

@@ -117,6 +117,12 @@ async def put_blob(hash: HashPath, request: Request, ledger: LedgerDep) -> BlobO
     responses={200: {"content": {"application/octet-stream": {}}}, 404: {"model": ErrorResponse}},
 )
 def get_blob(hash: HashPath, ledger: LedgerDep) -> Response:
+    """A blob; a pseudo-gradient of a round still open or closing is not readable (no copying)."""
+    if ledger.blobs.hidden(hash):
+        raise LedgerError(
+            f"blob {hash} is a pseudo-gradient of a round not scored yet: readable once it closes",
+            code="not_yet_public",
+        )
     path = ledger.blobs.path(hash)
     if not path.is_file():
         raise LedgerError(

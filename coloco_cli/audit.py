@@ -1,0 +1,122 @@
+"""`coloco audit`: an independent replay auditor of a ledger's rounds (level 3).
+
+Reads the rounds of a run from a ledger (``GET /v1/runs/{run}/rounds``), samples the governed
+fraction of paid (node, round) pairs with the ledger's own keccak draw (``--fraction 1`` takes
+every one), downloads the base checkpoint and the pseudo-gradient blobs (public once the round
+is scored), replays the inner steps on CPU from the base on the declared shard
+(:mod:`ledger.audit.replay`) and prints one JSON line per pair, then a summary. Exit code 1 when
+a replay fails: its line carries the evidence (attestation digest, replay inputs, hashes).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+
+from protocol.blobs import decode_blob
+
+
+def audit_rounds(
+    http: httpx.Client,
+    run_id: str,
+    *,
+    fraction: float,
+    model: str,
+    inner_lr: float,
+    mixture: tuple[int, ...],
+    tolerance: float,
+    corpus_dir: Path | None = None,
+    limit: int = 50,
+) -> list[dict[str, Any]]:
+    """Replay the sampled pairs of the run's latest ``limit`` scored rounds; one verdict each."""
+    from ledger.audit.replay import ReplayInputs, audit
+    from ledger.judge import decode_pseudo_gradient, sampled
+    from ledger.usefulness import corpus_of
+
+    rounds = http.get(f"/v1/runs/{run_id}/rounds", params={"limit": limit}).json()
+    out: list[dict[str, Any]] = []
+    for rnd in sorted(rounds, key=lambda x: x["round"]):
+        if rnd["state"] not in ("scored", "committed", "final"):
+            continue
+        for s in rnd["scores"]:
+            if not s["verified"] or not sampled(s["digest"], fraction):
+                continue
+            base = _tensors(http, s["base_checkpoint"])
+            raw = _tensors(http, s["pseudo_gradient"])
+            if base is None or raw is None:
+                out.append({"round": rnd["round"], "node": s["node"], "verdict": "unavailable"})
+                continue
+            tensors, packet, bad = decode_pseudo_gradient(raw, base)
+            inputs = ReplayInputs(
+                run_id=bytes.fromhex(run_id[2:]),
+                round=rnd["round"],
+                node=s["node"],
+                tokens=s["tokens"],
+                inner_steps=s["inner_steps"],
+                inner_lr=inner_lr,
+                mixture=mixture,
+                preset=model,
+            )
+            if bad is not None:
+                out.append(
+                    {"round": rnd["round"], "node": s["node"], "verdict": "fail", "reason": bad}
+                )
+                continue
+            v = audit(
+                base, tensors, inputs, corpus_of(corpus_dir), tolerance=tolerance, packet=packet
+            )
+            out.append(
+                {
+                    "round": rnd["round"],
+                    "node": s["node"],
+                    "digest": s["digest"],
+                    "verdict": "pass" if v.passed else "fail",
+                    "relative_error": v.rel_error,
+                    "submitted": s["pseudo_gradient"],
+                    "replayed": v.replayed_hash,
+                    "replay_inputs": inputs.to_json(),
+                    "reason": v.reason,
+                }
+            )
+    return out
+
+
+def _tensors(http: httpx.Client, hash_hex: str) -> Any:
+    resp = http.get(f"/v1/blobs/{hash_hex}")
+    if resp.status_code != 200:
+        return None
+    return decode_blob(resp.content, max_bytes=1 << 34)
+
+
+def audit_command(  # noqa: PLR0917 - typer options
+    run_id: Annotated[str, typer.Option("--run-id", help="bytes32 run id (0x..)")],
+    ledger_url: Annotated[str, typer.Option("--ledger-url")] = "http://127.0.0.1:8000",
+    fraction: Annotated[float, typer.Option(help="share of paid pairs to replay (0..1)")] = 0.1,
+    model: Annotated[str, typer.Option(help="the run's model preset")] = "tiny",
+    inner_lr: Annotated[float, typer.Option(help="TrainingConfig inner lr")] = 1e-3,
+    mixture: Annotated[str, typer.Option(help="data mixture bps, comma-separated")] = "10000",
+    tolerance: Annotated[float, typer.Option(help="relative L2 error allowed")] = 1e-3,
+    limit: Annotated[int, typer.Option(help="latest rounds to look at")] = 50,
+) -> None:
+    """Replay a sample of a run's paid rounds on CPU; exit 1 if one does not match."""
+    with httpx.Client(base_url=ledger_url, timeout=60) as http:
+        verdicts = audit_rounds(
+            http,
+            run_id.lower(),
+            fraction=fraction,
+            model=model,
+            inner_lr=inner_lr,
+            mixture=tuple(int(b) for b in mixture.split(",")),
+            tolerance=tolerance,
+            limit=limit,
+        )
+    for v in verdicts:
+        typer.echo(json.dumps(v))
+    failed = sum(v["verdict"] == "fail" for v in verdicts)
+    typer.echo(json.dumps({"audited": len(verdicts), "failed": failed}))
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,117 @@
+"""POST /v1/joins (a node's signed join of a round), GET a round's members, the ledger's outer
+state of a round (weights + momentum blobs, for nodes to resync), and the fraud records."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path
+from pydantic import BaseModel, ConfigDict
+from sqlmodel import col, select
+from starlette.concurrency import run_in_threadpool
+
+from ledger.api.deps import LedgerDep, SessionDep
+from ledger.api.errors import json_response
+from ledger.models import FraudRecord, KeyValue, RoundState
+from ledger.outer_step import momentum_key
+from ledger.schemas import AddressStr, Hex32, SignatureHex, Uint64
+from ledger.verify import reject
+from protocol.errors import EncodingError, LedgerError
+from protocol.join import RoundJoin
+
+router = APIRouter(tags=["membership"])
+
+RunIdPath = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$")]
+
+
+class JoinFields(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    runId: Hex32  # noqa: N815 - EIP-712 field names
+    round: Uint64
+    node: AddressStr
+
+
+class JoinIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    join: JoinFields
+    signature: SignatureHex
+
+
+@router.post("/joins", status_code=202)
+async def post_join(body: JoinIn, ledger: LedgerDep) -> Any:
+    """Join a round before it starts: its members are the nodes whose join was recorded."""
+    try:
+        join = RoundJoin.from_json(body.join.model_dump())
+    except EncodingError as exc:
+        raise reject("invalid_field", str(exc)) from None
+    run = "0x" + join.run_id.hex()
+    state = ledger.intake.round_states.get((run, int(join.round)))
+    members = await run_in_threadpool(
+        ledger.membership.join,
+        join,
+        body.signature,
+        ledger.chain.domain,
+        ledger.indexer.snapshot,
+        round_window=ledger.settings.round_window,
+        round_state=state,
+    )
+    return json_response(
+        {
+            "status": "joined",
+            "round": join.round,
+            "members": sorted(members.joined),
+            "starts_at": members.starts_at.isoformat() if members.starts_at else None,
+        },
+        202,
+    )
+
+
+@router.get("/runs/{run_id}/rounds/{round}/members")
+def get_members(
+    run_id: RunIdPath, round: Annotated[int, Path(ge=0, lt=1 << 63)], ledger: LedgerDep
+) -> Any:
+    state = ledger.membership.state(run_id.lower(), round)
+    return {
+        "members": sorted(state.joined),
+        "starts_at": state.starts_at.isoformat() if state.starts_at else None,
+    }
+
+
+@router.get("/runs/{run_id}/outer/{round}")
+def get_outer(
+    run_id: RunIdPath, round: Annotated[int, Path(ge=0, lt=1 << 63)], session: SessionDep
+) -> Any:
+    """The committed weights and the outer momentum the ledger computed for a round."""
+    run = run_id.lower()
+    rnd = session.exec(
+        select(RoundState).where(RoundState.run_id == run, RoundState.round == round)
+    ).first()
+    mom = session.get(KeyValue, momentum_key(run, round))
+    if rnd is None or rnd.checkpoint is None:
+        raise LedgerError(f"round {round} of run {run} has no checkpoint yet", code="not_found")
+    return {"checkpoint": rnd.checkpoint, "momentum": mom.value if mom else None}
+
+
+@router.get("/frauds")
+def list_frauds(session: SessionDep, node: AddressStr | None = None) -> Any:
+    """Failed replay audits with their evidence (newest first)."""
+    stmt = select(FraudRecord).order_by(col(FraudRecord.id).desc()).limit(500)
+    if node is not None:
+        stmt = stmt.where(col(FraudRecord.node) == node)
+    return [
+        {
+            "run_id": f.run_id,
+            "round": f.round,
+            "node": f.node,
+            "digest": f.digest,
+            "evidence_hash": f.evidence_hash,
+            "evidence": json.loads(f.evidence),
+            "withheld": f.withheld,
+            "slash_tx": f.slash_tx,
+            "at": f.created_at.isoformat(),
+        }
+        for f in session.exec(stmt).all()
+    ]

@@ -1,0 +1,216 @@
+"""Round membership set by the protocol: signed joins recorded before the round started.
+
+A node joins round r of a run with a signed :class:`protocol.join.RoundJoin`. Round r *starts*
+``join_window_s`` after the later of its first join and the commit of round r-1; joins after that
+are refused (``round_started``: join the next round). Once a round has joins, an attestation from
+a node that did not join is refused (``not_a_member``), and the round closes early only when
+every member attested, or when a majority of the members attested and every member that most of
+them declare (``round_members``) attested: a node can neither close a round early on its own nor
+exclude another (a member counts as needed when most attested members declare it); a member
+that does not attest by the deadline is simply absent. A round nobody
+joined keeps open membership and closes at its deadline only.
+
+The member sets live in memory (loaded per round from the database on first use) because intake
+consults them on its hot path; every join goes through this object, so the cache stays exact.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+
+from ledger.indexer import ChainSnapshot, Indexer
+from ledger.models import Join, utcnow
+from ledger.verify import reject
+from protocol.eip712 import Eip712Domain
+from protocol.errors import SignatureError
+from protocol.join import RoundJoin
+from protocol.signing import check_signature, recover_digest
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+
+
+def _aware(t: datetime) -> datetime:
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+@dataclass
+class RoundMembers:
+    joined: dict[str, datetime]
+    starts_at: datetime | None  # None: round r-1 still open, the join window has not begun
+
+    def started(self, now: datetime) -> bool:
+        return self.starts_at is not None and now >= self.starts_at
+
+
+class Membership:
+    def __init__(self, engine: Engine, indexer: Indexer, *, join_window_s: float) -> None:
+        self.engine = engine
+        self.indexer = indexer
+        self.window = timedelta(seconds=join_window_s)
+        self._cache: dict[Key, dict[str, datetime]] = {}
+        self._lock = threading.Lock()
+        self._committed_seen: dict[Key, datetime] = {}
+        self._waiting: set[Key] = set()  # rounds with joins that have not started yet
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def joined(self, run: str, round_: int) -> dict[str, datetime]:
+        key = (run, round_)
+        found = self._cache.get(key)
+        if found is None:
+            with Session(self.engine) as session:
+                rows = session.exec(
+                    select(Join.node, Join.created_at).where(
+                        Join.run_id == run, Join.round == round_
+                    )
+                ).all()
+            found = {node: _aware(at) for node, at in rows}
+            with self._lock:
+                found = self._cache.setdefault(key, found)
+        return found
+
+    def members(self, run: str, round_: int) -> frozenset[str] | None:
+        """The round's members, or None when nobody joined it (open membership)."""
+        joined = self.joined(run, round_)
+        return frozenset(joined) if joined else None
+
+    def admits(self, run: str, round_: int, node: str) -> bool:
+        joined = self.joined(run, round_)
+        return not joined or node in joined
+
+    def state(self, run: str, round_: int) -> RoundMembers:
+        joined = self.joined(run, round_)
+        return RoundMembers(dict(joined), self._starts_at(run, round_, joined))
+
+    def _starts_at(self, run: str, round_: int, joined: dict[str, datetime]) -> datetime | None:
+        """``join_window_s`` after the later of the first join and the moment this ledger saw
+        round r-1 committed on chain (None: r-1 is not committed yet, joins are still open)."""
+        if not joined:
+            return None
+        if self.indexer.snapshot.last_round.get(run, -1) < round_ - 1:
+            return None
+        seen = self._committed_seen.setdefault((run, round_ - 1), utcnow())
+        return max(min(joined.values()), seen) + self.window
+
+    # --- joins ------------------------------------------------------------------------------
+
+    def join(
+        self,
+        join: RoundJoin,
+        signature: str,
+        domain: Eip712Domain,
+        snap: ChainSnapshot,
+        *,
+        round_window: int,
+        round_state: str | None,
+    ) -> RoundMembers:
+        """Verify and record a signed join (idempotent); the round's members so far."""
+        run = "0x" + join.run_id.hex()
+        key = (run, int(join.round))
+        if join.node in self.joined(*key):
+            return self.state(*key)
+        _check_join_chain(join, run, snap, round_window)  # cheap checks before recovery
+        try:
+            sig = check_signature(signature)
+            signer = recover_digest(join.digest(domain), sig)
+        except SignatureError as exc:
+            raise reject("bad_signature", str(exc)) from None
+        if signer != join.node:
+            raise reject(
+                "signer_mismatch",
+                f"join signature recovers to {signer}, not to node {join.node}: sign the "
+                "RoundJoin with the node's key (GET /v1/eip712 for the domain)",
+            )
+        if round_state is not None and round_state != "open":
+            raise reject(
+                "round_closed", f"round {join.round} of run {run} is {round_state}: join the next"
+            )
+        now = utcnow()
+        current = self.state(*key)
+        if current.started(now):
+            raise reject(
+                "round_started",
+                f"round {join.round} of run {run} started at {current.starts_at}: its members "
+                f"are fixed; join round {join.round + 1} before it starts",
+            )
+        with Session(self.engine) as session:
+            session.add(
+                Join(run_id=run, round=join.round, node=join.node, signature="0x" + sig.hex())
+            )
+            try:
+                session.commit()
+            except IntegrityError:
+                session.rollback()
+        with self._lock:
+            self._cache.setdefault(key, {}).setdefault(join.node, now)
+        self._waiting.add(key)
+        state = self.state(*key)
+        log.info("node %s joined round %d of run %s", join.node, join.round, run)
+        return state
+
+    def due(self, now: datetime) -> set[Key]:
+        """Rounds that started since the last call (the keeper re-checks whether they close)."""
+        done = set()
+        for key in list(self._waiting):
+            starts = self._starts_at(key[0], key[1], self.joined(*key))
+            if starts is not None and now >= starts:
+                done.add(key)
+                self._waiting.discard(key)
+        return done
+
+    # --- closing ----------------------------------------------------------------------------
+
+    def complete(
+        self, run: str, round_: int, declared: dict[str, list[str] | None], now: datetime
+    ) -> tuple[set[str], bool]:
+        """(expected members, whether the round may close before its deadline).
+
+        ``declared``: attested node -> the ``round_members`` it declared (None: none).
+        """
+        state = self.state(run, round_)
+        if not state.joined:
+            return set(declared), False
+        members = set(state.joined)
+        if not state.started(now):
+            return members, False
+        attested = members & set(declared)
+        if members <= attested:
+            return members, True
+        if 2 * len(attested) <= len(members):
+            return members, False
+        votes: dict[str, int] = {}
+        for node in attested:  # no declaration: the node counts on every member
+            for m in set(declared[node] or members) & members:
+                votes[m] = votes.get(m, 0) + 1
+        needed = {m for m, n in votes.items() if 2 * n > len(attested)}
+        return members, needed <= attested
+
+
+def _check_join_chain(join: RoundJoin, run: str, snap: ChainSnapshot, round_window: int) -> None:
+    if snap.config is None:
+        raise reject("chain_not_indexed", "the ledger has not indexed the chain yet: retry")
+    if not snap.is_active(join.node):
+        raise reject(
+            "not_staked",
+            f"node {join.node} is not registered and staked: `coloco node register` and stake",
+        )
+    last = snap.last_round.get(run)
+    if last is None:
+        raise reject("unknown_run", f"run {run} has no genesis commit on chain")
+    if join.round <= last:
+        raise reject("stale_round", f"round {join.round} of run {run} is already committed")
+    if join.round > last + round_window:
+        raise reject(
+            "future_round",
+            f"round {join.round} is in the future: rounds {last + 1}..{last + round_window} "
+            "take joins",
+        )

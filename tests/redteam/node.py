@@ -1,0 +1,189 @@
+"""One node of the red-team network: the same code for honest and cheating nodes; its
+:class:`trainer.strategy.Strategy` decides every deviation."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from protocol.attestation import ComputeAttestation
+from protocol.blob_auth import UploadSigner
+from protocol.blobs import encode_blob
+from protocol.hashing import hash_state_dict
+from protocol.join import RoundJoin
+from protocol.keys import NodeKey as SigningKey
+from protocol.signing import sign_attestation
+from protocol.types import RoundNumber, RunId
+from tests.ledger.helpers import NodeKey
+from trainer.allreduce import simulate_average
+from trainer.checkpoint import load_weights_into
+from trainer.data import Corpus, ShardSpec
+from trainer.inner import InnerConfig, InnerTrainer
+from trainer.model import GPT
+from trainer.outer import FlatLayout, OuterConfig, OuterState
+from trainer.strategy import RoundView, Strategy, Tensors
+
+if TYPE_CHECKING:
+    from tests.redteam.network import Network
+
+
+@cache
+def corpus() -> Corpus:
+    return Corpus.stdlib()
+
+
+@dataclass
+class Work:
+    pseudo_gradient: Tensors  # what the node reports (after its strategy)
+    honest: Tensors  # what it computed
+    tokens: int
+    steps: int
+    shard: bytes
+    cpu_s: float
+    view: RoundView
+
+    @property
+    def contributes(self) -> bool:
+        """A well-formed, finite update can be averaged (a wrong-shaped one breaks the
+        all-reduce, so the members leave it out, as the ledger does)."""
+        return self.view.extra.get("shape_ok", True) and all(
+            bool(torch.isfinite(t).all()) for t in self.pseudo_gradient.values()
+        )
+
+
+class Node:
+    def __init__(self, key: NodeKey, net: Network, strategy: Strategy, *, label: str) -> None:
+        self.key, self.net, self.strategy, self.label = key, net, strategy, label
+        self.address = key.address
+        self.signer = SigningKey.from_private_key(key.key)
+        self.history: list[Tensors] = []
+        self.joins: dict[int, bool | str] = {}
+        self.signed: dict[int, list[dict[str, Any]]] = {}  # round -> bodies posted
+        self.train_cpu_s = 0.0
+        self.bases: list[dict[str, torch.Tensor]] = []
+
+    # --- protocol steps ---------------------------------------------------------------------
+
+    def join(self, r: int) -> None:
+        target = self.strategy.join_round(r)
+        if target is None:
+            return
+        join = RoundJoin(
+            RunId(bytes.fromhex(self.net.run_id[2:])), RoundNumber(target), self.signer.address
+        )
+        sig = self.signer.sign_digest(join.digest(self.net.domain))
+        resp = self.net.client.post(
+            "/v1/joins", json={"join": join.to_json(), "signature": "0x" + sig.hex()}
+        )
+        self.joins[target] = resp.status_code == 202 or resp.json()["error"]["code"]
+
+    def train(self, r: int, base: dict[str, torch.Tensor]) -> Work:
+        net, cfg = self.net, self.net.cfg
+        self.bases.append(base)
+        start_base = net.genesis_weights if self.strategy.stale_base() else base
+        tokens = cfg.inner_steps * cfg.batch * net.model.seq_len
+        owner = self.address
+        if self.strategy.train_on_other_data():
+            owner = "0x" + bytes(hash_state_dict({"x": torch.tensor([r])}))[:20].hex()
+        spec = ShardSpec.for_node(bytes.fromhex(net.run_id[2:]), r, owner, tokens, (10_000,))
+        rows = corpus().shard_rows(spec, net.model.seq_len)
+        model = GPT(net.model)
+        load_weights_into(model, {n: t.clone() for n, t in start_base.items()})
+        steps = self.strategy.inner_steps(cfg.inner_steps)
+        inner = InnerConfig(steps=steps, lr=cfg.inner_lr_e6 / 1e6, batch_size=cfg.batch)
+        t0 = time.process_time()
+        InnerTrainer(model, inner, keep_state=False).train(rows)
+        cpu = time.process_time() - t0
+        self.train_cpu_s += cpu
+        local = dict(model.named_parameters())
+        own = {n: (start_base[n] - local[n].detach()).contiguous() for n in start_base}
+        own_spec = ShardSpec.for_node(
+            bytes.fromhex(net.run_id[2:]), r, self.address, tokens, (10_000,)
+        )
+        view = RoundView(r, self.address, cfg.inner_steps, own_history=list(self.history))
+        return Work(own, own, tokens, cfg.inner_steps, own_spec.id, cpu, view)
+
+    def finish(self, work: Work, peers: dict[str, Work], previous_mean: Tensors | None) -> None:
+        """Apply the strategy to the computed pseudo-gradient (it may copy what it sees)."""
+        view = work.view
+        view.peers = {a: w.honest for a, w in peers.items() if a != self.address}
+        view.previous_mean = previous_mean
+        view.extra["signed"] = self.signed
+        norms = sorted(
+            float(torch.cat([t.reshape(-1) for t in w.honest.values()]).norm())
+            for w in peers.values()
+        )
+        view.honest_norm = norms[len(norms) // 2] if norms else None
+        work.pseudo_gradient = self.strategy.pseudo_gradient(work.honest, view)
+        names = set(work.pseudo_gradient) == set(work.honest)
+        view.extra["shape_ok"] = names and all(
+            work.pseudo_gradient[n].shape == work.honest[n].shape for n in work.honest
+        )
+
+    @staticmethod
+    def outer_result(
+        net: Network,
+        base: dict[str, torch.Tensor],
+        momentum: dict[str, torch.Tensor] | None,
+        pgs: list[Tensors],
+        weights: list[int],
+    ) -> bytes:
+        """The members' outer step: the trainer's average and Nesterov step, in rank order."""
+        layout = FlatLayout({n: t.shape for n, t in base.items()})
+        state = OuterState(
+            layout, layout.flatten(base), layout.flatten(momentum) if momentum else None
+        )
+        snap = net.ledger.indexer.snapshot.config
+        assert snap is not None
+        flats = [layout.flatten(pg) for pg in pgs]
+        avg = simulate_average(flats, snap.wire_format, weights=weights)
+        state.step(
+            avg, OuterConfig(lr=snap.outer_lr_e6 / 1e6, momentum=snap.outer_momentum_e6 / 1e6)
+        )
+        return bytes(hash_state_dict(state.weights()))
+
+    def attest(self, r: int, work: Work, result: bytes, group: list[str]) -> list[str]:
+        """Upload the blob, sign and post the attestation(s) the strategy chooses."""
+        net = self.net
+        pg = work.pseudo_gradient
+        pg_hash = bytes(hash_state_dict(pg))
+        net.client.put(
+            f"/v1/blobs/0x{pg_hash.hex()}",
+            content=encode_blob(pg),
+            headers=UploadSigner(self.key.key, net.domain).headers("0x" + pg_hash.hex()),
+        )
+        base = net.genesis_weights if self.strategy.stale_base() else self.bases[-1]
+        cfg = net.ledger.indexer.snapshot.config
+        assert cfg is not None
+        fields = {
+            "runId": net.run_id,
+            "round": r,
+            "node": self.address,
+            "configVersion": cfg.version,
+            "baseCheckpoint": "0x" + bytes(hash_state_dict(base)).hex(),
+            "pseudoGradient": "0x" + pg_hash.hex(),
+            "dataShard": "0x" + work.shard.hex(),
+            "innerSteps": work.steps,
+            "tokens": work.tokens,
+            "resultCheckpoint": "0x" + result.hex(),
+        }
+        out = []
+        members = self.strategy.round_members(group, work.view)
+        for f in self.strategy.attestations(fields, work.view):
+            body = f.pop("_body", None)
+            if body is None:
+                att = ComputeAttestation.from_json(f)
+                sig = sign_attestation(att, net.domain, self.key.key)
+                body = {
+                    "attestation": att.to_json(),
+                    "signature": "0x" + sig.hex(),
+                    "round_members": members,
+                }
+            self.signed.setdefault(int(body["attestation"]["round"]), []).append(body)
+            out.append(net.post(body))
+        self.history.append(work.honest)
+        return out
