@@ -27,6 +27,7 @@ from tests.ledger.helpers import (
     body,
     gradient_blob,
     h,
+    join,
     tick_until,
     upload_headers,
 )
@@ -47,7 +48,9 @@ def _start_run(client: TestClient, ledger: Ledger, label: str) -> str:
 def _attest_alone(
     client: TestClient, run: str, node: NodeKey, domain: object, seed: int, result: str
 ) -> str:
-    """One node attests round 1 of ``run`` as its only member (the round completes at once)."""
+    """One node joins and attests round 1 of ``run`` as its only member (the round completes as
+    soon as it starts)."""
+    assert join(client, node, run, 1, domain).status_code == 202  # type: ignore[arg-type]
     digest, data, _ = gradient_blob(seed)
     headers = upload_headers(node, domain, digest)  # type: ignore[arg-type]
     assert client.put(f"/v1/blobs/{digest}", content=data, headers=headers).status_code == 201
@@ -126,7 +129,19 @@ def test_rounds_close_during_an_rpc_outage(
     try:
         with TestClient(create_app(ledger=ledger)) as client:
             run = _start_run(client, ledger, "run-outage")
-            att = attestation(nodes[0], run_id=run, round_=1, base=GENESIS, result=h("o-1"))
+            digest, data, _ = gradient_blob(5)  # a real update: the round has paid work
+            headers = upload_headers(nodes[0], domain, digest)  # type: ignore[arg-type]
+            assert (
+                client.put(f"/v1/blobs/{digest}", content=data, headers=headers).status_code == 201
+            )
+            att = attestation(
+                nodes[0],
+                run_id=run,
+                round_=1,
+                base=GENESIS,
+                result=h("o-1"),
+                pseudo_gradient=digest,
+            )
             r = client.post("/v1/attestations", json=body(att, nodes[0].key, domain))  # type: ignore[arg-type]
             assert r.status_code == 202, r.text
             door.client.w3.provider.endpoint_uri = "http://127.0.0.1:9/"  # type: ignore[attr-defined]
