@@ -1,0 +1,464 @@
+"""`python -m bench.faults [--quick] [--only NAME ...]`: the ledger under faults, real processes.
+
+One anvil with the contracts and staked nodes; per scenario a fresh `coloco ledger serve`
+process, a fresh run and database, signed attestations posted over HTTP by a load generator that
+retries what was not acknowledged:
+
+- ``kill9``: the ledger is killed with SIGKILL under write load and restarted (SQLite);
+- ``postgres_restart``: PostgreSQL restarted under write load;
+- ``rpc_outage``: the ledger's RPC cut for 60 s (quick: 6 s) under load: rounds keep closing,
+  settlement resumes after;
+- ``reorg``: a reorg of depth 3 drops a mined settlement (confirmations 4): it is sent again;
+- ``blob_disk_full``: blob uploads until the blob disk (a 4 MiB tmpfs; without root, the free
+  space reserve) is full: a clear 507, no partial file, every stored blob intact;
+- ``soak``: 1,000 attestations/s for 10 minutes (quick: 10 s) in batches: nothing lost, RSS flat.
+
+Per scenario ``passed``, ``accepted`` (acknowledged 202), ``stored`` (of those, found in the
+ledger's database afterwards), ``settled_twice`` (commitRound transactions beyond one per round,
+counted from the chain's blocks: a reverted duplicate counts). Last line: one JSON object with the
+scenarios and ``scenarios``, ``passed``, ``lost``, ``double_settlements``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.fault_rig import LedgerProc, Load, Rig, SwitchableRpc, wait_for
+from protocol.blob_auth import UploadSigner
+from protocol.blobs import encode_blob
+from protocol.deploy import deploy
+from protocol.devnet import AnvilProcess
+from protocol.hashing import hash_state_dict
+from tests.ledger.helpers import domain_of, new_node
+
+log = logging.getLogger("bench.faults")
+NODES = 8
+
+
+def _outcome(load: Load, led: LedgerProc, counts: dict[int, int], **extra: Any) -> dict[str, Any]:
+    """The scenario's figures. A refusal is an error unless the attestation is stored anyway
+    (a retry after a lost answer, refused as ``round_closed`` once its round had closed)."""
+    stored = led.stored(load.accepted)
+    refused_not_stored = len(load.refused_digests) - led.stored(load.refused_digests)
+    twice = sum(c - 1 for c in counts.values() if c > 1)
+    checks = extra.pop("checks", {})
+    checks["nothing_refused_unstored"] = refused_not_stored == 0
+    passed = stored == len(load.accepted) and twice == 0 and all(checks.values())
+    return {
+        "passed": passed,
+        "accepted": len(load.accepted),
+        "stored": stored,
+        "settled_twice": twice,
+        "checks": checks,
+        "refused": load.refused[:5],
+        "refused_but_stored": len(load.refused_digests) - refused_not_stored,
+        "retries": load.failures,
+        **extra,
+    }
+
+
+def _settled(rig: Rig, run: str, rounds: int, timeout_s: float) -> bool:
+    return wait_for(lambda: rig.last_committed(run) >= rounds, timeout_s)
+
+
+def kill9(rig: Rig) -> dict[str, Any]:
+    rounds = 10 if rig.quick else 60
+    led = rig.ledger("kill9")
+    try:
+        start = rig.anvil.block_number()
+        run = rig.open_run(led, "kill9")
+        load = Load(led.url, rig.attestations(run, range(1, rounds + 1)), threads=8)
+        thread = load.background()
+        wait_for(lambda: len(load.accepted) >= rounds * NODES // 3, 60, 0.05)
+        before = len(load.accepted)
+        led.kill9()
+        led.start()
+        thread.join()
+        settled = _settled(rig, run, rounds, 60 if rig.quick else 180)
+        return _outcome(
+            load,
+            led,
+            rig.commits_per_round(run, start),
+            accepted_before_kill=before,
+            checks={"all_rounds_committed": settled},
+        )
+    finally:
+        led.stop()
+
+
+def _pg_restart(rig: Rig) -> None:
+    """`pg_ctl restart` (fast shutdown): the server's output to its log, never to our pipes,
+    which the new postmaster would hold open."""
+    from tests.harness.postgres import _as_postgres, _pg_bin
+
+    datadir = rig.pg.datadir
+    argv = [_pg_bin("pg_ctl"), "-D", str(datadir), "-l", str(datadir.parent / "server.log"),
+            "-m", "fast", "-w", "-t", "60", "restart"]  # fmt: skip
+    subprocess.run(
+        _as_postgres(argv),
+        check=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
+def postgres_restart(rig: Rig) -> dict[str, Any]:
+    rounds = 10 if rig.quick else 60
+    led = rig.ledger("postgres", rig.postgres_url(f"faults_pg_{os.getpid()}"))
+    try:
+        start = rig.anvil.block_number()
+        run = rig.open_run(led, "postgres")
+        load = Load(led.url, rig.attestations(run, range(1, rounds + 1)), threads=8)
+        thread = load.background()
+        wait_for(lambda: len(load.accepted) >= rounds * NODES // 3, 60, 0.05)
+        _pg_restart(rig)
+        thread.join()
+        settled = _settled(rig, run, rounds, 60 if rig.quick else 180)
+        return _outcome(
+            load,
+            led,
+            rig.commits_per_round(run, start),
+            checks={"all_rounds_committed": settled},
+        )
+    finally:
+        led.stop()
+
+
+def rpc_outage(rig: Rig) -> dict[str, Any]:
+    outage_s = 6.0 if rig.quick else 60.0
+    half = 4 if rig.quick else 15
+    proxy = SwitchableRpc(rig.anvil.rpc_url)
+    led = rig.ledger("rpc", rpc_url=proxy.url)
+    try:
+        start = rig.anvil.block_number()
+        run = rig.open_run(led, "rpc")
+        first = Load(led.url, rig.attestations(run, range(1, half + 1)))
+        first.run()
+        _settled(rig, run, half, 60)
+        proxy.up = False
+        cut_at = time.monotonic()
+        second = Load(led.url, rig.attestations(run, range(half + 1, 2 * half + 1)))
+        second.run()
+        time.sleep(max(0.0, outage_s - (time.monotonic() - cut_at)))
+        states = led.round_states(run)
+        closed_in_outage = sum(
+            1 for r in range(half + 1, 2 * half + 1) if states.get(r, "open") != "open"
+        )
+        committed_in_outage = rig.last_committed(run)
+        proxy.up = True
+        settled = _settled(rig, run, 2 * half, 120 if rig.quick else 300)
+        load = Load(led.url, first.work + second.work)
+        load.accepted = first.accepted | second.accepted
+        load.refused = first.refused + second.refused
+        load.failures = first.failures + second.failures
+        load.refused_digests = first.refused_digests | second.refused_digests
+        return _outcome(
+            load,
+            led,
+            rig.commits_per_round(run, start),
+            outage_s=outage_s,
+            rpc_requests_refused=proxy.refused,
+            rounds_closed_during_outage=closed_in_outage,
+            last_committed_during_outage=committed_in_outage,
+            checks={
+                "rounds_closed_during_outage": closed_in_outage == half,
+                "settlement_resumed": settled,
+            },
+        )
+    finally:
+        led.stop()
+        proxy.close()
+
+
+def reorg(rig: Rig) -> dict[str, Any]:
+    rounds = 8 if rig.quick else 30
+    depth = 3
+    led = rig.ledger("reorg", confirmations=str(depth + 1))
+    try:
+        with rig.mine_in_background():
+            start = rig.anvil.block_number()
+            run = rig.open_run(led, "reorg")
+            load = Load(led.url, rig.attestations(run, range(1, rounds + 1)), threads=4, rate=40)
+            thread = load.background()
+            dropped = 0
+            for _ in range(20):  # reorg right after a commit lands, so the reorg drops it
+                seen = rig.last_committed(run)
+                if seen >= rounds or not wait_for(
+                    lambda s=seen: rig.last_committed(run) > s, 30, 0.02
+                ):
+                    break
+                landed = rig.last_committed(run)
+                rig.anvil.call("anvil_reorg", [depth, []])
+                dropped += max(0, landed - rig.last_committed(run))
+                if dropped >= 2:
+                    break
+            thread.join()
+            settled = _settled(rig, run, rounds, 120 if rig.quick else 300)
+            final = wait_for(lambda: all(s == "final" for s in led.round_states(run).values()), 60)
+        counts = rig.commits_per_round(run, start)
+        return _outcome(
+            load,
+            led,
+            counts,
+            depth=depth,
+            commits_dropped_by_reorg=dropped,
+            checks={
+                "reorg_dropped_a_commit": dropped >= 1,
+                "all_rounds_committed": settled,
+                "all_rounds_final": final,
+                "each_round_once_on_chain": all(counts.get(r) == 1 for r in range(1, rounds + 1)),
+            },
+        )
+    finally:
+        led.stop()
+
+
+def _tiny_disk(path: Path) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)],
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def blob_disk_full(rig: Rig) -> dict[str, Any]:
+    import torch
+
+    from ledger.blobstore import BlobStore
+
+    blob_dir = rig.work / "blob-disk"
+    mounted = _tiny_disk(blob_dir)
+    env = {"blob_dir": str(blob_dir)}
+    if not mounted:  # no root: the ledger's free-space reserve leaves 2 MiB to fill
+        stats = os.statvfs(rig.work)
+        env["blob_min_free_bytes"] = str(stats.f_bavail * stats.f_frsize - (2 << 20))
+    led = rig.ledger("blobs", **env)
+    try:
+        start = rig.anvil.block_number()
+        run = rig.open_run(led, "blobs")
+        load = Load(led.url, rig.attestations(run, range(1, 4)))
+        thread = load.background()
+        codes: list[int] = []
+        full_error: dict[str, Any] = {}
+        with httpx.Client(timeout=60) as client:
+            for i in range(40):
+                sd = {"w": torch.randn(1 << 17, generator=torch.Generator().manual_seed(i))}
+                digest = "0x" + hash_state_dict(sd).hex()
+                node = rig.nodes[i % len(rig.nodes)]
+                headers = UploadSigner(node.key, rig.domain).headers(digest)
+                r = client.put(
+                    f"{led.url}/v1/blobs/{digest}", content=encode_blob(sd), headers=headers
+                )
+                codes.append(r.status_code)
+                if r.status_code == 507:
+                    full_error = r.json()["error"]
+                    break
+        thread.join()
+        leftovers = [p.name for p in (blob_dir / "tmp").iterdir()]
+        files = {p.name.removesuffix(".safetensors") for p in blob_dir.glob("*.safetensors")}
+        store = BlobStore.__new__(BlobStore)  # only its file hashing: no start-up clean-up
+        store.max_bytes = 1 << 30
+        intact = all(store.hash_file(blob_dir / f"{f}.safetensors") == f for f in files)
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(led.db_url)
+        with engine.connect() as conn:
+            rows = {r[0] for r in conn.execute(text("SELECT hash FROM blob"))}
+        engine.dispose()
+        return _outcome(
+            load,
+            led,
+            rig.commits_per_round(run, start),
+            disk="tmpfs 4 MiB" if mounted else "free-space reserve (no root to mount a tmpfs)",
+            uploads=len(codes),
+            stored_blobs=len(files),
+            error=full_error,
+            checks={
+                "full_disk_is_a_clear_507": full_error.get("code") == "blob_disk_full",
+                "no_partial_files": not leftovers,
+                "stored_blobs_intact": intact,
+                "rows_match_files": rows == files,
+                "earlier_uploads_stored": codes.count(201) >= 1,
+            },
+        )
+    finally:
+        led.stop()
+        if mounted:
+            subprocess.run(["umount", "-l", str(blob_dir)], check=False)
+
+
+def soak(rig: Rig) -> dict[str, Any]:
+    seconds = 10.0 if rig.quick else 600.0
+    rate, batch = 1000.0, 50
+    led = rig.ledger("soak", max_batch_items=str(batch))
+    try:
+        start = rig.anvil.block_number()
+        run = rig.open_run(led, "soak")
+        total = int(rate * seconds)
+        load = Load(led.url, [], threads=4)
+        rss: list[int] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(1.0):
+                rss.append(led.rss_bytes())
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        began = time.monotonic()
+        _batches(rig, load, run, total=total, rate=rate, size=batch, began=began)
+        elapsed = time.monotonic() - began
+        stop.set()
+        sampler.join()
+        achieved = len(load.accepted) / elapsed
+        warm = rss[len(rss) // 5 :] or rss
+        early = sum(warm[: max(1, len(warm) // 4)]) / max(1, len(warm[: max(1, len(warm) // 4)]))
+        late = sum(warm[-max(1, len(warm) // 4) :]) / max(1, len(warm[-max(1, len(warm) // 4) :]))
+        growth = late - early
+        return _outcome(
+            load,
+            led,
+            rig.commits_per_round(run, start),
+            seconds=round(elapsed, 1),
+            target_per_s=rate,
+            achieved_per_s=round(achieved, 1),
+            rss_early_mb=round(early / 2**20, 1),
+            rss_late_mb=round(late / 2**20, 1),
+            checks={
+                "rate_held": achieved >= 0.9 * rate,
+                "rss_flat": growth <= max(32 << 20, 0.1 * early),
+            },
+        )
+    finally:
+        led.stop()
+
+
+def _batches(
+    rig: Rig, load: Load, run: str, *, total: int, rate: float, size: int, began: float
+) -> None:
+    """Sign and post ``total`` attestations in batches of ``size`` at ``rate`` items/s."""
+    per_thread = 4
+    step = size * per_thread
+
+    def worker(offset: int) -> None:
+        with httpx.Client(base_url=load.url, timeout=30) as client:
+            for first in range(offset * size, total, step):
+                due = began + first / rate
+                if (delay := due - time.monotonic()) > 0:
+                    time.sleep(delay)
+                round_lo = 1 + first // NODES
+                items = rig.attestations(
+                    run, range(round_lo, round_lo + size // NODES + 2), members=False
+                )
+                items = items[first % NODES : first % NODES + size]
+                body = b'{"items":[' + b",".join(w.body for w in items) + b"]}"
+                try:
+                    r = client.post("/v1/attestations/batch", content=body,
+                                    headers={"content-type": "application/json"})  # fmt: skip
+                except httpx.HTTPError:
+                    load.failures += 1
+                    load.refused_digests.update(w.digest for w in items)
+                    continue
+                if r.status_code != 202:
+                    load.refused.append(f"{r.status_code}")
+                    load.refused_digests.update(w.digest for w in items)
+                    continue
+                for res in r.json()["results"]:
+                    if res["status"] == "accepted":
+                        load.accepted.add(items[res["index"]].digest)
+                    else:
+                        load.refused.append(res["error"]["code"])
+                        load.refused_digests.add(items[res["index"]].digest)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(per_thread)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+SCENARIOS: dict[str, Callable[[Rig], dict[str, Any]]] = {
+    "kill9": kill9,
+    "postgres_restart": postgres_restart,
+    "rpc_outage": rpc_outage,
+    "reorg": reorg,
+    "blob_disk_full": blob_disk_full,
+    "soak": soak,
+}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="seconds per scenario (CI)")
+    parser.add_argument("--only", nargs="*", choices=sorted(SCENARIOS), help="run only these")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks clean up
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    began = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="bench-faults-"))
+    anvil = AnvilProcess.start(work / "anvil")
+    rig = None
+    results: dict[str, Any] = {}
+    try:
+        dep_path = work / "deployment.json"
+        dep = deploy(
+            anvil.rpc_url, anvil.accounts[0][1], committer=anvil.accounts[1][0], out_path=dep_path
+        )
+        nodes = [new_node(anvil.w3, dep, anvil.accounts[2 + i % 8][0]) for i in range(NODES)]
+        rig = Rig(work, anvil, dep, dep_path, nodes, domain_of(dep), args.quick)
+        for name in args.only or list(SCENARIOS):
+            log.info("scenario %s", name)
+            t0 = time.monotonic()
+            try:
+                results[name] = SCENARIOS[name](rig)
+            except Exception as exc:  # a scenario that cannot finish has failed
+                log.exception("scenario %s failed", name)
+                error = f"{type(exc).__name__}: {exc}"
+                results[name] = {
+                    "passed": False, "accepted": 0, "stored": 0, "settled_twice": 0, "error": error
+                }  # fmt: skip
+            results[name]["elapsed_s"] = round(time.monotonic() - t0, 1)
+            log.info("scenario %s: %s", name, results[name])
+    finally:
+        anvil.stop()
+        if rig is not None and rig.pg is not None:
+            rig.pg.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    summary = {
+        "scenarios": len(results),
+        "passed": sum(1 for r in results.values() if r["passed"]),
+        "lost": sum(r["accepted"] - r["stored"] for r in results.values()),
+        "double_settlements": sum(r["settled_twice"] for r in results.values()),
+        "quick": args.quick,
+        "elapsed_s": round(time.monotonic() - began, 1),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "results": results,
+    }
+    print(json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
