@@ -63,9 +63,11 @@ class Membership:
 
     # --- reads ------------------------------------------------------------------------------
 
-    def joined(self, run: str, round_: int) -> dict[str, datetime]:
+    def joined(self, run: str, round_: int, *, fresh: bool = False) -> dict[str, datetime]:
+        """node -> join time; ``fresh`` reads the database (another worker may have recorded
+        a join this process has not seen)."""
         key = (run, round_)
-        found = self._cache.get(key)
+        found = None if fresh else self._cache.get(key)
         if found is None:
             with Session(self.engine) as session:
                 rows = session.exec(
@@ -75,17 +77,23 @@ class Membership:
                 ).all()
             found = {node: _aware(at) for node, at in rows}
             with self._lock:
-                found = self._cache.setdefault(key, found)
+                if fresh:
+                    self._cache[key] = found
+                else:
+                    found = self._cache.setdefault(key, found)
         return found
 
     def members(self, run: str, round_: int) -> frozenset[str] | None:
         """The round's members, or None when nobody joined it (open membership)."""
-        joined = self.joined(run, round_)
+        joined = self.joined(run, round_, fresh=True)
         return frozenset(joined) if joined else None
 
     def admits(self, run: str, round_: int, node: str) -> bool:
         joined = self.joined(run, round_)
-        return not joined or node in joined
+        if not joined or node in joined:
+            return True  # scoring re-reads the members from the database (several workers)
+        joined = self.joined(run, round_, fresh=True)  # a miss: ask the database once
+        return node in joined
 
     def state(self, run: str, round_: int) -> RoundMembers:
         joined = self.joined(run, round_)
@@ -176,6 +184,7 @@ class Membership:
 
         ``declared``: attested node -> the ``round_members`` it declared (None: none).
         """
+        self.joined(run, round_, fresh=True)
         state = self.state(run, round_)
         if not state.joined:
             return set(declared), False

@@ -1,0 +1,63 @@
+"""Membership set by the protocol: signed joins before the round starts; nobody closes a round
+early alone or shuts another member out."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from fastapi.testclient import TestClient
+
+from ledger.models import utcnow
+from ledger.service import Ledger
+from tests.ledger.conftest import GENESIS
+from tests.ledger.helpers import NodeKey, attestation, body, h, join
+
+
+def _state(client: TestClient, run: str, round_: int) -> str:
+    return str(client.get(f"/v1/runs/{run}/rounds/{round_}").json()["state"])
+
+
+def test_a_lone_member_cannot_close_the_round_nor_can_a_late_joiner_enter(
+    client: TestClient, ledger: Ledger, started_run: str, nodes: list[NodeKey], domain: object
+) -> None:
+    a, b, c = nodes
+    for node in (a, b):
+        assert join(client, node, started_run, 1, domain).status_code == 202  # type: ignore[arg-type]
+    # c is not a member: its attestation is refused, whatever members it declares
+    att_c = attestation(c, run_id=started_run, round_=1, base=GENESIS, result=h("r"))
+    r = client.post("/v1/attestations", json=body(att_c, c.key, domain, [c.address]))  # type: ignore[arg-type]
+    assert r.status_code == 403 and r.json()["error"]["code"] == "not_a_member"
+    # a alone, declaring itself the only member, does not close the round (b joined)
+    att_a = attestation(a, run_id=started_run, round_=1, base=GENESIS, result=h("r"))
+    assert (
+        client.post("/v1/attestations", json=body(att_a, a.key, domain, [a.address])).status_code
+        == 202
+    )  # type: ignore[arg-type]
+    later = utcnow() + timedelta(seconds=5)
+    ledger.keeper.close_due(now=later)
+    assert _state(client, started_run, 1) == "open"
+    # once the round started, a join is refused: the members are fixed
+    time.sleep(ledger.settings.join_window_s + 0.1)
+    r = join(client, c, started_run, 1, domain)  # type: ignore[arg-type]
+    assert r.status_code == 409 and r.json()["error"]["code"] == "round_started"
+    # b attests: every member did, the round closes before its deadline
+    att_b = attestation(b, run_id=started_run, round_=1, base=GENESIS, result=h("r"))
+    members = [a.address, b.address]
+    assert (
+        client.post("/v1/attestations", json=body(att_b, b.key, domain, members)).status_code == 202
+    )  # type: ignore[arg-type]
+    ledger.keeper.close_due(now=later)
+    assert _state(client, started_run, 1) == "closing"
+
+
+def test_joining_ahead_does_not_start_a_round(
+    client: TestClient, ledger: Ledger, started_run: str, nodes: list[NodeKey], domain: object
+) -> None:
+    a, b, _ = nodes
+    # a joins round 2 while round 1 is not committed: round 2 has not started, b may still join
+    assert join(client, a, started_run, 2, domain).status_code == 202  # type: ignore[arg-type]
+    ledger.keeper.close_due(now=utcnow() + timedelta(seconds=60))
+    assert join(client, b, started_run, 2, domain).status_code == 202  # type: ignore[arg-type]
+    members = client.get(f"/v1/runs/{started_run}/rounds/2/members").json()
+    assert members["members"] == sorted([a.address, b.address]) and members["starts_at"] is None
