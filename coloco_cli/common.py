@@ -23,6 +23,7 @@ from protocol.errors import ConfigError, ContractRevertError, DeploymentError
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
 
+    from coloco_cli.tx import TxOptions
     from protocol.chain import ChainClient
     from protocol.deployment import Deployment
 
@@ -148,13 +149,52 @@ def resolve(
     )
 
 
+AccountOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--account",
+        envvar="COLOCO_ACCOUNT",
+        help="Named account of the sender (`coloco keys list`): its keystore in the keys folder.",
+    ),
+]
+
+
+def keys_dir() -> Path:
+    """Where named accounts live: `$COLOCO_HOME/keys`, default `~/.config/coloco/keys`."""
+    home = os.environ.get("COLOCO_HOME")
+    return (Path(home) if home else Path.home() / ".config" / "coloco") / "keys"
+
+
+def account_path(name: str) -> Path:
+    """The keystore of named account `name` (letters, digits, '-', '_', '.')."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        raise ConfigError(
+            f"account name {name!r}: use letters, digits, '-', '_' or '.' (at most 64)"
+        )
+    return keys_dir() / f"{name}.json"
+
+
 def load_signer(
-    keystore: Path | None, password_file: Path | None, private_key: str | None
+    keystore: Path | None,
+    password_file: Path | None,
+    private_key: str | None,
+    account: str | None = None,
 ) -> LocalAccount:
-    """The account that signs transactions: a keystore (preferred) or a raw devnet key."""
+    """The account that signs transactions: a named account or keystore, or a raw devnet key."""
     from eth_account import Account
 
     cfg = load_config()
+    if account is not None:
+        if keystore is not None or private_key is not None:
+            raise ConfigError("pass one sender: --account, --keystore or --private-key")
+        keystore = account_path(account)
+        if not keystore.is_file():
+            raise ConfigError(
+                f"no account named {account!r} (no {keystore}): see `coloco keys list`, or "
+                f"create it with `coloco keys new --name {account}`"
+            )
     if keystore is None and private_key is None and "keystore" in cfg:
         keystore = Path(cfg["keystore"])
         password_file = password_file or (
@@ -167,23 +207,28 @@ def load_signer(
         return loaded
     if private_key is not None:
         try:
-            account: LocalAccount = Account.from_key(private_key)
+            raw: LocalAccount = Account.from_key(private_key)
         except (ValueError, TypeError) as exc:
             raise ConfigError(
                 "--private-key / COLOCO_PRIVATE_KEY is not a 32-byte hex key: check the value"
             ) from exc
-        return account
+        return raw
     raise ConfigError(
-        "this command sends a transaction and needs a sender: pass --keystore PATH "
-        "(create one with `coloco keys new`) or, on a devnet, --private-key 0x..."
+        "this command sends a transaction and needs a sender: pass --account NAME (create one "
+        "with `coloco keys new --name NAME`), --keystore PATH or, on a devnet, --private-key 0x..."
     )
 
 
-def open_chain(ep: Endpoints, account: LocalAccount | None = None) -> ChainClient:
-    """A chain client for the deployment, optionally able to send transactions as `account`."""
-    from protocol.chain import ChainClient
+def open_chain(
+    ep: Endpoints, account: LocalAccount | None = None, tx: TxOptions | None = None
+) -> ChainClient:
+    """A chain client for the deployment, optionally able to send transactions as `account`.
 
-    return ChainClient(ep.rpc_url, ep.deployment(), account=account)
+    Its transactions print their hash at once and progress until confirmed (`coloco_cli.tx`).
+    """
+    from coloco_cli.tx import TxOptions, cli_chain
+
+    return cli_chain(ep.rpc_url, ep.deployment(), account, tx or TxOptions())
 
 
 def revert_hint(exc: ContractRevertError, hints: dict[str, str]) -> str:
@@ -224,3 +269,34 @@ def fmt_units(value: int, decimals: int = 18) -> str:
     whole, frac = divmod(value, 10**decimals)
     text = f"{whole}.{frac:0{decimals}d}".rstrip("0").rstrip(".")
     return text or "0"
+
+
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object on stdout (for scripts).")
+]
+
+JS_SAFE_INT = (1 << 53) - 1
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with integers beyond 2^53 - 1 as decimal strings (JavaScript reads them exactly)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return str(value) if abs(value) > JS_SAFE_INT else value
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, bytes):
+        return "0x" + value.hex()
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def emit_json(data: Any) -> None:
+    """One JSON line on stdout: what a `--json` command prints (nothing else goes to stdout)."""
+    import json
+
+    typer.echo(json.dumps(json_safe(data), sort_keys=True))

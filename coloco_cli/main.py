@@ -20,9 +20,11 @@ from coloco_cli.devnet.cli import app as devnet_app
 from coloco_cli.gov.cli import app as gov_app
 from coloco_cli.keys.cli import app as keys_app
 from coloco_cli.ledger.cli import app as ledger_app
+from coloco_cli.model.cli import app as model_app
 from coloco_cli.node.cli import app as node_app
 from coloco_cli.rendezvous.cli import app as rendezvous_app
 from coloco_cli.rewards.cli import app as rewards_app
+from coloco_cli.run.cli import app as run_app
 from protocol.errors import ColocoError
 
 EXIT_ERROR = 1
@@ -45,6 +47,10 @@ app.add_typer(gov_app, name="gov", help="Delegate, propose, vote, queue and exec
 app.add_typer(devnet_app, name="devnet", help="Local anvil devnet: up, down, deploy, status.")
 app.add_typer(ledger_app, name="ledger", help="Run the ledger service.")
 app.add_typer(rendezvous_app, name="rendezvous", help="Host a run's rendezvous store (organisers).")
+app.add_typer(run_app, name="run", help="Open, inspect, list and close training runs (organisers).")
+app.add_typer(
+    model_app, name="model", help="Pull a checkpoint (hash-checked on chain), eval, sample."
+)
 app.command("demo")(demo)
 app.command("audit")(audit_command)
 

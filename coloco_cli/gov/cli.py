@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from coloco_cli.common import (
+    AccountOpt,
     DeploymentOpt,
     KeystoreOpt,
     PasswordFileOpt,
@@ -36,6 +37,7 @@ from coloco_cli.gov.ops import (
     queue_proposal,
 )
 from coloco_cli.node.ops import checksum
+from coloco_cli.tx import ConfirmationsOpt, GasLimitOpt, NoWaitOpt, TxOptions
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
@@ -44,7 +46,9 @@ log = logging.getLogger(__name__)
 
 app = typer.Typer(no_args_is_help=True)
 
-ProposalOpt = Annotated[str, typer.Option("--proposal", help="Proposal id (decimal or 0x hex).")]
+ProposalArg = Annotated[
+    str, typer.Argument(help="Proposal id (decimal or 0x hex), as `coloco gov list` shows it.")
+]
 
 
 # --- commands ------------------------------------------------------------------------------------
@@ -53,15 +57,13 @@ ProposalOpt = Annotated[str, typer.Option("--proposal", help="Proposal id (decim
 def _chain(
     rpc_url: str | None,
     deployment: Any,
-    keystore: Any = None,
-    password_file: Any = None,
-    private_key: str | None = None,
-    *,
-    signer: bool,
+    sender: tuple[Any, Any, str | None, str | None] | None = None,
+    tx: TxOptions | None = None,
 ) -> tuple[ChainClient, int]:
+    """A chain client (sending as `sender` = keystore, password file, key, account name)."""
     ep = resolve(rpc_url, None, deployment)
-    account = load_signer(keystore, password_file, private_key) if signer else None
-    return open_chain(ep, account), int(ep.deployment().deployment_block)
+    account = load_signer(*sender) if sender is not None else None
+    return open_chain(ep, account, tx), int(ep.deployment().deployment_block)
 
 
 @app.command()
@@ -75,12 +77,21 @@ def delegate(
     keystore: KeystoreOpt = None,
     password_file: PasswordFileOpt = None,
     private_key: PrivateKeyOpt = None,
+    account: AccountOpt = None,
+    gas_limit: GasLimitOpt = None,
+    confirmations: ConfirmationsOpt = 1,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Delegate your ModelShareToken votes (needed once before your balance counts as votes).
 
     Example: coloco gov delegate --keystore holder.json
     """
-    chain, _ = _chain(rpc_url, deployment, keystore, password_file, private_key, signer=True)
+    chain, _ = _chain(
+        rpc_url,
+        deployment,
+        (keystore, password_file, private_key, account),
+        TxOptions(gas_limit, confirmations, no_wait),
+    )
     delegate_votes(chain, to)
     votes = int(
         chain.call("ModelShareToken", "getVotes", checksum(to) if to else chain.account_address)
@@ -101,35 +112,55 @@ def propose(
     keystore: KeystoreOpt = None,
     password_file: PasswordFileOpt = None,
     private_key: PrivateKeyOpt = None,
+    account: AccountOpt = None,
+    gas_limit: GasLimitOpt = None,
+    confirmations: ConfirmationsOpt = 1,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Propose a TrainingConfig change by name.
 
     Example: coloco gov propose --set inner-steps=30 --description "shorter rounds"
     """
-    chain, _ = _chain(rpc_url, deployment, keystore, password_file, private_key, signer=True)
+    chain, _ = _chain(
+        rpc_url,
+        deployment,
+        (keystore, password_file, private_key, account),
+        TxOptions(gas_limit, confirmations, no_wait),
+    )
     prop = propose_change(chain, set_, description)
     console.print(f"proposal [bold]{prop.proposal_id}[/] created: {prop.description}")
     console.print(f"voting opens after block {prop.vote_start}, ends at block {prop.vote_end}")
-    console.print(f"next: coloco gov vote --proposal {prop.proposal_id} --support for")
+    console.print(f"next: coloco gov vote {prop.proposal_id} --support for|against|abstain")
 
 
 @app.command()
 def vote(
     *,
-    proposal: ProposalOpt,
-    support: Annotated[str, typer.Option(help="for, against or abstain.")] = "for",
+    proposal: ProposalArg,
+    support: Annotated[
+        str, typer.Option(help="for, against or abstain (no default: say what you mean).")
+    ],
     reason: Annotated[str, typer.Option(help="Optional reason, stored on chain.")] = "",
     rpc_url: RpcUrlOpt = None,
     deployment: DeploymentOpt = None,
     keystore: KeystoreOpt = None,
     password_file: PasswordFileOpt = None,
     private_key: PrivateKeyOpt = None,
+    account: AccountOpt = None,
+    gas_limit: GasLimitOpt = None,
+    confirmations: ConfirmationsOpt = 1,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Vote on an Active proposal.
 
-    Example: coloco gov vote --proposal 1234... --support for --keystore holder.json
+    Example: coloco gov vote 1234... --support for --keystore holder.json
     """
-    chain, _ = _chain(rpc_url, deployment, keystore, password_file, private_key, signer=True)
+    chain, _ = _chain(
+        rpc_url,
+        deployment,
+        (keystore, password_file, private_key, account),
+        TxOptions(gas_limit, confirmations, no_wait),
+    )
     pid = parse_proposal_id(proposal)
     cast_vote(chain, pid, support.lower(), reason)
     against, for_, abstain = chain.call("ModelGovernor", "proposalVotes", pid)
@@ -142,18 +173,27 @@ def vote(
 @app.command()
 def queue(
     *,
-    proposal: ProposalOpt,
+    proposal: ProposalArg,
     rpc_url: RpcUrlOpt = None,
     deployment: DeploymentOpt = None,
     keystore: KeystoreOpt = None,
     password_file: PasswordFileOpt = None,
     private_key: PrivateKeyOpt = None,
+    account: AccountOpt = None,
+    gas_limit: GasLimitOpt = None,
+    confirmations: ConfirmationsOpt = 1,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Queue a Succeeded proposal in the Timelock.
 
-    Example: coloco gov queue --proposal 1234... --keystore holder.json
+    Example: coloco gov queue 1234... --keystore holder.json
     """
-    chain, start = _chain(rpc_url, deployment, keystore, password_file, private_key, signer=True)
+    chain, start = _chain(
+        rpc_url,
+        deployment,
+        (keystore, password_file, private_key, account),
+        TxOptions(gas_limit, confirmations, no_wait),
+    )
     pid = parse_proposal_id(proposal)
     queue_proposal(chain, pid, start)
     eta = int(chain.call("ModelGovernor", "proposalEta", pid))
@@ -163,18 +203,27 @@ def queue(
 @app.command()
 def execute(
     *,
-    proposal: ProposalOpt,
+    proposal: ProposalArg,
     rpc_url: RpcUrlOpt = None,
     deployment: DeploymentOpt = None,
     keystore: KeystoreOpt = None,
     password_file: PasswordFileOpt = None,
     private_key: PrivateKeyOpt = None,
+    account: AccountOpt = None,
+    gas_limit: GasLimitOpt = None,
+    confirmations: ConfirmationsOpt = 1,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Execute a Queued proposal after the Timelock delay: TrainingConfig changes now.
 
-    Example: coloco gov execute --proposal 1234... --keystore holder.json
+    Example: coloco gov execute 1234... --keystore holder.json
     """
-    chain, start = _chain(rpc_url, deployment, keystore, password_file, private_key, signer=True)
+    chain, start = _chain(
+        rpc_url,
+        deployment,
+        (keystore, password_file, private_key, account),
+        TxOptions(gas_limit, confirmations, no_wait),
+    )
     pid = parse_proposal_id(proposal)
     execute_proposal(chain, pid, start)
     version = int(chain.call("TrainingConfig", "version"))
@@ -183,13 +232,13 @@ def execute(
 
 @app.command()
 def status(
-    *, proposal: ProposalOpt, rpc_url: RpcUrlOpt = None, deployment: DeploymentOpt = None
+    *, proposal: ProposalArg, rpc_url: RpcUrlOpt = None, deployment: DeploymentOpt = None
 ) -> None:
     """Show a proposal's state, votes and deadlines.
 
-    Example: coloco gov status --proposal 1234...
+    Example: coloco gov status 1234...
     """
-    chain, start = _chain(rpc_url, deployment, signer=False)
+    chain, start = _chain(rpc_url, deployment)
     pid = parse_proposal_id(proposal)
     p = find_proposal(chain, pid, start)
     against, for_, abstain = chain.call("ModelGovernor", "proposalVotes", pid)
@@ -216,7 +265,7 @@ def list_(*, rpc_url: RpcUrlOpt = None, deployment: DeploymentOpt = None) -> Non
 
     Example: coloco gov list
     """
-    chain, start = _chain(rpc_url, deployment, signer=False)
+    chain, start = _chain(rpc_url, deployment)
     table = Table(title="proposals")
     for col in ("id", "state", "for", "against", "description"):
         table.add_column(col)

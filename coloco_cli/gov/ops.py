@@ -15,6 +15,7 @@ from eth_utils.crypto import keccak
 
 from coloco_cli.common import fmt_units
 from coloco_cli.gov.changes import SetterCall, config_as_dict, parse_sets, setter_calls
+from coloco_cli.logs import event_logs
 from coloco_cli.node.ops import checksum
 from protocol.errors import ConfigError
 
@@ -50,7 +51,7 @@ def parse_proposal_id(text: str) -> int:
     try:
         return int(text, 0)
     except ValueError as exc:
-        raise ConfigError(f"--proposal {text!r} is not a number: see `coloco gov list`") from exc
+        raise ConfigError(f"proposal id {text!r} is not a number: see `coloco gov list`") from exc
 
 
 def proposal_state(chain: ChainClient, proposal_id: int) -> str:
@@ -59,7 +60,7 @@ def proposal_state(chain: ChainClient, proposal_id: int) -> str:
 
 def list_proposals(chain: ChainClient, from_block: int = 0) -> list[Proposal]:
     """Every proposal from the Governor's ProposalCreated logs, oldest first."""
-    events = chain.contract("ModelGovernor").events.ProposalCreated.get_logs(from_block=from_block)
+    events = event_logs(chain, "ModelGovernor", "ProposalCreated", from_block=from_block)
     return [
         Proposal(
             proposal_id=int(ev.args.proposalId),
@@ -172,7 +173,7 @@ def execute_proposal(chain: ChainClient, proposal_id: int, from_block: int = 0) 
     if state != "Queued":
         raise ConfigError(
             f"proposal {proposal_id} is {state}: queue it first with "
-            f"`coloco gov queue --proposal {proposal_id}`"
+            f"`coloco gov queue {proposal_id}`"
             if state == "Succeeded"
             else f"proposal {proposal_id} is {state}, only Queued proposals execute"
         )

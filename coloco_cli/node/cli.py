@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from coloco_cli.common import (
+    AccountOpt,
     DeploymentOpt,
     KeystoreOpt,
     LedgerUrlOpt,
@@ -36,6 +37,7 @@ from coloco_cli.node.ops import (
     utc,
     withdraw_node,
 )
+from coloco_cli.tx import ConfirmationsOpt, GasLimitOpt, NoWaitOpt, TxOptions
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +56,21 @@ def register(
     keystore: KeystoreOpt = None,
     password_file: PasswordFileOpt = None,
     private_key: PrivateKeyOpt = None,
+    account: AccountOpt = None,
+    gas_limit: GasLimitOpt = None,
+    confirmations: ConfirmationsOpt = 1,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Register a node key with a payout address; the sender becomes the operator.
 
     Example: coloco node register --node 0xHOT... --payout 0xCOLD... --keystore operator.json
     """
     ep = resolve(rpc_url, None, deployment)
-    chain = open_chain(ep, load_signer(keystore, password_file, private_key))
+    chain = open_chain(
+        ep,
+        load_signer(keystore, password_file, private_key, account),
+        TxOptions(gas_limit, confirmations, no_wait),
+    )
     receipt = register_node(chain, node, payout)
     console.print(
         f"registered node {checksum(node)} -> payout {checksum(payout)} ({tx_line(receipt)})"
@@ -80,13 +90,21 @@ def stake(
     keystore: KeystoreOpt = None,
     password_file: PasswordFileOpt = None,
     private_key: PrivateKeyOpt = None,
+    account: AccountOpt = None,
+    gas_limit: GasLimitOpt = None,
+    confirmations: ConfirmationsOpt = 1,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Stake native currency for a registered node.
 
     Example: coloco node stake --node 0xHOT... --amount 1 --keystore operator.json
     """
     ep = resolve(rpc_url, None, deployment)
-    chain = open_chain(ep, load_signer(keystore, password_file, private_key))
+    chain = open_chain(
+        ep,
+        load_signer(keystore, password_file, private_key, account),
+        TxOptions(gas_limit, confirmations, no_wait),
+    )
     wei = parse_amount(amount, what="--amount") if amount is not None else None
     receipt = stake_node(chain, node, wei)
     status = node_status(chain, node)
@@ -106,13 +124,21 @@ def unstake(
     keystore: KeystoreOpt = None,
     password_file: PasswordFileOpt = None,
     private_key: PrivateKeyOpt = None,
+    account: AccountOpt = None,
+    gas_limit: GasLimitOpt = None,
+    confirmations: ConfirmationsOpt = 1,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Start unbonding part of a node's stake (withdraw it after the unbonding delay).
 
     Example: coloco node unstake --node 0xHOT... --amount 0.5 --keystore operator.json
     """
     ep = resolve(rpc_url, None, deployment)
-    chain = open_chain(ep, load_signer(keystore, password_file, private_key))
+    chain = open_chain(
+        ep,
+        load_signer(keystore, password_file, private_key, account),
+        TxOptions(gas_limit, confirmations, no_wait),
+    )
     receipt = unstake_node(chain, node, parse_amount(amount, what="--amount"))
     status = node_status(chain, node)
     console.print(
@@ -130,13 +156,21 @@ def withdraw(
     keystore: KeystoreOpt = None,
     password_file: PasswordFileOpt = None,
     private_key: PrivateKeyOpt = None,
+    account: AccountOpt = None,
+    gas_limit: GasLimitOpt = None,
+    confirmations: ConfirmationsOpt = 1,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Withdraw a node's unbonded stake to its operator once the delay has passed.
 
     Example: coloco node withdraw --node 0xHOT... --keystore operator.json
     """
     ep = resolve(rpc_url, None, deployment)
-    chain = open_chain(ep, load_signer(keystore, password_file, private_key))
+    chain = open_chain(
+        ep,
+        load_signer(keystore, password_file, private_key, account),
+        TxOptions(gas_limit, confirmations, no_wait),
+    )
     receipt = withdraw_node(chain, node)
     console.print(f"withdrawn for {checksum(node)} ({tx_line(receipt)})")
 

@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from coloco_cli.common import (
+    AccountOpt,
     DeploymentOpt,
     KeystoreOpt,
     LedgerUrlOpt,
@@ -27,6 +28,7 @@ from coloco_cli.common import (
     resolve,
 )
 from coloco_cli.rewards.ops import claim_rewards, fetch_owed
+from coloco_cli.tx import ConfirmationsOpt, GasLimitOpt, NoWaitOpt, TxOptions
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,7 @@ def _cell(key: str, value: Any) -> str:
 @app.command()
 def show(
     *,
-    account: Annotated[str, typer.Option(help="Payout address to look up.")],
+    address: Annotated[str, typer.Argument(help="Payout address to look up.")],
     rpc_url: RpcUrlOpt = None,
     ledger_url: LedgerUrlOpt = None,
     deployment: DeploymentOpt = None,
@@ -60,7 +62,7 @@ def show(
     Example: coloco rewards show --account 0xCOLD...
     """
     ep = resolve(rpc_url, ledger_url, deployment)
-    owed = fetch_owed(ep.ledger_url, account)
+    owed = fetch_owed(ep.ledger_url, address)
     chain = open_chain(ep)
     claimed = int(chain.call("RewardDistributor", "claimed", owed.account))
     balance = int(chain.call("ModelShareToken", "balanceOf", owed.account))
@@ -83,8 +85,8 @@ def show(
 @app.command()
 def claim(
     *,
-    account: Annotated[
-        str | None, typer.Option(help="Payout address to claim for (default: the sender).")
+    address: Annotated[
+        str | None, typer.Argument(help="Payout address to claim for (default: the sender).")
     ] = None,
     rpc_url: RpcUrlOpt = None,
     ledger_url: LedgerUrlOpt = None,
@@ -92,15 +94,19 @@ def claim(
     keystore: KeystoreOpt = None,
     password_file: PasswordFileOpt = None,
     private_key: PrivateKeyOpt = None,
+    account: AccountOpt = None,
+    gas_limit: GasLimitOpt = None,
+    confirmations: ConfirmationsOpt = 1,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Claim every ownership token owed to a payout address, with the ledger's Merkle proof.
 
     Example: coloco rewards claim --keystore payout.json
     """
     ep = resolve(rpc_url, ledger_url, deployment)
-    signer = load_signer(keystore, password_file, private_key)
-    chain = open_chain(ep, signer)
-    result = claim_rewards(chain, ep.ledger_url, account or signer.address)
+    signer = load_signer(keystore, password_file, private_key, account)
+    chain = open_chain(ep, signer, TxOptions(gas_limit, confirmations, no_wait))
+    result = claim_rewards(chain, ep.ledger_url, address or signer.address)
     console.print(
         f"claimed {fmt_units(result.paid)} CMS for {result.account}; "
         f"balance now {fmt_units(result.balance)} CMS"

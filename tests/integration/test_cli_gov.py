@@ -46,23 +46,23 @@ def test_holders_change_the_inner_steps_through_the_timelock(
     assert proposal, out
     pid = proposal.group(1)
 
-    exc = _err("gov", "vote", "--proposal", pid, "--private-key", alice.key)
+    exc = _err("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
     assert isinstance(exc, ConfigError) and "Pending" in exc.message and "anvil_mine" in exc.message
 
     chain.mine(2)
-    _ok("gov", "vote", "--proposal", pid, "--support", "for", "--private-key", alice.key)
-    _ok("gov", "vote", "--proposal", pid, "--support", "against", "--private-key", bob.key)
+    _ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
+    _ok("gov", "vote", pid, "--support", "against", "--private-key", bob.key)
     against, for_, _ = viewer.call("ModelGovernor", "proposalVotes", int(pid))
     assert (for_, against) == (alice.amount, bob.amount)
 
-    exc = _err("gov", "queue", "--proposal", pid, "--private-key", alice.key)
+    exc = _err("gov", "queue", pid, "--private-key", alice.key)
     assert isinstance(exc, ConfigError) and "Active" in exc.message
 
     chain.mine(21)
     assert "Succeeded" in _ok("gov", "status", "--proposal", pid)
-    _ok("gov", "queue", "--proposal", pid, "--private-key", alice.key)
+    _ok("gov", "queue", pid, "--private-key", alice.key)
     chain.increase_time(2)
-    out = _ok("gov", "execute", "--proposal", pid, "--private-key", bob.key)
+    out = _ok("gov", "execute", pid, "--private-key", bob.key)
     assert f"version is now {before.version + 1}" in out
 
     after = viewer.training_config()
@@ -108,9 +108,7 @@ def test_set_parsing_names_what_is_wrong() -> None:
 
 
 def test_unknown_proposal_and_bad_support(cli_env: Path, holders: list[Holder]) -> None:
-    exc = _err("gov", "status", "--proposal", "12345")
+    exc = _err("gov", "status", "12345")
     assert isinstance(exc, ConfigError) and "coloco gov list" in exc.message
-    exc = _err(
-        "gov", "vote", "--proposal", "12", "--support", "maybe", "--private-key", holders[0].key
-    )
+    exc = _err("gov", "vote", "12", "--support", "maybe", "--private-key", holders[0].key)
     assert isinstance(exc, ConfigError) and "for, against, abstain" in exc.message

@@ -158,7 +158,7 @@ def test_rewards_cli_reads_the_restarted_ledger(
         monkeypatch.delenv("COLOCO_CONFIG", raising=False)
         runner = CliRunner()
         node = report["nodes"][0]
-        shown = runner.invoke(app, ["rewards", "show", "--account", node["payout"]])
+        shown = runner.invoke(app, ["rewards", "show", node["payout"]])
         assert shown.exit_code == 0, shown.exception
         text = " ".join(shown.output.split())
         assert f"owed (cumulative) │ {fmt_units(int(node['owed']))} CMS" in text, shown.output
@@ -171,7 +171,6 @@ def test_rewards_cli_reads_the_restarted_ledger(
             [
                 "rewards",
                 "claim",
-                "--account",
                 node["payout"],
                 "--private-key",
                 anvil.accounts[9][1],

@@ -170,6 +170,14 @@ def test_cli_new_and_show(tmp_path: Path) -> None:
     )
     assert again.exit_code != 0
     assert isinstance(again.exception, KeystoreError)
-    bad = runner.invoke(app, ["new", "--out", str(tmp_path / "x.json"), "--payout", PAYOUT.lower(),
+    # lowercase is accepted (as `node register --payout` does) and stored checksummed
+    low = runner.invoke(app, ["new", "--out", str(tmp_path / "x.json"), "--payout",
+                              PAYOUT.lower(), "--password-file", str(pw), "--light-kdf", "--json"],
+                        env=env)  # fmt: skip
+    assert low.exit_code == 0, low.output
+    assert json.loads(low.output)["payout"] == PAYOUT
+    # a mixed-case address with a wrong checksum is a typo: refused as a usage error
+    typo = PAYOUT[:2] + PAYOUT[2:].swapcase()
+    bad = runner.invoke(app, ["new", "--out", str(tmp_path / "y.json"), "--payout", typo,
                               "--password-file", str(pw), "--light-kdf"], env=env)  # fmt: skip
     assert bad.exit_code == 2 and "EIP-55" in bad.output

@@ -1,0 +1,167 @@
+"""`coloco run open | status | list | close`: what a run's organiser does.
+
+The work is in `coloco_cli.run.ops`; the demo runs these very commands.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from coloco_cli.common import (
+    DeploymentOpt,
+    JsonOpt,
+    LedgerUrlOpt,
+    RpcUrlOpt,
+    console,
+    emit_json,
+    open_chain,
+    resolve,
+)
+from coloco_cli.run.ops import genesis, list_runs, open_run, parse_run_id, run_status
+
+app = typer.Typer(no_args_is_help=True)
+
+RunIdArg = Annotated[
+    str, typer.Argument(help="Run id: a name (its sha256 is the id) or 0x + 64 hex digits.")
+]
+AdminTokenOpt = Annotated[
+    str,
+    typer.Option(
+        "--admin-token",
+        envvar="COLOCO_LEDGER_ADMIN_TOKEN",
+        help="The ledger's admin token (the same COLOCO_LEDGER_ADMIN_TOKEN the ledger runs with).",
+        show_default=False,
+    ),
+]
+
+
+@app.command("open")
+def open_(
+    run_id: RunIdArg,
+    *,
+    admin_token: AdminTokenOpt = "development-admin-token",
+    model: Annotated[str, typer.Option(help="Model preset: tiny, small, medium, large.")] = "tiny",
+    seed: Annotated[int, typer.Option(help="Genesis seed (nodes pass the same --seed).")] = 0,
+    rpc_url: RpcUrlOpt = None,
+    ledger_url: LedgerUrlOpt = None,
+    deployment: DeploymentOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Open a run: the ledger commits the genesis weights' hash as round 0 on chain.
+
+    Example: coloco run open demo --admin-token "$COLOCO_LEDGER_ADMIN_TOKEN"
+    """
+    ep = resolve(rpc_url, ledger_url, deployment)
+    rid = parse_run_id(run_id)
+    chain = open_chain(ep)
+    weights_hash, blob = genesis(model, seed)
+    opened = open_run(chain, ep.ledger_url, admin_token, rid, genesis_hash=weights_hash, blob=blob)
+    if json_out:
+        emit_json(opened.__dict__)
+        return
+    console.print(f"run {opened.run_id} open: round 0 = genesis {opened.genesis_checkpoint}")
+    if opened.tx_hash:
+        console.print(f"tx {opened.tx_hash}")
+    console.print(f"next: nodes run `coloco node run --run-id {run_id} --model {model} ...`")
+
+
+@app.command()
+def status(
+    run_id: RunIdArg,
+    *,
+    limit: Annotated[int, typer.Option(help="Latest rounds to show.", min=1, max=500)] = 10,
+    rpc_url: RpcUrlOpt = None,
+    ledger_url: LedgerUrlOpt = None,
+    deployment: DeploymentOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show a run: open on chain? its last committed round and checkpoint, the ledger's rounds.
+
+    Example: coloco run status demo
+    """
+    ep = resolve(rpc_url, ledger_url, deployment)
+    st = run_status(open_chain(ep), ep.ledger_url, parse_run_id(run_id), limit)
+    if json_out:
+        emit_json(st)
+        return
+    if not st["open"]:
+        console.print(f"run {st['run_id']} is not open: `coloco run open {run_id}`")
+        return
+    console.print(
+        f"run {st['run_id']}: last committed round {st['last_round']}, checkpoint "
+        f"{st['checkpoint']}"
+    )
+    rounds = st["ledger_rounds"]
+    if rounds is None:
+        console.print(f"(ledger at {ep.ledger_url} not reachable: on-chain state only)")
+        return
+    table = Table(title="rounds at the ledger (newest first)")
+    cols = ("round", "state", "members", "tx_hash", "note")
+    for col in cols:
+        table.add_column(col)
+    for r in rounds:
+        table.add_row(*("-" if r[c] is None else str(r[c]) for c in cols))
+    console.print(table)
+
+
+@app.command("list")
+def list_(
+    *,
+    rpc_url: RpcUrlOpt = None,
+    deployment: DeploymentOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """List the runs opened on this deployment (from the chain's logs, in block chunks).
+
+    Example: coloco run list --json
+    """
+    ep = resolve(rpc_url, None, deployment)
+    runs = list_runs(open_chain(ep), int(ep.deployment().deployment_block))
+    if json_out:
+        emit_json({"runs": runs})
+        return
+    table = Table(title="runs")
+    for col in ("run_id", "last_round", "opened_block"):
+        table.add_column(col)
+    for r in runs:
+        table.add_row(r["run_id"], str(r["last_round"]), str(r["opened_block"]))
+    console.print(table)
+
+
+@app.command()
+def close(
+    run_id: RunIdArg,
+    *,
+    rpc_url: RpcUrlOpt = None,
+    ledger_url: LedgerUrlOpt = None,
+    deployment: DeploymentOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Close a run for good: say its final round and checkpoint (to release with `gov propose
+    --set released-checkpoint=...`). Nodes stop at their --rounds; the chain keeps every round.
+
+    Example: coloco run close demo
+    """
+    ep = resolve(rpc_url, ledger_url, deployment)
+    st = run_status(open_chain(ep), ep.ledger_url, parse_run_id(run_id), 1)
+    if not st["open"]:
+        from protocol.errors import ConfigError
+
+        raise ConfigError(f"run {st['run_id']} was never opened: nothing to close")
+    final = {
+        "run_id": st["run_id"],
+        "final_round": st["last_round"],
+        "checkpoint": st["checkpoint"],
+    }
+    if json_out:
+        emit_json(final)
+        return
+    console.print(json.dumps(final))
+    console.print(
+        "release it: coloco gov propose --set "
+        f"released-checkpoint={st['checkpoint']} --description 'release run {run_id}'"
+    )
