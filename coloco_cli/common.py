@@ -4,7 +4,10 @@ Each value comes from, in order: the command-line flag, the environment (`COLOCO
 `COLOCO_LEDGER_URL`, `COLOCO_DEPLOYMENT`, `COLOCO_KEYSTORE`, `COLOCO_PASSWORD_FILE`,
 `COLOCO_PRIVATE_KEY`), a TOML config file (`$COLOCO_CONFIG`, else `./coloco.toml`, else
 `~/.config/coloco/config.toml`; keys `rpc_url`, `ledger_url`, `deployment`, `keystore`,
-`password_file`), then the devnet defaults.
+`password_file`), then the defaults: the RPC URL `coloco devnet up` recorded, the deployment for
+the connected chain id (the devnet's, else `deployments/<chainId>.json`), the local ledger.
+`COLOCO_KEYSTORE` is always the keystore of a transaction's sender; a node's hot key for
+`coloco node run` is `COLOCO_NODE_KEYSTORE`.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ DeploymentOpt = Annotated[
     typer.Option(
         "--deployment",
         envvar="COLOCO_DEPLOYMENT",
-        help=f"Deployment JSON (default {DEVNET_DEPLOYMENT}, then deployments/<chainId>.json).",
+        help="Deployment JSON (default: the devnet's, else deployments/<chainId>.json).",
     ),
 ]
 KeystoreOpt = Annotated[
@@ -117,35 +120,87 @@ def load_config() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Endpoints:
-    """Where the chain, the ledger and the deployment are."""
+    """Where the chain, the ledger and the deployment are (see `resolve`)."""
 
     rpc_url: str
     ledger_url: str
-    deployment_path: Path
+    explicit_deployment: Path | None = None
+
+    @property
+    def deployment_path(self) -> Path:
+        """The flag/env/config deployment, else the default for the connected chain's id."""
+        if self.explicit_deployment is not None:
+            return self.explicit_deployment
+        return default_deployment(self.rpc_url)
 
     def deployment(self) -> Deployment:
         from protocol.deployment import Deployment
 
-        if not self.deployment_path.is_file():
+        path = self.deployment_path
+        if not path.is_file():
             raise DeploymentError(
-                f"no deployment JSON at {self.deployment_path}: pass --deployment PATH, set "
+                f"no deployment JSON at {path}: pass --deployment PATH, set "
                 "COLOCO_DEPLOYMENT, or on a devnet run `coloco devnet up && coloco devnet deploy`"
             )
-        return Deployment.load(self.deployment_path)
+        return Deployment.load(path)
+
+
+def chain_id_of(rpc_url: str) -> int:
+    """The chain id the RPC answers (one `eth_chainId`); ChainError if it does not answer."""
+    from protocol.devnet import rpc_call
+    from protocol.errors import ChainError
+
+    try:
+        return int(rpc_call(rpc_url, "eth_chainId"), 16)
+    except Exception as exc:
+        raise ChainError(
+            f"RPC {rpc_url} does not answer ({exc.__class__.__name__}): start the chain (on a "
+            "devnet `coloco devnet up`) or pass --rpc-url / set COLOCO_RPC_URL"
+        ) from None
+
+
+def default_deployment(rpc_url: str) -> Path:
+    """The deployment for the chain at `rpc_url`: the devnet's own when it is that chain, else
+    `deployments/<chainId>.json` (in this folder, else the copy shipped with the package)."""
+    chain_id = chain_id_of(rpc_url)
+    if DEVNET_DEPLOYMENT.is_file():
+        import json
+
+        try:
+            if int(json.loads(DEVNET_DEPLOYMENT.read_text())["chain_id"]) == chain_id:
+                return DEVNET_DEPLOYMENT
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    local = Path("deployments") / f"{chain_id}.json"
+    if local.is_file():
+        return local
+    shipped = Path(__file__).resolve().parent / "deployments" / f"{chain_id}.json"
+    return shipped if shipped.is_file() else local
+
+
+def devnet_rpc_url() -> str | None:
+    """The RPC URL `coloco devnet up` recorded in this folder, if it wrote one."""
+    import json
+
+    state = DEVNET_DIR / "devnet.json"
+    try:
+        return str(json.loads(state.read_text())["rpc_url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def resolve(
     rpc_url: str | None = None, ledger_url: str | None = None, deployment: Path | None = None
 ) -> Endpoints:
-    """Flags/env (already merged by typer) win over the config file, which wins over defaults."""
+    """One resolution for every command: the flag, then the environment (typer merges the two),
+    then the config file, then the defaults: the devnet's recorded RPC URL (else
+    http://127.0.0.1:8545), the deployment for the connected chain id, the local ledger."""
     cfg = load_config()
     dep = deployment or (Path(cfg["deployment"]) if "deployment" in cfg else None)
-    if dep is None:
-        dep = DEVNET_DEPLOYMENT if DEVNET_DEPLOYMENT.is_file() else Path("deployments/31337.json")
     return Endpoints(
-        rpc_url=rpc_url or cfg.get("rpc_url") or DEFAULT_RPC_URL,
+        rpc_url=rpc_url or cfg.get("rpc_url") or devnet_rpc_url() or DEFAULT_RPC_URL,
         ledger_url=(ledger_url or cfg.get("ledger_url") or DEFAULT_LEDGER_URL).rstrip("/"),
-        deployment_path=dep,
+        explicit_deployment=dep,
     )
 
 

@@ -204,3 +204,55 @@ def status() -> None:
         console.print(f"deployment: {DEVNET_DEPLOYMENT}")
     else:
         console.print("deployment: none yet (run `coloco devnet deploy`)")
+
+
+def _account(index: int) -> tuple[str, str]:
+    accounts = devnet_accounts()
+    if not 0 <= index < len(accounts):
+        raise ConfigError(f"the devnet has accounts 0..{len(accounts) - 1}, not {index}")
+    return accounts[index]
+
+
+@app.command()
+def key(index: Annotated[int, typer.Argument(help="Account index (0 = deployer).")]) -> None:
+    """Print the private key of one of the devnet's funded accounts (devnet only).
+
+    Example: OP=$(coloco devnet key 2)
+    """
+    typer.echo(_account(index)[1])
+
+
+@app.command()
+def address(index: Annotated[int, typer.Argument(help="Account index (0 = deployer).")]) -> None:
+    """Print the (checksummed) address of one of the devnet's funded accounts.
+
+    Example: coloco devnet address 3
+    """
+    from eth_utils.address import to_checksum_address
+
+    typer.echo(to_checksum_address(_account(index)[0]))
+
+
+@app.command()
+def mine(
+    blocks: Annotated[int, typer.Argument(min=1, max=100_000, help="Blocks to mine.")] = 1,
+    *,
+    seconds: Annotated[
+        int, typer.Option(min=0, help="Advance the clock this much first (timelocks).")
+    ] = 0,
+    rpc_url: RpcUrlOpt = None,
+) -> None:
+    """Mine blocks now (and move the clock): voting periods and timelocks pass on a devnet.
+
+    Example: coloco devnet mine 20 --seconds 2
+    """
+    from protocol.devnet import rpc_call
+
+    url = rpc_url or devnet_rpc_url()
+    if url is None:
+        raise ConfigError("no devnet is running: start one with `coloco devnet up`")
+    if seconds:
+        rpc_call(url, "evm_increaseTime", [seconds])
+    rpc_call(url, "anvil_mine", [hex(blocks)])
+    head = int(rpc_call(url, "eth_blockNumber"), 16)
+    console.print(f"mined {blocks} block(s); head {head}")

@@ -187,8 +187,15 @@ def show(
     ] = False,
     password_file: PasswordFile = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON object.")] = False,
+    field: Annotated[
+        str | None,
+        typer.Option(help="Print only this: address or payout (for shell scripts)."),
+    ] = None,
 ) -> None:
-    """Show a keystore's address and payout address (no password needed unless --check)."""
+    """Show a keystore's address and payout address (no password needed unless --check).
+
+    Example: NODE=$(coloco keys show node1 --field address)
+    """
     if not path.exists() and path.suffix != ".json" and account_path(str(path)).is_file():
         path = account_path(str(path))
     address, payout = keystore_info(path)
@@ -197,6 +204,14 @@ def show(
         if address is not None and key.address != address:
             raise KeystoreError(f"{path}: stated address {address} differs from the key's")
         address = key.address
+    if field is not None:
+        if field not in {"address", "payout"}:
+            raise typer.BadParameter("choose address or payout", param_hint="--field")
+        value = address if field == "address" else payout
+        if value is None:
+            raise KeystoreError(f"{path} records no {field}")
+        typer.echo(value)
+        return
     if json_out:
         emit_json({"address": address, "payout": payout, "decrypted": check})
         return

@@ -4,14 +4,22 @@ One worker on SQLite; ``--workers N`` on PostgreSQL (each serves the API, one le
 docs/ledger.md, "Several workers").
 
 Settings come from COLOCO_LEDGER_* environment variables (or a .env file); see docs/ledger.md.
+The chain and the deployment resolve like every other command's (`coloco_cli.common.resolve`)
+when COLOCO_LEDGER_RPC_URL / COLOCO_LEDGER_DEPLOYMENT are not set; on a devnet started by
+`coloco devnet up` (development environment, no committer configured) the committer is the
+devnet account `coloco devnet deploy` made the committer (account 1).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+import os
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+
+from coloco_cli.common import DeploymentOpt, RpcUrlOpt, resolve
 
 app = typer.Typer(no_args_is_help=True)
 log = logging.getLogger("coloco.ledger")
@@ -30,6 +38,8 @@ def serve(
     workers: Annotated[
         int, typer.Option(min=1, help="Worker processes (PostgreSQL only; SQLite runs one).")
     ] = 1,
+    rpc_url: RpcUrlOpt = None,
+    deployment: DeploymentOpt = None,
 ) -> None:
     """Serve the ledger API: migrate the database, index the chain, settle rounds."""
     import uvicorn
@@ -41,8 +51,9 @@ def serve(
     from protocol.errors import ConfigError
 
     configure(log_level, json_logs=json_logs)
+    overrides = _overrides(rpc_url, deployment)
     try:
-        settings = Settings()
+        settings = Settings(**overrides)
     except ValidationError as exc:
         fields = ", ".join(
             "COLOCO_LEDGER_" + str(e["loc"][0]).upper() + f" ({e['msg']})" for e in exc.errors()
@@ -61,6 +72,8 @@ def serve(
         from ledger import db
 
         db.upgrade(settings.database_url)  # once, before the workers start
+        for key, value in overrides.items():  # each worker builds Settings() from the env
+            os.environ.setdefault(f"COLOCO_LEDGER_{key.upper()}", str(value))
     uvicorn.run(
         create_app(settings) if workers == 1 else "ledger.main:create_app",
         factory=workers > 1,
@@ -72,3 +85,43 @@ def serve(
         log_level=log_level,
         server_header=False,
     )
+
+
+def _overrides(rpc_url: str | None, deployment: Path | None) -> dict[str, Any]:
+    """Settings the shared resolution supplies where the COLOCO_LEDGER_* variables are unset."""
+    out: dict[str, Any] = {}
+    env = os.environ
+    if rpc_url is not None or "COLOCO_LEDGER_RPC_URL" not in env:
+        ep = resolve(rpc_url, None, deployment)
+        out["rpc_url"] = ep.rpc_url
+        if deployment is not None or "COLOCO_LEDGER_DEPLOYMENT" not in env:
+            out["deployment"] = ep.deployment_path
+    elif deployment is not None:
+        out["deployment"] = deployment
+    keyless = not any(
+        k in env
+        for k in ("COLOCO_LEDGER_COMMITTER_KEYSTORE", "COLOCO_LEDGER_COMMITTER_PRIVATE_KEY")
+    )
+    development = env.get("COLOCO_LEDGER_ENVIRONMENT", "development") == "development"
+    dep = out.get("deployment")
+    if keyless and development and dep is not None and _is_devnet(Path(dep)):
+        from coloco_cli.devnet.cli import devnet_accounts
+        from protocol.deployment import Deployment
+
+        committer = str(Deployment.load(Path(dep)).committer).lower()
+        for address, key in devnet_accounts():
+            if address.lower() == committer:
+                out["committer_private_key"] = key
+                log.info("devnet: committing rounds as the deployment's committer %s", address)
+    return out
+
+
+def _is_devnet(deployment: Path) -> bool:
+    from coloco_cli.common import DEVNET_DEPLOYMENT
+
+    accounts = DEVNET_DEPLOYMENT.parent / "anvil-accounts.json"
+    try:
+        same = deployment.resolve() == DEVNET_DEPLOYMENT.resolve()
+    except OSError:
+        return False
+    return same and accounts.is_file()

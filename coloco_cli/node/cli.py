@@ -233,15 +233,17 @@ def _ledger_node(ledger_url: str, node: str) -> dict[str, Any] | None:
 
 def _register_run() -> None:
     try:
-        from trainer.cli import run_command
-    except ModuleNotFoundError as exc:  # the trainer is not in this checkout yet
+        from coloco_cli.node.run import build_run_command
+
+        command = build_run_command()
+    except ModuleNotFoundError as exc:  # the trainer is not installed
         if exc.name not in {"trainer", "trainer.cli"}:
             raise
         log.debug("coloco node run unavailable: %s", exc)
         return
     app.command(
         "run", help="Run a trainer node: DiLoCo rounds, signed attestations to the ledger."
-    )(run_command)
+    )(command)
 
 
 _register_run()
