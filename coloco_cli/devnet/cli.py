@@ -156,6 +156,9 @@ def deploy(
     ] = DEVNET_DEPLOYMENT,
     voting_period: Annotated[int, typer.Option(help="Voting period in blocks.")] = 20,
     timelock_delay: Annotated[int, typer.Option(help="Timelock delay in seconds.")] = 1,
+    inner_steps: Annotated[
+        int | None, typer.Option(min=1, help="Initial inner steps per round (H).")
+    ] = None,
 ) -> None:
     """Deploy and wire every coloco contract, then write the deployment JSON.
 
@@ -167,6 +170,11 @@ def deploy(
     if url is None:
         raise ConfigError(
             "no devnet is running: start one with `coloco devnet up` or pass --rpc-url"
+        )
+    if out == DEVNET_DEPLOYMENT and rpc_url is not None and rpc_url != devnet_rpc_url():
+        raise ConfigError(
+            f"{DEVNET_DEPLOYMENT} is the devnet's own deployment: pass --out for a deployment "
+            f"on {rpc_url}"
         )
     if deployer_key is None or committer is None:
         accounts = devnet_accounts()
@@ -180,6 +188,7 @@ def deploy(
             out_path=out,
             voting_period=voting_period,
             timelock_delay=timelock_delay,
+            initial_inner_steps=inner_steps,
         )
     for name, address in sorted(deployment.contracts.items()):
         console.print(f"  {name:<20} {address}")

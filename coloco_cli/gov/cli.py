@@ -15,11 +15,13 @@ from rich.table import Table
 from coloco_cli.common import (
     AccountOpt,
     DeploymentOpt,
+    JsonOpt,
     KeystoreOpt,
     PasswordFileOpt,
     PrivateKeyOpt,
     RpcUrlOpt,
     console,
+    emit_json,
     fmt_units,
     load_signer,
     open_chain,
@@ -81,6 +83,7 @@ def delegate(
     gas_limit: GasLimitOpt = None,
     confirmations: ConfirmationsOpt = 1,
     no_wait: NoWaitOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Delegate your ModelShareToken votes (needed once before your balance counts as votes).
 
@@ -96,6 +99,9 @@ def delegate(
     votes = int(
         chain.call("ModelShareToken", "getVotes", checksum(to) if to else chain.account_address)
     )
+    if json_out:
+        emit_json({"delegate": to or chain.account_address, "votes": votes})
+        return
     console.print(f"delegated; votes of the delegate now {fmt_units(votes)} CMS")
 
 
@@ -116,6 +122,7 @@ def propose(
     gas_limit: GasLimitOpt = None,
     confirmations: ConfirmationsOpt = 1,
     no_wait: NoWaitOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Propose a TrainingConfig change by name.
 
@@ -128,6 +135,12 @@ def propose(
         TxOptions(gas_limit, confirmations, no_wait),
     )
     prop = propose_change(chain, set_, description)
+    if json_out:
+        emit_json(
+            {"proposal_id": str(prop.proposal_id), "description": prop.description,
+             "vote_start": prop.vote_start, "vote_end": prop.vote_end}
+        )  # fmt: skip
+        return
     console.print(f"proposal [bold]{prop.proposal_id}[/] created: {prop.description}")
     console.print(f"voting opens after block {prop.vote_start}, ends at block {prop.vote_end}")
     console.print(f"next: coloco gov vote {prop.proposal_id} --support for|against|abstain")
@@ -150,6 +163,7 @@ def vote(
     gas_limit: GasLimitOpt = None,
     confirmations: ConfirmationsOpt = 1,
     no_wait: NoWaitOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Vote on an Active proposal.
 
@@ -164,6 +178,10 @@ def vote(
     pid = parse_proposal_id(proposal)
     cast_vote(chain, pid, support.lower(), reason)
     against, for_, abstain = chain.call("ModelGovernor", "proposalVotes", pid)
+    if json_out:
+        emit_json({"proposal_id": str(pid), "support": support.lower(), "for": for_,
+                   "against": against, "abstain": abstain})  # fmt: skip
+        return
     console.print(
         f"voted {support} on {pid}: for {fmt_units(for_)}, against {fmt_units(against)}, "
         f"abstain {fmt_units(abstain)}"
@@ -183,6 +201,7 @@ def queue(
     gas_limit: GasLimitOpt = None,
     confirmations: ConfirmationsOpt = 1,
     no_wait: NoWaitOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Queue a Succeeded proposal in the Timelock.
 
@@ -197,6 +216,9 @@ def queue(
     pid = parse_proposal_id(proposal)
     queue_proposal(chain, pid, start)
     eta = int(chain.call("ModelGovernor", "proposalEta", pid))
+    if json_out:
+        emit_json({"proposal_id": str(pid), "state": "Queued", "eta": eta})
+        return
     console.print(f"queued {pid}; executable from timestamp {eta}")
 
 
@@ -213,6 +235,7 @@ def execute(
     gas_limit: GasLimitOpt = None,
     confirmations: ConfirmationsOpt = 1,
     no_wait: NoWaitOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Execute a Queued proposal after the Timelock delay: TrainingConfig changes now.
 
@@ -227,12 +250,19 @@ def execute(
     pid = parse_proposal_id(proposal)
     execute_proposal(chain, pid, start)
     version = int(chain.call("TrainingConfig", "version"))
+    if json_out:
+        emit_json({"proposal_id": str(pid), "state": "Executed", "config_version": version})
+        return
     console.print(f"executed {pid}; TrainingConfig version is now {version}")
 
 
 @app.command()
 def status(
-    *, proposal: ProposalArg, rpc_url: RpcUrlOpt = None, deployment: DeploymentOpt = None
+    proposal: ProposalArg,
+    *,
+    rpc_url: RpcUrlOpt = None,
+    deployment: DeploymentOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Show a proposal's state, votes and deadlines.
 
@@ -242,6 +272,12 @@ def status(
     pid = parse_proposal_id(proposal)
     p = find_proposal(chain, pid, start)
     against, for_, abstain = chain.call("ModelGovernor", "proposalVotes", pid)
+    if json_out:
+        emit_json({"proposal_id": str(pid), "description": p.description,
+                   "state": proposal_state(chain, pid), "for": for_, "against": against,
+                   "abstain": abstain, "vote_start": p.vote_start, "vote_end": p.vote_end,
+                   "block": chain.block_number()})  # fmt: skip
+        return
     table = Table(title=f"proposal {pid}", show_header=False)
     table.add_row("description", p.description)
     table.add_row("state", proposal_state(chain, pid))
@@ -260,12 +296,23 @@ def status(
 
 
 @app.command("list")
-def list_(*, rpc_url: RpcUrlOpt = None, deployment: DeploymentOpt = None) -> None:
+def list_(
+    *, rpc_url: RpcUrlOpt = None, deployment: DeploymentOpt = None, json_out: JsonOpt = False
+) -> None:
     """List every proposal with its state.
 
     Example: coloco gov list
     """
     chain, start = _chain(rpc_url, deployment)
+    if json_out:
+        rows = []
+        for p in list_proposals(chain, start):
+            against, for_, abstain = chain.call("ModelGovernor", "proposalVotes", p.proposal_id)
+            rows.append({"proposal_id": str(p.proposal_id), "description": p.description,
+                         "state": proposal_state(chain, p.proposal_id), "for": for_,
+                         "against": against, "abstain": abstain})  # fmt: skip
+        emit_json({"proposals": rows})
+        return
     table = Table(title="proposals")
     for col in ("id", "state", "for", "against", "description"):
         table.add_column(col)

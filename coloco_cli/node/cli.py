@@ -15,12 +15,14 @@ from rich.table import Table
 from coloco_cli.common import (
     AccountOpt,
     DeploymentOpt,
+    JsonOpt,
     KeystoreOpt,
     LedgerUrlOpt,
     PasswordFileOpt,
     PrivateKeyOpt,
     RpcUrlOpt,
     console,
+    emit_json,
     fmt_units,
     load_signer,
     open_chain,
@@ -32,6 +34,7 @@ from coloco_cli.node.ops import (
     node_status,
     register_node,
     stake_node,
+    tx_hex,
     tx_line,
     unstake_node,
     utc,
@@ -60,6 +63,7 @@ def register(
     gas_limit: GasLimitOpt = None,
     confirmations: ConfirmationsOpt = 1,
     no_wait: NoWaitOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Register a node key with a payout address; the sender becomes the operator.
 
@@ -72,6 +76,9 @@ def register(
         TxOptions(gas_limit, confirmations, no_wait),
     )
     receipt = register_node(chain, node, payout)
+    if json_out:
+        emit_json({"node": checksum(node), "payout": checksum(payout), "tx": tx_hex(receipt)})
+        return
     console.print(
         f"registered node {checksum(node)} -> payout {checksum(payout)} ({tx_line(receipt)})"
     )
@@ -94,6 +101,7 @@ def stake(
     gas_limit: GasLimitOpt = None,
     confirmations: ConfirmationsOpt = 1,
     no_wait: NoWaitOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Stake native currency for a registered node.
 
@@ -108,6 +116,10 @@ def stake(
     wei = parse_amount(amount, what="--amount") if amount is not None else None
     receipt = stake_node(chain, node, wei)
     status = node_status(chain, node)
+    if json_out:
+        emit_json({"node": status.node, "staked": status.staked, "active": status.active,
+                   "tx": tx_hex(receipt)})  # fmt: skip
+        return
     console.print(
         f"staked for {status.node}: total {fmt_units(status.staked)} ETH "
         f"({'active' if status.active else 'not active yet'}; {tx_line(receipt)})"
@@ -128,6 +140,7 @@ def unstake(
     gas_limit: GasLimitOpt = None,
     confirmations: ConfirmationsOpt = 1,
     no_wait: NoWaitOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Start unbonding part of a node's stake (withdraw it after the unbonding delay).
 
@@ -141,6 +154,10 @@ def unstake(
     )
     receipt = unstake_node(chain, node, parse_amount(amount, what="--amount"))
     status = node_status(chain, node)
+    if json_out:
+        emit_json({"node": status.node, "unbonding": status.unbonding,
+                   "ready_at": status.unbonding_ready_at, "tx": tx_hex(receipt)})  # fmt: skip
+        return
     console.print(
         f"unbonding {fmt_units(status.unbonding)} ETH for {status.node}, withdrawable from "
         f"{utc(status.unbonding_ready_at)} ({tx_line(receipt)})"
@@ -160,6 +177,7 @@ def withdraw(
     gas_limit: GasLimitOpt = None,
     confirmations: ConfirmationsOpt = 1,
     no_wait: NoWaitOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Withdraw a node's unbonded stake to its operator once the delay has passed.
 
@@ -172,6 +190,9 @@ def withdraw(
         TxOptions(gas_limit, confirmations, no_wait),
     )
     receipt = withdraw_node(chain, node)
+    if json_out:
+        emit_json({"node": checksum(node), "tx": tx_hex(receipt)})
+        return
     console.print(f"withdrawn for {checksum(node)} ({tx_line(receipt)})")
 
 
@@ -182,6 +203,7 @@ def status(
     rpc_url: RpcUrlOpt = None,
     ledger_url: LedgerUrlOpt = None,
     deployment: DeploymentOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Show a node's registration, stake, and (if the ledger answers) the rounds it worked.
 
@@ -189,6 +211,12 @@ def status(
     """
     ep = resolve(rpc_url, ledger_url, deployment)
     st = node_status(open_chain(ep), node)
+    if json_out:
+        view = _ledger_node(ep.ledger_url, st.node) or {}
+        emit_json({**st.__dict__, "registered": st.registered,
+                   "rounds_worked": view.get("rounds_worked"),
+                   "rejections": view.get("rejections")})  # fmt: skip
+        return
     table = Table(title=f"node {st.node}", show_header=False)
     table.add_row("registered", "yes" if st.registered else "no")
     table.add_row("operator", st.operator)

@@ -166,6 +166,16 @@ def utc(timestamp: int) -> str:
     return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def tx_hex(receipt: Any) -> str | None:
+    """The 0x transaction hash of a web3 receipt, or None."""
+    try:
+        tx = receipt["transactionHash"]
+    except (KeyError, TypeError):
+        return None
+    text = tx.hex() if hasattr(tx, "hex") else str(tx)
+    return text if text.startswith("0x") else "0x" + text
+
+
 def tx_line(receipt: Any) -> str:
     """'tx 0x…' for a web3 receipt."""
     try:

@@ -16,12 +16,14 @@ from rich.table import Table
 from coloco_cli.common import (
     AccountOpt,
     DeploymentOpt,
+    JsonOpt,
     KeystoreOpt,
     LedgerUrlOpt,
     PasswordFileOpt,
     PrivateKeyOpt,
     RpcUrlOpt,
     console,
+    emit_json,
     fmt_units,
     load_signer,
     open_chain,
@@ -56,16 +58,22 @@ def show(
     rpc_url: RpcUrlOpt = None,
     ledger_url: LedgerUrlOpt = None,
     deployment: DeploymentOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Show what a payout address is owed, what it claimed, and its per-round receipts.
 
-    Example: coloco rewards show --account 0xCOLD...
+    Example: coloco rewards show 0xCOLD...
     """
     ep = resolve(rpc_url, ledger_url, deployment)
     owed = fetch_owed(ep.ledger_url, address)
     chain = open_chain(ep)
     claimed = int(chain.call("RewardDistributor", "claimed", owed.account))
     balance = int(chain.call("ModelShareToken", "balanceOf", owed.account))
+    if json_out:
+        emit_json({"account": owed.account, "owed": owed.cumulative_amount, "claimed": claimed,
+                   "claimable": max(owed.cumulative_amount - claimed, 0), "balance": balance,
+                   "receipts": owed.receipts})  # fmt: skip
+        return
     table = Table(title=f"rewards of {owed.account}", show_header=False)
     table.add_row("owed (cumulative)", f"{fmt_units(owed.cumulative_amount)} CMS")
     table.add_row("claimed", f"{fmt_units(claimed)} CMS")
@@ -98,15 +106,19 @@ def claim(
     gas_limit: GasLimitOpt = None,
     confirmations: ConfirmationsOpt = 1,
     no_wait: NoWaitOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Claim every ownership token owed to a payout address, with the ledger's Merkle proof.
 
-    Example: coloco rewards claim --keystore payout.json
+    Example: coloco rewards claim 0xCOLD... --account operator
     """
     ep = resolve(rpc_url, ledger_url, deployment)
     signer = load_signer(keystore, password_file, private_key, account)
     chain = open_chain(ep, signer, TxOptions(gas_limit, confirmations, no_wait))
     result = claim_rewards(chain, ep.ledger_url, address or signer.address)
+    if json_out:
+        emit_json(result.__dict__)
+        return
     console.print(
         f"claimed {fmt_units(result.paid)} CMS for {result.account}; "
         f"balance now {fmt_units(result.balance)} CMS"
