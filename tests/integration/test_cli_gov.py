@@ -59,7 +59,7 @@ def test_holders_change_the_inner_steps_through_the_timelock(
     assert isinstance(exc, ConfigError) and "Active" in exc.message
 
     chain.mine(21)
-    assert "Succeeded" in _ok("gov", "status", "--proposal", pid)
+    assert "Succeeded" in _ok("gov", "status", pid)
     _ok("gov", "queue", pid, "--private-key", alice.key)
     chain.increase_time(2)
     out = _ok("gov", "execute", pid, "--private-key", bob.key)
