@@ -12,13 +12,19 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SOL_SOURCES := $(shell find contracts -name '*.sol' 2>/dev/null)
 PG_INITDB := $(firstword $(wildcard /usr/lib/postgresql/*/bin/initdb))
+CHROMIUM := /usr/bin/chromium
+# The CPU build of torch (torch==2.13.0+cpu in the lock file) comes from these wheels, else
+# from PyTorch's CPU index; never from a resolver's choice of a CUDA build.
+TORCH_WHEELS ?= /opt/wheels
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+PIP_SOURCES := $(if $(wildcard $(TORCH_WHEELS)),--find-links $(TORCH_WHEELS),--extra-index-url $(TORCH_INDEX))
 
 # CI runs the quick mode; `make test-full` runs every slow suite and the long fuzz profile.
 QUICK ?= 1
 FORGE_PROFILE ?= ci
 PYTEST_ARGS ?=
 
-.PHONY: help setup demo test test-full lint typecheck contracts-test pytest bench snapshot clean
+.PHONY: help setup demo-setup demo test test-full lint typecheck contracts-test pytest js-test bench snapshot clean lock
 
 help:
 	@echo "make demo       run the whole network on this machine (anvil, ledger, trainers, claims, a vote)"
@@ -26,17 +32,27 @@ help:
 	@echo "make test-full  the same with slow suites and full fuzz/invariant profiles"
 	@echo "make bench      run the benchmarks (python -m bench.NAME)"
 
-setup: node_modules/.installed $(VENV)/.installed out/.built .coloco/postgres.checked
+setup: node_modules/.installed $(VENV)/.installed out/.built .coloco/postgres.checked .coloco/chromium.checked
+
+# `make demo` needs neither PostgreSQL nor a browser.
+demo-setup: node_modules/.installed $(VENV)/.installed out/.built
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-# torch==2.13.0 resolves to the local CPU wheel (pip's find-links); never let a resolver pull CUDA.
-$(VENV)/.installed: pyproject.toml
+# Every Python dependency, pinned with hashes, from requirements.lock.txt (`make lock` rewrites it
+# from pyproject.toml); then the project itself without resolving anything again.
+$(VENV)/.installed: pyproject.toml requirements.lock.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --require-hashes $(PIP_SOURCES) -r requirements.lock.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $@
+
+lock: $(VENV)/.installed
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 \
+		$(if $(wildcard $(TORCH_WHEELS)),--find-links $(TORCH_WHEELS)) --index-url https://pypi.org/simple \
+		-o requirements.lock.txt
 
 out/.built: node_modules/.installed foundry.toml $(SOL_SOURCES)
 	$(FORGE) build --quiet
@@ -50,7 +66,15 @@ out/.built: node_modules/.installed foundry.toml $(SOL_SOURCES)
 	fi
 	@mkdir -p .coloco && touch $@
 
-demo: setup
+# The dashboard's browser test drives Debian's chromium; Playwright never downloads a browser.
+.coloco/chromium.checked:
+	@if [ ! -x $(CHROMIUM) ]; then \
+		echo "chromium not found: installing it from Debian's packages"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	fi
+	@mkdir -p .coloco && touch $@
+
+demo: demo-setup
 	$(VENV)/bin/coloco demo --report reports/demo.json
 
 lint: setup
@@ -65,9 +89,13 @@ contracts-test: setup
 	FOUNDRY_PROFILE=$(FORGE_PROFILE) $(FORGE) test
 
 pytest: setup
-	COLOCO_QUICK=$(QUICK) TRITON_INTERPRET=1 $(VENV)/bin/pytest $(PYTEST_ARGS)
+	COLOCO_QUICK=$(QUICK) TRITON_INTERPRET=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test: lint typecheck contracts-test pytest
+# JavaScript wallets (eth-sig-util, ethers) against the golden vectors: node's own test runner
+js-test: node_modules/.installed
+	node --test tests/js/
+
+test: lint typecheck contracts-test js-test pytest
 
 test-full:
 	$(MAKE) test QUICK=0 FORGE_PROFILE=full

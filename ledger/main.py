@@ -13,6 +13,7 @@ from fastapi import APIRouter, FastAPI
 from ledger.api.errors import BodyLimit, install_error_handlers
 from ledger.api.routes import attestations, blobs, membership, meta, nodes, rewards, runs
 from ledger.core.config import Settings
+from ledger.dashboard import install as install_dashboard
 from ledger.service import Ledger
 
 log = logging.getLogger(__name__)
@@ -53,5 +54,6 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
         api.include_router(module.router)
     app.include_router(api)
     install_error_handlers(app)
+    install_dashboard(app)  # the dashboard at `/` (ledger/dashboard/)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, blob_limit=settings.max_blob_bytes)
     return app

@@ -23,7 +23,9 @@ from protocol.eip712 import (
     encode_uint,
     keccak256,
     parse_bytes32,
+    parse_uint,
     typed_data_digest,
+    wallet_int,
 )
 from protocol.errors import EncodingError
 from protocol.types import Address, Bytes32, RoundNumber, RunId
@@ -106,11 +108,17 @@ class ComputeAttestation:
     # --- wire forms ---------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
-        """camelCase object: bytes32 as 0x-hex, address checksummed, integers as numbers."""
+        """camelCase object: bytes32 as 0x-hex, address checksummed, integers as numbers up to
+        2^53 - 1 and as decimal strings above (JavaScript's JSON.parse reads both exactly)."""
         out: dict[str, Any] = {}
         for attr, name, sol in ATTESTATION_FIELDS:
             value = getattr(self, attr)
-            out[name] = bytes32_hex(value) if sol == "bytes32" else value
+            if sol == "bytes32":
+                out[name] = bytes32_hex(value)
+            elif sol.startswith("uint"):
+                out[name] = wallet_int(value)
+            else:
+                out[name] = value
         return out
 
     @classmethod
@@ -129,7 +137,12 @@ class ComputeAttestation:
         kwargs: dict[str, Any] = {}
         for attr, name, sol in ATTESTATION_FIELDS:
             value = data[name]
-            kwargs[attr] = parse_bytes32(name, value) if sol == "bytes32" else value
+            if sol == "bytes32":
+                kwargs[attr] = parse_bytes32(name, value)
+            elif sol.startswith("uint"):
+                kwargs[attr] = parse_uint(name, value, int(sol.removeprefix("uint")))
+            else:
+                kwargs[attr] = value
         return cls(**kwargs)
 
     def typed_data(self, domain: Eip712Domain) -> dict[str, Any]:

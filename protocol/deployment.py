@@ -139,9 +139,19 @@ class Deployment:
             ) from None
 
 
+SHIPPED_ABI_DIR = Path(__file__).resolve().parent / "abi"
+"""The deployment's ABIs shipped as package data (an installed `coloco` has no `out/`)."""
+
+
 def abi(name: str) -> list[dict[str, Any]]:
-    """The ABI of contract `name` from forge's artifact `out/<name>.sol/<name>.json`."""
+    """The ABI of contract `name`: forge's artifact `out/<name>.sol/<name>.json` when this is a
+    built checkout, else the copy shipped in the package (`protocol/abi/<name>.json`)."""
     path = forge_out_dir() / f"{name}.sol" / f"{name}.json"
+    if not path.is_file() and (SHIPPED_ABI_DIR / f"{name}.json").is_file():
+        shipped = json.loads((SHIPPED_ABI_DIR / f"{name}.json").read_text())
+        if not isinstance(shipped, list):
+            raise DeploymentError(f"shipped ABI {name}.json is not a list: reinstall coloco")
+        return shipped
     try:
         artifact = json.loads(path.read_text())
     except FileNotFoundError:

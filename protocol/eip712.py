@@ -121,6 +121,29 @@ def check_uint(name: str, value: object, bits: int) -> int:
     return value
 
 
+JS_SAFE_MAX = (1 << 53) - 1
+"""The largest integer a JavaScript number holds exactly (``Number.MAX_SAFE_INTEGER``)."""
+
+_DECIMAL_RE = re.compile(r"^(0|[1-9][0-9]{0,77})$")
+
+
+def parse_uint(name: str, value: object, bits: int) -> int:
+    """A uint field of wire JSON: an integer, or its canonical decimal string (what ethers,
+    viem and JavaScript wallets send for values above 2^53); range-checked like check_uint."""
+    if isinstance(value, str):
+        if not _DECIMAL_RE.match(value):
+            raise EncodingError(
+                f"{name}: expected an integer or its decimal string (uint{bits}), got {value!r}"
+            )
+        value = int(value)
+    return check_uint(name, value, bits)
+
+
+def wallet_int(value: int) -> int | str:
+    """``value`` for JSON read by JavaScript: a number up to 2^53 - 1, else a decimal string."""
+    return value if -JS_SAFE_MAX <= value <= JS_SAFE_MAX else str(value)
+
+
 def check_bytes32(name: str, value: object) -> Bytes32:
     """``value`` as exactly 32 raw bytes (``bytes``; use :func:`parse_bytes32` for hex text)."""
     if not isinstance(value, bytes):
@@ -201,7 +224,7 @@ class Eip712Domain:
         return {
             "name": DOMAIN_NAME,
             "version": DOMAIN_VERSION,
-            "chainId": self.chain_id,
+            "chainId": wallet_int(self.chain_id),
             "verifyingContract": self.verifying_contract,
         }
 
@@ -221,7 +244,7 @@ class Eip712Domain:
                 f"got {data['name']!r} and {data['version']!r}"
             )
         return cls(
-            chain_id=check_uint("domain.chainId", data["chainId"], 256),
+            chain_id=parse_uint("domain.chainId", data["chainId"], 256),
             verifying_contract=check_address("domain.verifyingContract", data["verifyingContract"]),
         )
 

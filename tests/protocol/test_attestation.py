@@ -98,7 +98,12 @@ def test_every_field_changes_the_digest(
     [
         ("round", True, "round: expected an integer"),
         ("round", 1.0, "round: expected an integer"),
-        ("round", "1", "round: expected an integer"),
+        ("round", "01", "round: expected an integer or its decimal string"),
+        ("round", " 1", "round: expected an integer or its decimal string"),
+        ("round", "0x1", "round: expected an integer or its decimal string"),
+        ("round", "1e3", "round: expected an integer or its decimal string"),
+        ("round", "-1", "round: expected an integer or its decimal string"),
+        ("tokens", str(2**64), "out of range for uint64"),
         ("round", -1, "round: -1 is out of range for uint64"),
         ("round", 2**64, "out of range for uint64"),
         ("innerSteps", 2**32, "innerSteps: 4294967296 is out of range for uint32"),
@@ -149,11 +154,11 @@ def test_constructor_rejects_raw_wrong_types() -> None:
         (("primaryType",), "Other", "primaryType"),
         (("domain", "name"), "other", "expected name 'coloco'"),
         (("domain", "version"), "2", "version"),
-        (("domain", "chainId"), "31337", r"domain.chainId: expected an integer"),
+        (("domain", "chainId"), "031337", r"domain.chainId: expected an integer"),
         (("domain", "chainId"), 0, "domain.chainId: must be non-zero"),
         (("domain", "verifyingContract"), "0x" + "cd" * 20, "domain.verifyingContract"),
         (("types", "ComputeAttestation", 1, "type"), "uint256", "typed data.types"),
-        (("message", "round"), "3", "round: expected an integer"),
+        (("message", "round"), "3.0", "round: expected an integer"),
     ],
 )
 def test_from_typed_data_rejects_malformed(
@@ -178,3 +183,18 @@ def test_from_typed_data_rejects_extra_domain_field(
         ComputeAttestation.from_typed_data(typed)
     with pytest.raises(EncodingError, match="typed data: expected exactly the keys"):
         ComputeAttestation.from_typed_data({"message": {}})
+
+
+def test_wire_json_is_wallet_safe_and_reads_decimal_strings(
+    attestation: ComputeAttestation, domain: Eip712Domain
+) -> None:
+    """Integers above 2^53 - 1 go out as decimal strings (JavaScript's JSON.parse would round
+    them) and come back from the decimal strings ethers and viem send; small ones stay numbers."""
+    big = attestation.replace(tokens=2**64 - 1, round=2**53)
+    wire = big.to_json()
+    assert wire["tokens"] == str(2**64 - 1) and wire["round"] == str(2**53)
+    assert wire["innerSteps"] == big.inner_steps  # a small uint stays a JSON number
+    again = ComputeAttestation.from_json(wire)
+    assert again == big and again.digest(domain) == big.digest(domain)
+    as_strings = {k: str(v) if isinstance(v, int) else v for k, v in attestation.to_json().items()}
+    assert ComputeAttestation.from_json(as_strings) == attestation

@@ -34,8 +34,12 @@ def test_vector_coverage() -> None:
     assert len({chain for chain, _ in domains}) >= 4
     assert len({contract for _, contract in domains}) >= 4
     assert sum(1 for chain, _ in domains if chain == 31337) >= 2
-    rounds = {c["typed_data"]["message"]["round"] for c in ATTESTATIONS}
+    rounds = {int(c["typed_data"]["message"]["round"]) for c in ATTESTATIONS}
     assert {0, 2**64 - 1} <= rounds
+    # wallet-safe: every integer a JavaScript JSON.parse would round is a decimal string
+    for case in ATTESTATIONS:
+        for value in case["typed_data"]["message"].values():
+            assert not isinstance(value, int) or value <= 2**53 - 1, case["name"]
     sizes = sorted(len(t["values"]) for t in TREES)
     assert sizes[0] == 1 and 2 in sizes and sizes[-1] >= 100
 

@@ -1,0 +1,136 @@
+"""The dashboard's routes: HTML by default, the same data as JSON with `?format=json`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from ledger.dashboard import views
+
+if TYPE_CHECKING:
+    from ledger.service import Ledger
+
+HERE = Path(__file__).resolve().parent
+STATIC_DIR = HERE / "static"
+ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$")
+RUN_ID = re.compile(r"^0x[0-9a-fA-F]{64}$")
+
+_env = Environment(
+    loader=FileSystemLoader(HERE / "templates"),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+router = APIRouter(include_in_schema=False)
+FormatQ = Annotated[str, Query(pattern="^(html|json)$")]
+
+
+def _ledger(request: Request) -> Ledger:
+    ledger: Ledger = request.app.state.ledger
+    return ledger
+
+
+def _cache(request: Request) -> views.ModelCache:
+    app = request.app
+    cache: views.ModelCache | None = getattr(app.state, "dashboard_models", None)
+    if cache is None:
+        preset = _ledger(request).settings.usefulness_model or "tiny"
+        cache = views.ModelCache(preset)
+        app.state.dashboard_models = cache
+    return cache
+
+
+def _page(template: str, fmt: str, context: dict[str, Any], root: str = "") -> Response:
+    if fmt == "json":
+        return JSONResponse(views.wallet_safe(context))
+    html = _env.get_template(template).render(root=root, **context)
+    return HTMLResponse(html)
+
+
+@router.get("/")
+def index(request: Request, format: FormatQ = "html") -> Response:
+    """Runs and their latest rounds (kept live by static/live.js)."""
+    ledger = _ledger(request)
+    return _page("index.html", format, {"runs": views.runs(ledger)})
+
+
+@router.get("/runs/{run_id}")
+def run_page(request: Request, run_id: str, format: FormatQ = "html") -> Response:
+    """One run: rounds, the loss curve, the nodes, a sample from the latest checkpoint."""
+    if not RUN_ID.match(run_id):
+        raise HTTPException(404, "a run id is 0x + 64 hex digits")
+    detail = views.run_detail(_ledger(request), run_id, _cache(request))
+    if detail is None:
+        raise HTTPException(404, f"run {run_id} is unknown to this ledger")
+    context = {"run": detail, "curve_svg": curve_svg(detail["loss_curve"])}
+    return _page("run.html", format, context if format == "html" else detail, root="../")
+
+
+@router.get("/nodes")
+def nodes_page(request: Request, format: FormatQ = "html") -> Response:
+    """Every node: stake, active, rounds worked, rewarded."""
+    return _page("nodes.html", format, {"nodes": views.nodes(_ledger(request))})
+
+
+@router.get("/nodes/{address}")
+def node_page(request: Request, address: str, format: FormatQ = "html") -> Response:
+    """One node's receipts: why it earned what it earned."""
+    if not ADDRESS.match(address):
+        raise HTTPException(404, "a node is a 0x + 40 hex digit address")
+    return _page("node.html", format, views.node_detail(_ledger(request), address), root="../")
+
+
+@router.get("/proposals")
+def proposals_page(request: Request, format: FormatQ = "html") -> Response:
+    """Governance proposals with their state and votes."""
+    return _page("proposals.html", format, {"proposals": views.proposals(_ledger(request))})
+
+
+@router.get("/how-to")
+def how_to_page(request: Request, format: FormatQ = "html") -> Response:
+    """How to claim and vote, with the typed data a wallet signs."""
+    return _page("howto.html", format, views.how_to(_ledger(request)))
+
+
+def curve_svg(points: list[dict[str, Any]], width: int = 600, height: int = 220) -> str:
+    """An inline SVG polyline of (round, eval_loss); empty string without two points."""
+    if len(points) < 2:
+        return ""
+    pad = 36
+    xs = [float(p["round"]) for p in points]
+    ys = [float(p["eval_loss"]) for p in points]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(ys), max(ys)
+    span_x, span_y = (x1 - x0) or 1.0, (y1 - y0) or 1.0
+
+    def sx(x: float) -> float:
+        return pad + (x - x0) / span_x * (width - 2 * pad)
+
+    def sy(y: float) -> float:
+        return height - pad - (y - y0) / span_y * (height - 2 * pad)
+
+    pts = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in zip(xs, ys, strict=True))
+    dots = "".join(
+        f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3"/>' for x, y in zip(xs, ys, strict=True)
+    )
+    return (
+        f'<svg class="curve" id="loss-curve" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="held-out loss by round"><polyline points="{pts}"/>{dots}'
+        f'<text x="{pad}" y="{height - 8}">round {x0:.0f}</text>'
+        f'<text x="{width - pad - 50}" y="{height - 8}">round {x1:.0f}</text>'
+        f'<text x="4" y="{pad - 10}">loss {y1:.3f}</text>'
+        f'<text x="4" y="{height - pad + 14}">loss {y0:.3f}</text></svg>'
+    )
+
+
+def install(app: FastAPI) -> None:
+    """Serve the dashboard at `/` and its assets at `/static` on the ledger's app."""
+    app.include_router(router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static")

@@ -1,0 +1,318 @@
+"""What each dashboard page shows, as plain dicts (rendered to HTML, or sent as JSON).
+
+Reads the ledger's database, its blob store (checkpoints, for the loss curve and the sample) and
+the chain (stakes, proposals). Integers beyond 2^53 are decimal strings (`wallet_safe`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from sqlmodel import Session, col, func, select
+
+from ledger.models import Attestation, RoundState, Run
+
+if TYPE_CHECKING:
+    from ledger.service import Ledger
+
+log = logging.getLogger(__name__)
+
+ROUNDS_SHOWN = 20
+LOG_CHUNK = 2_000
+STATES = ("Pending", "Active", "Canceled", "Defeated", "Succeeded", "Queued", "Expired", "Executed")
+SAMPLE_PROMPT = "def "
+EVAL_ROWS = 16
+JS_SAFE = (1 << 53) - 1
+
+
+def wallet_safe(value: Any) -> Any:
+    """`value` with integers beyond 2^53 - 1 as decimal strings (JavaScript reads them exactly)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return str(value) if abs(value) > JS_SAFE else value
+    if isinstance(value, dict):
+        return {str(k): wallet_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [wallet_safe(v) for v in value]
+    return value
+
+
+def _round_row(rnd: RoundState, members: list[str]) -> dict[str, Any]:
+    return {
+        "round": rnd.round,
+        "state": rnd.state,
+        "members": members,
+        "checkpoint": rnd.checkpoint,
+        "tx_hash": rnd.tx_hash,
+        "note": rnd.note,
+        "closed_at": rnd.closed_at.isoformat() if rnd.closed_at else None,
+    }
+
+
+def runs(ledger: Ledger, limit: int = ROUNDS_SHOWN) -> list[dict[str, Any]]:
+    """Every run with its latest rounds (newest first) and the last committed round."""
+    out = []
+    with Session(ledger.engine) as session:
+        for run in session.exec(select(Run).order_by(col(Run.created_at))).all():
+            rounds = session.exec(
+                select(RoundState)
+                .where(RoundState.run_id == run.run_id)
+                .order_by(col(RoundState.round).desc())
+                .limit(limit)
+            ).all()
+            rows = []
+            for rnd in rounds:
+                members = session.exec(
+                    select(Attestation.node).where(
+                        Attestation.run_id == run.run_id, Attestation.round == rnd.round
+                    )
+                ).all()
+                rows.append(_round_row(rnd, sorted(members)))
+            committed = [r["round"] for r in rows if r["state"] in ("committed", "final")]
+            out.append(
+                {
+                    "run_id": run.run_id,
+                    "genesis_checkpoint": run.genesis_checkpoint,
+                    "created_at": run.created_at.isoformat(),
+                    "last_committed": max(committed) if committed else None,
+                    "rounds": rows,
+                }
+            )
+    return out
+
+
+class ModelCache:
+    """Held-out loss and a sample per checkpoint, computed once from the ledger's blob store."""
+
+    def __init__(self, preset: str) -> None:
+        self.preset = preset
+        self._lock = threading.Lock()
+        self._loss: dict[str, float | None] = {}
+        self._sample: dict[str, str | None] = {}
+
+    def _model(self, ledger: Ledger, checkpoint: str) -> Any:
+        from protocol.blobs import decode_blob
+        from trainer.model import GPT, GPTConfig
+
+        data = ledger.blobs.get_bytes(checkpoint)
+        if data is None:
+            return None
+        model = GPT(GPTConfig.preset(self.preset))
+        model.load_state_dict(decode_blob(data, max_bytes=ledger.settings.max_blob_bytes))
+        model.eval()
+        return model
+
+    def loss(self, ledger: Ledger, checkpoint: str) -> float | None:
+        with self._lock:
+            if checkpoint not in self._loss:
+                self._loss[checkpoint] = self._compute_loss(ledger, checkpoint)
+            return self._loss[checkpoint]
+
+    def _compute_loss(self, ledger: Ledger, checkpoint: str) -> float | None:
+        from trainer.data import Corpus
+        from trainer.model import evaluate
+
+        try:
+            model = self._model(ledger, checkpoint)
+            if model is None:
+                return None
+            rows = Corpus.load(None).eval_rows(model.cfg.seq_len, EVAL_ROWS, seed=0)
+            return round(float(evaluate(model, rows)), 5)
+        except Exception as exc:  # a checkpoint of another shape: no point on the curve
+            log.info("no held-out loss for %s: %s", checkpoint, exc)
+            return None
+
+    def sample(self, ledger: Ledger, checkpoint: str) -> str | None:
+        with self._lock:
+            if checkpoint not in self._sample:
+                self._sample[checkpoint] = self._compute_sample(ledger, checkpoint)
+            return self._sample[checkpoint]
+
+    def _compute_sample(self, ledger: Ledger, checkpoint: str) -> str | None:
+        import torch
+
+        try:
+            model = self._model(ledger, checkpoint)
+        except Exception as exc:
+            log.info("no sample from %s: %s", checkpoint, exc)
+            return None
+        if model is None:
+            return None
+        idx = torch.tensor([list(SAMPLE_PROMPT.encode())], dtype=torch.long)
+        with torch.no_grad():
+            for _ in range(48):
+                logits, _ = model(idx[:, -model.cfg.seq_len :])
+                idx = torch.cat([idx, logits[:, -1:].argmax(dim=-1)], dim=1)
+        return bytes(idx[0].tolist()).decode("utf-8", errors="replace")
+
+
+def run_detail(ledger: Ledger, run_id: str, cache: ModelCache) -> dict[str, Any] | None:
+    """One run: its rounds, the loss curve of its committed checkpoints, a sample of the last."""
+    run_id = run_id.lower()
+    with Session(ledger.engine) as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            return None
+        rounds = session.exec(
+            select(RoundState).where(RoundState.run_id == run_id).order_by(col(RoundState.round))
+        ).all()
+        nodes = session.exec(
+            select(Attestation.node, func.count(), func.sum(Attestation.tokens))
+            .where(Attestation.run_id == run_id)
+            .group_by(Attestation.node)
+        ).all()
+    curve = []
+    for rnd in rounds:
+        if rnd.checkpoint and rnd.state in ("committed", "final"):
+            loss = cache.loss(ledger, rnd.checkpoint)
+            if loss is not None:
+                curve.append({"round": rnd.round, "eval_loss": loss})
+    committed = [r for r in rounds if r.checkpoint and r.state in ("committed", "final")]
+    latest = committed[-1].checkpoint if committed else None
+    return {
+        "run_id": run_id,
+        "genesis_checkpoint": run.genesis_checkpoint,
+        "rounds": [_round_row(r, []) for r in reversed(rounds)],
+        "loss_curve": curve,
+        "nodes": [
+            {"node": node, "rounds": int(count), "tokens": int(tokens or 0)}
+            for node, count, tokens in nodes
+        ],
+        "sample": {
+            "checkpoint": latest,
+            "prompt": SAMPLE_PROMPT,
+            "text": cache.sample(ledger, latest) if latest else None,
+        },
+    }
+
+
+def nodes(ledger: Ledger) -> list[dict[str, Any]]:
+    """Every node that attested: stake (chain), rounds worked and rewards (ledger)."""
+    from protocol.types import Address
+
+    with Session(ledger.engine) as session:
+        rows = session.exec(
+            select(Attestation.node, Attestation.payout, Attestation.round, Attestation.reward)
+        ).all()
+    by_node: dict[str, dict[str, Any]] = {}
+    for node, payout, rnd, reward in rows:
+        entry = by_node.setdefault(
+            node, {"node": node, "payout": payout, "rounds": set(), "rewarded": 0}
+        )
+        entry["rounds"].add(rnd)
+        entry["rewarded"] += int(reward or 0)
+    out = []
+    for node, entry in sorted(by_node.items()):
+        try:
+            info = ledger.chain.client.node_info(Address(node))
+            stake: int | None = int(info.staked)
+            active: bool | None = bool(ledger.chain.client.is_active(Address(node)))
+        except Exception as exc:  # the chain may be away: show what the ledger knows
+            log.info("no stake for %s: %s", node, exc)
+            stake, active = None, None
+        out.append(
+            {
+                "node": node,
+                "payout": entry["payout"],
+                "stake": stake,
+                "active": active,
+                "rounds_worked": len(entry["rounds"]),
+                "rewarded": entry["rewarded"],
+            }
+        )
+    return out
+
+
+def node_detail(ledger: Ledger, address: str) -> dict[str, Any]:
+    """One node's receipts: per round, claimed vs verified tokens, quality, reward and why."""
+    with Session(ledger.engine) as session:
+        atts = session.exec(
+            select(Attestation)
+            .where(func.lower(Attestation.node) == address.lower())
+            .order_by(col(Attestation.run_id), col(Attestation.round))
+        ).all()
+    receipts = [
+        {
+            "run_id": a.run_id,
+            "round": a.round,
+            "claimed_tokens": a.tokens,
+            "verified_tokens": a.verified_tokens,
+            "quality": a.quality,
+            "reward": int(a.reward) if a.reward else 0,
+            "reason": a.reason,
+            "payout": a.payout,
+        }
+        for a in atts
+    ]
+    stake = next((n for n in nodes(ledger) if n["node"].lower() == address.lower()), None)
+    return {"node": address, "summary": stake, "receipts": receipts}
+
+
+def proposals(ledger: Ledger) -> list[dict[str, Any]]:
+    """Governor proposals (ProposalCreated logs, read in chunks) with state and votes."""
+    client = ledger.chain.client
+    try:
+        head = client.block_number()
+        event = client.contract("ModelGovernor").events.ProposalCreated
+        logs: list[Any] = []
+        start = ledger.chain.deployment_block
+        while start <= head:
+            end = min(start + LOG_CHUNK - 1, head)
+            fetch = partial(event.get_logs, from_block=start, to_block=end)
+            logs.extend(client.rpc(fetch, "eth_getLogs ProposalCreated"))
+            start = end + 1
+        out = []
+        for ev in logs:
+            pid = int(ev.args.proposalId)
+            against, for_, abstain = client.call("ModelGovernor", "proposalVotes", pid)
+            out.append(
+                {
+                    "proposal_id": str(pid),
+                    "description": str(ev.args.description),
+                    "state": STATES[int(client.call("ModelGovernor", "state", pid))],
+                    "for": int(for_),
+                    "against": int(against),
+                    "abstain": int(abstain),
+                    "vote_start": int(ev.args.voteStart),
+                    "vote_end": int(ev.args.voteEnd),
+                }
+            )
+        return out
+    except Exception as exc:  # no chain: the page says so instead of failing
+        log.info("proposals unavailable: %s", exc)
+        return []
+
+
+def how_to(ledger: Ledger) -> dict[str, Any]:
+    """How to claim and vote: the contracts, the commands, the typed data a wallet signs."""
+    from protocol.attestation import ATTESTATION_FIELDS, PRIMARY_TYPE
+    from protocol.eip712 import EIP712_DOMAIN_FIELDS
+
+    dep = ledger.chain.deployment
+    typed = {
+        "domain": ledger.chain.domain.to_json(),
+        "types": {
+            "EIP712Domain": [{"name": n, "type": t} for n, t in EIP712_DOMAIN_FIELDS],
+            PRIMARY_TYPE: [{"name": n, "type": t} for _, n, t in ATTESTATION_FIELDS],
+        },
+        "primaryType": PRIMARY_TYPE,
+    }
+    return {
+        "chain_id": int(dep.chain_id),
+        "contracts": {name: str(addr) for name, addr in sorted(dep.contracts.items())},
+        "claim": [
+            "coloco rewards show 0xPAYOUT",
+            "coloco rewards claim 0xPAYOUT --account NAME",
+        ],
+        "vote": [
+            "coloco gov list",
+            "coloco gov vote PROPOSAL_ID --support for --account NAME",
+        ],
+        "typed_data": typed,
+        "typed_data_json": json.dumps(wallet_safe(typed), indent=2),
+    }
