@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from eth_account import Account
@@ -72,3 +76,45 @@ def holders(chain: AnvilProcess, deployment: Deployment) -> list[Holder]:
         Holder(str(acct.address), "0x" + bytes(acct.key).hex(), amount)
         for acct, amount in zip(accounts, amounts, strict=True)
     ]
+
+
+# --- one shortened `coloco demo` per session, shared by test_demo.py and test_dashboard.py ------
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_NODES, DEMO_ROUNDS, DEMO_INNER_STEPS = 2, 3, 8
+
+
+@pytest.fixture(scope="session")
+def demo_chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnvilProcess]:
+    """An anvil of the demo's own: the demo deploys, mines and moves time on it freely."""
+    node = AnvilProcess.start(tmp_path_factory.mktemp("demo-anvil"))
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_run(
+    demo_chain: AnvilProcess, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, Any], Path]:
+    anvil = demo_chain
+    work = tmp_path_factory.mktemp("demo")
+    report = work / "report" / "demo.json"
+    cmd = [
+        sys.executable, "-m", "coloco_cli", "demo",
+        "--nodes", str(DEMO_NODES), "--rounds", str(DEMO_ROUNDS),
+        "--inner-steps", str(DEMO_INNER_STEPS),
+        "--report", str(report), "--workdir", str(work / "run"),
+        "--rpc-url", anvil.rpc_url, "--accounts", str(anvil.workdir / "anvil-accounts.json"),
+    ]  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=REPO, capture_output=True, text=True, timeout=800, check=False,
+        env={**os.environ, "COLUMNS": "160"},
+    )  # fmt: skip
+    logs = work / "run" / "logs"
+    assert proc.returncode == 0, (
+        f"demo failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}\n"
+        + "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("*.log")))
+    )
+    return json.loads(report.read_text()), work

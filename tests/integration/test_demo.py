@@ -8,11 +8,8 @@ afterwards the test reads the chain itself and compares it with the report.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,47 +19,13 @@ from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.types import RunId
+from tests.integration.conftest import DEMO_INNER_STEPS, DEMO_NODES, DEMO_ROUNDS
 from tests.integration.pids import alive as _alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.anvil, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
-NODES, ROUNDS, INNER_STEPS = 2, 3, 8
-
-
-@pytest.fixture(scope="module")
-def demo_chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnvilProcess]:
-    """An anvil of this module's own: the demo deploys, mines and moves time on it freely."""
-    node = AnvilProcess.start(tmp_path_factory.mktemp("demo-anvil"))
-    try:
-        yield node
-    finally:
-        node.stop()
-
-
-@pytest.fixture(scope="module")
-def demo_run(
-    demo_chain: AnvilProcess, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[dict[str, Any], Path]:
-    anvil = demo_chain
-    work = tmp_path_factory.mktemp("demo")
-    report = work / "report" / "demo.json"
-    cmd = [
-        sys.executable, "-m", "coloco_cli", "demo",
-        "--nodes", str(NODES), "--rounds", str(ROUNDS), "--inner-steps", str(INNER_STEPS),
-        "--report", str(report), "--workdir", str(work / "run"),
-        "--rpc-url", anvil.rpc_url, "--accounts", str(anvil.workdir / "anvil-accounts.json"),
-    ]  # fmt: skip
-    proc = subprocess.run(
-        cmd, cwd=REPO, capture_output=True, text=True, timeout=800, check=False,
-        env={**os.environ, "COLUMNS": "160"},
-    )  # fmt: skip
-    logs = work / "run" / "logs"
-    assert proc.returncode == 0, (
-        f"demo failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}\n"
-        + "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("*.log")))
-    )
-    return json.loads(report.read_text()), work
+NODES, ROUNDS, INNER_STEPS = DEMO_NODES, DEMO_ROUNDS, DEMO_INNER_STEPS
 
 
 def test_report_has_every_required_field(demo_run: tuple[dict[str, Any], Path]) -> None:
