@@ -19,7 +19,14 @@ from typing import Annotated, Any
 
 import typer
 
-from coloco_cli.common import DeploymentOpt, RpcUrlOpt, resolve
+from coloco_cli.common import (
+    DeploymentOpt,
+    JsonOpt,
+    LedgerUrlOpt,
+    RpcUrlOpt,
+    emit_json,
+    resolve,
+)
 
 app = typer.Typer(no_args_is_help=True)
 log = logging.getLogger("coloco.ledger")
@@ -87,6 +94,51 @@ def serve(
     )
 
 
+@app.command()
+def status(
+    *,
+    ledger_url: LedgerUrlOpt = None,
+    wait: Annotated[
+        float, typer.Option(min=0, help="Seconds to wait for the ledger to answer (0: ask once).")
+    ] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """The ledger's health: database, chain head, indexer lag (waits with --wait).
+
+    Example: coloco ledger status --wait 60
+    """
+    import time
+
+    import httpx
+
+    from protocol.errors import LedgerUnavailableError
+
+    url = resolve(None, ledger_url, None).ledger_url
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            resp = httpx.get(f"{url}/v1/health", timeout=5.0)
+            if resp.status_code == 200:
+                break
+            problem = f"HTTP {resp.status_code}"
+        except httpx.HTTPError as exc:
+            problem = exc.__class__.__name__
+        if time.monotonic() >= deadline:
+            raise LedgerUnavailableError(
+                f"the ledger at {url} does not answer ({problem}): start it with "
+                "`coloco ledger serve` or check --ledger-url"
+            )
+        time.sleep(0.5)
+    health = resp.json()
+    if json_out:
+        emit_json(health)
+        return
+    typer.echo(
+        f"ledger {url}: {health.get('status')}, database {health.get('database')}, chain head "
+        f"{health.get('chain_head')}, indexer lag {health.get('indexer_lag')}"
+    )
+
+
 def _overrides(rpc_url: str | None, deployment: Path | None) -> dict[str, Any]:
     """Settings the shared resolution supplies where the COLOCO_LEDGER_* variables are unset."""
     out: dict[str, Any] = {}
@@ -102,7 +154,7 @@ def _overrides(rpc_url: str | None, deployment: Path | None) -> dict[str, Any]:
         k in env
         for k in ("COLOCO_LEDGER_COMMITTER_KEYSTORE", "COLOCO_LEDGER_COMMITTER_PRIVATE_KEY")
     )
-    development = env.get("COLOCO_LEDGER_ENVIRONMENT", "development") == "development"
+    development = env.get("COLOCO_LEDGER_ENVIRONMENT", "production") == "development"
     dep = out.get("deployment")
     if keyless and development and dep is not None and _is_devnet(Path(dep)):
         from coloco_cli.devnet.cli import devnet_accounts
