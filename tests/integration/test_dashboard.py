@@ -132,7 +132,7 @@ def test_dashboard_nodes_stake_rounds_and_receipts(
         if node["rounds_worked"]:
             seen = by_node[node["node"].lower()]
             assert seen["rounds_worked"] == node["rounds_worked"], (seen, node)
-            assert seen["stake"] > 0 and seen["active"] is True
+            assert int(seen["stake"]) > 0 and seen["active"] is True  # wei: a decimal string
     first = report["nodes"][0]
     page.goto(f"{url}/nodes/{first['node']}")
     receipts = page.locator("#receipts tbody tr")
