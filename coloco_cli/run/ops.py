@@ -1,8 +1,9 @@
 """What an organiser does with a run, as functions (`coloco run ...` and the demo call them).
 
 A run is its 32-byte id (a name's sha256, or 0x + 64 hex digits, as `node run --run-id` takes
-it). Opening it uploads the genesis weights to the ledger and asks the ledger (admin token) to
-commit their hash as round 0 on chain; from then on the ledger accepts attestations for it.
+it). Opening it asks the ledger (admin token) to commit the genesis weights' hash as round 0 on
+chain, then uploads the weights (the ledger takes an unsigned upload only of a checkpoint a run
+names); from then on the ledger accepts attestations for the run.
 """
 
 from __future__ import annotations
@@ -83,14 +84,6 @@ def open_run(
                 f"run {run_hex(run_id)} is already open with genesis 0x{onchain.hex()}, not "
                 f"0x{genesis_hash.hex()}: pick another run id, or the --model/--seed it used"
             )
-    resp = _ledger_call(
-        "PUT",
-        f"{ledger_url}/v1/blobs/0x{genesis_hash.hex()}",
-        content=blob,
-        headers={"Content-Type": "application/octet-stream"},
-    )
-    if resp.status_code not in (200, 201):
-        raise LedgerError(f"the ledger refused the genesis blob ({resp.status_code}: {resp.text})")
     body = {"run_id": run_hex(run_id), "genesis_checkpoint": "0x" + genesis_hash.hex()}
     deadline = time.monotonic() + timeout
     last = ""
@@ -119,11 +112,24 @@ def open_run(
             onchain = bytes(chain.checkpoint_of(rid, RoundNumber(0)))
             if onchain != genesis_hash:
                 raise LedgerError(f"round 0 was committed with 0x{onchain.hex()}, not the genesis")
+            _upload_genesis(ledger_url, genesis_hash, blob)
             return Opened(run_hex(run_id), "0x" + genesis_hash.hex(), tx, already_open=False)
         if time.monotonic() > deadline:
             raise LedgerError(f"the ledger did not commit round 0 within {timeout:.0f}s: {last}")
         log.info("round 0 not on chain yet (%s); asking again", last)
         time.sleep(1.0)
+
+
+def _upload_genesis(ledger_url: str, genesis_hash: bytes, blob: bytes) -> None:
+    """The genesis weights to the ledger's store, once the run names them (then anyone may)."""
+    resp = _ledger_call(
+        "PUT",
+        f"{ledger_url}/v1/blobs/0x{genesis_hash.hex()}",
+        content=blob,
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    if resp.status_code not in (200, 201):
+        raise LedgerError(f"the ledger refused the genesis blob ({resp.status_code}: {resp.text})")
 
 
 def run_status(
