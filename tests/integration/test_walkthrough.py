@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.anvil, pytest.mark.timeout(12
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "cli.md"
 MARKER = "<!-- walkthrough -->"
+ARTEFACT = ROOT / "reports" / "walkthrough" / "output.txt"
 
 
 def walkthrough_script() -> str:
@@ -82,6 +83,8 @@ def test_walkthrough_runs_on_a_devnet(tmp_path: Path) -> None:
     finally:
         _stop_group(proc)
         _stop_devnet(tmp_path)
+    ARTEFACT.parent.mkdir(parents=True, exist_ok=True)
+    ARTEFACT.write_text(output)  # kept: what a person following the docs would see
     logs = "\n".join(
         f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in tmp_path.glob("*.log")
     )
@@ -94,7 +97,8 @@ def test_walkthrough_runs_on_a_devnet(tmp_path: Path) -> None:
         assert [e["round"] for e in events] == [1, 2], events
         assert all(e["event"] == "round_done" for e in events)
     assert re.search(r"claimed [1-9][\d.]* CMS for 0x[0-9a-fA-F]{40}", flat), flat[-3000:]
-    assert "TrainingConfig version is now 2" in flat
+    executed = re.search(r"executed \d+; TrainingConfig version is now (\d+)", flat)
+    assert executed and int(executed.group(1)) >= 2, flat[-3000:]  # deploy's H is version 2
     assert "matches the chain; written to demo.safetensors" in flat
     assert re.search(r"held-out loss \d+\.\d+ nats/byte", flat)
     assert (tmp_path / "demo.safetensors").stat().st_size > 0
