@@ -23,7 +23,6 @@ import argparse
 import json
 import logging
 import os
-import statistics
 import threading
 import time
 from datetime import timedelta
@@ -66,7 +65,7 @@ def main() -> None:
     p.add_argument("--fmt", default="int8")
     p.add_argument("--budget-s", type=float, default=0.0,
                    help="inner time box in s; 0: none; -1: round 1 runs H steps and sets the box "
-                   "of later rounds to the members' mean round-1 compute time")  # fmt: skip
+                   "of later rounds to the fastest member's round-1 compute time")  # fmt: skip
     p.add_argument("--slowdown", type=float, default=1.0)
     p.add_argument("--sync-steps", type=int, default=0, help="measure sync DP instead")
     p.add_argument("--out", required=True)
@@ -180,10 +179,10 @@ def main() -> None:
             "outer_s": t_check - t_outer, "check_s": t_blob - t_check, "blob_s": t_end - t_blob,
             "allreduce_bytes_sent": sent, "loss": inner.final_loss, "result": result.hex()[:16],
         })  # fmt: skip
-        if budget < 0:  # the round's time budget, agreed from round 1 (the same on every node)
+        if budget < 0:  # the round's time budget: the fastest member's H steps in round 1
             rdv.store.set(f"budget/{args.index}", str(compute_s))
             rdv.store.wait([f"budget/{i}" for i in range(args.world)])
-            budget = statistics.mean(float(rdv.store.get(f"budget/{i}")) for i in range(args.world))
+            budget = min(float(rdv.store.get(f"budget/{i}")) for i in range(args.world))
         log.info("round %d: %d steps, compute %.1fs, wall %.1fs", r, inner.steps, compute_s,
                  t_end - t_prev)  # fmt: skip
         t_prev = t_end
