@@ -115,9 +115,11 @@ def run_sync(corpus: Corpus, s: Setup, eval_rows: torch.Tensor) -> tuple[float, 
 def run_diloco(
     corpus: Corpus, s: Setup, eval_rows: torch.Tensor, fmt: str, *, overlap: bool = False
 ) -> tuple[float, int, list[float]]:
-    """``overlap``: the one-round delayed outer step (round r's average is applied at the end of
-    round r+1, so its communication can run during round r+1's compute; the last is applied
-    after the final round)."""
+    """``overlap``: the one-round delayed outer step. Round r's average travels during round
+    r+1's compute and is applied at the end of round r+1; meanwhile each worker trains round r+1
+    from the newest global base plus its own not-yet-averaged progress of round r (an eager
+    local update, corrected when the average lands), and its pseudo-gradient is measured from
+    that start. The last average is applied after the final round; eval is on the global base."""
     model = start_model(corpus, s)
     outer = OuterState.from_model(model)
     cfg = InnerConfig(steps=s.inner_steps, lr=s.inner_lr, batch_size=s.batch, warmup_steps=s.warmup,
@@ -126,26 +128,39 @@ def run_diloco(
     trainers = [InnerTrainer(model, cfg, keep_state=not s.fresh_adam) for _ in range(s.workers)]
     sent, curve = 0, []
     pending: torch.Tensor | None = None
+    starts: list[torch.Tensor | None] = [None] * s.workers  # overlap: each worker's start point
     for rnd in range(1, s.rounds + 1):
         pgs = []
-        for trainer, rows in zip(trainers, shards(corpus, s, rnd), strict=True):
-            outer.load_into(model)
+        for k, (trainer, rows) in enumerate(zip(trainers, shards(corpus, s, rnd), strict=True)):
+            own = starts[k]
+            start = own if own is not None else outer.base
+            _load_flat(model, outer, start)
             trainer.train(rows)
-            pgs.append(outer.pseudo_gradient(model))
+            pgs.append(start - outer.layout.flatten(dict(model.named_parameters())))
         avg = simulate_average(pgs, fmt)
         sent += wire_bytes(outer.base.numel(), fmt, s.workers)
-        apply: torch.Tensor | None = avg
-        if overlap:
-            apply, pending = pending, avg
-        if apply is not None:
-            outer.step(apply, s.outer)
-        if overlap and rnd == s.rounds and pending is not None:
-            outer.step(pending, s.outer)
+        if not overlap:
+            outer.step(avg, s.outer)
+        else:
+            if pending is not None:
+                outer.step(pending, s.outer)
+            pending = avg
+            if rnd == s.rounds:
+                outer.step(pending, s.outer)
+            else:
+                starts = [outer.base - pg for pg in pgs]
         outer.load_into(model)
         if rnd % max(1, s.rounds // 5) == 0 or rnd == s.rounds:
             curve.append(round(evaluate(model, eval_rows), 4))
             log.info("%s round %d eval %.4f", fmt, rnd, curve[-1])
     return evaluate(model, eval_rows), sent, curve
+
+
+@torch.no_grad()
+def _load_flat(model: GPT, outer: OuterState, flat: torch.Tensor) -> None:
+    views = outer.layout.unflatten(flat)
+    for name, p in model.named_parameters():
+        p.copy_(views[name])
 
 
 def codec_ns_per_param() -> float | None:
