@@ -95,6 +95,7 @@ class RoundGroup:
         self.members = members
         self.rank = rank
         self.averager = averager
+        self.divergent: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -107,7 +108,7 @@ class RoundGroup:
         ``digest`` (evicted: they recover from a peer, the run goes on). Raises
         CheckpointError when this node is outside a strict majority (it is the divergent one,
         or there is no majority, e.g. 1 against 1)."""
-        self.divergent: tuple[str, ...] = ()
+        self.divergent = ()
         if self.world_size == 1:
             return ()
         device = getattr(self.averager, "device", torch.device("cpu"))
@@ -144,7 +145,7 @@ class RoundGroup:
     def publisher(self) -> bool:
         """Whether this node publishes the round's checkpoint: the lowest-ranked member of the
         majority (rank 0 unless rank 0 diverged)."""
-        honest = [a for a in self.members.addresses if a not in getattr(self, "divergent", ())]
+        honest = [a for a in self.members.addresses if a not in self.divergent]
         return bool(honest) and honest[0] == self.members.addresses[self.rank]
 
     def close(self) -> None:

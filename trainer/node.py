@@ -73,6 +73,7 @@ class RoundReport:
     result_hash: bytes
     eval_loss: float | None
     signed: Signed
+    groups_formed: int = 0  # process groups this node has built so far (kept while unchanged)
 
 
 ProgressFn = Callable[[int, StepInfo], None]
@@ -140,6 +141,8 @@ class NodeRunner:
         self.diloco: DiLoCo | None = None
         self.state_round = -1
         self._last_members: tuple[str, ...] = ()
+        self._group: RoundGroup | None = None
+        self.groups_formed = 0
         self.eval_rows = (
             self.corpus.eval_rows(settings.model.seq_len, settings.eval_rows, seed=7)
             if settings.eval_rows
@@ -265,6 +268,24 @@ class NodeRunner:
         self.adopt(ckpt)
         return max(ckpt.round + 1, self.rdv.current_round() + 1)
 
+    def group_for(self, members: Members) -> RoundGroup:
+        """The process group of ``members``: the last round's group while the member list is the
+        same (and nobody diverged), else a new one. Every member decides the same way from the
+        same closed lists, so they keep or rebuild together."""
+        kept, self._group = self._group, None
+        if kept is not None and kept.members.addresses == members.addresses:
+            kept.members = members
+            return kept
+        if kept is not None:
+            kept.close()
+        self.groups_formed += 1
+        return self.form_group(members)
+
+    def drop_group(self) -> None:
+        if self._group is not None:
+            self._group.close()
+            self._group = None
+
     def run_round(self, r: int) -> RoundReport | None:
         if not self.attester.join(r):  # the ledger's members: signed joins before the round
             log.info("round %d started at the ledger without this node; trying the next one", r)
@@ -272,16 +293,19 @@ class NodeRunner:
         members = self.join(r)
         if self.address not in members.addresses:
             log.info("round %d closed without this node; trying the next one", r)
+            self.drop_group()
             return None
         try:
             config, members = self.read_config(members)
         except _SitOut:
             log.warning("round %d: sat out (config not agreed at the round's block)", r)
+            self.drop_group()
             return None
         if self.state_round != r - 1:
             self.adopt(self.recovery.from_peer(self.rdv, r - 1))
+        kept = False
         try:
-            group = self.form_group(members)
+            group = self.group_for(members)
         except _LeftOut:
             log.warning("round %d re-formed without this node; rejoining next round", r)
             return None
@@ -289,6 +313,8 @@ class NodeRunner:
             spec, local = self.train_local(r, config)
             outcome, group = self.synchronize(r, group, local, config)
             self.save_and_publish(r, group)
+            if not group.divergent:  # kept for the next round (an evicted node rebuilds it)
+                self._group, kept = group, True
         except _LeftOut:
             # The survivors re-formed the round without this node (its collective failed later
             # than theirs): its work of round r is lost; it rejoins at r + 1 from a peer.
@@ -301,7 +327,8 @@ class NodeRunner:
             self.state_round = -1
             return None
         finally:
-            group.close()
+            if not kept:
+                group.close()
         eval_loss = evaluate(self.model, self.eval_rows) if self.eval_rows is not None else None
         work = WorkRecord(
             round=r,
@@ -320,7 +347,7 @@ class NodeRunner:
             steps=local.inner.steps, tokens=local.inner.tokens,
             final_loss=local.inner.final_loss, bytes_sent=outcome.bytes_sent,
             base_hash=local.base_hash, result_hash=outcome.result_hash,
-            eval_loss=eval_loss, signed=signed,
+            eval_loss=eval_loss, signed=signed, groups_formed=self.groups_formed,
         )  # fmt: skip
 
     def run(self) -> list[RoundReport]:
@@ -334,6 +361,7 @@ class NodeRunner:
                 if self.on_round is not None:
                     self.on_round(report)
             r += 1
+        self.drop_group()
         self.rdv.announce_leave(r)
         log.info("%s leaves before round %d", self.address, r)
         if self.attester.ledger is not None and self.attester.backlog:

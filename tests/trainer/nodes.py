@@ -118,6 +118,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         rec = round_record(report)
         rec["attestation"] = report.signed.attestation.to_json()
         rec["signature"] = "0x" + report.signed.signature.hex()
+        rec["groups_formed"] = report.groups_formed
         records.append(rec)
         results[plan.key] = list(records)
         events()

@@ -55,6 +55,8 @@ def test_three_nodes_hold_identical_weights_after_every_round_int8_wire(
     assert len({rec["data_shard"] for rec in rounds[1].values()}) == 3
     assert len({rec["pseudo_gradient"] for rec in rounds[1].values()}) == 3
     assert rounds[1][0]["bytes_sent"] > 0
+    # one gloo group for both rounds: it is rebuilt only when the member list changes
+    assert {rec["groups_formed"] for rec in rounds[2].values()} == {1}
     # The checkpoints on disk are the same bits on every node, and match the attested hash.
     ckpts = [CheckpointDir(tmp_path / f"n{k}").load(2) for k in range(3)]
     assert {c.weights_hash.hex() for c in ckpts} == {rounds[2][0]["result_checkpoint"][2:]}

@@ -91,6 +91,7 @@ def test_outer_step_bits_equal_the_reference_under_every_capability(
     assert _run(inputs, capability, "exact") == _numpy_reference(inputs)
 
 
+@pytest.mark.slow
 def test_the_fused_formula_differs_between_capabilities(inputs: Path) -> None:
     """What the test above guards against: torch's add-with-alpha is an FMA on AVX2 only."""
     default = _run(inputs, "default", "fused")
