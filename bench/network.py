@@ -227,7 +227,7 @@ def main() -> None:
         "slow_node_credit_ratio": round(credited / (fast_tokens * speed), 4),
         "slow_node_speed_ratio": round(speed, 3),
         "slow_node_steps": [r["steps"] for r in het[1]["rounds"]],
-        "time_budget": "the fastest member's round-1 compute time (H steps), every scenario",
+        "time_budget": "H x the fastest member's median round-1 step time, every scenario",
         **ov,
         "int8": s8,
         "fp32": s32,

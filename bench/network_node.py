@@ -23,6 +23,7 @@ import argparse
 import json
 import logging
 import os
+import statistics
 import threading
 import time
 from datetime import timedelta
@@ -101,8 +102,11 @@ def main() -> None:
 
     last_step_end = [time.perf_counter()]
 
+    step_times: list[float] = []
+
     def slow(info: StepInfo) -> None:
         now = time.perf_counter()
+        step_times.append(now - last_step_end[0])  # this step's wall time, slowdown included
         if args.slowdown > 1.0:
             time.sleep((args.slowdown - 1.0) * (now - last_step_end[0]))
         last_step_end[0] = time.perf_counter()
@@ -150,6 +154,7 @@ def main() -> None:
             diloco.inner = InnerTrainer(model, inner_cfg)
         t_train = time.perf_counter()
         last_step_end[0] = t_train
+        step_times.clear()
         inner = diloco.inner.train(rows, on_step=slow, budget_s=budget if budget > 0 else None)
         t_enc = time.perf_counter()
         compute_s = t_enc - t_train
@@ -179,8 +184,11 @@ def main() -> None:
             "outer_s": t_check - t_outer, "check_s": t_blob - t_check, "blob_s": t_end - t_blob,
             "allreduce_bytes_sent": sent, "loss": inner.final_loss, "result": result.hex()[:16],
         })  # fmt: skip
-        if budget < 0:  # the round's time budget: the fastest member's H steps in round 1
-            rdv.store.set(f"budget/{args.index}", str(compute_s))
+        if budget < 0:  # the round's time budget: H steps at the fastest member's median step
+            # time of round 1 (the median skips round 1's slow first steps)
+            rdv.store.set(
+                f"budget/{args.index}", str(args.inner_steps * statistics.median(step_times))
+            )
             rdv.store.wait([f"budget/{i}" for i in range(args.world)])
             budget = min(float(rdv.store.get(f"budget/{i}")) for i in range(args.world))
         log.info("round %d: %d steps, compute %.1fs, wall %.1fs", r, inner.steps, compute_s,
