@@ -48,7 +48,9 @@ from protocol.errors import CheckpointError
 log = logging.getLogger(__name__)
 
 ZERO = "0x" + "00" * 32
-SUSPICIOUS_NORM = (0.75, 1.33)  # outside this band of the median norm: replay-audited
+SUSPICIOUS_NORM = (0.75, 1.33)
+MIN_FOR_RESIDUALS = 4  # nodes in a round needed to remove the shared component
+SMALL_ROUND_COPY_COSINE = 0.999  # outside this band of the median norm: replay-audited
 
 
 @dataclass
@@ -325,10 +327,14 @@ def _copies(entries: list[Entry], ctx: Context, session: Session, rnd: RoundStat
         return
     flat = {e.id: e.flat for e in live if e.flat is not None}
     threshold = ctx.settings.copy_cosine
+    small = len(live) < MIN_FOR_RESIDUALS  # too few nodes to estimate the shared component:
+    if small:  # raw cosine, near-identical vectors only (honest pairs can be close there)
+        threshold = max(threshold, SMALL_ROUND_COPY_COSINE)
     auditing = ctx.settings.audit_fraction > 0
     for i, e in enumerate(live):  # this round: a pair is suspicious; the audit tells them apart
         for other in live[:i]:
-            d = _direction([flat[x.id] for x in live if x is not e and x is not other])
+            others = [flat[x.id] for x in live if x is not e and x is not other]
+            d = None if small else _direction(others)
             c = cosine(residual(flat[e.id], d), residual(flat[other.id], d))
             if c < threshold:
                 continue
@@ -356,7 +362,7 @@ def _copies(entries: list[Entry], ctx: Context, session: Session, rnd: RoundStat
     for e in live:
         if not e.ok:
             continue
-        d = _direction([flat[x.id] for x in live if x is not e])
+        d = None if small else _direction([flat[x.id] for x in live if x is not e])
         mine = residual(flat[e.id], d)
         for label, old in earlier:
             if old.numel() != mine.numel():
