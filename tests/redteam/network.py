@@ -48,7 +48,7 @@ class NetConfig:
     inner_lr_e6: int = 1000
     batch: int = 4
     audit_fraction: float = 0.1
-    join_window_s: float = 0.6
+    join_window_s: float = 1.5
     seed: int = 0
 
 
