@@ -98,6 +98,7 @@ class Context:
     members: frozenset[str] | None
     usefulness: UsefulnessFn | None
     start_of: Any  # (Attestation) -> datetime
+    model: Tensors | None = None  # the base checkpoint's tensors (set by judge_round)
 
 
 def judge_round(
@@ -105,6 +106,7 @@ def judge_round(
 ) -> Judgement:
     entries = [Entry(a) for a in atts]
     base_tensors = ctx.blobs.tensors(ctx.base)
+    ctx.model = base_tensors
     _level1(entries, ctx)
     _equivocation(entries, session, rnd)
     _tensors(entries, ctx, base_tensors)
@@ -211,6 +213,15 @@ def _tensors(entries: list[Entry], ctx: Context, model: Tensors | None) -> None:
             e.fail(*bad)
 
 
+def _load(ctx: Context, blob: str) -> Tensors | None:
+    """An earlier pseudo-gradient blob as named tensors (a commitment decoded), or None."""
+    raw = ctx.blobs.tensors(blob)
+    if raw is None:
+        return None
+    tensors, _, bad = _decode(raw, ctx.model)
+    return None if bad is not None else tensors
+
+
 def _decode(raw: Tensors, model: Tensors | None) -> tuple[Tensors, Any, str | None]:
     """(named tensors, the packet or None, why it is malformed): a commitment blob is decoded
     and laid out by the model's parameter shapes; named fp32 tensors are taken as they are."""
@@ -295,7 +306,7 @@ def _magnitude(entries: list[Entry], ctx: Context, session: Session, rnd: RoundS
     norms = [float(e.flat.norm()) for e in live if e.flat is not None]
     if len(norms) < 3:  # too few to judge by: the previous rounds' accepted norms
         for _, _, pg in _history(session, rnd, 1):
-            t = ctx.blobs.tensors(pg)
+            t = _load(ctx, pg)
             if t is not None:
                 norms.append(float(canonical_flat(t).norm()))
     if len(norms) < 3:
@@ -350,7 +361,7 @@ def _copies(entries: list[Entry], ctx: Context, session: Session, rnd: RoundStat
     by_round: dict[int, list[torch.Tensor]] = {}
     nodes = {e.att.node for e in live}
     for r, node, pg in _history(session, rnd, ctx.settings.copy_history_rounds, nodes):
-        t = ctx.blobs.tensors(pg)
+        t = _load(ctx, pg)
         if t is None:
             continue
         old = canonical_flat(t)

@@ -135,8 +135,8 @@ def test_attestations_and_blobs_are_accepted_by_the_real_ledger(
     ledger.indexer.catch_up()
     key = NodeKey.from_private_key(nodes[0].key)
     lc = LedgerClient("http://testserver", http=client)
-    runner = _node(chain, deployment, key, corpus_dir, store_port, lc, rounds=1)
-    (report,) = runner.run()  # genesis checked against checkpointOf(run, 0) on chain
+    runner = _node(chain, deployment, key, corpus_dir, store_port, lc, rounds=2)
+    report, second = runner.run()  # genesis checked against checkpointOf(run, 0) on chain
     assert report.signed.ledger_id is not None
     att = report.signed.attestation
     again = lc.submit_attestation(att, report.signed.signature, [key.address])
@@ -154,6 +154,9 @@ def test_attestations_and_blobs_are_accepted_by_the_real_ledger(
     assert bytes(cc.checkpoint_of(RUN, 1)) == att.result_checkpoint
     pg_blob = lc.get_blob(att.pseudo_gradient)  # public once the round is scored
     assert pg_blob is not None and len(pg_blob) > 1000
+    # round 2 is judged against round 1's decoded commitments (magnitude, copies): committed too
+    tick_until(ledger, "0x" + RUN.hex(), 2, "committed", timeout=60.0)
+    assert bytes(cc.checkpoint_of(RUN, 2)) == second.signed.attestation.result_checkpoint
     cold = Recovery(RUN, SMALL, 0, chain=cc, ledger=lc)
     restored = cold.from_ledger(1)
     assert restored is not None and restored.weights_hash == att.result_checkpoint
