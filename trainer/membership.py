@@ -273,7 +273,14 @@ class Rendezvous:
     def opened(self, round: int, attempt: int = 0) -> Members | None:
         key = f"{self._prefix(round, attempt)}/open"
         msg = self.board.read(key, Kind.ROUND_OPEN, round, attempt)
-        return None if msg is None else self._members_of(msg, key)
+        members = None if msg is None else self._members_of(msg, key)
+        if msg is not None and members is not None and (self.last is None
+                                                        or round >= self.last.round):  # fmt: skip
+            # re-posted at a successor host if this one dies (the new store starts empty)
+            self._published = {k: v for k, v in self._published.items()
+                               if not k.startswith("members/")}  # fmt: skip
+            self._published[key] = msg.to_wire()
+        return members
 
     def latest_open(self) -> Members | None:
         """The verified round-open under ``current_round`` (a hint: the latest round opened)."""

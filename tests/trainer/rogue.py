@@ -216,3 +216,74 @@ def stop_rogue(proc: Any) -> None:
     if proc.is_alive():
         proc.kill()
     proc.join(10)
+
+
+# --- the honest side: registered, staked nodes on the real anvil ----------------------------
+
+
+@dataclass
+class OnChain:
+    """Four registered, staked node keys and the deployment, for node processes to use."""
+
+    rpc_url: str
+    deployment: str
+    keys: list[str]
+    addresses: list[str]
+    chain_id: int
+    ledger: str
+    version: int
+    inner_steps: int
+
+    def plan(self, i: int, **kw: Any) -> Any:
+        from tests.trainer.nodes import Plan
+
+        return Plan(key=i, private_key=self.keys[i], rpc_url=self.rpc_url,
+                    deployment=self.deployment, **kw)  # fmt: skip
+
+    def info(self, **kw: Any) -> RogueInfo:
+        from tests.trainer.nodes import RUN_ID
+
+        return RogueInfo(run_id=RUN_ID, chain_id=self.chain_id, ledger=self.ledger, **kw)
+
+
+def on_chain(chain: Any, deployment: Any, tmp_path: Any, *, inner_steps: int = 3) -> OnChain:
+    from protocol.chain import ChainClient
+    from tests.ledger.helpers import new_node
+    from tests.trainer.test_chain_ledger import _as_timelock
+
+    path = tmp_path / "deployment.json"
+    deployment.save(path)
+    nodes = [new_node(chain.w3, deployment, chain.accounts[2 + i][0], seed=bytes([0x31 + i]) * 32)
+             for i in range(4)]  # fmt: skip
+    _as_timelock(chain, deployment, "setInnerLoop", inner_steps, 3000)
+    view = ChainClient(chain.rpc_url, deployment).training_config()
+    return OnChain(
+        rpc_url=chain.rpc_url, deployment=str(path), keys=["0x" + n.key.hex() for n in nodes],
+        addresses=[str(n.address) for n in nodes], chain_id=int(deployment.chain_id),
+        ledger=str(deployment.address("ContributionLedger")), version=int(view.version),
+        inner_steps=int(view.inner_steps),
+    )  # fmt: skip
+
+
+def by_round(results: dict[int, list[dict[str, Any]]]) -> dict[int, dict[int, dict[str, Any]]]:
+    out: dict[int, dict[int, dict[str, Any]]] = {}
+    for key, records in results.items():
+        for rec in records:
+            out.setdefault(rec["round"], {})[key] = rec
+    return out
+
+
+def assert_agree(rounds: dict[int, dict[int, dict[str, Any]]]) -> None:
+    """Every round: one result, one base; each round starts from the previous round's result."""
+    for r, recs in rounds.items():
+        results = {rec["result_checkpoint"] for rec in recs.values()}
+        bases = {rec["base_checkpoint"] for rec in recs.values()}
+        assert len(results) == 1 and len(bases) == 1, f"round {r}: {results} {bases}"
+        if r - 1 in rounds:
+            (prev,) = {rec["result_checkpoint"] for rec in rounds[r - 1].values()}
+            assert bases == {prev}, f"round {r} did not start from round {r - 1}'s result"
+
+
+def checks(refusals: list[tuple[str, str]], prefix: str) -> set[str]:
+    """The checks that refused values under keys starting with ``prefix``."""
+    return {check for check, key in refusals if key.startswith(prefix)}

@@ -55,6 +55,14 @@ def open_store(ep: Endpoint, *, host: bool, timeout_s: float, op_timeout_s: floa
     return store
 
 
+def _lost(exc: BaseException) -> bool:
+    """The host is gone (not merely a key that did not appear in time)."""
+    if isinstance(exc, dist.DistNetworkError):
+        return True
+    text = str(exc)
+    return any(s in text for s in ("Broken pipe", "Connection reset", "Connection refused"))
+
+
 class FailoverStore:
     """A TCPStore client that moves to the successor host when the current one dies."""
 
@@ -86,7 +94,9 @@ class FailoverStore:
     def _call(self, name: str, *args: Any) -> Any:
         try:
             return getattr(self.store, name)(*args)
-        except dist.DistNetworkError as exc:
+        except (RuntimeError, dist.DistError) as exc:
+            if not _lost(exc):
+                raise
             self.failover(exc)
             return getattr(self.store, name)(*args)
 
