@@ -100,7 +100,8 @@ class _Rogue:
                         self.store.set(f"config/{r}/{a}/{addr}",
                                        self.forged(4, r, a, {"hash": "00" * 32, "version": 99},
                                                    node=addr))  # fmt: skip
-            old_block = self.forged(2, r, 0, {"joins": [], "config_block": 1})
+            claimed = self.info.honest[0] if r % 2 == 0 else ""  # even rounds: a forgery
+            old_block = self.forged(2, r, 0, {"joins": [], "config_block": 1}, node=claimed)
             self.store.compare_set(f"members/{r}/0/open", "", old_block)
 
     def phantom(self) -> None:
