@@ -6,14 +6,20 @@ import {Math} from "@openzeppelin/contracts/utils/math/Math.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 import {MerkleProof} from "@openzeppelin/contracts/utils/cryptography/MerkleProof.sol";
 import {IContributionLedger} from "./interfaces/IContributionLedger.sol";
-import {IModelShareToken} from "./interfaces/IModelShareToken.sol";
+import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
+import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
+import {IVotes} from "@openzeppelin/contracts/governance/utils/IVotes.sol";
 import {IOwnershipSplit} from "./interfaces/IOwnershipSplit.sol";
 import {IRunFunding} from "./interfaces/IRunFunding.sol";
 
 /// @title RunFunding
 /// @notice Capital for training runs: ETH deposits that pay verified compute, and the capital
-/// pool's ownership for the backers. One funding account per run, all in this contract, because
-/// minting needs the token's MINTER_ROLE, which only the deploy can grant.
+/// pool's ownership for the backers. One funding account per run, all in this contract.
+/// @dev Capital-pool tokens are never minted here: the ledger puts this contract in the rewards
+/// tree as one more account (TrainingConfig's capital share of each round's `rewardPerRound`), so
+/// the pool comes through the same budgeted, dispute-windowed roots as compute rewards; anyone
+/// may claim it into this contract with the RewardDistributor. The escrow delegates to nobody
+/// (unvested ownership does not vote), and a vested claim is a plain transfer.
 /// @dev Roles: DEFAULT_ADMIN_ROLE is governance (the Timelock): cancels runs, sets the vesting
 /// period, the dispute window and a run's ETH per round, appoints the guardian. COMMITTER_ROLE
 /// (the ledger operator) opens runs and commits ETH roots. GUARDIAN_ROLE can only revoke a
@@ -25,6 +31,7 @@ import {IRunFunding} from "./interfaces/IRunFunding.sol";
 /// `S = sum(a * t)`), so a backer's weight is `D_b * end - S_b` in O(1) whatever its deposits.
 contract RunFunding is IRunFunding, AccessControl {
     using SafeCast for uint256;
+    using SafeERC20 for IERC20;
 
     /// @notice The role that opens runs and commits ETH roots (the ledger operator).
     bytes32 public constant COMMITTER_ROLE = keccak256("COMMITTER_ROLE");
@@ -66,8 +73,8 @@ contract RunFunding is IRunFunding, AccessControl {
         bool revoked;
     }
 
-    /// @notice The token minted for vested capital ownership.
-    IModelShareToken public immutable token;
+    /// @notice The ownership token this contract holds in escrow and pays vested capital in.
+    IERC20 public immutable token;
     /// @notice Where rounds are committed: an ETH root needs its round committed there.
     IContributionLedger public immutable ledger;
     /// @notice The governed ownership split (capital basis points of the reward per round).
@@ -83,7 +90,7 @@ contract RunFunding is IRunFunding, AccessControl {
     mapping(bytes32 runId => mapping(bytes32 root => Root)) private _roots;
     /// @notice Cumulative wei paid to a compute contributor in a run.
     mapping(bytes32 runId => mapping(address account => uint256)) public ethClaimed;
-    /// @notice Capital-pool tokens minted to a backer of a run.
+    /// @notice Capital-pool tokens paid to a backer of a run.
     mapping(bytes32 runId => mapping(address backer => uint256)) public capitalClaimed;
     /// @notice Whether a backer of a cancelled run took its refund.
     mapping(bytes32 runId => mapping(address backer => bool)) public refunded;
@@ -92,7 +99,7 @@ contract RunFunding is IRunFunding, AccessControl {
     /// @param committer The ledger operator: COMMITTER_ROLE.
     /// @param guardian May revoke pending roots (zero: none yet; governance may appoint one).
     constructor(
-        IModelShareToken token_,
+        IERC20 token_,
         IContributionLedger ledger_,
         IOwnershipSplit config_,
         address admin,
@@ -104,6 +111,7 @@ contract RunFunding is IRunFunding, AccessControl {
         token = token_;
         ledger = ledger_;
         config = config_;
+        IVotes(address(token_)).delegate(address(0)); // escrowed tokens carry no votes
         _grantRole(DEFAULT_ADMIN_ROLE, admin);
         _grantRole(COMMITTER_ROLE, committer);
         if (guardian != address(0)) _grantRole(GUARDIAN_ROLE, guardian);
@@ -241,7 +249,7 @@ contract RunFunding is IRunFunding, AccessControl {
         }
         capitalClaimed[runId][backer] = vested_;
         emit CapitalClaimed(runId, backer, amount, vested_);
-        token.mint(backer, amount);
+        token.safeTransfer(backer, amount);
     }
 
     /// @inheritdoc IRunFunding

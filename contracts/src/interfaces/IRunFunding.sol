@@ -38,7 +38,7 @@ interface IRunFunding {
     event EthClaimed(
         bytes32 indexed runId, address indexed account, uint256 amount, uint256 cumulativeWei
     );
-    /// @notice `amount` capital-pool tokens vested to `backer` were minted; `claimed` in total.
+    /// @notice `amount` capital-pool tokens vested to `backer` were paid; `claimed` in total.
     event CapitalClaimed(
         bytes32 indexed runId, address indexed backer, uint256 amount, uint256 claimed
     );
@@ -129,8 +129,9 @@ interface IRunFunding {
         bytes32[] calldata proof
     ) external returns (uint256 amount);
 
-    /// @notice Mints what has vested for `backer` and not been claimed. Anyone may call.
-    /// @return amount The tokens minted now.
+    /// @notice Pays `backer` what has vested and was not claimed, from the escrow this contract
+    /// holds (its rewards-tree leaf, claimed through the RewardDistributor). Anyone may call.
+    /// @return amount The tokens paid now.
     function claimVested(bytes32 runId, address backer) external returns (uint256 amount);
 
     /// @notice Cancels `runId`: no more deposits or roots; unspent ETH becomes refundable.
