@@ -15,8 +15,10 @@ from rich.console import Console
 
 from coloco_cli import __version__
 from coloco_cli.audit import audit_command
+from coloco_cli.code.cli import app as code_app
 from coloco_cli.demo.cli import demo
 from coloco_cli.devnet.cli import app as devnet_app
+from coloco_cli.fund.cli import app as fund_app
 from coloco_cli.gov.cli import app as gov_app
 from coloco_cli.keys.cli import app as keys_app
 from coloco_cli.ledger.cli import app as ledger_app
@@ -43,6 +45,10 @@ app = typer.Typer(
 app.add_typer(keys_app, name="keys", help="Named accounts and node keys (encrypted keystores).")
 app.add_typer(node_app, name="node", help="Operate a trainer node: register, stake, run, status.")
 app.add_typer(rewards_app, name="rewards", help="Show and claim ownership-token rewards.")
+app.add_typer(fund_app, name="fund", help="Fund a run with ETH: deposit, status, claim, refund.")
+app.add_typer(
+    code_app, name="code", help="Code contributions: submit, list, show, approve, reject."
+)
 app.add_typer(gov_app, name="gov", help="Delegate, propose, vote, queue and execute governance.")
 app.add_typer(devnet_app, name="devnet", help="Local anvil devnet: up, down, deploy, status.")
 app.add_typer(ledger_app, name="ledger", help="Run the ledger service.")

@@ -11,7 +11,7 @@ from anyio import to_thread
 from fastapi import APIRouter, FastAPI
 
 from ledger.api.errors import BodyLimit, install_error_handlers
-from ledger.api.routes import attestations, blobs, membership, meta, nodes, rewards, runs
+from ledger.api.routes import attestations, blobs, funding, membership, meta, nodes, rewards, runs
 from ledger.core.config import Settings
 from ledger.dashboard import install as install_dashboard
 from ledger.service import Ledger
@@ -50,7 +50,7 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
         lifespan=lifespan,
     )
     api = APIRouter(prefix="/v1")
-    for module in (meta, attestations, runs, nodes, rewards, blobs, membership):
+    for module in (meta, attestations, runs, nodes, rewards, blobs, membership, funding):
         api.include_router(module.router)
     app.include_router(api)
     install_error_handlers(app)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import Engine
@@ -23,6 +24,7 @@ from ledger.intake import Intake
 from ledger.judge import Context, judge_round, record_frauds
 from ledger.membership import Membership
 from ledger.models import Attestation, RoundState, Run, utcnow
+from ledger.pools import compute_reward
 from ledger.quality import UsefulnessFn
 from ledger.retry import Backoff
 from ledger.scoring import attestations_root
@@ -183,8 +185,12 @@ class RoundKeeper:
             )
             run = session.get(Run, rnd.run_id)
             members = self.membership.members(rnd.run_id, rnd.round) if self.membership else None
+            # the compute pool's share of the round's reward (TrainingConfig's ownership split)
+            share = replace(
+                cfg, reward_per_round=compute_reward(self.indexer.chain, cfg.reward_per_round)
+            )
             ctx = Context(
-                settings=self.settings, blobs=self.blobs, config=cfg, base=base, last_round=last,
+                settings=self.settings, blobs=self.blobs, config=share, base=base, last_round=last,
                 members=members, usefulness=self.usefulness,
                 start_of=lambda a: self._start_of(session, a, run),
             )  # fmt: skip

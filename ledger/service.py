@@ -23,6 +23,7 @@ from ledger.blobstore import BlobStore
 from ledger.chain import ConfigView, LedgerChain
 from ledger.core import secrets
 from ledger.core.config import Settings
+from ledger.funding import FundingSettler
 from ledger.indexer import Indexer
 from ledger.intake import Intake
 from ledger.leader import Leadership
@@ -88,6 +89,7 @@ class Ledger:
         self.settler = Settler(
             self.engine, self.chain, confirmations=settings.confirmations, fault_hook=fault_hook
         )
+        self.funding = FundingSettler(self.engine, self.chain)  # ETH roots of funded runs
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.leadership = Leadership(self.engine)
@@ -204,6 +206,7 @@ class Ledger:
             ("close", self.keeper.close_due),
             ("score", self.keeper.score_ready),
             ("settle", self._settle),
+            ("fund", self.funding.tick),  # ETH roots of funded runs (ledger/funding.py)
             ("checkpoint", lambda: db.checkpoint(self.engine)),
             ("prune", self._prune),
             ("blobs", self._collect_blobs),

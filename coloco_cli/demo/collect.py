@@ -141,7 +141,14 @@ def checks(report: dict[str, Any], rounds: int) -> dict[str, bool]:
         ),
         "balances equal committed cumulative rewards": report["balances_equal_committed_rewards"],
         "tokens minted equal the balances": int(report["tokens_minted"])
-        == sum(int(n["balance"]) for n in report["nodes"]),
+        == sum(int(n["balance"]) for n in report["nodes"])
+        + int(report.get("tokens_outside_compute", 0)),
+        "compute, code and capital all earn; all three vote": all(
+            int(v) > 0 for v in (report.get("contributions") or {"-": 0}).values()
+        )
+        and (report.get("three_kinds_vote") or {}).get("kinds_voting")
+        == ["capital", "code", "compute"],
+        "backers' ETH paid compute": int(report.get("eth_paid_to_compute") or 0) > 0,
         "the proposal executed through the Timelock": report["proposal_executed"],
         "trainers attested the new config": report["config_change_seen_by_trainers"],
         "eval loss went down": first is not None and last is not None and last < first,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from coloco_cli.demo.actors import Actor, make_actors, register_and_stake
+from coloco_cli.demo.capital import Capital, fund_and_submit, scoped_env, settle
 from coloco_cli.demo.gov import GovOutcome, claim_all, govern
 from coloco_cli.demo.net import (
     DemoNet,
@@ -63,6 +64,7 @@ class DemoRun:
         self.gov: GovOutcome | None = None
         self.claims: list[dict[str, Any]] = []
         self.config_version_start = 0
+        self.capital = Capital()  # the backer, the code contributors and the reviewer
         self.started = time.monotonic()
 
     def __enter__(self) -> DemoRun:
@@ -87,9 +89,10 @@ class DemoRun:
 
     def start_network(self) -> DemoNet:
         self.step("starting anvil and deploying the contracts")
-        anvil, deployment, dep_path = start_chain(
-            self.procs, self.workdir, self.external_anvil, inner_steps=self.plan.inner_steps
-        )
+        with scoped_env(self.capital.deploy_env()):  # ownership split 80/10/10, the committee
+            anvil, deployment, dep_path = start_chain(
+                self.procs, self.workdir, self.external_anvil, inner_steps=self.plan.inner_steps
+            )
         self.step(f"starting the ledger (SQLite) and the rendezvous; chain {anvil.rpc_url}")
         self.rendezvous, rdv = start_rendezvous(self.procs, self.workdir)
         url, ledger = start_ledger(self.procs, self.workdir, anvil, dep_path, round_deadline_s=90)
@@ -123,6 +126,17 @@ class DemoRun:
             f"run 0x{self.run_id.hex()[:12]}… opened: genesis 0x{genesis.hex()[:12]}… committed "
             f"as round 0; TrainingConfig v{self.config_version_start}, H={self.plan.inner_steps}"
         )
+
+    def fund_and_submit_code(self) -> None:
+        for line in fund_and_submit(
+            self.require_net(), self.run_id, self.capital, self.plan.rounds
+        ):
+            self.step(line)
+
+    def settle_capital(self) -> None:
+        nodes = self.actors[: self.plan.nodes]
+        for line in settle(self.require_net(), self.run_id, self.capital, nodes, self.plan.rounds):
+            self.step(line)
 
     def train_and_govern(self) -> None:
         net, plan = self.require_net(), self.plan

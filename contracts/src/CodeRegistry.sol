@@ -158,7 +158,7 @@ contract CodeRegistry is ICodeRegistry, AccessControl {
     function codePool(bytes32 runId) public view returns (uint256) {
         if (!ledger.hasCommitted(runId)) return 0;
         (, uint256 perRound,) = config.poolRewards();
-        return (uint256(ledger.lastRound(runId)) + 1) * perRound;
+        return uint256(ledger.lastRound(runId)) * perRound; // round 0 is genesis: no rewards
     }
 
     /// @notice Contribution `id`: contributor, status, approved amount and run.

@@ -25,7 +25,7 @@ contract CodeRegistryTest is ColocoTest {
         vm.stopPrank();
         vm.prank(address(distributor)); // the code pool's rewards-tree payment
         token.mint(address(codeRegistry), 1000e18);
-        for (uint64 r; r < 10; ++r) {
+        for (uint64 r; r <= 10; ++r) {
             vm.prank(committer);
             ledger.commitRound(RUN, r, bytes32(0), keccak256(abi.encode(r)), 1, bytes32(0));
         }

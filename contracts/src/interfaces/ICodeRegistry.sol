@@ -8,7 +8,7 @@ pragma solidity ^0.8.28;
 /// and up to a threshold, or rejects it with a reason; amounts above the threshold need a full
 /// governance vote. An approved contributor claims its tokens. Every decision is an event with
 /// the contribution's id. The code pool of a run grows by TrainingConfig's code share of
-/// `rewardPerRound` for each round the ContributionLedger has committed for it.
+/// `rewardPerRound` for each round after genesis the ContributionLedger has committed for it.
 interface ICodeRegistry {
     /// @notice Where a contribution stands.
     enum Status {

@@ -1,0 +1,103 @@
+"""Code contributions, as functions (the CLI and the demo call them).
+
+Anyone submits a contribution to a run (`CodeRegistry.submit`: repository URI, commit hash,
+description URI); the review committee approves an amount from the run's code pool within its
+budget, or rejects with a reason; amounts above the vote threshold need a governance proposal
+calling `approveByVote`; an approved contribution's tokens are claimed from the escrow.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from coloco_cli.fund.ops import run_bytes, tx_hex
+from protocol.errors import ConfigError
+
+if TYPE_CHECKING:
+    from protocol.chain import ChainClient
+
+STATUS = ("none", "pending", "approved", "rejected", "claimed")
+HINTS = {
+    "AmountNeedsVote": "above the committee's threshold: propose `approveByVote` to governance",
+    "CommitteeBudgetExceeded": "the committee's budget for this period is spent: wait or vote",
+    "AlreadyDecided": "this contribution was already approved or rejected",
+    "CodePoolExceeded": "the run's code pool holds less: wait for more rounds",
+    "UnknownRun": "the ledger has not committed this run yet",
+    "NotClaimable": "only an approved, unclaimed contribution pays",
+}
+
+
+def commit_bytes(commit: str) -> bytes:
+    raw = bytes.fromhex(commit.removeprefix("0x"))
+    if len(raw) not in (20, 32) or not any(raw):
+        raise ConfigError(f"commit {commit!r} is not a git SHA-1 (40 hex) or SHA-256 (64 hex)")
+    return raw.ljust(32, b"\0")
+
+
+def submit(
+    chain: ChainClient, run_id: str, repo: str, commit: str, description: str
+) -> dict[str, Any]:
+    receipt = chain.transact(
+        "CodeRegistry", "submit", run_bytes(run_id), repo, commit_bytes(commit), description
+    )
+    event = chain.contract("CodeRegistry").events.Submitted().process_receipt(receipt)
+    return {"id": int(event[0]["args"]["id"]), "tx": tx_hex(receipt)}
+
+
+def show(chain: ChainClient, cid: int) -> dict[str, Any]:
+    c, run = chain.call("CodeRegistry", "contributionOf", cid)
+    if int(c[1]) == 0:
+        raise ConfigError(f"no code contribution has id {cid}: see `coloco code list`")
+    return {
+        "id": cid,
+        "run_id": "0x" + bytes(run).hex(),
+        "contributor": c[0],
+        "status": STATUS[int(c[1])],
+        "amount": str(c[2]),
+    }
+
+
+def list_all(chain: ChainClient, run_id: str | None = None) -> list[dict[str, Any]]:
+    """Every submission (from the events), with its current status and decision."""
+    reg = chain.contract("CodeRegistry")
+    start = chain.deployment.deployment_block
+    filters = {"runId": run_bytes(run_id)} if run_id else {}
+    subs = reg.events.Submitted().get_logs(from_block=start, argument_filters=filters)
+    rejected = {
+        int(e["args"]["id"]): e["args"]["reason"]
+        for e in reg.events.Rejected().get_logs(from_block=start, argument_filters=filters)
+    }
+    out = []
+    for e in subs:
+        a = e["args"]
+        item = show(chain, int(a["id"]))
+        item |= {
+            "repository_uri": a["repositoryUri"],
+            "commit": "0x" + bytes(a["commitHash"]).hex(),
+            "description_uri": a["descriptionUri"],
+        }
+        if item["id"] in rejected:
+            item["reason"] = rejected[item["id"]]
+        out.append(item)
+    return out
+
+
+def approve(chain: ChainClient, cid: int, amount: int) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "amount": str(amount),
+        "tx": tx_hex(chain.transact("CodeRegistry", "approve", cid, amount)),
+    }
+
+
+def reject(chain: ChainClient, cid: int, reason: str) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "reason": reason,
+        "tx": tx_hex(chain.transact("CodeRegistry", "reject", cid, reason)),
+    }
+
+
+def claim(chain: ChainClient, cid: int) -> dict[str, Any]:
+    amount = show(chain, cid)["amount"]
+    return {"id": cid, "amount": amount, "tx": tx_hex(chain.transact("CodeRegistry", "claim", cid))}

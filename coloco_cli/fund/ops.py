@@ -1,0 +1,151 @@
+"""Funding a run, as functions (the CLI and the demo call them).
+
+Backers deposit ETH into `RunFunding` for a run; the ledger pays it to compute contributors in
+cumulative ETH roots (claimable after a dispute window, proofs from
+`GET /v1/funding/{run}/eth/{account}`); after the run's funding ends, backers' share of the
+capital pool vests linearly and `claimVested` pays it from the contract's escrow.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from coloco_cli.node.ops import checksum
+from protocol.errors import ConfigError, ContractRevertError, LedgerError, LedgerUnavailableError
+
+if TYPE_CHECKING:
+    from protocol.chain import ChainClient
+
+log = logging.getLogger(__name__)
+
+HINTS = {
+    "RunEnded": "deposits into this run are closed (its funding ended)",
+    "RunIsCancelled": "governance cancelled this run: take a refund with `coloco fund refund`",
+    "UnknownRun": "nobody opened this run for funding yet (`coloco fund open`, by its organiser)",
+    "RunNotCancelled": "refunds exist only for cancelled runs; this run is live",
+    "VestingNotStarted": "capital ownership vests only after the run's funding ends",
+    "NothingVested": "nothing more has vested yet: try again later",
+    "NothingToRefund": "no deposit to refund, or already refunded",
+    "RootPending": "the ETH root is in its dispute window: try again once it has passed",
+    "NothingToClaim": "everything this account earned in ETH so far is already paid",
+}
+
+
+def run_bytes(run_id: str) -> bytes:
+    raw = bytes.fromhex(run_id.removeprefix("0x"))
+    if len(raw) != 32:
+        raise ConfigError(f"run id {run_id!r} is not 32 bytes of hex (0x + 64 hex digits)")
+    return raw
+
+
+def tx_hex(receipt: Any) -> str:
+    return "0x" + bytes(receipt["transactionHash"]).hex()
+
+
+def open_run(chain: ChainClient, run_id: str, funding_end: int, eth_per_round: int) -> str:
+    """Opens `run_id` for deposits until `funding_end` (unix seconds). The committer only."""
+    return tx_hex(
+        chain.transact("RunFunding", "openRun", run_bytes(run_id), funding_end, eth_per_round)
+    )
+
+
+def deposit(chain: ChainClient, run_id: str, wei: int) -> str:
+    if wei <= 0:
+        raise ConfigError("the deposit must be more than 0 wei")
+    return tx_hex(chain.transact("RunFunding", "deposit", run_bytes(run_id), value=wei))
+
+
+def status(chain: ChainClient, run_id: str, backer: str | None = None) -> dict[str, Any]:
+    """The run's accounting, and a backer's deposit, entitlement, vested and claimed capital."""
+    run = run_bytes(run_id)
+    t = chain.call("RunFunding", "runOf", run)
+    out: dict[str, Any] = {
+        "run_id": "0x" + run.hex(),
+        "funding_end": int(t[0]),
+        "cancelled_at": int(t[1]),
+        "last_eth_round": int(t[2]) if t[3] else None,
+        "total_deposited_wei": str(t[4]),
+        "eth_committed_wei": str(t[6]),
+        "eth_paid_to_compute_wei": str(t[7]),
+        "capital_pool": str(t[8]),
+        "eth_per_round_wei": str(t[9]),
+        "refund_pool_wei": str(t[10]),
+        "refunded_wei": str(t[11]),
+        "held_wei": str(int(t[4]) - int(t[7]) - int(t[11])),
+    }
+    if backer is not None:
+        who = checksum(backer, what="--backer")
+        b = chain.call("RunFunding", "backerOf", run, who)
+        out["backer"] = {
+            "address": who,
+            "deposited_wei": str(b[0]),
+            "entitlement": str(chain.call("RunFunding", "entitlement", run, who)),
+            "vested": str(chain.call("RunFunding", "vested", run, who)),
+            "claimed": str(chain.call("RunFunding", "capitalClaimed", run, who)),
+        }
+    return out
+
+
+def fetch_eth_claim(ledger_url: str, run_id: str, account: str) -> dict[str, Any]:
+    url = f"{ledger_url}/v1/funding/0x{run_bytes(run_id).hex()}/eth/{account}"
+    try:
+        resp = httpx.get(url, timeout=10.0)
+    except httpx.HTTPError as exc:
+        raise LedgerUnavailableError(
+            f"ledger at {ledger_url} does not answer ({exc.__class__.__name__}): check --ledger-url"
+        ) from exc
+    if resp.status_code != 200:
+        raise LedgerError(f"ledger answered {resp.status_code} for {url}: {resp.text[:300]}")
+    data: dict[str, Any] = resp.json()
+    return data
+
+
+def claim_eth(chain: ChainClient, ledger_url: str, run_id: str, account: str) -> dict[str, Any]:
+    """Pays `account` the ETH it earned for compute in `run_id` (nothing if nothing is new)."""
+    who = checksum(account, what="--account")
+    owed = fetch_eth_claim(ledger_url, run_id, who)
+    cumulative = int(owed.get("cumulative_wei") or 0)
+    already = int(chain.call("RunFunding", "ethClaimed", run_bytes(run_id), who))
+    if cumulative <= already or not owed.get("root"):
+        return {"account": who, "eth_paid_wei": "0", "cumulative_wei": str(cumulative)}
+    proof = [bytes.fromhex(p[2:]) for p in owed["proof"]]
+    receipt = chain.transact(
+        "RunFunding",
+        "claimEth",
+        run_bytes(run_id),
+        who,
+        cumulative,
+        bytes.fromhex(owed["root"][2:]),
+        proof,
+    )
+    return {
+        "account": who,
+        "eth_paid_wei": str(cumulative - already),
+        "cumulative_wei": str(cumulative),
+        "tx": tx_hex(receipt),
+    }
+
+
+def claim_vested(chain: ChainClient, run_id: str, backer: str) -> dict[str, Any]:
+    """Pays `backer` its vested, unclaimed capital-pool tokens."""
+    who = checksum(backer, what="--backer")
+    run = run_bytes(run_id)
+    before = int(chain.call("RunFunding", "capitalClaimed", run, who))
+    receipt = chain.transact("RunFunding", "claimVested", run, who)
+    after = int(chain.call("RunFunding", "capitalClaimed", run, who))
+    return {"backer": who, "capital_paid": str(after - before), "tx": tx_hex(receipt)}
+
+
+def refund(chain: ChainClient, run_id: str, backer: str) -> dict[str, Any]:
+    who = checksum(backer, what="--backer")
+    receipt = chain.transact("RunFunding", "refund", run_bytes(run_id), who)
+    return {"backer": who, "tx": tx_hex(receipt)}
+
+
+def explain(exc: ContractRevertError) -> str:
+    from coloco_cli.common import revert_hint
+
+    return revert_hint(exc, HINTS)
