@@ -1,0 +1,74 @@
+"""ETH allocation of funded rounds and the code/capital pool leaves (real SQLite, real anvil)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlmodel import Session
+
+from ledger import db
+from ledger.chain import LedgerChain
+from ledger.funding import eth_amounts
+from ledger.models import Attestation, RoundState, Settlement
+from ledger.pools import compute_reward, ownership_split, pool_amounts
+from protocol.deployment import Deployment, abi
+from protocol.devnet import AnvilProcess
+
+RUN = "0x" + "ab" * 32
+A = "0x" + "11" * 20
+B = "0x" + "22" * 20
+
+
+def _att(i: int, rnd: int, payout: str, reward: int) -> Attestation:
+    h = "0x" + f"{i:064x}"
+    return Attestation(
+        run_id=RUN, round=rnd, node="0x" + f"{i:040x}", config_version=1, base_checkpoint=h,
+        pseudo_gradient=h, data_shard=h, inner_steps=1, tokens=1, result_checkpoint=h,
+        digest=h, signature="0x", payout=payout, reward=str(reward),
+    )  # fmt: skip
+
+
+def test_eth_split_follows_each_rounds_rewards_and_is_reproducible(sqlite_url: str) -> None:
+    engine = db.make_engine(sqlite_url)
+    db.create_all(engine)
+    with Session(engine) as s:
+        s.add_all([_att(1, 1, A, 30), _att(2, 1, B, 10), _att(3, 2, B, 50)])
+        s.commit()
+        first = eth_amounts(s, RUN, [(1, 1000)])
+        both = eth_amounts(s, RUN, [(1, 1000), (2, 7)])
+    assert first == {A: 750, B: 250}
+    assert both == {A: 750, B: 257}  # round 2 paid only B, which worked alone
+    assert all(both[k] >= first[k] for k in first)  # cumulative: never decreases
+
+
+@pytest.mark.anvil
+def test_pool_leaves_take_the_split_of_each_round(
+    sqlite_url: str, deployment: Deployment, chain: AnvilProcess
+) -> None:
+    timelock = deployment.address("TimelockController")
+    chain.call("anvil_impersonateAccount", [timelock])
+    chain.call("anvil_setBalance", [timelock, hex(10**19)])
+    cfg = chain.w3.eth.contract(
+        address=deployment.address("TrainingConfig"), abi=abi("TrainingConfig")
+    )
+    tx = cfg.functions.setOwnershipSplit(8000, 1500, 500).transact({"from": timelock})
+    chain.w3.eth.wait_for_transaction_receipt(tx)
+    key = next(k for a, k in chain.accounts if a == deployment.committer)
+    lc = LedgerChain(chain.rpc_url, deployment, key)
+    assert ownership_split(lc) == (8000, 1500, 500)
+    assert compute_reward(lc, 100 * 10**18) == 80 * 10**18
+    engine = db.make_engine(sqlite_url)
+    db.create_all(engine)
+    code, capital = deployment.address("CodeRegistry"), deployment.address("RunFunding")
+    rnd = RoundState(run_id=RUN, round=1, reward_per_round=str(100 * 10**18))
+    with Session(engine) as s:
+        first = pool_amounts(s, lc, rnd)
+        assert first == {code: 15 * 10**18, capital: 5 * 10**18}
+        s.add(Settlement(
+            run_id=RUN, round=1, rewards_root="0x" + "00" * 32, checkpoint="0x" + "01" * 32,
+            total_work="1", attestations_root="0x" + "00" * 32,
+            tree=json.dumps(sorted([a, str(v)] for a, v in first.items())),
+        ))  # fmt: skip
+        s.commit()
+        assert pool_amounts(s, lc, rnd) == {code: 30 * 10**18, capital: 10 * 10**18}
