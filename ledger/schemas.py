@@ -146,6 +146,7 @@ class RewardsOut(BaseModel):
     root: str | None
     root_committed: bool
     receipts: list[Receipt]
+    other_kinds: dict[str, Any] | None = None  # code, capital, ETH for compute (contributions.py)
 
 
 class BlobOut(BaseModel):

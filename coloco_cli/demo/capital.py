@@ -229,4 +229,9 @@ def _report(
             + sum(balance(d.address) for d in cap.devs)
         ),
         "three_kinds_vote": vote,
+        "receipts_other_kinds": {  # GET /v1/rewards/{address} of a backer, a coder and a node
+            "backer": net.ledger_get(f"/v1/rewards/{cap.backer.address}").get("other_kinds"),
+            "coder": net.ledger_get(f"/v1/rewards/{cap.devs[0].address}").get("other_kinds"),
+            "node": net.ledger_get(f"/v1/rewards/{nodes[0].payout_address}").get("other_kinds"),
+        },
     }

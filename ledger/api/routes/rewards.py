@@ -10,6 +10,7 @@ from sqlmodel import col, or_, select
 from web3 import Web3
 
 from ledger.api.deps import LedgerDep, SessionDep
+from ledger.contributions import other_kinds
 from ledger.models import Attestation, RoundState
 from ledger.schemas import Receipt, RewardsOut
 from ledger.settlement import latest_committed, tree_of
@@ -72,4 +73,5 @@ def get_rewards(
         root=root,
         root_committed=latest is not None,
         receipts=receipts,
+        other_kinds=other_kinds(ledger, session, account),
     )
