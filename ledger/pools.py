@@ -1,27 +1,21 @@
-"""The code and capital pools in the rewards tree: TrainingConfig's ownership split per round.
+"""The compute pool's share of a round: TrainingConfig's ownership split.
 
 Each round's newly issued ownership (``rewardPerRound``) is shared between the compute, code and
-capital pools in basis points that governance sets (``TrainingConfig.ownershipSplit``). Compute
-rewards split the compute share among the round's nodes (``compute_reward``); the code and capital
-shares go into the same cumulative rewards tree as two more accounts, the ``CodeRegistry`` and
-``RunFunding`` escrows (``pool_amounts``), so every pool is paid through the same budgeted,
-dispute-windowed roots and anyone can claim a pool into its escrow with the RewardDistributor.
+capital pools in basis points that governance sets (``TrainingConfig.ownershipSplit``). The
+ledger splits only the compute share among the round's nodes (the commit's reward budget is the
+compute pool); the capital pool is minted into ``RunFunding`` with each ETH root and the code
+pool is paid by ``CodeRegistry`` for approved contributions.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 
-from sqlmodel import Session, col, select
-
 from ledger.chain import LedgerChain
-from ledger.models import RoundState, Settlement
 
 log = logging.getLogger(__name__)
 
 BPS = 10_000
-POOLS = (("CodeRegistry", 1), ("RunFunding", 2))  # contract, index in ownershipSplit()
 
 
 def ownership_split(chain: LedgerChain) -> tuple[int, int, int]:
@@ -36,21 +30,3 @@ def ownership_split(chain: LedgerChain) -> tuple[int, int, int]:
 def compute_reward(chain: LedgerChain, reward_per_round: int) -> int:
     """The compute pool's share of one round's reward."""
     return reward_per_round * ownership_split(chain)[0] // BPS
-
-
-def pool_amounts(session: Session, chain: LedgerChain, round_row: RoundState) -> dict[str, int]:
-    """Cumulative pool leaves after ``round_row``: the previous settlement's, plus this round's
-    code and capital shares (never decreasing, whatever later split governance sets)."""
-    split = ownership_split(chain)
-    previous = session.exec(select(Settlement).order_by(col(Settlement.id).desc())).first()
-    before = {a: int(v) for a, v in json.loads(previous.tree)} if previous is not None else {}
-    per_round = int(round_row.reward_per_round or 0)
-    out: dict[str, int] = {}
-    for name, index in POOLS:
-        if name not in chain.deployment.contracts:
-            continue
-        address = str(chain.deployment.address(name))
-        amount = before.get(address, 0) + per_round * split[index] // BPS
-        if amount > 0:
-            out[address] = amount
-    return out

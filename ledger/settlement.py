@@ -29,7 +29,6 @@ from web3.exceptions import Web3RPCError
 
 from ledger.chain import LedgerChain
 from ledger.models import Attestation, RoundState, Settlement
-from ledger.pools import pool_amounts
 from ledger.retry import Backoff
 from protocol.errors import ContractRevertError, SettlementError
 from protocol.merkle import RewardsTree
@@ -96,7 +95,6 @@ class Settler:
             if existing is not None:
                 return existing
             amounts = cumulative_amounts(session)
-            amounts.update(pool_amounts(session, self.chain, round_row))  # code and capital pools
             tree = tree_of(amounts)
             root = "0x" + (tree.root.hex() if tree is not None else bytes(32).hex())
             if round_row.checkpoint is None:

@@ -1,11 +1,11 @@
 """The demo's capital and code contributors: a backer funds the run, two developers submit code.
 
 Everything goes through the public command paths (`coloco fund ...`, `coloco code ...`,
-`coloco rewards claim`, `coloco gov vote|queue|execute`): the backer deposits ETH while the run
-trains; the ledger pays it to the compute nodes in ETH roots; after training, the code and
-capital pools are claimed into their escrows, the committee approves one contribution, a
+`coloco gov vote|queue|execute`): the backer deposits ETH while the run trains; the ledger pays
+it to the compute nodes in ETH roots; after training, the committee approves one contribution, a
 governance vote (with holders of all three kinds voting) approves the other, nodes claim their
-ETH and the backer its vested capital ownership.
+ETH and the backer its vested capital ownership (minted into RunFunding's escrow as each round's
+ETH root accrues the capital pool).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from eth_utils.crypto import keccak
 from coloco_cli.code import ops as code
 from coloco_cli.fund import ops as fund
 from coloco_cli.gov.ops import cast_vote, execute_proposal, proposal_state, queue_proposal
-from coloco_cli.rewards.ops import claim_rewards
 from protocol.errors import ColocoError
 
 if TYPE_CHECKING:
@@ -134,9 +133,6 @@ def settle(net: DemoNet, run_id: bytes, cap: Capital, nodes: list[Actor], rounds
     steps = [f"ledger committed ETH roots up to round {last}"]
     _pass(net, FUNDING_S + VESTING_S + 5)  # funding ended, vesting done, dispute windows passed
     payer = net.chain(cap.backer.key)
-    for pool in ("RunFunding", "CodeRegistry"):  # anybody may claim a pool into its escrow
-        claim_rewards(payer, net.ledger_url, str(net.deployment.address(pool)))
-        steps.append(f"coloco rewards claim --account <{pool} escrow>")
     eth_paid = 0
     for actor in nodes:
         got = fund.claim_eth(net.chain(actor.payout_key), net.ledger_url, rid, actor.payout_address)
@@ -212,7 +208,7 @@ def _report(
         return int(viewer.call("ModelShareToken", "balanceOf", address))
 
     st = fund.status(viewer, rid, cap.backer.address)
-    escrows = {p: balance(str(net.deployment.address(p))) for p in ("RunFunding", "CodeRegistry")}
+    escrows = {"RunFunding": balance(str(net.deployment.address("RunFunding")))}
     return {
         "contributions": {
             "compute": str(sum(balance(a.payout_address) for a in nodes)),

@@ -7,6 +7,7 @@ import {RunFunding} from "../src/RunFunding.sol";
 import {TrainingConfig} from "../src/TrainingConfig.sol";
 import {IContributionLedger} from "../src/interfaces/IContributionLedger.sol";
 import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
+import {IModelShareToken} from "../src/interfaces/IModelShareToken.sol";
 
 /// @title CapitalDeploy
 /// @notice The capital and code part of the deploy (RunFunding, CodeRegistry, the genesis
@@ -25,10 +26,10 @@ abstract contract CapitalDeploy is Script {
         config.setOwnershipSplit(uint16(split[0]), uint16(split[1]), uint16(split[2]));
     }
 
-    /// @dev Deploys RunFunding and CodeRegistry with governance (`timelock`) as admin. Neither
-    /// mints: the ledger pays their pools into them through the rewards tree.
+    /// @dev Deploys RunFunding and CodeRegistry with governance (`timelock`) as admin. The caller
+    /// grants them MINTER_ROLE on the token before renouncing the token's admin.
     function _deployCapital(
-        IERC20 token,
+        IModelShareToken token,
         IContributionLedger ledger,
         TrainingConfig config,
         address timelock,
@@ -36,7 +37,7 @@ abstract contract CapitalDeploy is Script {
     ) internal returns (RunFunding funding, CodeRegistry registry) {
         address[] memory noone = new address[](0);
         funding = new RunFunding(
-            token,
+            IERC20(address(token)),
             ledger,
             config,
             timelock,

@@ -117,6 +117,8 @@ contract Deploy is Script, CapitalDeploy {
         d.token.grantRole(d.token.GRANTER_ROLE(), timelock);
         (d.funding, d.codeRegistry) =
             _deployCapital(d.token, d.ledger, d.config, timelock, p.committer);
+        d.token.grantRole(d.token.MINTER_ROLE(), address(d.funding));
+        d.token.grantRole(d.token.MINTER_ROLE(), address(d.codeRegistry));
         d.token.renounceRole(bytes32(0), deployer);
         d.stakeManager.grantRole(d.stakeManager.SLASHER_ROLE(), timelock);
         _handOver(address(d.stakeManager), timelock, deployer);

@@ -2,12 +2,10 @@
 pragma solidity ^0.8.28;
 
 import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
-import {IVotes} from "@openzeppelin/contracts/governance/utils/IVotes.sol";
-import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
-import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
 import {RateLimiter} from "@openzeppelin/contracts/utils/RateLimiter.sol";
 import {IContributionLedger} from "./interfaces/IContributionLedger.sol";
 import {ICodeRegistry} from "./interfaces/ICodeRegistry.sol";
+import {IModelShareToken} from "./interfaces/IModelShareToken.sol";
 import {IOwnershipSplit} from "./interfaces/IOwnershipSplit.sol";
 
 /// @title CodeRegistry
@@ -17,13 +15,8 @@ import {IOwnershipSplit} from "./interfaces/IOwnershipSplit.sol";
 /// large amounts. A contribution is one storage slot (contributor, status, amount) plus its run;
 /// the URIs live only in the `Submitted` event. The committee's budget is an OpenZeppelin
 /// RateLimiter bucket shared by all its members (`capacity` per `period`, refilling linearly).
-/// Tokens are never minted here: the ledger puts this contract in the rewards tree as one more
-/// account (TrainingConfig's code share of each round's `rewardPerRound`), anyone may claim that
-/// into this contract with the RewardDistributor, and an approved contribution is paid by
-/// transfer from this escrow, which delegates to nobody.
 contract CodeRegistry is ICodeRegistry, AccessControl {
     using RateLimiter for RateLimiter.RefillingBucket;
-    using SafeERC20 for IERC20;
 
     /// @notice The review committee's role.
     bytes32 public constant COMMITTEE_ROLE = keccak256("COMMITTEE_ROLE");
@@ -39,8 +32,8 @@ contract CodeRegistry is ICodeRegistry, AccessControl {
         uint88 amount;
     }
 
-    /// @notice The ownership token this contract holds in escrow and pays contributors in.
-    IERC20 public immutable token;
+    /// @notice The token minted to approved contributors.
+    IModelShareToken public immutable token;
     /// @notice Where a run's committed rounds are read (its code pool grows with them).
     IContributionLedger public immutable ledger;
     /// @notice The governed ownership split (code basis points of the reward per round).
@@ -60,7 +53,7 @@ contract CodeRegistry is ICodeRegistry, AccessControl {
     /// @param admin Governance (the Timelock).
     /// @param committee The first committee members (may be empty).
     constructor(
-        IERC20 token_,
+        IModelShareToken token_,
         IContributionLedger ledger_,
         IOwnershipSplit config_,
         address admin,
@@ -72,7 +65,6 @@ contract CodeRegistry is ICodeRegistry, AccessControl {
         token = token_;
         ledger = ledger_;
         config = config_;
-        IVotes(address(token_)).delegate(address(0)); // escrowed tokens carry no votes
         _grantRole(DEFAULT_ADMIN_ROLE, admin);
         for (uint256 i; i < committee.length; ++i) {
             _grantRole(COMMITTEE_ROLE, committee[i]);
@@ -135,7 +127,7 @@ contract CodeRegistry is ICodeRegistry, AccessControl {
         amount = c.amount;
         _contributions[id].status = Status.Claimed;
         emit CodeClaimed(id, c.contributor, amount);
-        token.safeTransfer(c.contributor, amount);
+        token.mint(c.contributor, amount);
     }
 
     /// @notice Sets the committee's budget: `capacity` tokens per `period` seconds. Only

@@ -9,17 +9,17 @@ import {IContributionLedger} from "./interfaces/IContributionLedger.sol";
 import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
 import {IVotes} from "@openzeppelin/contracts/governance/utils/IVotes.sol";
+import {IModelShareToken} from "./interfaces/IModelShareToken.sol";
 import {IOwnershipSplit} from "./interfaces/IOwnershipSplit.sol";
 import {IRunFunding} from "./interfaces/IRunFunding.sol";
 
 /// @title RunFunding
 /// @notice Capital for training runs: ETH deposits that pay verified compute, and the capital
 /// pool's ownership for the backers. One funding account per run, all in this contract.
-/// @dev Capital-pool tokens are never minted here: the ledger puts this contract in the rewards
-/// tree as one more account (TrainingConfig's capital share of each round's `rewardPerRound`), so
-/// the pool comes through the same budgeted, dispute-windowed roots as compute rewards; anyone
-/// may claim it into this contract with the RewardDistributor. The escrow delegates to nobody
-/// (unvested ownership does not vote), and a vested claim is a plain transfer.
+/// @dev The capital pool is minted into this contract as it accrues (one round's capital share
+/// of `rewardPerRound` with each ETH root, MINTER_ROLE), held in escrow, and paid out by transfer
+/// as it vests. The escrow delegates to nobody, so unvested ownership does not vote, and a vested
+/// claim writes only the backer's vote checkpoint.
 /// @dev Roles: DEFAULT_ADMIN_ROLE is governance (the Timelock): cancels runs, sets the vesting
 /// period, the dispute window and a run's ETH per round, appoints the guardian. COMMITTER_ROLE
 /// (the ledger operator) opens runs and commits ETH roots. GUARDIAN_ROLE can only revoke a
@@ -187,6 +187,9 @@ contract RunFunding is IRunFunding, AccessControl {
         run.hasRound = true;
         run.ethCommitted = uint128(totalWei); // <= totalDeposited, a uint128
         run.capitalPool = pool.toUint128();
+        if (capitalReward != 0) {
+            IModelShareToken(address(token)).mint(address(this), capitalReward);
+        }
         uint64 finalizesAt = uint64(block.timestamp) + disputeWindow;
         r.finalizesAt = finalizesAt;
         emit EthRootCommitted(runId, round, root, totalWei, pool, finalizesAt);

@@ -23,8 +23,6 @@ contract CodeRegistryTest is ColocoTest {
         codeRegistry.setCommitteeBudget(50e18, 1 days);
         codeRegistry.setVoteThreshold(20e18);
         vm.stopPrank();
-        vm.prank(address(distributor)); // the code pool's rewards-tree payment
-        token.mint(address(codeRegistry), 1000e18);
         for (uint64 r; r <= 10; ++r) {
             vm.prank(committer);
             ledger.commitRound(RUN, r, bytes32(0), keccak256(abi.encode(r)), 1, bytes32(0));

@@ -27,9 +27,6 @@ abstract contract FundingBase is ColocoTest {
         config.setOwnershipSplit(8000, 1000, 1000);
         funding.grantRole(funding.GUARDIAN_ROLE(), guardian);
         vm.stopPrank();
-        // the capital pool's rewards-tree payment (what a distributor claim for the escrow does)
-        vm.prank(address(distributor));
-        token.mint(address(funding), 1000e18);
         fundingEnd = uint64(block.timestamp) + DURATION;
         vm.prank(committer);
         funding.openRun(RUN, fundingEnd, ETH_PER_ROUND);

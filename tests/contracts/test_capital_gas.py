@@ -69,19 +69,6 @@ def _as_timelock(
     chain.call("anvil_stopImpersonatingAccount", [timelock])
 
 
-def _fund_escrow(chain: AnvilProcess, deployment: Deployment, name: str, amount: int) -> None:
-    """The pool's rewards-tree payment into `name`, sent as the token's minter (the distributor)."""
-    minter = deployment.address("RewardDistributor")
-    chain.call("anvil_impersonateAccount", [minter])
-    chain.call("anvil_setBalance", [minter, hex(10**19)])
-    token = chain.w3.eth.contract(
-        address=deployment.address("ModelShareToken"), abi=abi("ModelShareToken")
-    )
-    tx = token.functions.mint(deployment.address(name), amount).transact({"from": minter})
-    assert chain.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
-    chain.call("anvil_stopImpersonatingAccount", [minter])
-
-
 def _contract(w3: Web3, deployment: Deployment, name: str) -> Contract:
     return w3.eth.contract(address=deployment.address(name), abi=abi(name))
 
@@ -93,7 +80,7 @@ def _record(group: str, measured: dict[str, int]) -> None:
             json.dumps({k: str(v) for k, v in sorted(measured.items())}, indent=2) + "\n"
         )
     committed = json.loads(path.read_text())
-    for key, value in measured.items():
+    for key in measured:
         assert key in committed, f"{path} lacks {key}: rerun with COLOCO_UPDATE_SNAPSHOTS=1"
         if key in LIMITS:
             assert int(committed[key]) <= LIMITS[key], f"committed {key} over its limit"
@@ -106,7 +93,6 @@ def test_funding_gas(deployment: Deployment, chain: AnvilProcess) -> None:
     committer = Account.from_key(next(k for a, k in chain.accounts if a == deployment.committer))
     alice, bob, worker = (Account.from_key(chain.accounts[i][1]) for i in (4, 5, 6))
     _as_timelock(chain, deployment, "TrainingConfig", "setOwnershipSplit", 8000, 1000, 1000)
-    _fund_escrow(chain, deployment, "RunFunding", 10**21)
     now = w3.eth.get_block("latest")["timestamp"]
     end = now + 3600
     _send(w3, committer, funding.functions.openRun(RUN, end, 10**18))
@@ -159,7 +145,6 @@ def test_code_registry_gas(deployment: Deployment, chain: AnvilProcess) -> None:
     committer = Account.from_key(next(k for a, k in chain.accounts if a == deployment.committer))
     dev, reviewer = (Account.from_key(chain.accounts[i][1]) for i in (7, 8))
     _as_timelock(chain, deployment, "TrainingConfig", "setOwnershipSplit", 8000, 1000, 1000)
-    _fund_escrow(chain, deployment, "CodeRegistry", 10**21)
     role = registry.functions.COMMITTEE_ROLE().call()
     _as_timelock(chain, deployment, "CodeRegistry", "grantRole", role, reviewer.address)
     run = b"\xcb" * 32

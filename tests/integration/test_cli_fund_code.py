@@ -63,8 +63,6 @@ def test_fund_and_code_commands(cli_env: Path, chain: AnvilProcess, deployment: 
         registry.functions.COMMITTEE_ROLE().call(),
         reviewer.address,
     )
-    _as(chain, deployment.address("RewardDistributor"), viewer.contract("ModelShareToken"), "mint",
-        registry.address, 50 * 10**18)  # fmt: skip
 
     opened = _json("fund", "open", RUN, "--end-in", "600", "--private-key", committer_key)
     assert opened["eth_per_round_wei"] == str(10**17)

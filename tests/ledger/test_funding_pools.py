@@ -1,8 +1,6 @@
-"""ETH allocation of funded rounds and the code/capital pool leaves (real SQLite, real anvil)."""
+"""ETH allocation of funded rounds and the compute share of the split (real SQLite, anvil)."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 from sqlmodel import Session
@@ -10,8 +8,8 @@ from sqlmodel import Session
 from ledger import db
 from ledger.chain import LedgerChain
 from ledger.funding import eth_amounts
-from ledger.models import Attestation, RoundState, Settlement
-from ledger.pools import compute_reward, ownership_split, pool_amounts
+from ledger.models import Attestation
+from ledger.pools import compute_reward, ownership_split
 from protocol.deployment import Deployment, abi
 from protocol.devnet import AnvilProcess
 
@@ -43,9 +41,7 @@ def test_eth_split_follows_each_rounds_rewards_and_is_reproducible(sqlite_url: s
 
 
 @pytest.mark.anvil
-def test_pool_leaves_take_the_split_of_each_round(
-    sqlite_url: str, deployment: Deployment, chain: AnvilProcess
-) -> None:
+def test_compute_takes_its_share_of_the_split(deployment: Deployment, chain: AnvilProcess) -> None:
     timelock = deployment.address("TimelockController")
     chain.call("anvil_impersonateAccount", [timelock])
     chain.call("anvil_setBalance", [timelock, hex(10**19)])
@@ -58,17 +54,3 @@ def test_pool_leaves_take_the_split_of_each_round(
     lc = LedgerChain(chain.rpc_url, deployment, key)
     assert ownership_split(lc) == (8000, 1500, 500)
     assert compute_reward(lc, 100 * 10**18) == 80 * 10**18
-    engine = db.make_engine(sqlite_url)
-    db.create_all(engine)
-    code, capital = deployment.address("CodeRegistry"), deployment.address("RunFunding")
-    rnd = RoundState(run_id=RUN, round=1, reward_per_round=str(100 * 10**18))
-    with Session(engine) as s:
-        first = pool_amounts(s, lc, rnd)
-        assert first == {code: 15 * 10**18, capital: 5 * 10**18}
-        s.add(Settlement(
-            run_id=RUN, round=1, rewards_root="0x" + "00" * 32, checkpoint="0x" + "01" * 32,
-            total_work="1", attestations_root="0x" + "00" * 32,
-            tree=json.dumps(sorted([a, str(v)] for a, v in first.items())),
-        ))  # fmt: skip
-        s.commit()
-        assert pool_amounts(s, lc, rnd) == {code: 30 * 10**18, capital: 10 * 10**18}

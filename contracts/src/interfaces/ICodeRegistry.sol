@@ -33,7 +33,7 @@ interface ICodeRegistry {
     event Approved(uint256 indexed id, bytes32 indexed runId, uint256 amount, bool byVote);
     /// @notice Contribution `id` was rejected by `by`, for `reason`.
     event Rejected(uint256 indexed id, bytes32 indexed runId, address by, string reason);
-    /// @notice The tokens of contribution `id` were paid to `contributor`.
+    /// @notice The tokens of contribution `id` were minted to `contributor`.
     event CodeClaimed(uint256 indexed id, address indexed contributor, uint256 amount);
     /// @notice Governance set the committee's budget: `capacity` tokens per `period` seconds.
     event CommitteeBudgetSet(uint256 capacity, uint48 period);
@@ -85,8 +85,7 @@ interface ICodeRegistry {
     /// @notice Rejects contribution `id` for `reason`. COMMITTEE_ROLE or governance.
     function reject(uint256 id, string calldata reason) external;
 
-    /// @notice Pays contribution `id`'s approved tokens to its contributor from the escrow this
-    /// contract holds (its rewards-tree leaf). Anyone may call.
+    /// @notice Mints contribution `id`'s approved tokens to its contributor. Anyone may call.
     function claim(uint256 id) external returns (uint256 amount);
 
     /// @notice Tokens the code pool of `runId` holds so far (approved or not).

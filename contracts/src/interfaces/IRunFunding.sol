@@ -112,7 +112,8 @@ interface IRunFunding {
     function deposit(bytes32 runId) external payable;
 
     /// @notice Publishes the cumulative ETH rewards root of `runId` after ledger round `round`,
-    /// paying `totalWei` in all; accrues the round's capital pool. Only COMMITTER_ROLE.
+    /// paying `totalWei` in all; accrues (mints into escrow) the round's capital pool. Only
+    /// COMMITTER_ROLE.
     function commitEthRoot(bytes32 runId, uint64 round, bytes32 root, uint256 totalWei) external;
 
     /// @notice Revokes a pending root. Only GUARDIAN_ROLE or governance.
@@ -130,7 +131,7 @@ interface IRunFunding {
     ) external returns (uint256 amount);
 
     /// @notice Pays `backer` what has vested and was not claimed, from the escrow this contract
-    /// holds (its rewards-tree leaf, claimed through the RewardDistributor). Anyone may call.
+    /// holds (the capital pool, minted into it as each round accrues). Anyone may call.
     /// @return amount The tokens paid now.
     function claimVested(bytes32 runId, address backer) external returns (uint256 amount);
 
