@@ -69,6 +69,13 @@ def _as_timelock(
     chain.call("anvil_stopImpersonatingAccount", [timelock])
 
 
+def _commit_round(w3: Web3, committer: LocalAccount, ledger: Contract, run: bytes, r: int) -> None:
+    """ContributionLedger.commitRound of round `r` (later versions carry a reward total: 0)."""
+    extra = len(ledger.get_function_by_name("commitRound").abi["inputs"]) - 6
+    args = [run, r, b"\0" * 32, bytes([r + 1]) * 32, 1, b"\0" * 32, *([0] * extra)]
+    _send(w3, committer, ledger.functions.commitRound(*args))
+
+
 def _contract(w3: Web3, deployment: Deployment, name: str) -> Contract:
     return w3.eth.contract(address=deployment.address(name), abi=abi(name))
 
@@ -104,9 +111,7 @@ def test_funding_gas(deployment: Deployment, chain: AnvilProcess) -> None:
     accounts[517] = Address(worker.address)
     tree = RewardsTree.build([(a, (i + 1) * 10**12) for i, a in enumerate(accounts)])
     total = sum((i + 1) * 10**12 for i in range(1024))
-    _send(
-        w3, committer, ledger.functions.commitRound(RUN, 0, b"\0" * 32, b"\x01" * 32, 1, b"\0" * 32)
-    )
+    _commit_round(w3, committer, ledger, RUN, 0)
     _send(w3, committer, funding.functions.commitEthRoot(RUN, 0, tree.root, total))
     chain.increase_time(int(funding.functions.disputeWindow().call()) + 1)
     chain.mine()
@@ -149,11 +154,7 @@ def test_code_registry_gas(deployment: Deployment, chain: AnvilProcess) -> None:
     _as_timelock(chain, deployment, "CodeRegistry", "grantRole", role, reviewer.address)
     run = b"\xcb" * 32
     for r in range(3):
-        _send(
-            w3,
-            committer,
-            ledger.functions.commitRound(run, r, b"\0" * 32, bytes([r + 1]) * 32, 1, b"\0" * 32),
-        )
+        _commit_round(w3, committer, ledger, run, r)
     commit = bytes.fromhex("9fceb02d0ae598e95dc970b74767f19372d61af8") + b"\0" * 12
     _send(w3, dev, registry.functions.submit(run, REPO_URI, commit, DESC_URI))
     submit = _send(w3, dev, registry.functions.submit(run, REPO_URI, commit, DESC_URI))
