@@ -15,6 +15,7 @@ only repeats the same root, which the contract refuses (``InvalidRoot``/``RoundN
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
@@ -94,10 +95,13 @@ def eth_amounts(session: Session, run_id: str, per_round: list[tuple[int, int]])
 class FundingSettler:
     """Commits one ETH root per committed round of every funded run; a step of the worker."""
 
-    def __init__(self, engine: Engine, chain: LedgerChain) -> None:
+    def __init__(self, engine: Engine, chain: LedgerChain, *, poll_s: float = 2.0) -> None:
         self.engine = engine
         self.chain = chain
         self.enabled = CONTRACT in chain.deployment.contracts
+        self.poll_s = poll_s  # ETH roots are not urgent: keep the worker's tick light
+        self._polled_at = float("-inf")
+        self._settled: dict[str, int] = {}  # run -> highest ledger round already looked at
 
     def state(self, run_id: str) -> RunFundingState:
         raw = self.chain.client.call(CONTRACT, "runOf", bytes.fromhex(run_id[2:]))
@@ -127,8 +131,10 @@ class FundingSettler:
         return (tree if amounts else None), amounts, (history[-1][0] if history else None)
 
     def tick(self) -> None:
-        if not self.enabled:
+        now = time.monotonic()
+        if not self.enabled or now - self._polled_at < self.poll_s:
             return
+        self._polled_at = now
         with Session(self.engine) as session:
             rounds = session.exec(
                 select(RoundState.run_id, RoundState.round)
@@ -139,18 +145,22 @@ class FundingSettler:
         for run_id, rnd in rounds:
             by_run.setdefault(run_id, []).append(int(rnd))
         for run_id, settled in by_run.items():
+            if self._settled.get(run_id) == settled[-1]:
+                continue  # no newly committed round since the last look
             try:
-                self._settle_run(run_id, settled)
+                if self._settle_run(run_id, settled):
+                    self._settled[run_id] = settled[-1]
             except ColocoError as exc:
                 log.warning("ETH settlement of run %s: %s (retried next tick)", run_id, exc)
 
-    def _settle_run(self, run_id: str, settled: list[int]) -> None:
+    def _settle_run(self, run_id: str, settled: list[int]) -> bool:
+        """Commits the next ETH root of the run; True when nothing is left to commit."""
         st = self.state(run_id)
         if st.funding_end == 0 or st.cancelled_at != 0:
-            return  # not funded, or cancelled: no new ETH roots
+            return True  # not funded (yet: looked at again after the next commit) or cancelled
         todo = [r for r in settled if not st.has_round or r > st.last_round]
         if not todo:
-            return
+            return True
         history = self.history(run_id)
         for rnd in todo:
             with Session(self.engine) as session:
@@ -172,4 +182,5 @@ class FundingSettler:
                 total,
                 len(amounts),
             )
-            return
+            return rnd == todo[-1]
+        return True
