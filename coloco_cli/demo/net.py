@@ -148,6 +148,9 @@ def start_ledger(
         "COLOCO_LEDGER_INDEXER_POLL_S": "0.2",
         "COLOCO_LEDGER_LIFECYCLE_POLL_S": "0.2",
         "COLOCO_LEDGER_USEFULNESS_MODEL": "tiny",  # level 2: own shard vs random data
+        # rounds here take seconds: members join right after the previous round, so a short
+        # join window keeps the ledger's rounds as fast as the nodes'
+        "COLOCO_LEDGER_JOIN_WINDOW_S": "0.2",
     }
     argv = ledger_argv(port)
     child = procs.start("ledger", argv, workdir / "logs" / "ledger.log", env=env)
