@@ -81,6 +81,13 @@ def run_command(  # noqa: PLR0917 - typer maps each parameter to a flag
     rendezvous: Annotated[
         str, typer.Option(help="HOST:PORT of the rendezvous store.")
     ] = "127.0.0.1:29400",
+    successor_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="HOST:PORT where this node hosts the rendezvous if the host dies and "
+            "it is the successor (the lowest member address that set one)."
+        ),
+    ] = None,
     host_rendezvous: Annotated[
         bool, typer.Option(help="Host the rendezvous store in this node.")
     ] = False,
@@ -133,6 +140,13 @@ def run_command(  # noqa: PLR0917 - typer maps each parameter to a flag
         raise typer.Exit(code) from exc
 
 
+def _endpoint(value: object) -> str | None:
+    if value is None:
+        return None
+    host, port = parse_hostport(str(value))
+    return f"{host}:{port}"
+
+
 def _build(**o: object):  # type: ignore[no-untyped-def]
     """Wire the parts together from the parsed options (keeps run_command a parser only)."""
     from protocol.eip712 import Eip712Domain
@@ -178,6 +192,7 @@ def _build(**o: object):  # type: ignore[no-untyped-def]
     settings = NodeSettings(
         run_id=run_id, model=cfg, rendezvous_host=host, rendezvous_port=port,
         host_rendezvous=bool(o["host_rendezvous"]), seed=int(str(o["seed"])),
+        own_endpoint=_endpoint(o["successor_endpoint"]),
         membership=MembershipConfig(min_nodes=int(str(o["min_nodes"])),
                                     join_window_s=float(str(o["join_window"])),
                                     collective_timeout_s=float(str(o["collective_timeout"])),
