@@ -182,6 +182,7 @@ class LedgerChain:
         checkpoint: bytes,
         total_work: int,
         attestations_root: bytes,
+        reward_total: int = 0,
         nonce: int,
         fees: tuple[int, int] | None = None,
     ) -> tuple[str, str]:
@@ -192,7 +193,7 @@ class LedgerChain:
         """
         account = self._committer()
         fn = self.client.contract("ContributionLedger").functions.commitRound(
-            run_id, round_, rewards_root, checkpoint, total_work, attestations_root
+            run_id, round_, rewards_root, checkpoint, total_work, attestations_root, reward_total
         )
         sender = account.address
         rpc = self.client.rpc
@@ -211,6 +212,10 @@ class LedgerChain:
         tx: dict[str, Any] = dict(rpc(lambda: fn.build_transaction(params), "build commitRound"))
         signed = account.sign_transaction(tx)
         return "0x" + bytes(signed.hash).hex(), "0x" + bytes(signed.raw_transaction).hex()
+
+    def reward_per_round(self) -> int:
+        """The governed cap on one commit's reward total (TrainingConfig.rewardPerRound)."""
+        return int(self.client.call("TrainingConfig", "rewardPerRound"))
 
     def send_raw(self, raw_tx: str) -> None:
         eth = self.client.w3.eth

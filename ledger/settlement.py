@@ -55,6 +55,19 @@ def cumulative_amounts(session: Session) -> dict[str, int]:
     return out
 
 
+def _tree_total(tree_json: str) -> int:
+    return sum(int(v) for _, v in json.loads(tree_json))
+
+
+def reward_total(session: Session, row: Settlement) -> int:
+    """The budget this commit carries on chain: what its cumulative tree adds to the previous
+    settlement's (the contract caps each commit at rewardPerRound and claims at the budget)."""
+    prev = session.exec(
+        select(Settlement).where(col(Settlement.id) < row.id).order_by(col(Settlement.id).desc())
+    ).first()
+    return max(_tree_total(row.tree) - (_tree_total(prev.tree) if prev is not None else 0), 0)
+
+
 def tree_of(amounts: dict[str, int]) -> RewardsTree | None:
     if not amounts:
         return None
@@ -271,6 +284,18 @@ class Settler:
             self._adopt(row)
             return
         nonce = self.chain.committer_nonce()
+        with Session(self.engine, expire_on_commit=False) as session:
+            budget = reward_total(session, row)
+        cap = self.chain.reward_per_round()
+        if budget > cap:
+            log.warning(
+                "round %d adds %d reward units, above rewardPerRound %d: committing the cap "
+                "(claims beyond the committed budget wait for later rounds)",
+                row.round,
+                budget,
+                cap,
+            )
+            budget = cap
         try:
             tx_hash, raw = self.chain.sign_commit(
                 run_id=bytes.fromhex(row.run_id[2:]),
@@ -279,6 +304,7 @@ class Settler:
                 checkpoint=bytes.fromhex(row.checkpoint[2:]),
                 total_work=int(row.total_work),
                 attestations_root=bytes.fromhex(row.attestations_root[2:]),
+                reward_total=budget,
                 nonce=nonce,
             )
         except ContractRevertError:

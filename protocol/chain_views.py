@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from protocol.attestation import ATTESTATION_FIELDS, ComputeAttestation
-from protocol.eip712 import Eip712Domain, check_address, check_bytes32, to_checksum_address
+from protocol.eip712 import (
+    Eip712Domain,
+    NodeKeyProof,
+    check_address,
+    check_bytes32,
+    to_checksum_address,
+)
 from protocol.types import Address, Bytes32, RoundNumber, RunId, TokenUnits, Wei, WireFormat
 
 if TYPE_CHECKING:
@@ -67,6 +73,28 @@ class NodeInfo:
     @property
     def registered(self) -> bool:
         return self.operator != ZERO_ADDRESS
+
+
+@dataclass(frozen=True)
+class RootStatus:
+    """``ContributionLedger.rootInfo(root)``: when a rewards root becomes claimable."""
+
+    root: Bytes32
+    index: int
+    """Order of first commit, from 1 (0: never committed)."""
+    finalized_at: int
+    """Unix seconds from which claims against it are accepted (the dispute window's end)."""
+    revoked: bool
+    budget: TokenUnits
+    """What all claims together may reach when paying against this root."""
+
+    def state(self, now: int) -> str:
+        """'unknown', 'revoked', 'pending' (in its dispute window) or 'claimable'."""
+        if self.index == 0:
+            return "unknown"
+        if self.revoked:
+            return "revoked"
+        return "pending" if now < self.finalized_at else "claimable"
 
 
 def attestation_tuple(att: ComputeAttestation) -> tuple[Any, ...]:
@@ -130,6 +158,41 @@ class ChainViews:
             unbonding_ready_at=int(ready_at),
         )
 
+    def key_proof_domain(self) -> Eip712Domain:
+        """The EIP-712 domain node keys sign their ``NodeKeyProof`` under (the StakeManager)."""
+        return Eip712Domain(
+            chain_id=int(self.deployment.chain_id),
+            verifying_contract=self.deployment.address("StakeManager"),
+        )
+
+    def node_key_proof(
+        self, node: Address, operator: Address, payout: Address, deadline: int
+    ) -> NodeKeyProof:
+        """The proof ``node`` must sign for ``operator`` (its next nonce read from the chain)."""
+        nonce = int(self.call("StakeManager", "nonces", check_address("node", node)))
+        return NodeKeyProof(operator=operator, payout=payout, nonce=nonce, deadline=deadline)
+
+    def sign_node_key_proof(
+        self, node_key: bytes, operator: Address, payout: Address, deadline: int
+    ) -> tuple[Address, NodeKeyProof, bytes]:
+        """(node, proof, 65-byte signature): the node key's consent to ``operator``/``payout``."""
+        from protocol.signing import address_of_private_key, sign_digest
+
+        node = address_of_private_key(node_key)
+        proof = self.node_key_proof(node, operator, payout, deadline)
+        return node, proof, sign_digest(proof.digest(self.key_proof_domain()), node_key)
+
+    def register_node(
+        self, node_key: bytes, payout: Address, *, operator: Address, lifetime_s: int = 3600
+    ) -> TxReceipt:
+        """``register`` as ``operator`` (the sender), with the node key's proof of possession,
+        valid ``lifetime_s`` seconds from the latest block."""
+        now = int(self.call("ModelShareToken", "clock"))
+        node, proof, sig = self.sign_node_key_proof(node_key, operator, payout, now + lifetime_s)
+        return self.transact(
+            "StakeManager", "register", node, check_address("payout", payout), proof.deadline, sig
+        )
+
     def is_active(self, node: Address) -> bool:
         return bool(self.call("StakeManager", "isActive", check_address("node", node)))
 
@@ -158,8 +221,26 @@ class ChainViews:
         )
         return Bytes32(bytes(value))
 
-    def latest_rewards_root(self) -> Bytes32:
-        return Bytes32(bytes(self.call("ContributionLedger", "latestRewardsRoot")))
+    def root_status(self, root: Bytes32) -> RootStatus:
+        """Finality of a rewards root: pending for the dispute window, then claimable."""
+        index, finalized_at, revoked, budget = self.call(
+            "ContributionLedger", "rootInfo", check_bytes32("root", root)
+        )
+        return RootStatus(
+            root=root,
+            index=int(index),
+            finalized_at=int(finalized_at),
+            revoked=bool(revoked),
+            budget=TokenUnits(int(budget)),
+        )
+
+    def dispute_window(self) -> int:
+        """Seconds a new rewards root stays pending (revocable) before it pays."""
+        return int(self.call("ContributionLedger", "disputeWindow"))
+
+    def total_budget(self) -> TokenUnits:
+        """Every reward total committed so far: the most all claims together can ever mint."""
+        return TokenUnits(int(self.call("ContributionLedger", "totalBudget")))
 
     def hash_attestation(self, att: ComputeAttestation) -> Bytes32:
         """The contract's EIP-712 digest of ``att`` (compare with ``att.digest(domain)``)."""
@@ -183,8 +264,10 @@ class ChainViews:
         checkpoint_hash: Bytes32,
         total_work: int,
         attestations_root: Bytes32,
+        reward_total: int = 0,
     ) -> TxReceipt:
-        """``commitRound`` (COMMITTER_ROLE): one root and checkpoint hash per round."""
+        """``commitRound`` (COMMITTER_ROLE): one root and checkpoint hash per round; the round's
+        ``reward_total`` (<= rewardPerRound) joins the budget claims are bounded by."""
         return self.transact(
             "ContributionLedger",
             "commitRound",
@@ -194,6 +277,7 @@ class ChainViews:
             check_bytes32("checkpoint_hash", checkpoint_hash),
             total_work,
             check_bytes32("attestations_root", attestations_root),
+            reward_total,
         )
 
     # --- RewardDistributor --------------------------------------------------------------------

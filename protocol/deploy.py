@@ -37,36 +37,63 @@ def deploy(
     *,
     committer: str,
     treasury: str | None = None,
+    guardian: str | None = None,
     out_path: Path,
-    voting_delay: int = 1,
-    voting_period: int = 20,
+    profile: str = "devnet",
+    voting_delay: int | None = None,
+    voting_period: int | None = None,
     quorum_fraction: int = 4,
-    timelock_delay: int = 1,
-    unbonding_delay: int = 60,
-    grant_cap: int = 1_000_000 * 10**18,
+    timelock_delay: int | None = None,
+    unbonding_delay: int | None = None,
+    dispute_window: int | None = None,
+    slash_dispute_window: int | None = None,
+    grant_limit: int | None = None,
+    proposal_threshold: int | None = None,
     initial_inner_steps: int | None = None,
 ) -> Deployment:
     """Deploys everything as `deployer_key`, writes the deployment JSON to `out_path`, returns it.
 
-    `committer` gets COMMITTER_ROLE on the ContributionLedger; slashed stake goes to `treasury`
-    (default: the Timelock). Voting delay and period are in blocks, the timelock and unbonding
-    delays in seconds, `quorum_fraction` in percent, `grant_cap` in token units.
-    `initial_inner_steps` sets the run's genesis H before the Timelock takes TrainingConfig over
-    (None keeps the contract default); every later change goes through governance.
+    `profile` is "devnet" (anvil's chain id 31337 only: the contracts' deploy script refuses it
+    anywhere else) or "production" (which requires `treasury` and `guardian` and refuses weak
+    governance settings). `committer` gets COMMITTER_ROLE on the ContributionLedger; slashed stake
+    goes to `treasury` (never the Timelock or governor); `guardian` may pause claims, commits and
+    withdrawals, revoke pending roots and veto slashes, never move funds. Every duration is in
+    seconds (the token and governor use a timestamp clock); None keeps the profile's default
+    (contracts/script/Deploy.s.sol). `quorum_fraction` is in percent, `grant_limit` in token
+    units per 30 days. `initial_inner_steps` sets the run's genesis H before the Timelock takes
+    TrainingConfig over (None keeps the contract default).
     """
+    if profile not in ("devnet", "production"):
+        raise DeploymentError(f"profile {profile!r} must be 'devnet' or 'production'")
     committer = _checked_address(committer, "committer")
-    if treasury is not None:
-        treasury = _checked_address(treasury, "treasury")
+    roles = {"treasury": treasury, "guardian": guardian}
+    for name, value in roles.items():
+        if value is not None:
+            roles[name] = _checked_address(value, name)
+        elif profile == "production":
+            raise DeploymentError(
+                f"a production deployment needs an explicit {name} address (no silent roles)"
+            )
     if not 0 < quorum_fraction <= 100:
         raise DeploymentError(f"quorum_fraction {quorum_fraction} must be a percentage in 1..100")
-    if voting_period <= 0:
-        raise DeploymentError(f"voting_period {voting_period} must be at least 1 block")
+    if voting_period is not None and voting_period <= 0:
+        raise DeploymentError(f"voting_period {voting_period} must be at least 1 second")
     if initial_inner_steps is not None and initial_inner_steps <= 0:
         raise DeploymentError(
             f"initial_inner_steps {initial_inner_steps} must be >= 1 (or None for the default)"
         )
-    if min(voting_delay, timelock_delay, unbonding_delay, grant_cap) < 0:
-        raise DeploymentError("delays and grant_cap must be non-negative")
+    numbers = {
+        "COLOCO_VOTING_DELAY": voting_delay,
+        "COLOCO_VOTING_PERIOD": voting_period,
+        "COLOCO_TIMELOCK_DELAY": timelock_delay,
+        "COLOCO_UNBONDING_DELAY": unbonding_delay,
+        "COLOCO_DISPUTE_WINDOW": dispute_window,
+        "COLOCO_SLASH_DISPUTE_WINDOW": slash_dispute_window,
+        "COLOCO_GRANT_LIMIT": grant_limit,
+        "COLOCO_PROPOSAL_THRESHOLD": proposal_threshold,
+    }
+    if any(v is not None and v < 0 for v in numbers.values()):
+        raise DeploymentError("delays, windows, grant_limit and proposal_threshold must be >= 0")
     try:
         deployer = Account.from_key(deployer_key).address
     except (ValueError, TypeError) as exc:
@@ -75,20 +102,24 @@ def deploy(
     _SCRATCH_DIR.mkdir(exist_ok=True)
     scratch = _SCRATCH_DIR / f".deploy-{uuid.uuid4().hex}.json"
     env = {
-        **os.environ,
-        "COLOCO_COMMITTER": committer,
-        "COLOCO_TREASURY": treasury or "0x0000000000000000000000000000000000000000",
-        "COLOCO_VOTING_DELAY": str(voting_delay),
-        "COLOCO_VOTING_PERIOD": str(voting_period),
-        "COLOCO_QUORUM_FRACTION": str(quorum_fraction),
-        "COLOCO_TIMELOCK_DELAY": str(timelock_delay),
-        "COLOCO_UNBONDING_DELAY": str(unbonding_delay),
-        "COLOCO_GRANT_CAP": str(grant_cap),
-        "COLOCO_INITIAL_INNER_STEPS": str(initial_inner_steps or 0),
-        "COLOCO_DEPLOY_OUT": str(scratch.relative_to(REPO_ROOT)),
-        # keep forge's broadcast logs (they hold the key's address) out of the tracked tree
-        "FOUNDRY_BROADCAST": str(REPO_ROOT / "cache" / "broadcast"),
+        k: v for k, v in os.environ.items() if not k.startswith("COLOCO_") or k in ("COLOCO_QUICK",)
     }
+    env.update(
+        {
+            "COLOCO_PROFILE": profile,
+            "COLOCO_COMMITTER": committer,
+            "COLOCO_QUORUM_FRACTION": str(quorum_fraction),
+            "COLOCO_INITIAL_INNER_STEPS": str(initial_inner_steps or 0),
+            "COLOCO_DEPLOY_OUT": str(scratch.relative_to(REPO_ROOT)),
+            # keep forge's broadcast logs (they hold the key's address) out of the tracked tree
+            "FOUNDRY_BROADCAST": str(REPO_ROOT / "cache" / "broadcast"),
+        }
+    )
+    env.update({k: str(v) for k, v in numbers.items() if v is not None})
+    if roles["treasury"] is not None:
+        env["COLOCO_TREASURY"] = str(roles["treasury"])
+    if roles["guardian"] is not None:
+        env["COLOCO_GUARDIAN"] = str(roles["guardian"])
     cmd = [
         str(foundry_bin("forge")),
         "script",
@@ -102,7 +133,13 @@ def deploy(
         "--private-key",
         deployer_key,
     ]
-    log.info("deploying coloco contracts to %s as %s (committer %s)", rpc_url, deployer, committer)
+    log.info(
+        "deploying coloco contracts (%s profile) to %s as %s (committer %s)",
+        profile,
+        rpc_url,
+        deployer,
+        committer,
+    )
     try:
         proc = subprocess.run(
             cmd,

@@ -31,9 +31,14 @@ CONTRACT_NAMES: tuple[str, ...] = (
 GOVERNANCE_KEYS: tuple[str, ...] = (
     "voting_delay",
     "voting_period",
+    "vote_extension",
     "quorum_fraction",
     "timelock_delay",
+    "dispute_window",
+    "slash_dispute_window",
+    "unbonding_delay",
 )
+"""Governance settings in the JSON; every duration is in seconds (timestamp clock)."""
 
 _TOP_KEYS = ("chain_id", "deployment_block", "deployer", "committer", "contracts", "governance")
 
@@ -61,6 +66,10 @@ class Deployment:
     committer: Address
     contracts: dict[str, Address] = field(default_factory=dict)
     governance: dict[str, int] = field(default_factory=dict)
+    treasury: Address | None = None
+    """Receiver of slashed stake (absent in deployments older than the bounded-trust contracts)."""
+    guardian: Address | None = None
+    """May pause claims, commits and withdrawals, revoke pending roots, veto slashes."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "deployment") -> Deployment:
@@ -93,6 +102,12 @@ class Deployment:
             committer=_address(data["committer"], f"{source}: committer"),
             contracts=contracts,
             governance=governance,
+            treasury=_address(data["treasury"], f"{source}: treasury")
+            if "treasury" in data
+            else None,
+            guardian=_address(data["guardian"], f"{source}: guardian")
+            if "guardian" in data
+            else None,
         )
 
     @classmethod
@@ -113,7 +128,7 @@ class Deployment:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of docs/interfaces.md."""
-        return {
+        out: dict[str, Any] = {
             "chain_id": self.chain_id,
             "deployment_block": self.deployment_block,
             "deployer": self.deployer,
@@ -121,6 +136,11 @@ class Deployment:
             "contracts": dict(self.contracts),
             "governance": dict(self.governance),
         }
+        if self.treasury is not None:
+            out["treasury"] = self.treasury
+        if self.guardian is not None:
+            out["guardian"] = self.guardian
+        return out
 
     def save(self, path: Path | str) -> None:
         """Writes the deployment JSON (parent folders created)."""

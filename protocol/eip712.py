@@ -252,3 +252,68 @@ class Eip712Domain:
 def typed_data_digest(domain: Eip712Domain, struct_hash: bytes) -> bytes:
     """``keccak256(0x1901 || domainSeparator || hashStruct(message))``."""
     return keccak256(b"\x19\x01" + domain.separator + struct_hash)
+
+
+# --- NodeKeyProof: a node key's consent to be registered (StakeManager) ----------------------
+
+NODE_KEY_PROOF_TYPE: Final = (
+    "NodeKeyProof(address operator,address payout,uint256 nonce,uint256 deadline)"
+)
+NODE_KEY_PROOF_FIELDS: Final[tuple[tuple[str, str], ...]] = (
+    ("operator", "address"),
+    ("payout", "address"),
+    ("nonce", "uint256"),
+    ("deadline", "uint256"),
+)
+NODE_KEY_PROOF_TYPEHASH: Final = keccak256(NODE_KEY_PROOF_TYPE.encode())
+
+
+@dataclass(frozen=True)
+class NodeKeyProof:
+    """What a node key signs so that ``StakeManager.register`` / ``rotateNodeKey`` bind it to
+    ``operator`` (the sender) with rewards to ``payout``. Domain: coloco/1 with the StakeManager
+    as verifying contract; ``nonce`` is ``StakeManager.nonces(node)``, ``deadline`` unix seconds.
+    Without it anybody could register (front-run, or blacklist by rotating away) a key it does
+    not hold.
+    """
+
+    operator: Address
+    payout: Address
+    nonce: int
+    deadline: int
+
+    def __post_init__(self) -> None:
+        check_address("operator", self.operator)
+        check_address("payout", self.payout)
+        check_uint("nonce", self.nonce, 256)
+        check_uint("deadline", self.deadline, 256)
+
+    def struct_hash(self) -> bytes:
+        return keccak256(
+            NODE_KEY_PROOF_TYPEHASH
+            + encode_address(self.operator)
+            + encode_address(self.payout)
+            + encode_uint(self.nonce)
+            + encode_uint(self.deadline)
+        )
+
+    def digest(self, domain: Eip712Domain) -> bytes:
+        """The signed digest (= ``StakeManager.hashNodeKeyProof``)."""
+        return typed_data_digest(domain, self.struct_hash())
+
+    def typed_data(self, domain: Eip712Domain) -> dict[str, Any]:
+        """The full eth_signTypedData_v4 JSON."""
+        return {
+            "types": {
+                "EIP712Domain": [{"name": n, "type": t} for n, t in EIP712_DOMAIN_FIELDS],
+                "NodeKeyProof": [{"name": n, "type": t} for n, t in NODE_KEY_PROOF_FIELDS],
+            },
+            "primaryType": "NodeKeyProof",
+            "domain": domain.to_json(),
+            "message": {
+                "operator": self.operator,
+                "payout": self.payout,
+                "nonce": self.nonce,
+                "deadline": self.deadline,
+            },
+        }

@@ -87,8 +87,11 @@ def make_actors(net: DemoNet, count: int) -> list[Actor]:
 
 def register_and_stake(net: DemoNet, actor: Actor) -> None:
     """The operator registers its node with its payout address and stakes the minimum."""
+    from protocol.keys import load_keystore_account
+
     chain = net.chain(actor.operator_key)
-    register_node(chain, actor.node_address, actor.payout_address)
+    node_key = load_keystore_account(actor.keystore, password_file=actor.password_file)
+    register_node(chain, node_key, actor.payout_address)
     stake_node(chain, actor.node_address)
     status = node_status(chain, actor.node_address)
     if not status.active:

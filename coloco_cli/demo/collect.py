@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from coloco_cli.rewards.ops import fetch_owed
 from protocol.merkle import verify_proof
-from protocol.types import Address, RunId
+from protocol.types import Address, Bytes32, RunId
 
 if TYPE_CHECKING:
     from coloco_cli.demo.run import DemoRun
@@ -75,9 +75,12 @@ def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
         owed = fetch_owed(net.ledger_url, node.actor.payout_address)
         balance = int(chain.call("ModelShareToken", "balanceOf", node.actor.payout_address))
         # the ledger's amount is what the chain committed: its proof opens the on-chain root
-        committed_root = bytes(chain.latest_rewards_root())
-        in_root = owed.root == committed_root and verify_proof(
-            committed_root, Address(owed.account), owed.cumulative_amount, owed.proof
+        # committed on chain (index > 0), never revoked, and the proof opens it
+        root_status = chain.root_status(Bytes32(owed.root))
+        in_root = (
+            root_status.index > 0
+            and not root_status.revoked
+            and verify_proof(owed.root, Address(owed.account), owed.cumulative_amount, owed.proof)
         )
         nodes.append(
             {

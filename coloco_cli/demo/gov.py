@@ -2,8 +2,8 @@
 
 Claims go through `coloco rewards claim`'s code path (proof from the ledger, claim on chain);
 the vote goes through `coloco gov propose | vote | queue | execute`'s. On the devnet, the waits
-for the voting delay, voting period and Timelock delay are skipped with anvil's `anvil_mine`
-and `evm_increaseTime`.
+for the voting delay, voting period and Timelock delay (seconds: a timestamp clock) are
+skipped with anvil's `evm_increaseTime`.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def claim_all(net: DemoNet, actors: list[Actor]) -> list[dict[str, Any]]:
         already = int(chain.call("RewardDistributor", "claimed", actor.payout_address))
         if owed.cumulative_amount <= already:
             continue
-        result = claim_rewards(chain, net.ledger_url, actor.payout_address)
+        result = claim_rewards(chain, net.ledger_url, actor.payout_address, wait_pending=True)
         claims.append(
             {
                 "node": actor.node_address,
@@ -99,11 +99,11 @@ def govern(net: DemoNet, holders: list[Actor], sets: list[str]) -> GovOutcome:
         delegate_votes(net.chain(giver.payout_key), taker.payout_address)
         delegations.append({"from": giver.payout_address, "to": taker.payout_address})
         log.info("%s delegated its votes to %s", giver.payout_address, taker.payout_address)
-    net.mine(1)
+    net.advance_time(1)  # the delegation's timestamp is before the proposal's snapshot
     proposer = net.chain(holders[0].payout_key)
     prop = propose_change(proposer, sets, "coloco demo: " + ", ".join(sets))
     log.info("proposal %d created: %s", prop.proposal_id, prop.description)
-    net.mine(voting_delay + 1)
+    net.advance_time(voting_delay + 1)
     voters = []
     for holder in holders:
         chain = net.chain(holder.payout_key)
@@ -111,7 +111,7 @@ def govern(net: DemoNet, holders: list[Actor], sets: list[str]) -> GovOutcome:
             continue
         cast_vote(chain, prop.proposal_id, "for", "demo: longer rounds, less communication")
         voters.append(holder.payout_address)
-    net.mine(voting_period + 1)
+    net.advance_time(voting_period + 1)
     state = proposal_state(viewer, prop.proposal_id)
     if state != "Succeeded":
         raise ColocoError(f"demo proposal {prop.proposal_id} ended {state}, not Succeeded")

@@ -285,11 +285,12 @@ def status(
         "votes",
         f"for {fmt_units(for_)} / against {fmt_units(against)} / abstain {fmt_units(abstain)}",
     )
-    table.add_row("voting", f"blocks {p.vote_start}..{p.vote_end} (now {chain.block_number()})")
+    now = int(chain.w3.eth.get_block("latest")["timestamp"])  # the governor's clock: seconds
+    table.add_row("voting", f"unix time {p.vote_start}..{p.vote_end} (now {now})")
     table.add_row(
         "quorum",
         fmt_units(int(chain.call("ModelGovernor", "quorum", p.vote_start)))
-        if chain.block_number() > p.vote_start
+        if now > p.vote_start
         else "set at vote start",
     )
     console.print(table)

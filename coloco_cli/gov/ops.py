@@ -142,8 +142,9 @@ def cast_vote(chain: ChainClient, proposal_id: int, support: str, reason: str = 
     if state == "Pending":
         start = int(chain.call("ModelGovernor", "proposalSnapshot", proposal_id))
         raise ConfigError(
-            f"proposal {proposal_id} is Pending: voting opens after block {start} "
-            f"(now {chain.block_number()}); wait (on a devnet: cast rpc anvil_mine)"
+            f"proposal {proposal_id} is Pending: voting opens after unix time {start} (now "
+            f"{chain.w3.eth.get_block('latest')['timestamp']}; the governor's clock is in "
+            "seconds); wait (on a devnet: cast rpc evm_increaseTime N, then anvil_mine)"
         )
     if state != "Active":
         raise ConfigError(f"proposal {proposal_id} is {state}, not Active: it takes no votes")

@@ -7,6 +7,7 @@ calls too). `run` is the trainer's command (`trainer/cli.py: run_command`).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -41,6 +42,7 @@ from coloco_cli.node.ops import (
     withdraw_node,
 )
 from coloco_cli.tx import ConfirmationsOpt, GasLimitOpt, NoWaitOpt, TxOptions
+from protocol.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +54,23 @@ NodeOpt = Annotated[str, typer.Option("--node", help="The node's hot signing add
 @app.command()
 def register(
     *,
-    node: NodeOpt,
     payout: Annotated[str, typer.Option(help="Cold address that receives the node's rewards.")],
+    node_keystore: Annotated[
+        Path | None,
+        typer.Option(help="The node's hot key (keystore): it signs its proof of possession."),
+    ] = None,
+    node_password_file: Annotated[
+        Path | None, typer.Option(help="Password file of --node-keystore.")
+    ] = None,
+    node_private_key: Annotated[
+        str | None, typer.Option(help="The node's hot key as raw hex (devnets only).")
+    ] = None,
+    node_account: Annotated[
+        str | None, typer.Option(help="The node's hot key as a named account (coloco keys).")
+    ] = None,
+    node: Annotated[
+        str | None, typer.Option("--node", help="Expected node address (checked against the key).")
+    ] = None,
     rpc_url: RpcUrlOpt = None,
     deployment: DeploymentOpt = None,
     keystore: KeystoreOpt = None,
@@ -65,17 +82,28 @@ def register(
     no_wait: NoWaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Register a node key with a payout address; the sender becomes the operator.
+    """Register a node key with a payout address; the sender becomes the operator. The node key
+    signs an EIP-712 proof (operator, payout, nonce, deadline), so nobody can register a key it
+    does not hold.
 
-    Example: coloco node register --node 0xHOT... --payout 0xCOLD... --keystore operator.json
+    Example: coloco node register --node-keystore node.json --payout 0xCOLD... --keystore op.json
     """
+    if node_keystore is None and node_private_key is None and node_account is None:
+        raise ConfigError(
+            "registering needs the node's own key to sign its proof of possession: pass "
+            "--node-account NAME, --node-keystore PATH (or --node-private-key 0x... on a devnet)"
+        )
+    node_key = load_signer(node_keystore, node_password_file, node_private_key, node_account)
+    if node is not None and checksum(node) != node_key.address:
+        raise ConfigError(f"--node {node} is not the address of the node key ({node_key.address})")
+    node = node_key.address
     ep = resolve(rpc_url, None, deployment)
     chain = open_chain(
         ep,
         load_signer(keystore, password_file, private_key, account),
         TxOptions(gas_limit, confirmations, no_wait),
     )
-    receipt = register_node(chain, node, payout)
+    receipt = register_node(chain, node_key, payout)
     if json_out:
         emit_json({"node": checksum(node), "payout": checksum(payout), "tx": tx_hex(receipt)})
         return

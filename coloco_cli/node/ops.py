@@ -15,6 +15,8 @@ from coloco_cli.common import fmt_units, revert_hint
 from protocol.errors import ConfigError, ContractRevertError
 
 if TYPE_CHECKING:
+    from eth_account.signers.local import LocalAccount
+
     from protocol.chain import ChainClient
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,15 @@ def _hints(node: str) -> dict[str, str]:
         "StillUnbonding": "the unbonding delay has not passed yet: try again after the time shown",
         "ZeroAmount": "the amount must be more than zero",
         "ZeroAddress": "an address argument is zero: pass a real address",
+        "WrongKeySigner": (
+            "the node key proof was not signed by the node key: pass the node's own key "
+            "(--node-keystore) and send from the operator key that the proof names"
+        ),
+        "ProofExpired": "the node key proof's deadline passed: sign a fresh one and resend",
+        "NodeFrozen": (
+            f"node {node} has a pending slash: its stake and key are frozen until the slash "
+            f"is executed or vetoed (see coloco slash status)"
+        ),
     }
 
 
@@ -104,15 +115,30 @@ def node_status(chain: ChainClient, node: str) -> NodeStatus:
     )
 
 
-def register_node(chain: ChainClient, node: str, payout: str) -> Any:
-    """Register `node` with `payout` as its reward address; the sender becomes its operator."""
-    node = checksum(node, what="--node")
+def register_node(chain: ChainClient, node_key: LocalAccount, payout: str) -> Any:
+    """Register the node of `node_key` with `payout` as its reward address; the sender becomes its
+    operator. The node key signs a NodeKeyProof (operator, payout, nonce, deadline), so nobody
+    can register a key they do not hold."""
+    from protocol.types import Address
+
+    node = checksum(node_key.address, what="the node key's address")
     payout = checksum(payout, what="--payout")
+    if chain.account is None:
+        raise ConfigError("registering a node needs the operator's key as the sender")
     if node_status(chain, node).registered:
         raise ConfigError(
             f"node {node} is already registered: see coloco node status --node {node}"
         )
-    return _send(chain, node, "register", node, payout)
+    try:
+        return chain.register_node(
+            bytes(node_key.key), Address(payout), operator=Address(chain.account.address)
+        )
+    except ContractRevertError as exc:
+        raise ContractRevertError(
+            f"StakeManager.register reverted: {revert_hint(exc, _hints(node))}",
+            error_name=exc.error_name,
+            error_args=exc.error_args,
+        ) from exc
 
 
 def stake_node(chain: ChainClient, node: str, amount: int | None = None) -> Any:

@@ -107,15 +107,25 @@ def claim(
     confirmations: ConfirmationsOpt = 1,
     no_wait: NoWaitOpt = False,
     json_out: JsonOpt = False,
+    wait_final: Annotated[
+        bool,
+        typer.Option(
+            "--wait-final", help="Wait (up to 2 min) for a pending root's dispute window to end."
+        ),
+    ] = False,
 ) -> None:
     """Claim every ownership token owed to a payout address, with the ledger's Merkle proof.
+
+    A committed reward becomes claimable once its root's dispute window has passed (the
+    guardian may revoke a bad root until then); the command says when, or waits with
+    --wait-final.
 
     Example: coloco rewards claim 0xCOLD... --account operator
     """
     ep = resolve(rpc_url, ledger_url, deployment)
     signer = load_signer(keystore, password_file, private_key, account)
     chain = open_chain(ep, signer, TxOptions(gas_limit, confirmations, no_wait))
-    result = claim_rewards(chain, ep.ledger_url, address or signer.address)
+    result = claim_rewards(chain, ep.ledger_url, address or signer.address, wait_pending=wait_final)
     if json_out:
         emit_json(result.__dict__)
         return

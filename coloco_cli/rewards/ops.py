@@ -1,9 +1,13 @@
 """What a contributor is owed and claiming it, as functions (the CLI and the demo call them).
 
 The ledger serves the cumulative amount owed to a payout address with its Merkle proof against
-`ContributionLedger.latestRewardsRoot()`; `claim_rewards` checks the proof's root is the one on
-chain, then sends `RewardDistributor.claim(account, cumulativeAmount, proof)`, which mints the
-difference to what was already claimed.
+its latest committed rewards root. A root becomes claimable only after the ledger contract's
+dispute window (`ContributionLedger.disputeWindow()`, seconds after its commit), during which the
+guardian or governance may revoke a bad root. `claim_rewards` reads the root's status on chain
+(`rootInfo`: pending until `finalizedAt`, revoked, or claimable), explains when a pending reward
+becomes claimable (or waits with --wait), then sends `RewardDistributor.claim(account,
+cumulativeAmount, proof)`, which mints the difference to what was already claimed. A later commit
+never invalidates the proof: any finalized root not older than the account's last claim pays.
 """
 
 from __future__ import annotations
@@ -76,34 +80,73 @@ class ClaimResult:
     balance: int
 
 
+def _wait_seconds(chain: ChainClient, finalized_at: int) -> float:
+    """Wall-clock seconds until the chain's next block is at or past `finalized_at`."""
+    latest = int(chain.w3.eth.get_block("latest")["timestamp"])
+    skew = max(latest - time.time(), 0.0)  # a devnet whose clock was moved ahead
+    return max(finalized_at - skew - time.time(), 0.0) + 1.0
+
+
 def claim_rewards(
-    chain: ChainClient, ledger_url: str, account: str, *, attempts: int = 5, wait_s: float = 1.0
+    chain: ChainClient,
+    ledger_url: str,
+    account: str,
+    *,
+    attempts: int = 5,
+    wait_s: float = 1.0,
+    wait_pending: bool = False,
+    max_wait_s: float = 120.0,
 ) -> ClaimResult:
     """Fetch the proof for `account` and claim everything not yet claimed (sender pays gas).
 
-    A new round may be committed between fetching the proof and sending the claim; then the
-    proof is for the previous root, so it is fetched again (up to `attempts` times).
+    The proof's root must be claimable on chain: committed and past its dispute window. A root
+    the chain does not know yet (its commit is in flight) is retried `attempts` times; a pending
+    root raises a ConfigError saying when it becomes claimable, or with `wait_pending` is waited
+    for (at most `max_wait_s`); a revoked root raises (the ledger re-commits a corrected one).
     """
+    from protocol.types import Bytes32
+
+    status = None
     for attempt in range(attempts):
         owed = fetch_owed(ledger_url, account)
         if owed.cumulative_amount == 0:
             raise ConfigError(f"{owed.account} is owed nothing yet: its node has no settled rounds")
-        onchain_root = bytes(chain.call("ContributionLedger", "latestRewardsRoot"))
         already = int(chain.call("RewardDistributor", "claimed", owed.account))
-        if already >= owed.cumulative_amount and onchain_root == owed.root:
+        if already >= owed.cumulative_amount:
             raise ConfigError(
                 f"{owed.account} already claimed all {fmt_units(already)} CMS it is owed: "
                 "nothing new until the next round settles"
             )
-        if onchain_root == owed.root:
+        status = chain.root_status(Bytes32(owed.root))
+        now = int(chain.w3.eth.get_block("latest")["timestamp"])
+        state = status.state(now)
+        if state == "revoked":
+            raise ConfigError(
+                f"the ledger's root 0x{owed.root.hex()} was revoked on chain during its dispute "
+                "window (the guardian or governance found it wrong): it never pays; wait for the "
+                "ledger's corrected root and claim again"
+            )
+        if state == "pending":
+            wait = _wait_seconds(chain, status.finalized_at)
+            if not wait_pending or wait > max_wait_s:
+                raise ConfigError(
+                    f"{fmt_units(owed.cumulative_amount - already)} CMS for {owed.account} are "
+                    f"committed under root 0x{owed.root.hex()[:12]}… but still in its dispute "
+                    f"window ({chain.dispute_window()} s, during which the guardian may revoke a "
+                    f"bad root): claimable from unix time {status.finalized_at} (about "
+                    f"{int(wait)} s); run `coloco rewards claim` again then, or pass --wait"
+                )
+            log.info("root pending for %.0f s more; waiting to claim for %s", wait, owed.account)
+            time.sleep(wait)
+        elif state == "claimable":
             try:
                 chain.transact(
                     "RewardDistributor", "claim", owed.account, owed.cumulative_amount, owed.proof
                 )
             except ContractRevertError as exc:
-                if exc.error_name != "InvalidProof":
+                if exc.error_name not in ("InvalidProof", "RootPending"):
                     raise
-                log.info("root moved while claiming for %s; fetching a fresh proof", owed.account)
+                log.info("claim for %s refused (%s); retrying", owed.account, exc.error_name)
             else:
                 balance = int(chain.call("ModelShareToken", "balanceOf", owed.account))
                 paid = owed.cumulative_amount - already
@@ -111,6 +154,7 @@ def claim_rewards(
         if attempt + 1 < attempts:
             time.sleep(wait_s)
     raise LedgerError(
-        f"the ledger's proof for {account} is for root 0x{owed.root.hex()} but the chain has "
-        f"0x{onchain_root.hex()}: the latest round is still being committed; retry shortly"
+        f"the ledger's proof for {account} is for root 0x{owed.root.hex()}, which the chain "
+        f"{'does not know yet' if status is None or status.index == 0 else 'did not accept'}: "
+        "the latest round is still being committed; retry shortly"
     )

@@ -15,28 +15,49 @@ import {TrainingConfig} from "../src/TrainingConfig.sol";
 
 /// @title Deploy
 /// @notice Deploys and wires every coloco contract, then writes the deployment JSON of
-/// docs/interfaces.md. Parameters come from env vars (devnet defaults in brackets):
-/// COLOCO_COMMITTER [the deployer], COLOCO_TREASURY [the Timelock], COLOCO_VOTING_DELAY [1 block],
-/// COLOCO_VOTING_PERIOD [20 blocks], COLOCO_QUORUM_FRACTION [4 %], COLOCO_TIMELOCK_DELAY [1 s],
-/// COLOCO_UNBONDING_DELAY [60 s], COLOCO_GRANT_CAP [1,000,000 CMS], COLOCO_PROPOSAL_THRESHOLD [0],
-/// COLOCO_INITIAL_INNER_STEPS [0: the contract default; the run's genesis H, set before the
-/// Timelock takes ownership, so later changes go through governance only],
-/// COLOCO_DEPLOY_OUT [deployments/<chainId>.json; must lie under ./deployments].
-/// @dev Roles after `deploy`: ledger COMMITTER -> committer; token MINTER -> distributor and
-/// GRANTER -> Timelock, with no token admin left (nobody can add a minter); StakeManager SLASHER
-/// -> Timelock; Timelock proposer and canceller -> governor, executor -> anyone; ledger and
-/// StakeManager admin -> Timelock; the deployer keeps no role anywhere.
+/// docs/interfaces.md. COLOCO_PROFILE picks the defaults: `devnet` (anvil's chain id 31337 only:
+/// refused anywhere else) or `production`. Every duration is in seconds (timestamp clock).
+///
+/// Env vars, [devnet default | production default]:
+/// COLOCO_COMMITTER, COLOCO_TREASURY, COLOCO_GUARDIAN [the deployer, a fresh devnet address, the
+/// deployer | required], COLOCO_VOTING_DELAY [1 | 1 day], COLOCO_VOTING_PERIOD [20 | 5 days],
+/// COLOCO_VOTE_EXTENSION [0 | 2 days], COLOCO_QUORUM_FRACTION [4 | 4], COLOCO_TIMELOCK_DELAY
+/// [1 | 2 days], COLOCO_PROPOSAL_THRESHOLD [0 | 10,000 CMS], COLOCO_GRANT_LIMIT [1,000,000 CMS
+/// | 100,000 CMS] per COLOCO_GRANT_PERIOD [30 days], COLOCO_DISPUTE_WINDOW [2 | 1 day],
+/// COLOCO_SLASH_DISPUTE_WINDOW [10 | 3 days], COLOCO_UNBONDING_DELAY [60 | 21 days],
+/// COLOCO_MAX_ROUND_SKIP [1000], COLOCO_REPORTER_SHARE_BPS [1000], COLOCO_EQUIVOCATION_SLASH_BPS
+/// [1000], COLOCO_INITIAL_INNER_STEPS [0: the contract default], COLOCO_DEPLOY_OUT
+/// [deployments/<chainId>.json; must lie under ./deployments].
+/// Production also requires: proposal threshold > 0, voting delay and period >= 1 hour, vote
+/// extension >= 1 hour, timelock >= 1 day, dispute windows >= 1 hour.
+/// @dev Roles after `deploy`: ledger COMMITTER -> committer, GUARDIAN -> guardian; distributor
+/// and StakeManager GUARDIAN -> guardian; token MINTER -> distributor (fixed, created with the
+/// token), RunFunding and CodeRegistry (MINTER_ROLE, bounded by their own budgets); GRANTER -> Timelock,
+/// with no token admin left; StakeManager SLASHER -> Timelock; Timelock proposer and canceller ->
+/// governor, executor -> anyone; every admin -> Timelock; the deployer keeps no role anywhere
+/// (on a devnet it is the default committer and guardian, which the JSON records).
 contract Deploy is Script, CapitalDeploy {
+    uint256 internal constant ANVIL_CHAIN_ID = 31_337;
+
     struct Params {
+        bool production;
         address committer;
-        address treasury; // zero: the Timelock
+        address treasury;
+        address guardian;
         uint48 votingDelay;
         uint32 votingPeriod;
+        uint48 voteExtension;
         uint256 quorumFraction;
         uint256 timelockDelay;
-        uint64 unbondingDelay;
-        uint256 grantCap;
         uint256 proposalThreshold;
+        uint256 grantLimit;
+        uint48 grantPeriod;
+        uint64 disputeWindow;
+        uint64 slashDisputeWindow;
+        uint64 unbondingDelay;
+        uint32 maxRoundSkip;
+        uint16 reporterShareBps;
+        uint16 equivocationSlashBps;
         uint32 initialInnerSteps; // zero: TrainingConfig's default
     }
 
@@ -52,13 +73,19 @@ contract Deploy is Script, CapitalDeploy {
         CodeRegistry codeRegistry;
     }
 
+    /// @notice The devnet profile was asked for on a chain other than anvil's.
+    error DevnetProfileOffAnvil(uint256 chainId);
+    /// @notice A production deployment lacks an explicit `role` address.
+    error MissingRole(string role);
+    /// @notice A production parameter is below its floor.
+    error ProductionBound(string name, uint256 value, uint256 minimum);
+
     /// @notice Reads the parameters from env, deploys as the broadcasting key, writes the JSON.
     function run() external returns (Deployed memory d) {
         Params memory p = paramsFromEnv();
         uint256 startBlock = block.number;
         vm.startBroadcast();
         (, address deployer,) = vm.readCallers();
-        if (p.committer == address(0)) p.committer = deployer;
         d = _deploy(p, deployer);
         vm.stopBroadcast();
         string memory path = vm.envOr(
@@ -72,56 +99,149 @@ contract Deploy is Script, CapitalDeploy {
         return _deploy(p, address(this));
     }
 
-    /// @notice The parameters from env vars, with devnet defaults.
+    /// @notice The devnet parameters (anvil only).
+    function devnetParams() public pure returns (Params memory p) {
+        p.votingDelay = 1;
+        p.votingPeriod = 20;
+        p.quorumFraction = 4;
+        p.timelockDelay = 1;
+        p.grantLimit = 1_000_000e18;
+        p.grantPeriod = 30 days;
+        p.disputeWindow = 2;
+        p.slashDisputeWindow = 10;
+        p.unbondingDelay = 60;
+        p.maxRoundSkip = 1000;
+        p.reporterShareBps = 1000;
+        p.equivocationSlashBps = 1000;
+    }
+
+    /// @notice The production defaults (roles still required).
+    function productionParams() public pure returns (Params memory p) {
+        p.production = true;
+        p.votingDelay = 1 days;
+        p.votingPeriod = 5 days;
+        p.voteExtension = 2 days;
+        p.quorumFraction = 4;
+        p.timelockDelay = 2 days;
+        p.proposalThreshold = 10_000e18;
+        p.grantLimit = 100_000e18;
+        p.grantPeriod = 30 days;
+        p.disputeWindow = 1 days;
+        p.slashDisputeWindow = 3 days;
+        p.unbondingDelay = 21 days;
+        p.maxRoundSkip = 1000;
+        p.reporterShareBps = 1000;
+        p.equivocationSlashBps = 1000;
+    }
+
+    /// @notice The parameters from env vars over the profile's defaults.
     function paramsFromEnv() public view returns (Params memory p) {
+        bool production = keccak256(bytes(vm.envOr("COLOCO_PROFILE", string("devnet"))))
+            == keccak256("production");
+        p = production ? productionParams() : devnetParams();
         p.committer = vm.envOr("COLOCO_COMMITTER", address(0));
         p.treasury = vm.envOr("COLOCO_TREASURY", address(0));
-        p.votingDelay = uint48(vm.envOr("COLOCO_VOTING_DELAY", uint256(1)));
-        p.votingPeriod = uint32(vm.envOr("COLOCO_VOTING_PERIOD", uint256(20)));
-        p.quorumFraction = vm.envOr("COLOCO_QUORUM_FRACTION", uint256(4));
-        p.timelockDelay = vm.envOr("COLOCO_TIMELOCK_DELAY", uint256(1));
-        p.unbondingDelay = uint64(vm.envOr("COLOCO_UNBONDING_DELAY", uint256(60)));
-        p.grantCap = vm.envOr("COLOCO_GRANT_CAP", uint256(1_000_000e18));
-        p.proposalThreshold = vm.envOr("COLOCO_PROPOSAL_THRESHOLD", uint256(0));
+        p.guardian = vm.envOr("COLOCO_GUARDIAN", address(0));
+        p.votingDelay = uint48(vm.envOr("COLOCO_VOTING_DELAY", uint256(p.votingDelay)));
+        p.votingPeriod = uint32(vm.envOr("COLOCO_VOTING_PERIOD", uint256(p.votingPeriod)));
+        p.voteExtension = uint48(vm.envOr("COLOCO_VOTE_EXTENSION", uint256(p.voteExtension)));
+        p.quorumFraction = vm.envOr("COLOCO_QUORUM_FRACTION", p.quorumFraction);
+        p.timelockDelay = vm.envOr("COLOCO_TIMELOCK_DELAY", p.timelockDelay);
+        p.proposalThreshold = vm.envOr("COLOCO_PROPOSAL_THRESHOLD", p.proposalThreshold);
+        p.grantLimit = vm.envOr("COLOCO_GRANT_LIMIT", p.grantLimit);
+        p.grantPeriod = uint48(vm.envOr("COLOCO_GRANT_PERIOD", uint256(p.grantPeriod)));
+        p.disputeWindow = uint64(vm.envOr("COLOCO_DISPUTE_WINDOW", uint256(p.disputeWindow)));
+        p.slashDisputeWindow =
+            uint64(vm.envOr("COLOCO_SLASH_DISPUTE_WINDOW", uint256(p.slashDisputeWindow)));
+        p.unbondingDelay = uint64(vm.envOr("COLOCO_UNBONDING_DELAY", uint256(p.unbondingDelay)));
+        p.maxRoundSkip = uint32(vm.envOr("COLOCO_MAX_ROUND_SKIP", uint256(p.maxRoundSkip)));
+        p.reporterShareBps =
+            uint16(vm.envOr("COLOCO_REPORTER_SHARE_BPS", uint256(p.reporterShareBps)));
+        p.equivocationSlashBps =
+            uint16(vm.envOr("COLOCO_EQUIVOCATION_SLASH_BPS", uint256(p.equivocationSlashBps)));
         p.initialInnerSteps = uint32(vm.envOr("COLOCO_INITIAL_INNER_STEPS", uint256(0)));
     }
 
+    /// @notice Refuses the devnet profile off anvil and weak production settings; fills devnet
+    /// role defaults.
+    function checkProfile(Params memory p, address deployer) public view returns (Params memory) {
+        if (!p.production) {
+            if (block.chainid != ANVIL_CHAIN_ID) revert DevnetProfileOffAnvil(block.chainid);
+            if (p.committer == address(0)) p.committer = deployer;
+            if (p.guardian == address(0)) p.guardian = deployer;
+            if (p.treasury == address(0)) {
+                p.treasury = address(uint160(uint256(keccak256("coloco devnet treasury"))));
+            }
+            return p;
+        }
+        if (p.committer == address(0)) revert MissingRole("committer");
+        if (p.treasury == address(0)) revert MissingRole("treasury");
+        if (p.guardian == address(0)) revert MissingRole("guardian");
+        _atLeast("proposalThreshold", p.proposalThreshold, 1);
+        _atLeast("votingDelay", p.votingDelay, 1 hours);
+        _atLeast("votingPeriod", p.votingPeriod, 1 hours);
+        _atLeast("voteExtension", p.voteExtension, 1 hours);
+        _atLeast("timelockDelay", p.timelockDelay, 1 days);
+        _atLeast("disputeWindow", p.disputeWindow, 1 hours);
+        _atLeast("slashDisputeWindow", p.slashDisputeWindow, 1 hours);
+        return p;
+    }
+
+    function _atLeast(string memory name, uint256 value, uint256 minimum) private pure {
+        if (value < minimum) revert ProductionBound(name, value, minimum);
+    }
+
     function _deploy(Params memory p, address deployer) internal returns (Deployed memory d) {
+        p = checkProfile(p, deployer);
         address[] memory none = new address[](0);
         address[] memory anyone = new address[](1); // address(0) as executor: anyone may execute
         d.timelock = new TimelockController(p.timelockDelay, none, anyone, deployer);
         address timelock = address(d.timelock);
-        d.token = new ModelShareToken(deployer, p.grantCap);
-        d.governor = new ModelGovernor(
-            d.token,
-            d.timelock,
-            p.votingDelay,
-            p.votingPeriod,
-            p.proposalThreshold,
-            p.quorumFraction
-        );
         d.config = new TrainingConfig(deployer);
         if (p.initialInnerSteps != 0) {
             d.config.setInnerLoop(p.initialInnerSteps, d.config.current().innerLrE6);
         }
         _genesisSplit(d.config);
         d.config.transferOwnership(timelock);
-        d.ledger = new ContributionLedger(deployer);
-        d.distributor = new RewardDistributor(d.token, d.ledger);
-        address treasury = p.treasury == address(0) ? timelock : p.treasury;
-        d.stakeManager = new StakeManager(deployer, d.config, treasury, p.unbondingDelay);
+        d.ledger = new ContributionLedger(deployer, d.config, p.disputeWindow, p.maxRoundSkip);
+        d.distributor =
+            new RewardDistributor(d.ledger, deployer, deployer, p.grantLimit, p.grantPeriod);
+        d.token = d.distributor.token();
+        d.governor = new ModelGovernor(
+            d.token,
+            d.timelock,
+            p.votingDelay,
+            p.votingPeriod,
+            p.proposalThreshold,
+            p.quorumFraction,
+            p.voteExtension
+        );
+        d.stakeManager = new StakeManager(
+            StakeManager.Init({
+                admin: timelock,
+                guardian: p.guardian,
+                config: d.config,
+                ledger: d.ledger,
+                governance: d.governor,
+                treasury: p.treasury,
+                unbondingDelay: p.unbondingDelay,
+                slashDisputeWindow: p.slashDisputeWindow,
+                reporterShareBps: p.reporterShareBps,
+                equivocationSlashBps: p.equivocationSlashBps
+            })
+        );
 
         d.ledger.grantRole(d.ledger.COMMITTER_ROLE(), p.committer);
+        d.ledger.grantRole(d.ledger.GUARDIAN_ROLE(), p.guardian);
         _handOver(address(d.ledger), timelock, deployer);
-        d.token.grantRole(d.token.MINTER_ROLE(), address(d.distributor));
+        d.distributor.grantRole(d.distributor.GUARDIAN_ROLE(), p.guardian);
+        _handOver(address(d.distributor), timelock, deployer);
         d.token.grantRole(d.token.GRANTER_ROLE(), timelock);
         (d.funding, d.codeRegistry) =
             _deployCapital(d.token, d.ledger, d.config, timelock, p.committer);
         d.token.grantRole(d.token.MINTER_ROLE(), address(d.funding));
         d.token.grantRole(d.token.MINTER_ROLE(), address(d.codeRegistry));
         d.token.renounceRole(bytes32(0), deployer);
-        d.stakeManager.grantRole(d.stakeManager.SLASHER_ROLE(), timelock);
-        _handOver(address(d.stakeManager), timelock, deployer);
         d.timelock.grantRole(d.timelock.PROPOSER_ROLE(), address(d.governor));
         d.timelock.grantRole(d.timelock.CANCELLER_ROLE(), address(d.governor));
         d.timelock.renounceRole(bytes32(0), deployer);
@@ -137,6 +257,7 @@ contract Deploy is Script, CapitalDeploy {
         private
         returns (string memory)
     {
+        p = checkProfile(p, deployer);
         string memory c = "contracts";
         vm.serializeAddress(c, "StakeManager", address(d.stakeManager));
         vm.serializeAddress(c, "ContributionLedger", address(d.ledger));
@@ -150,13 +271,19 @@ contract Deploy is Script, CapitalDeploy {
         string memory g = "governance";
         vm.serializeUint(g, "voting_delay", p.votingDelay);
         vm.serializeUint(g, "voting_period", p.votingPeriod);
+        vm.serializeUint(g, "vote_extension", p.voteExtension);
         vm.serializeUint(g, "quorum_fraction", p.quorumFraction);
+        vm.serializeUint(g, "dispute_window", p.disputeWindow);
+        vm.serializeUint(g, "slash_dispute_window", p.slashDisputeWindow);
+        vm.serializeUint(g, "unbonding_delay", p.unbondingDelay);
         g = vm.serializeUint(g, "timelock_delay", p.timelockDelay);
         string memory r = "root";
         vm.serializeUint(r, "chain_id", block.chainid);
         vm.serializeUint(r, "deployment_block", startBlock + 1);
         vm.serializeAddress(r, "deployer", deployer);
         vm.serializeAddress(r, "committer", p.committer);
+        vm.serializeAddress(r, "treasury", p.treasury);
+        vm.serializeAddress(r, "guardian", p.guardian);
         vm.serializeString(r, "contracts", c);
         return vm.serializeString(r, "governance", g);
     }

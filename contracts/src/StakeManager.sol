@@ -2,76 +2,181 @@
 pragma solidity ^0.8.28;
 
 import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
+import {Pausable} from "@openzeppelin/contracts/utils/Pausable.sol";
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+import {Nonces} from "@openzeppelin/contracts/utils/Nonces.sol";
 import {Address} from "@openzeppelin/contracts/utils/Address.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
-import {IStakeManager} from "./interfaces/IStakeManager.sol";
+import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
+import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
+import {IGovernanceLatency, IStakeManager} from "./interfaces/IStakeManager.sol";
+import {ComputeAttestation, IContributionLedger} from "./interfaces/IContributionLedger.sol";
 import {ITrainingConfig} from "./interfaces/ITrainingConfig.sol";
 
 /// @title StakeManager
-/// @notice Node registry and native-currency stake with an unbonding delay and slashing.
-/// @dev Native currency leaves only in `withdraw` (to the operator) and `slash` (to the treasury),
-/// both nonReentrant and both after every state write (checks-effects-interactions).
-/// Balances are uint96 (7.9e28 wei, far above any native supply) so a node fits in two slots.
-contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
+/// @notice Node registry (stable ids, keys proven by signature) and native-currency stake with an
+/// unbonding delay, optimistic slashing and permissionless equivocation slashing.
+/// @dev Native currency leaves only in `withdraw` (to the operator), `executeSlash` and
+/// `reportEquivocation` (to the treasury and the reporter), all nonReentrant and all after every
+/// state write (checks-effects-interactions). Balances are uint96 (7.9e28 wei).
+contract StakeManager is IStakeManager, AccessControl, Pausable, ReentrancyGuard, Nonces, EIP712 {
     /// @inheritdoc IStakeManager
     bytes32 public constant SLASHER_ROLE = keccak256("SLASHER_ROLE");
+    /// @inheritdoc IStakeManager
+    bytes32 public constant GUARDIAN_ROLE = keccak256("GUARDIAN_ROLE");
+    /// @notice EIP-712 type hash of `NodeKeyProof`.
+    bytes32 public constant NODE_KEY_PROOF_TYPEHASH =
+        keccak256("NodeKeyProof(address operator,address payout,uint256 nonce,uint256 deadline)");
 
-    /// @dev slot 0: operator + unbondingReadyAt; slot 1: payout + staked; slot 2: unbonding.
+    /// @notice Basis-point denominator.
+    uint256 public constant BPS = 10_000;
+    /// @notice Upper bound on the reporter's share of a slash: half.
+    uint256 public constant MAX_REPORTER_SHARE_BPS = 5000;
+    /// @notice Bounds of the slash dispute window.
+    uint64 public constant MIN_SLASH_DISPUTE_WINDOW = 1;
+    uint64 public constant MAX_SLASH_DISPUTE_WINDOW = 30 days;
+    /// @notice Upper bound on the unbonding delay.
+    uint64 public constant MAX_UNBONDING_DELAY = 365 days;
+
+    uint64 private constant _RETIRED = uint64(1) << 63;
+
+    /// @dev slot 0: operator + unbondingReadyAt + pendingSlashes; slot 1: payout + staked;
+    /// slot 2: unbonding.
     struct Node {
         address operator;
         uint64 unbondingReadyAt;
+        uint32 pendingSlashes;
         address payout;
         uint96 staked;
         uint96 unbonding;
     }
 
-    /// @notice Where the TrainingConfig minimum stake is read.
-    ITrainingConfig public immutable config;
-    /// @notice Where slashed stake goes.
-    address public immutable treasury;
-    /// @notice Seconds between `requestUnstake` and `withdraw`.
-    uint64 public immutable unbondingDelay;
-
-    mapping(address node => Node) private _nodes;
-    /// @notice Keys rotated away from; they can never be registered again.
-    mapping(address node => bool) public retired;
-
-    /// @param admin Holder of DEFAULT_ADMIN_ROLE (the Timelock after setup).
-    /// @param config_ The TrainingConfig whose `minStake` gates staking and activity.
-    /// @param treasury_ Receiver of slashed stake (never the slasher).
-    /// @param unbondingDelay_ Unbonding delay in seconds.
-    constructor(address admin, ITrainingConfig config_, address treasury_, uint64 unbondingDelay_) {
-        if (treasury_ == address(0) || address(config_) == address(0)) revert ZeroAddress();
-        _grantRole(DEFAULT_ADMIN_ROLE, admin);
-        config = config_;
-        treasury = treasury_;
-        unbondingDelay = unbondingDelay_;
+    /// @dev Governed parameters and the id counter, one slot.
+    struct Params {
+        uint64 unbondingDelay;
+        uint64 slashDisputeWindow;
+        uint16 reporterShareBps;
+        uint16 equivocationSlashBps;
+        uint64 nodeCount;
     }
 
-    modifier onlyOperator(address node) {
-        address operator = _nodes[node].operator;
-        if (operator == address(0)) revert NodeNotRegistered(node);
-        if (operator != msg.sender) revert NotOperator(node, msg.sender);
+    /// @notice Constructor arguments.
+    /// @param admin DEFAULT_ADMIN_ROLE and SLASHER_ROLE: the Timelock (governance executor).
+    /// @param guardian GUARDIAN_ROLE (zero: none): may pause withdrawals and veto slashes.
+    /// @param treasury Receiver of slashed stake: never `admin`, `governance` or a slasher.
+    struct Init {
+        address admin;
+        address guardian;
+        ITrainingConfig config;
+        IContributionLedger ledger;
+        IGovernanceLatency governance;
+        address treasury;
+        uint64 unbondingDelay;
+        uint64 slashDisputeWindow;
+        uint16 reporterShareBps;
+        uint16 equivocationSlashBps;
+    }
+
+    /// @notice Where the TrainingConfig minimum stake is read.
+    ITrainingConfig public immutable config;
+    /// @notice Where attestation signatures are verified (equivocation evidence).
+    IContributionLedger public immutable ledger;
+    /// @notice Where governance latency is read (the ModelGovernor).
+    IGovernanceLatency public immutable governance;
+    /// @notice Where slashed stake goes (never the admin, never a slasher).
+    address public immutable treasury;
+
+    mapping(address key => uint64 idAndFlag) private _keyIds;
+    mapping(uint64 nodeId => Node) private _nodes;
+    mapping(uint256 proposalId => SlashProposal) private _proposals;
+    /// @notice Whether keccak256(abi.encode(nodeId, runId, round)) was slashed for equivocation.
+    mapping(bytes32 nodeRunRound => bool) public equivocationSlashed;
+    Params private _params;
+    /// @notice Slash proposals so far (ids start at 1).
+    uint256 public proposalCount;
+
+    constructor(Init memory init) EIP712("coloco", "1") {
+        if (
+            init.treasury == address(0) || init.admin == address(0)
+                || address(init.config) == address(0) || address(init.ledger) == address(0)
+                || address(init.governance) == address(0)
+        ) revert ZeroAddress();
+        if (
+            init.treasury == init.admin || init.treasury == address(init.governance)
+                || init.treasury == init.guardian
+        ) revert InvalidTreasury(init.treasury);
+        config = init.config;
+        ledger = init.ledger;
+        governance = init.governance;
+        treasury = init.treasury;
+        _grantRole(DEFAULT_ADMIN_ROLE, init.admin);
+        _grantRole(SLASHER_ROLE, init.admin);
+        if (init.guardian != address(0)) _grantRole(GUARDIAN_ROLE, init.guardian);
+        _setReporterShareBps(init.reporterShareBps);
+        _setEquivocationSlashBps(init.equivocationSlashBps);
+        if (
+            init.slashDisputeWindow < MIN_SLASH_DISPUTE_WINDOW
+                || init.slashDisputeWindow > MAX_SLASH_DISPUTE_WINDOW
+        ) revert InvalidParameter("slashDisputeWindow", init.slashDisputeWindow);
+        _params.slashDisputeWindow = init.slashDisputeWindow;
+        _setUnbondingDelay(init.unbondingDelay);
+    }
+
+    modifier onlyGuardianOrAdmin() {
+        if (!hasRole(GUARDIAN_ROLE, msg.sender) && !hasRole(DEFAULT_ADMIN_ROLE, msg.sender)) {
+            revert NotGuardian(msg.sender);
+        }
         _;
     }
 
+    // --- registry -------------------------------------------------------------------------------
+
     /// @inheritdoc IStakeManager
-    function register(address node, address payout) external {
+    function register(address node, address payout, uint256 deadline, bytes calldata signature)
+        external
+    {
         if (node == address(0) || payout == address(0)) revert ZeroAddress();
-        if (_nodes[node].operator != address(0) || retired[node]) {
-            revert NodeAlreadyRegistered(node);
-        }
-        _nodes[node].operator = msg.sender;
-        _nodes[node].payout = payout;
-        emit NodeRegistered(node, msg.sender, payout);
+        if (_keyIds[node] != 0) revert NodeAlreadyRegistered(node);
+        _checkKeyProof(node, payout, deadline, signature);
+        uint64 id = ++_params.nodeCount;
+        _keyIds[node] = id;
+        _nodes[id].operator = msg.sender;
+        _nodes[id].payout = payout;
+        emit NodeRegistered(node, msg.sender, payout, id);
     }
+
+    /// @inheritdoc IStakeManager
+    function rotateNodeKey(
+        address oldNode,
+        address newNode,
+        uint256 deadline,
+        bytes calldata signature
+    ) external {
+        (uint64 id, Node storage n) = _operated(oldNode);
+        if (n.pendingSlashes != 0) revert NodeFrozen(oldNode);
+        if (newNode == address(0)) revert ZeroAddress();
+        if (_keyIds[newNode] != 0) revert NodeAlreadyRegistered(newNode);
+        _checkKeyProof(newNode, n.payout, deadline, signature);
+        _keyIds[newNode] = id;
+        _keyIds[oldNode] = id | _RETIRED;
+        emit NodeKeyRotated(oldNode, newNode, id);
+    }
+
+    /// @inheritdoc IStakeManager
+    function setPayout(address node, address payout) external {
+        (, Node storage n) = _operated(node);
+        if (payout == address(0)) revert ZeroAddress();
+        n.payout = payout;
+        emit PayoutChanged(node, payout);
+    }
+
+    // --- stake ----------------------------------------------------------------------------------
 
     /// @inheritdoc IStakeManager
     function stake(address node) external payable {
         if (msg.value == 0) revert ZeroAmount();
-        Node storage n = _nodes[node];
-        if (n.operator == address(0)) revert NodeNotRegistered(node);
+        uint64 id = _currentId(node);
+        Node storage n = _nodes[id];
         uint256 total = n.staked + msg.value;
         uint256 minimum = config.minStake();
         if (total < minimum) revert StakeBelowMinimum(node, total, minimum);
@@ -80,13 +185,15 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     }
 
     /// @inheritdoc IStakeManager
-    function requestUnstake(address node, uint256 amount) external onlyOperator(node) {
+    function requestUnstake(address node, uint256 amount) external {
+        (, Node storage n) = _operated(node);
+        if (n.pendingSlashes != 0) revert NodeFrozen(node);
         if (amount == 0) revert ZeroAmount();
-        Node storage n = _nodes[node];
         uint256 staked = n.staked;
         if (amount > staked) revert InsufficientStake(node, amount, staked);
         uint256 unbonding = n.unbonding + amount;
-        uint64 readyAt = uint64(block.timestamp) + unbondingDelay;
+        // forge-lint: disable-next-line(block-timestamp)
+        uint64 readyAt = SafeCast.toUint64(block.timestamp + effectiveUnbondingDelay());
         // casting to 'uint96' is safe because amount <= staked, itself a uint96
         // forge-lint: disable-next-line(unsafe-typecast)
         n.staked = uint96(staked - amount);
@@ -96,8 +203,9 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     }
 
     /// @inheritdoc IStakeManager
-    function withdraw(address node) external nonReentrant onlyOperator(node) {
-        Node storage n = _nodes[node];
+    function withdraw(address node) external nonReentrant whenNotPaused {
+        (, Node storage n) = _operated(node);
+        if (n.pendingSlashes != 0) revert NodeFrozen(node);
         uint256 amount = n.unbonding;
         if (amount == 0) revert NothingToWithdraw(node);
         // Unbonding lasts days; a validator's few seconds of timestamp drift do not matter.
@@ -109,50 +217,139 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
         Address.sendValue(payable(msg.sender), amount);
     }
 
-    /// @inheritdoc IStakeManager
-    function rotateNodeKey(address oldNode, address newNode) external onlyOperator(oldNode) {
-        if (newNode == address(0)) revert ZeroAddress();
-        if (_nodes[newNode].operator != address(0) || retired[newNode]) {
-            revert NodeAlreadyRegistered(newNode);
-        }
-        _nodes[newNode] = _nodes[oldNode];
-        delete _nodes[oldNode];
-        retired[oldNode] = true;
-        emit NodeKeyRotated(oldNode, newNode);
-    }
+    // --- slashing -------------------------------------------------------------------------------
 
     /// @inheritdoc IStakeManager
-    function setPayout(address node, address payout) external onlyOperator(node) {
-        if (payout == address(0)) revert ZeroAddress();
-        _nodes[node].payout = payout;
-        emit PayoutChanged(node, payout);
-    }
-
-    /// @inheritdoc IStakeManager
-    function slash(address node, uint256 amount, bytes32 evidenceHash)
+    function proposeSlash(address node, uint256 amount, bytes32 evidenceHash, address reporter)
         external
-        nonReentrant
         onlyRole(SLASHER_ROLE)
+        returns (uint256 proposalId)
     {
         if (amount == 0) revert ZeroAmount();
-        Node storage n = _nodes[node];
-        if (n.operator == address(0)) revert NodeNotRegistered(node);
-        uint256 staked = n.staked;
-        uint256 unbonding = n.unbonding;
-        if (amount > staked + unbonding) {
-            revert InsufficientStake(node, amount, staked + unbonding);
+        uint64 id = _keyIds[node] & ~_RETIRED;
+        if (id == 0) revert NodeNotRegistered(node);
+        _nodes[id].pendingSlashes += 1;
+        // forge-lint: disable-next-line(block-timestamp)
+        uint64 executableAt = uint64(block.timestamp) + _params.slashDisputeWindow;
+        proposalId = ++proposalCount;
+        _proposals[proposalId] = SlashProposal({
+            nodeId: id,
+            executableAt: executableAt,
+            status: 1,
+            reporter: reporter,
+            amount: SafeCast.toUint96(amount),
+            evidenceHash: evidenceHash
+        });
+        emit SlashProposed(proposalId, id, amount, evidenceHash, reporter, executableAt);
+    }
+
+    /// @inheritdoc IStakeManager
+    function executeSlash(uint256 proposalId) external nonReentrant returns (uint256 amount) {
+        SlashProposal storage p = _proposals[proposalId];
+        if (p.status != 1) revert NotPendingSlash(proposalId);
+        // forge-lint: disable-next-line(block-timestamp)
+        if (block.timestamp < p.executableAt) revert SlashNotReady(proposalId, p.executableAt);
+        p.status = 2;
+        uint64 id = p.nodeId;
+        _nodes[id].pendingSlashes -= 1;
+        amount = _take(id, p.amount);
+        _pay(id, amount, p.evidenceHash, p.reporter);
+    }
+
+    /// @inheritdoc IStakeManager
+    function vetoSlash(uint256 proposalId) external onlyGuardianOrAdmin {
+        SlashProposal storage p = _proposals[proposalId];
+        if (p.status != 1) revert NotPendingSlash(proposalId);
+        p.status = 3;
+        _nodes[p.nodeId].pendingSlashes -= 1;
+        emit SlashVetoed(proposalId, msg.sender);
+    }
+
+    /// @inheritdoc IStakeManager
+    function reportEquivocation(
+        ComputeAttestation calldata a,
+        bytes calldata sigA,
+        ComputeAttestation calldata b,
+        bytes calldata sigB
+    ) external nonReentrant returns (uint256 amount) {
+        // Cheap checks first, signatures last.
+        if (a.node != b.node || a.runId != b.runId || a.round != b.round) {
+            revert NotEquivocation();
         }
-        uint256 fromStaked = amount < staked ? amount : staked;
-        // fromStaked <= staked and amount - fromStaked <= unbonding (checked above): no underflow.
-        // Both results are at most their uint96 starting values, so the casts are safe.
-        unchecked {
-            // forge-lint: disable-next-line(unsafe-typecast)
-            n.staked = uint96(staked - fromStaked);
-            // forge-lint: disable-next-line(unsafe-typecast)
-            n.unbonding = uint96(unbonding - (amount - fromStaked));
+        uint64 id = _keyIds[a.node] & ~_RETIRED;
+        if (id == 0) revert NodeNotRegistered(a.node);
+        bytes32 key = keccak256(abi.encode(id, a.runId, a.round));
+        if (equivocationSlashed[key]) revert EquivocationAlreadySlashed(id, a.runId, a.round);
+        if (keccak256(abi.encode(a)) == keccak256(abi.encode(b))) revert NotEquivocation();
+        ledger.verifyAttestation(a, sigA);
+        ledger.verifyAttestation(b, sigB);
+        equivocationSlashed[key] = true;
+        Node storage n = _nodes[id];
+        amount = (uint256(n.staked) + n.unbonding) * _params.equivocationSlashBps / BPS;
+        amount = _take(id, amount);
+        _pay(id, amount, key, msg.sender);
+    }
+
+    /// @notice Slash proposal `proposalId` (status 0: none).
+    function slashProposal(uint256 proposalId) external view returns (SlashProposal memory) {
+        return _proposals[proposalId];
+    }
+
+    // --- governance -----------------------------------------------------------------------------
+
+    /// @notice Sets the unbonding delay (>= governance latency + slash dispute window).
+    function setUnbondingDelay(uint64 delay) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        _setUnbondingDelay(delay);
+    }
+
+    /// @notice Sets the slash dispute window (unbonding must still cover latency + window).
+    function setSlashDisputeWindow(uint64 window) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        if (window < MIN_SLASH_DISPUTE_WINDOW || window > MAX_SLASH_DISPUTE_WINDOW) {
+            revert InvalidParameter("slashDisputeWindow", window);
         }
-        emit Slashed(node, amount, evidenceHash, treasury);
-        Address.sendValue(payable(treasury), amount);
+        uint256 needed = governance.governanceLatency() + window;
+        if (_params.unbondingDelay < needed) {
+            revert UnbondingTooShort(_params.unbondingDelay, needed);
+        }
+        _params.slashDisputeWindow = window;
+        emit ParameterSet("slashDisputeWindow", window);
+    }
+
+    /// @notice Sets the reporter's share of slashes, in basis points (<= 50 %).
+    function setReporterShareBps(uint16 bps) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        _setReporterShareBps(bps);
+    }
+
+    /// @notice Sets the fraction of stake an equivocation costs, in basis points (1..10000).
+    function setEquivocationSlashBps(uint16 bps) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        _setEquivocationSlashBps(bps);
+    }
+
+    /// @notice Stops withdrawals. The guardian or governance.
+    function pause() external onlyGuardianOrAdmin {
+        _pause();
+    }
+
+    /// @notice Resumes withdrawals. Only governance.
+    function unpause() external onlyRole(DEFAULT_ADMIN_ROLE) {
+        _unpause();
+    }
+
+    // --- views ----------------------------------------------------------------------------------
+
+    /// @inheritdoc IStakeManager
+    function hashNodeKeyProof(NodeKeyProof calldata proof) public view returns (bytes32) {
+        return _hashTypedDataV4(
+            keccak256(
+                abi.encode(
+                    NODE_KEY_PROOF_TYPEHASH,
+                    proof.operator,
+                    proof.payout,
+                    proof.nonce,
+                    proof.deadline
+                )
+            )
+        );
     }
 
     /// @inheritdoc IStakeManager
@@ -167,18 +364,138 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
             uint64 unbondingReadyAt
         )
     {
-        Node storage n = _nodes[node];
+        uint64 id = _keyIds[node];
+        if (id == 0 || id & _RETIRED != 0) return (address(0), address(0), 0, 0, 0);
+        Node storage n = _nodes[id];
         return (n.operator, n.payout, n.staked, n.unbonding, n.unbondingReadyAt);
     }
 
     /// @inheritdoc IStakeManager
+    function nodeIdOf(address node) external view returns (uint64) {
+        return _keyIds[node] & ~_RETIRED;
+    }
+
+    /// @notice Whether `node` was rotated away from (it can never be registered again).
+    function retired(address node) external view returns (bool) {
+        return _keyIds[node] & _RETIRED != 0;
+    }
+
+    /// @inheritdoc IStakeManager
     function isActive(address node) external view returns (bool) {
-        Node storage n = _nodes[node];
-        return n.operator != address(0) && n.staked >= config.minStake();
+        uint64 id = _keyIds[node];
+        if (id == 0 || id & _RETIRED != 0) return false;
+        return _nodes[id].staked >= config.minStake();
+    }
+
+    /// @inheritdoc IStakeManager
+    function isFrozen(address node) external view returns (bool) {
+        return _nodes[_keyIds[node] & ~_RETIRED].pendingSlashes != 0;
     }
 
     /// @inheritdoc IStakeManager
     function payoutOf(address node) external view returns (address) {
-        return _nodes[node].payout;
+        uint64 id = _keyIds[node];
+        if (id & _RETIRED != 0) return address(0);
+        return _nodes[id].payout;
+    }
+
+    /// @inheritdoc IStakeManager
+    function effectiveUnbondingDelay() public view returns (uint256) {
+        uint256 floor = governance.governanceLatency() + _params.slashDisputeWindow;
+        uint256 delay = _params.unbondingDelay;
+        return delay > floor ? delay : floor;
+    }
+
+    /// @notice The governed parameters: unbonding delay, slash dispute window, reporter share and
+    /// equivocation fraction (basis points), and the number of registered nodes.
+    function params() external view returns (Params memory) {
+        return _params;
+    }
+
+    // --- internals ------------------------------------------------------------------------------
+
+    /// @dev A reward key (not retired) and its node, checking msg.sender is its operator.
+    function _operated(address node) private view returns (uint64 id, Node storage n) {
+        id = _currentId(node);
+        n = _nodes[id];
+        if (n.operator != msg.sender) revert NotOperator(node, msg.sender);
+    }
+
+    function _currentId(address node) private view returns (uint64 id) {
+        id = _keyIds[node];
+        if (id == 0 || id & _RETIRED != 0) revert NodeNotRegistered(node);
+    }
+
+    function _checkKeyProof(
+        address node,
+        address payout,
+        uint256 deadline,
+        bytes calldata signature
+    ) private {
+        // forge-lint: disable-next-line(block-timestamp)
+        if (block.timestamp > deadline) revert ProofExpired(deadline);
+        bytes32 digest = _hashTypedDataV4(
+            keccak256(
+                abi.encode(NODE_KEY_PROOF_TYPEHASH, msg.sender, payout, nonces(node), deadline)
+            )
+        );
+        (address signer, ECDSA.RecoverError err,) = ECDSA.tryRecover(digest, signature);
+        if (err != ECDSA.RecoverError.NoError) revert InvalidKeyProof(signature);
+        if (signer != node) revert WrongKeySigner(signer, node);
+        _useNonce(node);
+    }
+
+    /// @dev Takes up to `amount` from node `id`, staked first: min(amount, available).
+    function _take(uint64 id, uint256 amount) private returns (uint256 taken) {
+        Node storage n = _nodes[id];
+        uint256 staked = n.staked;
+        uint256 unbonding = n.unbonding;
+        uint256 available = staked + unbonding;
+        taken = amount < available ? amount : available;
+        uint256 fromStaked = taken < staked ? taken : staked;
+        // fromStaked <= staked and taken - fromStaked <= unbonding: no underflow; the results
+        // are at most their uint96 starting values, so the casts are safe.
+        unchecked {
+            // forge-lint: disable-next-line(unsafe-typecast)
+            n.staked = uint96(staked - fromStaked);
+            // forge-lint: disable-next-line(unsafe-typecast)
+            n.unbonding = uint96(unbonding - (taken - fromStaked));
+        }
+    }
+
+    /// @dev Sends `amount` to the treasury, less the reporter's share if there is a reporter.
+    function _pay(uint64 id, uint256 amount, bytes32 evidenceHash, address reporter) private {
+        uint256 share = reporter == address(0) ? 0 : amount * _params.reporterShareBps / BPS;
+        emit Slashed(id, amount, evidenceHash, reporter, share, treasury);
+        if (share != 0) Address.sendValue(payable(reporter), share);
+        if (amount > share) Address.sendValue(payable(treasury), amount - share);
+    }
+
+    function _setUnbondingDelay(uint64 delay) private {
+        uint256 needed = governance.governanceLatency() + _params.slashDisputeWindow;
+        if (delay > MAX_UNBONDING_DELAY) revert InvalidParameter("unbondingDelay", delay);
+        if (delay < needed) revert UnbondingTooShort(delay, needed);
+        _params.unbondingDelay = delay;
+        emit ParameterSet("unbondingDelay", delay);
+    }
+
+    function _setReporterShareBps(uint16 bps) private {
+        if (bps > MAX_REPORTER_SHARE_BPS) revert InvalidParameter("reporterShareBps", bps);
+        _params.reporterShareBps = bps;
+        emit ParameterSet("reporterShareBps", bps);
+    }
+
+    function _setEquivocationSlashBps(uint16 bps) private {
+        if (bps == 0 || bps > BPS) revert InvalidParameter("equivocationSlashBps", bps);
+        _params.equivocationSlashBps = bps;
+        emit ParameterSet("equivocationSlashBps", bps);
+    }
+
+    /// @dev The treasury never holds the slasher or admin role: slashing never pays the slasher.
+    function _grantRole(bytes32 role, address account) internal override returns (bool) {
+        if (account == treasury && (role == SLASHER_ROLE || role == DEFAULT_ADMIN_ROLE)) {
+            revert InvalidTreasury(account);
+        }
+        return super._grantRole(role, account);
     }
 }

@@ -65,6 +65,11 @@ contract TrainingConfig is ITrainingConfig, IOwnershipSplit, Ownable {
     }
 
     /// @inheritdoc ITrainingConfig
+    function rewardPerRound() external view returns (uint256) {
+        return _config.rewardPerRound;
+    }
+
+    /// @inheritdoc ITrainingConfig
     function setInnerLoop(uint32 innerSteps, uint32 innerLrE6) external onlyOwner {
         if (innerSteps == 0 || innerSteps > MAX_INNER_STEPS) revert InvalidInnerSteps(innerSteps);
         if (innerLrE6 == 0 || innerLrE6 > MAX_INNER_LR_E6) {
@@ -108,9 +113,9 @@ contract TrainingConfig is ITrainingConfig, IOwnershipSplit, Ownable {
     }
 
     /// @inheritdoc ITrainingConfig
-    function setRewardPerRound(uint256 rewardPerRound) external onlyOwner {
-        if (rewardPerRound > MAX_REWARD_PER_ROUND) revert InvalidRewardPerRound(rewardPerRound);
-        _config.rewardPerRound = rewardPerRound;
+    function setRewardPerRound(uint256 rewardPerRound_) external onlyOwner {
+        if (rewardPerRound_ > MAX_REWARD_PER_ROUND) revert InvalidRewardPerRound(rewardPerRound_);
+        _config.rewardPerRound = rewardPerRound_;
         _bump("rewardPerRound");
     }
 

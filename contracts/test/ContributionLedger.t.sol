@@ -1,33 +1,32 @@
 // SPDX-License-Identifier: Apache-2.0
 pragma solidity ^0.8.28;
 
-import {Test} from "forge-std/Test.sol";
 import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
+import {Pausable} from "@openzeppelin/contracts/utils/Pausable.sol";
 import {ContributionLedger} from "../src/ContributionLedger.sol";
+import {ITrainingConfig} from "../src/interfaces/ITrainingConfig.sol";
 import {ComputeAttestation, IContributionLedger} from "../src/interfaces/IContributionLedger.sol";
+import {ColocoTest} from "./utils/ColocoTest.sol";
 
-contract ContributionLedgerTest is Test {
+contract ContributionLedgerTest is ColocoTest {
     event RoundCommitted(
         bytes32 indexed runId,
         uint64 indexed round,
         bytes32 rewardsRoot,
         bytes32 checkpointHash,
         uint256 totalWork,
-        bytes32 attestationsRoot
+        bytes32 attestationsRoot,
+        uint256 rewardTotal
     );
+    event RootRevoked(bytes32 indexed root, address indexed by);
 
-    bytes32 internal constant RUN = keccak256("run-1");
-    address internal committer = makeAddr("committer");
-    ContributionLedger internal ledger;
+    uint256 internal constant REWARD = 100e18;
 
-    function setUp() public {
-        ledger = new ContributionLedger(address(this));
-        ledger.grantRole(ledger.COMMITTER_ROLE(), committer);
-    }
-
-    function _commit(bytes32 run, uint64 round, bytes32 root) internal {
+    function _commitAt(bytes32 run, uint64 round, bytes32 root, uint256 reward) internal {
         vm.prank(committer);
-        ledger.commitRound(run, round, root, keccak256(abi.encode(run, round)), 7, keccak256("a"));
+        ledger.commitRound(
+            run, round, root, keccak256(abi.encode(run, round)), 7, keccak256("a"), reward
+        );
     }
 
     function _att(address signer) internal pure returns (ComputeAttestation memory a) {
@@ -50,29 +49,38 @@ contract ContributionLedgerTest is Test {
     function test_commitRound_genesisThenIncreasingRounds() public {
         assertFalse(ledger.hasCommitted(RUN));
         vm.expectEmit(address(ledger));
-        emit RoundCommitted(RUN, 0, bytes32(0), keccak256(abi.encode(RUN, 0)), 7, keccak256("a"));
-        _commit(RUN, 0, bytes32(0));
+        emit RoundCommitted(RUN, 0, bytes32(0), keccak256(abi.encode(RUN, 0)), 7, keccak256("a"), 0);
+        _commitAt(RUN, 0, bytes32(0), 0);
         assertTrue(ledger.hasCommitted(RUN));
         assertEq(ledger.lastRound(RUN), 0);
         assertEq(ledger.checkpointOf(RUN, 0), keccak256(abi.encode(RUN, uint64(0))));
-        assertEq(ledger.latestRewardsRoot(), bytes32(0));
-        _commit(RUN, 1, keccak256("root1"));
-        _commit(RUN, 5, keccak256("root5"));
+        assertEq(ledger.rootCount(), 0);
+        _commitAt(RUN, 1, keccak256("root1"), REWARD);
+        _commitAt(RUN, 5, keccak256("root5"), REWARD);
         assertEq(ledger.lastRound(RUN), 5);
-        assertEq(ledger.latestRewardsRoot(), keccak256("root5"));
+        assertEq(ledger.rootCount(), 2);
+        assertEq(ledger.totalBudget(), 2 * REWARD);
+        assertEq(ledger.rootInfo(keccak256("root5")).index, 2);
+        assertEq(ledger.rootInfo(keccak256("root5")).finalizedAt, block.timestamp + DISPUTE);
         assertEq(ledger.checkpointOf(RUN, 1), keccak256(abi.encode(RUN, uint64(1))));
         assertEq(ledger.checkpointOf(RUN, 2), bytes32(0));
     }
 
-    function test_commitRound_zeroRootKeepsLatestRoot() public {
-        _commit(RUN, 1, keccak256("root1"));
-        _commit(keccak256("run-2"), 0, bytes32(0));
-        assertEq(ledger.latestRewardsRoot(), keccak256("root1"));
+    function test_commitRound_repeatedRootKeepsItsFinalityAndAddsBudget() public {
+        _commitAt(RUN, 0, keccak256("r"), REWARD);
+        vm.warp(block.timestamp + 10);
+        _commitAt(RUN, 1, keccak256("r"), 1);
+        IContributionLedger.RootInfo memory info = ledger.rootInfo(keccak256("r"));
+        assertEq(info.index, 1);
+        assertEq(info.finalizedAt, block.timestamp - 10 + DISPUTE);
+        assertEq(info.budget, REWARD + 1);
+        assertEq(ledger.totalBudget(), REWARD + 1);
     }
 
     function test_commitRound_runsAreIndependent() public {
-        _commit(RUN, 9, keccak256("r"));
-        _commit(keccak256("run-2"), 0, bytes32(0));
+        _commitAt(RUN, 0, keccak256("r"), 0);
+        _commitAt(RUN, 9, keccak256("r"), 0);
+        _commitAt(keccak256("run-2"), 0, bytes32(0), 0);
         assertEq(ledger.lastRound(keccak256("run-2")), 0);
         assertEq(ledger.lastRound(RUN), 9);
     }
@@ -85,40 +93,244 @@ contract ContributionLedgerTest is Test {
                 ledger.COMMITTER_ROLE()
             )
         );
-        ledger.commitRound(RUN, 0, bytes32(0), keccak256("c"), 0, bytes32(0));
+        ledger.commitRound(RUN, 0, bytes32(0), keccak256("c"), 0, bytes32(0), 0);
     }
 
     function test_commitRound_revertsOnRepeatedRound() public {
-        _commit(RUN, 0, bytes32(0));
+        _commitAt(RUN, 0, bytes32(0), 0);
         vm.expectRevert(
             abi.encodeWithSelector(IContributionLedger.RoundNotIncreasing.selector, RUN, 0, 0)
         );
-        _commit(RUN, 0, bytes32(0));
+        _commitAt(RUN, 0, bytes32(0), 0);
     }
 
     function test_commitRound_revertsOnLowerRound() public {
-        _commit(RUN, 4, keccak256("r"));
+        _commitAt(RUN, 0, bytes32(0), 0);
+        _commitAt(RUN, 4, keccak256("r"), 0);
         vm.expectRevert(
             abi.encodeWithSelector(IContributionLedger.RoundNotIncreasing.selector, RUN, 3, 4)
         );
-        _commit(RUN, 3, keccak256("r"));
+        _commitAt(RUN, 3, keccak256("r"), 0);
+    }
+
+    /// Attack: a first commit at type(uint64).max bricked the run. Now genesis must be round 0.
+    function test_attack_firstCommitAtMaxRoundIsRefused() public {
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IContributionLedger.GenesisNotZero.selector, RUN, type(uint64).max
+            )
+        );
+        _commitAt(RUN, type(uint64).max, keccak256("r"), 0);
+    }
+
+    function test_commitRound_revertsOnSkipBeyondMaximum() public {
+        _commitAt(RUN, 0, bytes32(0), 0);
+        uint32 maxSkip = ledger.maxRoundSkip();
+        _commitAt(RUN, maxSkip, bytes32(0), 0);
+        uint64 next = uint64(maxSkip) * 2 + 1;
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IContributionLedger.RoundSkipTooLarge.selector, RUN, next, maxSkip, maxSkip
+            )
+        );
+        _commitAt(RUN, next, bytes32(0), 0);
     }
 
     function test_commitRound_revertsOnZeroCheckpoint() public {
-        vm.expectRevert(abi.encodeWithSelector(IContributionLedger.ZeroCheckpoint.selector, RUN, 1));
+        vm.expectRevert(abi.encodeWithSelector(IContributionLedger.ZeroCheckpoint.selector, RUN, 0));
         vm.prank(committer);
-        ledger.commitRound(RUN, 1, keccak256("r"), bytes32(0), 0, bytes32(0));
+        ledger.commitRound(RUN, 0, keccak256("r"), bytes32(0), 0, bytes32(0), 0);
     }
 
-    function testFuzz_commitRound_acceptsOnlyStrictlyIncreasingRounds(uint64 a, uint64 b) public {
-        _commit(RUN, a, keccak256("r"));
-        if (b <= a) {
+    /// Attack: a leaked committer key mints without limit. Now each commit's budget is capped.
+    function test_attack_committerCannotCommitBeyondRewardPerRound() public {
+        uint256 perRound = config.rewardPerRound();
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IContributionLedger.RewardAboveBudget.selector, perRound + 1, perRound
+            )
+        );
+        _commitAt(RUN, 0, keccak256("r"), perRound + 1);
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.RewardAboveBudget.selector, 1e30, perRound)
+        );
+        _commitAt(RUN, 0, keccak256("r"), 1e30);
+    }
+
+    function test_commitRound_revertsOnRewardWithoutRoot() public {
+        vm.expectRevert(abi.encodeWithSelector(IContributionLedger.RewardWithoutRoot.selector, 1));
+        _commitAt(RUN, 0, bytes32(0), 1);
+    }
+
+    function test_commitRound_revertsOnRevokedRoot() public {
+        _commitAt(RUN, 0, keccak256("bad"), REWARD);
+        vm.prank(guardian);
+        ledger.revokeRoot(keccak256("bad"));
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.RootIsRevoked.selector, keccak256("bad"))
+        );
+        _commitAt(RUN, 1, keccak256("bad"), 0);
+    }
+
+    function testFuzz_commitRound_acceptsOnlyIncreasingBoundedRounds(uint64 b) public {
+        _commitAt(RUN, 0, bytes32(0), 0);
+        _commitAt(RUN, 5, keccak256("r"), 0);
+        uint32 maxSkip = ledger.maxRoundSkip();
+        bool ok = b > 5 && b - 5 <= maxSkip;
+        if (b <= 5) {
             vm.expectRevert(
-                abi.encodeWithSelector(IContributionLedger.RoundNotIncreasing.selector, RUN, b, a)
+                abi.encodeWithSelector(IContributionLedger.RoundNotIncreasing.selector, RUN, b, 5)
+            );
+        } else if (!ok) {
+            vm.expectRevert(
+                abi.encodeWithSelector(
+                    IContributionLedger.RoundSkipTooLarge.selector, RUN, b, 5, maxSkip
+                )
             );
         }
-        _commit(RUN, b, keccak256("r"));
-        assertEq(ledger.lastRound(RUN), b > a ? b : a);
+        _commitAt(RUN, b, keccak256("r"), 0);
+        assertEq(ledger.lastRound(RUN), ok ? b : 5);
+    }
+
+    // ---------------------------------------------------------------- dispute window
+
+    function test_claimable_onlyAfterWindow() public {
+        _commitAt(RUN, 0, keccak256("r"), REWARD);
+        uint64 at = uint64(block.timestamp) + DISPUTE;
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.RootPending.selector, keccak256("r"), at)
+        );
+        ledger.claimable(keccak256("r"));
+        vm.warp(at);
+        (uint32 index, uint256 budget) = ledger.claimable(keccak256("r"));
+        assertEq(index, 1);
+        assertEq(budget, REWARD);
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.UnknownRoot.selector, keccak256("x"))
+        );
+        ledger.claimable(keccak256("x"));
+    }
+
+    function test_revokeRoot_byGuardianOrGovernanceDuringWindowOnly() public {
+        _commitAt(RUN, 0, keccak256("a"), REWARD);
+        _commitAt(RUN, 1, keccak256("b"), REWARD);
+        vm.expectEmit(address(ledger));
+        emit RootRevoked(keccak256("a"), guardian);
+        vm.prank(guardian);
+        ledger.revokeRoot(keccak256("a"));
+        assertEq(ledger.totalBudget(), 2 * REWARD); // the replacement root will carry that work
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.RootIsRevoked.selector, keccak256("a"))
+        );
+        ledger.claimable(keccak256("a"));
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.RootIsRevoked.selector, keccak256("a"))
+        );
+        vm.prank(address(timelock));
+        ledger.revokeRoot(keccak256("a"));
+        vm.expectRevert(abi.encodeWithSelector(IContributionLedger.NotGuardian.selector, stranger));
+        vm.prank(stranger);
+        ledger.revokeRoot(keccak256("b"));
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.UnknownRoot.selector, keccak256("c"))
+        );
+        vm.prank(guardian);
+        ledger.revokeRoot(keccak256("c"));
+        vm.warp(block.timestamp + DISPUTE);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IContributionLedger.RootFinalized.selector, keccak256("b"), block.timestamp
+            )
+        );
+        vm.prank(address(timelock));
+        ledger.revokeRoot(keccak256("b"));
+    }
+
+    function test_revokeRoot_governanceRevokesPending() public {
+        _commitAt(RUN, 0, keccak256("a"), REWARD);
+        vm.prank(address(timelock));
+        ledger.revokeRoot(keccak256("a"));
+        assertTrue(ledger.rootInfo(keccak256("a")).revoked);
+    }
+
+    // ---------------------------------------------------------------- pause and settings
+
+    function test_pause_guardianStopsCommitsOnlyGovernanceResumes() public {
+        vm.prank(guardian);
+        ledger.pause();
+        vm.expectRevert(Pausable.EnforcedPause.selector);
+        _commitAt(RUN, 0, bytes32(0), 0);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IAccessControl.AccessControlUnauthorizedAccount.selector, guardian, bytes32(0)
+            )
+        );
+        vm.prank(guardian);
+        ledger.unpause();
+        vm.expectRevert(abi.encodeWithSelector(IContributionLedger.NotGuardian.selector, stranger));
+        vm.prank(stranger);
+        ledger.pause();
+        vm.prank(address(timelock));
+        ledger.unpause();
+        _commitAt(RUN, 0, bytes32(0), 0);
+    }
+
+    function test_guardian_removableByGovernance() public {
+        bytes32 role = ledger.GUARDIAN_ROLE();
+        vm.prank(address(timelock));
+        ledger.revokeRole(role, guardian);
+        vm.expectRevert(abi.encodeWithSelector(IContributionLedger.NotGuardian.selector, guardian));
+        vm.prank(guardian);
+        ledger.pause();
+    }
+
+    function test_setters_boundsAndAccess() public {
+        vm.startPrank(address(timelock));
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.InvalidDisputeWindow.selector, 0)
+        );
+        ledger.setDisputeWindow(0);
+        uint64 tooLong = ledger.MAX_DISPUTE_WINDOW() + 1;
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.InvalidDisputeWindow.selector, tooLong)
+        );
+        ledger.setDisputeWindow(tooLong);
+        ledger.setDisputeWindow(2 days);
+        assertEq(ledger.disputeWindow(), 2 days);
+        vm.expectRevert(abi.encodeWithSelector(IContributionLedger.InvalidMaxRoundSkip.selector, 0));
+        ledger.setMaxRoundSkip(0);
+        uint32 tooMany = ledger.MAX_ROUND_SKIP_LIMIT() + 1;
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.InvalidMaxRoundSkip.selector, tooMany)
+        );
+        ledger.setMaxRoundSkip(tooMany);
+        ledger.setMaxRoundSkip(7);
+        assertEq(ledger.maxRoundSkip(), 7);
+        vm.stopPrank();
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IAccessControl.AccessControlUnauthorizedAccount.selector, stranger, bytes32(0)
+            )
+        );
+        vm.prank(stranger);
+        ledger.setDisputeWindow(1 days);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IAccessControl.AccessControlUnauthorizedAccount.selector, stranger, bytes32(0)
+            )
+        );
+        vm.prank(stranger);
+        ledger.setMaxRoundSkip(1);
+    }
+
+    function test_constructor_bounds() public {
+        ITrainingConfig c = ITrainingConfig(address(config));
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.InvalidDisputeWindow.selector, 0)
+        );
+        new ContributionLedger(address(this), c, 0, 1);
+        vm.expectRevert(abi.encodeWithSelector(IContributionLedger.InvalidMaxRoundSkip.selector, 0));
+        new ContributionLedger(address(this), c, 1, 0);
     }
 
     // ---------------------------------------------------------------- EIP-712
@@ -258,33 +470,30 @@ contract ContributionLedgerTest is Test {
     }
 }
 
-/// Gas of commitRound with cold storage, as the committer's transaction sees it (execution only;
-/// the 21,000 base and calldata cost come on top). Committed in contracts/snapshots/.
-contract ContributionLedgerGasTest is Test {
-    bytes32 internal constant RUN = keccak256("run-1");
-    address internal committer = makeAddr("committer");
-    ContributionLedger internal ledger;
-
-    function setUp() public {
-        ledger = new ContributionLedger(address(this));
-        ledger.grantRole(ledger.COMMITTER_ROLE(), committer);
+/// Gas of commitRound with cold storage (execution only; transaction-level figures, with the
+/// 21,000 base and calldata, come from anvil receipts: tests/contracts/test_gas_on_chain.py).
+contract ContributionLedgerGasTest is ColocoTest {
+    function setUp() public override {
+        super.setUp();
         vm.startPrank(committer);
-        ledger.commitRound(RUN, 0, bytes32(0), keccak256("c0"), 0, bytes32(0));
-        ledger.commitRound(RUN, 1, keccak256("root1"), keccak256("c1"), 1e18, keccak256("a1"));
+        ledger.commitRound(RUN, 0, bytes32(0), keccak256("c0"), 0, bytes32(0), 0);
+        ledger.commitRound(RUN, 1, keccak256("root1"), keccak256("c1"), 1e18, keccak256("a1"), 1);
         vm.stopPrank();
     }
 
     function test_gas_commitRound_nextRound() public {
         vm.prank(committer);
-        ledger.commitRound(RUN, 2, keccak256("root2"), keccak256("c2"), 1e18, keccak256("a2"));
-        uint256 gasUsed = vm.snapshotGasLastCall("ContributionLedger", "commitRound_nextRound");
-        assertLe(gasUsed, 60_000);
+        ledger.commitRound(
+            RUN, 2, keccak256("root2"), keccak256("c2"), 1e18, keccak256("a2"), 100e18
+        );
+        uint256 gasUsed = vm.snapshotGasLastCall("ContributionLedger", "exec_commitRound_nextRound");
+        assertLe(gasUsed, 75_000);
     }
 
     function test_gas_commitRound_genesisOfNewRun() public {
         vm.prank(committer);
-        ledger.commitRound(keccak256("run-2"), 0, bytes32(0), keccak256("c0"), 0, bytes32(0));
-        uint256 gasUsed = vm.snapshotGasLastCall("ContributionLedger", "commitRound_genesis");
-        assertLe(gasUsed, 60_000);
+        ledger.commitRound(keccak256("run-2"), 0, bytes32(0), keccak256("c0"), 0, bytes32(0), 0);
+        uint256 gasUsed = vm.snapshotGasLastCall("ContributionLedger", "exec_commitRound_genesis");
+        assertLe(gasUsed, 75_000);
     }
 }

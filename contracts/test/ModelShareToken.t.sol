@@ -2,6 +2,7 @@
 pragma solidity ^0.8.28;
 
 import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
+import {ModelShareToken} from "../src/ModelShareToken.sol";
 import {IModelShareToken} from "../src/interfaces/IModelShareToken.sol";
 import {ColocoTest} from "./utils/ColocoTest.sol";
 
@@ -19,21 +20,19 @@ contract ModelShareTokenTest is ColocoTest {
         assertEq(token.name(), "coloco Model Share");
         assertEq(token.symbol(), "CMS");
         assertEq(token.decimals(), 18);
-        assertEq(token.clock(), block.number);
-        assertEq(token.CLOCK_MODE(), "mode=blocknumber&from=default");
-        assertEq(token.GRANT_CAP(), GRANT_CAP);
+        assertEq(token.clock(), block.timestamp);
+        assertEq(token.CLOCK_MODE(), "mode=timestamp");
+        assertEq(token.GRANT_LIMIT(), GRANT_LIMIT);
+        assertEq(token.GRANT_PERIOD(), 30 days);
     }
 
     function test_mint_onlyDistributor() public {
         vm.prank(address(distributor));
         token.mint(payout, 5e18);
         assertEq(token.balanceOf(payout), 5e18);
+        assertEq(token.MINTER(), address(distributor));
         vm.expectRevert(
-            abi.encodeWithSelector(
-                IAccessControl.AccessControlUnauthorizedAccount.selector,
-                address(timelock),
-                token.MINTER_ROLE()
-            )
+            abi.encodeWithSelector(IModelShareToken.NotMinter.selector, address(timelock))
         );
         vm.prank(address(timelock));
         token.mint(payout, 1);
@@ -45,10 +44,10 @@ contract ModelShareTokenTest is ColocoTest {
         vm.prank(address(distributor));
         token.mint(payout, 5e18);
         assertEq(token.delegates(payout), payout);
-        vm.roll(block.number + 1);
+        vm.warp(block.timestamp + 1);
         assertEq(token.getVotes(payout), 5e18);
-        assertEq(token.getPastVotes(payout, block.number - 1), 5e18);
-        assertEq(token.getPastTotalSupply(block.number - 1), 5e18);
+        assertEq(token.getPastVotes(payout, block.timestamp - 1), 5e18);
+        assertEq(token.getPastTotalSupply(block.timestamp - 1), 5e18);
     }
 
     function test_transfer_autoDelegatesRecipientButKeepsChosenDelegate() public {
@@ -76,16 +75,38 @@ contract ModelShareTokenTest is ColocoTest {
         assertEq(token.getVotes(stranger), 100e18);
     }
 
-    function test_grant_revertsAboveCap() public {
+    function test_grant_rateLimitedPerPeriod() public {
         vm.startPrank(address(timelock));
-        token.grant(stranger, GRANT_CAP - 1);
-        vm.expectRevert(
-            abi.encodeWithSelector(
-                IModelShareToken.GrantCapExceeded.selector, GRANT_CAP + 1, GRANT_CAP
-            )
-        );
+        token.grant(stranger, GRANT_LIMIT - 1);
+        vm.expectRevert(abi.encodeWithSelector(IModelShareToken.GrantRateExceeded.selector, 2, 1));
         token.grant(stranger, 2);
+        vm.warp(block.timestamp + 30 days);
+        assertEq(token.grantAvailable(), GRANT_LIMIT);
+        token.grant(stranger, GRANT_LIMIT);
         vm.stopPrank();
+        assertEq(token.granted(), 2 * GRANT_LIMIT - 1);
+    }
+
+    function test_constructor_refusesZeroGrantLimit() public {
+        vm.expectRevert(
+            abi.encodeWithSelector(IModelShareToken.InvalidGrantLimit.selector, 0, 1 days)
+        );
+        new ModelShareToken(address(this), address(this), 0, 1 days);
+        vm.expectRevert(abi.encodeWithSelector(IModelShareToken.InvalidGrantLimit.selector, 1, 0));
+        new ModelShareToken(address(this), address(this), 1, 0);
+    }
+
+    /// Attack (delegate(address(0)) undone by the next receipt): an explicit choice stays.
+    function test_attack_undelegateSurvivesNextReceipt() public {
+        vm.prank(address(distributor));
+        token.mint(payout, 5e18);
+        vm.prank(payout);
+        token.delegate(address(0));
+        assertEq(token.getVotes(payout), 0);
+        vm.prank(address(distributor));
+        token.mint(payout, 1e18);
+        assertEq(token.delegates(payout), address(0));
+        assertEq(token.getVotes(payout), 0);
     }
 
     function test_grant_revertsWhenNotGranter() public {
@@ -101,7 +122,7 @@ contract ModelShareTokenTest is ColocoTest {
     }
 
     function test_roles_nobodyCanAddMinters() public {
-        bytes32 minter = token.MINTER_ROLE();
+        bytes32 minter = keccak256("MINTER_ROLE");
         assertFalse(token.hasRole(bytes32(0), address(timelock)));
         vm.expectRevert(
             abi.encodeWithSelector(

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 pragma solidity ^0.8.28;
 
+import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
+import {Pausable} from "@openzeppelin/contracts/utils/Pausable.sol";
 import {MerkleProof} from "@openzeppelin/contracts/utils/cryptography/MerkleProof.sol";
+import {IContributionLedger} from "../src/interfaces/IContributionLedger.sol";
 import {IRewardDistributor} from "../src/interfaces/IRewardDistributor.sol";
 import {ColocoTest} from "./utils/ColocoTest.sol";
 import {StandardMerkleTree} from "./utils/StandardMerkleTree.sol";
@@ -13,13 +16,18 @@ contract RewardDistributorTest is ColocoTest {
     address internal bob = makeAddr("bob");
     address internal carol = makeAddr("carol");
 
-    /// Tree of alice/bob/carol with the given cumulative amounts; returns it and commits its root.
-    function _publish(uint256 a, uint256 b, uint256 c) internal returns (bytes32[] memory tree) {
+    function _tree(uint256 a, uint256 b, uint256 c) internal view returns (bytes32[] memory) {
         bytes32[] memory leaves = new bytes32[](3);
         leaves[0] = StandardMerkleTree.leaf(alice, a);
         leaves[1] = StandardMerkleTree.leaf(bob, b);
         leaves[2] = StandardMerkleTree.leaf(carol, c);
-        tree = StandardMerkleTree.build(leaves);
+        return StandardMerkleTree.build(leaves);
+    }
+
+    /// Tree of alice/bob/carol with the given cumulative amounts; commits its root with the full
+    /// per-round budget and lets the dispute window pass.
+    function _publish(uint256 a, uint256 b, uint256 c) internal returns (bytes32[] memory tree) {
+        tree = _tree(a, b, c);
         _commitRoot(tree[0]);
     }
 
@@ -41,6 +49,8 @@ contract RewardDistributorTest is ColocoTest {
         assertEq(token.balanceOf(bob), 20e18);
         assertEq(token.balanceOf(stranger), 0);
         assertEq(distributor.claimed(bob), 20e18);
+        assertEq(distributor.lastRootIndex(bob), 1);
+        assertEq(distributor.totalClaimed(), 20e18);
         assertEq(token.delegates(bob), bob);
     }
 
@@ -66,14 +76,61 @@ contract RewardDistributorTest is ColocoTest {
         assertEq(token.balanceOf(alice), 10e18);
     }
 
-    function test_claim_revertsOnStaleRoot() public {
+    /// Attack (claims raced the next commit): a commit no longer invalidates a claim in flight.
+    function test_attack_commitDoesNotInvalidateClaimInFlight() public {
         bytes32[] memory old = _publish(10e18, 20e18, 30e18);
-        _publish(11e18, 20e18, 30e18);
         bytes32[] memory proof = _proof(old, alice, 10e18);
+        _commit(_tree(11e18, 20e18, 30e18)[0], 1e18); // the next commit lands first, pending
+        assertEq(distributor.claim(alice, 10e18, proof), 10e18);
+    }
+
+    function test_claim_revertsOnRootOlderThanLastClaimed() public {
+        bytes32[] memory old = _publish(10e18, 20e18, 30e18);
+        bytes32[] memory fresh = _publish(11e18, 20e18, 30e18);
+        distributor.claim(alice, 11e18, _proof(fresh, alice, 11e18));
+        bytes32[] memory proof = _proof(old, alice, 10e18);
+        vm.expectRevert(abi.encodeWithSelector(IRewardDistributor.StaleRoot.selector, alice, 1, 2));
+        distributor.claim(alice, 10e18, proof);
+    }
+
+    function test_claim_revertsOnPendingUnknownOrRevokedRoot() public {
+        bytes32[] memory tree = _tree(10e18, 20e18, 30e18);
+        bytes32[] memory proof = _proof(tree, alice, 10e18);
         vm.expectRevert(
             abi.encodeWithSelector(IRewardDistributor.InvalidProof.selector, alice, 10e18)
         );
         distributor.claim(alice, 10e18, proof);
+        _commit(tree[0], 60e18);
+        uint64 at = uint64(block.timestamp) + DISPUTE;
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.RootPending.selector, tree[0], at)
+        );
+        distributor.claim(alice, 10e18, proof);
+        vm.prank(guardian);
+        ledger.revokeRoot(tree[0]);
+        vm.warp(at);
+        vm.expectRevert(abi.encodeWithSelector(IContributionLedger.RootIsRevoked.selector, tree[0]));
+        distributor.claim(alice, 10e18, proof);
+        assertEq(token.totalSupply(), 0);
+    }
+
+    /// Attack (the committer mints without limit): a root paying the committer 1e30 pays nothing
+    /// beyond the committed budget.
+    function test_attack_rootBeyondBudgetPaysNothingBeyondIt() public {
+        address thief = makeAddr("thief");
+        bytes32[] memory leaves = new bytes32[](2);
+        leaves[0] = StandardMerkleTree.leaf(thief, 1e30);
+        leaves[1] = StandardMerkleTree.leaf(alice, 1);
+        bytes32[] memory tree = StandardMerkleTree.build(leaves);
+        _commitRoot(tree[0]); // carries at most rewardPerRound
+        uint256 budget = ledger.totalBudget();
+        assertEq(budget, config.rewardPerRound());
+        bytes32[] memory proof = _proof(tree, thief, 1e30);
+        vm.expectRevert(
+            abi.encodeWithSelector(IRewardDistributor.BudgetExceeded.selector, 1e30, budget)
+        );
+        distributor.claim(thief, 1e30, proof);
+        assertEq(token.balanceOf(thief), 0);
     }
 
     function test_claim_revertsOnInflatedAmountOrWrongAccount() public {
@@ -89,9 +146,26 @@ contract RewardDistributorTest is ColocoTest {
         distributor.claim(stranger, 10e18, proof);
     }
 
-    function test_claim_revertsBeforeAnyRoot() public {
-        vm.expectRevert(IRewardDistributor.NoRewardsRoot.selector);
-        distributor.claim(alice, 1, new bytes32[](0));
+    function test_pause_guardianStopsClaimsGovernanceResumes() public {
+        bytes32[] memory tree = _publish(10e18, 20e18, 30e18);
+        bytes32[] memory proof = _proof(tree, alice, 10e18);
+        vm.prank(guardian);
+        distributor.pause();
+        vm.expectRevert(Pausable.EnforcedPause.selector);
+        distributor.claim(alice, 10e18, proof);
+        vm.expectRevert(abi.encodeWithSelector(IRewardDistributor.NotGuardian.selector, stranger));
+        vm.prank(stranger);
+        distributor.pause();
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IAccessControl.AccessControlUnauthorizedAccount.selector, guardian, bytes32(0)
+            )
+        );
+        vm.prank(guardian);
+        distributor.unpause();
+        vm.prank(address(timelock));
+        distributor.unpause();
+        assertEq(distributor.claim(alice, 10e18, proof), 10e18);
     }
 
     function testFuzz_claim_paysExactlyCumulativeOverRounds(uint64[4] memory steps) public {
@@ -99,14 +173,16 @@ contract RewardDistributorTest is ColocoTest {
         for (uint256 i; i < steps.length; ++i) {
             cumulative += steps[i];
             bytes32[] memory tree = _publish(cumulative, 1, 2);
+            bytes32[] memory p = _proof(tree, alice, cumulative);
             if (steps[i] == 0 && cumulative == distributor.claimed(alice)) {
-                bytes32[] memory p = _proof(tree, alice, cumulative);
-                vm.expectPartialRevert(IRewardDistributor.NothingToClaim.selector);
+                vm.expectRevert(
+                    abi.encodeWithSelector(
+                        IRewardDistributor.NothingToClaim.selector, alice, cumulative, cumulative
+                    )
+                );
                 distributor.claim(alice, cumulative, p);
             } else {
-                assertEq(
-                    distributor.claim(alice, cumulative, _proof(tree, alice, cumulative)), steps[i]
-                );
+                assertEq(distributor.claim(alice, cumulative, p), steps[i]);
             }
             assertEq(token.balanceOf(alice), cumulative);
         }

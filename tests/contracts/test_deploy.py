@@ -31,9 +31,15 @@ def test_deploy_writes_json_and_reads_back(deployment: Deployment, anvil: AnvilP
     assert deployment.governance == {
         "voting_delay": 1,
         "voting_period": 20,
+        "vote_extension": 0,
         "quorum_fraction": 4,
         "timelock_delay": 1,
+        "dispute_window": 2,
+        "slash_dispute_window": 10,
+        "unbonding_delay": 60,
     }
+    assert deployment.guardian == deployment.deployer  # the devnet default, recorded
+    assert deployment.treasury not in (None, deployment.address("TimelockController"))
     config = _contract(w3, deployment, "TrainingConfig")
     assert config.functions.version().call() == 1
     cfg = config.functions.current().call()
@@ -57,12 +63,18 @@ def test_deploy_wires_roles(deployment: Deployment, anvil: AnvilProcess) -> None
     assert not ledger.functions.hasRole(committer_role, deployer).call()
     assert ledger.functions.hasRole(ZERO_ROLE, tl).call()
     assert not ledger.functions.hasRole(ZERO_ROLE, deployer).call()
-    minter = token.functions.MINTER_ROLE().call()
-    assert token.functions.hasRole(minter, deployment.address("RewardDistributor")).call()
+    assert token.functions.MINTER().call() == deployment.address("RewardDistributor")
     assert token.functions.hasRole(token.functions.GRANTER_ROLE().call(), tl).call()
     assert not token.functions.hasRole(ZERO_ROLE, deployer).call()
     assert stake.functions.hasRole(stake.functions.SLASHER_ROLE().call(), tl).call()
-    assert stake.functions.treasury().call() == tl
+    assert stake.functions.treasury().call() == deployment.treasury
+    assert stake.functions.treasury().call() not in (tl, gov)
+    for name in ("ContributionLedger", "RewardDistributor", "StakeManager"):
+        c = _contract(w3, deployment, name)
+        guardian_role = c.functions.GUARDIAN_ROLE().call()
+        assert c.functions.hasRole(guardian_role, deployment.guardian).call(), name
+        assert c.functions.hasRole(ZERO_ROLE, tl).call(), name
+        assert not c.functions.hasRole(ZERO_ROLE, deployer).call(), name
     assert timelock.functions.hasRole(timelock.functions.PROPOSER_ROLE().call(), gov).call()
     executor = timelock.functions.EXECUTOR_ROLE().call()
     assert timelock.functions.hasRole(executor, "0x" + "00" * 20).call()
@@ -80,7 +92,7 @@ def test_committer_commits_a_round(deployment: Deployment, chain: AnvilProcess) 
     run_id = b"\x01" * 32
     for rnd, root in ((0, b"\x00" * 32), (1, b"\x0a" * 32)):
         tx = ledger.functions.commitRound(
-            run_id, rnd, root, bytes([rnd + 1]) * 32, 1000, b"\x0b" * 32
+            run_id, rnd, root, bytes([rnd + 1]) * 32, 1000, b"\x0b" * 32, rnd * 10**18
         ).build_transaction(
             {"from": sender.address, "nonce": w3.eth.get_transaction_count(sender.address)}
         )
@@ -90,7 +102,9 @@ def test_committer_commits_a_round(deployment: Deployment, chain: AnvilProcess) 
         )
         assert receipt["status"] == 1
     assert ledger.functions.lastRound(run_id).call() == 1
-    assert ledger.functions.latestRewardsRoot().call() == b"\x0a" * 32
+    index, finalized_at, revoked, budget = ledger.functions.rootInfo(b"\x0a" * 32).call()
+    assert (index, revoked, budget) == (1, False, 10**18)
+    assert finalized_at == w3.eth.get_block("latest")["timestamp"] + 2
     assert ledger.functions.checkpointOf(run_id, 0).call() == b"\x01" * 32
     events = ledger.events.RoundCommitted().get_logs(from_block=receipt["blockNumber"])
     assert events[0]["args"]["totalWork"] == 1000
@@ -120,6 +134,71 @@ def test_deploy_with_custom_treasury_and_params(chain: AnvilProcess, tmp_path: P
     assert config.functions.version().call() == 2
     timelock = dep.address("TimelockController")
     assert config.functions.owner().call() == timelock  # ...and then only governance changes it
+
+
+def test_production_profile_needs_explicit_roles(tmp_path: Path) -> None:
+    with pytest.raises(DeploymentError, match="explicit treasury"):
+        deploy(
+            "http://127.0.0.1:1",
+            "0x" + "11" * 32,
+            committer="0x" + "22" * 20,
+            guardian="0x" + "33" * 20,
+            out_path=tmp_path / "x",
+            profile="production",
+        )
+
+
+def test_production_profile_refuses_a_rushable_governor(
+    chain: AnvilProcess, tmp_path: Path
+) -> None:
+    with pytest.raises(DeploymentError, match="ProductionBound"):
+        deploy(
+            chain.rpc_url,
+            chain.accounts[2][1],
+            committer=chain.accounts[3][0],
+            treasury=chain.accounts[5][0],
+            guardian=chain.accounts[6][0],
+            out_path=tmp_path / "x.json",
+            profile="production",
+            voting_period=20,
+        )
+
+
+def test_production_profile_deploys_hours_and_days(chain: AnvilProcess, tmp_path: Path) -> None:
+    dep = deploy(
+        chain.rpc_url,
+        chain.accounts[2][1],
+        committer=chain.accounts[3][0],
+        treasury=chain.accounts[5][0],
+        guardian=chain.accounts[6][0],
+        out_path=tmp_path / "prod.json",
+        profile="production",
+    )
+    governor = _contract(chain.w3, dep, "ModelGovernor")
+    assert governor.functions.proposalThreshold().call() > 0
+    assert governor.functions.votingDelay().call() >= 3600
+    assert governor.functions.lateQuorumVoteExtension().call() >= 3600
+    assert governor.functions.CLOCK_MODE().call() == "mode=timestamp"
+    timelock = _contract(chain.w3, dep, "TimelockController")
+    assert timelock.functions.getMinDelay().call() >= 86400
+    stake = _contract(chain.w3, dep, "StakeManager")
+    latency = governor.functions.governanceLatency().call()
+    assert stake.functions.params().call()[0] >= latency + dep.governance["slash_dispute_window"]
+    assert dep.guardian == chain.accounts[6][0] and dep.treasury == chain.accounts[5][0]
+
+
+def test_devnet_profile_refused_off_anvil_chain_id(tmp_path: Path) -> None:
+    other = AnvilProcess.start(tmp_path / "anvil", chain_id=8453, accounts=2)
+    try:
+        with pytest.raises(DeploymentError, match="DevnetProfileOffAnvil"):
+            deploy(
+                other.rpc_url,
+                other.accounts[0][1],
+                committer=other.accounts[1][0],
+                out_path=tmp_path / "x.json",
+            )
+    finally:
+        other.stop()
 
 
 def test_deploy_rejects_zero_initial_inner_steps(tmp_path: Path) -> None:

@@ -1,32 +1,60 @@
-"""Gas on a real chain: commitRound costs the same for 1 node or 1,024; claims stay bounded.
+"""Gas where the user pays it: each key's figure is a real transaction's receipt gasUsed on anvil.
 
-forge measures execution gas (contracts/snapshots/); these receipts add the 21,000 base cost and
-calldata, which is what an operator pays (numbers in docs/contracts.md).
+`contracts/snapshots/transactions.json` holds these transaction-level figures (21,000 base,
+calldata and execution), the ones docs/contracts.md reports and the issue's limits apply to;
+forge's execution-only figures live beside them under `exec_*` keys. The test measures every key
+afresh, checks it against its limit and against the committed figure (a small tolerance covers
+signatures and timestamps whose zero bytes vary); `COLOCO_WRITE_GAS=1` rewrites the file.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+from pathlib import Path
 
+import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 from web3.contract import Contract
 
+from protocol.attestation import ComputeAttestation
+from protocol.chain import ChainClient
+from protocol.chain_views import attestation_tuple
 from protocol.deployment import Deployment, abi
 from protocol.devnet import AnvilProcess
 from protocol.merkle import RewardsTree
-from protocol.types import Address
+from protocol.signing import address_of_private_key, sign_attestation
+from protocol.toolchain import REPO_ROOT
+from protocol.types import Address, Bytes32, RoundNumber, RunId
+from tests.vectors.generate import vector_bytes32, vector_key
 
 log = logging.getLogger(__name__)
 
-CLAIM_GAS = 300_000  # explicit: eth_estimateGas can miss a new Votes checkpoint (see docs)
+pytestmark = pytest.mark.anvil
+
+SNAPSHOT = REPO_ROOT / "contracts" / "snapshots" / "transactions.json"
+LIMITS = {
+    "commitRound_nextRound": 100_000,
+    "claim_first_1024": 210_000,
+    "claim_later_1024": 135_000,
+    "slash_equivocation": 150_000,
+    "register_newNode": 130_000,
+    "stake_newNode": 150_000,
+}
+TOLERANCE = 300  # gas: zero bytes in signatures and timestamps vary (4 vs 16 gas each)
+CLAIM_GAS = 300_000  # explicit: eth_estimateGas can miss a new Votes checkpoint
 
 
-def _send(w3: Web3, sender: LocalAccount, fn: object, gas: int | None = None) -> int:
+def _send(
+    w3: Web3, sender: LocalAccount, fn: object, gas: int | None = None, value: int = 0
+) -> int:
     params: dict[str, object] = {
         "from": sender.address,
         "nonce": w3.eth.get_transaction_count(sender.address),
+        "value": value,
     }
     if gas is not None:
         params["gas"] = gas
@@ -37,73 +65,66 @@ def _send(w3: Web3, sender: LocalAccount, fn: object, gas: int | None = None) ->
     return int(receipt["gasUsed"])
 
 
+def _c(w3: Web3, dep: Deployment, name: str) -> Contract:
+    return w3.eth.contract(address=dep.address(name), abi=abi(name))
+
+
+def _accounts(n: int) -> list[Address]:
+    """Deterministic, full-width addresses: calldata costs the same on every run."""
+    return [address_of_private_key(vector_key(f"gas/account/{i}")) for i in range(n)]
+
+
 def _tree(accounts: list[Address], scale: int) -> RewardsTree:
     return RewardsTree.build([(a, (i + 1) * scale) for i, a in enumerate(accounts)])
 
 
-def test_commit_round_gas_does_not_depend_on_node_count(
-    deployment: Deployment, chain: AnvilProcess
-) -> None:
+def _measure(deployment: Deployment, chain: AnvilProcess) -> dict[str, int]:
     w3 = chain.w3
-    ledger: Contract = w3.eth.contract(
-        address=deployment.address("ContributionLedger"), abi=abi("ContributionLedger")
-    )
-    key = next(k for a, k in chain.accounts if a == deployment.committer)
-    committer = Account.from_key(key)
-    run = b"\x42" * 32
-    accounts = [Address(Account.create().address) for _ in range(1024)]
-    _send(
-        w3, committer, ledger.functions.commitRound(run, 0, b"\0" * 32, b"\x01" * 32, 0, b"\0" * 32)
-    )
-    _send(
-        w3,
-        committer,
-        ledger.functions.commitRound(
-            run, 1, _tree(accounts[:1], 7).root, b"\x02" * 32, 1, b"\x03" * 32
-        ),
-    )
-    one = _send(
-        w3,
-        committer,
-        ledger.functions.commitRound(
-            run, 2, _tree(accounts[:1], 9).root, b"\x04" * 32, 1, b"\x05" * 32
-        ),
-    )
-    many = _send(
-        w3,
-        committer,
-        ledger.functions.commitRound(
-            run, 3, _tree(accounts, 9).root, b"\x06" * 32, 1024, b"\x07" * 32
-        ),
-    )
-    log.info("commitRound tx gas: 1 node %d, 1024 nodes %d", one, many)
-    # Only calldata can differ (a zero byte costs 4 gas, a non-zero one 16).
-    assert abs(one - many) <= 12 * 32
-    assert many < 65_000
-
-
-def test_claim_gas_on_1024_account_tree(deployment: Deployment, chain: AnvilProcess) -> None:
-    w3 = chain.w3
-    ledger: Contract = w3.eth.contract(
-        address=deployment.address("ContributionLedger"), abi=abi("ContributionLedger")
-    )
-    dist: Contract = w3.eth.contract(
-        address=deployment.address("RewardDistributor"), abi=abi("RewardDistributor")
-    )
-    token: Contract = w3.eth.contract(
-        address=deployment.address("ModelShareToken"), abi=abi("ModelShareToken")
-    )
-    key = next(k for a, k in chain.accounts if a == deployment.committer)
-    committer = Account.from_key(key)
+    ledger, dist = _c(w3, deployment, "ContributionLedger"), _c(w3, deployment, "RewardDistributor")
+    sm = _c(w3, deployment, "StakeManager")
+    committer = Account.from_key(dict(chain.accounts)[deployment.committer])
     payer = Account.from_key(chain.accounts[4][1])  # anyone may submit a claim
-    run = b"\x43" * 32
-    accounts = [Address(Account.create().address) for _ in range(1024)]
-    first_tree = _tree(accounts, 10**18)
+    operator = Account.from_key(chain.accounts[5][1])
+    window = int(ledger.functions.disputeWindow().call())
+    per_round = int(_c(w3, deployment, "TrainingConfig").functions.rewardPerRound().call())
+    gas: dict[str, int] = {}
+
+    # commits: a genesis, then a round with a new root and a full reward budget
+    run = bytes(vector_bytes32("gas/run"))
+    accounts = _accounts(1024)
+    first_tree = _tree(accounts, 10**14)  # ~0.05 CMS each: 1,024 nodes share < rewardPerRound
     _send(
         w3,
         committer,
-        ledger.functions.commitRound(run, 1, first_tree.root, b"\x01" * 32, 1, b"\0" * 32),
+        ledger.functions.commitRound(
+            run,
+            0,
+            bytes(32),
+            b"\x01" * 32,
+            0,
+            bytes(32),
+            0,
+        ),
     )
+    _send(
+        w3,
+        committer,
+        ledger.functions.commitRound(
+            run, 1, first_tree.root, b"\x02" * 32, 1024, b"\x03" * 32, per_round
+        ),
+    )
+    later_tree = _tree(accounts, 2 * 10**14)
+    chain.increase_time(1)
+    gas["commitRound_nextRound"] = _send(
+        w3,
+        committer,
+        ledger.functions.commitRound(
+            run, 2, later_tree.root, b"\x04" * 32, 1024, b"\x05" * 32, per_round
+        ),
+    )
+
+    # claims on the 1,024-account tree: a first claim (auto-delegation) and a later one
+    chain.increase_time(window)
     other, pick = accounts[3], accounts[517]
     _send(
         w3,
@@ -111,26 +132,131 @@ def test_claim_gas_on_1024_account_tree(deployment: Deployment, chain: AnvilProc
         dist.functions.claim(other, first_tree.amount_of(other), first_tree.proof(other)),
         CLAIM_GAS,
     )
-    first = _send(
+    chain.increase_time(1)
+    gas["claim_first_1024"] = _send(
         w3,
         payer,
         dist.functions.claim(pick, first_tree.amount_of(pick), first_tree.proof(pick)),
         CLAIM_GAS,
     )
-    later_tree = _tree(accounts, 2 * 10**18)
-    _send(
-        w3,
-        committer,
-        ledger.functions.commitRound(run, 2, later_tree.root, b"\x02" * 32, 1, b"\0" * 32),
-    )
-    later = _send(
+    chain.increase_time(1)
+    gas["claim_later_1024"] = _send(
         w3,
         payer,
         dist.functions.claim(pick, later_tree.amount_of(pick), later_tree.proof(pick)),
         CLAIM_GAS,
     )
-    log.info("claim tx gas on a 1,024-account tree: first %d, later %d", first, later)
+    token = _c(w3, deployment, "ModelShareToken")
     assert token.functions.balanceOf(pick).call() == later_tree.amount_of(pick)
     assert token.functions.getVotes(pick).call() == later_tree.amount_of(pick)
-    assert later < first < 210_000
-    assert later < 135_000
+
+    # registrations (with the key's proof) and first stakes; the second node is measured
+    client = ChainClient(chain.rpc_url, deployment, operator)
+    now = int(w3.eth.get_block("latest")["timestamp"])
+    keys = [vector_key(f"gas/node/{i}") for i in range(2)]
+    for i, key in enumerate(keys):
+        node, proof, sig = client.sign_node_key_proof(
+            key, Address(operator.address), Address(operator.address), now + 3600
+        )
+        used = _send(
+            w3, operator, sm.functions.register(node, operator.address, proof.deadline, sig)
+        )
+        staked = _send(w3, operator, sm.functions.stake(node), value=2 * 10**18)
+        if i == 1:
+            gas["register_newNode"], gas["stake_newNode"] = used, staked
+
+    # equivocation: two signed attestations of one key for one (run, round), different content
+    node = address_of_private_key(keys[1])
+    att = ComputeAttestation(
+        run_id=RunId(run),
+        round=RoundNumber(3),
+        node=node,
+        config_version=1,
+        base_checkpoint=Bytes32(b"\x0b" * 32),
+        pseudo_gradient=Bytes32(b"\x0c" * 32),
+        data_shard=Bytes32(b"\x0d" * 32),
+        inner_steps=50,
+        tokens=1000,
+        result_checkpoint=Bytes32(b"\x0e" * 32),
+    )
+    twin = att.replace(result_checkpoint=Bytes32(b"\x0f" * 32))
+    domain = client.attestation_domain()
+    reporter = Account.from_key(chain.accounts[6][1])
+    gas["slash_equivocation"] = _send(
+        w3,
+        reporter,
+        sm.functions.reportEquivocation(
+            attestation_tuple(att),
+            sign_attestation(att, domain, keys[1]),
+            attestation_tuple(twin),
+            sign_attestation(twin, domain, keys[1]),
+        ),
+    )
+    staked_after = int(sm.functions.nodes(node).call()[2])
+    assert staked_after == 2 * 10**18 * 9 // 10  # the governed 10 % left at once
+    return gas
+
+
+def test_transaction_gas_meets_limits_and_matches_snapshot(
+    deployment: Deployment, chain: AnvilProcess
+) -> None:
+    gas = _measure(deployment, chain)
+    log.info("transaction gas: %s", gas)
+    over = {k: (v, LIMITS[k]) for k, v in gas.items() if v > LIMITS[k]}
+    assert not over, f"over the limit: {over}"
+    if os.environ.get("COLOCO_WRITE_GAS") == "1":
+        SNAPSHOT.write_text(
+            json.dumps({k: str(v) for k, v in sorted(gas.items())}, indent=2) + "\n"
+        )
+    committed = {k: int(v) for k, v in json.loads(Path(SNAPSHOT).read_text()).items()}
+    assert set(committed) == set(LIMITS)
+    drift = {k: (gas[k], committed[k]) for k in LIMITS if abs(gas[k] - committed[k]) > TOLERANCE}
+    assert not drift, f"measured vs committed (rerun with COLOCO_WRITE_GAS=1): {drift}"
+
+
+def test_commit_round_gas_does_not_depend_on_node_count(
+    deployment: Deployment, chain: AnvilProcess
+) -> None:
+    w3 = chain.w3
+    ledger = _c(w3, deployment, "ContributionLedger")
+    committer = Account.from_key(dict(chain.accounts)[deployment.committer])
+    run = b"\x42" * 32
+    accounts = _accounts(1024)
+    _send(
+        w3,
+        committer,
+        ledger.functions.commitRound(
+            run,
+            0,
+            bytes(32),
+            b"\x01" * 32,
+            0,
+            bytes(32),
+            0,
+        ),
+    )
+    _send(
+        w3,
+        committer,
+        ledger.functions.commitRound(
+            run, 1, _tree(accounts[:1], 7).root, b"\x02" * 32, 1, b"\x03" * 32, 1
+        ),
+    )
+    one = _send(
+        w3,
+        committer,
+        ledger.functions.commitRound(
+            run, 2, _tree(accounts[:1], 9).root, b"\x04" * 32, 1, b"\x05" * 32, 1
+        ),
+    )
+    many = _send(
+        w3,
+        committer,
+        ledger.functions.commitRound(
+            run, 3, _tree(accounts, 9).root, b"\x06" * 32, 1024, b"\x07" * 32, 1
+        ),
+    )
+    log.info("commitRound tx gas: 1 node %d, 1024 nodes %d", one, many)
+    # Only calldata can differ (a zero byte costs 4 gas, a non-zero one 16).
+    assert abs(one - many) <= 12 * 32
+    assert many <= LIMITS["commitRound_nextRound"]

@@ -48,8 +48,10 @@ class Holder:
 def holders(chain: AnvilProcess, deployment: Deployment) -> list[Holder]:
     """Two fresh accounts that claimed ModelShareTokens through a real committed rewards root.
 
-    The committer (anvil account 1) commits a round whose root pays 600 and 400 CMS; each holder
-    claims with its proof, which mints and auto-delegates; one block is mined so the votes count.
+    The committer (anvil account 1) commits rounds whose root pays 600 and 400 CMS, carrying a
+    budget of rewardPerRound each (ten rounds cover the 1,000 CMS); after the root's dispute
+    window each holder claims with its proof, which mints and auto-delegates; a second passes so
+    the votes count (timestamp clock).
     """
     amounts = [600 * 10**18, 400 * 10**18]
     accounts = [Account.create() for _ in amounts]
@@ -60,18 +62,22 @@ def holders(chain: AnvilProcess, deployment: Deployment) -> list[Holder]:
     )
     committer = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[1][1]))
     run_id = RunId(os.urandom(32))
-    committer.commit_round(
-        run_id,
-        RoundNumber(0),
-        rewards_root=tree.root,
-        checkpoint_hash=Bytes32(os.urandom(32)),
-        total_work=1,
-        attestations_root=Bytes32(b"\x00" * 32),
-    )
+    per_round = committer.training_config().reward_per_round
+    for round_ in range(-(-sum(amounts) // per_round)):
+        committer.commit_round(
+            run_id,
+            RoundNumber(round_),
+            rewards_root=tree.root,
+            checkpoint_hash=Bytes32(os.urandom(32)),
+            total_work=1,
+            attestations_root=Bytes32(b"\x00" * 32),
+            reward_total=per_round,
+        )
+    chain.increase_time(committer.dispute_window())
     for acct, amount in zip(accounts, amounts, strict=True):
         client = ChainClient(chain.rpc_url, deployment, Account.from_key(acct.key))
         client.claim(Address(acct.address), amount, tree.proof(Address(acct.address)))
-    chain.mine(1)
+    chain.increase_time(1)
     return [
         Holder(str(acct.address), "0x" + bytes(acct.key).hex(), amount)
         for acct, amount in zip(accounts, amounts, strict=True)

@@ -60,7 +60,7 @@ def test_cast_proposes_votes_queues_and_executes(
     )
     pid = cast("call", gov, f"{HASH}(uint256)", targets, values, datas, desc_hash, *rpc).split()[0]
 
-    chain.mine(2)
+    chain.increase_time(2)
     cast("send", gov, "castVote(uint256,uint8)", pid, "1", "--private-key", alice.key, *rpc)
     cast(
         "send",
@@ -78,7 +78,7 @@ def test_cast_proposes_votes_queues_and_executes(
     )
     assert int(votes[1].split()[0]) == alice.amount + bob.amount
 
-    chain.mine(21)
+    chain.increase_time(21)
     assert cast("call", gov, "state(uint256)(uint8)", pid, *rpc) == "4"  # Succeeded
     cast("send", gov, QUEUE, targets, values, datas, desc_hash, "--private-key", bob.key, *rpc)
     chain.increase_time(2)

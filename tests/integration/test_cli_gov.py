@@ -47,9 +47,13 @@ def test_holders_change_the_inner_steps_through_the_timelock(
     pid = proposal.group(1)
 
     exc = _err("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
-    assert isinstance(exc, ConfigError) and "Pending" in exc.message and "anvil_mine" in exc.message
+    assert (
+        isinstance(exc, ConfigError)
+        and "Pending" in exc.message
+        and "evm_increaseTime" in exc.message
+    )
 
-    chain.mine(2)
+    chain.increase_time(2)
     _ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
     _ok("gov", "vote", pid, "--support", "against", "--private-key", bob.key)
     against, for_, _ = viewer.call("ModelGovernor", "proposalVotes", int(pid))
@@ -58,7 +62,7 @@ def test_holders_change_the_inner_steps_through_the_timelock(
     exc = _err("gov", "queue", pid, "--private-key", alice.key)
     assert isinstance(exc, ConfigError) and "Active" in exc.message
 
-    chain.mine(21)
+    chain.increase_time(21)
     assert "Succeeded" in _ok("gov", "status", pid)
     _ok("gov", "queue", pid, "--private-key", alice.key)
     chain.increase_time(2)

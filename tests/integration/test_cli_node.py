@@ -29,7 +29,9 @@ def test_register_stake_status_unstake_withdraw(
     cli_env: Path, chain: AnvilProcess, deployment: Deployment
 ) -> None:
     operator_key = chain.accounts[3][1]
-    node = Account.create().address
+    node_account = Account.create()
+    node = node_account.address
+    node_key = "0x" + bytes(node_account.key).hex()
     payout = Account.create().address
     viewer = ChainClient(chain.rpc_url, deployment)
 
@@ -41,9 +43,20 @@ def test_register_stake_status_unstake_withdraw(
     assert isinstance(exc, ConfigError)
     assert f"node {node} is not registered: run coloco node register" in exc.message
 
-    code, out, exc = _invoke(
+    code, _, exc = _invoke(
         "node", "register", "--node", node, "--payout", payout, "--private-key", operator_key
     )
+    assert isinstance(exc, ConfigError) and "proof of possession" in exc.message
+    wrong = "0x" + bytes(Account.create().key).hex()
+    code, _, exc = _invoke(
+        "node", "register", "--node", node, "--node-private-key", wrong, "--payout", payout,
+        "--private-key", operator_key,
+    )  # fmt: skip
+    assert isinstance(exc, ConfigError) and "is not the address of the node key" in exc.message
+    code, out, exc = _invoke(
+        "node", "register", "--node", node, "--node-private-key", node_key, "--payout", payout,
+        "--private-key", operator_key,
+    )  # fmt: skip
     assert code == 0, exc
     info = viewer.node_info(Address(node))
     assert info.operator == chain.accounts[3][0] and info.payout == payout
@@ -91,12 +104,14 @@ def test_register_stake_status_unstake_withdraw(
 def test_only_the_operator_may_unstake(
     cli_env: Path, chain: AnvilProcess, deployment: Deployment
 ) -> None:
-    node, payout = Account.create().address, Account.create().address
+    node_account, payout = Account.create(), Account.create().address
+    node, node_key = node_account.address, "0x" + bytes(node_account.key).hex()
     op_key, other_key = chain.accounts[4][1], chain.accounts[5][1]
-    assert (
-        _invoke("node", "register", "--node", node, "--payout", payout, "--private-key", op_key)[0]
-        == 0
-    )
+    code, _, exc = _invoke(
+        "node", "register", "--node-private-key", node_key, "--payout", payout,
+        "--private-key", op_key,
+    )  # fmt: skip
+    assert code == 0, exc
     assert _invoke("node", "stake", "--node", node, "--private-key", op_key)[0] == 0
     _, _, exc = _invoke(
         "node", "unstake", "--node", node, "--amount", "0.1", "--private-key", other_key
@@ -109,7 +124,10 @@ def test_bad_input_names_the_problem(cli_env: Path) -> None:
     _, _, exc = _invoke("node", "status", "--node", "0x1234")
     assert isinstance(exc, ConfigError) and "--node '0x1234'" in exc.message
     node = Account.create().address
-    _, _, exc = _invoke("node", "register", "--node", node, "--payout", Account.create().address)
+    _, _, exc = _invoke(
+        "node", "register", "--node-private-key", "0x" + "11" * 32,
+        "--payout", Account.create().address,
+    )  # fmt: skip
     assert isinstance(exc, ConfigError) and "--keystore" in exc.message
     _, _, exc = _invoke(
         "node", "stake", "--node", node, "--amount", "lots", "--private-key", "0x" + "11" * 32

@@ -13,9 +13,9 @@ from web3 import Web3
 from protocol.attestation import ComputeAttestation
 from protocol.blobs import encode_blob
 from protocol.deployment import Deployment, abi
-from protocol.eip712 import Eip712Domain
+from protocol.eip712 import Eip712Domain, NodeKeyProof
 from protocol.hashing import hash_state_dict
-from protocol.signing import sign_attestation
+from protocol.signing import sign_attestation, sign_digest
 from protocol.types import Address
 
 ETHER = 10**18
@@ -47,7 +47,17 @@ def new_node(
     address = Account.from_key(key).address
     payout = Account.from_key(os.urandom(32)).address
     sm = contract(w3, dep, "StakeManager")
-    _send(w3, sm.functions.register(address, payout), operator)
+    proof = NodeKeyProof(
+        operator=Address(operator),
+        payout=Address(payout),
+        nonce=int(sm.functions.nonces(address).call()),
+        deadline=int(w3.eth.get_block("latest")["timestamp"]) + 3600,
+    )
+    domain = Eip712Domain(
+        chain_id=int(dep.chain_id), verifying_contract=Address(dep.address("StakeManager"))
+    )
+    signature = sign_digest(proof.digest(domain), key)
+    _send(w3, sm.functions.register(address, payout, proof.deadline, signature), operator)
     if stake:
         _send(w3, sm.functions.stake(address), operator, value=stake)
     return NodeKey(key=key, address=address, payout=payout, operator=operator)

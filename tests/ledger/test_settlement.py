@@ -147,6 +147,7 @@ def test_already_committed_round_is_adopted(
         bytes.fromhex(row.checkpoint[2:]),
         int(row.total_work),
         bytes.fromhex(row.attestations_root[2:]),
+        0,
     ).transact({"from": chain.accounts[1][0]})
     chain.w3.eth.wait_for_transaction_receipt(tx)
     ledger.settler.tick()

@@ -19,8 +19,9 @@ from protocol.chain import ChainClient, RetryPolicy
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.errors import ChainError, ContractRevertError, DeploymentError, RpcUnavailableError
+from protocol.signing import address_of_private_key
 from protocol.types import Address, Bytes32, RoundNumber, RunId
-from tests.vectors.generate import vector_address, vector_bytes32
+from tests.vectors.generate import vector_address, vector_bytes32, vector_key
 
 pytestmark = pytest.mark.anvil
 
@@ -73,7 +74,12 @@ def test_commit_round_then_read_back(committer: ChainClient) -> None:
     assert committer.has_committed(RUN)
     assert committer.checkpoint_of(RUN, RoundNumber(1)) == h("ckpt/1")
     assert committer.checkpoint_of(RUN, RoundNumber(0)) == h("ckpt/0")
-    assert committer.latest_rewards_root() == h("root/1")
+    status = committer.root_status(h("root/1"))
+    assert status.index > 0 and not status.revoked
+    now = int(committer.w3.eth.get_block("latest")["timestamp"])
+    assert status.finalized_at == now + committer.dispute_window()
+    assert status.state(now) == "pending"
+    assert status.state(status.finalized_at) == "claimable"
     events = (
         committer.contract("ContributionLedger").events.RoundCommitted().process_receipt(receipt)
     )
@@ -81,6 +87,10 @@ def test_commit_round_then_read_back(committer: ChainClient) -> None:
 
 
 def test_custom_error_reverts_are_decoded(committer: ChainClient, chain: AnvilProcess) -> None:
+    with pytest.raises(ContractRevertError) as info:
+        commit(committer, 5)
+    assert info.value.error_name == "GenesisNotZero"
+    commit(committer, 0)
     commit(committer, 5)
     with pytest.raises(ContractRevertError) as info:
         commit(committer, 5)
@@ -106,14 +116,15 @@ def test_custom_error_reverts_are_decoded(committer: ChainClient, chain: AnvilPr
 def test_view_revert_is_decoded(committer: ChainClient) -> None:
     with pytest.raises(ContractRevertError) as info:
         committer.claim(vector_address("claimer"), 10, [h("not a proof")])
-    assert info.value.error_name in ("InvalidProof", "NoRewardsRoot")
+    assert info.value.error_name == "InvalidProof"
 
 
 def test_reads_at_a_past_block(chain: AnvilProcess, deployment: Deployment) -> None:
     operator = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[6][1]))
-    node = vector_address("chain-test/past-block-node")
+    node_key = vector_key("chain-test/past-block-node")
+    node = address_of_private_key(node_key)
     before = operator.block_number()
-    operator.transact("StakeManager", "register", node, chain.accounts[6][0])
+    operator.register_node(node_key, chain.accounts[6][0], operator=chain.accounts[6][0])
     operator.transact("StakeManager", "stake", node, value=3 * 10**18)
     now = operator.node_info(node)
     assert now.registered and now.staked == 3 * 10**18
@@ -127,14 +138,14 @@ def test_reads_at_a_past_block(chain: AnvilProcess, deployment: Deployment) -> N
 def test_many_sends_without_waiting_use_consecutive_nonces(committer: ChainClient) -> None:
     hashes = [
         committer.send(
-            "ContributionLedger", "commitRound", RUN, i, h(f"r{i}"), h(f"c{i}"), i, h(f"a{i}")
+            "ContributionLedger", "commitRound", RUN, i, h(f"r{i}"), h(f"c{i}"), i, h(f"a{i}"), 0
         )
-        for i in range(1, 6)
+        for i in range(6)
     ]
     receipts = [committer.wait_for_receipt(tx) for tx in hashes]
     assert all(r["status"] == 1 for r in receipts)
     nonces = [committer.w3.eth.get_transaction(tx)["nonce"] for tx in hashes]
-    assert nonces == list(range(nonces[0], nonces[0] + 5))
+    assert nonces == list(range(nonces[0], nonces[0] + 6))
     assert committer.last_round(RUN) == 5
 
 
@@ -142,6 +153,7 @@ def test_nonce_resyncs_after_another_process_used_the_key(
     committer: ChainClient, chain: AnvilProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="protocol.chain")
+    commit(committer, 0)
     commit(committer, 1)  # caches the nonce
     twin = ChainClient(chain.rpc_url, committer.deployment, committer.account, retry=FAST_RETRY)
     commit(twin, 2)  # the cached nonce of `committer` is now stale
@@ -156,7 +168,7 @@ def test_waits_for_confirmations(committer: ChainClient, chain: AnvilProcess) ->
     miner.start()
     started = time.monotonic()
     receipt = committer.transact(
-        "ContributionLedger", "commitRound", RUN, 1, h("r"), h("c"), 1, h("a"), confirmations=3
+        "ContributionLedger", "commitRound", RUN, 0, h("r"), h("c"), 1, h("a"), 0, confirmations=3
     )
     miner.join()
     assert time.monotonic() - started >= 0.4
@@ -191,7 +203,7 @@ def test_refused_connection_raises_rpc_unavailable(deployment: Deployment) -> No
     with pytest.raises(RpcUnavailableError, match=f"RPC {url} did not answer .* after 3 attempts"):
         client.block_number()
     with pytest.raises(RpcUnavailableError, match="check that the node is running"):
-        client.latest_rewards_root()
+        client.dispute_window()
 
 
 @pytest.fixture
@@ -238,7 +250,7 @@ def test_transient_http_errors_are_retried(
     client = ChainClient(url, deployment, retry=FAST_RETRY)
     assert client.block_number() >= 1
     assert seen == [503, 429, 200]
-    assert client.latest_rewards_root() is not None
+    assert client.dispute_window() > 0
 
 
 def test_repr_does_not_leak_the_key(committer: ChainClient) -> None:
@@ -248,10 +260,11 @@ def test_repr_does_not_leak_the_key(committer: ChainClient) -> None:
 
 
 def test_mined_failure_is_replayed_into_the_custom_error(committer: ChainClient) -> None:
+    commit(committer, 0)
     commit(committer, 4)
     with pytest.raises(ContractRevertError) as info:  # explicit gas skips estimation: it is mined
         committer.transact(
-            "ContributionLedger", "commitRound", RUN, 4, h("r"), h("c"), 1, h("a"), gas=200_000
+            "ContributionLedger", "commitRound", RUN, 4, h("r"), h("c"), 1, h("a"), 0, gas=200_000
         )
     assert info.value.error_name == "RoundNotIncreasing"
     assert info.value.error_args == (RUN, 4, 4)

@@ -10,6 +10,7 @@ from eth_account import Account
 from eth_account.messages import _hash_eip191_message, encode_typed_data
 
 from protocol.attestation import ComputeAttestation
+from protocol.eip712 import Eip712Domain, NodeKeyProof
 from protocol.merkle import RewardsTree, verify_proof
 from protocol.signing import recover_digest, sign_digest, verify_attestation
 from protocol.types import Address
@@ -17,11 +18,15 @@ from tests.vectors import generate
 
 ATTESTATIONS: list[dict[str, Any]] = json.loads(generate.ATTESTATION_FILE.read_text())
 TREES: list[dict[str, Any]] = json.loads(generate.REWARDS_FILE.read_text())
+PROOFS: list[dict[str, Any]] = json.loads(generate.NODE_KEY_PROOF_FILE.read_text())
 
 
 def test_committed_vectors_regenerate_identically() -> None:
     assert generate.render(generate.attestation_cases()) == generate.ATTESTATION_FILE.read_text()
     assert generate.render(generate.rewards_trees()) == generate.REWARDS_FILE.read_text()
+    assert (
+        generate.render(generate.node_key_proof_cases()) == generate.NODE_KEY_PROOF_FILE.read_text()
+    )
     assert generate.main(["--check"]) == 0
 
 
@@ -60,6 +65,24 @@ def test_attestation_vector(case: dict[str, Any]) -> None:
     assert verify_attestation(attestation, domain, signature) == case["signer"]
     message = encode_typed_data(full_message=case["typed_data"])
     assert Account.recover_message(message, signature=signature) == case["signer"]
+
+
+@pytest.mark.parametrize("case", PROOFS, ids=[c["name"] for c in PROOFS])
+def test_node_key_proof_vector(case: dict[str, Any]) -> None:
+    """The fast path (protocol.eip712.NodeKeyProof) agrees with eth-account on every case."""
+    typed = case["typed_data"]
+    domain = Eip712Domain.from_json(typed["domain"])
+    proof = NodeKeyProof(**typed["message"])
+    digest = bytes.fromhex(case["digest"][2:])
+    assert proof.digest(domain) == digest
+    assert "0x" + proof.struct_hash().hex() == case["struct_hash"]
+    assert _hash_eip191_message(encode_typed_data(full_message=typed)) == digest
+    signature = bytes.fromhex(case["signature"][2:])
+    assert sign_digest(digest, bytes.fromhex(case["private_key"][2:])) == signature
+    assert recover_digest(digest, signature) == case["signer"]
+    # a proof for another operator or payout is another digest: it cannot be replayed
+    other = NodeKeyProof(**{**typed["message"], "operator": case["signer"]})
+    assert recover_digest(other.digest(domain), signature) != case["signer"]
 
 
 @pytest.mark.parametrize("tree", TREES, ids=[f"{len(t['values'])}-leaves" for t in TREES])

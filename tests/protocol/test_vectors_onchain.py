@@ -2,7 +2,8 @@
 
 ContributionLedger must hash every vector's attestation exactly as Python does (same struct hash,
 same domain separator layout) and accept/refuse the same signatures; RewardDistributor must
-accept the vector trees' proofs after a commitRound of their roots.
+accept the vector trees' proofs after a commitRound of their roots, paying within the committed
+budget and refusing (BudgetExceeded) beyond it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from protocol.attestation import ComputeAttestation
 from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
-from protocol.eip712 import keccak256
+from protocol.eip712 import NodeKeyProof, keccak256
 from protocol.errors import ContractRevertError
 from protocol.signing import SECP256K1_N, sign_attestation
 from protocol.types import Address, Bytes32, RoundNumber, RunId
@@ -90,11 +91,15 @@ def test_distributor_accepts_vector_proofs(
 ) -> None:
     run = RunId(generate.vector_bytes32(f"onchain/{len(tree['values'])}"))
     root = Bytes32(bytes.fromhex(tree["root"][2:]))
+    budget = committer.training_config().reward_per_round
     committer.commit_round(
-        run, RoundNumber(1), rewards_root=root, checkpoint_hash=Bytes32(b"\x01" * 32),
-        total_work=1, attestations_root=Bytes32(bytes(32)),
+        run, RoundNumber(0), rewards_root=root, checkpoint_hash=Bytes32(b"\x01" * 32),
+        total_work=1, attestations_root=Bytes32(bytes(32)), reward_total=budget,
     )  # fmt: skip
-    assert committer.latest_rewards_root() == root
+    status = committer.root_status(root)
+    assert status.index > 0 and status.budget == budget
+    chain.increase_time(committer.dispute_window())
+    paid = int(committer.call("RewardDistributor", "totalClaimed"))
     claimer = ChainClient(
         chain.rpc_url, committer.deployment, Account.from_key(chain.accounts[5][1])
     )
@@ -105,12 +110,13 @@ def test_distributor_accepts_vector_proofs(
         proof = [bytes.fromhex(p[2:]) for p in entry["proof"]]
         if amount == 0:
             expected: str | None = "NothingToClaim"  # proof accepted, nothing owed
-        elif amount >= 2**208:
-            expected = "ERC20ExceededSafeSupply"  # proof accepted, ERC20Votes caps supply
+        elif paid + amount > budget:
+            expected = "BudgetExceeded"  # proof accepted, beyond the committed budget
         else:
             expected = None
         if expected is None:
             claimer.claim(account, amount, proof)
+            paid += amount
             assert claimer.claimed(account) == amount
             assert claimer.token_balance(account) == amount
         else:
@@ -122,3 +128,35 @@ def test_distributor_accepts_vector_proofs(
                 claimer.claim(account, amount - 1, proof)
             assert info.value.error_name == "InvalidProof"
             assert info.value.error_args == (account, amount - 1)
+
+
+PROOFS: list[dict[str, Any]] = json.loads(generate.NODE_KEY_PROOF_FILE.read_text())
+
+
+def test_node_key_proofs_hash_identically_on_chain(committer: ChainClient) -> None:
+    """Python's NodeKeyProof digest == the deployed StakeManager's, for every vector's message."""
+    domain = committer.key_proof_domain()
+    for case in PROOFS:
+        proof = NodeKeyProof(**case["typed_data"]["message"])
+        fields = (proof.operator, proof.payout, proof.nonce, proof.deadline)
+        onchain = bytes(committer.call("StakeManager", "hashNodeKeyProof", fields))
+        assert onchain == proof.digest(domain), case["name"]
+
+
+def test_register_accepts_a_python_signed_proof_only_for_its_operator(
+    chain: AnvilProcess, deployment: Deployment
+) -> None:
+    operator = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[6][1]))
+    key = generate.vector_key("onchain/node-key")
+    payout = Address(chain.accounts[6][0])
+    now = int(operator.call("ModelShareToken", "clock"))
+    # a proof signed for another operator is refused: WrongKeySigner
+    node, proof, sig = operator.sign_node_key_proof(
+        key, Address(chain.accounts[7][0]), payout, now + 60
+    )
+    with pytest.raises(ContractRevertError) as info:
+        operator.transact("StakeManager", "register", node, payout, proof.deadline, sig)
+    assert info.value.error_name == "WrongKeySigner"
+    operator.register_node(key, payout, operator=Address(chain.accounts[6][0]))
+    assert operator.node_info(node).operator == chain.accounts[6][0]
+    assert int(operator.call("StakeManager", "nonces", node)) == 1

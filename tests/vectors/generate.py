@@ -21,13 +21,14 @@ from eth_account.messages import _hash_eip191_message, encode_typed_data
 from eth_utils import to_checksum_address
 
 from protocol.attestation import ComputeAttestation
-from protocol.eip712 import Eip712Domain, keccak256
+from protocol.eip712 import Eip712Domain, NodeKeyProof, keccak256
 from protocol.merkle import RewardsTree
 from protocol.types import Address, Bytes32, RoundNumber, RunId
 
 VECTORS_DIR = Path(__file__).resolve().parent
 ATTESTATION_FILE = VECTORS_DIR / "compute_attestation.json"
 REWARDS_FILE = VECTORS_DIR / "rewards_tree.json"
+NODE_KEY_PROOF_FILE = VECTORS_DIR / "node_key_proof.json"
 
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
@@ -145,6 +146,43 @@ def attestation_cases() -> list[dict[str, Any]]:
     ]
 
 
+def _proof_case(label: str, chain_id: int, contract: str, **fields: Any) -> dict[str, Any]:
+    """A node key's NodeKeyProof (StakeManager.register / rotateNodeKey), signed by eth-account."""
+    key = vector_key("node-key/" + label)
+    values: dict[str, Any] = {
+        "operator": vector_address(label + "/operator"),
+        "payout": vector_address(label + "/payout"),
+        "nonce": 0,
+        "deadline": 1_700_003_600,
+    }
+    values.update(fields)
+    proof = NodeKeyProof(**values)
+    domain = Eip712Domain(chain_id=chain_id, verifying_contract=Address(contract))
+    typed = proof.typed_data(domain)
+    message = encode_typed_data(full_message=typed)
+    signed = Account.sign_message(message, key)
+    return {
+        "name": label,
+        "typed_data": typed,
+        "struct_hash": "0x" + proof.struct_hash().hex(),
+        "digest": "0x" + _hash_eip191_message(message).hex(),
+        "private_key": "0x" + key.hex(),
+        "signature": "0x" + bytes(signed.signature).hex(),
+        "signer": Account.from_key(key).address,
+    }
+
+
+def node_key_proof_cases() -> list[dict[str, Any]]:
+    return [
+        _proof_case("anvil", 31337, ANVIL_CREATE_0),
+        _proof_case("anvil-other-contract", 31337, ANVIL_CREATE_1, nonce=1),
+        _proof_case(
+            "mainnet-max", 1, vector_address("contract/mainnet"), nonce=U256_MAX, deadline=U256_MAX
+        ),
+        _proof_case("base-zero", 8453, vector_address("contract/base"), deadline=0),
+    ]
+
+
 def rewards_trees() -> list[dict[str, Any]]:
     def accounts(prefix: str, n: int) -> list[Address]:
         return [vector_address(f"{prefix}/{i}") for i in range(n)]
@@ -173,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     outputs = {
         ATTESTATION_FILE: render(attestation_cases()),
         REWARDS_FILE: render(rewards_trees()),
+        NODE_KEY_PROOF_FILE: render(node_key_proof_cases()),
     }
     stale = [p for p, text in outputs.items() if not p.exists() or p.read_text() != text]
     if args.check:

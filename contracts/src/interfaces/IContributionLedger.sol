@@ -18,9 +18,31 @@ struct ComputeAttestation {
 
 /// @title IContributionLedger
 /// @notice One commitment per (run, round) from the ledger operator: the cumulative rewards root,
-/// the resulting checkpoint and a root over the round's attestations. Also the EIP-712 domain
-/// (name "coloco", version "1") under which nodes sign `ComputeAttestation`s.
+/// the round's reward total (its budget), the resulting checkpoint and a root over the round's
+/// attestations. Also the EIP-712 domain (name "coloco", version "1") of `ComputeAttestation`.
+/// @dev Trust bounds other contracts build on:
+/// - Budget: every commit adds `rewardTotal <= TrainingConfig.rewardPerRound()` to `totalBudget`
+///   and records it as the root's `budget`. A payer claiming against a root never lets its total
+///   paid exceed that root's budget, so the total paid never exceeds the committed budget. A
+///   revoked root's budget stays committed: the honest replacement root carries the same work.
+/// - Finality: a rewards root is pending for `disputeWindow` seconds after its first commit; the
+///   guardian (GUARDIAN_ROLE) or governance (DEFAULT_ADMIN_ROLE) may revoke it while pending.
+///   `claimable(root)` reverts unless the root is finalized and not revoked.
+/// - Pause: the guardian can pause commits (never move funds); only governance unpauses.
 interface IContributionLedger {
+    /// @notice Finality record of a rewards root (one storage slot).
+    /// @param index 1-based order of first commit (0: unknown root).
+    /// @param finalizedAt When the root becomes claimable (unix seconds).
+    /// @param revoked Whether the root was revoked while pending (it never pays).
+    /// @param budget `totalBudget` after this root's latest commit: what all claims together may
+    /// reach when paying against this root.
+    struct RootInfo {
+        uint32 index;
+        uint64 finalizedAt;
+        bool revoked;
+        uint128 budget;
+    }
+
     /// @notice A round was committed. Carries everything an indexer needs.
     /// @param runId The run.
     /// @param round The outer round (0 = genesis).
@@ -28,19 +50,49 @@ interface IContributionLedger {
     /// @param checkpointHash Canonical hash of the weights after this round.
     /// @param totalWork Verified work credited in this round (ledger units).
     /// @param attestationsRoot Root over the attestations accepted for this round.
+    /// @param rewardTotal Tokens this round adds to the reward budget.
     event RoundCommitted(
         bytes32 indexed runId,
         uint64 indexed round,
         bytes32 rewardsRoot,
         bytes32 checkpointHash,
         uint256 totalWork,
-        bytes32 attestationsRoot
+        bytes32 attestationsRoot,
+        uint256 rewardTotal
     );
+    /// @notice A pending rewards root was revoked by `by`: it never pays.
+    event RootRevoked(bytes32 indexed root, address indexed by);
+    /// @notice Governance set the dispute window (seconds).
+    event DisputeWindowSet(uint64 disputeWindow);
+    /// @notice Governance set the largest allowed round skip.
+    event MaxRoundSkipSet(uint32 maxRoundSkip);
 
     /// @notice `round` is not above the run's last committed round.
     error RoundNotIncreasing(bytes32 runId, uint64 round, uint64 lastRound);
+    /// @notice A run's first commit must be round 0 (genesis).
+    error GenesisNotZero(bytes32 runId, uint64 round);
+    /// @notice `round` skips more than `maxRoundSkip` rounds past `lastRound`.
+    error RoundSkipTooLarge(bytes32 runId, uint64 round, uint64 lastRound, uint32 maxRoundSkip);
     /// @notice A commit must carry a non-zero checkpoint hash.
     error ZeroCheckpoint(bytes32 runId, uint64 round);
+    /// @notice The commit's `rewardTotal` is above the governed `rewardPerRound`.
+    error RewardAboveBudget(uint256 rewardTotal, uint256 rewardPerRound);
+    /// @notice Rewards were committed without a rewards root to pay them.
+    error RewardWithoutRoot(uint256 rewardTotal);
+    /// @notice `root` was never committed.
+    error UnknownRoot(bytes32 root);
+    /// @notice `root` is still in its dispute window until `finalizedAt`.
+    error RootPending(bytes32 root, uint64 finalizedAt);
+    /// @notice `root` was revoked and never pays (nor may it be committed again).
+    error RootIsRevoked(bytes32 root);
+    /// @notice `root` is past its dispute window: it can no longer be revoked.
+    error RootFinalized(bytes32 root, uint64 finalizedAt);
+    /// @notice `caller` is neither the guardian nor governance.
+    error NotGuardian(address caller);
+    /// @notice The dispute window is outside [MIN_DISPUTE_WINDOW, MAX_DISPUTE_WINDOW].
+    error InvalidDisputeWindow(uint64 disputeWindow);
+    /// @notice The maximum round skip is outside [1, MAX_ROUND_SKIP_LIMIT].
+    error InvalidMaxRoundSkip(uint32 maxRoundSkip);
     /// @notice The signature is malformed (wrong length or non-canonical s).
     error InvalidSignature(bytes signature);
     /// @notice The signature recovers to `signer`, not to the attestation's `node`.
@@ -52,17 +104,57 @@ interface IContributionLedger {
     /// @notice The role allowed to commit rounds.
     function COMMITTER_ROLE() external view returns (bytes32);
 
-    /// @notice Commits round `round` of `runId`. Only COMMITTER_ROLE. The first commit of a run
-    /// may be round 0 (genesis); later rounds must strictly increase. A non-zero `rewardsRoot`
-    /// becomes `latestRewardsRoot`; a zero one (genesis, nothing settled) leaves it unchanged.
+    /// @notice The role allowed to pause commits and revoke pending roots (never to move funds).
+    function GUARDIAN_ROLE() external view returns (bytes32);
+
+    /// @notice Commits round `round` of `runId`. Only COMMITTER_ROLE, not while paused. A run's
+    /// first commit must be round 0; later rounds increase by 1..`maxRoundSkip`. `rewardTotal`
+    /// (<= TrainingConfig.rewardPerRound()) joins `totalBudget`. A non-zero `rewardsRoot` not seen
+    /// before becomes pending for `disputeWindow` seconds; a repeated one keeps its finality.
     function commitRound(
         bytes32 runId,
         uint64 round,
         bytes32 rewardsRoot,
         bytes32 checkpointHash,
         uint256 totalWork,
-        bytes32 attestationsRoot
+        bytes32 attestationsRoot,
+        uint256 rewardTotal
     ) external;
+
+    /// @notice Revokes a pending `root`: it never pays (nor may it be committed again).
+    /// Only the guardian or governance, only during the dispute window.
+    function revokeRoot(bytes32 root) external;
+
+    /// @notice Sets the dispute window in seconds. Only governance.
+    function setDisputeWindow(uint64 disputeWindow_) external;
+
+    /// @notice Sets the largest round skip between two commits of a run. Only governance.
+    function setMaxRoundSkip(uint32 maxRoundSkip_) external;
+
+    /// @notice Stops `commitRound`. The guardian or governance.
+    function pause() external;
+
+    /// @notice Resumes `commitRound`. Only governance.
+    function unpause() external;
+
+    /// @notice The finality record of `root` (index 0: never committed).
+    function rootInfo(bytes32 root) external view returns (RootInfo memory);
+
+    /// @notice For payers: `root`'s index and budget. Reverts with
+    /// `UnknownRoot`, `RootPending` or `RootIsRevoked` unless `root` is claimable now.
+    function claimable(bytes32 root) external view returns (uint32 index, uint256 budget);
+
+    /// @notice Sum of every committed reward total.
+    function totalBudget() external view returns (uint256);
+
+    /// @notice Seconds a new root stays pending (revocable) before it can pay.
+    function disputeWindow() external view returns (uint64);
+
+    /// @notice The largest allowed `round - lastRound` of a commit.
+    function maxRoundSkip() external view returns (uint32);
+
+    /// @notice How many distinct rewards roots were committed.
+    function rootCount() external view returns (uint32);
 
     /// @notice The last committed round of `runId` (0 if none: check `hasCommitted`).
     function lastRound(bytes32 runId) external view returns (uint64);
@@ -72,9 +164,6 @@ interface IContributionLedger {
 
     /// @notice The checkpoint hash committed for (`runId`, `round`), zero if none.
     function checkpointOf(bytes32 runId, uint64 round) external view returns (bytes32);
-
-    /// @notice The root that reward claims prove against.
-    function latestRewardsRoot() external view returns (bytes32);
 
     /// @notice The EIP-712 digest of `att` under this contract's domain.
     function hashAttestation(ComputeAttestation calldata att) external view returns (bytes32);

@@ -55,6 +55,9 @@ interface ITrainingConfig {
     /// @notice Minimum native-currency stake for a node to count as active (cheap single read).
     function minStake() external view returns (uint256);
 
+    /// @notice The governed reward per round: the cap on each commit's reward total.
+    function rewardPerRound() external view returns (uint256);
+
     /// @notice Sets the inner loop: AdamW steps per round (H) and inner learning rate.
     function setInnerLoop(uint32 innerSteps, uint32 innerLrE6) external;
 

@@ -12,18 +12,24 @@ import {RewardDistributor} from "../../src/RewardDistributor.sol";
 import {RunFunding} from "../../src/RunFunding.sol";
 import {StakeManager} from "../../src/StakeManager.sol";
 import {TrainingConfig} from "../../src/TrainingConfig.sol";
+import {IStakeManager} from "../../src/interfaces/IStakeManager.sol";
 
 /// @notice Base for contract tests: the whole system deployed and wired by the real Deploy
 /// script, with named actors. Privileged calls are made by pranking the Timelock or committer.
 abstract contract ColocoTest is Test {
     uint64 internal constant UNBONDING = 7 days;
-    uint256 internal constant GRANT_CAP = 1_000_000e18;
+    uint64 internal constant DISPUTE = 1 hours;
+    uint64 internal constant SLASH_DISPUTE = 2 days;
+    uint256 internal constant GRANT_LIMIT = 1_000_000e18;
+    bytes32 internal constant RUN = bytes32(uint256(1));
 
     address internal committer = makeAddr("committer");
     address internal treasury = makeAddr("treasury");
+    address internal guardian = makeAddr("guardian");
     address internal operator = makeAddr("operator");
     address internal payout = makeAddr("payout");
-    address internal node = makeAddr("node");
+    address internal node;
+    uint256 internal nodeKey;
     address internal stranger = makeAddr("stranger");
 
     StakeManager internal stakeManager;
@@ -36,20 +42,21 @@ abstract contract ColocoTest is Test {
     RunFunding internal funding;
     CodeRegistry internal codeRegistry;
 
+    function _params() internal virtual returns (Deploy.Params memory p) {
+        p = new Deploy().devnetParams();
+        p.committer = committer;
+        p.treasury = treasury;
+        p.guardian = guardian;
+        p.unbondingDelay = UNBONDING;
+        p.disputeWindow = DISPUTE;
+        p.slashDisputeWindow = SLASH_DISPUTE;
+        p.grantLimit = GRANT_LIMIT;
+    }
+
     function setUp() public virtual {
-        Deploy.Params memory p = Deploy.Params({
-            committer: committer,
-            treasury: treasury,
-            votingDelay: 1,
-            votingPeriod: 20,
-            quorumFraction: 4,
-            timelockDelay: 1,
-            unbondingDelay: UNBONDING,
-            grantCap: GRANT_CAP,
-            proposalThreshold: 0,
-            initialInnerSteps: 0
-        });
-        Deploy.Deployed memory d = new Deploy().deploy(p);
+        (node, nodeKey) = makeAddrAndKey("node");
+        vm.warp(1_700_000_000);
+        Deploy.Deployed memory d = new Deploy().deploy(_params());
         stakeManager = d.stakeManager;
         ledger = d.ledger;
         token = d.token;
@@ -63,19 +70,53 @@ abstract contract ColocoTest is Test {
         vm.deal(stranger, 1000 ether);
     }
 
-    /// @dev Registers `node_` for `operator` and stakes `amount` for it.
-    function _registerAndStake(address node_, uint256 amount) internal {
-        vm.startPrank(operator);
-        stakeManager.register(node_, payout);
-        stakeManager.stake{value: amount}(node_);
-        vm.stopPrank();
+    /// @dev The node key's proof of possession for `operator_` and `payout_`.
+    function _keyProof(uint256 key, address operator_, address payout_, uint256 deadline)
+        internal
+        view
+        returns (bytes memory)
+    {
+        bytes32 digest = stakeManager.hashNodeKeyProof(
+            IStakeManager.NodeKeyProof({
+                operator: operator_,
+                payout: payout_,
+                nonce: stakeManager.nonces(vm.addr(key)),
+                deadline: deadline
+            })
+        );
+        (uint8 v, bytes32 r, bytes32 s) = vm.sign(key, digest);
+        return abi.encodePacked(r, s, v);
     }
 
-    /// @dev Commits `root` as the latest rewards root (run 1, next round).
-    function _commitRoot(bytes32 root) internal {
-        bytes32 run = bytes32(uint256(1));
-        uint64 round = ledger.hasCommitted(run) ? ledger.lastRound(run) + 1 : 0;
+    /// @dev Registers key `key` for `operator` (with its proof).
+    function _register(uint256 key) internal {
+        address n = vm.addr(key);
+        bytes memory sig = _keyProof(key, operator, payout, block.timestamp + 1 hours);
+        vm.prank(operator);
+        stakeManager.register(n, payout, block.timestamp + 1 hours, sig);
+    }
+
+    /// @dev Registers `node` for `operator` and stakes `amount` for it.
+    function _registerAndStake(uint256 key, uint256 amount) internal {
+        _register(key);
+        vm.prank(operator);
+        stakeManager.stake{value: amount}(vm.addr(key));
+    }
+
+    /// @dev Commits the next round of RUN with `root` and `reward` (genesis first if needed).
+    function _commit(bytes32 root, uint256 reward) internal {
+        if (!ledger.hasCommitted(RUN)) {
+            vm.prank(committer);
+            ledger.commitRound(RUN, 0, bytes32(0), keccak256("genesis"), 0, bytes32(0), 0);
+        }
+        uint64 round = ledger.lastRound(RUN) + 1;
         vm.prank(committer);
-        ledger.commitRound(run, round, root, keccak256(abi.encode(round)), 1, bytes32(0));
+        ledger.commitRound(RUN, round, root, keccak256(abi.encode(round)), 1, bytes32(0), reward);
+    }
+
+    /// @dev Commits `root` with the full per-round budget and lets its dispute window pass.
+    function _commitRoot(bytes32 root) internal {
+        _commit(root, config.rewardPerRound());
+        vm.warp(block.timestamp + DISPUTE);
     }
 }

@@ -1,0 +1,1 @@
+"""`coloco slash`: report equivocation; propose, veto, execute and inspect slashes."""

@@ -1,0 +1,204 @@
+"""Mutation check of contracts/src: every guard must be load-bearing.
+
+Each mutant removes ONE guard or accounting line from one contract: an access modifier
+(`onlyRole(...)`, `onlyGuardianOrAdmin`, `whenNotPaused`, `nonReentrant`), an
+`if (...) revert ...` check (signature, time, bound, state checks), or a state-writing
+accounting statement. The forge suite runs against each mutant in a scratch copy of the project
+(the working tree is never touched); a mutant is *killed* when the suite fails. Surviving mutants
+are listed: each is a guard no test exercises (or an equivalent mutant, to be argued in
+docs/contracts.md).
+
+    python tools/mutate.py [--list] [--only SUBSTRING] [--limit N] [--json OUT]
+
+`make test-full` runs it over every mutant and fails if any survives. It prints one JSON object
+(tried, killed, survived, seconds, load average) as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "contracts" / "src"
+FORGE = ROOT / "node_modules" / "@foundry-rs" / "forge-linux-amd64" / "bin" / "forge"
+log = logging.getLogger("mutate")
+
+MODIFIERS = re.compile(r"\s(onlyRole\([A-Z_]+\)|onlyGuardianOrAdmin|whenNotPaused|nonReentrant)\b")
+ONE_LINE_REVERT = re.compile(r"^\s*if \(.*\) revert \w+\(.*\);\s*$")
+BLOCK_REVERT_START = re.compile(r"^\s*if \(.*\) \{\s*$")
+REQUIRE_LIKE = re.compile(r"^\s*revert \w+\(.*\);\s*$")
+# state-writing statements (accounting): assignments to storage-looking targets and nonce use
+ACCOUNTING = re.compile(
+    r"^\s*("
+    r"_\w+(\[[^\]]+\])*(\.\w+)?\s*(=|\+=|-=)\s*[^=].*;"  # _private storage
+    r"|\w+\.(staked|unbonding|unbondingReadyAt|pendingSlashes|payout|operator|status|revoked)"
+    r"\s*(=|\+=|-=)\s*[^=].*;"  # struct fields through storage pointers
+    r"|(granted|proposalCount|equivocationSlashed\[\w+\]|delegationChosen\[[^\]]+\])\s*=\s*.*;"
+    r"|_useNonce\(\w+\);"
+    r"|\+\+_\w+(\.\w+)?;"
+    r")\s*$"
+)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    file: str
+    line: int  # 1-based
+    kind: str
+    original: str
+    mutated: str  # the replacement text of [line, line + span)
+    span: int = 1
+
+    @property
+    def name(self) -> str:
+        return f"{self.file}:{self.line} {self.kind}: {self.original.strip()[:70]}"
+
+
+def _in_function(lines: list[str], i: int) -> bool:
+    """Whether line i lies inside a function or modifier body (not a declaration)."""
+    depth = 0
+    for j in range(i, -1, -1):
+        text = lines[j]
+        depth += text.count("}") - text.count("{")
+        if depth < 0 and re.search(r"\b(function|modifier|constructor)\b", text):
+            return True
+        if depth < -1:
+            return False
+    return False
+
+
+def mutants_of(path: Path) -> list[Mutant]:
+    lines = path.read_text().splitlines(keepends=True)
+    rel = str(path.relative_to(ROOT))
+    out: list[Mutant] = []
+    for i, text in enumerate(lines):
+        code = text.split("//", 1)[0]
+        if re.search(r"\bfunction\b|^\s*\)\s|^\s*(external|public|internal|returns)", code):
+            for m in MODIFIERS.finditer(code):
+                out.append(
+                    Mutant(rel, i + 1, "modifier", text, text.replace(" " + m.group(1), "", 1))
+                )
+        if ONE_LINE_REVERT.match(code):
+            out.append(Mutant(rel, i + 1, "check", text, "\n"))
+        elif BLOCK_REVERT_START.match(code) and i + 2 < len(lines):
+            if REQUIRE_LIKE.match(lines[i + 1]) and lines[i + 2].strip() == "}":
+                out.append(Mutant(rel, i + 1, "check", "".join(lines[i : i + 3]), "\n", 3))
+        elif ACCOUNTING.match(code) and _in_function(lines, i):
+            out.append(Mutant(rel, i + 1, "accounting", text, "\n"))
+    return out
+
+
+def all_mutants() -> list[Mutant]:
+    found: list[Mutant] = []
+    for path in sorted(SRC.glob("*.sol")):
+        found.extend(mutants_of(path))
+    return found
+
+
+def _scratch() -> Path:
+    """A copy of what forge needs (sources, tests, vectors, config), node_modules linked."""
+    tmp = Path(tempfile.mkdtemp(prefix="coloco-mutate-"))
+    for rel in ("contracts", "tests/vectors", "tools/solc", "foundry.toml"):
+        src = ROOT / rel
+        dst = tmp / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dst)
+    (tmp / "node_modules").symlink_to(ROOT / "node_modules")
+    (tmp / "deployments").mkdir()
+    return tmp
+
+
+def _forge(tmp: Path, *args: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FOUNDRY_PROFILE": "ci", "FOUNDRY_INVARIANT_RUNS": "16"}
+    return subprocess.run(
+        [str(FORGE), *args],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def run(mutants: list[Mutant], timeout: int) -> tuple[list[Mutant], list[Mutant]]:
+    tmp = _scratch()
+    try:
+        base = _forge(tmp, "test", "--fail-fast", timeout=timeout * 3)
+        if base.returncode != 0:
+            raise SystemExit(f"the unmutated suite fails; fix it first:\n{base.stdout[-2000:]}")
+        killed, survived = [], []
+        for n, mutant in enumerate(mutants, 1):
+            target = tmp / mutant.file
+            original = target.read_text()
+            lines = original.splitlines(keepends=True)
+            idx = mutant.line - 1
+            lines[idx : idx + mutant.span] = [mutant.mutated]
+            target.write_text("".join(lines))
+            try:
+                proc = _forge(tmp, "test", "--fail-fast", timeout=timeout)
+                dead = proc.returncode != 0
+            except subprocess.TimeoutExpired:
+                dead = True  # a hang is a detected change
+            finally:
+                target.write_text(original)
+            (killed if dead else survived).append(mutant)
+            log.info(
+                "[%d/%d] %s %s", n, len(mutants), "killed " if dead else "SURVIVED", mutant.name
+            )
+        return killed, survived
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--list", action="store_true", help="list mutants, run nothing")
+    parser.add_argument("--only", default="", help="only mutants whose name contains this")
+    parser.add_argument("--limit", type=int, default=0, help="at most N mutants (spread evenly)")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per forge run")
+    parser.add_argument("--json", type=Path, help="also write the result JSON here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    mutants = [m for m in all_mutants() if args.only in m.name]
+    if args.limit and len(mutants) > args.limit:
+        step = len(mutants) / args.limit
+        mutants = [mutants[int(i * step)] for i in range(args.limit)]
+    if args.list:
+        for m in mutants:
+            print(m.name)
+        print(json.dumps({"mutants": len(mutants)}))
+        return 0
+    started = time.monotonic()
+    killed, survived = run(mutants, args.timeout)
+    result = {
+        "tried": len(mutants),
+        "killed": len(killed),
+        "survived": [m.name for m in survived],
+        "seconds": round(time.monotonic() - started),
+        "load_average": os.getloadavg(),
+        "mutants": [asdict(m) | {"killed": m in killed} for m in mutants],
+    }
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    summary = {k: v for k, v in result.items() if k != "mutants"}
+    print(json.dumps(summary))
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
