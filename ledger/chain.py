@@ -214,8 +214,9 @@ class LedgerChain:
         return "0x" + bytes(signed.hash).hex(), "0x" + bytes(signed.raw_transaction).hex()
 
     def reward_per_round(self) -> int:
-        """The governed cap on one commit's reward total (TrainingConfig.rewardPerRound)."""
-        return int(self.client.call("TrainingConfig", "rewardPerRound"))
+        """The governed cap on one commit's reward total: the compute pool per round
+        (TrainingConfig.poolRewards()[0], rewardPerRound times the compute share)."""
+        return int(self.client.call("TrainingConfig", "poolRewards")[0])
 
     def send_raw(self, raw_tx: str) -> None:
         eth = self.client.w3.eth

@@ -180,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         mutants = [mutants[int(i * step)] for i in range(args.limit)]
     if args.list:
         for m in mutants:
-            print(m.name)
-        print(json.dumps({"mutants": len(mutants)}))
+            sys.stdout.write(m.name + "\n")
+        sys.stdout.write(json.dumps({"mutants": len(mutants)}) + "\n")
         return 0
     started = time.monotonic()
     killed, survived = run(mutants, args.timeout)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     summary = {k: v for k, v in result.items() if k != "mutants"}
-    print(json.dumps(summary))
+    sys.stdout.write(json.dumps(summary) + "\n")
     return 1 if survived else 0
 
 

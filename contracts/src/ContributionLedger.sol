@@ -7,6 +7,7 @@ import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
 import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 import {ComputeAttestation, IContributionLedger} from "./interfaces/IContributionLedger.sol";
+import {IOwnershipSplit} from "./interfaces/IOwnershipSplit.sol";
 import {ITrainingConfig} from "./interfaces/ITrainingConfig.sol";
 
 /// @title ContributionLedger
@@ -57,7 +58,8 @@ contract ContributionLedger is IContributionLedger, AccessControl, EIP712, Pausa
     mapping(bytes32 root => RootInfo) private _roots;
 
     /// @param admin Holder of DEFAULT_ADMIN_ROLE (grants COMMITTER/GUARDIAN; the Timelock).
-    /// @param config_ The TrainingConfig whose `rewardPerRound` caps each commit's reward total.
+    /// @param config_ The TrainingConfig whose compute pool (`poolRewards()`, rewardPerRound times
+    /// the compute share) caps each commit's reward total.
     /// @param disputeWindow_ Seconds a new rewards root stays pending.
     /// @param maxRoundSkip_ Largest `round - lastRound` of a commit.
     constructor(address admin, ITrainingConfig config_, uint64 disputeWindow_, uint32 maxRoundSkip_)
@@ -98,7 +100,8 @@ contract ContributionLedger is IContributionLedger, AccessControl, EIP712, Pausa
         }
         if (checkpointHash == bytes32(0)) revert ZeroCheckpoint(runId, round);
         if (rewardTotal != 0) {
-            uint256 perRound = config.rewardPerRound();
+            // the compute pool's share of rewardPerRound (code and capital pools pay their own)
+            (uint256 perRound,,) = IOwnershipSplit(address(config)).poolRewards();
             if (rewardTotal > perRound) revert RewardAboveBudget(rewardTotal, perRound);
             if (rewardsRoot == bytes32(0)) revert RewardWithoutRoot(rewardTotal);
         }

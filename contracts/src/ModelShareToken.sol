@@ -64,7 +64,9 @@ contract ModelShareToken is IModelShareToken, ERC20, ERC20Permit, ERC20Votes, Ac
 
     /// @inheritdoc IModelShareToken
     function mint(address to, uint256 amount) external {
-        if (msg.sender != MINTER && !hasRole(MINTER_ROLE, msg.sender)) revert NotMinter(msg.sender);
+        if (msg.sender != MINTER && !hasRole(MINTER_ROLE, msg.sender)) {
+            revert NotMinter(msg.sender);
+        }
         _mint(to, amount);
     }
 

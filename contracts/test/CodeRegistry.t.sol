@@ -25,7 +25,7 @@ contract CodeRegistryTest is ColocoTest {
         vm.stopPrank();
         for (uint64 r; r <= 10; ++r) {
             vm.prank(committer);
-            ledger.commitRound(RUN, r, bytes32(0), keccak256(abi.encode(r)), 1, bytes32(0));
+            ledger.commitRound(RUN, r, bytes32(0), keccak256(abi.encode(r)), 1, bytes32(0), 0);
         }
         assertEq(codeRegistry.codePool(RUN), 100e18);
     }

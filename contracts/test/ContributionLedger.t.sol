@@ -31,7 +31,7 @@ contract ContributionLedgerTest is ColocoTest {
 
     function _att(address signer) internal pure returns (ComputeAttestation memory a) {
         a = ComputeAttestation({
-            runId: RUN,
+            runId: DEFAULT_RUN,
             round: 3,
             node: signer,
             configVersion: 2,
@@ -47,29 +47,31 @@ contract ContributionLedgerTest is ColocoTest {
     // ---------------------------------------------------------------- commitRound
 
     function test_commitRound_genesisThenIncreasingRounds() public {
-        assertFalse(ledger.hasCommitted(RUN));
+        assertFalse(ledger.hasCommitted(DEFAULT_RUN));
         vm.expectEmit(address(ledger));
-        emit RoundCommitted(RUN, 0, bytes32(0), keccak256(abi.encode(RUN, 0)), 7, keccak256("a"), 0);
-        _commitAt(RUN, 0, bytes32(0), 0);
-        assertTrue(ledger.hasCommitted(RUN));
-        assertEq(ledger.lastRound(RUN), 0);
-        assertEq(ledger.checkpointOf(RUN, 0), keccak256(abi.encode(RUN, uint64(0))));
+        emit RoundCommitted(
+            DEFAULT_RUN, 0, bytes32(0), keccak256(abi.encode(DEFAULT_RUN, 0)), 7, keccak256("a"), 0
+        );
+        _commitAt(DEFAULT_RUN, 0, bytes32(0), 0);
+        assertTrue(ledger.hasCommitted(DEFAULT_RUN));
+        assertEq(ledger.lastRound(DEFAULT_RUN), 0);
+        assertEq(ledger.checkpointOf(DEFAULT_RUN, 0), keccak256(abi.encode(DEFAULT_RUN, uint64(0))));
         assertEq(ledger.rootCount(), 0);
-        _commitAt(RUN, 1, keccak256("root1"), REWARD);
-        _commitAt(RUN, 5, keccak256("root5"), REWARD);
-        assertEq(ledger.lastRound(RUN), 5);
+        _commitAt(DEFAULT_RUN, 1, keccak256("root1"), REWARD);
+        _commitAt(DEFAULT_RUN, 5, keccak256("root5"), REWARD);
+        assertEq(ledger.lastRound(DEFAULT_RUN), 5);
         assertEq(ledger.rootCount(), 2);
         assertEq(ledger.totalBudget(), 2 * REWARD);
         assertEq(ledger.rootInfo(keccak256("root5")).index, 2);
         assertEq(ledger.rootInfo(keccak256("root5")).finalizedAt, block.timestamp + DISPUTE);
-        assertEq(ledger.checkpointOf(RUN, 1), keccak256(abi.encode(RUN, uint64(1))));
-        assertEq(ledger.checkpointOf(RUN, 2), bytes32(0));
+        assertEq(ledger.checkpointOf(DEFAULT_RUN, 1), keccak256(abi.encode(DEFAULT_RUN, uint64(1))));
+        assertEq(ledger.checkpointOf(DEFAULT_RUN, 2), bytes32(0));
     }
 
     function test_commitRound_repeatedRootKeepsItsFinalityAndAddsBudget() public {
-        _commitAt(RUN, 0, keccak256("r"), REWARD);
+        _commitAt(DEFAULT_RUN, 0, keccak256("r"), REWARD);
         vm.warp(block.timestamp + 10);
-        _commitAt(RUN, 1, keccak256("r"), 1);
+        _commitAt(DEFAULT_RUN, 1, keccak256("r"), 1);
         IContributionLedger.RootInfo memory info = ledger.rootInfo(keccak256("r"));
         assertEq(info.index, 1);
         assertEq(info.finalizedAt, block.timestamp - 10 + DISPUTE);
@@ -78,11 +80,11 @@ contract ContributionLedgerTest is ColocoTest {
     }
 
     function test_commitRound_runsAreIndependent() public {
-        _commitAt(RUN, 0, keccak256("r"), 0);
-        _commitAt(RUN, 9, keccak256("r"), 0);
+        _commitAt(DEFAULT_RUN, 0, keccak256("r"), 0);
+        _commitAt(DEFAULT_RUN, 9, keccak256("r"), 0);
         _commitAt(keccak256("run-2"), 0, bytes32(0), 0);
         assertEq(ledger.lastRound(keccak256("run-2")), 0);
-        assertEq(ledger.lastRound(RUN), 9);
+        assertEq(ledger.lastRound(DEFAULT_RUN), 9);
     }
 
     function test_commitRound_revertsWhenNotCommitter() public {
@@ -93,53 +95,59 @@ contract ContributionLedgerTest is ColocoTest {
                 ledger.COMMITTER_ROLE()
             )
         );
-        ledger.commitRound(RUN, 0, bytes32(0), keccak256("c"), 0, bytes32(0), 0);
+        ledger.commitRound(DEFAULT_RUN, 0, bytes32(0), keccak256("c"), 0, bytes32(0), 0);
     }
 
     function test_commitRound_revertsOnRepeatedRound() public {
-        _commitAt(RUN, 0, bytes32(0), 0);
+        _commitAt(DEFAULT_RUN, 0, bytes32(0), 0);
         vm.expectRevert(
-            abi.encodeWithSelector(IContributionLedger.RoundNotIncreasing.selector, RUN, 0, 0)
+            abi.encodeWithSelector(
+                IContributionLedger.RoundNotIncreasing.selector, DEFAULT_RUN, 0, 0
+            )
         );
-        _commitAt(RUN, 0, bytes32(0), 0);
+        _commitAt(DEFAULT_RUN, 0, bytes32(0), 0);
     }
 
     function test_commitRound_revertsOnLowerRound() public {
-        _commitAt(RUN, 0, bytes32(0), 0);
-        _commitAt(RUN, 4, keccak256("r"), 0);
+        _commitAt(DEFAULT_RUN, 0, bytes32(0), 0);
+        _commitAt(DEFAULT_RUN, 4, keccak256("r"), 0);
         vm.expectRevert(
-            abi.encodeWithSelector(IContributionLedger.RoundNotIncreasing.selector, RUN, 3, 4)
+            abi.encodeWithSelector(
+                IContributionLedger.RoundNotIncreasing.selector, DEFAULT_RUN, 3, 4
+            )
         );
-        _commitAt(RUN, 3, keccak256("r"), 0);
+        _commitAt(DEFAULT_RUN, 3, keccak256("r"), 0);
     }
 
     /// Attack: a first commit at type(uint64).max bricked the run. Now genesis must be round 0.
     function test_attack_firstCommitAtMaxRoundIsRefused() public {
         vm.expectRevert(
             abi.encodeWithSelector(
-                IContributionLedger.GenesisNotZero.selector, RUN, type(uint64).max
+                IContributionLedger.GenesisNotZero.selector, DEFAULT_RUN, type(uint64).max
             )
         );
-        _commitAt(RUN, type(uint64).max, keccak256("r"), 0);
+        _commitAt(DEFAULT_RUN, type(uint64).max, keccak256("r"), 0);
     }
 
     function test_commitRound_revertsOnSkipBeyondMaximum() public {
-        _commitAt(RUN, 0, bytes32(0), 0);
+        _commitAt(DEFAULT_RUN, 0, bytes32(0), 0);
         uint32 maxSkip = ledger.maxRoundSkip();
-        _commitAt(RUN, maxSkip, bytes32(0), 0);
+        _commitAt(DEFAULT_RUN, maxSkip, bytes32(0), 0);
         uint64 next = uint64(maxSkip) * 2 + 1;
         vm.expectRevert(
             abi.encodeWithSelector(
-                IContributionLedger.RoundSkipTooLarge.selector, RUN, next, maxSkip, maxSkip
+                IContributionLedger.RoundSkipTooLarge.selector, DEFAULT_RUN, next, maxSkip, maxSkip
             )
         );
-        _commitAt(RUN, next, bytes32(0), 0);
+        _commitAt(DEFAULT_RUN, next, bytes32(0), 0);
     }
 
     function test_commitRound_revertsOnZeroCheckpoint() public {
-        vm.expectRevert(abi.encodeWithSelector(IContributionLedger.ZeroCheckpoint.selector, RUN, 0));
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.ZeroCheckpoint.selector, DEFAULT_RUN, 0)
+        );
         vm.prank(committer);
-        ledger.commitRound(RUN, 0, keccak256("r"), bytes32(0), 0, bytes32(0), 0);
+        ledger.commitRound(DEFAULT_RUN, 0, keccak256("r"), bytes32(0), 0, bytes32(0), 0);
     }
 
     /// Attack: a leaked committer key mints without limit. Now each commit's budget is capped.
@@ -150,52 +158,67 @@ contract ContributionLedgerTest is ColocoTest {
                 IContributionLedger.RewardAboveBudget.selector, perRound + 1, perRound
             )
         );
-        _commitAt(RUN, 0, keccak256("r"), perRound + 1);
+        _commitAt(DEFAULT_RUN, 0, keccak256("r"), perRound + 1);
         vm.expectRevert(
             abi.encodeWithSelector(IContributionLedger.RewardAboveBudget.selector, 1e30, perRound)
         );
-        _commitAt(RUN, 0, keccak256("r"), 1e30);
+        _commitAt(DEFAULT_RUN, 0, keccak256("r"), 1e30);
+    }
+
+    /// With an ownership split, a commit carries at most the compute pool's share.
+    function test_commitRound_capIsTheComputePool() public {
+        vm.prank(address(timelock));
+        config.setOwnershipSplit(8000, 1000, 1000);
+        uint256 pool = config.rewardPerRound() * 8000 / 10_000;
+        vm.expectRevert(
+            abi.encodeWithSelector(IContributionLedger.RewardAboveBudget.selector, pool + 1, pool)
+        );
+        _commitAt(DEFAULT_RUN, 0, keccak256("r"), pool + 1);
+        _commitAt(DEFAULT_RUN, 0, keccak256("r"), pool);
+        assertEq(ledger.totalBudget(), pool);
     }
 
     function test_commitRound_revertsOnRewardWithoutRoot() public {
         vm.expectRevert(abi.encodeWithSelector(IContributionLedger.RewardWithoutRoot.selector, 1));
-        _commitAt(RUN, 0, bytes32(0), 1);
+        _commitAt(DEFAULT_RUN, 0, bytes32(0), 1);
     }
 
     function test_commitRound_revertsOnRevokedRoot() public {
-        _commitAt(RUN, 0, keccak256("bad"), REWARD);
+        _commitAt(DEFAULT_RUN, 0, keccak256("bad"), REWARD);
         vm.prank(guardian);
         ledger.revokeRoot(keccak256("bad"));
         vm.expectRevert(
             abi.encodeWithSelector(IContributionLedger.RootIsRevoked.selector, keccak256("bad"))
         );
-        _commitAt(RUN, 1, keccak256("bad"), 0);
+        _commitAt(DEFAULT_RUN, 1, keccak256("bad"), 0);
     }
 
     function testFuzz_commitRound_acceptsOnlyIncreasingBoundedRounds(uint64 b) public {
-        _commitAt(RUN, 0, bytes32(0), 0);
-        _commitAt(RUN, 5, keccak256("r"), 0);
+        _commitAt(DEFAULT_RUN, 0, bytes32(0), 0);
+        _commitAt(DEFAULT_RUN, 5, keccak256("r"), 0);
         uint32 maxSkip = ledger.maxRoundSkip();
         bool ok = b > 5 && b - 5 <= maxSkip;
         if (b <= 5) {
             vm.expectRevert(
-                abi.encodeWithSelector(IContributionLedger.RoundNotIncreasing.selector, RUN, b, 5)
+                abi.encodeWithSelector(
+                    IContributionLedger.RoundNotIncreasing.selector, DEFAULT_RUN, b, 5
+                )
             );
         } else if (!ok) {
             vm.expectRevert(
                 abi.encodeWithSelector(
-                    IContributionLedger.RoundSkipTooLarge.selector, RUN, b, 5, maxSkip
+                    IContributionLedger.RoundSkipTooLarge.selector, DEFAULT_RUN, b, 5, maxSkip
                 )
             );
         }
-        _commitAt(RUN, b, keccak256("r"), 0);
-        assertEq(ledger.lastRound(RUN), ok ? b : 5);
+        _commitAt(DEFAULT_RUN, b, keccak256("r"), 0);
+        assertEq(ledger.lastRound(DEFAULT_RUN), ok ? b : 5);
     }
 
     // ---------------------------------------------------------------- dispute window
 
     function test_claimable_onlyAfterWindow() public {
-        _commitAt(RUN, 0, keccak256("r"), REWARD);
+        _commitAt(DEFAULT_RUN, 0, keccak256("r"), REWARD);
         uint64 at = uint64(block.timestamp) + DISPUTE;
         vm.expectRevert(
             abi.encodeWithSelector(IContributionLedger.RootPending.selector, keccak256("r"), at)
@@ -212,8 +235,8 @@ contract ContributionLedgerTest is ColocoTest {
     }
 
     function test_revokeRoot_byGuardianOrGovernanceDuringWindowOnly() public {
-        _commitAt(RUN, 0, keccak256("a"), REWARD);
-        _commitAt(RUN, 1, keccak256("b"), REWARD);
+        _commitAt(DEFAULT_RUN, 0, keccak256("a"), REWARD);
+        _commitAt(DEFAULT_RUN, 1, keccak256("b"), REWARD);
         vm.expectEmit(address(ledger));
         emit RootRevoked(keccak256("a"), guardian);
         vm.prank(guardian);
@@ -247,7 +270,7 @@ contract ContributionLedgerTest is ColocoTest {
     }
 
     function test_revokeRoot_governanceRevokesPending() public {
-        _commitAt(RUN, 0, keccak256("a"), REWARD);
+        _commitAt(DEFAULT_RUN, 0, keccak256("a"), REWARD);
         vm.prank(address(timelock));
         ledger.revokeRoot(keccak256("a"));
         assertTrue(ledger.rootInfo(keccak256("a")).revoked);
@@ -259,7 +282,7 @@ contract ContributionLedgerTest is ColocoTest {
         vm.prank(guardian);
         ledger.pause();
         vm.expectRevert(Pausable.EnforcedPause.selector);
-        _commitAt(RUN, 0, bytes32(0), 0);
+        _commitAt(DEFAULT_RUN, 0, bytes32(0), 0);
         vm.expectRevert(
             abi.encodeWithSelector(
                 IAccessControl.AccessControlUnauthorizedAccount.selector, guardian, bytes32(0)
@@ -272,7 +295,7 @@ contract ContributionLedgerTest is ColocoTest {
         ledger.pause();
         vm.prank(address(timelock));
         ledger.unpause();
-        _commitAt(RUN, 0, bytes32(0), 0);
+        _commitAt(DEFAULT_RUN, 0, bytes32(0), 0);
     }
 
     function test_guardian_removableByGovernance() public {
@@ -476,15 +499,17 @@ contract ContributionLedgerGasTest is ColocoTest {
     function setUp() public override {
         super.setUp();
         vm.startPrank(committer);
-        ledger.commitRound(RUN, 0, bytes32(0), keccak256("c0"), 0, bytes32(0), 0);
-        ledger.commitRound(RUN, 1, keccak256("root1"), keccak256("c1"), 1e18, keccak256("a1"), 1);
+        ledger.commitRound(DEFAULT_RUN, 0, bytes32(0), keccak256("c0"), 0, bytes32(0), 0);
+        ledger.commitRound(
+            DEFAULT_RUN, 1, keccak256("root1"), keccak256("c1"), 1e18, keccak256("a1"), 1
+        );
         vm.stopPrank();
     }
 
     function test_gas_commitRound_nextRound() public {
         vm.prank(committer);
         ledger.commitRound(
-            RUN, 2, keccak256("root2"), keccak256("c2"), 1e18, keccak256("a2"), 100e18
+            DEFAULT_RUN, 2, keccak256("root2"), keccak256("c2"), 1e18, keccak256("a2"), 100e18
         );
         uint256 gasUsed = vm.snapshotGasLastCall("ContributionLedger", "exec_commitRound_nextRound");
         assertLe(gasUsed, 75_000);

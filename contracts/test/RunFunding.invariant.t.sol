@@ -64,7 +64,7 @@ contract FundingHandler is Test {
 
     function commitRoot(uint256 seed) external {
         vm.startPrank(committer);
-        ledger.commitRound(RUN, round, bytes32(0), keccak256(abi.encode(round)), 1, bytes32(0));
+        ledger.commitRound(RUN, round, bytes32(0), keccak256(abi.encode(round)), 1, bytes32(0), 0);
         RunFunding.Run memory run = funding.runOf(RUN);
         uint256 room = run.totalDeposited - run.ethCommitted;
         if (room > run.ethPerRound) room = run.ethPerRound;

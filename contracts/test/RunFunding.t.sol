@@ -18,7 +18,6 @@ abstract contract FundingBase is ColocoTest {
 
     address internal alice = makeAddr("alice");
     address internal bob = makeAddr("bob");
-    address internal guardian = makeAddr("guardian");
     uint64 internal fundingEnd;
 
     function setUp() public virtual override {
@@ -40,7 +39,7 @@ abstract contract FundingBase is ColocoTest {
         returns (bytes32[] memory tree)
     {
         vm.prank(committer);
-        ledger.commitRound(RUN, round, bytes32(0), keccak256(abi.encode(round)), 1, bytes32(0));
+        ledger.commitRound(RUN, round, bytes32(0), keccak256(abi.encode(round)), 1, bytes32(0), 0);
         tree = _tree(toAlice, toBob);
         vm.prank(committer);
         funding.commitEthRoot(RUN, round, tree[0], toAlice + toBob);
@@ -246,7 +245,7 @@ contract RunFundingTest is FundingBase {
     function test_commitEthRoot_revertsWhenNotCommitter() public {
         _deposit(alice, 1 ether);
         vm.prank(committer);
-        ledger.commitRound(RUN, 0, bytes32(0), keccak256("c"), 1, bytes32(0));
+        ledger.commitRound(RUN, 0, bytes32(0), keccak256("c"), 1, bytes32(0), 0);
         vm.expectRevert(
             abi.encodeWithSelector(
                 IAccessControl.AccessControlUnauthorizedAccount.selector,
@@ -273,7 +272,7 @@ contract RunFundingTest is FundingBase {
         _deposit(alice, 1.5 ether);
         _commitEth(0, 0.5 ether, 0.5 ether);
         vm.prank(committer);
-        ledger.commitRound(RUN, 1, bytes32(0), keccak256("1"), 1, bytes32(0));
+        ledger.commitRound(RUN, 1, bytes32(0), keccak256("1"), 1, bytes32(0), 0);
         vm.startPrank(committer);
         vm.expectRevert(
             abi.encodeWithSelector(IRunFunding.TotalDecreased.selector, 0.5 ether, 1 ether)
@@ -310,7 +309,7 @@ contract RunFundingTest is FundingBase {
         Reenterer attacker = new Reenterer(funding);
         _deposit(alice, 3 ether);
         vm.prank(committer);
-        ledger.commitRound(RUN, 0, bytes32(0), keccak256("0"), 1, bytes32(0));
+        ledger.commitRound(RUN, 0, bytes32(0), keccak256("0"), 1, bytes32(0), 0);
         bytes32[] memory leaves = new bytes32[](2);
         leaves[0] = StandardMerkleTree.leaf(address(attacker), 1 ether);
         leaves[1] = StandardMerkleTree.leaf(bob, 1 ether);

@@ -420,7 +420,7 @@ contract StakeManagerTest is ColocoTest {
 
     function _att(bytes32 result) internal view returns (ComputeAttestation memory) {
         return ComputeAttestation({
-            runId: RUN,
+            runId: DEFAULT_RUN,
             round: 3,
             node: node,
             configVersion: 1,
@@ -452,7 +452,7 @@ contract StakeManagerTest is ColocoTest {
         assertEq(treasury.balance, 0.9 ether);
         vm.expectRevert(
             abi.encodeWithSelector(
-                IStakeManager.EquivocationAlreadySlashed.selector, uint64(1), RUN, uint64(3)
+                IStakeManager.EquivocationAlreadySlashed.selector, uint64(1), DEFAULT_RUN, uint64(3)
             )
         );
         stakeManager.reportEquivocation(a, sa, b, sb);

@@ -21,7 +21,8 @@ struct ComputeAttestation {
 /// the round's reward total (its budget), the resulting checkpoint and a root over the round's
 /// attestations. Also the EIP-712 domain (name "coloco", version "1") of `ComputeAttestation`.
 /// @dev Trust bounds other contracts build on:
-/// - Budget: every commit adds `rewardTotal <= TrainingConfig.rewardPerRound()` to `totalBudget`
+/// - Budget: every commit adds `rewardTotal` <= the compute pool per round (TrainingConfig
+///   `poolRewards()`: rewardPerRound times the compute share) to `totalBudget`
 ///   and records it as the root's `budget`. A payer claiming against a root never lets its total
 ///   paid exceed that root's budget, so the total paid never exceeds the committed budget. A
 ///   revoked root's budget stays committed: the honest replacement root carries the same work.
@@ -75,7 +76,8 @@ interface IContributionLedger {
     error RoundSkipTooLarge(bytes32 runId, uint64 round, uint64 lastRound, uint32 maxRoundSkip);
     /// @notice A commit must carry a non-zero checkpoint hash.
     error ZeroCheckpoint(bytes32 runId, uint64 round);
-    /// @notice The commit's `rewardTotal` is above the governed `rewardPerRound`.
+    /// @notice The commit's `rewardTotal` is above the compute pool per round (`rewardPerRound`
+    /// times the compute share of the ownership split).
     error RewardAboveBudget(uint256 rewardTotal, uint256 rewardPerRound);
     /// @notice Rewards were committed without a rewards root to pay them.
     error RewardWithoutRoot(uint256 rewardTotal);
@@ -109,7 +111,7 @@ interface IContributionLedger {
 
     /// @notice Commits round `round` of `runId`. Only COMMITTER_ROLE, not while paused. A run's
     /// first commit must be round 0; later rounds increase by 1..`maxRoundSkip`. `rewardTotal`
-    /// (<= TrainingConfig.rewardPerRound()) joins `totalBudget`. A non-zero `rewardsRoot` not seen
+    /// (<= the compute pool per round) joins `totalBudget`. A non-zero `rewardsRoot` not seen
     /// before becomes pending for `disputeWindow` seconds; a repeated one keeps its finality.
     function commitRound(
         bytes32 runId,

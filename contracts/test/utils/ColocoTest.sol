@@ -21,7 +21,7 @@ abstract contract ColocoTest is Test {
     uint64 internal constant DISPUTE = 1 hours;
     uint64 internal constant SLASH_DISPUTE = 2 days;
     uint256 internal constant GRANT_LIMIT = 1_000_000e18;
-    bytes32 internal constant RUN = bytes32(uint256(1));
+    bytes32 internal constant DEFAULT_RUN = bytes32(uint256(1));
 
     address internal committer = makeAddr("committer");
     address internal treasury = makeAddr("treasury");
@@ -103,15 +103,17 @@ abstract contract ColocoTest is Test {
         stakeManager.stake{value: amount}(vm.addr(key));
     }
 
-    /// @dev Commits the next round of RUN with `root` and `reward` (genesis first if needed).
+    /// @dev Commits the next round of DEFAULT_RUN with `root` and `reward` (genesis first if needed).
     function _commit(bytes32 root, uint256 reward) internal {
-        if (!ledger.hasCommitted(RUN)) {
+        if (!ledger.hasCommitted(DEFAULT_RUN)) {
             vm.prank(committer);
-            ledger.commitRound(RUN, 0, bytes32(0), keccak256("genesis"), 0, bytes32(0), 0);
+            ledger.commitRound(DEFAULT_RUN, 0, bytes32(0), keccak256("genesis"), 0, bytes32(0), 0);
         }
-        uint64 round = ledger.lastRound(RUN) + 1;
+        uint64 round = ledger.lastRound(DEFAULT_RUN) + 1;
         vm.prank(committer);
-        ledger.commitRound(RUN, round, root, keccak256(abi.encode(round)), 1, bytes32(0), reward);
+        ledger.commitRound(
+            DEFAULT_RUN, round, root, keccak256(abi.encode(round)), 1, bytes32(0), reward
+        );
     }
 
     /// @dev Commits `root` with the full per-round budget and lets its dispute window pass.
