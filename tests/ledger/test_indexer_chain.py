@@ -87,7 +87,7 @@ def test_initial_sync_without_archive_node_in_chunks(
 def _commit(chain: AnvilProcess, deployment, run: str, round_: int) -> None:  # type: ignore[no-untyped-def]
     cl = contract(chain.w3, deployment, "ContributionLedger")
     args = (bytes.fromhex(run[2:]), round_, bytes(31) + b"\x01", bytes.fromhex(h("ck")[2:]), 1)
-    tx = cl.functions.commitRound(*args, bytes(32)).transact({"from": deployment.committer})
+    tx = cl.functions.commitRound(*args, bytes(32), 0).transact({"from": deployment.committer})
     assert chain.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
 
 
