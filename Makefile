@@ -99,6 +99,7 @@ test: lint typecheck contracts-test js-test pytest
 
 test-full:
 	$(MAKE) test QUICK=0 FORGE_PROFILE=full
+	$(PY) tools/mutate.py
 
 bench: setup
 	$(PY) -m bench.verify
