@@ -8,7 +8,7 @@ accounting statement. The forge suite runs against each mutant in a scratch copy
 are listed: each is a guard no test exercises (or an equivalent mutant, to be argued in
 docs/contracts.md).
 
-    python tools/mutate.py [--list] [--only SUBSTRING] [--limit N] [--json OUT]
+    python tools/mutate.py [--list] [--only REGEX] [--limit N] [--json OUT]
 
 `make test-full` runs it over every mutant and fails if any survives. It prints one JSON object
 (tried, killed, survived, seconds, load average) as its last line.
@@ -168,13 +168,13 @@ def run(mutants: list[Mutant], timeout: int) -> tuple[list[Mutant], list[Mutant]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--list", action="store_true", help="list mutants, run nothing")
-    parser.add_argument("--only", default="", help="only mutants whose name contains this")
+    parser.add_argument("--only", default="", help="only mutants whose name matches this regex")
     parser.add_argument("--limit", type=int, default=0, help="at most N mutants (spread evenly)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per forge run")
     parser.add_argument("--json", type=Path, help="also write the result JSON here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    mutants = [m for m in all_mutants() if args.only in m.name]
+    mutants = [m for m in all_mutants() if re.search(args.only, m.name)]
     if args.limit and len(mutants) > args.limit:
         step = len(mutants) / args.limit
         mutants = [mutants[int(i * step)] for i in range(args.limit)]
