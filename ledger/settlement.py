@@ -278,24 +278,28 @@ class Settler:
             )
             self._save(row, status="signed", block_number=None)
 
+    def _budget(self, row: Settlement) -> int:
+        """The reward total this commit carries, capped at the chain's compute pool per round."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            budget = reward_total(session, row)
+        cap = self.chain.reward_per_round()
+        if budget > cap:
+            log.warning(
+                "round %d adds %d reward units, above the compute pool per round %d: committing "
+                "the cap (claims beyond the committed budget wait for later rounds)",
+                row.round,
+                budget,
+                cap,
+            )
+        return min(budget, cap)
+
     def _sign_and_send(self, row: Settlement) -> None:
         state = self._committed_on_chain(row)
         if state is not False:
             self._adopt(row)
             return
         nonce = self.chain.committer_nonce()
-        with Session(self.engine, expire_on_commit=False) as session:
-            budget = reward_total(session, row)
-        cap = self.chain.reward_per_round()
-        if budget > cap:
-            log.warning(
-                "round %d adds %d reward units, above rewardPerRound %d: committing the cap "
-                "(claims beyond the committed budget wait for later rounds)",
-                row.round,
-                budget,
-                cap,
-            )
-            budget = cap
+        budget = self._budget(row)
         try:
             tx_hash, raw = self.chain.sign_commit(
                 run_id=bytes.fromhex(row.run_id[2:]),
@@ -365,6 +369,7 @@ class Settler:
                 checkpoint=bytes.fromhex(row.checkpoint[2:]),
                 total_work=int(row.total_work),
                 attestations_root=bytes.fromhex(row.attestations_root[2:]),
+                reward_total=self._budget(row),
                 nonce=row.nonce,
                 fees=fees,
             )

@@ -1,8 +1,9 @@
 """`coloco rewards show | claim`: what a contributor (a payout address) is owed and claiming it.
 
-The ledger serves the cumulative amount owed to a payout address with its Merkle proof against
-`ContributionLedger.latestRewardsRoot()`; `claim` checks the proof's root is the one on chain,
-then sends `RewardDistributor.claim(account, cumulativeAmount, proof)` (`coloco_cli.rewards.ops`).
+The ledger serves the cumulative amount owed to a payout address with its Merkle proof against its
+latest committed root; `claim` checks that root on chain (claimable only after its dispute
+window), then sends `RewardDistributor.claim(account, cumulativeAmount, proof)`
+(`coloco_cli.rewards.ops`).
 """
 
 from __future__ import annotations
