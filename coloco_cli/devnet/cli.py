@@ -154,7 +154,9 @@ def deploy(
     out: Annotated[
         Path, typer.Option(help="Where to write the deployment JSON.")
     ] = DEVNET_DEPLOYMENT,
-    voting_period: Annotated[int, typer.Option(help="Voting period in seconds (the governor uses a timestamp clock).")] = 20,
+    voting_period: Annotated[
+        int, typer.Option(help="Voting period in seconds (timestamp clock).")
+    ] = 20,
     timelock_delay: Annotated[int, typer.Option(help="Timelock delay in seconds.")] = 1,
     inner_steps: Annotated[
         int | None, typer.Option(min=1, help="Initial inner steps per round (H).")

@@ -80,11 +80,20 @@ class ClaimResult:
     balance: int
 
 
+CLAIM_GAS = 300_000
+"""Explicit gas for claims: estimation runs on the latest block, whose timestamp can be before the
+root's dispute window ends although the next block's is not (a devnet mines only on demand), and
+it can miss a new Votes checkpoint; a claim uses ~210,000 at most (docs/contracts.md)."""
+
+
+def _chain_now(chain: ChainClient) -> int:
+    """The next block's earliest timestamp: the latest block's, or the wall clock if later."""
+    return max(int(chain.w3.eth.get_block("latest")["timestamp"]), int(time.time()))
+
+
 def _wait_seconds(chain: ChainClient, finalized_at: int) -> float:
-    """Wall-clock seconds until the chain's next block is at or past `finalized_at`."""
-    latest = int(chain.w3.eth.get_block("latest")["timestamp"])
-    skew = max(latest - time.time(), 0.0)  # a devnet whose clock was moved ahead
-    return max(finalized_at - skew - time.time(), 0.0) + 1.0
+    """Seconds until the chain's next block is at or past `finalized_at`."""
+    return max(finalized_at - _chain_now(chain), 0) + 1.0
 
 
 def claim_rewards(
@@ -118,8 +127,7 @@ def claim_rewards(
                 "nothing new until the next round settles"
             )
         status = chain.root_status(Bytes32(owed.root))
-        now = int(chain.w3.eth.get_block("latest")["timestamp"])
-        state = status.state(now)
+        state = status.state(_chain_now(chain))
         if state == "revoked":
             raise ConfigError(
                 f"the ledger's root 0x{owed.root.hex()} was revoked on chain during its dispute "
@@ -141,7 +149,12 @@ def claim_rewards(
         elif state == "claimable":
             try:
                 chain.transact(
-                    "RewardDistributor", "claim", owed.account, owed.cumulative_amount, owed.proof
+                    "RewardDistributor",
+                    "claim",
+                    owed.account,
+                    owed.cumulative_amount,
+                    owed.proof,
+                    gas=CLAIM_GAS,
                 )
             except ContractRevertError as exc:
                 if exc.error_name not in ("InvalidProof", "RootPending"):
