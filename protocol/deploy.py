@@ -101,9 +101,10 @@ def deploy(
 
     _SCRATCH_DIR.mkdir(exist_ok=True)
     scratch = _SCRATCH_DIR / f".deploy-{uuid.uuid4().hex}.json"
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("COLOCO_") or k in ("COLOCO_QUICK",)
-    }
+    # the variables this wrapper manages never leak in from the caller's environment (an unset
+    # one means the profile's default); others (e.g. COLOCO_OWNERSHIP_SPLIT) pass through
+    managed = {*numbers, "COLOCO_TREASURY", "COLOCO_GUARDIAN"}
+    env = {k: v for k, v in os.environ.items() if k not in managed}
     env.update(
         {
             "COLOCO_PROFILE": profile,
