@@ -109,12 +109,15 @@ def all_mutants() -> list[Mutant]:
 def _scratch() -> Path:
     """A copy of what forge needs (sources, tests, vectors, config), node_modules linked."""
     tmp = Path(tempfile.mkdtemp(prefix="coloco-mutate-"))
-    for rel in ("contracts", "tests/vectors", "tools/solc", "foundry.toml"):
+    # out/ and cache/ come along so the unmutated baseline does not recompile everything
+    for rel in ("contracts", "tests/vectors", "tools/solc", "foundry.toml", "out", "cache"):
         src = ROOT / rel
+        if not src.exists():
+            continue
         dst = tmp / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         if src.is_dir():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "broadcast"))
         else:
             shutil.copy2(src, dst)
     (tmp / "node_modules").symlink_to(ROOT / "node_modules")
