@@ -34,10 +34,13 @@ SRC = ROOT / "contracts" / "src"
 FORGE = ROOT / "node_modules" / "@foundry-rs" / "forge-linux-amd64" / "bin" / "forge"
 log = logging.getLogger("mutate")
 
-MODIFIERS = re.compile(r"\s(onlyRole\([A-Z_]+\)|onlyGuardianOrAdmin|whenNotPaused|nonReentrant)\b")
+MODIFIERS = re.compile(
+    r"\s(onlyRole\([A-Z_]+\)|onlyOwner\b|(?:onlyGuardianOrAdmin|whenNotPaused|nonReentrant)\b)"
+)
 ONE_LINE_REVERT = re.compile(r"^\s*if \(.*\) revert \w+\(.*\);\s*$")
 BLOCK_REVERT_START = re.compile(r"^\s*if \(.*\) \{\s*$")
 REQUIRE_LIKE = re.compile(r"^\s*revert \w+\(.*\);\s*$")
+MULTILINE_IF_END = re.compile(r"^\s*\) revert \w+\(.*\);\s*$")
 # state-writing statements (accounting): assignments to storage-looking targets and nonce use
 ACCOUNTING = re.compile(
     r"^\s*("
@@ -62,7 +65,11 @@ class Mutant:
 
     @property
     def name(self) -> str:
-        return f"{self.file}:{self.line} {self.kind}: {self.original.strip()[:70]}"
+        text = " ".join(self.original.split())
+        error = re.search(r"revert (\w+)", text)
+        if self.kind == "check" and error:
+            text = f"revert {error.group(1)}"
+        return f"{self.file}:{self.line} {self.kind}: {text[:90]}"
 
 
 def _in_function(lines: list[str], i: int) -> bool:
@@ -84,13 +91,20 @@ def mutants_of(path: Path) -> list[Mutant]:
     out: list[Mutant] = []
     for i, text in enumerate(lines):
         code = text.split("//", 1)[0]
-        if re.search(r"\bfunction\b|^\s*\)\s|^\s*(external|public|internal|returns)", code):
+        header = r"\bfunction\b|^\s*\)\s|^\s*(external|public|internal|returns|onlyRole|onlyOwner"
+        if re.search(header + r"|whenNotPaused|nonReentrant|onlyGuardianOrAdmin)", code):
             for m in MODIFIERS.finditer(code):
                 out.append(
                     Mutant(rel, i + 1, "modifier", text, text.replace(" " + m.group(1), "", 1))
                 )
         if ONE_LINE_REVERT.match(code):
             out.append(Mutant(rel, i + 1, "check", text, "\n"))
+        elif MULTILINE_IF_END.match(code):
+            start = i
+            while start > 0 and not re.match(r"^\s*if \($", lines[start]):
+                start -= 1
+            span = i - start + 1
+            out.append(Mutant(rel, start + 1, "check", "".join(lines[start : i + 1]), "\n", span))
         elif BLOCK_REVERT_START.match(code) and i + 2 < len(lines):
             if REQUIRE_LIKE.match(lines[i + 1]) and lines[i + 2].strip() == "}":
                 out.append(Mutant(rel, i + 1, "check", "".join(lines[i : i + 3]), "\n", 3))
