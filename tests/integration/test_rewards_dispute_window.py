@@ -1,0 +1,111 @@
+"""`coloco rewards claim` and the dispute window, against the real contracts on anvil.
+
+The ledger's answer (`GET /v1/rewards/{account}`) is served by a small real HTTP server with the
+proof of a tree this test commits on chain, so the claim path runs end to end: a pending root is
+explained (or waited for, with no block mined meanwhile), a revoked root is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from eth_account import Account
+
+from coloco_cli.rewards.ops import claim_rewards
+from protocol.chain import ChainClient
+from protocol.deployment import Deployment
+from protocol.devnet import AnvilProcess
+from protocol.errors import ConfigError
+from protocol.merkle import RewardsTree
+from protocol.types import Address, Bytes32, RoundNumber, RunId
+
+pytestmark = [pytest.mark.integration, pytest.mark.anvil]
+
+OWED = 3 * 10**18
+
+
+@pytest.fixture
+def ledger_answer() -> Iterator[tuple[str, dict[str, Any]]]:
+    answer: dict[str, Any] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", answer
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _commit(chain: AnvilProcess, deployment: Deployment, account: Address) -> RewardsTree:
+    tree = RewardsTree.build([(account, OWED), (Address(Account.create().address), 1)])
+    committer = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[1][1]))
+    committer.commit_round(
+        RunId(os.urandom(32)), RoundNumber(0), rewards_root=tree.root,
+        checkpoint_hash=Bytes32(os.urandom(32)), total_work=1,
+        attestations_root=Bytes32(bytes(32)), reward_total=OWED + 1,
+    )  # fmt: skip
+    return tree
+
+
+def _serve(answer: dict[str, Any], tree: RewardsTree, account: Address) -> None:
+    answer.update(
+        account=account,
+        cumulative_amount=str(OWED),
+        root="0x" + tree.root.hex(),
+        proof=["0x" + p.hex() for p in tree.proof(account)],
+    )
+
+
+def test_pending_root_is_explained_then_claimed_after_the_window(
+    chain: AnvilProcess, deployment: Deployment, ledger_answer: tuple[str, dict[str, Any]]
+) -> None:
+    url, answer = ledger_answer
+    claimer = Account.from_key(chain.accounts[7][1])
+    account = Address(claimer.address)
+    tree = _commit(chain, deployment, account)
+    _serve(answer, tree, account)
+    client = ChainClient(chain.rpc_url, deployment, claimer)
+    with pytest.raises(ConfigError) as info:
+        claim_rewards(client, url, account)
+    assert "dispute window" in info.value.message and "claimable from" in info.value.message
+    # no block is mined while waiting: finality is judged by the next block's time
+    result = claim_rewards(client, url, account, wait_pending=True)
+    assert result.paid == OWED and result.balance >= OWED
+    assert client.claimed(account) == OWED
+
+
+def test_revoked_root_is_refused(
+    chain: AnvilProcess, deployment: Deployment, ledger_answer: tuple[str, dict[str, Any]]
+) -> None:
+    url, answer = ledger_answer
+    claimer = Account.from_key(chain.accounts[8][1])
+    account = Address(claimer.address)
+    tree = _commit(chain, deployment, account)
+    _serve(answer, tree, account)
+    guardian = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[0][1]))
+    assert deployment.guardian == chain.accounts[0][0]
+    guardian.transact("ContributionLedger", "revokeRoot", tree.root)
+    client = ChainClient(chain.rpc_url, deployment, claimer)
+    with pytest.raises(ConfigError) as info:
+        claim_rewards(client, url, account, wait_pending=True)
+    assert "revoked" in info.value.message
+    assert client.claimed(account) == 0
