@@ -86,14 +86,23 @@ root's dispute window ends although the next block's is not (a devnet mines only
 it can miss a new Votes checkpoint; a claim uses ~210,000 at most (docs/contracts.md)."""
 
 
-def _chain_now(chain: ChainClient) -> int:
-    """The next block's earliest timestamp: the latest block's, or the wall clock if later."""
-    return max(int(chain.w3.eth.get_block("latest")["timestamp"]), int(time.time()))
+class _ChainClock:
+    """A lower bound on the next block's timestamp. A devnet mines only on demand and its clock
+    may have been moved ahead of the wall clock (evm_increaseTime), so neither the latest block's
+    timestamp nor the wall clock alone is right: the latest block's timestamp plus the wall time
+    elapsed since it was first seen is (the block was mined no later than that)."""
 
+    def __init__(self, chain: ChainClient) -> None:
+        self.chain = chain
+        self.base: tuple[int, float] | None = None
 
-def _wait_seconds(chain: ChainClient, finalized_at: int) -> float:
-    """Seconds until the chain's next block is at or past `finalized_at`."""
-    return max(finalized_at - _chain_now(chain), 0) + 1.0
+    def now(self) -> int:
+        latest = int(self.chain.w3.eth.get_block("latest")["timestamp"])
+        wall = time.time()
+        if self.base is None or latest > self.base[0]:
+            self.base = (latest, wall)
+        ts, seen = self.base
+        return max(latest, int(ts + (wall - seen)), int(wall))
 
 
 def claim_rewards(
@@ -116,6 +125,7 @@ def claim_rewards(
     from protocol.types import Bytes32
 
     status = None
+    clock = _ChainClock(chain)
     for attempt in range(attempts):
         owed = fetch_owed(ledger_url, account)
         if owed.cumulative_amount == 0:
@@ -127,7 +137,7 @@ def claim_rewards(
                 "nothing new until the next round settles"
             )
         status = chain.root_status(Bytes32(owed.root))
-        state = status.state(_chain_now(chain))
+        state = status.state(clock.now())
         if state == "revoked":
             raise ConfigError(
                 f"the ledger's root 0x{owed.root.hex()} was revoked on chain during its dispute "
@@ -135,7 +145,7 @@ def claim_rewards(
                 "ledger's corrected root and claim again"
             )
         if state == "pending":
-            wait = _wait_seconds(chain, status.finalized_at)
+            wait = max(status.finalized_at - clock.now(), 0) + 1.0
             if not wait_pending or wait > max_wait_s:
                 raise ConfigError(
                     f"{fmt_units(owed.cumulative_amount - already)} CMS for {owed.account} are "

@@ -109,3 +109,19 @@ def test_revoked_root_is_refused(
         claim_rewards(client, url, account, wait_pending=True)
     assert "revoked" in info.value.message
     assert client.claimed(account) == 0
+
+
+def test_waits_right_when_the_chain_clock_runs_ahead_of_the_wall_clock(
+    chain: AnvilProcess, deployment: Deployment, ledger_answer: tuple[str, dict[str, Any]]
+) -> None:
+    """After evm_increaseTime (a devnet's governance skip) blocks are stamped ahead of the wall
+    clock; the wait must follow the chain, not the wall clock, or it never ends."""
+    url, answer = ledger_answer
+    chain.increase_time(120)
+    claimer = Account.from_key(chain.accounts[9][1])
+    account = Address(claimer.address)
+    tree = _commit(chain, deployment, account)
+    _serve(answer, tree, account)
+    client = ChainClient(chain.rpc_url, deployment, claimer)
+    result = claim_rewards(client, url, account, wait_pending=True, wait_s=0.1)
+    assert result.paid == OWED
