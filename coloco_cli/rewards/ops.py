@@ -88,7 +88,7 @@ it can miss a new Votes checkpoint; a claim uses ~210,000 at most (docs/contract
 
 class _ChainClock:
     """A lower bound on the next block's timestamp. A devnet mines only on demand and its clock
-    may have been moved ahead of the wall clock (evm_increaseTime), so neither the latest block's
+    may run ahead of (evm_increaseTime) or behind the wall clock, so neither the latest block's
     timestamp nor the wall clock alone is right: the latest block's timestamp plus the wall time
     elapsed since it was first seen is (the block was mined no later than that)."""
 
@@ -102,7 +102,7 @@ class _ChainClock:
         if self.base is None or latest > self.base[0]:
             self.base = (latest, wall)
         ts, seen = self.base
-        return max(latest, int(ts + (wall - seen)), int(wall))
+        return max(latest, int(ts + (wall - seen)))
 
 
 def claim_rewards(

@@ -102,7 +102,7 @@ def propose(
     )
     console.print(f"proposal {prop.proposal_id} created: {prop.description}")
     console.print(
-        f"next: coloco gov vote --proposal {prop.proposal_id} --support for; once executed the "
+        f"next: coloco gov vote {prop.proposal_id} --support for; once executed the "
         "node is frozen and `coloco slash execute` applies it after the slash dispute window"
     )
 

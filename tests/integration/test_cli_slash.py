@@ -102,13 +102,13 @@ def test_governance_slash_freezes_then_veto_or_execute(
         ids.append(match.group(1))
     chain.increase_time(2)
     for pid in ids:
-        _ok("gov", "vote", "--proposal", pid, "--support", "for", "--private-key", alice.key)
+        _ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
     chain.increase_time(21)
     for pid in ids:
-        _ok("gov", "queue", "--proposal", pid, "--private-key", alice.key)
+        _ok("gov", "queue", pid, "--private-key", alice.key)
     chain.increase_time(2)
     for pid in ids:
-        _ok("gov", "execute", "--proposal", pid, "--private-key", alice.key)
+        _ok("gov", "execute", pid, "--private-key", alice.key)
 
     viewer = ChainClient(chain.rpc_url, deployment)
     assert viewer.call("StakeManager", "isFrozen", node)
