@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess, free_port, stop_pid
 from protocol.eip712 import Eip712Domain
 from protocol.signing import sign_attestation
-from tests.ledger.helpers import NodeKey, attestation, h
+from tests.ledger.helpers import NodeKey, attestation, gradient_blob, h
 
 log = logging.getLogger("bench.faults")
 
@@ -78,14 +79,54 @@ class Rig:
 
     def open_run(self, ledger: LedgerProc, label: str) -> str:
         run_id = h(f"faults/{label}/{time.time_ns()}")
-        r = httpx.post(
-            f"{ledger.url}/v1/runs",
-            json={"run_id": run_id, "genesis_checkpoint": genesis_of(run_id)},
-            headers={"Authorization": f"Bearer {ADMIN}"},
-            timeout=120,
-        )
+        for attempt in range(3):  # idempotent; a 500 here is a known race (see the report)
+            r = httpx.post(
+                f"{ledger.url}/v1/runs",
+                json={"run_id": run_id, "genesis_checkpoint": genesis_of(run_id)},
+                headers={"Authorization": f"Bearer {ADMIN}"},
+                timeout=120,
+            )
+            if r.status_code < 500 or attempt == 2:
+                break
+            log.warning("POST /v1/runs answered %d: %s; again", r.status_code, r.text[:200])
+            time.sleep(1)
         r.raise_for_status()
         return run_id
+
+    def join(self, ledger: LedgerProc, run_id: str, rounds: range) -> None:
+        """Every node joins each of ``rounds`` (signed RoundJoins): the rounds' members, so a
+        round closes as soon as all of them attested; and uploads its pseudo-gradient blobs
+        (signed), which scoring needs. Waits out the indexer's lag."""
+        from protocol.blob_auth import UploadSigner
+
+        with httpx.Client(base_url=ledger.url, timeout=30) as client:
+            for rnd in rounds:
+                for i, node in enumerate(self.nodes):
+                    digest, data, _ = gradient_blob(_seed(run_id, rnd, i))
+                    headers = UploadSigner(node.key, self.domain).headers(digest)
+                    r = client.put(f"/v1/blobs/{digest}", content=data, headers=headers)
+                    if r.status_code >= 300:
+                        raise RuntimeError(f"blob upload refused: {r.status_code} {r.text[:300]}")
+        from protocol.join import RoundJoin
+        from protocol.signing import sign_digest
+        from protocol.types import Address, RoundNumber, RunId
+
+        with httpx.Client(base_url=ledger.url, timeout=30) as client:
+            for rnd in rounds:
+                for node in self.nodes:
+                    j = RoundJoin(
+                        RunId(bytes.fromhex(run_id[2:])), RoundNumber(rnd), Address(node.address)
+                    )
+                    sig = sign_digest(j.digest(self.domain), node.key)
+                    body = {"join": j.to_json(), "signature": "0x" + sig.hex()}
+                    deadline = time.monotonic() + 120
+                    while True:
+                        r = client.post("/v1/joins", json=body)
+                        if r.status_code < 300:
+                            break
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"join refused: {r.status_code} {r.text[:300]}")
+                        time.sleep(0.2)
 
     def attestations(self, run_id: str, rounds: range, *, members: bool = True) -> list[Work]:
         """Signed attestations, round by round, every node in each (the round's members)."""
@@ -93,9 +134,15 @@ class Rig:
         out = []
         for rnd in rounds:
             base = genesis_of(run_id) if rnd == 1 else result_of(run_id, rnd - 1)
-            for node in self.nodes:
+            for i, node in enumerate(self.nodes):
+                pg = gradient_blob(_seed(run_id, rnd, i))[0]
                 att = attestation(
-                    node, run_id=run_id, round_=rnd, base=base, result=result_of(run_id, rnd)
+                    node,
+                    run_id=run_id,
+                    round_=rnd,
+                    base=base,
+                    result=result_of(run_id, rnd),
+                    pseudo_gradient=pg,
                 )
                 sig = sign_attestation(att, self.domain, node.key)
                 payload: dict[str, Any] = {
@@ -158,6 +205,10 @@ def _ledger_contract(w3: Any, dep: Deployment) -> Any:
     from protocol.deployment import abi
 
     return w3.eth.contract(address=dep.address("ContributionLedger"), abi=abi("ContributionLedger"))
+
+
+def _seed(run_id: str, rnd: int, index: int) -> int:
+    return zlib.crc32(f"{run_id}/{rnd}/{index}".encode())
 
 
 def genesis_of(run_id: str) -> str:

@@ -82,6 +82,7 @@ def kill9(rig: Rig) -> dict[str, Any]:
     try:
         start = rig.anvil.block_number()
         run = rig.open_run(led, "kill9")
+        rig.join(led, run, range(1, rounds + 1))
         load = Load(led.url, rig.attestations(run, range(1, rounds + 1)), threads=8)
         thread = load.background()
         wait_for(lambda: len(load.accepted) >= rounds * NODES // 3, 60, 0.05)
@@ -125,6 +126,7 @@ def postgres_restart(rig: Rig) -> dict[str, Any]:
     try:
         start = rig.anvil.block_number()
         run = rig.open_run(led, "postgres")
+        rig.join(led, run, range(1, rounds + 1))
         load = Load(led.url, rig.attestations(run, range(1, rounds + 1)), threads=8)
         thread = load.background()
         wait_for(lambda: len(load.accepted) >= rounds * NODES // 3, 60, 0.05)
@@ -149,9 +151,11 @@ def rpc_outage(rig: Rig) -> dict[str, Any]:
     try:
         start = rig.anvil.block_number()
         run = rig.open_run(led, "rpc")
+        rig.join(led, run, range(1, 2 * half + 1))
         first = Load(led.url, rig.attestations(run, range(1, half + 1)))
         first.run()
         _settled(rig, run, half, 60)
+        time.sleep(1.5)  # the ledger's indexer (polling every 0.2 s) has seen those commits
         proxy.up = False
         cut_at = time.monotonic()
         second = Load(led.url, rig.attestations(run, range(half + 1, 2 * half + 1)))
@@ -178,7 +182,9 @@ def rpc_outage(rig: Rig) -> dict[str, Any]:
             rounds_closed_during_outage=closed_in_outage,
             last_committed_during_outage=committed_in_outage,
             checks={
-                "rounds_closed_during_outage": closed_in_outage == half,
+                # under signed membership a round starts only once its predecessor is
+                # committed: during an outage the next round can close, later ones wait
+                "rounds_closed_during_outage": closed_in_outage >= 1,
                 "settlement_resumed": settled,
             },
         )
@@ -195,6 +201,7 @@ def reorg(rig: Rig) -> dict[str, Any]:
         with rig.mine_in_background():
             start = rig.anvil.block_number()
             run = rig.open_run(led, "reorg")
+            rig.join(led, run, range(1, rounds + 1))
             load = Load(led.url, rig.attestations(run, range(1, rounds + 1)), threads=4, rate=40)
             thread = load.background()
             dropped = 0
@@ -255,6 +262,7 @@ def blob_disk_full(rig: Rig) -> dict[str, Any]:
     try:
         start = rig.anvil.block_number()
         run = rig.open_run(led, "blobs")
+        rig.join(led, run, range(1, 4))
         load = Load(led.url, rig.attestations(run, range(1, 4)))
         thread = load.background()
         codes: list[int] = []
@@ -411,6 +419,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="seconds per scenario (CI)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
     parser.add_argument("--only", nargs="*", choices=sorted(SCENARIOS), help="run only these")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks clean up
@@ -445,7 +454,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         anvil.stop()
         if rig is not None and rig.pg is not None:
             rig.pg.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
     summary = {
         "scenarios": len(results),
         "passed": sum(1 for r in results.values() if r["passed"]),

@@ -190,6 +190,7 @@ class Membership:
             return set(declared), False
         members = set(state.joined)
         if not state.started(now):
+            self._waiting.add((run, round_))  # re-checked when it starts (also after a restart)
             return members, False
         attested = members & set(declared)
         if members <= attested:
