@@ -54,8 +54,10 @@ lock: $(VENV)/.installed
 		$(if $(wildcard $(TORCH_WHEELS)),--find-links $(TORCH_WHEELS)) --index-url https://pypi.org/simple \
 		-o requirements.lock.txt
 
-out/.built: node_modules/.installed foundry.toml $(SOL_SOURCES)
+# forge's artifacts, and the deployed contracts' ABIs copied into protocol/abi (package data)
+out/.built: node_modules/.installed $(VENV)/.installed foundry.toml $(SOL_SOURCES)
 	$(FORGE) build --quiet
+	$(PY) -c "from protocol.deployment import export_abis; export_abis()"
 	@mkdir -p out && touch $@
 
 # PostgreSQL 15 server binaries are part of this machine image; install them if a machine lacks them.

@@ -163,6 +163,26 @@ SHIPPED_ABI_DIR = Path(__file__).resolve().parent / "abi"
 """The deployment's ABIs shipped as package data (an installed `coloco` has no `out/`)."""
 
 
+SHIPPED_CONTRACTS = (
+    "ContributionLedger", "ModelGovernor", "ModelShareToken", "RewardDistributor",
+    "StakeManager", "TimelockController", "TrainingConfig",
+)  # fmt: skip
+
+
+def export_abis() -> list[Path]:
+    """Copy each deployed contract's ABI from forge's `out/` into `protocol/abi/` (package data;
+    `make setup` runs this after `forge build`)."""
+    written = []
+    for name in SHIPPED_CONTRACTS:
+        artifact = json.loads((forge_out_dir() / f"{name}.sol" / f"{name}.json").read_text())
+        path = SHIPPED_ABI_DIR / f"{name}.json"
+        text = json.dumps(artifact["abi"], indent=1, sort_keys=True) + "\n"
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
+            written.append(path)
+    return written
+
+
 def abi(name: str) -> list[dict[str, Any]]:
     """The ABI of contract `name`: forge's artifact `out/<name>.sol/<name>.json` when this is a
     built checkout, else the copy shipped in the package (`protocol/abi/<name>.json`)."""
