@@ -19,7 +19,7 @@ from protocol.chain import ChainClient, RetryPolicy
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.types import Address
-from tests.vectors.generate import vector_address
+from tests.ledger.helpers import new_node
 
 pytestmark = pytest.mark.anvil
 
@@ -89,8 +89,7 @@ def test_send_that_times_out_but_lands_is_not_sent_twice(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="protocol.chain")
     direct = operator_of(chain, deployment, chain.rpc_url)
-    node = Address(vector_address("safe-send/node"))
-    direct.transact("StakeManager", "register", node, chain.accounts[6][0])
+    node = Address(new_node(chain.w3, deployment, chain.accounts[6][0], stake=0).address)
     nonce_before = direct.w3.eth.get_transaction_count(chain.accounts[6][0])
     balance_before = direct.w3.eth.get_balance(chain.accounts[6][0])
 
@@ -111,8 +110,7 @@ def test_stuck_low_fee_transaction_is_replaced_once(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="protocol.chain")
     client = operator_of(chain, deployment, chain.rpc_url, bump_after_s=0.3, poll_interval_s=0.02)
-    node = Address(vector_address("safe-send/stuck"))
-    client.transact("StakeManager", "register", node, chain.accounts[6][0])
+    node = Address(new_node(chain.w3, deployment, chain.accounts[6][0], stake=0).address)
     nonce_before = client.w3.eth.get_transaction_count(chain.accounts[6][0])
     chain.call("evm_setAutomine", [False])
     try:
