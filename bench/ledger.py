@@ -7,7 +7,14 @@ core) with pre-signed, valid attestations, each a distinct (node, round):
 
 - single: POST /v1/attestations, closed loop, 8 connections -> ``single_per_s``;
 - batch: POST /v1/attestations/batch with 100 items per request -> ``batch_per_s`` (items/s);
-- latency: POST /v1/attestations at 500 requests/s offered (open loop) -> ``p50_ms``, ``p99_ms``.
+- latency: POST /v1/attestations at 500 requests/s offered (open loop) -> ``p50_ms``, ``p99_ms``;
+- mixed: 256 connections at once, each a closed loop mixing writes with reads of rounds, a node
+  and a payout's rewards (one in three) -> ``mixed_errors``, ``mixed_max_ms``.
+
+Commits are durable: PostgreSQL runs with fsync, full_page_writes and synchronous_commit on
+(read back from the server: ``durable``); SQLite with ``--synchronous FULL`` fsyncs its WAL at
+every commit (``durable: true``), with NORMAL (the default) a commit survives a process kill
+but not a power loss (``durable: false``).
 
 Every request must answer 202 (``errors`` counts the others). Last line: one JSON object.
 """
@@ -105,14 +112,38 @@ def _server_pid(proc: subprocess.Popen[bytes]) -> int:
     return proc.pid
 
 
+def _pg_durable(url: str) -> bool:
+    """Whether the server really runs with fsync, full_page_writes and synchronous_commit on."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        values = {
+            name: conn.execute(text(f"SHOW {name}")).scalar()
+            for name in ("fsync", "full_page_writes", "synchronous_commit")
+        }
+    engine.dispose()
+    log.info("postgres durability: %s", values)
+    return all(v == "on" for v in values.values())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
+    parser.add_argument(
+        "--synchronous",
+        choices=("NORMAL", "FULL"),
+        default="NORMAL",
+        type=str.upper,
+        help="SQLite: FULL fsyncs the WAL at every commit (durable)",
+    )
+    parser.add_argument("--mixed-connections", type=int, default=256)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally block cleans up
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     n_single, n_batch, seconds = (1000, 2000, 2) if args.quick else (5000, 20000, 10)
+    mixed_s, n_mixed = (4.0, 1000) if args.quick else (20.0, 4000)
     n_latency = 500 * seconds
     server_cpu, client_cpu = _cpus()
     work = Path(tempfile.mkdtemp(prefix="bench-ledger-"))
@@ -128,10 +159,12 @@ def main() -> None:
         if args.database == "postgres":
             from tests.harness.postgres import PostgresServer
 
-            pg = PostgresServer.start()
+            pg = PostgresServer.start(durable=True)
             db_url = pg.create_database("bench_ledger")
+            durable = _pg_durable(db_url)
         else:
             db_url = f"sqlite:///{work / 'ledger.db'}"
+            durable = args.synchronous == "FULL"
         env = {
             "COLOCO_LEDGER_ENVIRONMENT": "test",
             "COLOCO_LEDGER_RPC_URL": anvil.rpc_url,
@@ -143,6 +176,7 @@ def main() -> None:
             "COLOCO_LEDGER_ROUND_WINDOW": "1000000",
             "COLOCO_LEDGER_ROUND_DEADLINE_S": "36000",
             "COLOCO_LEDGER_MAX_BATCH_ITEMS": str(BATCH),
+            "COLOCO_LEDGER_SQLITE_SYNCHRONOUS": args.synchronous,
         }
         port = free_port()
         server = _start_server(env, port, server_cpu, work / "ledger.log")
@@ -157,12 +191,18 @@ def main() -> None:
         r.raise_for_status()
         time.sleep(1.5)  # the indexer sees the genesis commit
         domain = domain_of(dep)
-        total = 200 + n_single + n_batch + n_latency
+        total = 200 + n_single + n_batch + n_latency + n_mixed
         log.info("pre-signing %d attestations", total)
         bodies = _presign(nodes, run_id, domain, total, 1)
         warm, single = bodies[:200], bodies[200 : 200 + n_single]
         rest = bodies[200 + n_single :]
-        batch_items, latency = rest[:n_batch], rest[n_batch:]
+        batch_items, latency = rest[:n_batch], rest[n_batch : n_batch + n_latency]
+        mixed = rest[n_batch + n_latency :]
+        reads = [
+            f"/v1/runs/{run_id}/rounds?limit=5",
+            f"/v1/nodes/{nodes[0].address}?limit=20",
+            f"/v1/rewards/{nodes[1].payout}?limit=20",
+        ]
         batches = [
             b'{"items":[' + b",".join(batch_items[i : i + BATCH]) + b"]}"
             for i in range(0, len(batch_items), BATCH)
@@ -170,10 +210,12 @@ def main() -> None:
         ctx = get_context("spawn")
         with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
 
-            def phase(kind: str, path: str, data: list[bytes], arg: float) -> dict[str, Any]:
+            def phase(
+                kind: str, path: str, data: list[bytes], arg: float, **kw: Any
+            ) -> dict[str, Any]:
                 before = _cpu_seconds(_server_pid(server))
                 out = pool.submit(
-                    run_phase, kind, "127.0.0.1", port, path, data, arg=arg, cpu=client_cpu
+                    run_phase, kind, "127.0.0.1", port, path, data, arg=arg, cpu=client_cpu, **kw
                 ).result()
                 out["server_cpu_s"] = _cpu_seconds(_server_pid(server)) - before
                 return out
@@ -186,6 +228,15 @@ def main() -> None:
             time.sleep(2.0)  # let the worker's WAL checkpoint after the batch phase finish
             lat = phase("open", "/v1/attestations", latency, 500)
             log.info("latency: %s", lat)
+            mix = phase(
+                "mixed",
+                "/v1/attestations",
+                mixed,
+                args.mixed_connections,
+                reads=reads,
+                seconds=mixed_s,
+            )
+            log.info("mixed: %s", mix)
         health = httpx.get(f"{url}/v1/health", timeout=10).json()
         result = {
             "database": args.database,
@@ -199,6 +250,15 @@ def main() -> None:
             "offered_rps": 500,
             "achieved_rps": round(lat["achieved_rps"], 1),
             "errors": s["errors"] + b["errors"] + lat["errors"],
+            "durable": durable,
+            "sqlite_synchronous": args.synchronous if args.database == "sqlite" else None,
+            "mixed_connections": args.mixed_connections,
+            "mixed_requests": mix["requests"],
+            "mixed_reads": mix["reads"],
+            "mixed_errors": mix["errors"],
+            "mixed_p99_ms": round(mix["p99_ms"] or 0, 1),
+            "mixed_max_ms": round(mix["max_ms"] or 0, 1),
+            "mixed_per_s": round(mix["requests"] / mix["elapsed_s"], 1),
             "requests": {"single": n_single, "batch_items": n_batch, "latency": n_latency},
             "server_cpu": server_cpu,
             "client_cpu": client_cpu,

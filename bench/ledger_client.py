@@ -35,6 +35,16 @@ class Conn:
         payload = await self.reader.readexactly(length) if length else b""
         return status, payload
 
+    async def get(self, path: str, host: str) -> tuple[int, bytes]:
+        self.writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        lower = head.lower()
+        at = lower.find(b"content-length:")
+        length = int(lower[at + 15 : lower.find(b"\r\n", at)]) if at >= 0 else 0
+        payload = await self.reader.readexactly(length) if length else b""
+        return status, payload
+
 
 async def _connect(host: str, port: int) -> Conn:
     reader, writer = await asyncio.open_connection(host, port)
@@ -110,6 +120,71 @@ async def open_loop(
     }
 
 
+async def mixed_loop(
+    host: str,
+    port: int,
+    path: str,
+    bodies: list[bytes],
+    reads: list[str],
+    *,
+    concurrency: int,
+    seconds: float,
+    read_every: int = 3,
+) -> dict[str, Any]:
+    """``concurrency`` connections at once, each a closed loop for ``seconds``: every
+    ``read_every``-th request a GET of one of ``reads``, the others POST ``bodies`` (re-posted
+    when exhausted: an exact re-post answers 202 with the same id). Any answer other than
+    200/202, or a dropped connection, is an error; the slowest request is ``max_ms``."""
+    loop = asyncio.get_running_loop()
+    conns = [await _connect(host, port) for _ in range(concurrency)]
+    latencies: list[float] = []
+    bad: list[str] = []
+    counts = {"reads": 0, "writes": 0}
+    stop = loop.time() + seconds
+    next_body = 0
+
+    async def worker(k: int, conn: Conn) -> None:
+        nonlocal next_body
+        n = k
+        while loop.time() < stop:
+            n += 1
+            t = loop.time()
+            try:
+                if n % read_every == 0:
+                    status, payload = await conn.get(reads[n % len(reads)], host)
+                    counts["reads"] += 1
+                else:
+                    body = bodies[next_body % len(bodies)]
+                    next_body += 1
+                    status, payload = await conn.post(path, host, body)
+                    counts["writes"] += 1
+            except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                bad.append(repr(exc))
+                conn = await _connect(host, port)
+                continue
+            latencies.append(loop.time() - t)
+            if status not in (200, 202):
+                bad.append(f"{status} {payload[:200]!r}")
+
+    start = loop.time()
+    await asyncio.gather(*(worker(k, c) for k, c in enumerate(conns)))
+    elapsed = loop.time() - start
+    for c in conns:
+        c.writer.close()
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "connections": concurrency,
+        "elapsed_s": elapsed,
+        "requests": n,
+        **counts,
+        "errors": len(bad),
+        "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1000 if n else None,
+        "max_ms": latencies[-1] * 1000 if n else None,
+        "sample": bad[:3],
+    }
+
+
 def run_phase(
     kind: str,
     host: str,
@@ -119,6 +194,8 @@ def run_phase(
     *,
     arg: float,
     cpu: int | None,
+    reads: list[str] | None = None,
+    seconds: float = 0.0,
 ) -> dict[str, Any]:
     """Entry point in the client process (pinned to ``cpu`` when given)."""
     if cpu is not None:
@@ -129,6 +206,11 @@ def run_phase(
         runner: Any = uvloop.run
     except ImportError:
         runner = asyncio.run
+    if kind == "mixed":
+        coro = mixed_loop(
+            host, port, path, bodies, reads or [], concurrency=int(arg), seconds=seconds
+        )
+        return dict(runner(coro))
     if kind == "closed":
         return dict(runner(closed_loop(host, port, path, bodies, int(arg))))
     return dict(runner(open_loop(host, port, path, bodies, arg)))

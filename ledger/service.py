@@ -35,6 +35,7 @@ from ledger.retry import Backoff, describe
 from ledger.rounds import RoundKeeper
 from ledger.settlement import FaultHook, Settler
 from protocol.errors import SettlementError
+from protocol.merkle import RewardsTree
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,11 @@ class Ledger:
     ) -> None:
         self.settings = settings
         secrets.register(settings)  # before anything can log the RPC URL
-        self.engine = engine or db.make_engine(settings.database_url, threads=settings.api_threads)
+        self.engine = engine or db.make_engine(
+            settings.database_url,
+            threads=settings.api_threads,
+            sqlite_synchronous=settings.sqlite_synchronous,
+        )
         self.chain = chain or LedgerChain(
             settings.rpc_url, settings.deployment, settings.committer_key()
         )
@@ -95,6 +100,8 @@ class Ledger:
         self.leadership = Leadership(self.engine)
         self.leading = False
         self.step_errors: dict[str, str] = {}
+        # the latest committed settlement's amounts and tree (GET /v1/rewards), by settlement id
+        self.tree_cache: dict[int, tuple[dict[str, int], RewardsTree | None]] = {}
         self.intents = Backoff("settlement intent of (run, round)")
         self._indexed_at = float("-inf")
         self._pruned_at = float("-inf")

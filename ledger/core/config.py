@@ -46,6 +46,10 @@ class Settings(BaseSettings):
         default=None, description="raw committer key; development and tests only"
     )
     database_url: str = "sqlite:///ledger.db"
+    sqlite_synchronous: Literal["NORMAL", "FULL"] = Field(
+        default="NORMAL",
+        description="NORMAL survives a process kill; FULL also a power loss (an fsync a commit)",
+    )
     blob_dir: Path = Path("ledger-blobs")
     admin_token: SecretStr = SecretStr(DEV_ADMIN_TOKEN)
 

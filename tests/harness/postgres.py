@@ -1,7 +1,8 @@
 """A real, throwaway PostgreSQL server for tests: initdb in a temp folder, a free loopback port.
 
 initdb refuses to run as root, so as root it runs as the `postgres` user (runuser). The server
-listens on 127.0.0.1 only, with fsync off (test data is disposable).
+listens on 127.0.0.1 only, with fsync off (test data is disposable) unless started ``durable``
+(fsync, full_page_writes and synchronous_commit on: what benchmarks of durable commits need).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class PostgresServer:
         return f"postgresql+psycopg://{self.user}@127.0.0.1:{self.port}/postgres"
 
     @classmethod
-    def start(cls) -> PostgresServer:
+    def start(cls, *, durable: bool = False) -> PostgresServer:
         root = Path(tempfile.mkdtemp(prefix="coloco-pg-"))
         datadir = root / "data"
         datadir.mkdir()
@@ -74,10 +75,12 @@ class PostgresServer:
             capture_output=True,
         )
         port = free_port()
-        opts = (
-            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c full_page_writes=off"
+        safety = (
+            "-c fsync=on -c full_page_writes=on -c synchronous_commit=on"
+            if durable
+            else "-c fsync=off -c full_page_writes=off"
         )
+        opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 {safety}"
         subprocess.run(
             _as_postgres(
                 [

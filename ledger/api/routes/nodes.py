@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from sqlmodel import col, select
+from sqlmodel import col, func, select
 from web3 import Web3
 
 from ledger.api.deps import LedgerDep, SessionDep
@@ -40,8 +40,10 @@ def get_node(
         .limit(limit)
     ).all()
     worked = session.exec(
-        select(Attestation.id).where(Attestation.node == addr, col(Attestation.verified).is_(True))
-    ).all()
+        select(func.count())
+        .select_from(Attestation)
+        .where(Attestation.node == addr, col(Attestation.verified).is_(True))
+    ).one()
     return NodeOut(
         address=addr,
         registered=bool(node and node.registered),
@@ -50,7 +52,7 @@ def get_node(
         staked=node.staked if node else "0",
         unbonding=node.unbonding if node else "0",
         active=snap.is_active(addr),
-        rounds_worked=len(worked),
+        rounds_worked=int(worked),
         rounds=[
             {
                 "run_id": a.run_id,

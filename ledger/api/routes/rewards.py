@@ -5,18 +5,36 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, Path
-from sqlmodel import col, or_, select
+from fastapi import APIRouter, Path, Query
+from sqlmodel import Session, col, or_, select
 from web3 import Web3
 
 from ledger.api.deps import LedgerDep, SessionDep
 from ledger.contributions import other_kinds
-from ledger.models import Attestation, RoundState
+from ledger.models import Attestation, RoundState, Settlement
 from ledger.schemas import Receipt, RewardsOut
-from ledger.settlement import latest_committed, tree_of
+from ledger.service import Ledger
+from ledger.settlement import tree_of
+from protocol.merkle import RewardsTree
 from protocol.types import Address
 
 router = APIRouter(prefix="/rewards", tags=["rewards"])
+
+
+def _tree(
+    session: Session, ledger: Ledger, settlement_id: int
+) -> tuple[dict[str, int], RewardsTree | None]:
+    """The amounts and tree of a committed settlement, built once per settlement (not per
+    request): a settlement's tree never changes once written."""
+    cache = ledger.tree_cache
+    cached = cache.get(settlement_id)
+    if cached is None:
+        text = session.exec(select(Settlement.tree).where(Settlement.id == settlement_id)).one()
+        amounts = {a: int(v) for a, v in json.loads(text)}
+        cached = (amounts, tree_of(amounts))
+        cache.clear()  # only the latest is asked for
+        cache[settlement_id] = cached
+    return cached
 
 
 @router.get("/{address}", response_model=RewardsOut)
@@ -24,15 +42,20 @@ def get_rewards(
     address: Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{40}$")],
     session: SessionDep,
     ledger: LedgerDep,
+    limit: Annotated[int, Query(ge=1, le=1000, description="newest receipts returned")] = 100,
 ) -> RewardsOut:
     """What ``RewardDistributor.claim(account, cumulative_amount, proof)`` needs, and why."""
     account = Web3.to_checksum_address(address)
-    latest = latest_committed(session)
+    latest = session.exec(
+        select(Settlement.id, Settlement.rewards_root)
+        .where(col(Settlement.status).in_(("mined", "final")))
+        .order_by(col(Settlement.id).desc())
+    ).first()
     amount, proof, root = 0, [], None
     if latest is not None:
-        root = latest.rewards_root
-        amounts = {a: int(v) for a, v in json.loads(latest.tree)}
-        tree = tree_of(amounts)
+        settlement_id, root = latest
+        assert settlement_id is not None
+        amounts, tree = _tree(session, ledger, settlement_id)
         if tree is not None and account in amounts:
             amount = amounts[account]
             proof = ["0x" + p.hex() for p in tree.proof(Address(account))]
@@ -42,12 +65,16 @@ def get_rewards(
         .where(
             or_(col(Attestation.payout) == account, col(Attestation.node).in_(nodes or [account]))
         )
-        .order_by(col(Attestation.run_id), col(Attestation.round))
-    ).all()
+        .order_by(col(Attestation.id).desc())
+        .limit(limit)
+    ).all()[::-1]
     states = {
-        (r.run_id, r.round): r.state
-        for r in session.exec(
-            select(RoundState).where(col(RoundState.run_id).in_({a.run_id for a in atts} or {""}))
+        (run, rnd): state
+        for run, rnd, state in session.exec(
+            select(RoundState.run_id, RoundState.round, RoundState.state).where(
+                col(RoundState.run_id).in_({a.run_id for a in atts} or {""}),
+                col(RoundState.round).in_({a.round for a in atts} or {-1}),
+            )
         ).all()
     }
     receipts = [
