@@ -15,6 +15,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from ledger.core.request_id import request_id
+
 if TYPE_CHECKING:
     from ledger.intake import Intake, Job
 
@@ -29,6 +31,7 @@ class GroupWriter:
         self.intake = intake
         self._pending: Group = []
         self._busy = False
+        self._writes = 0
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="ledger-writer")
 
     @property
@@ -74,6 +77,8 @@ class GroupWriter:
         done.add_done_callback(lambda f: self._finish(loop, group, merged, offsets, f))
 
     def _write(self, merged: Job) -> None:
+        self._writes += 1
+        request_id.set(f"write-{self._writes}")  # one group serves many requests
         with self.intake.lock:
             self.intake.write(merged)
 

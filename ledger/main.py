@@ -11,8 +11,19 @@ from anyio import to_thread
 from fastapi import APIRouter, FastAPI
 
 from ledger.api.errors import BodyLimit, install_error_handlers
-from ledger.api.routes import attestations, blobs, funding, membership, meta, nodes, rewards, runs
+from ledger.api.routes import (
+    attestations,
+    blobs,
+    funding,
+    membership,
+    meta,
+    metrics,
+    nodes,
+    rewards,
+    runs,
+)
 from ledger.core.config import Settings
+from ledger.core.request_id import RequestId, install_log_field
 from ledger.dashboard import install as install_dashboard
 from ledger.service import Ledger
 
@@ -53,7 +64,10 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
     for module in (meta, attestations, runs, nodes, rewards, blobs, membership, funding):
         api.include_router(module.router)
     app.include_router(api)
+    app.include_router(metrics.router)
     install_error_handlers(app)
     install_dashboard(app)  # the dashboard at `/` (ledger/dashboard/)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, blob_limit=settings.max_blob_bytes)
+    app.add_middleware(RequestId)  # outermost: every log line of the request carries its id
+    install_log_field()
     return app

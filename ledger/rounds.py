@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
@@ -54,6 +56,7 @@ class RoundKeeper:
         self.audit_cpu_s = 0.0  # CPU seconds spent replaying (bench.redteam reads it)
         self._first_pass = True
         self.backoff = Backoff("scoring of (run, round)")
+        self.observe_scoring: Callable[[float], object] | None = None  # seconds per round
 
     def close_due(self, now: datetime | None = None) -> list[tuple[str, int]]:
         """Move open rounds to closing when all expected nodes attested or the deadline passed.
@@ -138,7 +141,10 @@ class RoundKeeper:
                 continue
             try:
                 if self._ready(rnd):
+                    started = time.perf_counter()
                     scored.append(self.score_round(rnd))
+                    if self.observe_scoring is not None:
+                        self.observe_scoring(time.perf_counter() - started)
             except Exception as exc:  # isolate: this round waits, the others go on
                 self.backoff.failed(key, exc)
             else:

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from sqlalchemy import Engine, exists
+from sqlalchemy import Engine, exists, func
 from sqlmodel import Session, col, select
 
 from ledger import db
@@ -23,12 +23,14 @@ from ledger.blobstore import BlobStore
 from ledger.chain import ConfigView, LedgerChain
 from ledger.core import secrets
 from ledger.core.config import Settings
+from ledger.core.request_id import request_id
 from ledger.funding import FundingSettler
 from ledger.indexer import Indexer
 from ledger.intake import Intake
 from ledger.leader import Leadership
 from ledger.membership import Membership
-from ledger.models import RoundState, Settlement
+from ledger.metrics import Metrics
+from ledger.models import RoundState, Settlement, utcnow
 from ledger.quality import UsefulnessFn
 from ledger.retention import prune_rejections
 from ledger.retry import Backoff, describe
@@ -95,6 +97,8 @@ class Ledger:
             self.engine, self.chain, confirmations=settings.confirmations, fault_hook=fault_hook
         )
         self.funding = FundingSettler(self.engine, self.chain)  # ETH roots of funded runs
+        self.metrics = Metrics(self)
+        self.keeper.observe_scoring = self.metrics.scoring_seconds.observe
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.leadership = Leadership(self.engine)
@@ -260,6 +264,16 @@ class Ledger:
     def _settle(self) -> None:
         self._record_missing_intents()
         self.settler.tick()
+        with Session(self.engine) as session:
+            oldest, sending = session.exec(
+                select(
+                    func.min(Settlement.created_at),
+                    func.count(col(Settlement.tx_hash)),
+                ).where(col(Settlement.status).in_(("intent", "signed", "sent")))
+            ).one()
+        age = (utcnow() - oldest).total_seconds() if oldest is not None else 0.0
+        self.metrics.settlement_lag.set(age)
+        self.metrics.pending_transactions.set(sending)
 
     def _collect_blobs(self) -> None:
         """Delete blobs no round needs, at most every tenth of the grace period (<= 5 min)."""
@@ -294,7 +308,10 @@ class Ledger:
 
     def _run(self) -> None:
         poll = min(self.settings.lifecycle_poll_s, self.settings.indexer_poll_s)
+        ticks = 0
         while not self._stop.wait(poll):
+            ticks += 1
+            request_id.set(f"tick-{ticks}")
             try:
                 self.tick()
             except Exception:  # tick isolates its steps; this is a last resort

@@ -30,12 +30,18 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(level: str = "info", *, json_logs: bool = True) -> None:
-    """Route every logger (uvicorn's too) through one handler on stderr."""
+    """Route every logger (uvicorn's too) through one handler on stderr; each line carries the
+    request id of the request it belongs to (ledger.core.request_id)."""
+    from ledger.core.request_id import install_log_field
+
+    install_log_field()
     handler = logging.StreamHandler()
     if json_logs:
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s")
+        )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -41,7 +41,9 @@ def _error(outcome: Outcome) -> Response:
 async def post_attestation(body: AttestationIn, request: Request) -> Response:
     """Submit one signed ComputeAttestation. Re-posting the same one answers the same id."""
     ledger: Ledger = request.app.state.ledger
-    outcome = (await ledger.intake.submit_async([body]))[0]
+    outcomes = await ledger.intake.submit_async([body])
+    ledger.metrics.count(outcomes)
+    outcome = outcomes[0]
     if outcome.status != 202:
         return _error(outcome)
     return json_response({"id": outcome.id, "status": "accepted"}, 202)
@@ -57,7 +59,9 @@ async def post_batch(body: BatchIn, ledger: LedgerDep) -> Response:
         )
     results = []
     accepted = 0
-    for index, outcome in enumerate(await ledger.intake.submit_async(body.items)):
+    outcomes = await ledger.intake.submit_async(body.items)
+    ledger.metrics.count(outcomes)
+    for index, outcome in enumerate(outcomes):
         if outcome.status == 202:
             accepted += 1
             results.append(
