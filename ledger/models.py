@@ -264,3 +264,13 @@ class Blob(SQLModel, table=True):
     size: int = Field(sa_type=BigInteger)
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     uploader: str | None = Field(default=None, max_length=42, index=True)  # counts on its quota
+
+
+class PayoutTotal(SQLModel, table=True):
+    """Everything scored so far per payout address (wei, as a decimal string): the rewards
+    tree's amounts, kept up to date by scoring so a settlement never re-reads the history."""
+
+    __tablename__ = "payout_total"
+
+    payout: str = Field(primary_key=True, max_length=42)
+    amount: str = Field(max_length=80)

@@ -30,6 +30,7 @@ from ledger.pools import compute_reward
 from ledger.quality import UsefulnessFn
 from ledger.retry import Backoff
 from ledger.scoring import attestations_root
+from ledger.settlement import add_rewards
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +213,11 @@ class RoundKeeper:
                 a.reason = e.reason
                 a.reward = str(e.reward)
                 session.add(a)
+            earned: dict[str, int] = {}
+            for a in atts:
+                if a.payout is not None and a.reward is not None:
+                    earned[a.payout] = earned.get(a.payout, 0) + int(a.reward)
+            add_rewards(session, earned)  # the rewards tree's totals, in this transaction
             record_frauds(session, rnd, judged.entries)
             majority = judged.checkpoint
             row = session.get(RoundState, rnd.id)

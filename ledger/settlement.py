@@ -28,7 +28,7 @@ from sqlmodel import Session, col, select
 from web3.exceptions import Web3RPCError
 
 from ledger.chain import LedgerChain
-from ledger.models import Attestation, RoundState, Settlement
+from ledger.models import PayoutTotal, RoundState, Settlement
 from ledger.retry import Backoff
 from protocol.errors import ContractRevertError, SettlementError
 from protocol.merkle import RewardsTree
@@ -42,17 +42,25 @@ _UNDERPRICED = ("less than block base fee", "underpriced", "fee cap less than", 
 
 
 def cumulative_amounts(session: Session) -> dict[str, int]:
-    """Everything scored so far, per payout address (cumulative, never decreasing)."""
-    rows = session.exec(
-        select(Attestation.payout, Attestation.reward).where(
-            col(Attestation.reward).is_not(None), col(Attestation.payout).is_not(None)
-        )
-    ).all()
-    out: dict[str, int] = {}
-    for payout, reward in rows:
-        if payout is not None and reward is not None and int(reward) > 0:
-            out[payout] = out.get(payout, 0) + int(reward)
-    return out
+    """Everything scored so far, per payout address (cumulative, never decreasing).
+
+    Read from ``payout_total``, which scoring keeps (:func:`add_rewards`): one row per payout,
+    whatever the length of the history.
+    """
+    return {p: int(a) for p, a in session.exec(select(PayoutTotal.payout, PayoutTotal.amount))}
+
+
+def add_rewards(session: Session, rewards: dict[str, int]) -> None:
+    """Add a scored round's rewards to the payout totals (in the scoring transaction)."""
+    wanted = {p: v for p, v in rewards.items() if v > 0}
+    if not wanted:
+        return
+    rows = session.exec(select(PayoutTotal).where(col(PayoutTotal.payout).in_(wanted))).all()
+    found = {row.payout: row for row in rows}
+    for payout, value in sorted(wanted.items()):
+        row = found.get(payout) or PayoutTotal(payout=payout, amount="0")
+        row.amount = str(int(row.amount) + value)
+        session.add(row)
 
 
 def _tree_total(tree_json: str) -> int:
