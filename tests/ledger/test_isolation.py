@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
@@ -103,9 +102,16 @@ def test_a_round_whose_scoring_raises_does_not_block_others(
 ) -> None:
     broken = _start_run(client, ledger, "run-corrupt")
     honest = _start_run(client, ledger, "run-fine")
-    digest = _attest_alone(client, broken, nodes[0], domain, seed=2, result=h("c-1"))
-    Path(ledger.blobs.path(digest)).write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage")
+    _attest_alone(client, broken, nodes[0], domain, seed=2, result=h("c-1"))
     _attest_alone(client, honest, nodes[1], domain, seed=3, result=h("f-1"))
+    score = ledger.keeper.score_round
+
+    def faulty(rnd: RoundState) -> RoundState:  # fault injection: scoring this run raises
+        if rnd.run_id == broken:
+            raise OSError("blob store: input/output error")
+        return score(rnd)
+
+    ledger.keeper.score_round = faulty  # type: ignore[method-assign]
     tick_until(ledger, honest, 1, "committed")
     assert _state(ledger, broken, 1) == "closing"  # waits, retried with backoff
     assert any(broken in k for k in ledger.problems()), ledger.problems()
