@@ -153,8 +153,8 @@ def test_rounds_close_during_an_rpc_outage(
             door.client.w3.provider.endpoint_uri = "http://127.0.0.1:9/"  # type: ignore[attr-defined]
             time.sleep(1.1)
             ledger.tick()
-            # closing and scoring need no chain; indexing and settling wait for it
-            assert _state(ledger, run, 1) == "scored"
+            # closing needs no chain (scoring may: the funding split); indexing and settling wait
+            assert _state(ledger, run, 1) in ("closing", "scored")
             assert "step index" in ledger.problems(), ledger.problems()
             door.client.w3.provider.endpoint_uri = chain.rpc_url  # type: ignore[attr-defined]
             tick_until(ledger, run, 1, "committed")
