@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
@@ -31,9 +31,18 @@ async def get_chain(ledger: LedgerDep) -> LedgerChain:
     return ledger.chain
 
 
-def get_db(ledger: LedgerDep) -> Iterator[Session]:
-    with Session(ledger.engine, expire_on_commit=False) as session:
+async def get_db(ledger: LedgerDep) -> AsyncIterator[Session]:
+    """A session for one request, closed on the event loop when the request ends.
+
+    Async on purpose: a sync generator's exit needs a worker thread, and when every thread is
+    busy waiting for a pooled connection held by sessions waiting for their exit, nothing moves
+    (the freeze bench.ledger's mixed phase found). Closing here needs no thread.
+    """
+    session = Session(ledger.engine, expire_on_commit=False)
+    try:
         yield session
+    finally:
+        session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_db)]
