@@ -10,6 +10,7 @@ them, and replay the round's weighted average.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,6 +28,10 @@ from protocol.types import Address, Bytes32, RoundNumber, RunId
 from trainer.ledger_client import LedgerClient
 
 log = logging.getLogger(__name__)
+
+# The ledger's answer when a round lies beyond its window of open rounds: it has not yet committed
+# the rounds before (a ledger slower than the trainers). Not a refusal of the work: wait for it.
+LEDGER_BEHIND = "future_round"
 
 
 @dataclass(frozen=True)
@@ -54,9 +59,18 @@ class Attester:
     """Signs with the node's hot key; submits when a ledger is configured."""
 
     def __init__(
-        self, key: NodeKey, domain: Eip712Domain, run_id: bytes, ledger: LedgerClient | None
+        self,
+        key: NodeKey,
+        domain: Eip712Domain,
+        run_id: bytes,
+        ledger: LedgerClient | None,
+        *,
+        behind_wait_s: float = 600.0,
+        behind_poll_s: float = 0.5,
     ) -> None:
         self.key = key
+        self.behind_wait_s = behind_wait_s  # how long a node waits for a ledger behind it
+        self.behind_poll_s = behind_poll_s
         self.domain = domain
         self.run_id = run_id
         self.ledger = ledger
@@ -88,14 +102,25 @@ class Attester:
         if self.ledger is None:
             return True
         join = RoundJoin(RunId(self.run_id), RoundNumber(round), self.key.address)
-        try:
-            self.ledger.join_round(join, self.key.sign_digest(join.digest(self.domain)))
-        except AttestationRejected as exc:
-            log.warning("round %d: the ledger refused the join (%s)", round, exc.message)
-            return exc.code not in ("round_started", "round_closed", "stale_round")
-        except LedgerUnavailableError as exc:
-            log.warning("round %d: join not recorded, ledger unreachable: %s", round, exc.message)
-        return True
+        signature = self.key.sign_digest(join.digest(self.domain))
+        deadline = time.monotonic() + self.behind_wait_s
+        while True:
+            try:
+                self.ledger.join_round(join, signature)
+            except AttestationRejected as exc:
+                if exc.code == LEDGER_BEHIND and time.monotonic() < deadline:
+                    # the ledger has not committed the rounds before this one: training ahead
+                    # of it would only produce work it refuses, so wait (backpressure)
+                    log.info("round %d: waiting for the ledger to commit earlier rounds", round)
+                    time.sleep(self.behind_poll_s)
+                    continue
+                log.warning("round %d: the ledger refused the join (%s)", round, exc.message)
+                return exc.code not in ("round_started", "round_closed", "stale_round")
+            except LedgerUnavailableError as exc:
+                log.warning(
+                    "round %d: join not recorded, ledger unreachable: %s", round, exc.message
+                )
+            return True
 
     def publish(self, work: WorkRecord, round_members: Sequence[str]) -> Signed:
         """Sign; submit (after any backlog). A ledger outage keeps the round in the backlog
@@ -110,6 +135,15 @@ class Attester:
         ids = self.flush()
         return Signed(att, signature, ids.get(work.round))
 
+    def drain(self) -> None:
+        """Flush until the backlog is empty or ``behind_wait_s`` passed (a node that leaves gives a
+        ledger that is behind, or briefly unreachable, time to take its last attestations)."""
+        deadline = time.monotonic() + self.behind_wait_s
+        self.flush()
+        while self.backlog and time.monotonic() < deadline:
+            time.sleep(self.behind_poll_s)
+            self.flush()
+
     def flush(self) -> dict[int, int]:
         """Submit the backlog in round order; returns {round: ledger id} of what went through."""
         assert self.ledger is not None
@@ -123,6 +157,12 @@ class Attester:
                 )
             except LedgerUnavailableError as exc:
                 log.warning("ledger unreachable, %d attestation(s) kept for later: %s",
+                            len(self.backlog), exc.message)  # fmt: skip
+                break
+            except AttestationRejected as exc:
+                if exc.code != LEDGER_BEHIND:
+                    raise
+                log.warning("the ledger is behind, %d attestation(s) kept for later: %s",
                             len(self.backlog), exc.message)  # fmt: skip
                 break
             self.backlog.pop(0)

@@ -365,7 +365,7 @@ class NodeRunner:
         self.rdv.announce_leave(r)
         log.info("%s leaves before round %d", self.address, r)
         if self.attester.ledger is not None and self.attester.backlog:
-            self.attester.flush()
+            self.attester.drain()
             if self.attester.backlog:
                 rounds = [p.attestation.round for p in self.attester.backlog]
                 raise LedgerUnavailableError(
