@@ -83,24 +83,26 @@ def _settings(fmt: str):  # type: ignore[no-untyped-def]
 
 
 def test_the_ledger_scores_a_commitment_decoded() -> None:
-    """ledger.rounds decodes commitments before assessing them: a zero pseudo-gradient in int8
-    is still zero work, a copy is still a copy, and the scorer gets per-parameter tensors."""
-    from ledger.quality import assess
-
-    class Att:
-        def __init__(self, node: str) -> None:
-            self.node = node
+    """The ledger decodes commitments before judging them: a zero pseudo-gradient in int8 is
+    still zero work (its scales and meta are not), an honest one decodes to the trainer's values
+    laid out by the model's shapes, and a blob of the wrong size is refused with its reason."""
+    from ledger.judge import decode_pseudo_gradient
+    from ledger.quality import integrity
 
     honest = commitment.tensors_of(encode(torch.randn(3000), None, "int8"))
     zero = commitment.tensors_of(encode(torch.zeros(3000), None, "int8"))
-    material = [(Att("a"), commitment.as_flat(honest)), (Att("b"), commitment.as_flat(honest)),
-                (Att("c"), commitment.as_flat(zero))]  # fmt: skip
-    quality = assess(material, usefulness=None)  # type: ignore[arg-type]
-    assert quality["a"].score == 1.0
-    assert quality["b"].score == 0.0 and "copies" in quality["b"].reason
-    assert quality["c"].score == 0.0 and "zero" in quality["c"].reason
+    model = {"a": torch.zeros(20, 100), "b": torch.zeros(1000)}
     # without decoding, the zero commitment's meta/scales would look like work
-    assert assess([(Att("z"), zero)], usefulness=None)["z"].score == 1.0  # type: ignore[list-item]
+    assert integrity(zero, None) is None
+    tensors, packet, why = decode_pseudo_gradient(zero, model)
+    assert why is None and packet is not None
+    assert integrity(tensors, model) == ("zero_update", "pseudo-gradient is zero: no useful work")
+    tensors, _, why = decode_pseudo_gradient(honest, model)
+    assert why is None and integrity(tensors, model) is None
+    flat = torch.cat([tensors["a"].reshape(-1), tensors["b"]])
+    assert torch.equal(flat, commitment.decoded(honest))
+    _, _, why = decode_pseudo_gradient(honest, {"a": torch.zeros(10)})
+    assert why is not None and "3000 values" in why
     shapes = {"b": torch.Size([1000]), "a": torch.Size([20, 100])}
     views = commitment.named(commitment.as_flat(honest), shapes)
     assert {n: v.shape for n, v in views.items()} == shapes
