@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 from protocol.attestation import ATTESTATION_FIELDS, ComputeAttestation
 from protocol.eip712 import (
     Eip712Domain,
-    NodeKeyProof,
     check_address,
     check_bytes32,
     to_checksum_address,
 )
+from protocol.node_key_proof import NodeKeyProof
 from protocol.types import Address, Bytes32, RoundNumber, RunId, TokenUnits, Wei, WireFormat
 
 if TYPE_CHECKING:

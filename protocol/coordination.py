@@ -20,20 +20,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from protocol.eip712 import (
-    Eip712Domain,
-    bytes32_hex,
-    check_address,
-    check_bytes32,
-    check_uint,
-    encode_address,
-    encode_uint,
-    keccak256,
-    parse_bytes32,
-    typed_data_digest,
-)
+from protocol.eip712 import Eip712Domain, keccak256
+from protocol.eip712_struct import Eip712Struct, StructSpec
 from protocol.errors import EncodingError, SignatureError
 from protocol.signing import check_signature, recover_digest, sign_digest
 from protocol.types import Address, Bytes32, RunId
@@ -49,10 +39,11 @@ COORDINATION_FIELDS: Final[tuple[tuple[str, str, str], ...]] = (
     ("node", "node", "address"),
     ("payload_hash", "payloadHash", "bytes32"),
 )
-COORDINATION_TYPE: Final = (
-    PRIMARY_TYPE + "(" + ",".join(f"{sol} {name}" for _, name, sol in COORDINATION_FIELDS) + ")"
+COORDINATION_SPEC: Final = StructSpec(
+    PRIMARY_TYPE, COORDINATION_FIELDS, what="coordination message"
 )
-COORDINATION_TYPEHASH: Final = keccak256(COORDINATION_TYPE.encode())
+COORDINATION_TYPE: Final = COORDINATION_SPEC.type_string
+COORDINATION_TYPEHASH: Final = COORDINATION_SPEC.typehash
 MAX_WIRE_BYTES: Final = 1 << 20
 """A message on the wire is at most 1 MiB (a round-open of ~1000 members fits)."""
 
@@ -80,8 +71,10 @@ def canonical_json(payload: dict[str, Any]) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
-class CoordinationMessage:
+class CoordinationMessage(Eip712Struct):
     """The signed struct; ``payload_hash`` = keccak256 of the canonical payload bytes."""
+
+    SPEC: ClassVar[StructSpec] = COORDINATION_SPEC
 
     run_id: RunId
     round: int
@@ -91,54 +84,11 @@ class CoordinationMessage:
     payload_hash: Bytes32
 
     def __post_init__(self) -> None:
-        check_bytes32("runId", self.run_id)
-        check_uint("round", self.round, 64)
-        check_uint("attempt", self.attempt, 32)
-        if not isinstance(self.kind, Kind):
-            raise EncodingError(f"kind: expected a coordination Kind, got {self.kind!r}")
-        check_address("node", self.node)
-        check_bytes32("payloadHash", self.payload_hash)
-
-    def struct_hash(self) -> bytes:
-        return keccak256(
-            COORDINATION_TYPEHASH
-            + self.run_id
-            + encode_uint(self.round)
-            + encode_uint(self.attempt)
-            + encode_uint(int(self.kind))
-            + encode_address(self.node)
-            + self.payload_hash
-        )
-
-    def digest(self, domain: Eip712Domain) -> bytes:
-        return typed_data_digest(domain, self.struct_hash())
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "runId": bytes32_hex(self.run_id),
-            "round": self.round,
-            "attempt": self.attempt,
-            "kind": int(self.kind),
-            "node": self.node,
-            "payloadHash": bytes32_hex(self.payload_hash),
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> CoordinationMessage:
-        names = [name for _, name, _ in COORDINATION_FIELDS]
-        if not isinstance(data, dict) or sorted(data) != sorted(names):
-            raise EncodingError(f"coordination message: expected exactly the fields {names}")
-        kind = data["kind"]
+        kind = self.kind
         if isinstance(kind, bool) or not isinstance(kind, int) or kind not in set(Kind):
             raise EncodingError(f"coordination message: unknown kind {kind!r}")
-        return cls(
-            run_id=RunId(parse_bytes32("runId", data["runId"])),
-            round=data["round"],
-            attempt=data["attempt"],
-            kind=Kind(kind),
-            node=data["node"],
-            payload_hash=parse_bytes32("payloadHash", data["payloadHash"]),
-        )
+        object.__setattr__(self, "kind", Kind(kind))
+        COORDINATION_SPEC.check(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,20 +7,9 @@ A round's members are the nodes whose signed join the ledger recorded before the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import ClassVar, Final
 
-from protocol.eip712 import (
-    Eip712Domain,
-    bytes32_hex,
-    check_address,
-    check_uint,
-    encode_address,
-    encode_uint,
-    keccak256,
-    parse_bytes32,
-    typed_data_digest,
-)
-from protocol.errors import EncodingError
+from protocol.eip712_struct import Eip712Struct, StructSpec
 from protocol.types import Address, RoundNumber, RunId
 
 JOIN_PRIMARY_TYPE: Final = "RoundJoin"
@@ -29,43 +18,17 @@ JOIN_FIELDS: Final[tuple[tuple[str, str, str], ...]] = (
     ("round", "round", "uint64"),
     ("node", "node", "address"),
 )
-JOIN_TYPE: Final = (
-    JOIN_PRIMARY_TYPE + "(" + ",".join(f"{sol} {name}" for _, name, sol in JOIN_FIELDS) + ")"
-)
-JOIN_TYPEHASH: Final = keccak256(JOIN_TYPE.encode())
+JOIN_SPEC: Final = StructSpec(JOIN_PRIMARY_TYPE, JOIN_FIELDS, what="join")
+JOIN_TYPE: Final = JOIN_SPEC.type_string
+JOIN_TYPEHASH: Final = JOIN_SPEC.typehash
 
 
 @dataclass(frozen=True, slots=True)
-class RoundJoin:
+class RoundJoin(Eip712Struct):
     """A node's signed request to be a member of one round of one run."""
+
+    SPEC: ClassVar[StructSpec] = JOIN_SPEC
 
     run_id: RunId
     round: RoundNumber
     node: Address
-
-    def __post_init__(self) -> None:
-        check_address("node", self.node)
-        check_uint("round", self.round, 64)
-
-    def struct_hash(self) -> bytes:
-        return keccak256(
-            JOIN_TYPEHASH + self.run_id + encode_uint(self.round) + encode_address(self.node)
-        )
-
-    def digest(self, domain: Eip712Domain) -> bytes:
-        return typed_data_digest(domain, self.struct_hash())
-
-    def to_json(self) -> dict[str, Any]:
-        return {"runId": bytes32_hex(self.run_id), "round": self.round, "node": self.node}
-
-    @classmethod
-    def from_json(cls, data: object) -> RoundJoin:
-        if not isinstance(data, dict) or set(data) != {"runId", "round", "node"}:
-            raise EncodingError(
-                "join: expected exactly the fields runId, round, node", code="invalid_field"
-            )
-        return cls(
-            run_id=RunId(parse_bytes32("runId", data["runId"])),
-            round=RoundNumber(check_uint("round", data["round"], 64)),
-            node=check_address("node", data["node"]),
-        )

@@ -290,18 +290,10 @@ def proposals(ledger: Ledger) -> list[dict[str, Any]]:
 
 def how_to(ledger: Ledger) -> dict[str, Any]:
     """How to claim and vote: the contracts, the commands, the typed data a wallet signs."""
-    from protocol.attestation import ATTESTATION_FIELDS, PRIMARY_TYPE
-    from protocol.eip712 import EIP712_DOMAIN_FIELDS
+    from protocol.attestation import ATTESTATION_SPEC
 
     dep = ledger.chain.deployment
-    typed = {
-        "domain": ledger.chain.domain.to_json(),
-        "types": {
-            "EIP712Domain": [{"name": n, "type": t} for n, t in EIP712_DOMAIN_FIELDS],
-            PRIMARY_TYPE: [{"name": n, "type": t} for _, n, t in ATTESTATION_FIELDS],
-        },
-        "primaryType": PRIMARY_TYPE,
-    }
+    typed = ATTESTATION_SPEC.signing_schema(ledger.chain.domain)
     return {
         "chain_id": int(dep.chain_id),
         "contracts": {name: str(addr) for name, addr in sorted(dep.contracts.items())},

@@ -13,8 +13,9 @@ from web3 import Web3
 from protocol.attestation import ComputeAttestation
 from protocol.blobs import encode_blob
 from protocol.deployment import Deployment, abi
-from protocol.eip712 import Eip712Domain, NodeKeyProof
+from protocol.eip712 import Eip712Domain
 from protocol.hashing import hash_state_dict
+from protocol.node_key_proof import NodeKeyProof
 from protocol.signing import sign_attestation, sign_digest
 from protocol.types import Address
 

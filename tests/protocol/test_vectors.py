@@ -10,8 +10,9 @@ from eth_account import Account
 from eth_account.messages import _hash_eip191_message, encode_typed_data
 
 from protocol.attestation import ComputeAttestation
-from protocol.eip712 import Eip712Domain, NodeKeyProof
+from protocol.eip712 import Eip712Domain
 from protocol.merkle import RewardsTree, verify_proof
+from protocol.node_key_proof import NodeKeyProof
 from protocol.signing import recover_digest, sign_digest, verify_attestation
 from protocol.types import Address
 from tests.vectors import generate
@@ -72,7 +73,7 @@ def test_node_key_proof_vector(case: dict[str, Any]) -> None:
     """The fast path (protocol.eip712.NodeKeyProof) agrees with eth-account on every case."""
     typed = case["typed_data"]
     domain = Eip712Domain.from_json(typed["domain"])
-    proof = NodeKeyProof(**typed["message"])
+    proof = NodeKeyProof.from_json(typed["message"])
     digest = bytes.fromhex(case["digest"][2:])
     assert proof.digest(domain) == digest
     assert "0x" + proof.struct_hash().hex() == case["struct_hash"]
@@ -81,7 +82,7 @@ def test_node_key_proof_vector(case: dict[str, Any]) -> None:
     assert sign_digest(digest, bytes.fromhex(case["private_key"][2:])) == signature
     assert recover_digest(digest, signature) == case["signer"]
     # a proof for another operator or payout is another digest: it cannot be replayed
-    other = NodeKeyProof(**{**typed["message"], "operator": case["signer"]})
+    other = NodeKeyProof.from_json({**typed["message"], "operator": case["signer"]})
     assert recover_digest(other.digest(domain), signature) != case["signer"]
 
 

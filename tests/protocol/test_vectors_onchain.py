@@ -18,8 +18,9 @@ from protocol.attestation import ComputeAttestation
 from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
-from protocol.eip712 import NodeKeyProof, keccak256
+from protocol.eip712 import keccak256
 from protocol.errors import ContractRevertError
+from protocol.node_key_proof import NodeKeyProof
 from protocol.signing import SECP256K1_N, sign_attestation
 from protocol.types import Address, Bytes32, RoundNumber, RunId
 from tests.vectors import generate
@@ -137,7 +138,7 @@ def test_node_key_proofs_hash_identically_on_chain(committer: ChainClient) -> No
     """Python's NodeKeyProof digest == the deployed StakeManager's, for every vector's message."""
     domain = committer.key_proof_domain()
     for case in PROOFS:
-        proof = NodeKeyProof(**case["typed_data"]["message"])
+        proof = NodeKeyProof.from_json(case["typed_data"]["message"])
         fields = (proof.operator, proof.payout, proof.nonce, proof.deadline)
         onchain = bytes(committer.call("StakeManager", "hashNodeKeyProof", fields))
         assert onchain == proof.digest(domain), case["name"]

@@ -21,8 +21,9 @@ from eth_account.messages import _hash_eip191_message, encode_typed_data
 from eth_utils import to_checksum_address
 
 from protocol.attestation import ComputeAttestation
-from protocol.eip712 import Eip712Domain, NodeKeyProof, keccak256
+from protocol.eip712 import Eip712Domain, keccak256
 from protocol.merkle import RewardsTree
+from protocol.node_key_proof import NodeKeyProof
 from protocol.types import Address, Bytes32, RoundNumber, RunId
 
 VECTORS_DIR = Path(__file__).resolve().parent

@@ -19,8 +19,7 @@ from ledger.api.errors import json_response
 from ledger.core.secrets import redact
 from ledger.schemas import HealthOut, LiveOut
 from ledger.service import Ledger
-from protocol.attestation import ATTESTATION_FIELDS, PRIMARY_TYPE
-from protocol.eip712 import EIP712_DOMAIN_FIELDS
+from protocol.attestation import ATTESTATION_SPEC
 
 router = APIRouter(tags=["meta"])
 
@@ -83,11 +82,4 @@ async def ready(ledger: LedgerDep) -> Response:
 @router.get("/eip712")
 def eip712(ledger: LedgerDep) -> dict[str, Any]:
     """The domain, types and primaryType a wallet needs to sign a ComputeAttestation."""
-    return {
-        "domain": ledger.chain.domain.to_json(),
-        "types": {
-            "EIP712Domain": [{"name": n, "type": t} for n, t in EIP712_DOMAIN_FIELDS],
-            PRIMARY_TYPE: [{"name": n, "type": t} for _, n, t in ATTESTATION_FIELDS],
-        },
-        "primaryType": PRIMARY_TYPE,
-    }
+    return ATTESTATION_SPEC.signing_schema(ledger.chain.domain)
