@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from anyio import to_thread
 from fastapi import APIRouter, FastAPI
 
-from ledger.api.errors import BodyLimit, install_error_handlers
+from ledger.api.errors import BodyLimit, WalletSafeJSON, install_error_handlers
 from ledger.api.routes import (
     attestations,
     blobs,
@@ -59,6 +59,7 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
         version="1",
         summary="Verifies compute attestations, scores rounds and settles them on chain.",
         lifespan=lifespan,
+        default_response_class=WalletSafeJSON,  # integers beyond 2^53 as decimal strings
     )
     api = APIRouter(prefix="/v1")
     for module in (meta, attestations, runs, nodes, rewards, blobs, membership, funding):

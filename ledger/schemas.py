@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 Hex32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$")]
 AddressStr = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$")]
 SignatureHex = Annotated[str, StringConstraints(min_length=4, max_length=200)]
-Uint64 = Annotated[int, Field(ge=0, lt=1 << 64)]
-Uint32 = Annotated[int, Field(ge=0, lt=1 << 32)]
+
+
+def _decimal(value: Any) -> Any:
+    """A uint may come as its canonical decimal string (what ethers, viem and wallets send above
+    2^53, and what the API's own responses carry there); anything else is checked as is."""
+    if isinstance(value, str) and _DECIMAL.match(value):
+        return int(value)
+    return value
+
+
+_DECIMAL = re.compile(r"^(0|[1-9][0-9]{0,77})$")
+Uint64 = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=1 << 64)]
+Uint32 = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=1 << 32)]
+Uint256 = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=1 << 256)]
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -37,7 +50,7 @@ class DomainIn(BaseModel):
 
     model_config = _STRICT
 
-    chainId: int  # noqa: N815
+    chainId: Uint256  # noqa: N815
     verifyingContract: AddressStr  # noqa: N815
 
 

@@ -144,6 +144,20 @@ def wallet_int(value: int) -> int | str:
     return value if -JS_SAFE_MAX <= value <= JS_SAFE_MAX else str(value)
 
 
+def wallet_safe(value: Any) -> Any:
+    """``value`` (JSON-ready data) with every integer beyond 2^53 - 1 as a decimal string, at
+    any depth: what the ledger's API, the dashboard and the CLI's --json emit."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return wallet_int(value)
+    if isinstance(value, dict):
+        return {str(k): wallet_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [wallet_safe(v) for v in value]
+    return value
+
+
 def check_bytes32(name: str, value: object) -> Bytes32:
     """``value`` as exactly 32 raw bytes (``bytes``; use :func:`parse_bytes32` for hex text)."""
     if not isinstance(value, bytes):

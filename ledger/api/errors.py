@@ -8,12 +8,13 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.core.secrets import redact
 from ledger.verify import HTTP_STATUS
+from protocol.eip712 import wallet_safe
 from protocol.errors import ChainError, ColocoError
 
 log = logging.getLogger(__name__)
@@ -32,9 +33,17 @@ _STATUS = {
 }
 
 
+class WalletSafeJSON(JSONResponse):
+    """Every JSON body of the API: orjson (fast, refuses NaN like the parser), integers beyond
+    2^53 - 1 as decimal strings (JavaScript's JSON.parse would round them; wallets read both)."""
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(wallet_safe(content))
+
+
 def json_response(data: Any, status: int = 200) -> Response:
-    """A JSON response serialised with orjson (fast, and refuses NaN like the parser)."""
-    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+    """A JSON response serialised like every other (`WalletSafeJSON`)."""
+    return WalletSafeJSON(data, status_code=status)
 
 
 def error_response(status: int, code: str, message: str) -> Response:

@@ -12,6 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ledger.dashboard import views
+from protocol.eip712 import wallet_safe
 
 if TYPE_CHECKING:
     from ledger.service import Ledger
@@ -49,7 +50,7 @@ def _cache(request: Request) -> views.ModelCache:
 
 def _page(template: str, fmt: str, context: dict[str, Any], root: str = "") -> Response:
     if fmt == "json":
-        return JSONResponse(views.wallet_safe(context))
+        return JSONResponse(wallet_safe(context))
     html = _env.get_template(template).render(root=root, **context)
     return HTMLResponse(html)
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlmodel import Session, col, func, select
 
 from ledger.models import Attestation, RoundState, Run
+from protocol.eip712 import wallet_safe
 
 if TYPE_CHECKING:
     from ledger.service import Ledger
@@ -26,20 +27,6 @@ LOG_CHUNK = 2_000
 STATES = ("Pending", "Active", "Canceled", "Defeated", "Succeeded", "Queued", "Expired", "Executed")
 SAMPLE_PROMPT = "def "
 EVAL_ROWS = 16
-JS_SAFE = (1 << 53) - 1
-
-
-def wallet_safe(value: Any) -> Any:
-    """`value` with integers beyond 2^53 - 1 as decimal strings (JavaScript reads them exactly)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return str(value) if abs(value) > JS_SAFE else value
-    if isinstance(value, dict):
-        return {str(k): wallet_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [wallet_safe(v) for v in value]
-    return value
 
 
 def _round_row(rnd: RoundState, members: list[str]) -> dict[str, Any]:

@@ -130,7 +130,10 @@ def test_form_refusals(client, ledger, started_run, nodes, domain) -> None:
         {**good, "extra": 1},
         {**good, "attestation": {**fields, "surprise": True}},
         {**good, "attestation": {**fields, "round": True}},
-        {**good, "attestation": {**fields, "round": "1"}},
+        {**good, "attestation": {**fields, "round": "01"}},  # decimal strings: canonical only
+        {**good, "attestation": {**fields, "round": "0x1"}},
+        {**good, "attestation": {**fields, "tokens": " 1000"}},
+        {**good, "attestation": {**fields, "tokens": str(2**64)}},
         {**good, "attestation": {**fields, "round": 1.0}},
         {**good, "attestation": {**fields, "tokens": -1}},
         {**good, "attestation": {**fields, "tokens": 2**64}},
