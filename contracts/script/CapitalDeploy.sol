@@ -13,7 +13,7 @@ import {IModelShareToken} from "../src/interfaces/IModelShareToken.sol";
 /// @notice The capital and code part of the deploy (RunFunding, CodeRegistry, the genesis
 /// ownership split), kept beside Deploy.s.sol, which calls it. Parameters from env vars (devnet
 /// defaults in brackets): COLOCO_OWNERSHIP_SPLIT [10000,0,0: compute, code, capital bps],
-/// COLOCO_VESTING_PERIOD [60 s], COLOCO_FUNDING_DISPUTE_WINDOW [2 s], COLOCO_GUARDIAN [none],
+/// COLOCO_VESTING_PERIOD [60 s], COLOCO_FUNDING_DISPUTE_WINDOW [2 s],
 /// COLOCO_CODE_COMMITTEE [none: governance appoints], COLOCO_CODE_BUDGET [1,000 CMS per period],
 /// COLOCO_CODE_BUDGET_PERIOD [1 day], COLOCO_CODE_VOTE_THRESHOLD [100 CMS].
 abstract contract CapitalDeploy is Script {
@@ -26,14 +26,17 @@ abstract contract CapitalDeploy is Script {
         config.setOwnershipSplit(uint16(split[0]), uint16(split[1]), uint16(split[2]));
     }
 
-    /// @dev Deploys RunFunding and CodeRegistry with governance (`timelock`) as admin. The caller
-    /// grants them MINTER_ROLE on the token before renouncing the token's admin.
+    /// @dev Deploys RunFunding and CodeRegistry with governance (`timelock`) as admin and the
+    /// deployment's one `guardian` (the profile's, checked by Deploy.checkProfile: explicit
+    /// outside the devnet). The caller grants them MINTER_ROLE on the token before renouncing
+    /// the token's admin.
     function _deployCapital(
         IModelShareToken token,
         IContributionLedger ledger,
         TrainingConfig config,
         address timelock,
-        address committer
+        address committer,
+        address guardian
     ) internal returns (RunFunding funding, CodeRegistry registry) {
         address[] memory noone = new address[](0);
         funding = new RunFunding(
@@ -42,7 +45,7 @@ abstract contract CapitalDeploy is Script {
             config,
             timelock,
             committer,
-            vm.envOr("COLOCO_GUARDIAN", address(0)),
+            guardian,
             uint64(vm.envOr("COLOCO_VESTING_PERIOD", uint256(60))),
             uint64(vm.envOr("COLOCO_FUNDING_DISPUTE_WINDOW", uint256(2)))
         );

@@ -30,8 +30,8 @@ import {TrainingConfig} from "../src/TrainingConfig.sol";
 /// [deployments/<chainId>.json; must lie under ./deployments].
 /// Production also requires: proposal threshold > 0, voting delay and period >= 1 hour, vote
 /// extension >= 1 hour, timelock >= 1 day, dispute windows >= 1 hour.
-/// @dev Roles after `deploy`: ledger COMMITTER -> committer, GUARDIAN -> guardian; distributor
-/// and StakeManager GUARDIAN -> guardian; token MINTER -> distributor (fixed, created with the
+/// @dev Roles after `deploy`: ledger COMMITTER -> committer, GUARDIAN -> guardian; distributor,
+/// StakeManager and RunFunding GUARDIAN -> guardian; token MINTER -> distributor (fixed, created with the
 /// token), RunFunding and CodeRegistry (MINTER_ROLE, bounded by their own budgets); GRANTER -> Timelock,
 /// with no token admin left; StakeManager SLASHER -> Timelock; Timelock proposer and canceller ->
 /// governor, executor -> anyone; every admin -> Timelock; the deployer keeps no role anywhere
@@ -238,7 +238,7 @@ contract Deploy is Script, CapitalDeploy {
         _handOver(address(d.distributor), timelock, deployer);
         d.token.grantRole(d.token.GRANTER_ROLE(), timelock);
         (d.funding, d.codeRegistry) =
-            _deployCapital(d.token, d.ledger, d.config, timelock, p.committer);
+            _deployCapital(d.token, d.ledger, d.config, timelock, p.committer, p.guardian);
         d.token.grantRole(d.token.MINTER_ROLE(), address(d.funding));
         d.token.grantRole(d.token.MINTER_ROLE(), address(d.codeRegistry));
         d.token.renounceRole(bytes32(0), deployer);

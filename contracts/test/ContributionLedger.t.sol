@@ -298,6 +298,16 @@ contract ContributionLedgerTest is ColocoTest {
         _commitAt(DEFAULT_RUN, 0, bytes32(0), 0);
     }
 
+    /// The deploy gives its one guardian to every contract with one, RunFunding included (it
+    /// once read COLOCO_GUARDIAN alone, so a deploy with the guardian as a parameter left
+    /// RunFunding's pending ETH roots without a guardian).
+    function test_deploy_oneGuardianEverywhere() public view {
+        assertTrue(ledger.hasRole(ledger.GUARDIAN_ROLE(), guardian));
+        assertTrue(distributor.hasRole(distributor.GUARDIAN_ROLE(), guardian));
+        assertTrue(stakeManager.hasRole(stakeManager.GUARDIAN_ROLE(), guardian));
+        assertTrue(funding.hasRole(funding.GUARDIAN_ROLE(), guardian));
+    }
+
     function test_guardian_removableByGovernance() public {
         bytes32 role = ledger.GUARDIAN_ROLE();
         vm.prank(address(timelock));

@@ -69,7 +69,8 @@ def test_deploy_wires_roles(deployment: Deployment, anvil: AnvilProcess) -> None
     assert stake.functions.hasRole(stake.functions.SLASHER_ROLE().call(), tl).call()
     assert stake.functions.treasury().call() == deployment.treasury
     assert stake.functions.treasury().call() not in (tl, gov)
-    for name in ("ContributionLedger", "RewardDistributor", "StakeManager"):
+    # one guardian for every pausable contract, RunFunding included (not only COLOCO_GUARDIAN)
+    for name in ("ContributionLedger", "RewardDistributor", "StakeManager", "RunFunding"):
         c = _contract(w3, deployment, name)
         guardian_role = c.functions.GUARDIAN_ROLE().call()
         assert c.functions.hasRole(guardian_role, deployment.guardian).call(), name
@@ -185,6 +186,9 @@ def test_production_profile_deploys_hours_and_days(chain: AnvilProcess, tmp_path
     latency = governor.functions.governanceLatency().call()
     assert stake.functions.params().call()[0] >= latency + dep.governance["slash_dispute_window"]
     assert dep.guardian == chain.accounts[6][0] and dep.treasury == chain.accounts[5][0]
+    funding = _contract(chain.w3, dep, "RunFunding")
+    guardian_role = funding.functions.GUARDIAN_ROLE().call()
+    assert funding.functions.hasRole(guardian_role, dep.guardian).call()
 
 
 def test_devnet_profile_refused_off_anvil_chain_id(tmp_path: Path) -> None:
