@@ -63,12 +63,15 @@ INTERNAL_CONNECTIONS = 4
 
 
 def make_engine(url: str, *, threads: int = 16, sqlite_synchronous: str = "NORMAL") -> Engine:
-    """An engine whose pool holds a connection for each of ``threads`` API threads and the
-    process's own users (:data:`INTERNAL_CONNECTIONS`): no thread ever waits for the pool while
-    another holds the connection it needs (a pool smaller than its users can deadlock them)."""
+    """An engine whose pool holds a connection for each request session (at most ``threads``
+    at once: :func:`ledger.api.deps.get_db`), one for each of ``threads`` API threads (what a
+    route opens itself), and the process's own users (:data:`INTERNAL_CONNECTIONS`): no thread
+    ever waits for the pool while another holds the connection it needs (a pool smaller than
+    its users can deadlock them). PostgreSQL: ``max_connections`` >= workers x
+    (2 x threads + 2 x INTERNAL_CONNECTIONS)."""
     url = normalize_url(url)
     pool: dict[str, Any] = {
-        "pool_size": threads + INTERNAL_CONNECTIONS,
+        "pool_size": 2 * threads + INTERNAL_CONNECTIONS,
         "max_overflow": INTERNAL_CONNECTIONS,
         "pool_timeout": 30,
     }

@@ -31,18 +31,25 @@ async def get_chain(ledger: LedgerDep) -> LedgerChain:
     return ledger.chain
 
 
-async def get_db(ledger: LedgerDep) -> AsyncIterator[Session]:
+async def get_db(request: Request) -> AsyncIterator[Session]:
     """A session for one request, closed on the event loop when the request ends.
 
     Async on purpose: a sync generator's exit needs a worker thread, and when every thread is
-    busy waiting for a pooled connection held by sessions waiting for their exit, nothing moves
-    (the freeze bench.ledger's mixed phase found). Closing here needs no thread.
+    busy waiting for a pooled connection held by sessions waiting for their exit, nothing moves.
+    The same cycle without the exit: a sync route's response is validated in a worker thread
+    after the route returned, while its session still holds its connection; with more such
+    sessions than connections, the threads wait for the pool and the sessions for a thread
+    (the freeze of bench.ledger's mixed phase). So sessions wait for a slot on the event loop,
+    holding nothing, and there are never more than the pool keeps for them
+    (:func:`ledger.db.make_engine`: one per API thread besides what the threads open).
     """
-    session = Session(ledger.engine, expire_on_commit=False)
-    try:
-        yield session
-    finally:
-        session.close()
+    ledger: Ledger = request.app.state.ledger
+    async with request.app.state.db_slots:
+        session = Session(ledger.engine, expire_on_commit=False)
+        try:
+            yield session
+        finally:
+            session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_db)]

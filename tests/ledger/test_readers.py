@@ -116,3 +116,67 @@ def test_sixteen_readers_do_not_freeze_eight_writers(
     assert counts["errors"] == 0, counts
     assert counts["writes"] >= WRITERS and counts["reads"] >= READERS, counts
     assert httpx.get(f"{url}/v1/health/live", timeout=5).status_code == 200
+
+
+@pytest.fixture
+def small_server(
+    settings_for: Callable[..., Settings], sqlite_url: str
+) -> Iterator[tuple[str, Ledger]]:
+    """Two API threads: a small pool, so that a cycle between threads and connections shows."""
+    ledger = Ledger(settings_for(sqlite_url, api_threads=2))
+    port = free_port()
+    srv = uvicorn.Server(
+        uvicorn.Config(create_app(ledger=ledger), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not srv.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}", ledger
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=30)
+        ledger.stop()
+
+
+async def _burst(url: str, paths: list[str], timeout: float) -> list[str]:
+    limits = httpx.Limits(max_connections=len(paths))
+    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as http:
+
+        async def one(path: str) -> str:
+            try:
+                r = await http.get(path)
+            except httpx.HTTPError as exc:
+                return f"{type(exc).__name__} {path}"
+            return "" if r.status_code == 200 else f"{r.status_code} {path}: {r.text[:200]}"
+
+        return [e for e in await asyncio.gather(*(one(p) for p in paths)) if e]
+
+
+def test_many_readers_never_hold_connections_waiting_for_a_thread(
+    small_server: tuple[str, Ledger], nodes: list[NodeKey]
+) -> None:
+    """64 reads at once on 2 API threads. A sync route's response is validated in a worker
+    thread after the route returned, while its session still holds a pooled connection: with
+    more such sessions than the pool holds, the threads wait for the pool and the sessions for
+    a thread (a freeze until the pool's 30 s timeout, then 500s). Sessions are now gated on the
+    event loop so that their connections never outnumber the pool's share for them."""
+    url, _ = small_server
+    run = h("run-burst")
+    paths = [
+        p
+        for _ in range(16)
+        for p in (
+            f"/v1/runs/{run}/rounds",
+            f"/v1/nodes/{nodes[0].address}",
+            f"/v1/runs/{run}/rounds?limit=3",
+            f"/v1/nodes/{nodes[1].address}?limit=5",
+        )
+    ]
+    t0 = time.monotonic()
+    errors = asyncio.run(_burst(url, paths, timeout=10.0))
+    assert errors == [], errors[:5]
+    assert time.monotonic() - t0 < 10.0
