@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from sqlalchemy import Engine, func
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 from web3.exceptions import Web3RPCError
 
@@ -106,15 +107,27 @@ class Settler:
             self.fault_hook(point)
 
     def record_intent(self, round_row: RoundState) -> Settlement:
-        """Write the settlement intent of a scored round (idempotent)."""
+        """Write the settlement intent of a scored round (idempotent, also when two callers
+        race: the loser of the UNIQUE (run, round) insert returns the winner's row)."""
+        try:
+            return self._record_intent(round_row)
+        except IntegrityError:
+            existing = self._intent_of(round_row.run_id, round_row.round)
+            if existing is None:
+                raise
+            return existing
+
+    def _intent_of(self, run_id: str, round_: int) -> Settlement | None:
         with Session(self.engine, expire_on_commit=False) as session:
-            existing = session.exec(
-                select(Settlement).where(
-                    Settlement.run_id == round_row.run_id, Settlement.round == round_row.round
-                )
+            return session.exec(
+                select(Settlement).where(Settlement.run_id == run_id, Settlement.round == round_)
             ).first()
-            if existing is not None:
-                return existing
+
+    def _record_intent(self, round_row: RoundState) -> Settlement:
+        existing = self._intent_of(round_row.run_id, round_row.round)
+        if existing is not None:
+            return existing
+        with Session(self.engine, expire_on_commit=False) as session:
             amounts = cumulative_amounts(session)
             tree = tree_of(amounts)
             root = "0x" + (tree.root.hex() if tree is not None else bytes(32).hex())

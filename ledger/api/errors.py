@@ -9,6 +9,8 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -62,6 +64,17 @@ def _validation_message(errors: list[Any]) -> tuple[str, str]:
     return "invalid_field", "; ".join(parts) + more
 
 
+RETRY_AFTER_S = 2
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """The database is down, restarting, unreachable or out of connections: a 503 (retry), not
+    a bug. (A constraint violation is an ``IntegrityError``, never this.)"""
+    if isinstance(exc, (OperationalError, InterfaceError, PoolTimeout)):
+        return True
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> Response:
@@ -83,6 +96,15 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> Response:
+        if database_unavailable(exc):
+            log.warning("database unavailable: %s", type(exc).__name__)
+            response = error_response(
+                503,
+                "database_unavailable",
+                "the ledger's database is unreachable or busy: retry in a few seconds",
+            )
+            response.headers["Retry-After"] = str(RETRY_AFTER_S)
+            return response
         log.exception("unhandled error")
         return error_response(500, "internal_error", "internal error; see the ledger's log")
 

@@ -42,6 +42,7 @@ class PostgresServer:
     datadir: Path
     port: int
     user: str
+    opts: str = ""  # the postgres options it was started with (resume uses them again)
 
     @property
     def url(self) -> str:
@@ -100,7 +101,7 @@ class PostgresServer:
             check=True,
             capture_output=True,
         )
-        server = cls(datadir=datadir, port=port, user=user)
+        server = cls(datadir=datadir, port=port, user=user, opts=opts)
         server._wait_ready()
         return server
 
@@ -133,6 +134,27 @@ class PostgresServer:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
             conn.execute(f'CREATE DATABASE "{name}"')
         return f"postgresql+psycopg://{self.user}@127.0.0.1:{self.port}/{name}"
+
+    def halt(self) -> None:
+        """Shut the server down (fast: sessions are cut) and keep its data: :meth:`resume`."""
+        subprocess.run(
+            _as_postgres([_pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"]),
+            check=True,
+            capture_output=True,
+        )
+
+    def resume(self) -> None:
+        """Start the halted server again on the same port and data."""
+        root = self.datadir.parent
+        subprocess.run(
+            _as_postgres([_pg_bin("pg_ctl"), "-D", str(self.datadir), "-o", self.opts,
+                          "-l", str(root / "server.log"), "-w", "-t", "60", "start"]),
+            check=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self._wait_ready()
 
     def stop(self) -> None:
         subprocess.run(

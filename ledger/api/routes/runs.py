@@ -6,11 +6,13 @@ import json
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from ledger.api.deps import AdminDep, LedgerDep, SessionDep
 from ledger.models import Attestation, AttestationPublic, RoundPublic, RoundState, Run, utcnow
 from ledger.schemas import RunIn, RunOut
+from ledger.service import Ledger
 from protocol.errors import LedgerError
 from protocol.types import RoundNumber, RunId
 
@@ -99,6 +101,23 @@ def create_run(body: RunIn, ledger: LedgerDep, _admin: AdminDep) -> RunOut:
                 f"run {run} already has genesis checkpoint {onchain} on chain, not {genesis}",
                 code="conflicting_genesis",
             )
+    try:
+        rnd = _genesis_rows(ledger, run, genesis, onchain=last is not None)
+    except IntegrityError:  # another worker stored them at the same moment: theirs stand
+        rnd = _genesis_rows(ledger, run, genesis, onchain=last is not None)
+    ledger.settler.record_intent(rnd)
+    settlement = ledger.settle_now(run, 0)
+    ledger.refresh_chain_view()
+    return RunOut(
+        run_id=run,
+        genesis_checkpoint=genesis,
+        committed=settlement.status in ("mined", "final"),
+        tx_hash=settlement.tx_hash,
+    )
+
+
+def _genesis_rows(ledger: Ledger, run: str, genesis: str, *, onchain: bool) -> RoundState:
+    """The run's row and its scored round 0 (stored once; what is there already stands)."""
     with ledger.intake.lock, Session(ledger.engine, expire_on_commit=False) as session:
         if session.get(Run, run) is None:
             session.add(Run(run_id=run, genesis_checkpoint=genesis))
@@ -117,16 +136,8 @@ def create_run(body: RunIn, ledger: LedgerDep, _admin: AdminDep) -> RunOut:
                 checkpoint=genesis,
                 total_work="0",
                 attestations_root="0x" + bytes(32).hex(),
-                note="genesis" if last is None else "genesis already on chain",
+                note="genesis already on chain" if onchain else "genesis",
             )
             session.add(rnd)
         session.commit()
-    ledger.settler.record_intent(rnd)
-    settlement = ledger.settle_now(run, 0)
-    ledger.refresh_chain_view()
-    return RunOut(
-        run_id=run,
-        genesis_checkpoint=genesis,
-        committed=settlement.status in ("mined", "final"),
-        tx_hash=settlement.tx_hash,
-    )
+    return rnd

@@ -1,0 +1,122 @@
+"""Database trouble answers what it is: a race on POST /v1/runs, PostgreSQL down (503, not 500).
+
+Against a real uvicorn server (concurrent requests really overlap) and a real PostgreSQL that
+is shut down and started again under the ledger.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import httpx
+import pytest
+import uvicorn
+
+from ledger.core.config import Settings
+from ledger.main import create_app
+from ledger.service import Ledger
+from protocol.devnet import free_port
+from tests.ledger.conftest import ADMIN, GENESIS
+from tests.ledger.helpers import NodeKey, attestation, body, h
+
+
+@contextmanager
+def serving(ledger: Ledger) -> Iterator[str]:
+    port = free_port()
+    srv = uvicorn.Server(
+        uvicorn.Config(create_app(ledger=ledger), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not srv.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_concurrent_post_runs_all_answer_the_same_run(
+    settings_for: Callable[..., Settings], db_url: str
+) -> None:
+    """Eight admins open the same run at once: every answer is 201 with the one genesis commit
+    (the settlement intent's check-then-insert raced into a UNIQUE violation: a 500)."""
+    ledger = Ledger(settings_for(db_url))
+    run = h("run-race")
+    try:
+        with serving(ledger) as url:
+
+            def post(_: int) -> httpx.Response:
+                return httpx.post(
+                    f"{url}/v1/runs",
+                    json={"run_id": run, "genesis_checkpoint": GENESIS},
+                    headers={"Authorization": f"Bearer {ADMIN}"},
+                    timeout=60,
+                )
+
+            with ThreadPoolExecutor(8) as pool:
+                answers = list(pool.map(post, range(8)))
+    finally:
+        ledger.stop()
+    assert [r.status_code for r in answers] == [201] * 8, [r.text for r in answers]
+    assert len({r.json()["tx_hash"] for r in answers}) == 1
+    assert all(r.json()["committed"] for r in answers)
+
+
+@pytest.mark.postgres
+def test_postgres_down_answers_503_and_recovers(
+    settings_for: Callable[..., Settings], nodes: list[NodeKey], domain: object
+) -> None:
+    """While PostgreSQL is down, reads and writes answer 503 database_unavailable (retry), not
+    500; the URL (and its password) is in no answer; once it is back, the same requests pass."""
+    from tests.harness.postgres import PostgresServer
+
+    pg = PostgresServer.start()
+    try:
+        url = pg.create_database("db_errors").replace("@", ":s3cret-pw@", 1)
+        ledger = Ledger(settings_for(url))
+        run = h("run-pg-down")
+        try:
+            with serving(ledger) as api:
+                r = httpx.post(
+                    f"{api}/v1/runs",
+                    json={"run_id": run, "genesis_checkpoint": GENESIS},
+                    headers={"Authorization": f"Bearer {ADMIN}"},
+                    timeout=60,
+                )
+                assert r.status_code == 201, r.text
+                ledger.indexer.catch_up()
+                post = body(
+                    attestation(nodes[0], run_id=run, round_=1, base=GENESIS, result=h("r1")),
+                    nodes[0].key,
+                    domain,  # type: ignore[arg-type]
+                )
+                reads = [f"/v1/runs/{run}/rounds", f"/v1/nodes/{nodes[0].address}"]
+                pg.halt()
+                try:
+                    down = [httpx.get(api + p, timeout=30) for p in reads]
+                    down.append(httpx.post(f"{api}/v1/attestations", json=post, timeout=30))
+                finally:
+                    pg.resume()
+                up = [httpx.get(api + p, timeout=30) for p in reads]
+                up.append(httpx.post(f"{api}/v1/attestations", json=post, timeout=30))
+        finally:
+            ledger.stop()
+    finally:
+        pg.stop()
+    for r in down:
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "database_unavailable", r.text
+        assert "s3cret" not in r.text and str(pg.port) not in r.text
+        assert r.headers.get("retry-after")
+    assert [r.status_code for r in up] == [200, 200, 202], [r.text for r in up]
