@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -244,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(json.dumps({"mutants": len(mutants)}) + "\n")
         return 0
     equivalent = [m for m in mutants if equivalence(m)]
+    # a stopped run still restores its scratch copy's cleanup (finally blocks run on SystemExit)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     fates = run([m for m in mutants if not equivalence(m)], args.timeout)
     fate_of = {m: fate for fate, ms in fates.items() for m in ms}
