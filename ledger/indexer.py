@@ -1,5 +1,12 @@
 """Chain indexer: follows StakeManager, ContributionLedger and TrainingConfig events.
 
+Nodes are followed by StakeManager's stable node id, not only by key: every key row carries its
+node id, a rotation's new key joins its node's id and the old key stays (retired) under it, and
+the events that name only a node id (SlashProposed, Slashed) or a proposal (SlashVetoed) refresh
+every key of that node. Each committed root carries its finality: ``finalized_at`` (the end of
+its dispute window, read from ``rootInfo``) and, once a RootRevoked event is seen, the block that
+revoked it (a revoked root never pays).
+
 It reads ``eth_getLogs`` in chunks from the deployment block, stores what it learns and its cursor
 in one database transaction per chunk (so a restart resumes exactly), and keeps an in-memory
 :class:`ChainSnapshot` the API answers from without an RPC call per request.
@@ -15,14 +22,16 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
+from web3.exceptions import BlockNotFound
 
 from ledger.chain import ConfigView, LedgerChain
 from ledger.models import ChainCommit, KeyValue, Node
-from protocol.types import Address
+from protocol.types import Address, Bytes32
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +39,25 @@ CURSOR_KEY = "indexer.cursor"
 CONFIG_KEY = "indexer.config"
 CURSOR_HASH_KEY = "indexer.cursor_hash"
 _NODE_ARGS = ("node", "oldNode", "newNode")
+
+ROOT_STATES = ("unknown", "pending", "finalized", "revoked")
+
+
+@dataclass(frozen=True)
+class RootFinality:
+    """A committed rewards root's dispute window and revocation, as indexed."""
+
+    finalized_at: int | None
+    revoked: bool
+
+    def state(self, now: int) -> str:
+        """'revoked', 'pending' (in its dispute window: revocable, not claimable) or
+        'finalized' (claimable)."""
+        if self.revoked:
+            return "revoked"
+        if self.finalized_at is None or now < self.finalized_at:
+            return "pending"
+        return "finalized"
 
 
 @dataclass
@@ -42,12 +70,41 @@ class ChainSnapshot:
     checkpoints: dict[tuple[str, int], str] = field(default_factory=dict)
     indexed_block: int | None = None
     head: int | None = None
+    roots: dict[str, RootFinality] = field(default_factory=dict)
+    chain_time: int | None = None  # the indexed cursor block's timestamp
+
+    def node_id_of(self, address: str) -> int | None:
+        node = self.nodes.get(address)
+        return node.node_id if node is not None and node.node_id else None
+
+    def keys_of(self, address: str) -> list[str]:
+        """Every key the node of ``address`` has had (itself included, retired ones too)."""
+        node_id = self.node_id_of(address)
+        if node_id is None:
+            return [address]
+        return sorted(a for a, n in self.nodes.items() if n.node_id == node_id)
+
+    def now(self) -> int:
+        """A lower bound on the next block's timestamp: the indexed chain time or the wall clock,
+        whichever is later (a devnet mines on demand; its clock may run ahead)."""
+        return max(self.chain_time or 0, int(time.time()))
+
+    def root_state(self, root: str | None) -> tuple[str, int | None]:
+        """(state, claimable-from unix seconds) of a rewards root: see ROOT_STATES."""
+        finality = self.roots.get(root or "")
+        if finality is None:
+            return "unknown", None
+        return finality.state(self.now()), finality.finalized_at
 
     def is_active(self, address: str) -> bool:
         node = self.nodes.get(address)
         if node is None or not node.registered or self.config is None:
             return False
         return int(node.staked) >= self.config.min_stake and int(node.staked) > 0
+
+
+def _finality(commit: ChainCommit) -> RootFinality:
+    return RootFinality(commit.finalized_at, commit.revoked_block is not None)
 
 
 def _config_to_json(cfg: ConfigView) -> str:
@@ -82,6 +139,7 @@ class Indexer:
                 snap.checkpoints[(commit.run_id, commit.round)] = commit.checkpoint
                 prev = snap.last_round.get(commit.run_id, -1)
                 snap.last_round[commit.run_id] = max(prev, commit.round)
+                snap.roots[commit.rewards_root] = _finality(commit)
             cursor = session.get(KeyValue, CURSOR_KEY)
             snap.indexed_block = int(cursor.value) if cursor else None
             cfg = session.get(KeyValue, CONFIG_KEY)
@@ -90,6 +148,7 @@ class Indexer:
                 data["data_mixture"] = tuple(data.get("data_mixture", (10_000,)))
                 snap.config = ConfigView(**data)
         snap.head = self.snapshot.head
+        snap.chain_time = self.snapshot.chain_time
         self.snapshot = snap
         return snap
 
@@ -113,11 +172,21 @@ class Indexer:
             end_hash = self.chain.block_hash(end)
             config_changed = snap.config is None
             commits: list[ChainCommit] = []
+            revoked: dict[str, int] = {}
+            node_ids: set[int] = set()
+            # keys indexed before node ids were (migration 0006): read once
+            refresh.update(a for a, n in snap.nodes.items() if n.node_id is None)
             for ev in events:
                 if ev.contract == "StakeManager":
                     refresh.update(str(ev.args[k]) for k in _NODE_ARGS if k in ev.args)
+                    if "nodeId" in ev.args:
+                        node_ids.add(int(ev.args["nodeId"]))
+                    elif ev.name == "SlashVetoed":
+                        node_ids.add(self._slashed_node(int(ev.args["proposalId"])))
                 elif ev.contract == "TrainingConfig":
                     config_changed = True
+                elif ev.name == "RootRevoked":
+                    revoked.setdefault("0x" + bytes(ev.args["root"]).hex(), ev.block_number)
                 elif ev.name == "RoundCommitted":
                     commits.append(
                         ChainCommit(
@@ -132,8 +201,14 @@ class Indexer:
                         )
                     )
             client = self.chain.client
+            refresh.update(a for a, n in snap.nodes.items() if n.node_id in node_ids)
             # state at the latest block: correct now, and no archive node needed
             records = [client.node_info(Address(addr)) for addr in sorted(refresh)]
+            ids = {r.node: int(client.call("StakeManager", "nodeIdOf", r.node)) for r in records}
+            for commit in commits:
+                status = client.root_status(Bytes32(bytes.fromhex(commit.rewards_root[2:])))
+                commit.finalized_at = status.finalized_at
+            chain_time = self._block_time(end)
             config = ConfigView.from_view(client.training_config()) if config_changed else None
             with Session(self.engine, expire_on_commit=False) as session:
                 for rec in records:
@@ -143,6 +218,7 @@ class Indexer:
                     row.operator, row.payout = rec.operator, rec.payout
                     row.staked, row.unbonding = str(rec.staked), str(rec.unbonding)
                     row.registered, row.updated_block = rec.registered, end
+                    row.node_id = ids[rec.node]
                     session.add(row)
                 for commit in commits:
                     exists = session.exec(
@@ -152,6 +228,13 @@ class Indexer:
                     ).first()
                     if exists is None:
                         session.add(commit)
+                session.flush()
+                for root, block in revoked.items():
+                    for hit in session.exec(
+                        select(ChainCommit).where(ChainCommit.rewards_root == root)
+                    ):
+                        hit.revoked_block = block
+                        session.add(hit)
                 if config is not None:
                     session.merge(KeyValue(key=CONFIG_KEY, value=_config_to_json(config)))
                 session.merge(KeyValue(key=CURSOR_KEY, value=str(end)))
@@ -164,10 +247,18 @@ class Indexer:
                         snap_nodes = dict(self.snapshot.nodes)
                         snap_nodes[rec_row.address] = rec_row
                         self.snapshot.nodes = snap_nodes
+            roots = dict(self.snapshot.roots)
             for commit in commits:
                 self.snapshot.checkpoints[(commit.run_id, commit.round)] = commit.checkpoint
                 prev = self.snapshot.last_round.get(commit.run_id, -1)
                 self.snapshot.last_round[commit.run_id] = max(prev, commit.round)
+                roots.setdefault(commit.rewards_root, _finality(commit))
+            for root in revoked:
+                known = roots.get(root)
+                roots[root] = RootFinality(known.finalized_at if known else None, True)
+            self.snapshot.roots = roots
+            if chain_time is not None:
+                self.snapshot.chain_time = chain_time
             if config is not None:
                 self.snapshot.config = config
             self.snapshot.indexed_block = end
@@ -192,6 +283,11 @@ class Indexer:
             )  # fmt: skip
             for commit in session.exec(select(ChainCommit).where(ChainCommit.block_number > back)):
                 session.delete(commit)
+            for commit in session.exec(
+                select(ChainCommit).where(col(ChainCommit.revoked_block) > back)
+            ):
+                commit.revoked_block = None  # the revocation was rewound: seen again if replayed
+                session.add(commit)
             touched = {
                 n.address for n in session.exec(select(Node).where(Node.updated_block > back))
             }
@@ -200,6 +296,19 @@ class Indexer:
             session.commit()
         self.load()
         return touched
+
+    def _slashed_node(self, proposal_id: int) -> int:
+        """The node id a slash proposal names (SlashVetoed carries only the proposal id)."""
+        proposal = self.chain.client.call("StakeManager", "slashProposal", proposal_id)
+        return int(proposal[0])
+
+    def _block_time(self, number: int) -> int | None:
+        eth = self.chain.client.w3.eth
+        try:
+            block = self.chain.client.rpc(lambda: eth.get_block(number), "eth_getBlockByNumber")
+        except BlockNotFound:
+            return None
+        return int(block["timestamp"]) if block else None
 
     def catch_up(self, max_steps: int = 10_000) -> None:
         """Index until the chain head (used at start and by tests)."""

@@ -127,6 +127,7 @@ class Membership:
         if join.node in self.joined(*key):
             return self.state(*key)
         _check_join_chain(join, run, snap, round_window)  # cheap checks before recovery
+        _check_one_key_per_node(join, run, snap, self.joined(*key, fresh=True))
         try:
             sig = check_signature(signature)
             signer = recover_digest(join.digest(domain), sig)
@@ -203,6 +204,21 @@ class Membership:
                 votes[m] = votes.get(m, 0) + 1
         needed = {m for m, n in votes.items() if 2 * n > len(attested)}
         return members, needed <= attested
+
+
+def _check_one_key_per_node(
+    join: RoundJoin, run: str, snap: ChainSnapshot, joined: dict[str, datetime]
+) -> None:
+    """A node is one member per round whatever its keys: after a key rotation the new key may
+    not join a round the node's old key already joined (two shares of one round's reward)."""
+    for other in snap.keys_of(join.node):
+        if other != join.node and other in joined:
+            raise reject(
+                "node_already_joined",
+                f"node id {snap.node_id_of(join.node)} already joined round {join.round} of run "
+                f"{run} with its earlier key {other}: a node is one member per round; join "
+                f"round {join.round + 1} with key {join.node}",
+            )
 
 
 def _check_join_chain(join: RoundJoin, run: str, snap: ChainSnapshot, round_window: int) -> None:

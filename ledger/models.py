@@ -225,7 +225,9 @@ class Settlement(SQLModel, table=True):
 
 
 class Node(SQLModel, table=True):
-    """A StakeManager node as of the indexer's last refresh."""
+    """A StakeManager node key as of the indexer's last refresh. ``node_id`` is the contract's
+    stable node identity: a key rotation gives the node a new key (a new row) under the same id,
+    and retires the old key (``registered`` false, its history kept under the same id)."""
 
     address: str = Field(primary_key=True, max_length=42)
     operator: str = Field(max_length=42)
@@ -234,6 +236,7 @@ class Node(SQLModel, table=True):
     unbonding: str = Field(max_length=80, default="0")
     registered: bool = True
     updated_block: int = Field(sa_type=BigInteger)
+    node_id: int | None = Field(default=None, sa_type=BigInteger, index=True)
 
 
 class ChainCommit(SQLModel, table=True):
@@ -250,6 +253,10 @@ class ChainCommit(SQLModel, table=True):
     attestations_root: str = Field(max_length=66)
     block_number: int = Field(sa_type=BigInteger)
     tx_hash: str = Field(max_length=66)
+    # the root's finality: claimable from ``finalized_at`` (unix seconds, the end of its dispute
+    # window) unless revoked first (``revoked_block``: the RootRevoked event's block)
+    finalized_at: int | None = Field(default=None, sa_type=BigInteger)
+    revoked_block: int | None = Field(default=None, sa_type=BigInteger)
 
 
 class KeyValue(SQLModel, table=True):

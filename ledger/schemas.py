@@ -128,6 +128,8 @@ class HealthOut(BaseModel):
 
 class NodeOut(BaseModel):
     address: str
+    node_id: int | None = None  # StakeManager's stable id: the same across key rotations
+    keys: list[str] = []  # every key of this node (rotated-away ones too): rounds cover them all
     registered: bool
     operator: str | None
     payout: str | None
@@ -150,6 +152,8 @@ class Receipt(BaseModel):
     verified: bool | None
     reason: str | None
     round_state: str
+    root_state: str | None = None  # the round's committed root: pending, finalized, revoked
+    claimable_at: int | None = None  # unix seconds its dispute window ends (None: not committed)
 
 
 class RewardsOut(BaseModel):
@@ -158,6 +162,9 @@ class RewardsOut(BaseModel):
     proof: list[str]
     root: str | None
     root_committed: bool
+    root_state: str = "unknown"  # pending (dispute window), finalized (claimable), revoked
+    claimable_at: int | None = None  # unix seconds from which the proof's root pays
+
     receipts: list[Receipt]
     other_kinds: dict[str, Any] | None = None  # code, capital, ETH for compute (contributions.py)
 

@@ -38,6 +38,7 @@ HTTP_STATUS: dict[str, int] = {
     "batch_too_large": 413,
     "not_a_member": 403,
     "round_started": 409,
+    "node_already_joined": 409,
 }
 
 

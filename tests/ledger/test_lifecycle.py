@@ -100,11 +100,17 @@ def test_round_scored_committed_and_claimed(
     payout = nodes[0].payout
     rewards = client.get(f"/v1/rewards/{payout}").json()
     assert rewards["cumulative_amount"] == str(100 * 10**18)
-    index, _finalized_at, revoked, budget = cl.functions.rootInfo(
+    index, finalized_at, revoked, budget = cl.functions.rootInfo(
         bytes.fromhex(rewards["root"][2:])
     ).call()
     assert index > 0 and not revoked and budget >= 100 * 10**18  # the round's reward, on chain
+    # the answer says from when the root pays (its dispute window's end), and so does the receipt
+    assert rewards["claimable_at"] == finalized_at
+    assert rewards["receipts"][0]["claimable_at"] == finalized_at
     chain.increase_time(int(cl.functions.disputeWindow().call()))  # the root's dispute window
+    ledger.indexer.catch_up()
+    rewards = client.get(f"/v1/rewards/{payout}").json()
+    assert rewards["root_state"] == rewards["receipts"][0]["root_state"] == "finalized"
     assert [rc["round"] for rc in rewards["receipts"]] == [1]
     assert rewards["receipts"][0]["claimed_tokens"] == 4000
     distributor = contract(chain.w3, deployment, "RewardDistributor")

@@ -27,25 +27,28 @@ def get_node(
     addr = Web3.to_checksum_address(address)
     snap = ledger.indexer.snapshot
     node = snap.nodes.get(addr)
+    keys = snap.keys_of(addr)  # a rotated node's history stays whole under its node id
     atts = session.exec(
         select(Attestation)
-        .where(Attestation.node == addr)
+        .where(col(Attestation.node).in_(keys))
         .order_by(col(Attestation.id).desc())
         .limit(limit)
     ).all()
     rejections = session.exec(
         select(Rejection)
-        .where(col(Rejection.node).in_((addr, address)))
+        .where(col(Rejection.node).in_({*keys, address}))
         .order_by(col(Rejection.id).desc())
         .limit(limit)
     ).all()
     worked = session.exec(
         select(func.count())
         .select_from(Attestation)
-        .where(Attestation.node == addr, col(Attestation.verified).is_(True))
+        .where(col(Attestation.node).in_(keys), col(Attestation.verified).is_(True))
     ).one()
     return NodeOut(
         address=addr,
+        node_id=snap.node_id_of(addr),
+        keys=keys,
         registered=bool(node and node.registered),
         operator=node.operator if node else None,
         payout=node.payout if node else None,
@@ -57,6 +60,7 @@ def get_node(
             {
                 "run_id": a.run_id,
                 "round": a.round,
+                "node": a.node,
                 "id": a.id,
                 "tokens": a.tokens,
                 "verified": a.verified,

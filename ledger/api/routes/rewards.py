@@ -1,4 +1,7 @@
-"""GET /v1/rewards/{address}: cumulative amount, proof vs the latest committed root, receipts."""
+"""GET /v1/rewards/{address}: cumulative amount, proof vs the latest committed root, receipts.
+
+Each answer says where the proof's root stands (pending in its dispute window, finalized and
+claimable, or revoked) and from when it pays; each receipt says the same of its round's root."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from web3 import Web3
 
 from ledger.api.deps import LedgerDep, SessionDep
 from ledger.contributions import other_kinds
-from ledger.models import Attestation, RoundState, Settlement
+from ledger.models import Attestation, ChainCommit, RoundState, Settlement
 from ledger.schemas import Receipt, RewardsOut
 from ledger.service import Ledger
 from ledger.settlement import tree_of
@@ -59,6 +62,7 @@ def get_rewards(
         if tree is not None and account in amounts:
             amount = amounts[account]
             proof = ["0x" + p.hex() for p in tree.proof(Address(account))]
+    root_state, claimable_at = ledger.indexer.snapshot.root_state(root)
     nodes = [n.address for n in ledger.indexer.snapshot.nodes.values() if n.payout == account]
     atts = session.exec(
         select(Attestation)
@@ -77,6 +81,16 @@ def get_rewards(
             )
         ).all()
     }
+    snap = ledger.indexer.snapshot
+    round_roots = {
+        (run, rnd): snap.root_state(root)
+        for run, rnd, root in session.exec(
+            select(ChainCommit.run_id, ChainCommit.round, ChainCommit.rewards_root).where(
+                col(ChainCommit.run_id).in_({a.run_id for a in atts} or {""}),
+                col(ChainCommit.round).in_({a.round for a in atts} or {-1}),
+            )
+        ).all()
+    }
     receipts = [
         Receipt(
             run_id=a.run_id,
@@ -89,6 +103,8 @@ def get_rewards(
             verified=a.verified,
             reason=a.reason or "round not scored yet",
             round_state=states.get((a.run_id, a.round), "open"),
+            root_state=round_roots.get((a.run_id, a.round), (None, None))[0],
+            claimable_at=round_roots.get((a.run_id, a.round), (None, None))[1],
         )
         for a in atts
         if a.payout in (None, account)
@@ -99,6 +115,8 @@ def get_rewards(
         proof=proof,
         root=root,
         root_committed=latest is not None,
+        root_state=root_state,
+        claimable_at=claimable_at,
         receipts=receipts,
         other_kinds=other_kinds(ledger, session, account),
     )
