@@ -23,6 +23,7 @@ from sqlalchemy import BigInteger, Connection, Engine, String, any_, bindparam, 
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from ledger.closing import RunClosures
 from ledger.core.config import Settings
 from ledger.group_writer import GroupWriter
 from ledger.indexer import ChainSnapshot, Indexer
@@ -77,6 +78,7 @@ class Intake:
         self.dirty: set[tuple[str, int]] = set()  # rounds with new attestations (see rounds.py)
         self.writer = GroupWriter(self)
         self.membership: Membership | None = None  # set by the service (ledger.membership)
+        self.closures: RunClosures | None = None  # set by the service (ledger.closing)
 
     @property
     def snapshot(self) -> ChainSnapshot:
@@ -216,6 +218,8 @@ class Intake:
         att = c.attestation
         run = c.run_hex
         key = (run, int(att.round))
+        if self.closures is not None:
+            self.closures.check(run, key[1])
         state = states.get(key) or self.round_states.get(key)
         if state is None:
             state = states[key] = self._open_round(conn, run, att.round)

@@ -106,6 +106,24 @@ class RunIn(BaseModel):
     genesis_checkpoint: Hex32
 
 
+class RunCloseIn(BaseModel):
+    """POST /v1/runs/{run}/close: the final round (default: the highest round seen so far)."""
+
+    model_config = _STRICT
+
+    final_round: Uint64 | None = None
+
+
+class RunInfo(BaseModel):
+    """GET /v1/runs/{run} and the close's answer: committed on chain so far, closed or not."""
+
+    run_id: str
+    genesis_checkpoint: str | None
+    last_committed: int | None
+    closed: bool
+    final_round: int | None
+
+
 class RunOut(BaseModel):
     run_id: str
     genesis_checkpoint: str

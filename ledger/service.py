@@ -21,6 +21,7 @@ from sqlmodel import Session, col, select
 from ledger import db
 from ledger.blobstore import BlobStore
 from ledger.chain import ConfigView, LedgerChain
+from ledger.closing import RunClosures
 from ledger.core import secrets
 from ledger.core.config import Settings
 from ledger.core.request_id import request_id
@@ -75,6 +76,8 @@ class Ledger:
             self.engine, self.indexer, join_window_s=settings.join_window_s
         )
         self.intake.membership = self.membership
+        self.closures = RunClosures(self.engine)  # runs closed by their organiser
+        self.intake.closures = self.closures
         self.blobs = BlobStore(
             settings.blob_dir,
             self.engine,
@@ -141,6 +144,7 @@ class Ledger:
         """Load state, catch up with the chain (the leader), and start the worker thread."""
         self.chain.check_chain_id()
         self.indexer.load()
+        self.closures.load()
         with Session(self.engine) as session:
             for run_id, round_, state in session.exec(
                 select(RoundState.run_id, RoundState.round, RoundState.state).where(
@@ -253,6 +257,7 @@ class Ledger:
             return
         self._indexed_at = now
         self.indexer.load()
+        self.closures.load()
 
     def _prune(self) -> None:
         now = time.monotonic()

@@ -31,6 +31,7 @@ HTTP_STATUS: dict[str, int] = {
     "unknown_run": 404,
     "stale_round": 409,
     "round_closed": 409,
+    "run_closed": 409,
     "future_round": 422,
     "future_config_version": 422,
     "conflicting_attestation": 409,

@@ -5,7 +5,6 @@ The work is in `coloco_cli.run.ops`; the demo runs these very commands.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -21,7 +20,14 @@ from coloco_cli.common import (
     open_chain,
     resolve,
 )
-from coloco_cli.run.ops import genesis, list_runs, open_run, parse_run_id, run_status
+from coloco_cli.run.ops import (
+    close_run,
+    genesis,
+    list_runs,
+    open_run,
+    parse_run_id,
+    run_status,
+)
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -95,6 +101,8 @@ def status(
         f"run {st['run_id']}: last committed round {st['last_round']}, checkpoint "
         f"{st['checkpoint']}"
     )
+    if st["closed_after_round"] is not None:
+        console.print(f"closed by its organiser after round {st['closed_after_round']}")
     rounds = st["ledger_rounds"]
     if rounds is None:
         console.print(f"(ledger at {ep.ledger_url} not reachable: on-chain state only)")
@@ -136,32 +144,43 @@ def list_(
 def close(
     run_id: RunIdArg,
     *,
+    admin_token: AdminTokenOpt = "development-admin-token",
+    final_round: Annotated[
+        int | None,
+        typer.Option(
+            min=0, help="Last round to train (default: the highest round the ledger has seen)."
+        ),
+    ] = None,
     rpc_url: RpcUrlOpt = None,
     ledger_url: LedgerUrlOpt = None,
     deployment: DeploymentOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Close a run for good: say its final round and checkpoint (to release with `gov propose
-    --set released-checkpoint=...`). Nodes stop at their --rounds; the chain keeps every round.
+    """Close a run: the ledger finishes the rounds in flight and refuses any later round
+    (`run_closed`); nodes then stop. The chain keeps every committed round; release the final
+    checkpoint with `gov propose --set released-checkpoint=...`.
 
-    Example: coloco run close demo
+    Example: coloco run close demo --admin-token "$COLOCO_LEDGER_ADMIN_TOKEN"
     """
     ep = resolve(rpc_url, ledger_url, deployment)
-    st = run_status(open_chain(ep), ep.ledger_url, parse_run_id(run_id), 1)
-    if not st["open"]:
-        from protocol.errors import ConfigError
-
-        raise ConfigError(f"run {st['run_id']} was never opened: nothing to close")
+    rid = parse_run_id(run_id)
+    closed = close_run(ep.ledger_url, admin_token, rid, final_round)
+    st = run_status(open_chain(ep), ep.ledger_url, rid, 1)
     final = {
-        "run_id": st["run_id"],
-        "final_round": st["last_round"],
+        "run_id": closed["run_id"],
+        "final_round": closed["final_round"],
+        "last_committed": st["last_round"],
         "checkpoint": st["checkpoint"],
     }
     if json_out:
         emit_json(final)
         return
-    console.print(json.dumps(final))
     console.print(
-        "release it: coloco gov propose --set "
-        f"released-checkpoint={st['checkpoint']} --description 'release run {run_id}'"
+        f"run {final['run_id']} closed after round {final['final_round']} (last committed on "
+        f"chain: {final['last_committed']}, checkpoint {final['checkpoint']})"
+    )
+    console.print(
+        "once the final round is committed, release it: coloco gov propose --set "
+        "released-checkpoint=<its checkpoint> --description 'release run ...' "
+        f"(`coloco run status {run_id}` shows it)"
     )

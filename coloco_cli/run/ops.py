@@ -132,6 +132,33 @@ def _upload_genesis(ledger_url: str, genesis_hash: bytes, blob: bytes) -> None:
         raise LedgerError(f"the ledger refused the genesis blob ({resp.status_code}: {resp.text})")
 
 
+def close_run(
+    ledger_url: str, admin_token: str, run_id: bytes, final_round: int | None = None
+) -> dict[str, Any]:
+    """Ask the ledger (admin) to close the run: rounds in flight finish, later ones are refused.
+
+    Returns the ledger's answer: run_id, genesis_checkpoint, last_committed, closed, final_round.
+    """
+    resp = _ledger_call(
+        "POST",
+        f"{ledger_url}/v1/runs/{run_hex(run_id)}/close",
+        json={"final_round": final_round},
+        headers={"Authorization": f"Bearer {admin_token}"},
+    )
+    what = f"{resp.status_code}: {resp.text[:300]}"
+    if resp.status_code in (401, 403):
+        raise LedgerError(
+            f"the ledger refused the admin token ({what}): pass the ledger's "
+            "COLOCO_LEDGER_ADMIN_TOKEN with --admin-token"
+        )
+    if resp.status_code == 404:
+        raise ConfigError(f"run {run_hex(run_id)} was never opened: nothing to close ({what})")
+    if resp.status_code != 200:
+        raise LedgerError(f"the ledger did not close the run ({what})")
+    answer: dict[str, Any] = resp.json()
+    return answer
+
+
 def run_status(
     chain: ChainClient, ledger_url: str, run_id: bytes, limit: int = 10
 ) -> dict[str, Any]:
@@ -147,7 +174,11 @@ def run_status(
         else None
     )
     rounds: list[dict[str, Any]] | None = None
+    closed: int | None = None
     try:
+        info = httpx.get(f"{ledger_url}/v1/runs/{run_hex(run_id)}", timeout=10)
+        if info.status_code == 200 and info.json().get("closed"):
+            closed = int(info.json()["final_round"])
         resp = httpx.get(
             f"{ledger_url}/v1/runs/{run_hex(run_id)}/rounds", params={"limit": limit}, timeout=10
         )
@@ -171,6 +202,7 @@ def run_status(
         "last_round": last,
         "checkpoint": checkpoint,
         "ledger_rounds": rounds,
+        "closed_after_round": closed,
     }
 
 

@@ -46,7 +46,7 @@ def test_walkthrough_block_names_every_step() -> None:
     script = walkthrough_script()
     for step in (
         "coloco devnet up", "coloco devnet deploy", "coloco ledger serve", "coloco run open",
-        "coloco rendezvous serve", "coloco keys new --name", "coloco node register",
+        "coloco rendezvous serve", "coloco run close", "coloco keys new --name", "coloco node register",
         "coloco node stake", "coloco node run", "coloco rewards claim", "coloco gov propose",
         "coloco gov vote", "coloco gov execute", "coloco model pull", "coloco model sample",
         "coloco devnet down",
@@ -96,6 +96,9 @@ def test_walkthrough_runs_on_a_devnet(tmp_path: Path) -> None:
         events = [json.loads(x) for x in (tmp_path / f"node{n}.jsonl").read_text().splitlines()]
         assert [e["round"] for e in events] == [1, 2], events
         assert all(e["event"] == "round_done" for e in events)
+    closed = re.search(r"closed after round (\d+)", flat)
+    assert closed and int(closed.group(1)) >= 2, flat[-3000:]
+    assert f"closed by its organiser after round {closed.group(1)}" in flat  # run status
     assert re.search(r"claimed [1-9][\d.]* CMS for 0x[0-9a-fA-F]{40}", flat), flat[-3000:]
     executed = re.search(r"executed \d+; TrainingConfig version is now (\d+)", flat)
     assert executed and int(executed.group(1)) >= 2, flat[-3000:]  # deploy's H is version 2

@@ -1,4 +1,5 @@
-"""Runs and rounds: GET rounds (state, members, scores, tx hash); POST /v1/runs (admin genesis)."""
+"""Runs and rounds: GET rounds (state, members, scores, tx hash); POST /v1/runs (admin genesis),
+GET /v1/runs/{run}, POST /v1/runs/{run}/close (admin: no round past the final one)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from sqlmodel import Session, col, select
 
 from ledger.api.deps import AdminDep, LedgerDep, SessionDep
 from ledger.models import Attestation, AttestationPublic, RoundPublic, RoundState, Run, utcnow
-from ledger.schemas import RunIn, RunOut
+from ledger.schemas import RunCloseIn, RunIn, RunInfo, RunOut
 from ledger.service import Ledger
 from protocol.errors import LedgerError
 from protocol.types import RoundNumber, RunId
@@ -141,3 +142,42 @@ def _genesis_rows(ledger: Ledger, run: str, genesis: str, *, onchain: bool) -> R
             session.add(rnd)
         session.commit()
     return rnd
+
+
+def _info(ledger: Ledger, session: Session, run: str) -> RunInfo:
+    known = session.get(Run, run)
+    final = ledger.closures.final.get(run)
+    return RunInfo(
+        run_id=run,
+        genesis_checkpoint=known.genesis_checkpoint if known is not None else None,
+        last_committed=ledger.indexer.snapshot.last_round.get(run),
+        closed=final is not None,
+        final_round=final,
+    )
+
+
+@router.get("/runs/{run_id}", response_model=RunInfo)
+def get_run(run_id: RunIdPath, ledger: LedgerDep, session: SessionDep) -> RunInfo:
+    """A run as this ledger knows it: genesis, last committed round, closed or not."""
+    run = run_id.lower()
+    info = _info(ledger, session, run)
+    if info.genesis_checkpoint is None and info.last_committed is None:
+        raise LedgerError(f"run {run} is unknown to this ledger", code="not_found")
+    return info
+
+
+@router.post("/runs/{run_id}/close", response_model=RunInfo)
+def close_run(
+    run_id: RunIdPath, ledger: LedgerDep, session: SessionDep, _admin: AdminDep,
+    body: RunCloseIn | None = None,
+) -> RunInfo:  # fmt: skip
+    """Admin: close a run; rounds in flight finish, later ones are refused (`run_closed`)."""
+    run = run_id.lower()
+    last = ledger.indexer.snapshot.last_round.get(run)
+    if last is None:
+        raise LedgerError(
+            f"run {run} has no genesis commit on chain: nothing to close", code="unknown_run"
+        )
+    with ledger.intake.lock:
+        ledger.closures.close(run, last, body.final_round if body is not None else None)
+    return _info(ledger, session, run)
