@@ -13,12 +13,15 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from protocol.errors import ColocoError
+
+if TYPE_CHECKING:
+    from coloco_cli.demo.run import DemoRun
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,14 @@ def demo(
     accounts: Annotated[
         Path | None, typer.Option(help="With --rpc-url: anvil's --config-out accounts JSON.")
     ] = None,
+    keep_up: Annotated[
+        bool,
+        typer.Option(
+            "--keep",
+            help="After the story, leave the chain, the ledger and its dashboard up (prints the "
+            "dashboard's URL) until Ctrl-C.",
+        ),
+    ] = False,
 ) -> None:
     """Run the whole network on this machine, end to end.
 
@@ -56,6 +67,7 @@ def demo(
 
     On a devnet you keep afterwards: coloco devnet up && coloco demo --rpc-url
     http://127.0.0.1:8545 (the demo deploys its own contracts there and leaves the chain up).
+    To explore the result in a browser: coloco demo --keep (Ctrl-C stops everything).
     """
     from coloco_cli.demo.collect import checks, collect
     from coloco_cli.demo.net import attach_anvil
@@ -69,7 +81,7 @@ def demo(
         for noisy in QUIET_LOGGERS:
             logging.getLogger(noisy).setLevel(logging.WARNING)
     plan = DemoPlan.make(nodes=nodes, rounds=rounds, inner_steps=inner_steps, churn=churn)
-    keep = workdir is not None or rpc_url is not None
+    keep = workdir is not None or rpc_url is not None or keep_up
     work = workdir or Path(tempfile.mkdtemp(prefix="coloco-demo-"))
     work.mkdir(parents=True, exist_ok=True)
     anvil = None
@@ -88,23 +100,25 @@ def demo(
             run.settle_capital()
             data = collect(run, time.monotonic() - start)
             data.update(run.capital.outcome)
-        data["wall_s"] = round(time.monotonic() - start, 2)
-        data["checks"] = checks(data, plan.rounds)
-        png = write_report(data, report)
-        print_summary(data, console)
-        console.print(f"report: [bold]{report}[/]  loss curve: [bold]{png}[/]")
-        if rpc_url is not None:
-            console.print(
-                f"the chain stays up; explore it with COLOCO_RPC_URL={rpc_url} "
-                f"COLOCO_DEPLOYMENT={work / 'deployment.json'} coloco gov list"
-            )
-        failed = [name for name, ok in data["checks"].items() if not ok]
-        if failed:
-            keep = True
-            raise ColocoError(
-                f"the demo ran but {len(failed)} check(s) failed: {'; '.join(failed)}. "
-                f"See {report} and the logs in {work / 'logs'}"
-            )
+            data["wall_s"] = round(time.monotonic() - start, 2)
+            data["checks"] = checks(data, plan.rounds)
+            png = write_report(data, report)
+            print_summary(data, console)
+            console.print(f"report: [bold]{report}[/]  loss curve: [bold]{png}[/]")
+            if rpc_url is not None and not keep_up:
+                console.print(
+                    f"the chain stays up; explore it with COLOCO_RPC_URL={rpc_url} "
+                    f"COLOCO_DEPLOYMENT={work / 'deployment.json'} coloco gov list"
+                )
+            failed = [name for name, ok in data["checks"].items() if not ok]
+            if failed:
+                keep = True
+                raise ColocoError(
+                    f"the demo ran but {len(failed)} check(s) failed: {'; '.join(failed)}. "
+                    f"See {report} and the logs in {work / 'logs'}"
+                )
+            if keep_up:
+                stay_up(run, console)
     except BaseException:
         console.print(f"[red]demo failed[/]; logs kept in [bold]{work / 'logs'}[/]")
         keep = True
@@ -112,3 +126,22 @@ def demo(
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def stay_up(run: DemoRun, console: Console) -> None:
+    """`--keep`: say where the network is, then wait until Ctrl-C (or SIGTERM) stops it."""
+    from coloco_cli.procs import InterruptedBySignalError
+
+    net = run.require_net()
+    console.print(f"dashboard: [bold]{net.ledger_url}/[/]")
+    console.print(
+        f"network kept up: chain {net.rpc_url}, ledger {net.ledger_url}; try `COLOCO_RPC_URL="
+        f"{net.rpc_url} COLOCO_LEDGER_URL={net.ledger_url} COLOCO_DEPLOYMENT="
+        f"{net.deployment_path} coloco run status 0x{run.run_id.hex()}`. Ctrl-C stops it."
+    )
+    try:
+        while net.ledger.alive():
+            time.sleep(0.5)
+        raise ColocoError(f"the ledger stopped; its log ends with:\n{net.ledger.log_tail()}")
+    except (KeyboardInterrupt, InterruptedBySignalError):
+        console.print("stopping the network")

@@ -1,9 +1,9 @@
 """The demo's contributors and token holders: claim rewards, then govern TrainingConfig.
 
-Claims go through `coloco rewards claim`'s code path (proof from the ledger, claim on chain);
-the vote goes through `coloco gov propose | vote | queue | execute`'s. On the devnet, the waits
-for the voting delay, voting period and Timelock delay (seconds: a timestamp clock) are
-skipped with anvil's `evm_increaseTime`.
+Claims are `coloco rewards claim` (proof from the ledger, claim on chain); the vote is
+`coloco gov delegate | propose | vote | queue | execute`. On the devnet, the waits for the voting
+delay, voting period and Timelock delay (seconds: a timestamp clock) are skipped with
+`coloco devnet mine --seconds`.
 """
 
 from __future__ import annotations
@@ -12,20 +12,15 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from coloco_cli.gov.ops import (
-    cast_vote,
-    delegate_votes,
-    execute_proposal,
-    proposal_state,
-    propose_change,
-    queue_proposal,
-)
-from coloco_cli.rewards.ops import claim_rewards, fetch_owed
+from coloco_cli.demo.actors import payout_key
+from coloco_cli.gov.ops import proposal_state
+from coloco_cli.rewards.ops import fetch_owed
 from protocol.errors import ColocoError
 
 if TYPE_CHECKING:
     from coloco_cli.demo.actors import Actor
     from coloco_cli.demo.net import DemoNet
+    from coloco_cli.demo.shell import Secret, Shell
 
 log = logging.getLogger(__name__)
 
@@ -60,31 +55,39 @@ class GovOutcome:
         return data
 
 
-def claim_all(net: DemoNet, actors: list[Actor]) -> list[dict[str, Any]]:
-    """Every payout address owed something claims it with its own key."""
+def claim_all(net: DemoNet, shell: Shell, actors: list[Actor]) -> list[dict[str, Any]]:
+    """Every payout address owed something claims it with its own key (`coloco rewards claim`)."""
     claims = []
     for actor in actors:
         owed = fetch_owed(net.ledger_url, actor.payout_address)
-        chain = net.chain(actor.payout_key)
-        already = int(chain.call("RewardDistributor", "claimed", actor.payout_address))
+        already = int(net.chain().call("RewardDistributor", "claimed", actor.payout_address))
         if owed.cumulative_amount <= already:
             continue
-        result = claim_rewards(chain, net.ledger_url, actor.payout_address, wait_pending=True)
+        result = shell.json(
+            "rewards", "claim", actor.payout_address, "--private-key", payout_key(actor),
+            "--wait-final",
+        )  # fmt: skip
         claims.append(
             {
                 "node": actor.node_address,
-                "account": result.account,
-                "cumulative_amount": str(result.cumulative_amount),
-                "paid": str(result.paid),
-                "balance": str(result.balance),
+                "account": result["account"],
+                "cumulative_amount": str(result["cumulative_amount"]),
+                "paid": str(result["paid"]),
+                "balance": str(result["balance"]),
             }
         )
-        log.info("%s claimed %d (balance %d)", actor.payout_address, result.paid, result.balance)
+        log.info(
+            "%s claimed %s (balance %s)", actor.payout_address, result["paid"], result["balance"]
+        )
     return claims
 
 
-def govern(net: DemoNet, holders: list[Actor], sets: list[str]) -> GovOutcome:
-    """Propose `sets` (e.g. ['inner-steps=30']), vote yes with every holder, queue, execute."""
+def govern(net: DemoNet, shell: Shell, holders: list[Actor], sets: list[str]) -> GovOutcome:
+    """Propose `sets` (e.g. ['inner-steps=30']), vote yes with every holder, queue, execute.
+
+    Each step is the holder's `coloco gov ...` command; the devnet's clock is moved past the
+    voting delay, the voting period and the Timelock delay with `coloco devnet mine --seconds`.
+    """
     gov = net.deployment.governance
     voting_delay = int(gov.get("voting_delay", 1))
     voting_period = int(gov.get("voting_period", 20))
@@ -96,34 +99,42 @@ def govern(net: DemoNet, holders: list[Actor], sets: list[str]) -> GovOutcome:
     delegations = []
     if len(holders) >= 3:  # the last holder lends its votes to the first (`coloco gov delegate`)
         giver, taker = holders[-1], holders[0]
-        delegate_votes(net.chain(giver.payout_key), taker.payout_address)
+        shell.run(
+            "gov", "delegate", "--to", taker.payout_address, "--private-key", payout_key(giver)
+        )
         delegations.append({"from": giver.payout_address, "to": taker.payout_address})
-        log.info("%s delegated its votes to %s", giver.payout_address, taker.payout_address)
-    net.advance_time(1)  # the delegation's timestamp is before the proposal's snapshot
-    proposer = net.chain(holders[0].payout_key)
-    prop = propose_change(proposer, sets, "coloco demo: " + ", ".join(sets))
-    log.info("proposal %d created: %s", prop.proposal_id, prop.description)
-    net.advance_time(voting_delay + 1)
+    shell.run("devnet", "mine", "1", "--seconds", "1")  # the delegation precedes the snapshot
+    description = "coloco demo: " + ", ".join(sets)
+    sets_args: list[str | Secret] = [w for item in sets for w in ("--set", item)]
+    prop = shell.json(
+        "gov", "propose", *sets_args, "--description", description,
+        "--private-key", payout_key(holders[0]),
+    )  # fmt: skip
+    proposal_id = int(prop["proposal_id"])
+    shell.run("devnet", "mine", "1", "--seconds", str(voting_delay + 1))
     voters = []
     for holder in holders:
-        chain = net.chain(holder.payout_key)
-        if int(chain.call("ModelShareToken", "getVotes", holder.payout_address)) == 0:
+        if int(viewer.call("ModelShareToken", "getVotes", holder.payout_address)) == 0:
             continue
-        cast_vote(chain, prop.proposal_id, "for", "demo: longer rounds, less communication")
+        shell.run(
+            "gov", "vote", str(proposal_id), "--support", "for",
+            "--reason", "demo: longer rounds, less communication",
+            "--private-key", payout_key(holder),
+        )  # fmt: skip
         voters.append(holder.payout_address)
-    net.advance_time(voting_period + 1)
-    state = proposal_state(viewer, prop.proposal_id)
+    shell.run("devnet", "mine", "1", "--seconds", str(voting_period + 1))
+    state = proposal_state(viewer, proposal_id)
     if state != "Succeeded":
-        raise ColocoError(f"demo proposal {prop.proposal_id} ended {state}, not Succeeded")
-    queue_proposal(proposer, prop.proposal_id, net.deployment.deployment_block)
-    net.advance_time(timelock_delay + 1)
-    execute_proposal(proposer, prop.proposal_id, net.deployment.deployment_block)
-    against, for_, _ = viewer.call("ModelGovernor", "proposalVotes", prop.proposal_id)
+        raise ColocoError(f"demo proposal {proposal_id} ended {state}, not Succeeded")
+    shell.run("gov", "queue", str(proposal_id), "--private-key", payout_key(holders[0]))
+    shell.run("devnet", "mine", "1", "--seconds", str(timelock_delay + 1))
+    shell.run("gov", "execute", str(proposal_id), "--private-key", payout_key(holders[0]))
+    against, for_, _ = viewer.call("ModelGovernor", "proposalVotes", proposal_id)
     return GovOutcome(
-        proposal_id=prop.proposal_id,
-        description=prop.description,
+        proposal_id=proposal_id,
+        description=description,
         change=sets,
-        state=proposal_state(viewer, prop.proposal_id),
+        state=proposal_state(viewer, proposal_id),
         votes_for=int(for_),
         votes_against=int(against),
         voters=voters,

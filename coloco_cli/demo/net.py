@@ -7,8 +7,6 @@ success, failure or Ctrl-C.
 from __future__ import annotations
 
 import logging
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +17,7 @@ from coloco_cli.procs import Child, ProcessManager, free_port, wait_until
 from protocol.errors import ConfigError, LedgerError
 
 if TYPE_CHECKING:
+    from coloco_cli.demo.shell import Shell
     from protocol.chain import ChainClient
     from protocol.deployment import Deployment
     from protocol.devnet import AnvilProcess
@@ -132,8 +131,10 @@ def start_ledger(
     deployment_path: Path,
     *,
     round_deadline_s: float,
+    shell: Shell | None = None,
 ) -> tuple[str, Child]:
-    """Run `coloco ledger serve` on SQLite with the committer key; wait for /v1/health."""
+    """`coloco ledger serve` on SQLite with the committer key (its settings in COLOCO_LEDGER_*
+    variables, as an operator's service file would set them); wait for /v1/health."""
     port = free_port()
     env = {
         "COLOCO_LEDGER_ENVIRONMENT": "development",
@@ -152,7 +153,10 @@ def start_ledger(
         # join window keeps the ledger's rounds as fast as the nodes'
         "COLOCO_LEDGER_JOIN_WINDOW_S": "0.2",
     }
-    argv = ledger_argv(port)
+    from coloco_cli.demo.shell import Shell
+
+    shell = shell or Shell(log.debug, workdir / "logs" / "commands.log")
+    argv = shell.argv("ledger", "serve", "--host", "127.0.0.1", "--port", port)
     child = procs.start("ledger", argv, workdir / "logs" / "ledger.log", env=env)
     url = f"http://127.0.0.1:{port}"
 
@@ -164,51 +168,3 @@ def start_ledger(
 
     wait_until(healthy, timeout=60, what=f"the ledger at {url}/v1/health", child=child)
     return url, child
-
-
-def ledger_argv(port: int) -> list[str]:
-    """`coloco ledger serve` (or, before that command exists, uvicorn on the ledger's factory)."""
-    import importlib.util
-
-    if importlib.util.find_spec("coloco_cli.ledger") is not None:
-        return [sys.executable, "-m", "coloco_cli", "ledger", "serve", "--host", "127.0.0.1",
-                "--port", str(port)]  # fmt: skip
-    log.warning("coloco ledger serve is not in this checkout: running uvicorn directly")
-    return [sys.executable, "-m", "uvicorn", "ledger.main:create_app", "--factory",
-            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]  # fmt: skip
-
-
-def open_run(
-    net: DemoNet, run_id: bytes, genesis_checkpoint: bytes, *, timeout: float = 60
-) -> None:
-    """Admin call: the ledger commits round 0 (genesis) of the run; checked on chain.
-
-    The call is idempotent, so it is retried until the chain shows the genesis commit.
-    """
-    from protocol.types import RoundNumber, RunId
-
-    chain = net.chain()
-    body = {"run_id": "0x" + run_id.hex(), "genesis_checkpoint": "0x" + genesis_checkpoint.hex()}
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        try:
-            resp = httpx.post(
-                f"{net.ledger_url}/v1/runs",
-                json=body,
-                headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-                timeout=60.0,
-            )
-            last = f"{resp.status_code}: {resp.text[:300]}"
-            if 400 <= resp.status_code < 500:
-                raise LedgerError(f"the ledger refused to open the run ({last})")
-        except httpx.HTTPError as exc:
-            last = repr(exc)
-        if chain.has_committed(RunId(run_id)):
-            onchain = bytes(chain.checkpoint_of(RunId(run_id), RoundNumber(0)))
-            if onchain != genesis_checkpoint:
-                raise LedgerError(f"round 0 was committed with 0x{onchain.hex()}, not the genesis")
-            return
-        log.warning("opening the run did not commit round 0 yet (%s); retrying", last)
-        time.sleep(1.0)
-    raise LedgerError(f"the ledger did not commit the run's genesis within {timeout:.0f}s: {last}")

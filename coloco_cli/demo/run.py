@@ -15,20 +15,18 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from coloco_cli.demo.actors import Actor, make_actors, register_and_stake
 from coloco_cli.demo.capital import Capital, fund_and_submit, scoped_env, settle
 from coloco_cli.demo.gov import GovOutcome, claim_all, govern
-from coloco_cli.demo.net import (
-    DemoNet,
-    open_run,
-    start_chain,
-    start_ledger,
-)
+from coloco_cli.demo.net import ADMIN_TOKEN, DemoNet, start_chain, start_ledger
 from coloco_cli.demo.plan import DemoPlan
+from coloco_cli.demo.shell import Secret, Shell
 from coloco_cli.demo.train import (
+    MODEL,
+    SEED,
     NodeProc,
-    genesis_checkpoint,
     start_node,
     start_rendezvous,
     wait_for_exit,
@@ -56,6 +54,7 @@ class DemoRun:
         self.workdir = workdir
         self.console = console
         self.procs = ProcessManager()
+        self.shell = Shell(self.say, workdir / "logs" / "commands.log")
         self.run_id = os.urandom(32)
         self.net: DemoNet | None = None
         self.actors: list[Actor] = []
@@ -85,6 +84,12 @@ class DemoRun:
     def step(self, text: str) -> None:
         self.console.print(f"[dim]{time.monotonic() - self.started:6.1f}s[/] {text}")
 
+    def say(self, line: str) -> None:
+        """A command line the demo runs, printed as a person would type it."""
+        self.console.print(
+            f"[dim]{time.monotonic() - self.started:6.1f}s   {escape(line)}[/]", highlight=False
+        )
+
     # --- verbs ---------------------------------------------------------------------------------
 
     def start_network(self) -> DemoNet:
@@ -94,9 +99,14 @@ class DemoRun:
                 self.procs, self.workdir, self.external_anvil, inner_steps=self.plan.inner_steps
             )
         self.step(f"starting the ledger (SQLite) and the rendezvous; chain {anvil.rpc_url}")
-        self.rendezvous, rdv = start_rendezvous(self.procs, self.workdir)
-        url, ledger = start_ledger(self.procs, self.workdir, anvil, dep_path, round_deadline_s=90)
+        self.rendezvous, rdv = start_rendezvous(self.procs, self.shell, self.workdir)
+        url, ledger = start_ledger(
+            self.procs, self.workdir, anvil, dep_path, round_deadline_s=90, shell=self.shell
+        )
         self.net = DemoNet(self.workdir, anvil, deployment, dep_path, url, ledger)
+        self.shell.export(
+            COLOCO_RPC_URL=anvil.rpc_url, COLOCO_DEPLOYMENT=str(dep_path), COLOCO_LEDGER_URL=url
+        )
         wait_rendezvous(self.rendezvous, rdv)
         self.step(f"ledger at {url}, rendezvous at {self.rendezvous}")
         return self.net
@@ -104,9 +114,9 @@ class DemoRun:
     def onboard(self) -> None:
         net = self.require_net()
         extra = 1 if self.plan.join_after is not None else 0
-        self.actors = make_actors(net, self.plan.nodes + extra)
+        self.actors = make_actors(net, self.shell, self.plan.nodes + extra)
         for actor in self.actors:
-            register_and_stake(net, actor)
+            register_and_stake(self.shell, actor)
             self.step(
                 f"{actor.name}: operator {actor.operator_address[:10]}… registered hot key "
                 f"{actor.node_address[:10]}… (payout {actor.payout_address[:10]}…) and staked"
@@ -114,16 +124,14 @@ class DemoRun:
 
     def configure(self) -> None:
         net = self.require_net()
-        chain = net.chain()
-        from trainer.ledger_client import LedgerClient
-
-        self.config_version_start = chain.training_config().version
-        genesis, blob = genesis_checkpoint()
-        open_run(net, self.run_id, genesis)
-        with LedgerClient(net.ledger_url) as ledger:  # a run's genesis: anyone may upload it
-            ledger.put_blob(genesis, blob)
+        self.config_version_start = net.chain().training_config().version
+        opened = self.shell.json(
+            "run", "open", "0x" + self.run_id.hex(), "--model", MODEL, "--seed", SEED,
+            "--admin-token", Secret(ADMIN_TOKEN, "COLOCO_LEDGER_ADMIN_TOKEN"),
+        )  # fmt: skip
+        genesis = str(opened["genesis_checkpoint"])
         self.step(
-            f"run 0x{self.run_id.hex()[:12]}… opened: genesis 0x{genesis.hex()[:12]}… committed "
+            f"run 0x{self.run_id.hex()[:12]}… opened: genesis {genesis[:14]}… committed "
             f"as round 0; TrainingConfig v{self.config_version_start}, H={self.plan.inner_steps}"
         )
 
@@ -187,10 +195,10 @@ class DemoRun:
         try:
             wait_for_round(net, self.run_id, after, self.nodes, timeout=plan.round_timeout_s)
             self.step(f"round {after} committed on chain")
-            self.claims += claim_all(net, self.actors[: plan.nodes])
+            self.claims += claim_all(net, self.shell, self.actors[: plan.nodes])
             self.step(f"{len(self.claims)} contributors claimed; holders vote")
             sets = [f"inner-steps={plan.new_inner_steps}"]
-            self.gov = govern(net, self.actors[: plan.nodes], sets)
+            self.gov = govern(net, self.shell, self.actors[: plan.nodes], sets)
         finally:
             for node in self.nodes:
                 node.child.resume()
@@ -201,7 +209,7 @@ class DemoRun:
         )
 
     def final_claims(self) -> None:
-        more = claim_all(self.require_net(), self.actors)
+        more = claim_all(self.require_net(), self.shell, self.actors)
         self.claims += more
         self.step(f"{len(more)} final claims sent")
 
@@ -210,6 +218,7 @@ class DemoRun:
     def _start(self, actor: Actor, *, leave_after: int | None, standby: bool = False) -> NodeProc:
         return start_node(
             self.procs,
+            self.shell,
             self.require_net(),
             actor,
             run_id=self.run_id,

@@ -1,28 +1,28 @@
 """The demo's trainers: `coloco node run` processes, the rendezvous, and what they report.
 
 Each node is a separate `coloco node run` process (the operator's own command) with its hot-key
-keystore; they meet at the demo's rendezvous store and train DiLoCo rounds. Each node logs one
-structured `round_done` record per round it worked; the demo reads them from the node's log.
+keystore; they meet at the run's `coloco rendezvous serve` and train DiLoCo rounds. Each node
+reports one `round_done` JSON line per round it worked to its `--events` file; the demo reads
+those, never the node's log.
 """
 
 from __future__ import annotations
 
-import ast
-import json
 import logging
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coloco_cli.node.run import read_events
 from coloco_cli.procs import Child, ProcessManager, free_port, port_open, wait_until
 from protocol.errors import ColocoError, TrainerError
 
 if TYPE_CHECKING:
     from coloco_cli.demo.actors import Actor
     from coloco_cli.demo.net import DemoNet
+    from coloco_cli.demo.shell import Shell
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class NodeProc:
     child: Child
     last_round: int | None
     leave_after: int | None
+    events: Path
     gate: Path | None = None
 
     def release(self, timeout: float = 180) -> None:
@@ -51,55 +52,21 @@ class NodeProc:
         self.gate.write_text("go")
 
     def records(self) -> list[dict[str, Any]]:
-        """The node's `round_done` records so far (from its log)."""
-        return parse_round_records(self.child.log_path)
+        """The node's `round_done` events so far (its `--events` JSON lines)."""
+        return [e for e in read_events(self.events) if e.get("event") == "round_done"]
 
     def rounds_worked(self) -> list[int]:
         return sorted({int(r["round"]) for r in self.records()})
 
 
-def parse_round_records(log_path: Path | None) -> list[dict[str, Any]]:
-    """`round_done` records in a node log: a JSON object or a Python dict repr on a log line,
-    possibly as the message of a JSON log record (`{"msg": "{...round_done...}"}`)."""
-    if log_path is None or not log_path.exists():
-        return []
-    out = []
-    for line in log_path.read_text(errors="replace").splitlines():
-        if "round_done" in line:
-            record = _record_in(line)
-            if record is not None:
-                out.append(record)
-    return out
-
-
-def _record_in(text: str, depth: int = 0) -> dict[str, Any] | None:
-    start = text.find("{")
-    if start < 0 or depth > 2:
-        return None
-    body = text[start:]
-    try:
-        value = json.loads(body)
-    except json.JSONDecodeError:
-        try:
-            value = ast.literal_eval(body)
-        except (ValueError, SyntaxError):
-            return None
-    if not isinstance(value, dict):
-        return None
-    if value.get("event") == "round_done":
-        return value
-    message = value.get("msg", value.get("message"))
-    return _record_in(message, depth + 1) if isinstance(message, str) else None
-
-
-def start_rendezvous(procs: ProcessManager, workdir: Path) -> tuple[str, Child]:
-    """Start hosting the run's TCPStore in its own child process; returns ('host:port', child).
+def start_rendezvous(procs: ProcessManager, shell: Shell, workdir: Path) -> tuple[str, Child]:
+    """`coloco rendezvous serve` in its own child process; returns ('host:port', child).
 
     It does not wait: call `wait_rendezvous` (starting torch takes a while on a busy machine, so
     the demo starts the ledger meanwhile).
     """
     port = free_port()
-    argv = [sys.executable, "-m", "coloco_cli.rendezvous.host", "--port", str(port)]
+    argv = shell.argv("rendezvous", "serve", "--host", "127.0.0.1", "--port", port)
     child = procs.start("rendezvous", argv, workdir / "logs" / "rendezvous.log")
     return f"127.0.0.1:{port}", child
 
@@ -128,6 +95,7 @@ def genesis_checkpoint() -> tuple[bytes, bytes]:
 
 def start_node(
     procs: ProcessManager,
+    shell: Shell,
     net: DemoNet,
     actor: Actor,
     *,
@@ -143,35 +111,37 @@ def start_node(
 
     With `standby`, the process warms up and waits for `NodeProc.release()` before it runs.
     """
-    gate = net.workdir / "gates" / actor.name if standby else None
-    prefix = [sys.executable, "-m", "coloco_cli"]
-    if gate is not None:
-        gate.parent.mkdir(parents=True, exist_ok=True)
-        prefix = [sys.executable, "-m", "coloco_cli.demo.standby", str(gate), "--"]
-    argv = [
-        *prefix, "node", "run",
+    from coloco_cli.demo.shell import Secret
+
+    events = net.workdir / "events" / f"{actor.name}.jsonl"
+    events.parent.mkdir(parents=True, exist_ok=True)
+    args: list[str | int | Path | Secret] = [
+        "node", "run",
         "--run-id", "0x" + run_id.hex(),
-        "--keystore", str(actor.keystore),
-        "--password-file", str(actor.password_file),
-        "--rpc-url", net.rpc_url,
-        "--deployment", str(net.deployment_path),
-        "--ledger-url", net.ledger_url,
+        "--keystore", actor.keystore,
+        "--password-file", actor.password_file,
         "--rendezvous", rendezvous,
-        "--checkpoint-dir", str(net.workdir / "checkpoints" / actor.name),
+        "--checkpoint-dir", net.workdir / "checkpoints" / actor.name,
         "--model", MODEL,
-        "--seed", str(SEED),
-        "--batch-size", str(batch_size),
-        "--min-nodes", str(min_nodes),
-        "--collective-timeout", "120",
-        "--rounds", str(last_round),
+        "--seed", SEED,
+        "--batch-size", batch_size,
+        "--min-nodes", min_nodes,
+        "--collective-timeout", 120,
+        "--rounds", last_round,
+        "--events", events,
         "--plain",
     ]  # fmt: skip
     if leave_after is not None:
-        argv += ["--leave-after", str(leave_after)]
-    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        args += ["--leave-after", leave_after]
+    argv = shell.argv(*args)
+    gate = net.workdir / "gates" / actor.name if standby else None
+    if gate is not None:  # the same command, held at the door until the demo lets it in
+        gate.parent.mkdir(parents=True, exist_ok=True)
+        argv = [argv[0], "-m", "coloco_cli.demo.standby", str(gate), "--", *argv[3:]]
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **shell.env}
     child = procs.start(actor.name, argv, net.workdir / "logs" / f"{actor.name}.log", env=env)
     log.info("%s started (pid %d)%s", actor.name, child.pid, " on standby" if gate else "")
-    return NodeProc(actor, child, last_round, leave_after, gate)
+    return NodeProc(actor, child, last_round, leave_after, events, gate)
 
 
 def wait_for_records(nodes: list[NodeProc], round: int, *, timeout: float) -> None:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,23 +107,58 @@ def demo_chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnvilProces
 def demo_run(
     demo_chain: AnvilProcess, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[dict[str, Any], Path]:
+    """The demo with `--keep`: once it prints the dashboard's URL, the dashboard is read (kept in
+    `keep.json` for test_demo.py), then Ctrl-C (SIGINT) ends it as a person would."""
     anvil = demo_chain
     work = tmp_path_factory.mktemp("demo")
     report = work / "report" / "demo.json"
     cmd = [
-        sys.executable, "-m", "coloco_cli", "demo",
+        sys.executable, "-m", "coloco_cli", "demo", "--keep",
         "--nodes", str(DEMO_NODES), "--rounds", str(DEMO_ROUNDS),
         "--inner-steps", str(DEMO_INNER_STEPS),
         "--report", str(report), "--workdir", str(work / "run"),
         "--rpc-url", anvil.rpc_url, "--accounts", str(anvil.workdir / "anvil-accounts.json"),
     ]  # fmt: skip
-    proc = subprocess.run(
-        cmd, cwd=REPO, capture_output=True, text=True, timeout=800, check=False,
-        env={**os.environ, "COLUMNS": "160"},
-    )  # fmt: skip
+    out_path = work / "demo-output.txt"
+    with out_path.open("w") as out_file:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=out_file, text=True,
+            env={**os.environ, "COLUMNS": "160"},
+        )  # fmt: skip
+        keep = _read_until_dashboard(proc, out_file)
+        if keep is not None:
+            proc.send_signal(signal.SIGINT)  # Ctrl-C: the demo stops what it started
+        try:
+            rest, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rest, _ = proc.communicate()
+        out_file.write(rest or "")
+    (work / "keep.json").write_text(json.dumps(keep))
     logs = work / "run" / "logs"
-    assert proc.returncode == 0, (
-        f"demo failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}\n"
+    output = out_path.read_text()
+    assert keep is not None and proc.returncode == 0, (
+        f"demo failed ({proc.returncode}):\n{output[-6000:]}\n"
         + "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("*.log")))
     )
     return json.loads(report.read_text()), work
+
+
+def _read_until_dashboard(proc: subprocess.Popen[str], out: Any) -> dict[str, Any] | None:
+    """Copy the demo's stdout until its `dashboard: URL` line; then read the kept dashboard."""
+    import httpx
+
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 800
+    for line in proc.stdout:
+        out.write(line)
+        found = re.search(r"dashboard: (http://\S+)", line)
+        if found:
+            url = found.group(1).rstrip("/")
+            page = httpx.get(url + "/", timeout=30)
+            health = httpx.get(url + "/v1/health", timeout=30)
+            return {"url": url, "page_status": page.status_code, "page": page.text[:20000],
+                    "health": health.json()}  # fmt: skip
+        if time.monotonic() > deadline:
+            return None
+    return None

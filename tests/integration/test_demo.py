@@ -85,6 +85,29 @@ def test_chain_state_matches_the_report(
     assert abs(balances - ROUNDS * compute_pool) <= ROUNDS * NODES
 
 
+def test_keep_left_the_network_and_dashboard_up_until_ctrl_c(
+    demo_run: tuple[dict[str, Any], Path],
+) -> None:
+    """`coloco demo --keep` printed the dashboard's URL and served it (with the run on it) until
+    Ctrl-C; test_the_demo_left_no_process_behind checks that Ctrl-C then stopped everything."""
+    report, work = demo_run
+    keep = json.loads((work / "keep.json").read_text())
+    assert keep["page_status"] == 200
+    assert f'data-run="{report["run_id"].lower()}"' in keep["page"]
+    assert keep["health"]["database"] == "ok"
+    output = (work / "demo-output.txt").read_text()
+    assert "stopping the network" in output
+    # the story is told in public commands, each printed as typed
+    for line in ("$ coloco ledger serve", "$ coloco rendezvous serve", "$ coloco run open",
+                 "$ coloco node register", "$ coloco node stake", "$ coloco node run",
+                 "$ coloco rewards claim", "$ coloco gov propose", "$ coloco gov vote",
+                 "$ coloco gov execute"):  # fmt: skip
+        assert line in output, line
+    assert "--private-key $PAYOUT_KEY_1" in output
+    events = sorted((work / "run" / "events").glob("*.jsonl"))  # what the nodes reported
+    assert len(events) == len(report["nodes"]) and all(p.read_text().strip() for p in events)
+
+
 def test_the_demo_left_no_process_behind(demo_run: tuple[dict[str, Any], Path]) -> None:
     _, work = demo_run
     started = json.loads((work / "run" / "processes.json").read_text())

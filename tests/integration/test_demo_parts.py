@@ -9,28 +9,51 @@ import pytest
 
 from coloco_cli.demo.plan import DemoPlan
 from coloco_cli.demo.report import REQUIRED_KEYS, write_report
-from coloco_cli.demo.train import parse_round_records
 from coloco_cli.gov.changes import config_as_dict, setter_calls
 from protocol.deployment import abi
-from protocol.errors import ConfigError
+from protocol.errors import ColocoError, ConfigError
 
 
-def test_round_records_are_found_in_every_log_form(tmp_path: Path) -> None:
+def test_node_records_come_from_its_events_file(tmp_path: Path) -> None:
+    """The demo reads what `node run --events` wrote (JSON lines), never the node's log."""
+    from coloco_cli.demo.train import NodeProc
+
+    events = tmp_path / "node.jsonl"
     rec = {"event": "round_done", "round": 3, "eval_loss": 2.5}
-    log = tmp_path / "node.log"
-    log.write_text(
-        "\n".join(
-            [
-                f"2026-01-01 INFO trainer.cli: {rec!r}",  # a dict repr (--plain)
-                "2026-01-01 INFO trainer.progress: " + json.dumps({**rec, "round": 4}),
-                json.dumps({"level": "info", "msg": json.dumps({**rec, "round": 5})}),
-                "noise round_done {not a dict",
-                json.dumps({"event": "round_started", "round": 6}),
-            ]
-        )
-    )
-    assert [r["round"] for r in parse_round_records(log)] == [3, 4, 5]
-    assert parse_round_records(tmp_path / "missing.log") == []
+    lines = [json.dumps(rec), json.dumps({**rec, "round": 4}), json.dumps({**rec, "round": 5})]
+    events.write_text("\n".join(lines) + '\n{"event": "round_done", "rou')  # a partial line
+    node = NodeProc(actor=None, child=None, last_round=5, leave_after=None, events=events)  # type: ignore[arg-type]
+    assert node.rounds_worked() == [3, 4, 5]
+    missing = NodeProc(None, None, 5, None, tmp_path / "none.jsonl")  # type: ignore[arg-type]
+    assert missing.records() == []
+
+
+def test_shell_prints_each_command_and_hides_secrets(tmp_path: Path) -> None:
+    """The demo's commands are public `coloco` commands, each printed as `$ coloco ...`."""
+    from coloco_cli.demo.shell import Secret, Shell
+
+    said: list[str] = []
+    shell = Shell(said.append, tmp_path / "commands.log")
+    made = shell.json(
+        "keys", "new", "--out", tmp_path / "k.json", "--password-file", _password(tmp_path),
+        "--light-kdf", "--payout", "0x" + "ab" * 20,
+    )  # fmt: skip
+    assert made["address"].startswith("0x") and made["payout"].lower() == "0x" + "ab" * 20
+    assert said[-1].startswith("$ coloco keys new --out ") and said[-1].endswith(" --json")
+    secret = Secret("0x" + "11" * 32, "OPERATOR_KEY_1")
+    argv = shell.argv("node", "stake", "--node", "0x" + "22" * 20, "--private-key", secret)
+    assert said[-1].endswith("--private-key $OPERATOR_KEY_1") and "11" * 32 not in said[-1]
+    assert argv[-1] == secret.value and argv[1:3] == ["-m", "coloco_cli"]
+    with pytest.raises(ColocoError):  # a command's error reaches the demo as the same error
+        shell.run("keys", "new", "--out", tmp_path / "k.json", "--password-file",
+                  _password(tmp_path), "--light-kdf")  # fmt: skip
+    assert "$ coloco keys new" in (tmp_path / "commands.log").read_text()
+
+
+def _password(folder: Path) -> Path:
+    path = folder / "pw"
+    path.write_text("demo-password")
+    return path
 
 
 def test_plan_validates_and_schedules() -> None:
@@ -89,18 +112,20 @@ def test_a_node_that_stops_early_is_reported_even_with_exit_code_0(tmp_path: Pat
 
     actor = Actor("node-1", "0x0", "0x0", "0x0", tmp_path / "k", tmp_path / "p", "0x0", "0x0")
     record = json.dumps({"event": "round_done", "round": 1})
+    events = tmp_path / "early.jsonl"
     with ProcessManager(handle_signals=False) as procs:
         early = procs.start(
-            "node-1", ["bash", "-c", f"echo '{record}'; echo 'error (ledger_error): boom'"],
+            "node-1",
+            ["bash", "-c", f"echo '{record}' > {events}; echo 'error (ledger_error): boom'"],
             tmp_path / "early.log",
-        )  # fmt: skip
+        )
         early.popen.wait(timeout=10)
         with pytest.raises(TrainerError, match=r"before its last round \(3\)") as info:
-            check_nodes([NodeProc(actor, early, last_round=3, leave_after=None)])
+            check_nodes([NodeProc(actor, early, last_round=3, leave_after=None, events=events)])
         assert "boom" in info.value.message
         # the same node leaving after round 1 did exactly what it should
-        check_nodes([NodeProc(actor, early, last_round=3, leave_after=1)])
+        check_nodes([NodeProc(actor, early, last_round=3, leave_after=1, events=events)])
         failed = procs.start("node-2", ["bash", "-c", "exit 5"], tmp_path / "failed.log")
         failed.popen.wait(timeout=10)
         with pytest.raises(TrainerError, match="exited with code 5"):
-            check_nodes([NodeProc(actor, failed, last_round=3, leave_after=None)])
+            check_nodes([NodeProc(actor, failed, 3, None, tmp_path / "none.jsonl")])

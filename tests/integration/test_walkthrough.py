@@ -46,10 +46,10 @@ def test_walkthrough_block_names_every_step() -> None:
     script = walkthrough_script()
     for step in (
         "coloco devnet up", "coloco devnet deploy", "coloco ledger serve", "coloco run open",
-        "coloco rendezvous serve", "coloco run close", "coloco keys new --name", "coloco node register",
-        "coloco node stake", "coloco node run", "coloco rewards claim", "coloco gov propose",
-        "coloco gov vote", "coloco gov execute", "coloco model pull", "coloco model sample",
-        "coloco devnet down",
+        "coloco rendezvous serve", "coloco run close", "coloco keys new --name",
+        "coloco node register", "coloco node stake", "coloco node run", "coloco rewards claim",
+        "coloco gov propose", "coloco gov vote", "coloco gov execute", "coloco model pull",
+        "coloco model sample", "coloco devnet down",
     ):  # fmt: skip
         assert step in script, step
 
