@@ -78,21 +78,6 @@ def wait_rendezvous(address: str, child: Child, timeout: float = 120) -> None:
     )
 
 
-def genesis_checkpoint() -> tuple[bytes, bytes]:
-    """The run's round-0 weights (the model preset's seed): (canonical hash, safetensors blob).
-
-    The hash is committed as round 0; the blob goes to the ledger's store so that the ledger can
-    score round 1's pseudo-gradients against it (level-2 usefulness), like every later round's
-    checkpoint that the nodes upload themselves.
-    """
-    from protocol.blobs import encode_blob
-    from trainer.model import GPTConfig
-    from trainer.recovery import genesis_checkpoint as make_genesis
-
-    ckpt = make_genesis(GPTConfig.preset(MODEL), SEED)
-    return ckpt.weights_hash, encode_blob(ckpt.weights)
-
-
 def start_node(
     procs: ProcessManager,
     shell: Shell,
