@@ -9,7 +9,9 @@ an :class:`~trainer.outer.OuterState` after its outer step.
 
 from __future__ import annotations
 
+import json
 import logging
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,7 +62,7 @@ class RoundCheckpoint:
             "run_id": self.run_id.hex(),
             "weights_hash": self.weights_hash.hex(),
         }
-        return encode_blob(tensors, meta)
+        return _canonical_header(encode_blob(tensors, meta))
 
     @classmethod
     def from_bytes(cls, data: bytes, *, expect_hash: bytes | None = None) -> RoundCheckpoint:
@@ -86,10 +88,19 @@ class RoundCheckpoint:
         return ckpt
 
 
-def _metadata(data: bytes) -> dict[str, str]:
-    import json
-    import struct
+def _canonical_header(data: bytes) -> bytes:
+    """The same blob with its JSON header's keys sorted: safetensors writes ``__metadata__`` in
+    hash-map order, which differs between processes, and every honest member must serve the very
+    same bytes (one signed manifest, chunks fetched from several members)."""
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    canonical = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    if len(canonical) > n:  # cannot happen for safetensors' compact header; keep it as it is
+        return data
+    return data[:8] + canonical.ljust(n) + data[8 + n :]
 
+
+def _metadata(data: bytes) -> dict[str, str]:
     (n,) = struct.unpack("<Q", data[:8])
     meta = json.loads(data[8 : 8 + n]).get("__metadata__", {})
     if not isinstance(meta, dict):

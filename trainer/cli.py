@@ -43,10 +43,10 @@ def parse_run_id(text: str) -> bytes:
     return hashlib.sha256(text.encode()).digest()
 
 
-def parse_hostport(text: str) -> tuple[str, int]:
+def parse_hostport(text: str, flag: str = "--rendezvous") -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
-        raise ConfigError(f"--rendezvous {text!r}: expected HOST:PORT, e.g. 127.0.0.1:29400")
+        raise ConfigError(f"{flag} {text!r}: expected HOST:PORT, e.g. 127.0.0.1:29400")
     return host or "127.0.0.1", int(port)
 
 
@@ -88,6 +88,13 @@ def run_command(  # noqa: PLR0917 - typer maps each parameter to a flag
             "it is the successor (the lowest member address that set one)."
         ),
     ] = None,
+    serve_checkpoints: Annotated[
+        str,
+        typer.Option(
+            help="HOST:PORT where this node serves its checkpoints to joining peers "
+            "(HOST must be reachable by the other members; port 0: any free port)."
+        ),
+    ] = "127.0.0.1:0",
     host_rendezvous: Annotated[
         bool, typer.Option(help="Host the rendezvous store in this node.")
     ] = False,
@@ -189,10 +196,12 @@ def _build(**o: object):  # type: ignore[no-untyped-def]
     ledger = LedgerClient(str(o["ledger_url"])) if o["ledger_url"] else None
     if ledger is not None:
         ledger.health()
+    serve_host, serve_port = parse_hostport(str(o["serve_checkpoints"]), "--serve-checkpoints")
     settings = NodeSettings(
         run_id=run_id, model=cfg, rendezvous_host=host, rendezvous_port=port,
         host_rendezvous=bool(o["host_rendezvous"]), seed=int(str(o["seed"])),
         own_endpoint=_endpoint(o["successor_endpoint"]),
+        serve_host=serve_host, serve_port=serve_port,
         membership=MembershipConfig(min_nodes=int(str(o["min_nodes"])),
                                     join_window_s=float(str(o["join_window"])),
                                     collective_timeout_s=float(str(o["collective_timeout"])),

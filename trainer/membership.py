@@ -15,10 +15,10 @@ and logged). For round ``r`` (attempt ``a`` after a member died or sat out):
   ``min_nodes``).
 
 Ranks are positions in the sorted address list; each list gets a fresh gloo/NCCL process group.
-After a round every member posts a signed ``CHECKPOINT`` (the weights hash it holds); the first two
-ranks also put the blob under ``ckpt/r/<address>``. A joiner accepts a blob only if it matches the
-hash committed on chain or, for a round not committed yet, the hash signed by a majority of that
-round's members (:mod:`trainer.recovery`).
+After a round every member posts a signed ``CHECKPOINT`` (the weights hash it holds, and the
+manifest and address of the blob it serves peer to peer: :mod:`trainer.peer_checkpoint`). A joiner
+accepts a blob only if it matches the hash committed on chain or, for a round not committed yet,
+the hash signed by a majority of that round's members (:mod:`trainer.recovery`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -408,22 +409,23 @@ class Rendezvous:
     # --- checkpoints ------------------------------------------------------------------------
 
     def publish_checkpoint(
-        self, round: int, attempt: int, rank: int, blob: bytes, weights_hash: bytes
+        self,
+        round: int,
+        attempt: int,
+        rank: int,
+        weights_hash: bytes,
+        offer: dict[str, Any] | None = None,
     ) -> None:
-        """Sign the hash this node holds after ``round``; the first two ranks serve the blob."""
+        """Sign the hash this node holds after ``round`` and, in ``offer``, the manifest of the
+        blob it serves peer to peer and where (:mod:`trainer.peer_checkpoint`); no blob goes
+        through the store."""
         signed = self.board.post(f"ckpt/{round}/sig/{self.address}", Kind.CHECKPOINT, round,
-                                 attempt, {"hash": weights_hash.hex()})  # fmt: skip
+                                 attempt, (offer or {}) | {"hash": weights_hash.hex()})  # fmt: skip
         self._published = {k: v for k, v in self._published.items() if not k.startswith("ckpt/")}
         self._published[f"ckpt/{round}/sig/{self.address}"] = signed.to_wire()
-        if rank < 2:
-            self.store.set(f"ckpt/{round}/{self.address}", blob)
-            self._published[f"ckpt/{round}/{self.address}"] = blob
         if rank == 0:
             self.store.set("ckpt/latest", signed.to_wire())
             self._published["ckpt/latest"] = signed.to_wire()
-        old = f"ckpt/{round - 2}/{self.address}"
-        if round >= 2 and self.store.check([old]):
-            self.store.delete_key(old)
 
     def latest_checkpoint_round(self) -> int | None:
         """The round of the signed ``ckpt/latest`` (a hint; the hash is checked separately)."""
@@ -441,17 +443,25 @@ class Rendezvous:
                     return found
         return None
 
+    def checkpoint_offers(self, round: int) -> list[tuple[str, dict[str, Any]]]:
+        """(address, signed body) of each member of ``round`` that signed a ``CHECKPOINT``."""
+        members = self.round_members(round)
+        if members is None:
+            return []
+        out = []
+        for addr in members.addresses:
+            msg = self.board.read(f"ckpt/{round}/sig/{addr}", Kind.CHECKPOINT, round,
+                                  members.attempt, signer=addr)  # fmt: skip
+            if msg is not None:
+                out.append((addr, msg.body()))
+        return out
+
     def signed_checkpoint_hash(self, round: int) -> bytes | None:
         """The weights hash signed by a strict majority of ``round``'s members, or None."""
         members = self.round_members(round)
         if members is None:
             return None
-        votes: Counter[str] = Counter()
-        for addr in members.addresses:
-            msg = self.board.read(f"ckpt/{round}/sig/{addr}", Kind.CHECKPOINT, round,
-                                  members.attempt, signer=addr)  # fmt: skip
-            if msg is not None:
-                votes[str(msg.body().get("hash", ""))] += 1
+        votes = Counter(str(body.get("hash", "")) for _, body in self.checkpoint_offers(round))
         if not votes:
             return None
         best, count = votes.most_common(1)[0]
@@ -461,11 +471,3 @@ class Rendezvous:
             return bytes.fromhex(best)
         except ValueError:
             return None
-
-    def checkpoint_blobs(self, round: int) -> Iterator[tuple[str, bytes]]:
-        """(key, blob) of every copy of ``round``'s checkpoint the members serve."""
-        members = self.round_members(round)
-        for addr in members.addresses if members is not None else ():
-            key = f"ckpt/{round}/{addr}"
-            if self.store.check([key]):
-                yield key, self.store.get(key)

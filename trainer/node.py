@@ -7,7 +7,7 @@ drive it). Each round reads as verbs::
     config  = read_config(r)     # TrainingConfig read by this node at the round's agreed block
     local   = train_local(r)     # H inner AdamW steps on this node's shard
     outcome = synchronize(local) # average + outer Nesterov step, re-forming the group on failure
-    save / publish / attest      # checkpoint on disk, for peers, signed attestation to the ledger
+    save / publish / attest      # checkpoint on disk, served to peers, signed attestation
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from trainer.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.inner import StepInfo
 from trainer.membership import DivergedError, Members, MembershipConfig, Rendezvous, RoundGroup
 from trainer.model import GPT, GPTConfig, evaluate
+from trainer.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manifest
 from trainer.recovery import Recovery
 from trainer.runconfig import ConfigSource, RunConfig
 
@@ -46,6 +47,10 @@ class NodeSettings:
     host_rendezvous: bool = False
     own_endpoint: str | None = None
     """HOST:PORT where this node hosts the rendezvous if it becomes the successor."""
+    serve_host: str = "127.0.0.1"
+    serve_port: int = 0
+    """Where this node serves its checkpoints to joiners (trainer.peer_checkpoint); 0: any port."""
+    checkpoint_chunk_bytes: int = CHUNK_BYTES
     membership: MembershipConfig = field(default_factory=MembershipConfig)
     seed: int = 0
     device: str = "cpu"
@@ -137,6 +142,7 @@ class NodeRunner:
         self.agreement = ConfigAgreement(self.rdv, config_source,
                                          settings.membership.config_wait_s)  # fmt: skip
         self.disk = CheckpointDir(settings.checkpoint_dir) if settings.checkpoint_dir else None
+        self.server = CheckpointServer(settings.serve_host, settings.serve_port)
         self.model = GPT(settings.model, seed=settings.seed).to(self.device)
         self.diloco: DiLoCo | None = None
         self.state_round = -1
@@ -242,10 +248,15 @@ class NodeRunner:
         self.state_round = r
         if self.disk is not None:
             self.disk.save(ckpt)
-        # every member signs the hash it holds; the first two majority members serve the blob
+        # every member signs the hash it holds and serves the blob peer to peer (from memory, in
+        # a background thread: a joiner fetches while the members train the next round)
         honest = [a for a in group.members.addresses if a not in getattr(group, "divergent", ())]
+        blob = ckpt.to_bytes()
+        manifest, digests = Manifest.of(blob, ckpt.weights_hash, self.s.checkpoint_chunk_bytes)
+        self.server.offer(r, blob, digests, manifest)
         self.rdv.publish_checkpoint(r, group.members.attempt, honest.index(self.address),
-                                    ckpt.to_bytes(), ckpt.weights_hash)  # fmt: skip
+                                    ckpt.weights_hash,
+                                    manifest.body() | {"serve": self.server.endpoint})  # fmt: skip
         # the publisher (rank 0, or the first majority member if rank 0 diverged) gives the ledger
         # the weights when membership changes or the node leaves, not every round (4 B/param):
         # the round's commitments let it replay the rest
@@ -301,8 +312,9 @@ class NodeRunner:
             log.warning("round %d: sat out (config not agreed at the round's block)", r)
             self.drop_group()
             return None
-        if self.state_round != r - 1:
+        if self.state_round != r - 1:  # a joiner fetches while the members train; groups form after
             self.adopt(self.recovery.from_peer(self.rdv, r - 1))
+        spec, local = self.train_local(r, config)
         kept = False
         try:
             group = self.group_for(members)
@@ -310,7 +322,6 @@ class NodeRunner:
             log.warning("round %d re-formed without this node; rejoining next round", r)
             return None
         try:
-            spec, local = self.train_local(r, config)
             outcome, group = self.synchronize(r, group, local, config)
             self.save_and_publish(r, group)
             if not group.divergent:  # kept for the next round (an evicted node rebuilds it)
@@ -352,15 +363,18 @@ class NodeRunner:
 
     def run(self) -> list[RoundReport]:
         reports: list[RoundReport] = []
-        r = self.first_round()
-        last = self._last_round()
-        while last is None or r <= last:
-            report = self.run_round(r)
-            if report is not None:
-                reports.append(report)
-                if self.on_round is not None:
-                    self.on_round(report)
-            r += 1
+        try:
+            r = self.first_round()
+            last = self._last_round()
+            while last is None or r <= last:
+                report = self.run_round(r)
+                if report is not None:
+                    reports.append(report)
+                    if self.on_round is not None:
+                        self.on_round(report)
+                r += 1
+        finally:
+            self.server.close()
         self.drop_group()
         self.rdv.announce_leave(r)
         log.info("%s leaves before round %d", self.address, r)

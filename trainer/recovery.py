@@ -2,15 +2,16 @@
 
 Order at start-up: the newest of (a peer's published checkpoint, this node's checkpoint folder);
 else the committed weights from the ledger's blob store; else the genesis weights of the run's
-seed. A checkpoint from a peer is used only if its weights hash is the one committed on chain
-(``ContributionLedger.checkpointOf(run, r)``) or, for a round not committed yet, the one signed
-by a strict majority of that round's members (signed ``CHECKPOINT`` messages). A blob that hashes
-otherwise is refused (logged, kept in the rendezvous' refusals) and the next copy is tried.
+seed. A checkpoint from peers is fetched peer to peer (chunked, every chunk hash-checked, from
+several members at once: :mod:`trainer.peer_checkpoint`) and used only if its weights hash is the
+one committed on chain (``ContributionLedger.checkpointOf(run, r)``) or, for a round not committed
+yet, the one signed by a strict majority of that round's members (signed ``CHECKPOINT`` messages).
+A peer that serves a bad chunk is refused (logged, kept in the rendezvous' refusals) and its chunk
+fetched from another member.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from trainer.checkpoint import MAX_CHECKPOINT_BYTES, CheckpointDir, RoundCheckpo
 from trainer.ledger_client import LedgerClient
 from trainer.membership import Rendezvous
 from trainer.model import GPTConfig, genesis_state
+from trainer.peer_checkpoint import Manifest, fetch
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ class Recovery:
         chain: Any | None = None,
         ledger: LedgerClient | None = None,
         peer_timeout_s: float = 120.0,
+        chunk_timeout_s: float = 30.0,
     ) -> None:
         self.run_id = run_id
         self.model = model
@@ -59,7 +62,8 @@ class Recovery:
         self.chain = chain
         self.ledger = ledger
         self.peer_timeout_s = peer_timeout_s
-        self._refused: set[bytes] = set()
+        self.chunk_timeout_s = chunk_timeout_s
+        self._bad_peers: set[tuple[int, str]] = set()
 
     def committed(self, round: int) -> bytes | None:
         """The on-chain checkpoint hash of ``round``, or None (no chain, or not committed yet)."""
@@ -95,15 +99,19 @@ class Recovery:
         return None if signed is None else (signed, "a majority of the round's members")
 
     def from_peer(self, rdv: Rendezvous, round: int) -> RoundCheckpoint:
-        """The verified checkpoint of ``round`` from the first peer copy whose hash matches."""
+        """The verified checkpoint of ``round``, fetched peer to peer from the members serving it.
+
+        The members' signed offers are grouped by manifest, most signers first, among those whose
+        weights hash is the vouched-for one; each group's servers are fetched from in parallel,
+        chunk by chunk (:func:`trainer.peer_checkpoint.fetch`), and the whole blob checked again."""
         if round == 0:
             return self.verify(genesis_checkpoint(self.model, self.seed, self.run_id), "genesis")
         deadline = time.monotonic() + self.peer_timeout_s
         while True:
             expected = self.expected_hash(rdv, round)
             if expected is not None:
-                for key, blob in rdv.checkpoint_blobs(round):
-                    found = self._try_blob(rdv, key, blob, round, expected)
+                for manifest, peers in self._offers(rdv, round, expected[0]):
+                    found = self._try_fetch(rdv, round, manifest, peers, expected)
                     if found is not None:
                         return found
             if time.monotonic() > deadline:
@@ -114,25 +122,60 @@ class Recovery:
                 )
             time.sleep(0.2)
 
-    def _try_blob(
-        self, rdv: Rendezvous, key: str, blob: bytes, round: int, vouched: tuple[bytes, str]
+    def _offers(
+        self, rdv: Rendezvous, round: int, expected: bytes
+    ) -> list[tuple[Manifest, dict[str, str]]]:
+        """(manifest, {address: endpoint}) per distinct manifest of ``expected``, most signed
+        first; peers that served this node a bad chunk of this round are left out."""
+        groups: dict[Manifest, dict[str, str]] = {}
+        for addr, body in rdv.checkpoint_offers(round):
+            serve = body.get("serve")
+            if not isinstance(serve, str) or (round, addr) in self._bad_peers:
+                continue
+            try:
+                manifest = Manifest.from_body(body)
+            except CheckpointError as exc:
+                rdv.board.refuse("invalid", f"ckpt/{round}/sig/{addr}", exc.message)
+                continue
+            if manifest.weights_hash == expected:
+                groups.setdefault(manifest, {})[addr] = serve
+        return sorted(groups.items(), key=lambda kv: -len(kv[1]))
+
+    def _try_fetch(
+        self,
+        rdv: Rendezvous,
+        round: int,
+        manifest: Manifest,
+        peers: dict[str, str],
+        vouched: tuple[bytes, str],
     ) -> RoundCheckpoint | None:
         expected, by = vouched
-        digest = hashlib.sha256(blob).digest()
-        if digest in self._refused:
+        by_endpoint = {e: a for a, e in peers.items()}
+        try:
+            blob, faults = fetch(round, manifest, list(by_endpoint), timeout_s=self.chunk_timeout_s)
+        except CheckpointError as exc:
+            log.warning("round %d checkpoint fetch failed: %s", round, exc.message)
             return None
+        for fault in faults:
+            addr = by_endpoint.get(fault.peer, fault.peer)
+            self._bad_peers.add((round, addr))
+            rdv.board.refuse("hash_mismatch" if "digest" in fault.reason else "peer_fault",
+                             f"ckpt/{round}/{addr}#chunk{fault.chunk}",
+                             f"{fault.reason}; fetched it from another member")  # fmt: skip
         try:
             ckpt = RoundCheckpoint.from_bytes(blob, expect_hash=expected)
             if ckpt.round != round:
                 raise CheckpointError(f"blob holds round {ckpt.round}, not {round}")
         except CheckpointError as exc:
-            self._refused.add(digest)
-            rdv.board.refuse("hash_mismatch", key, f"{exc.message} (hash vouched for by {by}); "
-                             "fetching another copy")  # fmt: skip
+            # every chunk matched a manifest its signers vouched for, yet the whole does not hash
+            # to the vouched-for weights: those signers lied together; never use them again
+            self._bad_peers.update((round, a) for a in peers)
+            rdv.board.refuse("hash_mismatch", f"ckpt/{round}/{sorted(peers)}",
+                             f"{exc.message} (hash vouched for by {by})")  # fmt: skip
             return None
-        log.info("checkpoint of round %d from %s matches the hash vouched for by %s",
-                 round, key, by)  # fmt: skip
-        return self.verify(ckpt, key)
+        log.info("checkpoint of round %d from %d peers (%d dropped) matches the hash vouched for "
+                 "by %s", round, len(peers), len(faults), by)  # fmt: skip
+        return self.verify(ckpt, f"peers {sorted(peers)}")
 
     def from_ledger(self, round: int) -> RoundCheckpoint | None:
         """Committed weights from the ledger's blob store (momentum restarts at zero)."""

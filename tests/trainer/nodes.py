@@ -47,6 +47,8 @@ class Plan:
     own_endpoint: str | None = None  # where this node hosts the rendezvous as a successor
     config_wait_s: float = 10.0
     failover_wait_s: float = 30.0
+    serve_corrupt: bool = False  # a dishonest member: every chunk it serves is altered
+    chunk_bytes: int = 1 << 20  # checkpoint chunk size peer to peer
 
 
 def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
@@ -86,6 +88,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         model=model,
         rendezvous_port=port,
         own_endpoint=plan.own_endpoint,
+        checkpoint_chunk_bytes=plan.chunk_bytes,
         membership=MembershipConfig(
             min_nodes=plan.min_nodes,
             join_window_s=plan.join_window_s,
@@ -102,6 +105,8 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     )
     recovery = Recovery(RUN_ID, model, 0, chain=chain, peer_timeout_s=60.0)
     runner = NodeRunner(settings, Attester(key, domain, RUN_ID, None), source, recovery=recovery)
+    if plan.serve_corrupt:
+        _serve_corrupt(runner.server)
     records: list[dict[str, Any]] = []
 
     def events() -> None:
@@ -129,6 +134,19 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     finally:
         events()
     results[plan.key] = records
+
+
+def _serve_corrupt(server: Any) -> None:
+    """Alter the first byte of every chunk this node serves (the manifest it signs stays honest)."""
+    honest = server.offer
+
+    def offer(round: int, blob: bytes, digests: bytes, manifest: Any) -> None:
+        bad = bytearray(blob)
+        for i in range(0, len(bad), manifest.chunk_bytes):
+            bad[i] ^= 0xFF
+        honest(round, bytes(bad), digests, manifest)
+
+    server.offer = offer
 
 
 def _wait_for_round(port: int, round: int) -> None:

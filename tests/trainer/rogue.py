@@ -147,23 +147,28 @@ class _Rogue:
         self.store.set("ckpt/latest", json.dumps({"round": 50, "hash": "00" * 32}))
 
     def poison(self) -> None:
-        """Serve a poisoned checkpoint under the first member's copy, advertised in ckpt/latest
-        with its (matching, unsigned) hash."""
+        """Offer a poisoned checkpoint of every opened round: the blob under the store key
+        members used to serve it from, and ``ckpt/latest`` pointing at it (plain JSON with its
+        matching hash, and a CHECKPOINT offer signed by the rogue's unregistered key)."""
         import torch
 
         from trainer.checkpoint import RoundCheckpoint
         from trainer.model import GPTConfig, genesis_state
+        from trainer.peer_checkpoint import Manifest
 
         target = self.info.target
         for r in range(1, self.info.rounds + 1):
-            key = f"ckpt/{r}/{target}"
-            if not self.store.check([key]) or not self.once(("poison", r)):
+            if not self.store.check([f"members/{r}/0/open"]):
                 continue
             weights = genesis_state(GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32), 99)
             bad = RoundCheckpoint(r, weights, {n: torch.zeros_like(t) for n, t in weights.items()},
                                   self.info.run_id)  # fmt: skip
-            self.store.set(key, bad.to_bytes())
+            blob = bad.to_bytes()
+            if self.once(("poison", r)):
+                self.store.set(f"ckpt/{r}/{target}", blob)
+            offer = Manifest.of(blob, bad.weights_hash)[0].body() | {"serve": "127.0.0.1:9"}
             self.store.set("ckpt/latest", json.dumps({"round": r, "hash": bad.weights_hash.hex()}))
+            self.store.set("ckpt/latest", self.forged(5, r, 0, offer))
 
     def replay(self) -> None:
         """Replay the round-1 signed join of a node that left into every later round."""
