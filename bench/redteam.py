@@ -71,13 +71,18 @@ def run(net: Network, *, extra_honest_rounds: int, only: list[str] | None = None
             r += 1
             net.play_round(r, honest)
     honest_addr = {n.address for n in honest}
-    penalised, honest_rounds = 0, 0
+    penalties: list[dict[str, Any]] = []
+    honest_rounds = 0
     for rl in net.logs.values():
         for node in honest:
             s = rl.scores.get(node.address)
             honest_rounds += 1
             if s is None or not s["verified"] or int(s["reward"]) == 0:
-                penalised += 1
+                why = (s or {}).get("reason") or ",".join(rl.posts.get(node.address, ["no post"]))
+                joined = node.joins.get(rl.round)
+                penalties.append(
+                    {"node": node.label, "round": rl.round, "join": joined, "why": why[:400]}
+                )
                 log.warning("honest %s penalised in round %d: %s", node.label, rl.round, s)
     per: dict[str, Any] = {}
     for strategy, crew in plans:
@@ -114,7 +119,8 @@ def run(net: Network, *, extra_honest_rounds: int, only: list[str] | None = None
         "strategies": len(per),
         "caught": sum(1 for v in per.values() if v["caught"]),
         "per_strategy": per,
-        "honest_penalised": penalised,
+        "honest_penalised": len(penalties),
+        "honest_penalties": penalties,
         "honest_node_rounds": honest_rounds,
         "rounds": r,
         "max_cheater_earnings_ratio": max((v["earnings_ratio"] for v in per.values()), default=0),

@@ -19,6 +19,7 @@ from sqlalchemy import Engine, exists, func
 from sqlmodel import Session, col, select
 
 from ledger import db
+from ledger.audit.slash import FraudSlasher
 from ledger.blobstore import BlobStore
 from ledger.chain import ConfigView, LedgerChain
 from ledger.closing import RunClosures
@@ -100,6 +101,7 @@ class Ledger:
             self.engine, self.chain, confirmations=settings.confirmations, fault_hook=fault_hook
         )
         self.funding = FundingSettler(self.engine, self.chain)  # ETH roots of funded runs
+        self.slasher = self._slasher()  # failed audits -> slash proposals (None: no key)
         self.metrics = Metrics(self)
         self.keeper.observe_scoring = self.metrics.scoring_seconds.observe
         self._stop = threading.Event()
@@ -113,6 +115,17 @@ class Ledger:
         self._indexed_at = float("-inf")
         self._pruned_at = float("-inf")
         self._blobs_collected_at = time.monotonic()
+
+    def _slasher(self) -> FraudSlasher | None:
+        key = self.settings.slasher_key()
+        if key is None:
+            return None
+        from eth_account import Account
+
+        from protocol.chain import ChainClient
+
+        client = ChainClient(self.settings.rpc_url, self.chain.deployment, Account.from_key(key))
+        return FraudSlasher(self.engine, client, slash_bps=self.settings.slash_bps)
 
     def _trainer_usefulness(self) -> UsefulnessFn:
         from ledger.usefulness import trainer_usefulness
@@ -222,6 +235,7 @@ class Ledger:
             ("score", self.keeper.score_ready),
             ("settle", self._settle),
             ("fund", self.funding.tick),  # ETH roots of funded runs (ledger/funding.py)
+            ("slash", self.slasher.tick if self.slasher else lambda: None),  # audit frauds
             ("checkpoint", lambda: db.checkpoint(self.engine)),
             ("prune", self._prune),
             ("blobs", self._collect_blobs),

@@ -45,6 +45,18 @@ class Settings(BaseSettings):
     committer_private_key: SecretStr | None = Field(
         default=None, description="raw committer key; development and tests only"
     )
+    slasher_keystore: Path | None = Field(
+        default=None,
+        description="eth-account keystore of a StakeManager SLASHER_ROLE key: failed audits "
+        "become slash proposals (ledger/audit/slash.py); none: fraud records only",
+    )
+    slasher_password_file: Path | None = None
+    slasher_private_key: SecretStr | None = Field(
+        default=None, description="raw slasher key; development and tests only"
+    )
+    slash_bps: int = Field(
+        default=1000, ge=1, le=10_000, description="share of the node's stake a fraud proposes"
+    )
     database_url: str = "sqlite:///ledger.db"
     sqlite_synchronous: Literal["NORMAL", "FULL"] = Field(
         default="NORMAL",
@@ -120,6 +132,11 @@ class Settings(BaseSettings):
                     "COLOCO_LEDGER_COMMITTER_PRIVATE_KEY is for development only: "
                     "use COLOCO_LEDGER_COMMITTER_KEYSTORE + COLOCO_LEDGER_COMMITTER_PASSWORD_FILE"
                 )
+            if self.slasher_private_key is not None:
+                problems.append(
+                    "COLOCO_LEDGER_SLASHER_PRIVATE_KEY is for development only: "
+                    "use COLOCO_LEDGER_SLASHER_KEYSTORE + COLOCO_LEDGER_SLASHER_PASSWORD_FILE"
+                )
             if self.committer_keystore is None or self.committer_password_file is None:
                 problems.append(
                     "set COLOCO_LEDGER_COMMITTER_KEYSTORE and COLOCO_LEDGER_COMMITTER_PASSWORD_FILE"
@@ -137,28 +154,42 @@ class Settings(BaseSettings):
 
     def committer_key(self) -> bytes | None:
         """The committer's private key (decrypting the keystore), or None if none is set."""
-        if self.committer_private_key is not None:
-            raw = self.committer_private_key.get_secret_value().removeprefix("0x")
-            try:
-                key = bytes.fromhex(raw)
-            except ValueError as exc:
-                raise ConfigError("COLOCO_LEDGER_COMMITTER_PRIVATE_KEY is not hex") from exc
-            if len(key) != 32:
-                raise ConfigError("COLOCO_LEDGER_COMMITTER_PRIVATE_KEY must be 32 bytes")
-            return key
-        if self.committer_keystore is None:
-            return None
-        if self.committer_password_file is None:
-            raise ConfigError(
-                "COLOCO_LEDGER_COMMITTER_KEYSTORE needs COLOCO_LEDGER_COMMITTER_PASSWORD_FILE"
-            )
-        from eth_account import Account
+        return _key(
+            "COMMITTER",
+            self.committer_private_key,
+            self.committer_keystore,
+            self.committer_password_file,
+        )
 
+    def slasher_key(self) -> bytes | None:
+        """The slasher's private key (SLASHER_ROLE on StakeManager), or None if none is set."""
+        return _key(
+            "SLASHER", self.slasher_private_key, self.slasher_keystore, self.slasher_password_file
+        )
+
+
+def _key(
+    role: str, raw_key: SecretStr | None, keystore_path: Path | None, password_path: Path | None
+) -> bytes | None:
+    """A role's private key: raw hex (development), or a keystore and its password file."""
+    if raw_key is not None:
+        raw = raw_key.get_secret_value().removeprefix("0x")
         try:
-            keystore = self.committer_keystore.read_text(encoding="utf-8")
-            password = self.committer_password_file.read_text(encoding="utf-8").strip()
-            return bytes(Account.decrypt(keystore, password))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(
-                f"cannot decrypt committer keystore {self.committer_keystore}: {exc}"
-            ) from exc
+            key = bytes.fromhex(raw)
+        except ValueError as exc:
+            raise ConfigError(f"COLOCO_LEDGER_{role}_PRIVATE_KEY is not hex") from exc
+        if len(key) != 32:
+            raise ConfigError(f"COLOCO_LEDGER_{role}_PRIVATE_KEY must be 32 bytes")
+        return key
+    if keystore_path is None:
+        return None
+    if password_path is None:
+        raise ConfigError(f"COLOCO_LEDGER_{role}_KEYSTORE needs COLOCO_LEDGER_{role}_PASSWORD_FILE")
+    from eth_account import Account
+
+    try:
+        keystore = keystore_path.read_text(encoding="utf-8")
+        password = password_path.read_text(encoding="utf-8").strip()
+        return bytes(Account.decrypt(keystore, password))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot decrypt {role.lower()} keystore {keystore_path}: {exc}") from exc

@@ -43,9 +43,10 @@ def register(settings: Settings) -> None:
     db = urlsplit(settings.database_url)
     found += [db.password or ""]
     found.append(settings.admin_token.get_secret_value())
-    if settings.committer_private_key is not None:
-        raw = settings.committer_private_key.get_secret_value()
-        found += [raw, raw.removeprefix("0x")]
+    for key in (settings.committer_private_key, settings.slasher_private_key):
+        if key is not None:
+            raw = key.get_secret_value()
+            found += [raw, raw.removeprefix("0x")]
     with _lock:
         _secrets.update(s for s in found if len(s) >= _MIN_LEN)
     _install()

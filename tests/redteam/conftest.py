@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -13,12 +15,32 @@ from protocol.devnet import AnvilProcess
 from tests.redteam.network import NetConfig, Network
 
 
+@contextmanager
+def _network(
+    chain: AnvilProcess, deployment: Deployment, work: Path, cfg: NetConfig
+) -> Iterator[Network]:
+    torch.set_num_threads(1)
+    dep_path = work / "deployment.json"
+    deployment.save(dep_path)
+    net = Network(chain, deployment, dep_path, work, cfg)
+    try:
+        with net.running():
+            yield net
+    finally:
+        net.ledger.stop()
+
+
 @pytest.fixture
 def network(chain: AnvilProcess, deployment: Deployment, tmp_path: Path) -> Iterator[Network]:
-    torch.set_num_threads(1)
-    dep_path = tmp_path / "deployment.json"
-    deployment.save(dep_path)
-    net = Network(chain, deployment, dep_path, tmp_path, NetConfig(audit_fraction=0.1))
-    with net.running():
+    with _network(chain, deployment, tmp_path, NetConfig(audit_fraction=0.1)) as net:
         yield net
-    net.ledger.stop()
+
+
+@pytest.fixture
+def slashing_network(
+    chain: AnvilProcess, deployment: Deployment, tmp_path: Path
+) -> Iterator[Network]:
+    """The ledger holds a slasher key that governance granted StakeManager's SLASHER_ROLE."""
+    cfg = NetConfig(audit_fraction=0.1, slasher_key="0x" + os.urandom(32).hex())
+    with _network(chain, deployment, tmp_path, cfg) as net:
+        yield net

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from eth_account import Account
 from fastapi.testclient import TestClient
 
 from ledger.core.config import Settings
@@ -50,6 +51,7 @@ class NetConfig:
     audit_fraction: float = 0.1
     join_window_s: float = 1.5
     seed: int = 0
+    slasher_key: str | None = None  # the ledger's SLASHER_ROLE key (granted by the Timelock)
 
 
 def configure_chain(anvil: AnvilProcess, dep: Deployment, cfg: NetConfig) -> None:
@@ -62,6 +64,15 @@ def configure_chain(anvil: AnvilProcess, dep: Deployment, cfg: NetConfig) -> Non
     )
     tx = tc.functions.setInnerLoop(cfg.inner_steps, cfg.inner_lr_e6).transact({"from": timelock})
     assert anvil.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
+    if cfg.slasher_key is not None:  # governance grants the ledger's key SLASHER_ROLE
+        slasher = Account.from_key(cfg.slasher_key).address
+        anvil.call("anvil_setBalance", [slasher, hex(10**19)])
+        sm = anvil.w3.eth.contract(  # type: ignore[call-overload]
+            address=dep.address("StakeManager"), abi=abi("StakeManager")
+        )
+        role = sm.functions.SLASHER_ROLE().call()
+        tx = sm.functions.grantRole(role, slasher).transact({"from": timelock})
+        assert anvil.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
     anvil.call("anvil_stopImpersonatingAccount", [timelock])
 
 
@@ -101,6 +112,7 @@ class Network:
             tokens_per_step=cfg.batch * self.model.seq_len,
             usefulness_model=PRESET,
             audit_fraction=cfg.audit_fraction,
+            slasher_private_key=cfg.slasher_key,
         )
         settings = Settings(_env_file=None, **values)  # type: ignore[call-arg]
         self.ledger = Ledger(settings)
