@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INDEXED_CONTRACTS = ("StakeManager", "ContributionLedger", "TrainingConfig")
+# indexed too when the deployment has them (ledger/funding_index.py)
+FUNDING_CONTRACTS = ("RunFunding", "CodeRegistry")
 
 
 @dataclass(frozen=True)
@@ -99,13 +101,17 @@ class LedgerChain:
         self.chain_id = int(deployment.chain_id)
         self.deployment_block = int(deployment.deployment_block)
         self.domain: Eip712Domain = self.client.attestation_domain()
-        self._topics: dict[bytes, tuple[str, Any]] = {}
-        for name in INDEXED_CONTRACTS:
+        self.indexed = INDEXED_CONTRACTS + tuple(
+            n for n in FUNDING_CONTRACTS if n in deployment.contracts
+        )
+        self._topics: dict[tuple[str, bytes], tuple[str, Any]] = {}
+        for name in self.indexed:
             contract = self.client.contract(name)
             for item in abi(name):
                 if item.get("type") == "event":
                     event = contract.events[item["name"]]()
-                    self._topics[bytes(Web3.keccak(text=event.signature))] = (name, event)
+                    topic = bytes(Web3.keccak(text=event.signature))
+                    self._topics[(contract.address.lower(), topic)] = (name, event)
 
     def check_chain_id(self) -> None:
         """Refuse a chain whose id differs from the deployment's (DeploymentError)."""
@@ -123,6 +129,12 @@ class LedgerChain:
             return None
         return "0x" + bytes(block["hash"]).hex() if block and block.get("hash") else None
 
+    def block_time(self, number: int) -> int:
+        """The timestamp of block ``number`` (seconds)."""
+        eth = self.client.w3.eth
+        block = self.client.rpc(lambda: eth.get_block(number), "eth_getBlockByNumber")
+        return int(block["timestamp"])
+
     def last_round(self, run_id: bytes) -> int | None:
         """The run's last committed round, or None when the run has no genesis commit."""
         if not self.client.has_committed(RunId(run_id)):
@@ -136,14 +148,14 @@ class LedgerChain:
         query: FilterParams = {
             "fromBlock": from_block,
             "toBlock": to_block,
-            "address": [self.client.contract(n).address for n in INDEXED_CONTRACTS],
+            "address": [self.client.contract(n).address for n in self.indexed],
         }
         raw = self.client.rpc(lambda: self.client.w3.eth.get_logs(query), "eth_getLogs")
         out: list[ChainEvent] = []
         for entry in raw:
             if not entry["topics"]:
                 continue
-            known = self._topics.get(bytes(entry["topics"][0]))
+            known = self._topics.get((str(entry["address"]).lower(), bytes(entry["topics"][0])))
             if known is None:
                 continue
             name, event = known

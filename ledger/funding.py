@@ -10,6 +10,13 @@ Nothing here is stored: the per-round ETH totals are on chain (``EthRootCommitte
 each root's cumulative total) and the per-round rewards are in the ledger's database, so the
 tree of any committed round is rebuilt deterministically. A crash between sending and mining
 only repeats the same root, which the contract refuses (``InvalidRoot``/``RoundNotIncreasing``).
+Requests build the tree from the indexed events (:meth:`FundingSettler.tree`, no RPC); the
+settler itself reads the chain, which is ahead of the indexer's confirmation depth.
+
+One sender: ETH roots are sent with the committer key that commits rounds. An ETH root is sent
+only under the round settler's lock and only while no commitRound is signed or in flight, so its
+nonce can never be one a recorded commit holds (the settler signs with the pending nonce, which
+counts an ETH root already sent; ``transact`` waits for its receipt).
 """
 
 from __future__ import annotations
@@ -17,16 +24,21 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
 from ledger.chain import LedgerChain
-from ledger.models import Attestation, RoundState
+from ledger.models import Attestation, RoundState, Settlement
+from ledger.receipts import eth_history
 from ledger.scoring import split_rewards
 from protocol.errors import ColocoError
 from protocol.merkle import RewardsTree
 from protocol.types import Address
+
+if TYPE_CHECKING:
+    from ledger.settlement import Settler
 
 log = logging.getLogger(__name__)
 
@@ -95,20 +107,26 @@ def eth_amounts(session: Session, run_id: str, per_round: list[tuple[int, int]])
 class FundingSettler:
     """Commits one ETH root per committed round of every funded run; a step of the worker."""
 
-    def __init__(self, engine: Engine, chain: LedgerChain, *, poll_s: float = 2.0) -> None:
+    def __init__(
+        self, engine: Engine, chain: LedgerChain, settler: Settler, *, poll_s: float = 2.0
+    ) -> None:
         self.engine = engine
         self.chain = chain
+        self.settler = settler  # the other sender of the committer key: one queue (see above)
         self.enabled = CONTRACT in chain.deployment.contracts
         self.poll_s = poll_s  # ETH roots are not urgent: keep the worker's tick light
         self._polled_at = float("-inf")
         self._settled: dict[str, int] = {}  # run -> highest ledger round already looked at
+        # the latest indexed tree per run, by its root (requests): (root, tree, amounts, round)
+        self._trees: dict[str, tuple[tuple[int, int], RewardsTree | None, dict[str, int], int]] = {}
 
     def state(self, run_id: str) -> RunFundingState:
         raw = self.chain.client.call(CONTRACT, "runOf", bytes.fromhex(run_id[2:]))
         return RunFundingState.from_tuple(tuple(raw))
 
-    def history(self, run_id: str) -> list[tuple[int, int]]:
-        """[(round, wei paid by that round)] of the run's committed ETH roots, oldest first."""
+    def chain_history(self, run_id: str) -> list[tuple[int, int]]:
+        """[(round, wei paid by that round)] of the run's ETH roots on chain now, oldest first
+        (the settler's view; requests use the indexed :func:`ledger.receipts.eth_history`)."""
         event = self.chain.client.contract(CONTRACT).events.EthRootCommitted
         logs = event.get_logs(
             from_block=self.chain.deployment_block,
@@ -122,13 +140,34 @@ class FundingSettler:
             previous = total
         return out
 
-    def tree(self, run_id: str) -> tuple[RewardsTree | None, dict[str, int], int | None]:
-        """The tree of the run's latest committed ETH root, its amounts and its round."""
-        history = self.history(run_id)
-        with Session(self.engine) as session:
-            amounts = eth_amounts(session, run_id, history)
+    def tree(
+        self, session: Session, run_id: str
+    ) -> tuple[RewardsTree | None, dict[str, int], int | None]:
+        """The tree of the run's latest indexed ETH root, its amounts and its round: from the
+        database only, built once per root."""
+        history = eth_history(session, run_id)
+        if not history:
+            return None, {}, None
+        key = (history[-1][0], sum(w for _, w in history))
+        cached = self._trees.get(run_id)
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2], cached[3]
+        amounts = eth_amounts(session, run_id, history)
         tree = RewardsTree.build(sorted((Address(a), v) for a, v in amounts.items()))
-        return (tree if amounts else None), amounts, (history[-1][0] if history else None)
+        built = tree if amounts else None
+        self._trees[run_id] = (key, built, amounts, history[-1][0])
+        return built, amounts, history[-1][0]
+
+    def commits_in_flight(self) -> int:
+        """commitRound transactions signed or sent and not yet mined (they hold nonces)."""
+        with Session(self.engine) as session:
+            return int(
+                session.exec(
+                    select(func.count())
+                    .select_from(Settlement)
+                    .where(col(Settlement.status).in_(("signed", "sent")))
+                ).one()
+            )
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -161,7 +200,7 @@ class FundingSettler:
         todo = [r for r in settled if not st.has_round or r > st.last_round]
         if not todo:
             return True
-        history = self.history(run_id)
+        history = self.chain_history(run_id)
         for rnd in todo:
             with Session(self.engine) as session:
                 rewards = round_rewards(session, run_id, rnd)
@@ -171,9 +210,13 @@ class FundingSettler:
                 amounts = eth_amounts(session, run_id, [*history, (rnd, wei)])
             tree = RewardsTree.build(sorted((Address(a), v) for a, v in amounts.items()))
             total = st.eth_committed + wei
-            self.chain.client.transact(
-                CONTRACT, "commitEthRoot", bytes.fromhex(run_id[2:]), rnd, tree.root, total
-            )
+            with self.settler.lock:  # one sender of the committer key at a time
+                if self.commits_in_flight():
+                    log.info("ETH root of run %s round %d waits for a commitRound", run_id, rnd)
+                    return False
+                self.chain.client.transact(
+                    CONTRACT, "commitEthRoot", bytes.fromhex(run_id[2:]), rnd, tree.root, total
+                )
             log.info(
                 "ETH root of run %s round %d: %d wei this round, %d in total, %d payouts",
                 run_id,

@@ -7,6 +7,9 @@ every key of that node. Each committed root carries its finality: ``finalized_at
 its dispute window, read from ``rootInfo``) and, once a RootRevoked event is seen, the block that
 revoked it (a revoked root never pays).
 
+RunFunding and CodeRegistry events, when the deployment has them, go to ``funding_event`` rows
+(ledger/funding_index.py) in the same transaction as the cursor, and follow the same rewind.
+
 It reads ``eth_getLogs`` in chunks from the deployment block, stores what it learns and its cursor
 in one database transaction per chunk (so a restart resumes exactly), and keeps an in-memory
 :class:`ChainSnapshot` the API answers from without an RPC call per request.
@@ -29,6 +32,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 from web3.exceptions import BlockNotFound
 
+from ledger import funding_index
 from ledger.chain import ConfigView, LedgerChain
 from ledger.models import ChainCommit, KeyValue, Node
 from protocol.types import Address, Bytes32
@@ -38,6 +42,7 @@ log = logging.getLogger(__name__)
 CURSOR_KEY = "indexer.cursor"
 CONFIG_KEY = "indexer.config"
 CURSOR_HASH_KEY = "indexer.cursor_hash"
+CURSOR_TIME_KEY = "indexer.cursor_time"  # the cursor block's timestamp (vesting "now")
 _NODE_ARGS = ("node", "oldNode", "newNode")
 
 ROOT_STATES = ("unknown", "pending", "finalized", "revoked")
@@ -176,7 +181,11 @@ class Indexer:
             node_ids: set[int] = set()
             # keys indexed before node ids were (migration 0006): read once
             refresh.update(a for a, n in snap.nodes.items() if n.node_id is None)
+            funding = [ev for ev in events if funding_index.is_funding(ev)]
+            times = {b: self.chain.block_time(b) for b in {ev.block_number for ev in funding}}
             for ev in events:
+                if funding_index.is_funding(ev):
+                    continue
                 if ev.contract == "StakeManager":
                     refresh.update(str(ev.args[k]) for k in _NODE_ARGS if k in ev.args)
                     if "nodeId" in ev.args:
@@ -237,6 +246,9 @@ class Indexer:
                         session.add(hit)
                 if config is not None:
                     session.merge(KeyValue(key=CONFIG_KEY, value=_config_to_json(config)))
+                funding_index.record(session, funding, times)
+                if chain_time is not None:
+                    session.merge(KeyValue(key=CURSOR_TIME_KEY, value=str(chain_time)))
                 session.merge(KeyValue(key=CURSOR_KEY, value=str(end)))
                 if end_hash is not None:
                     session.merge(KeyValue(key=CURSOR_HASH_KEY, value=end_hash))
@@ -288,6 +300,7 @@ class Indexer:
             ):
                 commit.revoked_block = None  # the revocation was rewound: seen again if replayed
                 session.add(commit)
+            funding_index.rewind(session, back)
             touched = {
                 n.address for n in session.exec(select(Node).where(Node.updated_block > back))
             }

@@ -281,3 +281,34 @@ class PayoutTotal(SQLModel, table=True):
 
     payout: str = Field(primary_key=True, max_length=42)
     amount: str = Field(max_length=80)
+
+
+class FundingEvent(SQLModel, table=True):
+    """A RunFunding or CodeRegistry event seen on chain (ledger/funding_index.py): receipts of
+    the capital and code kinds and the ETH roots are served from these rows, never over RPC.
+
+    ``run_id``, ``account`` (backer, contributor, claimant), ``ref`` (a contribution id or an ETH
+    root) and ``amount`` are lifted out of the event for lookups; ``args`` holds every argument.
+    ``running`` is a per-run running sum kept at insert, in chain order: for ``Deposited`` the
+    run's sum of amount x block time (the capital weight), for ``EthClaimed`` the run's wei paid.
+    """
+
+    __tablename__ = "funding_event"
+    __table_args__ = (
+        UniqueConstraint("tx_hash", "log_index", name="uq_funding_event"),
+        Index("ix_funding_event_run_name", "run_id", "name"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    contract: str = Field(max_length=32)
+    name: str = Field(max_length=40)
+    run_id: str | None = Field(default=None, max_length=66)
+    account: str | None = Field(default=None, max_length=42, index=True)
+    ref: str | None = Field(default=None, max_length=80, index=True)
+    amount: str | None = Field(default=None, max_length=80)
+    running: str | None = Field(default=None, max_length=100)
+    args: str = Field(sa_column=Column(Text, nullable=False))
+    block_number: int = Field(sa_type=BigInteger, index=True)
+    block_time: int = Field(sa_type=BigInteger)
+    log_index: int
+    tx_hash: str = Field(max_length=66)

@@ -184,7 +184,7 @@ class RewardsOut(BaseModel):
     claimable_at: int | None = None  # unix seconds from which the proof's root pays
 
     receipts: list[Receipt]
-    other_kinds: dict[str, Any] | None = None  # code, capital, ETH for compute (contributions.py)
+    other_kinds: dict[str, Any] | None = None  # code, capital, ETH for compute (receipts.py)
 
 
 class BlobOut(BaseModel):

@@ -100,7 +100,7 @@ class Ledger:
         self.settler = Settler(
             self.engine, self.chain, confirmations=settings.confirmations, fault_hook=fault_hook
         )
-        self.funding = FundingSettler(self.engine, self.chain)  # ETH roots of funded runs
+        self.funding = FundingSettler(self.engine, self.chain, self.settler)  # ETH roots
         self.slasher = self._slasher()  # failed audits -> slash proposals (None: no key)
         self.metrics = Metrics(self)
         self.keeper.observe_scoring = self.metrics.scoring_seconds.observe

@@ -120,6 +120,18 @@ def _wait_eth_roots(net: DemoNet, rid: str, rounds: int, timeout: float = 60.0) 
     return int(st["last_eth_round"] or 0)
 
 
+def _wait_indexed(net: DemoNet, path: str, block: int, timeout: float = 60.0) -> Any:
+    """GET `path` from the ledger once its indexer has reached `block` (receipts come from its
+    tables: ledger/receipts.py), or after `timeout` seconds (the last answer)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = net.ledger_get(path)
+        seen = (got.get("as_of") or (got.get("other_kinds") or {}).get("as_of") or {}).get("block")
+        if (seen is not None and seen >= block) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.3)
+
+
 def _pass(net: DemoNet, seconds: int) -> None:
     """Let `seconds` pass on the devnet clock (and blocks, whichever clock the Governor uses)."""
     net.advance_time(seconds)
@@ -134,6 +146,8 @@ def settle(net: DemoNet, run_id: bytes, cap: Capital, nodes: list[Actor], rounds
     _pass(net, FUNDING_S + VESTING_S + 5)  # funding ended, vesting done, dispute windows passed
     payer = net.chain(cap.backer.key)
     eth_paid = 0
+    head = net.chain().block_number()
+    _wait_indexed(net, f"/v1/funding/{rid}/eth/{nodes[0].payout_address}", head)
     for actor in nodes:
         got = fund.claim_eth(net.chain(actor.payout_key), net.ledger_url, rid, actor.payout_address)
         eth_paid += int(got["eth_paid_wei"])
@@ -148,14 +162,16 @@ def settle(net: DemoNet, run_id: bytes, cap: Capital, nodes: list[Actor], rounds
     steps.append(
         f"coloco fund claim … --vested: backer got {int(vested['capital_paid']) / 1e18} CMS"
     )
-    vote = _vote_code(net, cap, nodes, second)
+    vote = _vote_code(net, cap, nodes, second, run_id)
     code.claim(net.chain(cap.devs[1].key), second)
     steps.append(f"proposal approveByVote({second}, 8 CMS) executed; coloco code claim {second}")
     cap.outcome = _report(net, rid, cap, nodes, vote)
     return steps
 
 
-def _vote_code(net: DemoNet, cap: Capital, nodes: list[Actor], cid: int) -> dict[str, Any]:
+def _vote_code(
+    net: DemoNet, cap: Capital, nodes: list[Actor], cid: int, run_id: bytes
+) -> dict[str, Any]:
     """A governance proposal approving contribution `cid`, voted by all three kinds of holder."""
     gov = net.deployment.governance
     registry = net.chain().contract("CodeRegistry")
@@ -176,10 +192,16 @@ def _vote_code(net: DemoNet, cap: Capital, nodes: list[Actor], cid: int) -> dict
     voters: list[dict[str, str]] = []
     for kind, key, address in kinds:
         chain = net.chain(key)
-        if int(chain.call("ModelShareToken", "getVotes", address)) == 0:
+        votes = int(chain.call("ModelShareToken", "getVotes", address))
+        if votes == 0:
             continue
         cast_vote(chain, pid, "for", f"demo: a {kind} contributor pays for good code")
-        voters.append({"kind": kind, "address": address})
+        # what the voter holds and how it earned it: its kind is a fact of the chain
+        balance = int(chain.call("ModelShareToken", "balanceOf", address))
+        voters.append(
+            {"kind": kind, "address": address, "votes": str(votes), "balance": str(balance),
+             "earned_by": _earned_by(chain, kind, address, cap, run_id)}
+        )  # fmt: skip
     _pass(net, int(gov.get("voting_period", 20)) + 1)
     state = proposal_state(proposer, pid)
     if state != "Succeeded":
@@ -199,6 +221,22 @@ def _vote_code(net: DemoNet, cap: Capital, nodes: list[Actor], cid: int) -> dict
     }
 
 
+def _earned_by(chain: Any, kind: str, address: str, cap: Capital, run_id: bytes) -> str:
+    """Where a voter's tokens came from, read from the contract that paid them."""
+    if kind == "capital":
+        claimed = int(chain.call("RunFunding", "capitalClaimed", run_id, address))
+        return f"RunFunding.capitalClaimed {claimed}"
+    if kind == "code":
+        paid = [
+            f"#{cid} {int(c[2])}"
+            for cid in cap.code_ids
+            for c in [chain.call("CodeRegistry", "contributionOf", cid)[0]]
+            if str(c[0]) == address and int(c[1]) == 4  # Status.Claimed
+        ]
+        return "CodeRegistry claimed " + ", ".join(paid)
+    return f"RewardDistributor.claimed {int(chain.call('RewardDistributor', 'claimed', address))}"
+
+
 def _report(
     net: DemoNet, rid: str, cap: Capital, nodes: list[Actor], vote: dict[str, Any]
 ) -> dict[str, Any]:
@@ -208,6 +246,7 @@ def _report(
         return int(viewer.call("ModelShareToken", "balanceOf", address))
 
     st = fund.status(viewer, rid, cap.backer.address)
+    head = viewer.block_number()
     escrows = {"RunFunding": balance(str(net.deployment.address("RunFunding")))}
     return {
         "contributions": {
@@ -225,9 +264,12 @@ def _report(
             + sum(balance(d.address) for d in cap.devs)
         ),
         "three_kinds_vote": vote,
-        "receipts_other_kinds": {  # GET /v1/rewards/{address} of a backer, a coder and a node
-            "backer": net.ledger_get(f"/v1/rewards/{cap.backer.address}").get("other_kinds"),
-            "coder": net.ledger_get(f"/v1/rewards/{cap.devs[0].address}").get("other_kinds"),
-            "node": net.ledger_get(f"/v1/rewards/{nodes[0].payout_address}").get("other_kinds"),
+        "receipts_other_kinds": {  # GET /v1/rewards/{address}, once indexed up to the head
+            who: _wait_indexed(net, f"/v1/rewards/{address}", head).get("other_kinds")
+            for who, address in (
+                ("backer", cap.backer.address),
+                ("coder", cap.devs[0].address),
+                ("node", nodes[0].payout_address),
+            )
         },
     }

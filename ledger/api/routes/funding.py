@@ -1,4 +1,7 @@
-"""GET /v1/funding/{run_id}/eth/{address}: what ``RunFunding.claimEth`` needs, and the run."""
+"""GET /v1/funding/{run_id}/eth/{address}: what ``RunFunding.claimEth`` needs, and the run.
+
+Served from the indexed events only (ledger/receipts.py), as of the indexer's cursor block.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from web3 import Web3
 
-from ledger.api.deps import LedgerDep
+from ledger.api.deps import LedgerDep, SessionDep
+from ledger.receipts import as_of, latest_root, run_view
 from protocol.types import Address
 
 router = APIRouter(prefix="/funding", tags=["funding"])
@@ -20,34 +24,32 @@ _ADDRESS = r"^0x[0-9a-fA-F]{40}$"
 def get_eth_claim(
     run_id: Annotated[str, Path(pattern=_HEX32)],
     address: Annotated[str, Path(pattern=_ADDRESS)],
+    session: SessionDep,
     ledger: LedgerDep,
 ) -> dict[str, Any]:
-    """The cumulative wei ``address`` earned for compute in ``run_id`` under the latest ETH root,
-    its proof and that root (claimable once its dispute window has passed)."""
+    """The cumulative wei ``address`` earned for compute in ``run_id`` under the latest indexed
+    ETH root, its proof and that root (claimable once its dispute window has passed)."""
     account = Web3.to_checksum_address(address)
     run_id = run_id.lower()
     funding = ledger.funding
     if not funding.enabled:
         return {"run_id": run_id, "account": account, "funded": False}
-    st = funding.state(run_id)
-    tree, amounts, rnd = funding.tree(run_id)
+    run = run_view(session, run_id)
+    tree, amounts, rnd = funding.tree(session, run_id)
     amount = amounts.get(account, 0)
     proof = ["0x" + p.hex() for p in tree.proof(Address(account))] if tree and amount else []
+    root = latest_root(session, run_id)
+    block, when = as_of(session)
     return {
         "run_id": run_id,
         "account": account,
-        "funded": st.funding_end != 0,
+        "funded": run is not None,
         "round": rnd,
         "root": "0x" + tree.root.hex() if tree is not None else None,
+        "claimable_from": root["claimable_from"] if root is not None else None,
+        "revoked": root["revoked"] if root is not None else False,
         "cumulative_wei": str(amount),
         "proof": proof,
-        "run": {
-            "funding_end": st.funding_end,
-            "cancelled_at": st.cancelled_at,
-            "total_deposited_wei": str(st.total_deposited),
-            "eth_committed_wei": str(st.eth_committed),
-            "eth_paid_wei": str(st.eth_paid),
-            "eth_per_round_wei": str(st.eth_per_round),
-            "capital_pool": str(st.capital_pool),
-        },
+        "run": run.as_json() if run is not None else None,
+        "as_of": {"block": block, "time": when},
     }

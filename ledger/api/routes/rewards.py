@@ -13,8 +13,8 @@ from sqlmodel import Session, col, or_, select
 from web3 import Web3
 
 from ledger.api.deps import LedgerDep, SessionDep
-from ledger.contributions import other_kinds
 from ledger.models import Attestation, ChainCommit, RoundState, Settlement
+from ledger.receipts import other_kinds
 from ledger.schemas import Receipt, RewardsOut
 from ledger.service import Ledger
 from ledger.settlement import tree_of
