@@ -10,8 +10,9 @@ from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from web3 import Web3
 
-from ledger.dashboard import views
+from ledger.dashboard import contributors, views
 from protocol.eip712 import wallet_safe
 
 if TYPE_CHECKING:
@@ -86,6 +87,21 @@ def node_page(request: Request, address: str, format: FormatQ = "html") -> Respo
     if not ADDRESS.match(address):
         raise HTTPException(404, "a node is a 0x + 40 hex digit address")
     return _page("node.html", format, views.node_detail(_ledger(request), address), root="../")
+
+
+@router.get("/contributors")
+def contributors_page(request: Request, format: FormatQ = "html") -> Response:
+    """Backers and code contributors, with their totals (ledger/dashboard/contributors.py)."""
+    return _page("contributors.html", format, contributors.contributors(_ledger(request)))
+
+
+@router.get("/contributors/{address}")
+def contributor_page(request: Request, address: str, format: FormatQ = "html") -> Response:
+    """One backer's or developer's capital and code receipts."""
+    if not ADDRESS.match(address):
+        raise HTTPException(404, "a contributor is a 0x + 40 hex digit address")
+    detail = contributors.contributor_detail(_ledger(request), Web3.to_checksum_address(address))
+    return _page("contributor.html", format, detail, root="../")
 
 
 @router.get("/proposals")

@@ -158,6 +158,27 @@ def test_dashboard_proposals_and_how_to_claim_and_vote(
     _shot(page, "how-to")
 
 
+def test_dashboard_capital_and_code_contributors(
+    page: Any, dashboard: tuple[str, dict[str, Any]]
+) -> None:
+    """The backer's capital receipts and the developer's code receipts, as the report has them."""
+    url, report = dashboard
+    voters = {v["kind"]: v["address"] for v in report["three_kinds_vote"]["voters"]}
+    backer, coder = voters["capital"], voters["code"]
+    page.goto(url + "/contributors")
+    assert page.locator(f'#contributors tr[data-address="{backer}"]').count() == 1
+    assert page.locator(f'#contributors tr[data-address="{coder}"]').count() == 1
+    _shot(page, "contributors")
+    page.goto(f"{url}/contributors/{backer}")
+    deposited = report["funding"]["backer"]["deposited_wei"]
+    assert deposited in page.locator("#capital-receipts tbody").inner_text()
+    _shot(page, "contributor-capital")
+    page.goto(f"{url}/contributors/{coder}")
+    claimed = page.locator("#code-receipts tbody .state-claimed")
+    assert claimed.count() == 1, page.locator("#code-receipts").inner_text()
+    _shot(page, "contributor-code")
+
+
 def test_dashboard_assets_ship_with_the_package() -> None:
     """No CDN: the stylesheet and script are package files with their licence beside them."""
     import ledger.dashboard.routes as routes

@@ -103,6 +103,8 @@ def test_receipts_of_all_kinds_without_rpc(client, ledger, chain, deployment) ->
         dev = client.get(f"/v1/rewards/{a.dev}").json()["other_kinds"]
         node = client.get(f"/v1/rewards/{payout}").json()["other_kinds"]
         claim = client.get(f"/v1/funding/{RUN}/eth/{payout}").json()
+        listed = client.get("/contributors?format=json").json()["contributors"]
+        page = client.get(f"/contributors/{a.dev.lower()}").text
     finally:
         ledger.chain.client.rpc = rpc
     (cap,) = backer["capital"]
@@ -118,6 +120,11 @@ def test_receipts_of_all_kinds_without_rpc(client, ledger, chain, deployment) ->
     (eth,) = node["eth_for_compute"]
     assert eth["cumulative_wei"] == str(10**17) and eth["root"]["root"] == "0x" + tree.root.hex()
     assert claim["root"] == "0x" + tree.root.hex() and claim["cumulative_wei"] == str(10**17)
+    by_address = {c["address"]: c for c in listed}  # the dashboard, from the same tables
+    assert by_address[a.backer]["kinds"] == ["capital"]
+    assert by_address[a.backer]["deposited_wei"] == str(11 * 10**17)
+    assert by_address[a.dev]["code_approved"] == 1 and by_address[a.dev]["code_submitted"] == 3
+    assert "duplicate of #1" in page and 'class="state-claimed"' in page
     run = a.funding.functions.runOf(a.run).call()
     assert claim["run"]["total_deposited_wei"] == str(run[4])
     assert claim["run"]["capital_pool"] == str(run[8]) and claim["run"]["last_round"] == 1

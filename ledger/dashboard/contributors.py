@@ -1,0 +1,64 @@
+"""The dashboard's capital and code contributors: who backed a run or submitted code, and their
+receipts, from the ledger's indexed tables only (ledger/receipts.py; no RPC per page)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlmodel import Session, col, select
+
+from ledger.models import FundingEvent
+from ledger.receipts import as_of, capital_receipts, code_receipts
+
+if TYPE_CHECKING:
+    from ledger.service import Ledger
+
+_KIND_OF = {"Deposited": "capital", "Submitted": "code"}
+
+
+def contributors(ledger: Ledger) -> dict[str, Any]:
+    """Every backer and code contributor with its totals: wei deposited, contributions
+    submitted, approved and their tokens."""
+    with Session(ledger.engine) as session:
+        rows = session.exec(
+            select(FundingEvent.account, FundingEvent.name)
+            .where(col(FundingEvent.name).in_(tuple(_KIND_OF)))
+            .distinct()
+        ).all()
+        out: dict[str, dict[str, Any]] = {}
+        for account, name in rows:
+            if account is None:
+                continue
+            entry = out.setdefault(account, {"address": account, "kinds": []})
+            entry["kinds"] = sorted({*entry["kinds"], _KIND_OF[name]})
+        for entry in out.values():
+            summary = _summary(session, entry["address"])
+            entry.update(summary)
+        block, when = as_of(session)
+    listed = sorted(out.values(), key=lambda e: (-int(e["deposited_wei"]), e["address"]))
+    return {"contributors": listed, "as_of": {"block": block, "time": when}}
+
+
+def _summary(session: Session, address: str) -> dict[str, Any]:
+    capital = capital_receipts(session, address)
+    code = code_receipts(session, address)
+    approved = [c for c in code if c["status"] in ("approved", "claimed")]
+    return {
+        "deposited_wei": str(sum(int(c["deposited_wei"]) for c in capital)),
+        "capital_entitlement": str(sum(int(c["entitlement"]) for c in capital)),
+        "code_submitted": len(code),
+        "code_approved": len(approved),
+        "code_tokens": str(sum(int(c["amount"]) for c in approved)),
+    }
+
+
+def contributor_detail(ledger: Ledger, address: str) -> dict[str, Any]:
+    """One address's capital receipts (per run backed) and code receipts (per contribution)."""
+    with Session(ledger.engine) as session:
+        block, when = as_of(session)
+        return {
+            "address": address,
+            "capital": capital_receipts(session, address),
+            "code": code_receipts(session, address),
+            "as_of": {"block": block, "time": when},
+        }
