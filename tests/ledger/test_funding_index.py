@@ -130,6 +130,9 @@ def test_receipts_of_all_kinds_without_rpc(client, ledger, chain, deployment) ->
     assert claim["run"]["capital_pool"] == str(run[8]) and claim["run"]["last_round"] == 1
 
 
+@pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_reorg_forgets_a_deposit_and_restart_resumes(ledger, chain, deployment) -> None:  # type: ignore[no-untyped-def]
     ledger.prepare_database()
     a = Actors(chain, deployment)
