@@ -11,7 +11,9 @@ the bit-exact outer step, the weights hash check, the commitment upload). Bytes 
 ``eth0`` counters: every byte it sends, TCP/IP/Ethernet headers included.
 
 Scenarios: int8 and fp32 at the rate, int8 at a tenth of it, synchronous data parallel (gradient
-all-reduce every step, measured for a few steps), a node 3x slower with the time box, and the
+all-reduce every step, measured for a few steps), a node 3x slower with the time box, a joiner
+fetching the preset's checkpoint peer to peer from 2 members that keep training
+(bench/network_ckpt.py: ``checkpoint_*`` keys), and the
 overlap option's loss cost (one-round delayed outer step; simulated workers on the tiny model, as
 bench.diloco). Timing figures skip round 1 (group set-up, allocator warm-up). Utilization per
 node is inner-compute seconds over wall seconds per round; beside it the model
@@ -34,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import network_ckpt
 from tests.harness.netns import Netns, unavailable
 
 log = logging.getLogger("bench.network")
@@ -198,6 +201,7 @@ def main() -> None:
     fast_tokens = statistics.mean(r["tokens"] for r in _later(het[0]))
     speed = sh["step_s"] / statistics.mean(r["step_s"] for r in slow_rounds)
     credited = statistics.mean(r["tokens"] for r in slow_rounds)
+    ckpt = network_ckpt.run(args.preset, rate, 2)
     ov = overlap_loss_ratio(8 if args.quick else 16)
     out: dict[str, Any] = {
         "nodes": 2,
@@ -229,6 +233,7 @@ def main() -> None:
         "slow_node_steps": [r["steps"] for r in het[1]["rounds"]],
         "time_budget": "H x the fastest member's median round-1 step time, every scenario",
         **ov,
+        **ckpt,
         "int8": s8,
         "fp32": s32,
         "int8_10mbit": slow10,
