@@ -73,10 +73,12 @@ def _presign(
 
 
 def _start_server(
-    env: dict[str, str], port: int, cpu: int | None, logfile: Path
+    env: dict[str, str], port: int, cpu: int | None, logfile: Path, profile: Path | None = None
 ) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "coloco_cli", "ledger", "serve", "--host", "127.0.0.1",
             "--port", str(port), "--log-level", "warning"]  # fmt: skip
+    if profile is not None:  # bench.profile_server: the same command under a profiler
+        argv[1:3] = ["-m", "bench.profile_server", str(profile)]
     if cpu is not None:
         argv = ["taskset", "-c", str(cpu), *argv]
     with logfile.open("ab") as out:
@@ -139,6 +141,10 @@ def main() -> None:
         help="SQLite: FULL fsyncs the WAL at every commit (durable)",
     )
     parser.add_argument("--mixed-connections", type=int, default=256)
+    parser.add_argument(
+        "--profile", type=Path, help="write the server's CPU profile here (pstats; see "
+        "bench.profile_server); the rates are then not comparable"
+    )  # fmt: skip
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally block cleans up
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -179,7 +185,7 @@ def main() -> None:
             "COLOCO_LEDGER_SQLITE_SYNCHRONOUS": args.synchronous,
         }
         port = free_port()
-        server = _start_server(env, port, server_cpu, work / "ledger.log")
+        server = _start_server(env, port, server_cpu, work / "ledger.log", args.profile)
         url = f"http://127.0.0.1:{port}"
         run_id = h("bench-run")
         r = httpx.post(
@@ -268,7 +274,7 @@ def main() -> None:
         }
     finally:
         if server is not None:
-            stop_pid(server.pid)
+            stop_pid(server.pid, timeout=120 if args.profile else 10)
         anvil.stop()
         if pg is not None:
             pg.stop()

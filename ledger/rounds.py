@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
 from ledger.blobstore import BlobStore
@@ -33,6 +33,9 @@ from ledger.scoring import attestations_root
 from ledger.settlement import add_rewards
 
 log = logging.getLogger(__name__)
+
+# PostgreSQL: every open round is looked at this often (besides those with new attestations)
+FULL_SCAN_S = 5.0
 
 
 class RoundKeeper:
@@ -56,33 +59,41 @@ class RoundKeeper:
         self.membership = membership
         self.audit_cpu_s = 0.0  # CPU seconds spent replaying (bench.redteam reads it)
         self._first_pass = True
+        self._scanned_at = float("-inf")  # last look at every open round (PostgreSQL)
+        self._mark = 0  # highest attestation id looked at (PostgreSQL)
         self.backoff = Backoff("scoring of (run, round)")
         self.observe_scoring: Callable[[float], object] | None = None  # seconds per round
 
     def close_due(self, now: datetime | None = None) -> list[tuple[str, int]]:
         """Move open rounds to closing when all expected nodes attested or the deadline passed.
 
-        On SQLite (one worker) only rounds past their deadline or with new attestations
-        (``Intake.dirty``) are looked at; the dirty set is taken *before* the open rounds are
-        read, so a round opened and completed in between is seen on the next pass, not only at
-        its deadline. On PostgreSQL other workers' attestations leave no trace here: every open
-        round is looked at. Each round closes in its own transaction (an ``UPDATE`` of its row,
-        which waits for the groups writing into it, see ``Intake._lock_rounds``), and the cache
-        changes only after the commit.
+        Only rounds past their deadline or with new attestations are looked at (each costs two
+        queries). New attestations: this process's (``Intake.dirty``, taken *before* the open
+        rounds are read, so a round opened and completed in between is seen on the next pass,
+        not only at its deadline); on PostgreSQL also other workers', as the rounds of rows
+        above the highest attestation id seen last pass, and every open round every
+        :data:`FULL_SCAN_S` (a row whose id was drawn before that mark but committed after it).
+        Each round closes in its own transaction (an ``UPDATE`` of its row, which waits for the
+        groups writing into it, see ``Intake._lock_rounds``), and the cache changes only after
+        the commit.
         """
         now = now or utcnow()
         with self.intake.lock:
             dirty, self.intake.dirty = self.intake.dirty, set()
+        shared = self.engine.dialect.name != "sqlite"  # other workers may write
         with Session(self.engine) as session:
             open_rounds = session.exec(
                 select(
                     RoundState.id, RoundState.run_id, RoundState.round, RoundState.deadline_at
                 ).where(RoundState.state == "open")
             ).all()
+            if shared and open_rounds:
+                dirty |= self._written_since_last_pass(session)
         if self.membership is not None:
             dirty |= self.membership.due(now)
-        if self._first_pass or self.engine.dialect.name != "sqlite":
+        if self._first_pass or (shared and time.monotonic() - self._scanned_at >= FULL_SCAN_S):
             self._first_pass = False
+            self._scanned_at = time.monotonic()
             dirty |= {(run_id, round_) for _, run_id, round_, _ in open_rounds}
         keys: list[tuple[str, int]] = []
         for row_id, run_id, round_, deadline_at in open_rounds:
@@ -95,6 +106,16 @@ class RoundKeeper:
                 if self._close(row_id, expected, why, now):
                     keys.append((run_id, round_))
         return keys
+
+    def _written_since_last_pass(self, session: Session) -> set[tuple[str, int]]:
+        """Rounds of the attestations stored (by any worker) above the last pass's mark."""
+        rows = session.exec(
+            select(Attestation.run_id, Attestation.round, func.max(Attestation.id))
+            .where(col(Attestation.id) > self._mark)
+            .group_by(col(Attestation.run_id), col(Attestation.round))
+        ).all()
+        self._mark = max([self._mark, *(int(top or 0) for _, _, top in rows)])
+        return {(run_id, int(round_)) for run_id, round_, _ in rows}
 
     def _close(self, row_id: int | None, expected: set[str], why: str, now: datetime) -> bool:
         with self.intake.lock, Session(self.engine) as session:
