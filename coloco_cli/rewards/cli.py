@@ -9,6 +9,7 @@ window), then sends `RewardDistributor.claim(account, cumulativeAmount, proof)`
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -30,7 +31,7 @@ from coloco_cli.common import (
     open_chain,
     resolve,
 )
-from coloco_cli.rewards.ops import claim_rewards, fetch_owed
+from coloco_cli.rewards.ops import Owed, claim_rewards, fetch_owed
 from coloco_cli.tx import ConfirmationsOpt, GasLimitOpt, NoWaitOpt, TxOptions
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,10 @@ RECEIPT_COLUMNS = (
 )  # fmt: skip
 
 
+def _utc(unix: int) -> str:
+    return datetime.fromtimestamp(unix, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _cell(key: str, value: Any) -> str:
     if value is None:
         return "-"
@@ -50,6 +55,14 @@ def _cell(key: str, value: Any) -> str:
     if key == "node":
         return f"{str(value)[:10]}…"
     return str(value)
+
+
+def _claimable_now(owed: Owed, claimed: int) -> int:
+    """What `coloco rewards claim` can take now: nothing while the ledger's latest root is in its
+    dispute window or revoked (its proof does not pay yet, or never)."""
+    if owed.root_state in ("pending", "revoked"):
+        return 0
+    return max(owed.cumulative_amount - claimed, 0)
 
 
 @app.command()
@@ -63,6 +76,9 @@ def show(
 ) -> None:
     """Show what a payout address is owed, what it claimed, and its per-round receipts.
 
+    A committed reward becomes claimable when its root's dispute window ends (the guardian or
+    governance may revoke a bad root until then): `pending` rows say from when.
+
     Example: coloco rewards show 0xCOLD...
     """
     ep = resolve(rpc_url, ledger_url, deployment)
@@ -70,15 +86,25 @@ def show(
     chain = open_chain(ep)
     claimed = int(chain.call("RewardDistributor", "claimed", owed.account))
     balance = int(chain.call("ModelShareToken", "balanceOf", owed.account))
+    now = _claimable_now(owed, claimed)
     if json_out:
         emit_json({"account": owed.account, "owed": owed.cumulative_amount, "claimed": claimed,
-                   "claimable": max(owed.cumulative_amount - claimed, 0), "balance": balance,
+                   "claimable": now, "root_state": owed.root_state,
+                   "claimable_at": owed.claimable_at, "balance": balance,
                    "receipts": owed.receipts})  # fmt: skip
         return
     table = Table(title=f"rewards of {owed.account}", show_header=False)
     table.add_row("owed (cumulative)", f"{fmt_units(owed.cumulative_amount)} CMS")
     table.add_row("claimed", f"{fmt_units(claimed)} CMS")
-    table.add_row("claimable now", f"{fmt_units(max(owed.cumulative_amount - claimed, 0))} CMS")
+    table.add_row("claimable now", f"{fmt_units(now)} CMS")
+    unclaimed = max(owed.cumulative_amount - claimed, 0)
+    if owed.root_state == "pending" and unclaimed:
+        when = _utc(owed.claimable_at) if owed.claimable_at is not None else "its window's end"
+        table.add_row("in dispute window", f"{fmt_units(unclaimed)} CMS, claimable from {when}")
+    elif owed.root_state == "revoked" and unclaimed:
+        table.add_row(
+            "revoked", f"{fmt_units(unclaimed)} CMS under a revoked root: wait for its correction"
+        )
     table.add_row("token balance", f"{fmt_units(balance)} CMS")
     console.print(table)
     if owed.receipts:
@@ -89,6 +115,11 @@ def show(
         for rec in owed.receipts:
             receipts.add_row(*(_cell(k, rec.get(k)) for k in keys))
         console.print(receipts)
+        for rec in owed.receipts:  # each round's root, while it is not final
+            if rec.get("root_state") in ("pending", "revoked"):
+                at = rec.get("claimable_at")
+                when = f", claimable from {_utc(int(at))}" if at is not None else ""
+                console.print(f"round {rec['round']}: root {rec['root_state']}{when}")
 
 
 @app.command()

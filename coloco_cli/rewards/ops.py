@@ -38,6 +38,10 @@ class Owed:
     proof: list[bytes]
     root: bytes
     receipts: list[dict[str, Any]] = field(default_factory=list)
+    root_state: str = "unknown"
+    """The root as the ledger indexed it: pending (dispute window), finalized, revoked."""
+    claimable_at: int | None = None
+    """Unix seconds from which the root pays (its dispute window's end)."""
 
 
 def _hex32(value: str, what: str) -> bytes:
@@ -69,6 +73,8 @@ def fetch_owed(ledger_url: str, account: str, *, timeout: float = 10.0) -> Owed:
         proof=[_hex32(p, "proof node") for p in data.get("proof", [])],
         root=_hex32(data["root"], "root") if data.get("root") else b"\x00" * 32,
         receipts=list(data.get("receipts", [])),
+        root_state=str(data.get("root_state") or "unknown"),
+        claimable_at=int(data["claimable_at"]) if data.get("claimable_at") is not None else None,
     )
 
 

@@ -11,12 +11,16 @@ import json
 import os
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 from eth_account import Account
+from typer.testing import CliRunner
 
+from coloco_cli.main import app
 from coloco_cli.rewards.ops import claim_rewards
 from protocol.chain import ChainClient
 from protocol.deployment import Deployment
@@ -125,3 +129,40 @@ def test_waits_right_when_the_chain_clock_runs_ahead_of_the_wall_clock(
     client = ChainClient(chain.rpc_url, deployment, claimer)
     result = claim_rewards(client, url, account, wait_pending=True, wait_s=0.1)
     assert result.paid == OWED
+
+
+def test_show_says_when_a_pending_reward_becomes_claimable(
+    cli_env: Path,
+    chain: AnvilProcess,
+    deployment: Deployment,
+    ledger_answer: tuple[str, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`coloco rewards show` follows the ledger's root state: nothing claimable while the root is
+    in its dispute window, and the time it becomes claimable (the chain's finalizedAt)."""
+    url, answer = ledger_answer
+    monkeypatch.setenv("COLOCO_LEDGER_URL", url)
+    account = Address(Account.create().address)
+    chain.increase_time(3600)  # blocks ahead of the wall clock: the root stays pending meanwhile
+    tree = _commit(chain, deployment, account)
+    _serve(answer, tree, account)
+    finalized_at = ChainClient(chain.rpc_url, deployment).root_status(tree.root).finalized_at
+    receipt = {"run_id": "0x" + "01" * 32, "round": 4, "node": account, "claimed_tokens": 10,
+               "verified_tokens": 10, "quality": 1.0, "reward": str(OWED), "verified": True,
+               "reason": "ok", "round_state": "committed", "root_state": "pending",
+               "claimable_at": finalized_at}  # fmt: skip
+    answer.update(root_state="pending", claimable_at=finalized_at, receipts=[receipt])
+    shown = CliRunner().invoke(app, ["rewards", "show", account])
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.output.split())
+    when = datetime.fromtimestamp(finalized_at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert "claimable now │ 0 CMS" in text, text
+    assert f"in dispute window │ 3 CMS, claimable from {when}" in text, text
+    assert f"round 4: root pending, claimable from {when}" in text, text
+    as_json = json.loads(CliRunner().invoke(app, ["rewards", "show", account, "--json"]).output)
+    assert as_json["claimable"] == 0 and as_json["claimable_at"] == finalized_at
+
+    answer.update(root_state="finalized")  # the window passed: everything unclaimed pays
+    receipt.update(root_state="finalized")
+    text = " ".join(CliRunner().invoke(app, ["rewards", "show", account]).output.split())
+    assert "claimable now │ 3 CMS" in text and "dispute window" not in text, text
