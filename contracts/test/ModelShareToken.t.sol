@@ -109,6 +109,18 @@ contract ModelShareTokenTest is ColocoTest {
         assertEq(token.getVotes(payout), 0);
     }
 
+    /// An explicit delegation, to oneself too, is a recorded choice (the public flag clients
+    /// read); an auto-delegation on receipt is not.
+    function test_delegationChosen_recordsExplicitSelfDelegationOnly() public {
+        vm.prank(address(distributor));
+        token.mint(payout, 1e18);
+        assertEq(token.delegates(payout), payout); // auto-delegated on receipt
+        assertFalse(token.delegationChosen(payout));
+        vm.prank(payout);
+        token.delegate(payout);
+        assertTrue(token.delegationChosen(payout));
+    }
+
     function test_grant_revertsWhenNotGranter() public {
         vm.expectRevert(
             abi.encodeWithSelector(
