@@ -140,6 +140,22 @@ depth = 48
 
 [profile.mutate.lint]
 lint_on_build = false
+
+# the schemata (below) are compiled once, optimized: unoptimized, their switches push the test
+# contracts (which embed the whole deployment) over the code size limit
+[profile.schemata]
+optimizer = true
+optimizer_runs = 200
+
+[profile.schemata.fuzz]
+runs = 128
+
+[profile.schemata.invariant]
+runs = 16
+depth = 48
+
+[profile.schemata.lint]
+lint_on_build = false
 """
 NOT_A_GUARD_TEST = "^test_gas_"
 COMPILE_FAILED = "Compiler run failed"
@@ -176,9 +192,12 @@ def _scratch() -> Path:
     return tmp
 
 
-def _forge_test(tmp: Path, *args: str, timeout: int) -> str:
+_last_output: list[str] = [""]  # the last forge run's output tail, for a failing baseline
+
+
+def _forge_test(tmp: Path, *args: str, timeout: int, profile: str = "mutate") -> str:
     """The suite's verdict: pass, fail (a test failed or hung) or invalid (no compile)."""
-    env = {**os.environ, "FOUNDRY_PROFILE": "mutate"}
+    env = {**os.environ, "FOUNDRY_PROFILE": profile}
     cmd = [str(FORGE), "test", "--fail-fast", "--no-match-test", NOT_A_GUARD_TEST, *args]
     try:
         proc = subprocess.run(
@@ -186,6 +205,7 @@ def _forge_test(tmp: Path, *args: str, timeout: int) -> str:
         )
     except subprocess.TimeoutExpired:
         return "fail"  # a hang is a detected change
+    _last_output[0] = (proc.stdout + proc.stderr)[-3000:]
     if proc.returncode == 0:
         return "pass"
     return "invalid" if COMPILE_FAILED in proc.stdout + proc.stderr else "fail"
@@ -196,16 +216,110 @@ def _own_tests(mutant: Mutant) -> str:
     return f"contracts/test/{Path(mutant.file).stem}.*"
 
 
+# Mutant schemata: every check and accounting mutant of a file is compiled once, each wrapped in
+# `if (block.coinbase != <its switch>) { ... }`; `forge test --block-coinbase <switch>` then runs
+# the suite with exactly that statement skipped, the same program as the textual removal, with
+# no recompilation. The contracts never read block.coinbase otherwise (forge's default is zero:
+# every switch off). Modifier mutants, and a file whose schemata do not compile (a `pure`
+# function cannot read the block), are compiled one by one.
+SWITCH_BASE = 0xC0C0_0000
+
+
+def _switch(n: int) -> str:
+    return f"0x{SWITCH_BASE + n:040x}"
+
+
+def _schemata(path: Path, mutants: dict[int, Mutant]) -> str:
+    """The file's text with each mutant's statement behind its switch (bottom-up: the line
+    numbers above stay valid)."""
+    lines = path.read_text().splitlines(keepends=True)
+    for n, m in sorted(mutants.items(), key=lambda item: -item[1].line):
+        idx = m.line - 1
+        indent = re.match(r"\s*", lines[idx])
+        pad = indent.group(0) if indent else ""
+        body = lines[idx : idx + m.span]
+        lines[idx : idx + m.span] = [
+            f"{pad}if (block.coinbase != address(uint160({SWITCH_BASE + n:#x}))) {{\n",
+            *body,
+            f"{pad}}}\n",
+        ]
+    return "".join(lines)
+
+
+def _schematable(mutants: list[Mutant]) -> dict[str, dict[int, Mutant]]:
+    """Per file, the check and accounting mutants whose statements do not overlap, by index."""
+    out: dict[str, dict[int, Mutant]] = {}
+    for n, m in enumerate(mutants):
+        if m.kind == "modifier":
+            continue
+        mine = out.setdefault(m.file, {})
+        taken = any(o.line < m.line + m.span and m.line < o.line + o.span for o in mine.values())
+        if not taken:
+            mine[n] = m
+    return out
+
+
+def _install_schemata(tmp: Path, mutants: list[Mutant], timeout: int) -> dict[int, Mutant]:
+    """Writes the schemata of every file that compiles with them; returns the switched mutants
+    (by index). The unmutated suite must pass on them with every switch off."""
+    by_file = _schematable(mutants)
+    while by_file:
+        for file, ms in by_file.items():
+            (tmp / file).write_text(_schemata(ROOT / file, ms))
+        verdict = _forge_test(tmp, timeout=timeout * 3, profile="schemata")
+        if verdict == "pass":
+            return {n: m for ms in by_file.values() for n, m in ms.items()}
+        if verdict == "fail":
+            raise SystemExit(f"the unmutated suite fails under the schemata:\n{_last_output[0]}")
+        # some file's schemata do not compile: find it (one compile per file) and drop it
+        for file in list(by_file):
+            (tmp / file).write_text((ROOT / file).read_text())
+        for file in list(by_file):
+            (tmp / file).write_text(_schemata(ROOT / file, by_file[file]))
+            built = subprocess.run(
+                [str(FORGE), "build", "--skip", "test"],
+                cwd=tmp,
+                env={**os.environ, "FOUNDRY_PROFILE": "schemata"},
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+            (tmp / file).write_text((ROOT / file).read_text())
+            if built.returncode != 0:
+                log.info("%s: schemata do not compile; its mutants compile one by one", file)
+                del by_file[file]
+    return {}
+
+
 def run(mutants: list[Mutant], timeout: int) -> dict[str, list[Mutant]]:
     """Each mutant's fate: killed, survived or invalid. The contract's own test files run first
     (forge then compiles only them); a mutant they miss faces the whole suite before it is
     declared a survivor, so a survivor always survived every test."""
-    tmp = _scratch()
+    tmp, schemata = _scratch(), _scratch()
     fates: dict[str, list[Mutant]] = {"killed": [], "survived": [], "invalid": []}
+    done = 0
+
+    def record(mutant: Mutant, verdict: str) -> None:
+        nonlocal done
+        done += 1
+        fate = {"pass": "survived", "fail": "killed", "invalid": "invalid"}[verdict]
+        fates[fate].append(mutant)
+        log.info("[%d/%d] %-8s %s", done, len(mutants), fate, mutant.name)
+
     try:
-        if _forge_test(tmp, timeout=timeout * 3) != "pass":
-            raise SystemExit("the unmutated suite fails under the mutation profile; fix it first")
-        for n, mutant in enumerate(mutants, 1):
+        switched = _install_schemata(schemata, mutants, timeout)
+        for n, mutant in switched.items():
+            args = ("--block-coinbase", _switch(n))
+            own = ("--match-path", _own_tests(mutant))
+            verdict = _forge_test(schemata, *args, *own, timeout=timeout, profile="schemata")
+            if verdict == "pass":
+                verdict = _forge_test(schemata, *args, timeout=timeout, profile="schemata")
+            record(mutant, verdict)
+        textual = [m for n, m in enumerate(mutants) if n not in switched]
+        if textual and _forge_test(tmp, timeout=timeout * 3) != "pass":
+            raise SystemExit(f"the unmutated suite fails (mutate profile):\n{_last_output[0]}")
+        for mutant in textual:
             target = tmp / mutant.file
             original = target.read_text()
             lines = original.splitlines(keepends=True)
@@ -213,17 +327,16 @@ def run(mutants: list[Mutant], timeout: int) -> dict[str, list[Mutant]]:
             lines[idx : idx + mutant.span] = [mutant.mutated]
             target.write_text("".join(lines))
             try:
-                fate = _forge_test(tmp, "--match-path", _own_tests(mutant), timeout=timeout)
-                if fate == "pass":
-                    fate = _forge_test(tmp, timeout=timeout)
+                verdict = _forge_test(tmp, "--match-path", _own_tests(mutant), timeout=timeout)
+                if verdict == "pass":
+                    verdict = _forge_test(tmp, timeout=timeout)
             finally:
                 target.write_text(original)
-            fate = {"pass": "survived", "fail": "killed", "invalid": "invalid"}[fate]
-            fates[fate].append(mutant)
-            log.info("[%d/%d] %-8s %s", n, len(mutants), fate, mutant.name)
+            record(mutant, verdict)
         return fates
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(schemata, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
