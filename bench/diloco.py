@@ -23,10 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import statistics
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -181,7 +183,7 @@ def codec_ns_per_param() -> float | None:
     return float(measure_codec_ns_per_param())
 
 
-SYNC_LR_GRID = (1.5e-3, 3e-3, 6e-3, 1.2e-2)
+SYNC_LR_GRID = (3e-3, 6e-3, 1.2e-2)  # extended by x2 past an edge, so 1.5e-3 when 3e-3 wins
 
 
 def split_eval(corpus: Corpus) -> tuple[Corpus, Corpus]:
@@ -211,18 +213,83 @@ def code_corpus(root: Path = Path("node_modules/@openzeppelin/contracts")) -> Co
     return Corpus.from_folder(folder)
 
 
+_CORPORA: dict[str, Corpus] = {}
+
+
+def corpus_named(name: str) -> Corpus:
+    """``stdlib`` (the default corpus) or ``code`` (OpenZeppelin's Solidity), loaded once per
+    process."""
+    if name not in _CORPORA:
+        found = Corpus.stdlib() if name == "stdlib" else code_corpus()
+        if found is None:
+            raise SystemExit("node_modules/@openzeppelin/contracts missing: run npm ci")
+        _CORPORA[name] = found
+    return _CORPORA[name]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One independent run: ``kind`` sync, fp32 or int8 (DiLoCo's wire), evaluated on the
+    ``split`` (val or test) half of ``corpus``'s held-out rows."""
+
+    kind: str
+    corpus: str
+    split: str
+    setup: Setup
+
+
+def run_task(task: Task, threads: int = 1) -> tuple[float, int, list[float]]:
+    """(eval loss, bytes one rank sends, eval curve): what a pool worker runs."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    torch.set_num_threads(threads)
+    corpus = corpus_named(task.corpus)
+    val, test = split_eval(corpus)
+    s = task.setup
+    rows = (val if task.split == "val" else test).eval_rows(s.model.seq_len, s.eval_rows, seed=1234)
+    if task.kind == "sync":
+        loss, sent = run_sync(corpus, s, rows)
+        log.info("%s seed %d sync lr %g on %s: %.4f", task.corpus, s.seed, s.sync_lr, task.split,
+                 loss)  # fmt: skip
+        return loss, sent, []
+    return run_diloco(corpus, s, rows, task.kind)
+
+
+class Pool:
+    """Runs tasks in ``jobs`` spawned processes (one thread each), or inline when ``jobs`` is 1.
+    Every task is deterministic: the same bits in any process, in any order."""
+
+    def __init__(self, jobs: int, threads: int = 1) -> None:
+        self.threads = threads
+        self._ex = (
+            ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+            if jobs > 1
+            else None
+        )
+
+    def map(self, tasks: list[Task]) -> list[tuple[float, int, list[float]]]:
+        if self._ex is None:
+            return [run_task(t, self.threads) for t in tasks]
+        return list(self._ex.map(run_task, tasks, [self.threads] * len(tasks)))
+
+    def close(self) -> None:
+        if self._ex is not None:
+            self._ex.shutdown()
+
+
 def tune_sync_lr(
-    corpus: Corpus, s: Setup, val_rows: torch.Tensor, grid: tuple[float, ...]
+    pool: Pool, s: Setup, grid: tuple[float, ...], corpus: str = "stdlib"
 ) -> tuple[float, dict[str, float]]:
     """Best synchronous lr on the validation rows; a best at the grid's edge extends the grid
     by a factor 2 that way (twice at most), so the optimum is bracketed."""
     losses: dict[float, float] = {}
     lrs = list(grid)
     for _ in range(3):
-        for lr in lrs:
-            if lr not in losses:
-                losses[lr] = run_sync(corpus, replace(s, sync_lr=lr), val_rows)[0]
-                log.info("sync lr %g: validation loss %.4f", lr, losses[lr])
+        todo = [lr for lr in lrs if lr not in losses]
+        results = pool.map([Task("sync", corpus, "val", replace(s, sync_lr=lr)) for lr in todo])
+        for lr, (loss, _, _) in zip(todo, results, strict=True):
+            losses[lr] = loss
+            log.info("sync lr %g: validation loss %.4f", lr, loss)
         best = min(losses, key=losses.__getitem__)
         ordered = sorted(losses)
         if best == ordered[0]:
@@ -234,29 +301,41 @@ def tune_sync_lr(
     return best, {f"{lr:g}": round(v, 4) for lr, v in sorted(losses.items())}
 
 
-def compare(corpus: Corpus, s: Setup, eval_rows: torch.Tensor, *, int8: bool) -> dict[str, object]:
-    """One seed: synchronous baseline and DiLoCo (fp32 wire, and int8 if asked)."""
-    sync_loss, sync_bytes = run_sync(corpus, s, eval_rows)
-    d_loss, d_bytes, d_curve = run_diloco(corpus, s, eval_rows, "fp32")
-    out: dict[str, object] = {
-        "seed": s.seed,
-        "diloco_eval_loss": round(d_loss, 4),
-        "sync_eval_loss": round(sync_loss, 4),
-        "loss_ratio": round(d_loss / sync_loss, 4),
-        "bytes_ratio_vs_sync": round(sync_bytes / d_bytes, 2),
-        "diloco_curve_fp32": d_curve,
-    }
-    if int8:
-        q_loss, q_bytes, q_curve = run_diloco(corpus, s, eval_rows, "int8")
-        out |= {
-            "int8_eval_loss": round(q_loss, 4),
-            "int8_loss_ratio": round(q_loss / sync_loss, 4),
-            "int8_bytes_ratio_vs_fp32": round(d_bytes / q_bytes, 3),
-            "int8_loss_ratio_vs_fp32": round(q_loss / d_loss, 5),
-            "int8_bytes_ratio_vs_sync": round(sync_bytes / q_bytes, 2),
-            "diloco_curve_int8": q_curve,
+def comparisons(
+    pool: Pool, items: list[tuple[str, Setup]], *, int8: tuple[str, int] | None = None
+) -> dict[tuple[str, int], dict[str, object]]:
+    """Per (corpus, seed): the synchronous baseline and DiLoCo (fp32 wire; int8 too for the
+    ``int8`` pair), every run in the pool at once (DiLoCo's, the longest, first), each
+    evaluated on the test half of its corpus."""
+    tasks = [Task("fp32", c, "test", s) for c, s in items]
+    tasks += [Task("int8", c, "test", s) for c, s in items if (c, s.seed) == int8]
+    tasks += [Task("sync", c, "test", s) for c, s in items]
+    results = dict(zip([(t.kind, t.corpus, t.setup.seed) for t in tasks], pool.map(tasks),
+                       strict=True))  # fmt: skip
+    out = {}
+    for c, s in items:
+        sync_loss, sync_bytes, _ = results[("sync", c, s.seed)]
+        d_loss, d_bytes, d_curve = results[("fp32", c, s.seed)]
+        one: dict[str, object] = {
+            "seed": s.seed,
+            "diloco_eval_loss": round(d_loss, 4),
+            "sync_eval_loss": round(sync_loss, 4),
+            "loss_ratio": round(d_loss / sync_loss, 4),
+            "bytes_ratio_vs_sync": round(sync_bytes / d_bytes, 2),
+            "diloco_curve_fp32": d_curve,
         }
-    log.info("seed %d on %s: %s", s.seed, corpus.name, out)
+        if ("int8", c, s.seed) in results:
+            q_loss, q_bytes, q_curve = results[("int8", c, s.seed)]
+            one |= {
+                "int8_eval_loss": round(q_loss, 4),
+                "int8_loss_ratio": round(q_loss / sync_loss, 4),
+                "int8_bytes_ratio_vs_fp32": round(d_bytes / q_bytes, 3),
+                "int8_loss_ratio_vs_fp32": round(q_loss / d_loss, 5),
+                "int8_bytes_ratio_vs_sync": round(sync_bytes / q_bytes, 2),
+                "diloco_curve_int8": q_curve,
+            }
+        log.info("seed %d on %s: %s", s.seed, c, one)
+        out[(c, s.seed)] = one
     return out
 
 
@@ -277,7 +356,9 @@ def main() -> None:
     p.add_argument("--sync-lr", type=float, help="the baseline's lr (default: tuned on validation)")
     p.add_argument("--outer-lr", type=float, default=0.7)
     p.add_argument("--outer-momentum", type=float, default=0.9)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="independent runs in parallel processes (default: 2 cores)")  # fmt: skip
     p.add_argument("--skip-other-corpus", action="store_true")
     p.add_argument("--warmup", type=int, default=0, help="inner lr warmup steps (both runs)")
     p.add_argument("--cosine", action="store_true", help="cosine inner lr decay (both runs)")
@@ -304,19 +385,25 @@ def main() -> None:
     )
     t0 = time.perf_counter()
     load = os.getloadavg()
-    corpus = Corpus.stdlib()
-    val, test = split_eval(corpus)
-    val_rows = val.eval_rows(s.model.seq_len, s.eval_rows, seed=1234)
-    eval_rows = test.eval_rows(s.model.seq_len, s.eval_rows, seed=1234)
+    pool = Pool(args.jobs, args.threads)
+    corpus = corpus_named("stdlib")
+    eval_rows = split_eval(corpus)[1].eval_rows(s.model.seq_len, s.eval_rows, seed=1234)
     initial = evaluate(start_model(corpus, s), eval_rows)
     grid: dict[str, float] = {}
     if args.sync_lr is not None:
         sync_lr = args.sync_lr
     else:
-        sync_lr, grid = tune_sync_lr(corpus, s, val_rows, SYNC_LR_GRID)
+        sync_lr, grid = tune_sync_lr(pool, s, SYNC_LR_GRID)
     s = replace(s, sync_lr=sync_lr)
     seeds = list(range(args.seeds))
-    runs = [compare(corpus, replace(s, seed=k), eval_rows, int8=k == 0) for k in seeds]
+    other = None if args.skip_other_corpus else code_corpus()
+    other_seeds = seeds[:1] if args.quick else seeds  # --quick: one seed on the other corpus
+    items = [("stdlib", replace(s, seed=k)) for k in seeds]
+    items += [("code", replace(s, seed=k)) for k in other_seeds] if other is not None else []
+    # --quick: int8's loss cost is measured in the full run (and on the wire by bench.network)
+    done = comparisons(pool, items, int8=None if args.quick else ("stdlib", 0))
+    pool.close()
+    runs = [done[("stdlib", k)] for k in seeds]
     ratios = [float(r["loss_ratio"]) for r in runs]  # type: ignore[arg-type]
     mean, sd = _mean_sd(ratios)
     first = runs[0]
@@ -342,27 +429,24 @@ def main() -> None:
         "initial_eval_loss": round(initial, 4),
         **{k: v for k, v in first.items() if k != "seed"},
     }
-    if not args.skip_other_corpus:
-        other = code_corpus()
-        if other is None:
-            out["other_corpus"] = "node_modules/@openzeppelin/contracts missing: run npm ci"
-        else:
-            _, other_test = split_eval(other)
-            other_rows = other_test.eval_rows(s.model.seq_len, s.eval_rows, seed=1234)
-            other_seeds = seeds[:1] if args.quick else seeds  # --quick: one seed there
-            other_runs = [
-                compare(other, replace(s, seed=k), other_rows, int8=False) for k in other_seeds
-            ]
-            other_ratios = [float(r["loss_ratio"]) for r in other_runs]  # type: ignore[arg-type]
-            o_mean, o_sd = _mean_sd(other_ratios)
-            out |= {
-                "other_corpus": "OpenZeppelin Solidity sources (settings tuned on stdlib)",
-                "other_loss_ratio_mean": o_mean,
-                "other_loss_ratio_sd": o_sd,
-                "other_loss_ratios": other_ratios,
-                "other_seeds": other_seeds,
-            }
+    if args.skip_other_corpus:
+        pass
+    elif other is None:
+        out["other_corpus"] = "node_modules/@openzeppelin/contracts missing: run npm ci"
+    else:
+        other_runs = [done[("code", k)] for k in other_seeds]
+        other_ratios = [float(r["loss_ratio"]) for r in other_runs]  # type: ignore[arg-type]
+        o_mean, o_sd = _mean_sd(other_ratios)
+        out |= {
+            "other_corpus": "OpenZeppelin Solidity sources (settings tuned on stdlib)",
+            "other_loss_ratio_mean": o_mean,
+            "other_loss_ratio_sd": o_sd,
+            "other_loss_ratios": other_ratios,
+            "other_seeds": other_seeds,
+        }
     out["codec_ns_per_param"] = codec_ns_per_param()
+    out["jobs"] = args.jobs
+    out["gpu"] = "none lent to this session: CPU only"
     out["load_avg_start"] = [round(x, 2) for x in load]
     out["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     out["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -42,3 +42,17 @@ def test_overlap_and_seed_change_the_run(corpus_dir: Path) -> None:
     assert plain == again
     assert delayed != plain
     assert other_seed != plain
+
+
+def test_runs_in_a_process_pool_give_the_same_bits_as_inline() -> None:
+    """bench.diloco runs its independent runs in 2 processes: the figures must not depend on it."""
+    from bench.diloco import Pool, Task
+
+    tasks = [Task("sync", "stdlib", "val", SETUP), Task("fp32", "stdlib", "test", SETUP),
+             Task("int8", "code", "test", Setup(**{**SETUP.__dict__, "seed": 1}))]  # fmt: skip
+    inline = Pool(1).map(tasks)
+    pool = Pool(2)
+    try:
+        assert pool.map(tasks) == inline
+    finally:
+        pool.close()
