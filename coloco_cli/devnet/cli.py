@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from coloco_cli.common import DEVNET_DEPLOYMENT, DEVNET_DIR, RpcUrlOpt, console
+from coloco_cli.common import DEVNET_DEPLOYMENT, DEVNET_DIR, JsonOpt, RpcUrlOpt, console, emit_json
 from coloco_cli.procs import port_open
 from protocol.errors import ChainError, ConfigError
 
@@ -78,6 +78,7 @@ def up(
     block_time: Annotated[
         float | None, typer.Option(help="Seconds per block (default: mine on each transaction).")
     ] = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Start anvil on 127.0.0.1 in the background (pid file and log under .coloco/devnet/).
 
@@ -100,6 +101,10 @@ def up(
     STATE_FILE.write_text(
         json.dumps({"rpc_url": anvil.rpc_url, "port": port, "chain_id": chain_id, "pid": anvil.pid})
     )
+    if json_out:
+        emit_json({"rpc_url": anvil.rpc_url, "chain_id": chain_id, "pid": anvil.pid,
+                   "accounts": str(ACCOUNTS_FILE)})  # fmt: skip
+        return
     console.print(
         f"devnet up: anvil pid {anvil.pid}, RPC [bold]{anvil.rpc_url}[/], chain {chain_id}"
     )
@@ -112,6 +117,7 @@ def down(
     timeout: Annotated[
         float, typer.Option(help="Seconds to wait for the port to be freed.")
     ] = 10.0,
+    json_out: JsonOpt = False,
 ) -> None:
     """Stop the devnet's anvil (by its pid file) and wait until its port is free.
 
@@ -121,6 +127,9 @@ def down(
 
     pid = running_pid()
     if pid is None:
+        if json_out:
+            emit_json({"stopped": None})
+            return
         console.print("devnet is not running (no live anvil pid in .coloco/devnet/)")
         return
     port = json.loads(STATE_FILE.read_text())["port"] if STATE_FILE.is_file() else None
@@ -132,6 +141,9 @@ def down(
         time.sleep(0.05)
     PID_FILE.unlink(missing_ok=True)
     STATE_FILE.unlink(missing_ok=True)
+    if json_out:
+        emit_json({"stopped": pid, "port": port})
+        return
     console.print(f"devnet down: anvil pid {pid} stopped, port {port} free")
 
 
@@ -161,6 +173,7 @@ def deploy(
     inner_steps: Annotated[
         int | None, typer.Option(min=1, help="Initial inner steps per round (H).")
     ] = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Deploy and wire every coloco contract, then write the deployment JSON.
 
@@ -192,13 +205,17 @@ def deploy(
             timelock_delay=timelock_delay,
             initial_inner_steps=inner_steps,
         )
+    if json_out:
+        emit_json({"deployment": str(out), "chain_id": deployment.chain_id,
+                   "contracts": dict(sorted(deployment.contracts.items()))})  # fmt: skip
+        return
     for name, address in sorted(deployment.contracts.items()):
         console.print(f"  {name:<20} {address}")
     console.print(f"deployment written to [bold]{out}[/]")
 
 
 @app.command()
-def status() -> None:
+def status(*, json_out: JsonOpt = False) -> None:
     """Say whether the devnet runs, its RPC URL, head block and deployment.
 
     Example: coloco devnet status
@@ -210,6 +227,10 @@ def status() -> None:
         raise ChainError("the devnet is down (no live anvil pid in .coloco/devnet/): start it "
                          "with `coloco devnet up`")  # fmt: skip
     head = int(rpc_call(url, "eth_blockNumber"), 16)
+    if json_out:
+        deployed = str(DEVNET_DEPLOYMENT) if DEVNET_DEPLOYMENT.is_file() else None
+        emit_json({"rpc_url": url, "block": head, "pid": running_pid(), "deployment": deployed})
+        return
     console.print(f"devnet: [green]up[/] at {url}, block {head}, pid {running_pid()}")
     if DEVNET_DEPLOYMENT.is_file():
         console.print(f"deployment: {DEVNET_DEPLOYMENT}")
@@ -225,22 +246,36 @@ def _account(index: int) -> tuple[str, str]:
 
 
 @app.command()
-def key(index: Annotated[int, typer.Argument(help="Account index (0 = deployer).")]) -> None:
+def key(
+    index: Annotated[int, typer.Argument(help="Account index (0 = deployer).")],
+    *,
+    json_out: JsonOpt = False,
+) -> None:
     """Print the private key of one of the devnet's funded accounts (devnet only).
 
     Example: OP=$(coloco devnet key 2)
     """
+    if json_out:
+        emit_json({"index": index, "private_key": _account(index)[1]})
+        return
     typer.echo(_account(index)[1])
 
 
 @app.command()
-def address(index: Annotated[int, typer.Argument(help="Account index (0 = deployer).")]) -> None:
+def address(
+    index: Annotated[int, typer.Argument(help="Account index (0 = deployer).")],
+    *,
+    json_out: JsonOpt = False,
+) -> None:
     """Print the (checksummed) address of one of the devnet's funded accounts.
 
     Example: coloco devnet address 3
     """
     from eth_utils.address import to_checksum_address
 
+    if json_out:
+        emit_json({"index": index, "address": to_checksum_address(_account(index)[0])})
+        return
     typer.echo(to_checksum_address(_account(index)[0]))
 
 
@@ -252,6 +287,7 @@ def mine(
         int, typer.Option(min=0, help="Advance the clock this much first (timelocks).")
     ] = 0,
     rpc_url: RpcUrlOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Mine blocks now (and move the clock): voting periods and timelocks pass on a devnet.
 
@@ -266,4 +302,7 @@ def mine(
         rpc_call(url, "evm_increaseTime", [seconds])
     rpc_call(url, "anvil_mine", [hex(blocks)])
     head = int(rpc_call(url, "eth_blockNumber"), 16)
+    if json_out:
+        emit_json({"mined": blocks, "head": head})
+        return
     console.print(f"mined {blocks} block(s); head {head}")

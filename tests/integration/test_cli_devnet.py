@@ -45,6 +45,16 @@ def test_devnet_lifecycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         assert dep.chain_id == 31337
         accounts = json.loads(Path(".coloco/devnet/anvil-accounts.json").read_text())
         assert dep.committer.lower() == accounts["available_accounts"][1].lower()
+
+        # --json on every devnet command that reports something: one object on stdout
+        st = json.loads(runner.invoke(app, ["devnet", "status", "--json"]).stdout)
+        assert st["rpc_url"] == state["rpc_url"] and st["pid"] == pid and st["deployment"]
+        mined = json.loads(runner.invoke(app, ["devnet", "mine", "2", "--json"]).stdout)
+        assert mined == {"mined": 2, "head": st["block"] + 2}
+        addr = json.loads(runner.invoke(app, ["devnet", "address", "1", "--json"]).stdout)
+        assert addr["address"].lower() == accounts["available_accounts"][1].lower()
+        key = json.loads(runner.invoke(app, ["devnet", "key", "1", "--json"]).stdout)
+        assert key["private_key"] == accounts["private_keys"][1]
     finally:
         down = runner.invoke(app, ["devnet", "down"])
     assert down.exit_code == 0, down.output
