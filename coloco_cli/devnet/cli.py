@@ -167,8 +167,12 @@ def deploy(
         Path, typer.Option(help="Where to write the deployment JSON.")
     ] = DEVNET_DEPLOYMENT,
     voting_period: Annotated[
-        int, typer.Option(help="Voting period in seconds (timestamp clock).")
-    ] = 20,
+        int,
+        typer.Option(
+            help="Voting period in seconds (timestamp clock; the clock runs with the wall clock "
+            "between blocks, so a short one can end while you type the vote)."
+        ),
+    ] = 600,
     timelock_delay: Annotated[int, typer.Option(help="Timelock delay in seconds.")] = 1,
     inner_steps: Annotated[
         int | None, typer.Option(min=1, help="Initial inner steps per round (H).")
