@@ -220,8 +220,9 @@ def _own_tests(mutant: Mutant) -> str:
 # `if (block.coinbase != <its switch>) { ... }`; `forge test --block-coinbase <switch>` then runs
 # the suite with exactly that statement skipped, the same program as the textual removal, with
 # no recompilation. The contracts never read block.coinbase otherwise (forge's default is zero:
-# every switch off). Modifier mutants, and a file whose schemata do not compile (a `pure`
-# function cannot read the block), are compiled one by one.
+# every switch off). A removed `onlyRole`, `onlyOwner` or `whenNotPaused` becomes a switched twin
+# modifier doing the same check; `nonReentrant`, `onlyGuardianOrAdmin` and a file whose schemata
+# do not compile (a `pure` function cannot read the block) are compiled one by one.
 SWITCH_BASE = 0xC0C0_0000
 
 
@@ -229,12 +230,48 @@ def _switch(n: int) -> str:
     return f"0x{SWITCH_BASE + n:040x}"
 
 
+# A switched modifier: the same check as the original, skipped when its switch is on. The
+# helper modifiers are added to the contract (only those its mutants use).
+SWITCHED_MODIFIERS = {
+    "onlyRole": ("mutantOnlyRole", "bytes32 role", "_checkRole(role)"),
+    "onlyOwner": ("mutantOnlyOwner", "", "_checkOwner()"),
+    "whenNotPaused": ("mutantWhenNotPaused", "", "_requireNotPaused()"),
+}
+
+
+def _removed_modifier(m: Mutant) -> str | None:
+    """The modifier a modifier mutant removes (`onlyRole(X)`, `whenNotPaused`, ...)."""
+    for found in MODIFIERS.finditer(m.original):
+        token = found.group(1)
+        if m.original.replace(" " + token, "", 1) == m.mutated:
+            return token
+    return None
+
+
+def _switched_modifier(token: str, n: int) -> str | None:
+    name = token.split("(", 1)[0]
+    if name not in SWITCHED_MODIFIERS:
+        return None  # nonReentrant, onlyGuardianOrAdmin: compiled one by one
+    helper = SWITCHED_MODIFIERS[name][0]
+    role = token[len(name) + 1 : -1] if "(" in token else ""
+    return f"{helper}({SWITCH_BASE + n:#x}{', ' + role if role else ''})"
+
+
 def _schemata(path: Path, mutants: dict[int, Mutant]) -> str:
     """The file's text with each mutant's statement behind its switch (bottom-up: the line
-    numbers above stay valid)."""
+    numbers above stay valid), and each removed modifier replaced by its switched twin."""
     lines = path.read_text().splitlines(keepends=True)
+    helpers: set[str] = set()
     for n, m in sorted(mutants.items(), key=lambda item: -item[1].line):
         idx = m.line - 1
+        if m.kind == "modifier":
+            token = _removed_modifier(m)
+            assert token is not None
+            switched = _switched_modifier(token, n)
+            assert switched is not None
+            lines[idx] = lines[idx].replace(" " + token, " " + switched, 1)
+            helpers.add(token.split("(", 1)[0])
+            continue
         indent = re.match(r"\s*", lines[idx])
         pad = indent.group(0) if indent else ""
         body = lines[idx : idx + m.span]
@@ -243,17 +280,35 @@ def _schemata(path: Path, mutants: dict[int, Mutant]) -> str:
             *body,
             f"{pad}}}\n",
         ]
+    if helpers:
+        start = next(i for i, t in enumerate(lines) if re.match(r"(abstract )?contract ", t))
+        body_at = next(i for i in range(start, len(lines)) if lines[i].rstrip().endswith("{"))
+        defs = []
+        for name in sorted(helpers):
+            helper, param, check = SWITCHED_MODIFIERS[name]
+            params = f"uint256 k{', ' + param if param else ''}"
+            defs.append(
+                f"    modifier {helper}({params}) {{\n"
+                f"        if (block.coinbase != address(uint160(k))) {check};\n"
+                "        _;\n    }\n"
+            )
+        lines[body_at + 1 : body_at + 1] = defs
     return "".join(lines)
 
 
 def _schematable(mutants: list[Mutant]) -> dict[str, dict[int, Mutant]]:
-    """Per file, the check and accounting mutants whose statements do not overlap, by index."""
+    """Per file, the mutants that can be switched: check and accounting statements that do not
+    overlap, and the modifiers with a switched twin; by index."""
     out: dict[str, dict[int, Mutant]] = {}
     for n, m in enumerate(mutants):
-        if m.kind == "modifier":
-            continue
         mine = out.setdefault(m.file, {})
-        taken = any(o.line < m.line + m.span and m.line < o.line + o.span for o in mine.values())
+        if m.kind == "modifier":
+            token = _removed_modifier(m)
+            if token is not None and _switched_modifier(token, n) is not None:
+                mine[n] = m
+            continue
+        statements = [o for o in mine.values() if o.kind != "modifier"]
+        taken = any(o.line < m.line + m.span and m.line < o.line + o.span for o in statements)
         if not taken:
             mine[n] = m
     return out

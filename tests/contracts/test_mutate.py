@@ -64,3 +64,41 @@ def test_a_mutant_removes_exactly_its_guard(tmp_path: Path) -> None:
     removed = [m.mutated for m in found if m.kind == "modifier"]
     assert "onlyRole(ADMIN)" not in removed[0] and "whenNotPaused" in removed[0]
     assert "whenNotPaused" not in removed[1] and "onlyRole(ADMIN)" in removed[1]
+
+
+def test_schemata_put_each_mutant_behind_its_own_switch(tmp_path: Path) -> None:
+    """The schemata keep the original program with every switch off; switch n skips exactly
+    mutant n's statement or check (the same program as its textual removal)."""
+    src = tmp_path / "contracts" / "src" / "X.sol"
+    src.parent.mkdir(parents=True)
+    src.write_text(
+        "contract X is AccessControl {\n"
+        "    function f(uint256 a) external onlyRole(ADMIN) whenNotPaused nonReentrant {\n"
+        "        if (a == 0) revert Zero();\n"
+        "        _total += a;\n"
+        "    }\n"
+        "}\n"
+    )
+    original_root = mutate.ROOT
+    mutate.ROOT = tmp_path
+    try:
+        found = mutate.mutants_of(src)
+        switched = mutate._schematable(found)["contracts/src/X.sol"]
+        text = mutate._schemata(src, switched)
+    finally:
+        mutate.ROOT = original_root
+    kinds = {found[n].kind for n in switched}
+    assert kinds == {"check", "accounting", "modifier"}
+    # nonReentrant has no switched twin (OZ keeps its state private): compiled one by one
+    unswitched = [m for n, m in enumerate(found) if n not in switched]
+    assert [m.kind for m in unswitched] == ["modifier"]
+    assert "nonReentrant" in text
+    for n, m in switched.items():
+        switch = f"{mutate.SWITCH_BASE + n:#x}"
+        assert text.count(switch) == 1, m.name
+        if m.kind != "modifier":
+            assert f"if (block.coinbase != address(uint160({switch}))) {{\n" in text
+    assert "mutantOnlyRole(0x" in text and ", ADMIN)" in text
+    assert "mutantWhenNotPaused(0x" in text
+    assert "_checkRole(role)" in text and "_requireNotPaused()" in text
+    assert " onlyRole(ADMIN)" not in text and " whenNotPaused " not in text
