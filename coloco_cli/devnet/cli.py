@@ -169,10 +169,11 @@ def deploy(
     voting_period: Annotated[
         int,
         typer.Option(
-            help="Voting period in seconds (timestamp clock; the clock runs with the wall clock "
-            "between blocks, so a short one can end while you type the vote)."
+            help="Voting period in seconds (timestamp clock, running with the wall clock between "
+            "blocks: too short and it ends before the vote lands; at most the unbonding delay "
+            "(60 s on a devnet) minus 12)."
         ),
-    ] = 600,
+    ] = 45,
     timelock_delay: Annotated[int, typer.Option(help="Timelock delay in seconds.")] = 1,
     inner_steps: Annotated[
         int | None, typer.Option(min=1, help="Initial inner steps per round (H).")
