@@ -12,6 +12,7 @@ from anyio import to_thread
 from fastapi import APIRouter, FastAPI
 
 from ledger.api.errors import BodyLimit, WalletSafeJSON, install_error_handlers
+from ledger.api.fast_path import FastIntake
 from ledger.api.routes import (
     attestations,
     blobs,
@@ -70,6 +71,7 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
     app.include_router(metrics.router)
     install_error_handlers(app)
     install_dashboard(app)  # the dashboard at `/` (ledger/dashboard/)
+    app.add_middleware(FastIntake)  # JSON attestations skip FastAPI's machinery (inside both below)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, blob_limit=settings.max_blob_bytes)
     app.add_middleware(RequestId)  # outermost: every log line of the request carries its id
     install_log_field()

@@ -75,38 +75,49 @@ def database_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
+def invalid_body_response(errors: list[Any]) -> Response:
+    """The answer to a body that does not parse or validate (400 malformed JSON, else 422)."""
+    code, message = _validation_message(errors)
+    return error_response(400 if code == "malformed_json" else 422, code, message)
+
+
+def exception_response(exc: Exception) -> Response:
+    """The answer to an exception a handler raised: a chain error 503, a coloco error its
+    code's status, the database unavailable 503 with Retry-After, anything else 500 (logged)."""
+    if isinstance(exc, ChainError):
+        return error_response(503, exc.code, exc.message)
+    if isinstance(exc, ColocoError):
+        return error_response(_STATUS.get(exc.code, 400), exc.code, exc.message)
+    if database_unavailable(exc):
+        log.warning("database unavailable: %s", type(exc).__name__)
+        response = error_response(
+            503,
+            "database_unavailable",
+            "the ledger's database is unreachable or busy: retry in a few seconds",
+        )
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return response
+    log.error("unhandled error", exc_info=exc)
+    return error_response(500, "internal_error", "internal error; see the ledger's log")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> Response:
-        code, message = _validation_message(list(exc.errors()))
-        return error_response(400 if code == "malformed_json" else 422, code, message)
-
-    @app.exception_handler(ChainError)
-    async def _chain(_: Request, exc: ChainError) -> Response:
-        return error_response(503, exc.code, exc.message)
-
-    @app.exception_handler(ColocoError)
-    async def _coloco(_: Request, exc: ColocoError) -> Response:
-        return error_response(_STATUS.get(exc.code, 400), exc.code, exc.message)
+        return invalid_body_response(list(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail))
 
-    @app.exception_handler(Exception)
-    async def _internal(_: Request, exc: Exception) -> Response:
-        if database_unavailable(exc):
-            log.warning("database unavailable: %s", type(exc).__name__)
-            response = error_response(
-                503,
-                "database_unavailable",
-                "the ledger's database is unreachable or busy: retry in a few seconds",
-            )
-            response.headers["Retry-After"] = str(RETRY_AFTER_S)
-            return response
-        log.exception("unhandled error")
-        return error_response(500, "internal_error", "internal error; see the ledger's log")
+    async def _mapped(_: Request, exc: Exception) -> Response:
+        return exception_response(exc)
+
+    # answered here, not re-raised to the server's log like the catch-all below
+    for kind in (ChainError, ColocoError, DBAPIError, PoolTimeout):
+        app.add_exception_handler(kind, _mapped)
+    app.add_exception_handler(Exception, _mapped)
 
 
 class BodyLimit:

@@ -37,10 +37,8 @@ def _error(outcome: Outcome) -> Response:
     return error_response(outcome.status, outcome.code or "rejected", outcome.message or "")
 
 
-@router.post("", status_code=202, response_model=Accepted, responses=_ERRORS)  # type: ignore[arg-type]
-async def post_attestation(body: AttestationIn, request: Request) -> Response:
-    """Submit one signed ComputeAttestation. Re-posting the same one answers the same id."""
-    ledger: Ledger = request.app.state.ledger
+async def accept_one(ledger: Ledger, body: AttestationIn) -> Response:
+    """Verify and store one attestation: 202 with its id, or the refusal."""
     outcomes = await ledger.intake.submit_async([body])
     ledger.metrics.count(outcomes)
     outcome = outcomes[0]
@@ -49,9 +47,8 @@ async def post_attestation(body: AttestationIn, request: Request) -> Response:
     return json_response({"id": outcome.id, "status": "accepted"}, 202)
 
 
-@router.post("/batch", status_code=202, response_model=BatchOut, responses=_ERRORS)  # type: ignore[arg-type]
-async def post_batch(body: BatchIn, ledger: LedgerDep) -> Response:
-    """Submit many attestations in one request; one result per item, in order."""
+async def accept_batch(ledger: Ledger, body: BatchIn) -> Response:
+    """Verify and store a batch: 202 with one result per item, in order."""
     limit = ledger.settings.max_batch_items
     if len(body.items) > limit:
         return _error(
@@ -79,6 +76,20 @@ async def post_batch(body: BatchIn, ledger: LedgerDep) -> Response:
     return json_response(
         {"accepted": accepted, "rejected": len(results) - accepted, "results": results}, 202
     )
+
+
+# JSON bodies reach these two handlers through ledger.api.fast_path (no FastAPI machinery);
+# these routes document them (OpenAPI) and serve the other content types
+@router.post("", status_code=202, response_model=Accepted, responses=_ERRORS)  # type: ignore[arg-type]
+async def post_attestation(body: AttestationIn, request: Request) -> Response:
+    """Submit one signed ComputeAttestation. Re-posting the same one answers the same id."""
+    return await accept_one(request.app.state.ledger, body)
+
+
+@router.post("/batch", status_code=202, response_model=BatchOut, responses=_ERRORS)  # type: ignore[arg-type]
+async def post_batch(body: BatchIn, ledger: LedgerDep) -> Response:
+    """Submit many attestations in one request; one result per item, in order."""
+    return await accept_batch(ledger, body)
 
 
 __all__ = ["BatchItemResult", "router"]

@@ -1,0 +1,88 @@
+"""The fast path (ledger.api.fast_path) answers exactly as the FastAPI routes it bypasses.
+
+``application/json`` bodies take the fast path; ``application/x-test+json`` (JSON too, for
+FastAPI) goes through the routes. The same requests must get the same status, error code and
+body shape either way, and the request id and body limit still apply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from ledger.api import fast_path
+from tests.ledger.conftest import GENESIS
+from tests.ledger.helpers import NodeKey, attestation, body, h
+
+FAST, ROUTED = "application/json", "application/x-test+json"
+
+
+def _answers(client: TestClient, path: str, payload: bytes) -> list[tuple[int, object]]:
+    out = []
+    for kind in (FAST, ROUTED):
+        r = client.post(path, content=payload, headers={"content-type": kind})
+        data = r.json()
+        if isinstance(data, dict) and "error" in data:
+            data = data["error"]["code"]
+        out.append((r.status_code, data))
+    return out
+
+
+def test_fast_and_routed_answers_match(
+    client: TestClient,
+    started_run: str,
+    nodes: list[NodeKey],
+    domain: object,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    taken: list[str] = []
+    for path, (model, handler) in list(fast_path._ROUTES.items()):
+
+        async def counted(ledger: Any, item: Any, _h: Any = handler, _p: str = path) -> Any:
+            taken.append(_p)
+            return await _h(ledger, item)
+
+        monkeypatch.setitem(fast_path._ROUTES, path, (model, counted))
+    good = body(
+        attestation(nodes[0], run_id=started_run, round_=1, base=GENESIS, result=h("r")),
+        nodes[0].key,
+        domain,  # type: ignore[arg-type]
+    )
+    bad_sig = {**good, "signature": "0x" + "11" * 65}
+    unknown_field = {**good, "extra": 1}
+    cases = {
+        "accepted (then the same id again)": ("/v1/attestations", orjson.dumps(good)),
+        "bad signature": ("/v1/attestations", orjson.dumps(bad_sig)),
+        "unknown field": ("/v1/attestations", orjson.dumps(unknown_field)),
+        "malformed JSON": ("/v1/attestations", b'{"attestation": '),
+        "NaN": ("/v1/attestations", b'{"attestation": NaN}'),
+        "empty body": ("/v1/attestations", b""),
+        "batch": ("/v1/attestations/batch", orjson.dumps({"items": [good, bad_sig]})),
+        "empty batch": ("/v1/attestations/batch", orjson.dumps({"items": []})),
+    }
+    for name, (path, payload) in cases.items():
+        fast, routed = _answers(client, path, payload)
+        assert fast == routed, (name, fast, routed)
+    # the valid bodies (parsed) took the fast path once each, never the routed requests
+    assert taken == ["/v1/attestations"] * 2 + ["/v1/attestations/batch"], taken
+    first = client.post(
+        "/v1/attestations", content=orjson.dumps(good), headers={"content-type": FAST}
+    )
+    assert first.status_code == 202 and first.json()["status"] == "accepted"
+    assert first.headers["x-request-id"]
+    r = client.post(
+        "/v1/attestations",
+        content=orjson.dumps(good),
+        headers={"content-type": "application/json; charset=utf-8", "x-request-id": "req-42"},
+    )
+    assert r.status_code == 202 and r.json()["id"] == first.json()["id"]
+    assert r.headers["x-request-id"] == "req-42"
+
+
+def test_the_body_limit_holds_on_the_fast_path(client: TestClient) -> None:
+    big = b'{"items": [' + b'"x",' * 400_000 + b'"x"]}'  # over the 1 MiB default
+    r = client.post("/v1/attestations/batch", content=big, headers={"content-type": FAST})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
