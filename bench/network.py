@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import network_ckpt
+from bench import emit, network_ckpt
 from tests.harness.netns import Netns, unavailable
 
 log = logging.getLogger("bench.network")
@@ -243,7 +243,7 @@ def main() -> None:
         "wall_s": round(time.perf_counter() - t0, 1),
         "gpu": "none in this session: CPU only (gloo)",
     }
-    print(json.dumps(out))
+    emit("network", out)
 
 
 if __name__ == "__main__":

@@ -194,6 +194,14 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("ckpt server: " + format, *args)
 
 
+class FetchError(CheckpointError):
+    """No peer could serve some part of the checkpoint; ``faults`` names who failed how."""
+
+    def __init__(self, message: str, faults: list[PeerFault]) -> None:
+        super().__init__(message)
+        self.faults = faults
+
+
 @dataclass(frozen=True)
 class PeerFault:
     """A peer dropped during a fetch: ``chunk`` is -1 for the digest list."""
@@ -250,7 +258,7 @@ def _digests(
         except CheckpointError as exc:
             faults.append(PeerFault(peer.endpoint, -1, exc.message))
             bad.add(peer.endpoint)
-    raise CheckpointError(f"no peer served round {round}'s chunk digests: {faults}")
+    raise FetchError(f"no peer served round {round}'s chunk digests: {faults}", faults)
 
 
 def fetch(
@@ -266,9 +274,15 @@ def fetch(
     Returns the blob and the faults seen (peers dropped). Raises CheckpointError when some chunk
     could not be had from any peer."""
     faults: list[PeerFault] = []
-    if not endpoints:
-        raise CheckpointError(f"no peer offers round {round}'s checkpoint")
-    probes = [_Peer(e, timeout_s) for e in endpoints]
+    probes = []
+    for e in endpoints:
+        try:
+            probes.append(_Peer(e, timeout_s))
+        except CheckpointError as exc:  # a member's signed offer names no usable address
+            faults.append(PeerFault(e, -1, exc.message))
+    if not probes:
+        raise FetchError(f"no usable peer offers round {round}'s checkpoint", faults)
+    endpoints = [p.endpoint for p in probes]
     try:
         digests, bad = _digests(round, manifest, probes, faults)
     finally:
@@ -318,8 +332,9 @@ def fetch(
     for t in threads:
         t.join()
     if todo:
-        raise CheckpointError(
+        raise FetchError(
             f"round {round}'s checkpoint: {len(todo)} of {manifest.n_chunks} chunks could not be "
-            f"fetched from any of {len(endpoints)} peers ({[f.reason for f in faults]}); retry"
+            f"fetched from any of {len(endpoints)} peers ({[f.reason for f in faults]}); retry",
+            faults,
         )
     return bytes(buf), faults

@@ -25,7 +25,7 @@ from trainer.checkpoint import MAX_CHECKPOINT_BYTES, CheckpointDir, RoundCheckpo
 from trainer.ledger_client import LedgerClient
 from trainer.membership import Rendezvous
 from trainer.model import GPTConfig, genesis_state
-from trainer.peer_checkpoint import Manifest, fetch
+from trainer.peer_checkpoint import FetchError, Manifest, PeerFault, fetch
 
 log = logging.getLogger(__name__)
 
@@ -153,15 +153,11 @@ class Recovery:
         by_endpoint = {e: a for a, e in peers.items()}
         try:
             blob, faults = fetch(round, manifest, list(by_endpoint), timeout_s=self.chunk_timeout_s)
-        except CheckpointError as exc:
+        except FetchError as exc:
             log.warning("round %d checkpoint fetch failed: %s", round, exc.message)
+            self._refuse_peers(rdv, round, by_endpoint, exc.faults)
             return None
-        for fault in faults:
-            addr = by_endpoint.get(fault.peer, fault.peer)
-            self._bad_peers.add((round, addr))
-            rdv.board.refuse("hash_mismatch" if "digest" in fault.reason else "peer_fault",
-                             f"ckpt/{round}/{addr}#chunk{fault.chunk}",
-                             f"{fault.reason}; fetched it from another member")  # fmt: skip
+        self._refuse_peers(rdv, round, by_endpoint, faults)
         try:
             ckpt = RoundCheckpoint.from_bytes(blob, expect_hash=expected)
             if ckpt.round != round:
@@ -176,6 +172,16 @@ class Recovery:
         log.info("checkpoint of round %d from %d peers (%d dropped) matches the hash vouched for "
                  "by %s", round, len(peers), len(faults), by)  # fmt: skip
         return self.verify(ckpt, f"peers {sorted(peers)}")
+
+    def _refuse_peers(
+        self, rdv: Rendezvous, round: int, by_endpoint: dict[str, str], faults: list[PeerFault]
+    ) -> None:
+        for fault in faults:
+            addr = by_endpoint.get(fault.peer, fault.peer)
+            self._bad_peers.add((round, addr))
+            rdv.board.refuse("hash_mismatch" if "digest" in fault.reason else "peer_fault",
+                             f"ckpt/{round}/{addr}#chunk{fault.chunk}",
+                             f"{fault.reason}; fetching from another member")  # fmt: skip
 
     def from_ledger(self, round: int) -> RoundCheckpoint | None:
         """Committed weights from the ledger's blob store (momentum restarts at zero)."""

@@ -148,6 +148,10 @@ def test_no_honest_peer_is_a_clear_error(peers: type[Peers]) -> None:
     group = peers(["flip"])
     with pytest.raises(CheckpointError, match="could not be fetched from any of 1 peers"):
         fetch(ROUND, manifest, group.endpoints)
+    with pytest.raises(CheckpointError, match="no usable peer"):
+        fetch(ROUND, manifest, ["nonsense", "host:port"])  # signed, but no address
+    blob, faults = fetch(ROUND, _honest()[1], ["nonsense", *peers(["ok"]).endpoints])
+    assert blob == _honest()[0] and [f.peer for f in faults] == ["nonsense"]
     other = Manifest(manifest.weights_hash, manifest.size, manifest.chunk_bytes, bytes(32))
     with pytest.raises(CheckpointError, match="digests"):
         fetch(ROUND, other, group.endpoints)  # a root this peer does not serve: 404
