@@ -54,7 +54,7 @@ class AttestationBase(SQLModel):
     node: str = Field(max_length=42, index=True)
     config_version: int = Field(sa_type=BigInteger)
     base_checkpoint: str = Field(max_length=66)
-    pseudo_gradient: str = Field(max_length=66)
+    pseudo_gradient: str = Field(max_length=66, index=True)  # blob visibility (BlobStore.hidden)
     data_shard: str = Field(max_length=66)
     inner_steps: int = Field(sa_type=BigInteger)
     tokens: int = Field(sa_type=BigInteger)

@@ -265,3 +265,27 @@ def test_garbage_collection_keeps_what_rounds_need(
     assert not ledger.blobs.exists(scored) and not ledger.blobs.exists(orphan)
     assert ledger.blobs.exists(pending)
     assert ledger.blobs.usage(nodes[0].address) == 0  # the quota is given back
+
+
+def test_blob_visibility_reads_an_index_not_every_attestation(sqlite_url: str) -> None:
+    """A GET of a blob asks which attestations name it as their pseudo-gradient
+    (BlobStore.hidden): through the migrated schema's index, not a scan of the whole table."""
+    from sqlalchemy import create_engine, text
+
+    from ledger import db
+
+    db.upgrade(sqlite_url)
+    engine = create_engine(sqlite_url)
+    with engine.connect() as conn:
+        plan = " ".join(
+            str(row[-1])
+            for row in conn.execute(
+                text(
+                    "EXPLAIN QUERY PLAN SELECT run_id, round FROM attestation "
+                    "WHERE pseudo_gradient = :h"
+                ),
+                {"h": "0x" + "ab" * 32},
+            )
+        )
+    engine.dispose()
+    assert "USING INDEX ix_attestation_pseudo_gradient" in plan, plan
