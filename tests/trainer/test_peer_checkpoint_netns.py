@@ -10,7 +10,10 @@ from bench.network_ckpt import run
 from tests.harness.netns import unavailable
 
 REASON = unavailable()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no network namespaces: {REASON}")
+pytestmark = [
+    pytest.mark.skipif(REASON is not None, reason=f"no network namespaces: {REASON}"),
+    pytest.mark.slow,  # ~40 s; the quick variant is test_peer_checkpoint.py (loopback sockets)
+]
 
 
 def test_a_checkpoint_fetched_from_two_peers_is_counted_on_the_wire() -> None:
