@@ -6,7 +6,8 @@ Order (cheap before expensive): membership, zero result checkpoint, base checkpo
 from the governed settings, blob uploaded, tensors match the model and are finite and non-zero,
 magnitude within [floor, ceiling] x the round's median norm, not a copy (this round, the previous
 K rounds, the previous round's mean, the node's own earlier updates), usefulness on the node's
-shard, then the outer step over the members' pseudo-gradients (each result checkpoint must equal
+shard (with the audit on, an update that does not lower its own-shard loss is replayed: honest
+work is paid at the usefulness floor, anything else fails the audit), then the outer step over the members' pseudo-gradients (each result checkpoint must equal
 it), the replay audit, and the committed step: over the members' pseudo-gradients that are safe to
 apply (the model's shapes, finite, within the magnitude bounds): what the members' all-reduce did,
 minus what would harm the model (nodes resync from ``GET /v1/runs/{run}/outer/{round}``). Rewards
@@ -64,6 +65,8 @@ class Entry:
     tokens: int = 0
     suspicious: list[str] = field(default_factory=list)
     packet: Any = None  # the all-reduce packet of a commitment blob (trainer.commitment)
+    unhelpful: str | None = None  # usefulness <= 0 while the audit can replay: it decides
+    replayed: bool = False  # the replay audit matched
     reward: int = 0
     fraud: dict[str, Any] | None = None
 
@@ -127,6 +130,7 @@ def judge_round(
     momentum = load_momentum(session, ctx.blobs, rnd.run_id, ctx.last_round)
     allreduced = _result_check(entries, ctx, base_tensors, momentum)
     cpu = _audit(session, entries, ctx, rnd, base_tensors)
+    _settle_unhelpful(entries)
     _split(entries, ctx)
     if not any(e.ok and e.quality > 0 and e.tokens > 0 for e in entries):
         return Judgement(entries, None, "no pseudo-gradient was accepted: nothing to commit", cpu)
@@ -414,8 +418,35 @@ def _usefulness(entries: list[Entry], ctx: Context) -> None:
             continue
         score = measured.score if measured.score == measured.score else 0.0
         e.quality, e.reason = min(max(score, 0.0), 1.0), measured.reason
-        if e.quality <= 0:
+        if e.quality > 0:
+            continue
+        if _can_audit(ctx):  # honest steps can raise the loss on a noisy round: the replay
+            e.unhelpful = measured.reason  # tells honest work (paid at the floor) from junk
+            e.suspicious.append("did not lower its own-shard loss")
+        else:
             e.fail("usefulness", measured.reason + ": the update does not help the model")
+
+
+def _can_audit(ctx: Context) -> bool:
+    return ctx.settings.audit_fraction > 0 and ctx.settings.usefulness_model is not None
+
+
+def _settle_unhelpful(entries: list[Entry]) -> None:
+    """An update that did not lower its own-shard loss: paid at the usefulness floor when the
+    replay showed it is the declared work on the declared shard, rejected otherwise."""
+    from ledger.usefulness import USEFUL_FLOOR
+
+    for e in entries:
+        if e.unhelpful is None or not e.ok:
+            continue
+        if e.replayed:
+            e.quality = USEFUL_FLOOR
+            e.reason += (
+                f"; quality {USEFUL_FLOOR} (the usefulness floor): the update did not lower "
+                "its own-shard loss this round, but the replay shows it is the declared work"
+            )
+        else:
+            e.fail("usefulness", e.unhelpful + ": the update does not help the model")
 
 
 # --- outer step, audit, rewards -----------------------------------------------------------------
@@ -562,6 +593,7 @@ def _audit(
         cpu += verdict.cpu_seconds
         why = "sampled" if not reasons else "suspicious: " + "; ".join(reasons)
         if verdict.passed:
+            e.replayed = True
             e.reason += f"; audited ({why}): {verdict.reason}"
             continue
         evidence = {

@@ -44,3 +44,14 @@ def slashing_network(
     cfg = NetConfig(audit_fraction=0.1, slasher_key="0x" + os.urandom(32).hex())
     with _network(chain, deployment, tmp_path, cfg) as net:
         yield net
+
+
+@pytest.fixture
+def overshooting_network(
+    chain: AnvilProcess, deployment: Deployment, tmp_path: Path
+) -> Iterator[Network]:
+    """Governed inner lr 0.3: every honest update raises the loss on its own rows (measured:
+    own-shard loss +2.8 to +5.5 from genesis), as one node's update can on a noisy round."""
+    cfg = NetConfig(audit_fraction=0.1, inner_lr_e6=300_000)
+    with _network(chain, deployment, tmp_path, cfg) as net:
+        yield net
