@@ -7,10 +7,11 @@ from the governed settings, blob uploaded, tensors match the model and are finit
 magnitude within [floor, ceiling] x the round's median norm, not a copy (this round, the previous
 K rounds, the previous round's mean, the node's own earlier updates), usefulness on the node's
 shard (with the audit on, an update that does not lower its own-shard loss is replayed: honest
-work is paid at the usefulness floor, anything else fails the audit), then the outer step over the members' pseudo-gradients (each result checkpoint must equal
-it), the replay audit, and the committed step: over the members' pseudo-gradients that are safe to
-apply (the model's shapes, finite, within the magnitude bounds): what the members' all-reduce did,
-minus what would harm the model (nodes resync from ``GET /v1/runs/{run}/outer/{round}``). Rewards
+work is paid at the usefulness floor, anything else fails the audit), then the outer step over
+the members' pseudo-gradients (each result checkpoint must equal it), the replay audit, and the
+committed step: over the members' pseudo-gradients that are safe to apply (the model's shapes,
+finite, within the magnitude bounds): what the members' all-reduce did, minus what would harm the
+model (nodes resync from ``GET /v1/runs/{run}/outer/{round}``). Rewards
 go to verified work only.
 """
 
