@@ -63,6 +63,8 @@ class Kind(IntEnum):
     """My read of TrainingConfig at the round's block (its hash), or that I sit the round out."""
     CHECKPOINT = 5
     """The weights hash I hold after round r (attempt a)."""
+    HEARTBEAT = 6
+    """I am alive (round r: the round I am in). Payload: ``seq``, a counter that only grows."""
 
 
 def canonical_json(payload: dict[str, Any]) -> bytes:

@@ -39,6 +39,7 @@ import torch.distributed as dist
 from protocol.errors import CollectiveError, TrainerError
 from trainer.codec import Packet, WireFormat, decode_into, quantize
 from trainer.codec.formats import DEFAULT_BLOCK_SIZE
+from trainer.coordination.heartbeat import wait_work
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def _collective(phase: str, timeout: timedelta, start: Callable[[], dist.Work | 
         work = start()
         if work is None:
             raise CollectiveError(f"all-reduce {phase}: torch.distributed returned no work handle")
-        work.wait(timeout=timeout)
+        wait_work(work, timeout)  # work.wait, ended early when a peer's heartbeat stops
     except RuntimeError as exc:  # gloo/NCCL timeouts and peer failures (DistBackendError too)
         raise CollectiveError(
             f"all-reduce {phase} failed or timed out after {timeout.total_seconds():g} s "

@@ -46,6 +46,7 @@ from protocol.errors import (
 from protocol.keys import NodeKey
 from trainer.comm import GroupAverager, SoloAverager
 from trainer.coordination.board import Board
+from trainer.coordination.heartbeat import wait_work
 from trainer.coordination.registry import Registry
 from trainer.coordination.store import Endpoint, FailoverStore, endpoint_text, parse_endpoint
 
@@ -69,6 +70,10 @@ class MembershipConfig:
     """How long a node waits for its chain to reach the round's config block (and for the other
     members' config read-outs) before it sits the round out."""
     failover_wait_s: float = 30.0
+    heartbeat_interval_s: float = 0.5
+    heartbeat_timeout_s: float = 5.0
+    """A member whose heartbeat has not advanced for this long is dropped from the collective
+    and the round re-forms without it (well before ``collective_timeout_s``); 0 disables."""
     backend: str = "auto"
     """"auto": NCCL when the node trains on CUDA, else gloo; or "gloo" / "nccl"."""
 
@@ -117,8 +122,7 @@ class RoundGroup:
         gathered = [torch.empty_like(mine) for _ in range(self.world_size)]
         try:
             work = dist.all_gather(gathered, mine, async_op=True)
-            if not work.wait(timeout):
-                raise CollectiveError(f"hash check did not finish within {timeout}")
+            wait_work(work, timeout)
         except (RuntimeError, dist.DistBackendError) as exc:
             raise CollectiveError(f"hash check over {self.world_size} nodes failed: {exc}") from exc
         held = {a: bytes(g.cpu().tolist()) for a, g in zip(self.members.addresses, gathered,
@@ -277,11 +281,23 @@ class Rendezvous:
         members = None if msg is None else self._members_of(msg, key)
         if msg is not None and members is not None and (self.last is None
                                                         or round >= self.last.round):  # fmt: skip
-            # re-posted at a successor host if this one dies (the new store starts empty)
-            self._published = {k: v for k, v in self._published.items()
-                               if not k.startswith("members/")}  # fmt: skip
-            self._published[key] = msg.to_wire()
+            # re-posted at a successor host if this one dies (the new store starts empty); the
+            # round before is kept too: its members vouch for the checkpoint a joiner adopts
+            self.keep(key, msg.to_wire(), "members/", round)
         return members
+
+    def keep(self, key: str, value: bytes, family: str, round: int) -> None:
+        """Remember ``key`` to re-post at a successor host; ``family`` keys of rounds before
+        ``round - 1`` are forgotten (the store of a long run does not grow)."""
+
+        def recent(k: str) -> bool:
+            if not k.startswith(family):
+                return True
+            r = k[len(family) :].split("/", 1)[0]
+            return not r.isdigit() or int(r) >= round - 1
+
+        self._published = {k: v for k, v in self._published.items() if recent(k)}
+        self._published[key] = value
 
     def latest_open(self) -> Members | None:
         """The verified round-open under ``current_round`` (a hint: the latest round opened)."""
@@ -370,7 +386,7 @@ class Rendezvous:
         return [parse_endpoint(e) for e in self.last.endpoints if e]
 
     def _republish(self) -> None:
-        for key, value in self._published.items():
+        for key, value in list(self._published.items()):  # may run in the heartbeat thread
             self.store.set(key, value)
         log.info("re-posted %d coordination values at %s", len(self._published),
                  endpoint_text(self.store.endpoint))  # fmt: skip
@@ -421,8 +437,7 @@ class Rendezvous:
         through the store."""
         signed = self.board.post(f"ckpt/{round}/sig/{self.address}", Kind.CHECKPOINT, round,
                                  attempt, (offer or {}) | {"hash": weights_hash.hex()})  # fmt: skip
-        self._published = {k: v for k, v in self._published.items() if not k.startswith("ckpt/")}
-        self._published[f"ckpt/{round}/sig/{self.address}"] = signed.to_wire()
+        self.keep(f"ckpt/{round}/sig/{self.address}", signed.to_wire(), "ckpt/", round)
         if rank == 0:
             self.store.set("ckpt/latest", signed.to_wire())
             self._published["ckpt/latest"] = signed.to_wire()
@@ -433,14 +448,16 @@ class Rendezvous:
         return None if msg is None else msg.message.round
 
     def round_members(self, round: int) -> Members | None:
-        """The latest opened attempt of ``round`` that the store still holds."""
-        if self.last is not None and self.last.round == round:
-            return self.last
+        """The latest opened attempt of ``round`` that the store holds (a member that finished
+        the round in a re-formed attempt, e.g. after a failover, is followed there), else this
+        node's own list of that round."""
         for attempt in reversed(range(MAX_ATTEMPTS)):
             if self.store.check([f"{self._prefix(round, attempt)}/open"]):
                 found = self.opened(round, attempt)
                 if found is not None:
                     return found
+        if self.last is not None and self.last.round == round:
+            return self.last
         return None
 
     def checkpoint_offers(self, round: int) -> list[tuple[str, dict[str, Any]]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from protocol.types import Address
 from trainer.attest import Attester, Signed, WorkRecord
 from trainer.checkpoint import CheckpointDir, RoundCheckpoint
 from trainer.coordination.agreement import ConfigAgreement
+from trainer.coordination.heartbeat import Heartbeat, Liveness, StalledError, watching
 from trainer.coordination.registry import AnyKeyRegistry, ChainRegistry, Registry
 from trainer.data import Corpus, ShardSpec
 from trainer.diloco import DiLoCo, LocalWork, RoundOutcome
@@ -139,6 +141,15 @@ class NodeRunner:
             cfg=settings.membership, is_host=settings.host_rendezvous,
             own_endpoint=settings.own_endpoint, head=config_source.head,
         )  # fmt: skip
+        ms = settings.membership
+        self.round_now = 0
+        self.heartbeat = Heartbeat(
+            self.rdv.board, lambda: self.rdv.store.endpoint, interval_s=ms.heartbeat_interval_s,
+            round=lambda: self.round_now, probe=lambda: self.rdv.store.check(["rendezvous/ready"]),
+        )  # fmt: skip
+        self.liveness = Liveness(self.rdv.board, ms.heartbeat_timeout_s)
+        self.stalled: list[tuple[int, tuple[str, ...]]] = []
+        """(round, members) dropped from a collective because their heartbeat stopped."""
         self.agreement = ConfigAgreement(self.rdv, config_source,
                                          settings.membership.config_wait_s)  # fmt: skip
         self.disk = CheckpointDir(settings.checkpoint_dir) if settings.checkpoint_dir else None
@@ -204,9 +215,10 @@ class NodeRunner:
         for retry in range(self.s.max_collective_retries + 1):
             snapshot = (self.diloco.state.base.clone(), self.diloco.state.momentum.clone())
             try:
-                outcome = self.diloco.finish_round(local, group.averager, config.settings)
-                if timeout is not None:
-                    group.check_same(outcome.result_hash, timeout)
+                with self._watched(group):
+                    outcome = self.diloco.finish_round(local, group.averager, config.settings)
+                    if timeout is not None:
+                        group.check_same(outcome.result_hash, timeout)
                 return outcome, group
             except CollectiveError as exc:
                 self.diloco.state.base.copy_(snapshot[0])
@@ -218,12 +230,24 @@ class NodeRunner:
                 log.warning("round %d: %s; re-forming the group without the lost nodes", r, exc)
                 window = self.s.membership.collective_timeout_s + 2.0
                 attempt = group.members.attempt + 1
-                members = self.rdv.join(r, attempt, window_s=0.0, timeout_s=window)
+                expect = None
+                if isinstance(exc, StalledError):  # no need to wait for those: open without them
+                    self.stalled.append((r, exc.stalled))
+                    expect = set(group.members.addresses) - set(exc.stalled)
+                members = self.rdv.join(r, attempt, window_s=0.0, timeout_s=window, expect=expect)
                 if self.address not in members.addresses:
                     raise _LeftOut(r) from exc
                 group = self.form_group(members)
                 timeout = getattr(group.averager, "timeout", None)
         raise TrainerError("unreachable")
+
+    def _watched(self, group: RoundGroup) -> AbstractContextManager[None]:
+        """While the collective runs, a peer whose heartbeat stops ends it (StalledError)."""
+        peers = tuple(a for a in group.members.addresses if a != self.address)
+        if self.s.membership.heartbeat_timeout_s <= 0 or not peers:
+            return nullcontext()
+        self.liveness.reset(peers)
+        return watching(lambda: self.liveness.check(peers))
 
     def form_group(self, members: Members) -> RoundGroup:
         """The round's process group; if forming it fails (a member vanished, the rendezvous
@@ -362,11 +386,19 @@ class NodeRunner:
         )  # fmt: skip
 
     def run(self) -> list[RoundReport]:
+        self.heartbeat.start()
+        try:
+            return self._run()
+        finally:
+            self.heartbeat.stop()
+
+    def _run(self) -> list[RoundReport]:
         reports: list[RoundReport] = []
         try:
             r = self.first_round()
             last = self._last_round()
             while last is None or r <= last:
+                self.round_now = r
                 report = self.run_round(r)
                 if report is not None:
                     reports.append(report)

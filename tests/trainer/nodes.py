@@ -9,6 +9,7 @@ a node that died on purpose.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,8 @@ class Plan:
     failover_wait_s: float = 30.0
     serve_corrupt: bool = False  # a dishonest member: every chunk it serves is altered
     chunk_bytes: int = 1 << 20  # checkpoint chunk size peer to peer
+    stall_in_round: int | None = None  # SIGSTOP itself mid-round (the test sends SIGCONT)
+    heartbeat_timeout_s: float = 5.0
 
 
 def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
@@ -66,6 +69,12 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     from trainer.recovery import Recovery
     from trainer.runconfig import ChainConfig, ConfigSource, RunConfig, StaticConfig
 
+    logs = os.environ.get("COLOCO_TEST_NODE_LOGS")
+    if logs:  # debugging aid: each node's log in its own file
+        import logging
+
+        logging.basicConfig(filename=f"{logs}/node{plan.key}.log", level=logging.INFO,
+                            format="%(asctime)s %(name)s %(levelname)s %(message)s")  # fmt: skip
     time.sleep(plan.start_delay_s)
     if plan.join_after_round:
         _wait_for_round(port, plan.join_after_round)
@@ -96,6 +105,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
             collective_timeout_s=plan.collective_timeout_s,
             config_wait_s=plan.config_wait_s,
             failover_wait_s=plan.failover_wait_s,
+            heartbeat_timeout_s=plan.heartbeat_timeout_s,
         ),
         data_path=data_dir,
         checkpoint_dir=Path(plan.checkpoint_dir) if plan.checkpoint_dir else None,
@@ -112,10 +122,13 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     def events() -> None:
         results[f"refusals/{plan.key}"] = [(f.check, f.key) for f in runner.rdv.refusals]
         results[f"failovers/{plan.key}"] = list(runner.rdv.store.failovers)
+        results[f"stalled/{plan.key}"] = [(r, list(s)) for r, s in runner.stalled]
 
     def on_step(r: int, info: Any) -> None:
         if plan.die_in_round == r and info.step == 2:
             os._exit(17)  # a crash mid-round: no goodbye, sockets just close
+        if plan.stall_in_round == r and info.step == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)  # stalled (swapping, preempted): no goodbye
         if plan.diverge_in_round == r and info.step == 1 and runner.diloco is not None:
             runner.diloco.state.base[0] += 1.0  # its round-r result will differ from the rest
 
@@ -192,4 +205,6 @@ def collect(procs: list[Any], results: Any, manager: Any, timeout: float = 240.0
         raise TimeoutError(f"{len(alive)} nodes still running after {timeout}s; results {out}")
     refusals = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("refusals/")}
     failovers = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("failovers/")}
-    return {"results": out, "exit_codes": codes, "refusals": refusals, "failovers": failovers}
+    stalled = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("stalled/")}
+    return {"results": out, "exit_codes": codes, "refusals": refusals, "failovers": failovers,
+            "stalled": stalled}  # fmt: skip

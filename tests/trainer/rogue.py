@@ -5,7 +5,8 @@ client (anyone who can reach the port can be one) with its own key, which is *no
 chain. It writes what the attack needs, over and over, until the test ends it. The attacks are
 the ones an unauthenticated store used to allow (issue 16): rewrite the round's config, add a
 phantom member, drop an honest one, move ``current_round``, serve a poisoned checkpoint with a
-matching unsigned hash, replay an old signed join, and host the rendezvous and vanish mid-run.
+matching unsigned hash, replay an old signed join, host the rendezvous and vanish mid-run, and
+keep a stalled node looking alive with replayed or forged heartbeats.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class RogueInfo:
     target: str = ""  # the honest node an attack is aimed at
     absent: str = ""  # a registered node that is not running
     rounds: int = 4
+    die_after: str = "members/2/0/open"  # the "host" attack vanishes once this key exists
+    die_delay_s: float = 0.5
 
 
 def _store(port: int, *, host: bool = False) -> Any:
@@ -186,6 +189,25 @@ class _Rogue:
                 self.slot(r, 0, found)
                 self.slot(r, 1, found)
 
+    def heartbeat(self) -> None:
+        """Keep a stalled node looking alive from round 2 on: replay its newest signed heartbeat,
+        and post newer ones claiming it (signed by the rogue) or signed as the rogue, in turn."""
+        if not self.store.check(["members/2/0/open"]):
+            return
+        key = f"hb/{self.info.target}"
+        msg = self.signed_in(key)
+        if msg is not None and msg.message.node == self.info.target:
+            seq = int(msg.body().get("seq", 0))
+            if seq > getattr(self, "best", (0, b""))[0]:
+                self.best = (seq, msg.to_wire())
+        self.turn = getattr(self, "turn", 0) + 1
+        seq = 10**9 + self.turn
+        values = [self.forged(6, 2, 0, {"seq": seq}, node=self.info.target),
+                  self.forged(6, 2, 0, {"seq": seq})]  # fmt: skip
+        if hasattr(self, "best"):
+            values.append(self.best[1])
+        self.store.set(key, values[self.turn % len(values)])
+
 
 def _rogue_main(attack: str, port: int, info: RogueInfo) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -202,12 +224,13 @@ def _rogue_main(attack: str, port: int, info: RogueInfo) -> None:
 
 
 def _rogue_host(port: int, info: RogueInfo) -> None:
-    """Host the run's rendezvous, then vanish (no goodbye) once round 2 has opened."""
+    """Host the run's rendezvous, then vanish (no goodbye) ``die_delay_s`` after ``die_after``
+    appears (by default once round 2 has opened: round 2 is in flight)."""
     store = _store(port, host=True)
     store.set("rendezvous/ready", "1")
-    while not store.check(["members/2/0/open"]):
-        time.sleep(0.05)
-    time.sleep(0.5)  # round 2 is in flight
+    while not store.check([info.die_after]):
+        time.sleep(0.01)
+    time.sleep(info.die_delay_s)
     os._exit(9)
 
 

@@ -94,11 +94,13 @@ class ConfigAgreement:
         if own is None:
             log.warning("round %d: chain never reached block %d within %.0fs; sitting the round "
                         "out", r, members.config_block, self.wait_s)  # fmt: skip
-            self.rdv.board.post(key, Kind.CONFIG, r, a, {"sit_out": True})
+            sit_out = self.rdv.board.post(key, Kind.CONFIG, r, a, {"sit_out": True})
+            self.rdv.keep(key, sit_out.to_wire(), "config/", r)
             return Verdict(None, frozenset())
         mine = governed_hash(own)
         payload = {"hash": mine, "version": own.version, "block": members.config_block}
         posted = self.rdv.board.post(key, Kind.CONFIG, r, a, payload).to_wire()
+        self.rdv.keep(key, posted, "config/", r)  # re-posted at a successor if the host dies
         reads: dict[str, SignedMessage] = {}
         polls = _polls(2 * self.wait_s)
         while True:

@@ -11,11 +11,17 @@ what the node had published (the new store starts empty); the round in flight re
 join, earlier rounds are kept by every member.
 
 A key that is merely absent is not a failure: callers ``check`` before ``get``.
+
+Calls are serialized by a lock, so the node's heartbeat thread (:mod:`~trainer.coordination.
+heartbeat`) can probe the host too: when the host dies, every member notices within a heartbeat
+interval and fails over, even while its main thread trains or waits on a collective; members do
+not split because one noticed late.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -86,19 +92,23 @@ class FailoverStore:
         self.dead: list[Endpoint] = []
         self.failovers: list[str] = []
         """"dead -> successor" for every failover (the node's events)."""
+        self.lock = threading.RLock()
         self.store = open_store(endpoint, host=host, timeout_s=connect_timeout_s,
                                 op_timeout_s=op_timeout_s)  # fmt: skip
 
     # --- the store calls the rendezvous uses ----------------------------------------------------
 
     def _call(self, name: str, *args: Any) -> Any:
-        try:
-            return getattr(self.store, name)(*args)
-        except (RuntimeError, dist.DistError) as exc:
-            if not _lost(exc):
-                raise
-            self.failover(exc)
-            return getattr(self.store, name)(*args)
+        with self.lock:
+            store = self.store
+            try:
+                return getattr(store, name)(*args)
+            except (RuntimeError, dist.DistError) as exc:
+                if not _lost(exc):
+                    raise
+                if self.store is store:  # not already moved by another thread
+                    self.failover(exc)
+                return getattr(self.store, name)(*args)
 
     def set(self, key: str, value: bytes | str) -> None:
         self._call("set", key, value)
