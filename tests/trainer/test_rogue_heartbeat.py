@@ -28,7 +28,7 @@ from tests.trainer.rogue import (
 
 pytestmark = [pytest.mark.distributed, pytest.mark.anvil]
 
-COLLECTIVE_TIMEOUT_S = 20.0
+COLLECTIVE_TIMEOUT_S = 15.0
 HEARTBEAT_TIMEOUT_S = 2.0
 
 
