@@ -141,6 +141,11 @@ class Liveness:
 
     def poll(self, members: tuple[str, ...]) -> None:
         now = time.monotonic()
+        if self._polled and now - self._polled > self.timeout_s / 2:
+            # this node itself was not scheduled (or was stopped) for a while: that silence is
+            # its own, not its peers'; they get a fresh timeout from now
+            for m in members:
+                self._advanced[m] = now
         for m in members:
             key = heartbeat_key(m)
             if not self.board.store.check([key]):

@@ -1,0 +1,101 @@
+"""Heartbeats and their reader over a real TCPStore with real node keys: a beating node is alive,
+a silent one is stalled after the timeout, a replayed or forged heartbeat does not revive it, and a
+reader that was itself not scheduled does not blame its peers for its own silence."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from protocol.coordination import Kind
+from protocol.devnet import free_port
+from protocol.keys import NodeKey
+from trainer.coordination.board import Board
+from trainer.coordination.heartbeat import Heartbeat, Liveness, StalledError, heartbeat_key
+from trainer.coordination.registry import AnyKeyRegistry
+from trainer.coordination.store import FailoverStore
+from trainer.node import offline_domain
+
+RUN = bytes.fromhex("cd" * 32)
+TIMEOUT_S = 1.0
+
+
+def _board(store: FailoverStore, seed: int) -> Board:
+    key = NodeKey.from_private_key(bytes([seed]) * 32)
+    return Board(store, key, offline_domain(RUN), RUN, AnyKeyRegistry())
+
+
+@pytest.fixture
+def store() -> Iterator[FailoverStore]:
+    s = FailoverStore(("127.0.0.1", free_port()), host=True)
+    yield s
+    del s
+
+
+def _wait_stalled(live: Liveness, who: tuple[str, ...], limit_s: float) -> tuple[str, ...]:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        found = live.stalled(who)
+        if found:
+            return found
+        time.sleep(0.05)
+    return ()
+
+
+def test_a_beating_node_is_alive_and_a_silent_one_is_stalled(store: FailoverStore) -> None:
+    node, reader = _board(store, 0x41), _board(store, 0x42)
+    beat = Heartbeat(node, lambda: store.endpoint, interval_s=0.1)
+    live = Liveness(reader, TIMEOUT_S)
+    who = (node.address,)
+    beat.start()
+    try:
+        live.reset(who)
+        assert _wait_stalled(live, who, 3 * TIMEOUT_S) == (), "alive while it beats"
+    finally:
+        beat.stop()
+    silent_from = time.monotonic()
+    assert _wait_stalled(live, who, 5 * TIMEOUT_S) == who
+    assert time.monotonic() - silent_from >= TIMEOUT_S * 0.9
+    with pytest.raises(StalledError, match="no heartbeat from"):
+        live.check(who)
+
+
+def test_replayed_and_forged_heartbeats_do_not_revive_a_silent_node(store: FailoverStore) -> None:
+    node, reader, rogue = _board(store, 0x43), _board(store, 0x44), _board(store, 0x45)
+    beat = Heartbeat(node, lambda: store.endpoint, interval_s=0.1)
+    for _ in range(3):
+        beat.beat()
+    key = heartbeat_key(node.address)
+    replay = store.get(key)
+    live = Liveness(reader, TIMEOUT_S)
+    who = (node.address,)
+    live.reset(who)
+    live.poll(who)  # sees seq 3
+    forged = [rogue.sign(Kind.HEARTBEAT, 0, 0, {"seq": 10**9}).to_wire(), replay]
+    deadline = time.monotonic() + 4 * TIMEOUT_S
+    found: tuple[str, ...] = ()
+    while not found and time.monotonic() < deadline:
+        for value in forged:
+            store.set(key, value)
+            found = live.stalled(who)
+            time.sleep(0.1)
+    assert found == who, "a replay (seq not higher) or a rogue's heartbeat kept it alive"
+    assert "wrong_signer" in {r.check for r in reader.refusals if r.key == key}
+
+
+def test_a_reader_that_was_not_scheduled_does_not_blame_its_peers(store: FailoverStore) -> None:
+    node, reader = _board(store, 0x46), _board(store, 0x47)
+    beat = Heartbeat(node, lambda: store.endpoint)
+    live = Liveness(reader, TIMEOUT_S)
+    who = (node.address,)
+    beat.beat()
+    live.reset(who)
+    live.poll(who)
+    time.sleep(2 * TIMEOUT_S)  # the whole machine stalled: the reader did not poll, nobody beat
+    assert live.stalled(who) == (), "the reader blamed its peer for its own silence"
+    beat.beat()  # the peer resumes
+    assert live.stalled(who) == ()
+    time.sleep(0.3)
+    assert _wait_stalled(live, who, 3 * TIMEOUT_S) == who, "then silent for good: stalled"
