@@ -130,9 +130,11 @@ class Intake:
         dirty: set[tuple[str, int]] = set()
         with self.engine.begin() as conn:
             taken = self._taken(conn, [c for _, c in job.checked])
+            keys = {(c.run_hex, int(c.attestation.round)) for _, c in job.checked}
             if conn.dialect.name == "postgresql":
-                keys = {(c.run_hex, int(c.attestation.round)) for _, c in job.checked}
                 states = self._lock_rounds(conn, keys)
+            if self.membership is not None:  # the joins of rounds new here, in one query
+                self.membership.prime(conn, keys)
             seen: dict[Slot, tuple[int, str]] = {}
             rows: list[dict[str, Any]] = []
             row_index: list[int] = []

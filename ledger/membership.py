@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -82,6 +82,25 @@ class Membership:
                 else:
                     found = self._cache.setdefault(key, found)
         return found
+
+    def prime(self, conn: Connection, keys: set[Key]) -> None:
+        """Load the joins of the rounds of ``keys`` not cached yet, in one query on ``conn``
+        (intake's transaction: no second connection, no query per round in the group)."""
+        missing = [k for k in keys if k not in self._cache]
+        if not missing:
+            return
+        table = Join.__table__  # type: ignore[attr-defined]
+        found: dict[Key, dict[str, datetime]] = {k: {} for k in missing}
+        rows = conn.execute(
+            select(table.c.run_id, table.c.round, table.c.node, table.c.created_at).where(
+                tuple_(table.c.run_id, table.c.round).in_(missing)
+            )
+        )
+        for run, round_, node, at in rows:
+            found[(str(run), int(round_))][str(node)] = _aware(at)
+        with self._lock:
+            for key, joined in found.items():
+                self._cache.setdefault(key, joined)
 
     def members(self, run: str, round_: int) -> frozenset[str] | None:
         """The round's members, or None when nobody joined it (open membership)."""

@@ -104,3 +104,40 @@ def test_another_workers_attestation_completes_a_round_at_the_next_pass(
     finally:
         other.stop()
     assert ledger.keeper.close_due(now=later) == [(started_run, 1)]
+
+
+@pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_a_batch_over_ten_new_rounds_reads_their_joins_in_one_query(
+    settings_for: Callable[..., Settings],
+    db_url: str,
+    run_id: str,
+    nodes: list[NodeKey],
+    domain: object,
+) -> None:
+    """Intake checks each attestation's membership: the joins of the rounds a group opens are
+    read in one query on the group's own connection (one query per round, each on a second
+    pooled connection, took half the writer's time when every group opened rounds)."""
+    ledger = Ledger(settings_for(db_url, round_window=100))
+    try:
+        with TestClient(create_app(ledger=ledger)) as client:
+            r = client.post(
+                "/v1/runs",
+                json={"run_id": run_id, "genesis_checkpoint": GENESIS},
+                headers={"Authorization": f"Bearer {ADMIN}"},
+            )
+            assert r.status_code == 201, r.text
+            ledger.indexer.catch_up()
+            items = []
+            for rnd in range(1, 11):
+                for node in nodes[:2]:
+                    att = attestation(node, run_id=run_id, round_=rnd, base=GENESIS, result=h("r"))
+                    items.append(body(att, node.key, domain))  # type: ignore[arg-type]
+            with counting(ledger.engine) as statements:
+                r = client.post("/v1/attestations/batch", json={"items": items})
+            assert r.status_code == 202 and r.json()["accepted"] == 20, r.text
+    finally:
+        ledger.stop()
+    joins = [s for s in statements if "round_join" in s]
+    assert len(joins) == 1, joins
