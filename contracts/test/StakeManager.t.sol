@@ -617,6 +617,24 @@ contract StakeManagerTest is ColocoTest {
         new StakeManager(init);
     }
 
+    /// Every governed setter is governance's alone: the guardian (no admin) is refused, with
+    /// values the admin could set.
+    function test_setters_onlyGovernance() public {
+        bytes memory refused = abi.encodeWithSelector(
+            IAccessControl.AccessControlUnauthorizedAccount.selector, guardian, bytes32(0)
+        );
+        vm.startPrank(guardian);
+        vm.expectRevert(refused);
+        stakeManager.setUnbondingDelay(UNBONDING);
+        vm.expectRevert(refused);
+        stakeManager.setSlashDisputeWindow(SLASH_DISPUTE);
+        vm.expectRevert(refused);
+        stakeManager.setReporterShareBps(0);
+        vm.expectRevert(refused);
+        stakeManager.setEquivocationSlashBps(10_000);
+        vm.stopPrank();
+    }
+
     function test_setters_enforceUnbondingCoversLatencyPlusWindow() public {
         uint256 latency = governor.governanceLatency();
         vm.startPrank(address(timelock));
