@@ -154,6 +154,31 @@ def overlap_loss_ratio(rounds: int) -> dict[str, float]:
             "overlap_loss_ratio": round(delayed / plain, 4)}  # fmt: skip
 
 
+def overlap_on_wire(
+    preset: str, rounds: int, rate_mbit: float, h: int, batch: int
+) -> dict[str, Any]:
+    """The one-round delayed outer step on the nodes' real path (bench/network_node.py
+    ``--overlap``: round r's all-reduce in the background during round r+1's compute), against
+    the plain step, same seed, data and steps (no time box): eval loss ratio and utilization."""
+    common: list[object] = ["--preset", preset, "--inner-steps", h, "--batch", batch,
+                            "--rounds", rounds, "--eval-rows", 256, "--fmt", "int8"]  # fmt: skip
+    plain = run_nodes(2, rate_mbit, [common] * 2)
+    delayed = run_nodes(2, rate_mbit, [[*common, "--overlap"]] * 2)
+    for nodes in (plain, delayed):
+        if len({n["final"] for n in nodes}) != 1:
+            raise RuntimeError("the nodes' final weights differ")
+    p_loss, d_loss = plain[0]["eval_loss"], delayed[0]["eval_loss"]
+    return {
+        "overlap_node_preset": preset,
+        "overlap_node_rounds": rounds,
+        "overlap_node_eval_loss": round(d_loss, 4),
+        "no_overlap_node_eval_loss": round(p_loss, 4),
+        "overlap_node_loss_ratio": round(d_loss / p_loss, 4),
+        "overlap_node_utilization": summarize(delayed, h)["utilization"],
+        "no_overlap_node_utilization": summarize(plain, h)["utilization"],
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="3 rounds per scenario (~10 min)")
@@ -164,11 +189,23 @@ def main() -> None:
     p.add_argument("--preset", default="cpu10m")
     p.add_argument("--sync-steps", type=int, default=3)
     p.add_argument("--slowdown", type=float, default=3.0)
+    p.add_argument("--overlap-node", type=int, default=0, metavar="ROUNDS",
+                   help="only measure the delayed outer step on the nodes' real path, ROUNDS "
+                   "rounds (e.g. --preset tiny --overlap-node 8)")  # fmt: skip
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     reason = unavailable()
     if reason is not None:
         raise SystemExit(f"bench.network needs network namespaces: {reason}")
+    if args.overlap_node:
+        load0, t0 = os.getloadavg(), time.perf_counter()
+        ov_node = overlap_on_wire(args.preset, args.overlap_node, args.rate_mbit,
+                                  args.inner_steps, args.batch)  # fmt: skip
+        emit("network_overlap", ov_node | {
+            "load_avg_start": [round(x, 2) for x in load0],
+            "load_avg_end": [round(x, 2) for x in os.getloadavg()],
+            "wall_s": round(time.perf_counter() - t0, 1)})  # fmt: skip
+        return
     rounds = args.rounds or (3 if args.quick else 6)
     h, rate = args.inner_steps, args.rate_mbit
     t0 = time.perf_counter()

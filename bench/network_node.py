@@ -28,6 +28,7 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -35,13 +36,14 @@ import torch.distributed as dist
 from protocol.keys import NodeKey
 from trainer import commitment
 from trainer.allreduce import average
+from trainer.codec import Packet, encode
 from trainer.coordination.registry import AnyKeyRegistry
 from trainer.data import Corpus, ShardSpec
 from trainer.diloco import DiLoCo, RoundSettings
 from trainer.inner import InnerConfig, InnerTrainer, StepInfo
 from trainer.ledger_client import LedgerClient
 from trainer.membership import MembershipConfig, Rendezvous
-from trainer.model import GPT, GPTConfig
+from trainer.model import GPT, GPTConfig, evaluate
 from trainer.node import offline_domain
 from trainer.outer import OuterConfig, OuterState
 
@@ -69,6 +71,10 @@ def main() -> None:
                    "of later rounds to the fastest member's round-1 compute time")  # fmt: skip
     p.add_argument("--slowdown", type=float, default=1.0)
     p.add_argument("--sync-steps", type=int, default=0, help="measure sync DP instead")
+    p.add_argument("--overlap", action="store_true",
+                   help="one-round delayed outer step: round r's all-reduce runs in the background "
+                   "during round r+1's compute (started from base - own progress)")  # fmt: skip
+    p.add_argument("--eval-rows", type=int, default=0, help="eval loss on N held-out rows at end")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
@@ -135,6 +141,36 @@ def main() -> None:
         return
 
     budget = args.budget_s
+    start: torch.Tensor | None = None  # --overlap: where this node's next inner phase starts
+    pending: dict[str, Any] = {}  # --overlap: the round in flight's all-reduce (thread, result)
+
+    def finish_pending() -> tuple[float, int]:
+        """--overlap: wait for the last round's average, apply it, check the hashes."""
+        thread = pending.pop("thread", None)
+        if thread is None:
+            return 0.0, 0
+        t = time.perf_counter()
+        thread.join()
+        if "error" in pending:
+            raise RuntimeError(f"background all-reduce failed: {pending.pop('error')}")
+        mean, sent = pending.pop("result")
+        waited = time.perf_counter() - t
+        diloco.outer_step(mean, settings)
+        assert group is not None
+        group.check_same(diloco.base_hash(), timedelta(seconds=300))
+        return waited, int(sent)
+
+    def in_background(packet: Packet, weight: int) -> None:
+        def run() -> None:
+            try:
+                pending["result"] = average(packet, None, timeout=timedelta(seconds=300),
+                                            weight=weight)  # fmt: skip
+            except Exception as exc:  # reported by finish_pending in the main thread
+                pending["error"] = exc
+
+        pending["thread"] = threading.Thread(target=run, daemon=True)
+        pending["thread"].start()
+
     uploads: list[threading.Thread] = []
     upload_bytes = 0
     tx0, rx0 = counters()
@@ -150,6 +186,11 @@ def main() -> None:
         assert group is not None
         rows = rows_for(r)
         diloco.sync_inner_model()
+        if start is not None:  # --overlap: the newest base plus this node's unaveraged progress
+            with torch.no_grad():
+                views = diloco.state.layout.unflatten(start)
+                for name, param in model.named_parameters():
+                    param.copy_(views[name])
         if diloco.inner is None:
             diloco.inner = InnerTrainer(model, inner_cfg)
         t_train = time.perf_counter()
@@ -158,15 +199,27 @@ def main() -> None:
         inner = diloco.inner.train(rows, on_step=slow, budget_s=budget if budget > 0 else None)
         t_enc = time.perf_counter()
         compute_s = t_enc - t_train
-        packet = diloco.local_packet(args.fmt)  # fused base - local, quantized
+        flat_local = diloco.state.layout.flatten(dict(model.named_parameters()))
+        origin = diloco.state.base if start is None else start
+        packet = encode(origin, flat_local, args.fmt)  # fused origin - local, quantized
         t_ar = time.perf_counter()
-        mean, sent = average(packet, None, timeout=timedelta(seconds=300), weight=inner.tokens)
-        t_outer = time.perf_counter()
-        diloco.outer_step(mean, settings)
-        diloco.sync_inner_model()
-        result = diloco.base_hash()
-        t_check = time.perf_counter()
-        group.check_same(result, timedelta(seconds=300))
+        if not args.overlap:
+            mean, sent = average(packet, None, timeout=timedelta(seconds=300), weight=inner.tokens)
+            t_outer = time.perf_counter()
+            diloco.outer_step(mean, settings)
+            diloco.sync_inner_model()
+            result = diloco.base_hash()
+            t_check = time.perf_counter()
+            group.check_same(result, timedelta(seconds=300))
+        else:  # apply round r-1's average (its all-reduce ran during this round's compute)
+            own = origin - flat_local
+            waited, sent = finish_pending()
+            t_outer = time.perf_counter()
+            in_background(packet, inner.tokens)
+            start = diloco.state.base - own
+            result = diloco.base_hash()
+            t_check = t_outer
+            t_ar = t_outer - waited
         t_blob = time.perf_counter()
         blob = commitment.blob(packet)
         upload_bytes += len(blob)
@@ -194,6 +247,12 @@ def main() -> None:
         log.info("round %d: %d steps, compute %.1fs, wall %.1fs", r, inner.steps, compute_s,
                  t_end - t_prev)  # fmt: skip
         t_prev = t_end
+    if args.overlap:
+        finish_pending()  # the last round's average
+        diloco.sync_inner_model()
+    eval_loss = None
+    if args.eval_rows:
+        eval_loss = evaluate(model, corpus.eval_rows(cfg.seq_len, args.eval_rows, seed=1234))
     for th in uploads:
         th.join()
     # the last round's group stays up until every member is done (a barrier), then leaves
@@ -203,7 +262,7 @@ def main() -> None:
         "index": args.index, "rounds": records, "tx": tx1 - tx0, "rx": rx1 - rx0,
         "numel": diloco.state.base.numel(), "packet_bytes": packet.nbytes,
         "commitment_blob_bytes": upload_bytes // args.rounds, "groups_formed": groups_formed,
-        "params": model.num_params(),
+        "params": model.num_params(), "eval_loss": eval_loss, "final": diloco.base_hash().hex(),
     }))  # fmt: skip
     if group is not None:
         dist.barrier()
