@@ -13,11 +13,12 @@ the bit-exact outer step, the weights hash check, the commitment upload). Bytes 
 Scenarios: int8 and fp32 at the rate, int8 at a tenth of it, synchronous data parallel (gradient
 all-reduce every step, measured for a few steps), a node 3x slower with the time box, a joiner
 fetching the preset's checkpoint peer to peer from 2 members that keep training
-(bench/network_ckpt.py: ``checkpoint_*`` keys), and the
-overlap option's loss cost (one-round delayed outer step; simulated workers on the tiny model, as
-bench.diloco). Timing figures skip round 1 (group set-up, allocator warm-up). Utilization per
-node is inner-compute seconds over wall seconds per round; beside it the model
-U = H*T / (H*T + C) with T (s per inner step) and C (s of communication per round) measured.
+(bench/network_ckpt.py: ``checkpoint_*`` keys), and the overlap option's loss cost (one-round
+delayed outer step, ``--overlap`` on the nodes' real path, tiny model, 8 rounds; the full run
+adds bench.diloco's simulation as ``*_simulated``). Timing figures skip round 1 (group set-up,
+allocator warm-up). Utilization per node is inner-compute seconds over wall seconds per round;
+beside it the model U = H*T / (H*T + C) with T (s per inner step) and C (s of communication per
+round) measured.
 The last line of output is one JSON object.
 """
 
@@ -239,7 +240,14 @@ def main() -> None:
     speed = sh["step_s"] / statistics.mean(r["step_s"] for r in slow_rounds)
     credited = statistics.mean(r["tokens"] for r in slow_rounds)
     ckpt = network_ckpt.run(args.preset, rate, 2)
-    ov = overlap_loss_ratio(8 if args.quick else 16)
+    # the delayed outer step's loss cost on the nodes' real path (tiny model: a loss over 8
+    # rounds of the 10M preset would take an hour); the simulation beside it in the full run
+    ov_node = overlap_on_wire("tiny", 8, rate, h, args.batch)
+    ov = {"overlap_loss_ratio": ov_node["overlap_node_loss_ratio"], **ov_node}
+    if not args.quick:
+        sim = overlap_loss_ratio(16)
+        ov["overlap_loss_ratio_simulated"] = sim.pop("overlap_loss_ratio")
+        ov |= {f"{k}_simulated": v for k, v in sim.items()}
     out: dict[str, Any] = {
         "nodes": 2,
         "params": int8[0]["params"],
