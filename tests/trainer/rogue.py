@@ -190,9 +190,9 @@ class _Rogue:
                 self.slot(r, 1, found)
 
     def heartbeat(self) -> None:
-        """Keep a stalled node looking alive from round 2 on: replay its newest signed heartbeat,
-        and post newer ones claiming it (signed by the rogue) or signed as the rogue, in turn."""
-        if not self.store.check(["members/2/0/open"]):
+        """Keep a stalled node looking alive in round 2: replay its newest signed heartbeat, and
+        post newer ones claiming it (signed by the rogue) or signed as the rogue, in turn."""
+        if not self.store.check(["members/2/0/open"]) or self.store.check(["members/3/0/open"]):
             return
         key = f"hb/{self.info.target}"
         msg = self.signed_in(key)

@@ -70,7 +70,7 @@ def test_rogue_heartbeats_do_not_hide_a_stalled_node_from_the_survivors(
     assert min(rec["attempts"] for rec in rounds[2].values()) >= 2, "round 2 re-formed"
     assert_agree(rounds)
     for k in (0, 1):  # the heartbeat, not the collective timeout, found it
-        assert out["stalled"][k] == [(2, [run.addresses[stalled]])], out["stalled"]
+        assert out["stalled"][k][:1] == [(2, [run.addresses[stalled]])], out["stalled"]
     assert took < COLLECTIVE_TIMEOUT_S, f"found after {took:.1f}s: the collective timeout did"
     refused = checks(out["refusals"][0] + out["refusals"][1], "hb/")
     assert refused & {"wrong_signer", "bad_signature"}, refused
