@@ -69,8 +69,10 @@ def test_rogue_heartbeats_do_not_hide_a_stalled_node_from_the_survivors(
     assert set(rounds[2]) == {0, 1}, "the stalled node was dropped from round 2"
     assert min(rec["attempts"] for rec in rounds[2].values()) >= 2, "round 2 re-formed"
     assert_agree(rounds)
-    for k in (0, 1):  # the heartbeat, not the collective timeout, found it
+    # the heartbeat found it (StalledError, raised only by the heartbeat watch, HEARTBEAT_TIMEOUT_S
+    # into the collective), not the collective timeout; `took` also holds the survivors' inner
+    # steps and their re-formed round, so it is printed, not asserted (it depends on the load)
+    for k in (0, 1):
         assert out["stalled"][k][:1] == [(2, [run.addresses[stalled]])], out["stalled"]
-    assert took < COLLECTIVE_TIMEOUT_S, f"found after {took:.1f}s: the collective timeout did"
     refused = checks(out["refusals"][0] + out["refusals"][1], "hb/")
     assert refused & {"wrong_signer", "bad_signature"}, refused
