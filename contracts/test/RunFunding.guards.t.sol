@@ -3,31 +3,53 @@ pragma solidity ^0.8.28;
 
 import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
 import {IRunFunding} from "../src/interfaces/IRunFunding.sol";
-import {ColocoTest} from "./utils/ColocoTest.sol";
+import {FundingBase} from "./RunFunding.t.sol";
 
 /// Guards of RunFunding that no other test exercised (each found by tools/mutate.py: the guard
 /// could be removed and the suite still passed).
-contract RunFundingGuardsTest is ColocoTest {
-    bytes32 internal constant RUN = bytes32(uint256(7));
+contract RunFundingGuardsTest is FundingBase {
+    bytes32 internal constant OTHER = bytes32(uint256(7));
 
     function test_commitEthRoot_unknownRun() public {
-        vm.expectRevert(abi.encodeWithSelector(IRunFunding.UnknownRun.selector, RUN));
+        vm.expectRevert(abi.encodeWithSelector(IRunFunding.UnknownRun.selector, OTHER));
         vm.prank(committer);
-        funding.commitEthRoot(RUN, 0, keccak256("root"), 1);
+        funding.commitEthRoot(OTHER, 0, keccak256("root"), 1);
     }
 
     function test_commitEthRoot_cancelledRun() public {
         vm.prank(committer);
-        funding.openRun(RUN, uint64(block.timestamp) + 1000, 1 ether);
+        funding.openRun(OTHER, uint64(block.timestamp) + 1000, 1 ether);
         vm.prank(address(timelock));
-        funding.cancelRun(RUN);
+        funding.cancelRun(OTHER);
         vm.expectRevert(
             abi.encodeWithSelector(
-                IRunFunding.RunIsCancelled.selector, RUN, uint64(block.timestamp)
+                IRunFunding.RunIsCancelled.selector, OTHER, uint64(block.timestamp)
             )
         );
         vm.prank(committer);
-        funding.commitEthRoot(RUN, 0, keccak256("root"), 1);
+        funding.commitEthRoot(OTHER, 0, keccak256("root"), 1);
+    }
+
+    function test_cancelRun_unknownRun() public {
+        vm.expectRevert(abi.encodeWithSelector(IRunFunding.UnknownRun.selector, OTHER));
+        vm.prank(address(timelock));
+        funding.cancelRun(OTHER);
+    }
+
+    function test_revokeEthRoot_onlyOnce() public {
+        _deposit(alice, 2 ether);
+        bytes32[] memory tree = _commitEth(0, 0.5 ether, 0.5 ether);
+        vm.startPrank(guardian);
+        funding.revokeEthRoot(RUN, tree[0]);
+        vm.expectRevert(abi.encodeWithSelector(IRunFunding.RootRevoked.selector, tree[0]));
+        funding.revokeEthRoot(RUN, tree[0]);
+        vm.stopPrank();
+    }
+
+    function test_claimEth_unknownRoot() public {
+        bytes32 root = keccak256("never committed");
+        vm.expectRevert(abi.encodeWithSelector(IRunFunding.UnknownRoot.selector, RUN, root));
+        funding.claimEth(RUN, bob, 1, root, new bytes32[](0));
     }
 
     function test_setters_onlyGovernance() public {
