@@ -19,9 +19,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import psycopg
+from psycopg import sql as pg_sql
 from sqlalchemy import BigInteger, Connection, Engine, String, any_, bindparam, insert, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import DBAPIError
 
 from ledger.closing import RunClosures
 from ledger.core.config import Settings
@@ -165,13 +168,14 @@ class Intake:
     def _insert(conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
         """Insert ``rows``; their ids in order.
 
-        Large groups on PostgreSQL: a pipelined executemany, then one ``digest = ANY(array)``
-        lookup (two statements whose text does not depend on the row count, so psycopg prepares
-        them once; a long multi-row ``INSERT .. RETURNING`` is re-parsed for every size).
-        Otherwise one ``INSERT .. RETURNING`` (fewest round trips for a few rows).
+        Large groups on PostgreSQL: ``COPY .. FROM STDIN`` on the transaction's own connection
+        (half the client CPU per row of a pipelined executemany, and fewer server cycles), then
+        one ``digest = ANY(array)`` lookup of the ids (a statement whose text does not depend
+        on the row count, so psycopg prepares it once). Otherwise one ``INSERT .. RETURNING``
+        (fewest round trips for a few rows).
         """
         if conn.dialect.name == "postgresql" and len(rows) >= _PG_PIPELINE_ROWS:
-            conn.execute(insert(_ATT), rows)
+            _copy_rows(conn, rows)
             digests = [r["digest"] for r in rows]
             param = bindparam("digests", digests, type_=ARRAY(String()))
             got: dict[str, int] = dict(conn.execute(select(_ATT.c.digest, _ATT.c.id).where(
@@ -327,6 +331,25 @@ class Intake:
             state = "open"
             log.info("round %d of run %s opened", round_, run)
         return str(state)
+
+
+def _copy_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """``COPY attestation (..) FROM STDIN`` of ``rows`` (PostgreSQL, inside ``conn``'s
+    transaction). A driver error is raised as SQLAlchemy's, like any other statement's."""
+    columns = list(rows[0])
+    statement = pg_sql.SQL("COPY attestation ({}) FROM STDIN").format(
+        pg_sql.SQL(", ").join(pg_sql.Identifier(c) for c in columns)
+    )
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    try:
+        with raw.cursor() as cur, cur.copy(statement) as copy:
+            for row in rows:
+                copy.write_row([row[c] for c in columns])
+    except psycopg.Error as exc:
+        raise DBAPIError.instance(
+            statement.as_string(raw), None, exc, psycopg.Error, dialect=conn.dialect
+        ) from exc
 
 
 def _refusal(exc: AttestationRejected) -> Outcome:

@@ -120,3 +120,37 @@ def test_postgres_down_answers_503_and_recovers(
         assert "s3cret" not in r.text and str(pg.port) not in r.text
         assert r.headers.get("retry-after")
     assert [r.status_code for r in up] == [200, 200, 202], [r.text for r in up]
+
+
+@pytest.mark.postgres
+def test_copy_insert_errors_are_sqlalchemy_errors(postgres_url: str) -> None:
+    """Large groups are inserted with COPY on the driver's connection: a constraint violation
+    there still surfaces as SQLAlchemy's IntegrityError (never a bare driver error, which the
+    API's handlers would not recognise), and the transaction rolls back whole."""
+    from sqlalchemy import func, select
+    from sqlalchemy.exc import IntegrityError
+
+    from ledger import db
+    from ledger.intake import Intake
+    from ledger.models import Attestation, utcnow
+
+    db.upgrade(postgres_url)
+    engine = db.make_engine(postgres_url, threads=1)
+    rows = [
+        {"run_id": "0x" + "11" * 32, "round": 1, "node": f"0x{i:040x}", "config_version": 1,
+         "base_checkpoint": "0x" + "33" * 32, "pseudo_gradient": "0x" + "44" * 32,
+         "data_shard": "0x" + "55" * 32, "inner_steps": 5, "tokens": 100,
+         "result_checkpoint": "0x" + "66" * 32, "digest": f"0x{i:064x}",
+         "signature": "0x" + "77" * 65, "members": None, "received_at": utcnow()}
+        for i in range(40)
+    ]  # fmt: skip
+    try:
+        with engine.begin() as conn:
+            ids = Intake._insert(conn, rows)
+        assert len(set(ids)) == 40
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            Intake._insert(conn, [{**r, "node": "0x" + "ab" * 20} for r in rows[:19]] + rows[:1])
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(Attestation)).scalar() == 40
+    finally:
+        engine.dispose()
