@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import Engine, func
+from sqlalchemy import Engine, and_, func
 from sqlmodel import Session, col, select
 
 from ledger.blobstore import BlobStore
@@ -34,7 +34,7 @@ from ledger.settlement import add_rewards
 
 log = logging.getLogger(__name__)
 
-# PostgreSQL: every open round is looked at this often (besides those with new attestations)
+# PostgreSQL: the open rounds' attestation counts are compared this often (stragglers)
 FULL_SCAN_S = 5.0
 
 
@@ -61,6 +61,7 @@ class RoundKeeper:
         self._first_pass = True
         self._scanned_at = float("-inf")  # last look at every open round (PostgreSQL)
         self._mark = 0  # highest attestation id looked at (PostgreSQL)
+        self._counts: dict[tuple[str, int], int] = {}  # attestations per open round, last look
         self.backoff = Backoff("scoring of (run, round)")
         self.observe_scoring: Callable[[float], object] | None = None  # seconds per round
 
@@ -71,8 +72,9 @@ class RoundKeeper:
         queries). New attestations: this process's (``Intake.dirty``, taken *before* the open
         rounds are read, so a round opened and completed in between is seen on the next pass,
         not only at its deadline); on PostgreSQL also other workers', as the rounds of rows
-        above the highest attestation id seen last pass, and every open round every
-        :data:`FULL_SCAN_S` (a row whose id was drawn before that mark but committed after it).
+        above the highest attestation id seen last pass, and every :data:`FULL_SCAN_S` the open
+        rounds whose count of attestations changed (a row whose id was drawn before that mark
+        but committed after it).
         Each round closes in its own transaction (an ``UPDATE`` of its row, which waits for the
         groups writing into it, see ``Intake._lock_rounds``), and the cache changes only after
         the commit.
@@ -89,11 +91,13 @@ class RoundKeeper:
             ).all()
             if shared and open_rounds:
                 dirty |= self._written_since_last_pass(session)
+                if time.monotonic() - self._scanned_at >= FULL_SCAN_S:
+                    self._scanned_at = time.monotonic()
+                    dirty |= self._counts_changed(session)
         if self.membership is not None:
             dirty |= self.membership.due(now)
-        if self._first_pass or (shared and time.monotonic() - self._scanned_at >= FULL_SCAN_S):
+        if self._first_pass:
             self._first_pass = False
-            self._scanned_at = time.monotonic()
             dirty |= {(run_id, round_) for _, run_id, round_, _ in open_rounds}
         keys: list[tuple[str, int]] = []
         for row_id, run_id, round_, deadline_at in open_rounds:
@@ -116,6 +120,26 @@ class RoundKeeper:
         ).all()
         self._mark = max([self._mark, *(int(top or 0) for _, _, top in rows)])
         return {(run_id, int(round_)) for run_id, round_, _ in rows}
+
+    def _counts_changed(self, session: Session) -> set[tuple[str, int]]:
+        """Open rounds whose number of attestations changed since the last full look (one
+        grouped query, whatever the number of open rounds)."""
+        rows = session.exec(
+            select(Attestation.run_id, Attestation.round, func.count())
+            .join(
+                RoundState,
+                and_(
+                    col(RoundState.run_id) == col(Attestation.run_id),
+                    col(RoundState.round) == col(Attestation.round),
+                ),
+            )
+            .where(RoundState.state == "open")
+            .group_by(col(Attestation.run_id), col(Attestation.round))
+        ).all()
+        counts = {(run_id, int(round_)): int(n) for run_id, round_, n in rows}
+        changed = {key for key, n in counts.items() if self._counts.get(key) != n}
+        self._counts = counts
+        return changed
 
     def _close(self, row_id: int | None, expected: set[str], why: str, now: datetime) -> bool:
         with self.intake.lock, Session(self.engine) as session:
