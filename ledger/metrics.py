@@ -59,11 +59,14 @@ class Metrics:
         leader.set_function(lambda: 1.0 if ledger.leading else 0.0)
 
     def count(self, outcomes: list[Outcome]) -> None:
+        accepted = 0
         for o in outcomes:
             if o.status == 202:
-                self.accepted.inc()
+                accepted += 1
             else:
                 self.rejected.labels(o.code or "unknown").inc()
+        if accepted:
+            self.accepted.inc(accepted)  # one locked add per request, not one per item
 
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.registry))
