@@ -36,6 +36,31 @@ contract RunFundingGuardsTest is FundingBase {
         funding.cancelRun(OTHER);
     }
 
+    function test_setEthPerRound_unknownRun() public {
+        vm.expectRevert(abi.encodeWithSelector(IRunFunding.UnknownRun.selector, OTHER));
+        vm.prank(address(timelock));
+        funding.setEthPerRound(OTHER, 1 ether);
+    }
+
+    function test_claimVested_unknownRun() public {
+        vm.expectRevert(abi.encodeWithSelector(IRunFunding.UnknownRun.selector, OTHER));
+        funding.claimVested(OTHER, alice);
+    }
+
+    /// An account that refuses ETH gets a clear revert, and its claim is not recorded as paid.
+    function test_claimEth_refusedTransferReverts() public {
+        _deposit(alice, 2 ether);
+        bytes32[] memory tree = _commitEth(0, 0.5 ether, 0.5 ether);
+        vm.warp(block.timestamp + funding.disputeWindow());
+        vm.etch(bob, hex"5f5ffd"); // PUSH0 PUSH0 REVERT: refuses every call
+        bytes32[] memory proof = _proof(tree, bob, 0.5 ether);
+        vm.expectRevert(
+            abi.encodeWithSelector(IRunFunding.EthTransferFailed.selector, bob, 0.5 ether)
+        );
+        funding.claimEth(RUN, bob, 0.5 ether, tree[0], proof);
+        assertEq(funding.ethClaimed(RUN, bob), 0);
+    }
+
     function test_revokeEthRoot_onlyOnce() public {
         _deposit(alice, 2 ether);
         bytes32[] memory tree = _commitEth(0, 0.5 ether, 0.5 ether);

@@ -40,6 +40,39 @@ contract ReentrantOperator {
     }
 }
 
+/// A reporter contract that, paid its share, re-enters StakeManager with another call (a second
+/// equivocation report, a second slash execution).
+contract ReentrantReporter {
+    address internal immutable sm;
+    bytes internal again;
+
+    constructor(address sm_) {
+        sm = sm_;
+    }
+
+    function report(bytes calldata first, bytes calldata second) external {
+        again = second;
+        _call(first);
+    }
+
+    receive() external payable {
+        bytes memory second = again;
+        if (second.length != 0) {
+            delete again;
+            _call(second);
+        }
+    }
+
+    function _call(bytes memory data) internal {
+        (bool ok, bytes memory ret) = sm.call(data);
+        if (!ok) {
+            assembly ("memory-safe") {
+                revert(add(ret, 32), mload(ret))
+            }
+        }
+    }
+}
+
 contract StakeManagerTest is ColocoTest {
     event NodeRegistered(
         address indexed node, address indexed operator, address payout, uint64 nodeId
@@ -456,6 +489,38 @@ contract StakeManagerTest is ColocoTest {
             )
         );
         stakeManager.reportEquivocation(a, sa, b, sb);
+    }
+
+    function test_reportEquivocation_revertsOnReentry() public {
+        _registerAndStake(nodeKey, 10 ether);
+        ComputeAttestation memory a = _att(keccak256("x"));
+        ComputeAttestation memory b = _att(keccak256("y"));
+        ComputeAttestation memory c = _att(keccak256("x"));
+        ComputeAttestation memory d = _att(keccak256("y"));
+        c.round = 4;
+        d.round = 4;
+        bytes memory first = abi.encodeCall(
+            StakeManager.reportEquivocation, (a, _sign(nodeKey, a), b, _sign(nodeKey, b))
+        );
+        bytes memory second = abi.encodeCall(
+            StakeManager.reportEquivocation, (c, _sign(nodeKey, c), d, _sign(nodeKey, d))
+        );
+        ReentrantReporter reporter = new ReentrantReporter(address(stakeManager));
+        vm.expectRevert(ReentrancyGuard.ReentrancyGuardReentrantCall.selector);
+        reporter.report(first, second);
+    }
+
+    function test_executeSlash_revertsOnReentry() public {
+        _registerAndStake(nodeKey, 10 ether);
+        ReentrantReporter reporter = new ReentrantReporter(address(stakeManager));
+        uint256 first = _propose(node, 1 ether, address(reporter));
+        uint256 second = _propose(node, 1 ether, address(reporter));
+        vm.warp(block.timestamp + SLASH_DISPUTE);
+        vm.expectRevert(ReentrancyGuard.ReentrancyGuardReentrantCall.selector);
+        reporter.report(
+            abi.encodeCall(StakeManager.executeSlash, (first)),
+            abi.encodeCall(StakeManager.executeSlash, (second))
+        );
     }
 
     function test_reportEquivocation_revertPaths() public {
