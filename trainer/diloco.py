@@ -38,6 +38,10 @@ class RoundSettings:
     inner: InnerConfig
     outer: OuterConfig
     wire_format: str = "fp32"
+    # False: a fresh inner AdamW every round, so a round is a pure function of (base weights,
+    # shard, governed settings) and the ledger's replay audit can check it (ledger/audit);
+    # True: the AdamW state lives across rounds (the DiLoCo paper), which no audit can replay
+    keep_inner_state: bool = False
 
 
 @dataclass
@@ -93,6 +97,7 @@ class DiLoCo:
         if self.inner is None:
             self.inner = InnerTrainer(self.model, settings.inner)
         self.inner.cfg = settings.inner  # the config may change between rounds
+        self.inner.keep_state = settings.keep_inner_state
         inner = self.inner.train(rows, on_step=on_step, budget_s=budget_s)
         packet = self.local_packet(settings.wire_format)
         return LocalWork(base_hash, self.state.pseudo_gradient(self.model), inner, packet)
