@@ -684,6 +684,46 @@ contract StakeManagerTest is ColocoTest {
 
     /// Every governed setter is governance's alone: the guardian (no admin) is refused, with
     /// values the admin could set.
+    function test_setSlashDisputeWindow_bounds() public {
+        vm.startPrank(address(timelock));
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IStakeManager.InvalidParameter.selector, bytes32("slashDisputeWindow"), 0
+            )
+        );
+        stakeManager.setSlashDisputeWindow(0);
+        uint64 tooLong = stakeManager.MAX_SLASH_DISPUTE_WINDOW() + 1;
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IStakeManager.InvalidParameter.selector, bytes32("slashDisputeWindow"), tooLong
+            )
+        );
+        stakeManager.setSlashDisputeWindow(tooLong);
+        vm.stopPrank();
+    }
+
+    /// A slash larger than the staked part takes the rest from unbonding stake: what is left to
+    /// withdraw is exactly what the slash did not take (the contract stays solvent).
+    function test_slash_takesFromUnbondingThenWithdrawPaysTheRest() public {
+        _registerAndStake(nodeKey, 2 ether);
+        vm.prank(operator);
+        stakeManager.requestUnstake(node, 1.5 ether);
+        uint256 id = _propose(node, 1 ether, address(0));
+        vm.warp(block.timestamp + SLASH_DISPUTE);
+        assertEq(stakeManager.executeSlash(id), 1 ether);
+        (uint256 staked, uint256 unbonding) = _staked(node);
+        assertEq(staked, 0);
+        assertEq(unbonding, 1 ether);
+        vm.warp(block.timestamp + stakeManager.effectiveUnbondingDelay());
+        uint256 before = operator.balance;
+        vm.prank(operator);
+        stakeManager.withdraw(node);
+        assertEq(operator.balance, before + 1 ether);
+        assertEq(address(stakeManager).balance, 0);
+        (,,,, uint64 readyAt) = stakeManager.nodes(node);
+        assertEq(readyAt, 0); // nothing unbonding: no ready time left behind
+    }
+
     function test_setters_onlyGovernance() public {
         bytes memory refused = abi.encodeWithSelector(
             IAccessControl.AccessControlUnauthorizedAccount.selector, guardian, bytes32(0)
