@@ -24,7 +24,7 @@ def _check(out: dict, names: list[str]) -> None:
         assert got["earnings_ratio"] <= 0.01, (name, got)
 
 
-# Was flaky (1 run in 8): an honest node whose 8 AdamW steps happened to raise the loss on its own
+# Was flaky (2 runs in 21): an honest node whose 8 AdamW steps happened to raise the loss on its own
 # rows was rejected as `usefulness` (own-shard loss 3.1155 -> 3.1560), failing its round's strategy
 # too. Usefulness <= 0 now sends the update to the replay audit, which pays honest work at the
 # floor (test_honest_work_that_raises_the_loss_is_replayed_and_paid).
