@@ -108,6 +108,10 @@ class FailoverStore:
                     raise
                 if self.store is store:  # not already moved by another thread
                     self.failover(exc)
+                if name == "get" and not self.store.check([args[0]]):
+                    # the caller checked the key at the dead host; the successor does not hold
+                    # it: b"" (readers refuse it), never a get that waits for a key to appear
+                    return b""
                 return getattr(self.store, name)(*args)
 
     def set(self, key: str, value: bytes | str) -> None:
