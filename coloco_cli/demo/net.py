@@ -149,9 +149,10 @@ def start_ledger(
         "COLOCO_LEDGER_INDEXER_POLL_S": "0.2",
         "COLOCO_LEDGER_LIFECYCLE_POLL_S": "0.2",
         "COLOCO_LEDGER_USEFULNESS_MODEL": "tiny",  # level 2: own shard vs random data
-        # rounds here take seconds: members join right after the previous round, so a short
-        # join window keeps the ledger's rounds as fast as the nodes'
-        "COLOCO_LEDGER_JOIN_WINDOW_S": "0.2",
+        # rounds here take seconds, so the window is shorter than the 1 s default, but not so
+        # short that nodes started together miss round 1: 0.2 s refused two of three nodes'
+        # first joins (started 0.3 s apart on a loaded machine) and split the run for 60 s
+        "COLOCO_LEDGER_JOIN_WINDOW_S": "2.0",
     }
     from coloco_cli.demo.shell import Shell
 
