@@ -67,6 +67,9 @@ class Kind(IntEnum):
     """I am alive (round r: the round I am in). Payload: ``seq``, a counter that only grows."""
 
 
+_KINDS: Final = frozenset(int(k) for k in Kind)
+
+
 def canonical_json(payload: dict[str, Any]) -> bytes:
     """Sorted keys, no spaces, UTF-8: one byte string per payload."""
     return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
@@ -87,7 +90,7 @@ class CoordinationMessage(Eip712Struct):
 
     def __post_init__(self) -> None:
         kind = self.kind
-        if isinstance(kind, bool) or not isinstance(kind, int) or kind not in set(Kind):
+        if isinstance(kind, bool) or not isinstance(kind, int) or kind not in _KINDS:
             raise EncodingError(f"coordination message: unknown kind {kind!r}")
         object.__setattr__(self, "kind", Kind(kind))
         COORDINATION_SPEC.check(self)
