@@ -41,6 +41,8 @@ def test_a_lone_member_cannot_close_the_round_nor_can_a_late_joiner_enter(
     time.sleep(ledger.settings.join_window_s + 0.1)
     r = join(client, c, started_run, 1, domain)  # type: ignore[arg-type]
     assert r.status_code == 409 and r.json()["error"]["code"] == "round_started"
+    fixed = client.get(f"/v1/runs/{started_run}/rounds/1/members").json()
+    assert fixed["started"] is True and fixed["members"] == sorted([a.address, b.address])
     # b attests: every member did, the round closes before its deadline
     att_b = attestation(b, run_id=started_run, round_=1, base=GENESIS, result=h("r"))
     members = [a.address, b.address]
@@ -61,3 +63,4 @@ def test_joining_ahead_does_not_start_a_round(
     assert join(client, b, started_run, 2, domain).status_code == 202  # type: ignore[arg-type]
     members = client.get(f"/v1/runs/{started_run}/rounds/2/members").json()
     assert members["members"] == sorted([a.address, b.address]) and members["starts_at"] is None
+    assert members["started"] is False  # trainers wait for more joins while it is False

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ledger.api.deps import LedgerDep, SessionDep
 from ledger.api.errors import json_response
-from ledger.models import FraudRecord, KeyValue, RoundState
+from ledger.models import FraudRecord, KeyValue, RoundState, utcnow
 from ledger.outer_step import momentum_key
 from ledger.schemas import AddressStr, Hex32, SignatureHex, Uint64
 from ledger.verify import reject
@@ -74,10 +74,13 @@ async def post_join(body: JoinIn, ledger: LedgerDep) -> Any:
 def get_members(
     run_id: RunIdPath, round: Annotated[int, Path(ge=0, lt=1 << 63)], ledger: LedgerDep
 ) -> Any:
+    """The nodes whose join of ``round`` was recorded; ``started``: the members are final (the
+    ledger's own clock, so a trainer never compares ``starts_at`` with a clock of its own)."""
     state = ledger.membership.state(run_id.lower(), round)
     return {
         "members": sorted(state.joined),
         "starts_at": state.starts_at.isoformat() if state.starts_at else None,
+        "started": state.started(utcnow()),
     }
 
 
