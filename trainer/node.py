@@ -36,6 +36,7 @@ from trainer.model import GPT, GPTConfig, evaluate
 from trainer.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manifest
 from trainer.recovery import Recovery
 from trainer.runconfig import ConfigSource, RunConfig
+from trainer.strategy import Strategy
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,10 @@ class NodeRunner:
         on_step: ProgressFn | None = None,
         on_round: Callable[[RoundReport], None] | None = None,
         registry: Registry | None = None,
+        strategy: Strategy | None = None,
     ) -> None:
         self.s = settings
+        self.strategy = strategy or Strategy()  # honest; the red team plugs cheaters in here
         self.attester = attester
         self.address = attester.address
         self.config_source = config_source
@@ -202,9 +205,11 @@ class NodeRunner:
         spec = ShardSpec.for_node(self.s.run_id, r, self.address,
                                   inner.tokens(self.s.model.seq_len), config.mixture)  # fmt: skip
         rows = self.corpus.shard_rows(spec, self.s.model.seq_len)
+        rows = self.strategy.rows(self, r, spec, rows)
         hook = self.on_step
         on_step = None if hook is None else (lambda info: hook(r, info))
-        return spec, self.diloco.train_local(rows, config.settings, on_step)
+        local = self.diloco.train_local(rows, self.strategy.settings(r, config.settings), on_step)
+        return spec, self.strategy.local_work(self, r, rows, local)
 
     def synchronize(
         self, r: int, group: RoundGroup, local: LocalWork, config: RunConfig
@@ -322,6 +327,10 @@ class NodeRunner:
             self._group = None
 
     def run_round(self, r: int) -> RoundReport | None:
+        if not self.strategy.takes_part(self, r):
+            self.strategy.off_round(self, r)
+            self.drop_group()
+            return None
         if not self.attester.join(r):  # the ledger's members: signed joins before the round
             log.info("round %d started at the ledger without this node; trying the next one", r)
             return None
@@ -375,7 +384,7 @@ class NodeRunner:
             tokens=local.inner.tokens,
             result_checkpoint=outcome.result_hash,
         )
-        signed = self.attester.publish(work, group.members.addresses)
+        signed = self.strategy.publish(self, work, group.members.addresses)
         return RoundReport(
             round=r, members=group.members.addresses, rank=group.rank,
             attempts=group.members.attempt + 1, config=config, shard_id=spec.id,

@@ -1,18 +1,26 @@
 """Where a node may deviate from the protocol: one hook per decision a node makes in a round.
 
-Honest nodes run :class:`Strategy` itself (every hook returns what the protocol asks for). The
-red team (``tests/redteam``) plugs cheating strategies into the same node code by overriding
-hooks: which round it joins, the base it trains from, its rows and step count, the
-pseudo-gradient it reports, the attestations it signs. Nothing else in the trainer knows.
+Honest nodes run :class:`Strategy` itself (every hook returns what the protocol asks for).
+:class:`trainer.node.NodeRunner` calls the hooks at each decision of its round (the same code for
+every node); the red team (``tests/redteam``) plugs cheating strategies in by overriding them:
+whether it takes part in the round's collective at all (if not, what it does instead, through the
+node's own signing paths), the settings and rows it trains with, the pseudo-gradient (packet) it
+feeds the all-reduce and commits to, and what it signs and posts. Nothing else in the trainer knows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from trainer.attest import Signed, WorkRecord
+    from trainer.data import ShardSpec
+    from trainer.diloco import LocalWork, RoundSettings
+    from trainer.node import NodeRunner
 
 Tensors = dict[str, Tensor]
 
@@ -35,6 +43,33 @@ class Strategy:
     """Honest behaviour: the protocol, hook by hook."""
 
     name = "honest"
+
+    # --- the hooks NodeRunner calls (trainer/node.py) ---------------------------------------
+
+    def takes_part(self, node: NodeRunner, r: int) -> bool:
+        """Whether the node works round ``r`` as a member (join, train, all-reduce, attest)."""
+        return True
+
+    def off_round(self, node: NodeRunner, r: int) -> None:
+        """What the node does instead when it does not take part in round ``r``."""
+
+    def settings(self, r: int, settings: RoundSettings) -> RoundSettings:
+        """The settings the node actually trains with (the governed ones)."""
+        return settings
+
+    def rows(self, node: NodeRunner, r: int, spec: ShardSpec, rows: Tensor) -> Tensor:
+        """The rows the node trains on (its shard's)."""
+        return rows
+
+    def local_work(self, node: NodeRunner, r: int, rows: Tensor, local: LocalWork) -> LocalWork:
+        """The work the node feeds the all-reduce, commits to and attests (its own)."""
+        return local
+
+    def publish(self, node: NodeRunner, work: WorkRecord, members: Sequence[str]) -> Signed:
+        """Sign and post the round's attestation (exactly one, of the work done)."""
+        return node.attester.publish(work, members)
+
+    # --- the in-process red-team network's hooks (tests/redteam/network.py) ------------------
 
     def join_round(self, r: int) -> int | None:
         """The round to sign a join for (None: do not join)."""
