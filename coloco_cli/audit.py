@@ -4,20 +4,23 @@ Reads the rounds of a run from a ledger (``GET /v1/runs/{run}/rounds``), samples
 fraction of paid (node, round) pairs with the ledger's own keccak draw (``--fraction 1`` takes
 every one), downloads the base checkpoint and the pseudo-gradient blobs (public once the round
 is scored), replays the inner steps on CPU from the base on the declared shard
-(:mod:`ledger.audit.replay`) and prints one JSON line per pair, then a summary. Exit code 1 when
-a replay fails: its line carries the evidence (attestation digest, replay inputs, hashes).
+(:mod:`ledger.audit.replay`) and prints one line per pair, then a summary; with ``--json`` one
+JSON object ``{"audited", "failed", "unavailable", "verdicts": [...]}`` instead. Exit code 1 when
+a replay fails: its verdict carries the evidence (attestation digest, replay inputs, hashes).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
 import typer
 
+from coloco_cli.common import JsonOpt, LedgerUrlOpt, emit_json, resolve
+from coloco_cli.run.ops import parse_run_id
 from protocol.blobs import decode_blob
+from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
 
 
 def audit_rounds(
@@ -37,7 +40,12 @@ def audit_rounds(
     from ledger.judge import decode_pseudo_gradient, sampled
     from ledger.usefulness import corpus_of
 
-    rounds = http.get(f"/v1/runs/{run_id}/rounds", params={"limit": limit}).json()
+    resp = http.get(f"/v1/runs/{run_id}/rounds", params={"limit": limit})
+    if resp.status_code != 200:
+        raise LedgerError(
+            f"ledger answered {resp.status_code} for the rounds of run {run_id}: {resp.text[:300]}"
+        )
+    rounds = resp.json()
     out: list[dict[str, Any]] = []
     for rnd in sorted(rounds, key=lambda x: x["round"]):
         if rnd["state"] not in ("scored", "committed", "final"):
@@ -94,29 +102,51 @@ def _tensors(http: httpx.Client, hash_hex: str) -> Any:
 
 def audit_command(  # noqa: PLR0917 - typer options
     run_id: Annotated[str, typer.Option("--run-id", help="bytes32 run id (0x..)")],
-    ledger_url: Annotated[str, typer.Option("--ledger-url")] = "http://127.0.0.1:8000",
+    ledger_url: LedgerUrlOpt = None,
     fraction: Annotated[float, typer.Option(help="share of paid pairs to replay (0..1)")] = 0.1,
     model: Annotated[str, typer.Option(help="the run's model preset")] = "tiny",
     inner_lr: Annotated[float, typer.Option(help="TrainingConfig inner lr")] = 1e-3,
     mixture: Annotated[str, typer.Option(help="data mixture bps, comma-separated")] = "10000",
     tolerance: Annotated[float, typer.Option(help="relative L2 error allowed")] = 1e-3,
     limit: Annotated[int, typer.Option(help="latest rounds to look at")] = 50,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Replay a sample of a run's paid rounds on CPU; exit 1 if one does not match."""
-    with httpx.Client(base_url=ledger_url, timeout=60) as http:
-        verdicts = audit_rounds(
-            http,
-            run_id.lower(),
-            fraction=fraction,
-            model=model,
-            inner_lr=inner_lr,
-            mixture=tuple(int(b) for b in mixture.split(",")),
-            tolerance=tolerance,
-            limit=limit,
-        )
-    for v in verdicts:
-        typer.echo(json.dumps(v))
+    """Replay a sample of a run's paid rounds on CPU; exit 1 if one does not match.
+
+    Example: coloco audit --run-id 0xRUN --fraction 1 --json
+    """
+    rid = "0x" + parse_run_id(run_id).hex()
+    if not 0.0 <= fraction <= 1.0:
+        raise ConfigError(f"--fraction {fraction} is not a share: pass a number from 0 to 1")
+    try:
+        bps = tuple(int(b) for b in mixture.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"--mixture {mixture!r}: pass basis points, comma-separated (e.g. 7000,3000)"
+        ) from None
+    url = resolve(ledger_url=ledger_url).ledger_url
+    try:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            verdicts = audit_rounds(
+                http, rid, fraction=fraction, model=model, inner_lr=inner_lr, mixture=bps,
+                tolerance=tolerance, limit=limit,
+            )  # fmt: skip
+    except httpx.HTTPError as exc:
+        raise LedgerUnavailableError(
+            f"ledger at {url} does not answer ({exc.__class__.__name__}): start it or pass "
+            "--ledger-url / set COLOCO_LEDGER_URL"
+        ) from exc
     failed = sum(v["verdict"] == "fail" for v in verdicts)
-    typer.echo(json.dumps({"audited": len(verdicts), "failed": failed}))
+    unavailable = sum(v["verdict"] == "unavailable" for v in verdicts)
+    if json_out:
+        emit_json({"run_id": rid, "audited": len(verdicts), "failed": failed,
+                   "unavailable": unavailable, "verdicts": verdicts})  # fmt: skip
+    else:
+        for v in verdicts:
+            err = v.get("relative_error")
+            detail = f" relative error {err:.2e}" if isinstance(err, float) else ""
+            why = f" ({v['reason']})" if v.get("reason") else ""
+            typer.echo(f"round {v['round']} node {v['node']}: {v['verdict']}{detail}{why}")
+        typer.echo(f"audited {len(verdicts)}, failed {failed}, blobs unavailable {unavailable}")
     if failed:
         raise typer.Exit(1)

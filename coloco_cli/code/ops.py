@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from coloco_cli.fund.ops import run_bytes, tx_hex
+from coloco_cli.fund.ops import run_bytes
+from coloco_cli.tx import tx_hex
 from protocol.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from coloco_cli.node.ops import checksum
+from coloco_cli.tx import tx_hex
 from protocol.errors import ConfigError, ContractRevertError, LedgerError, LedgerUnavailableError
 
 if TYPE_CHECKING:
@@ -39,10 +40,6 @@ def run_bytes(run_id: str) -> bytes:
     if len(raw) != 32:
         raise ConfigError(f"run id {run_id!r} is not 32 bytes of hex (0x + 64 hex digits)")
     return raw
-
-
-def tx_hex(receipt: Any) -> str:
-    return "0x" + bytes(receipt["transactionHash"]).hex()
 
 
 def open_run(chain: ChainClient, run_id: str, funding_end: int, eth_per_round: int) -> str:

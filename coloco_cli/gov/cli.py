@@ -12,21 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from coloco_cli.common import (
-    AccountOpt,
-    DeploymentOpt,
-    JsonOpt,
-    KeystoreOpt,
-    PasswordFileOpt,
-    PrivateKeyOpt,
-    RpcUrlOpt,
-    console,
-    emit_json,
-    fmt_units,
-    load_signer,
-    open_chain,
-    resolve,
-)
+from coloco_cli.common import console, emit_json, fmt_units
 from coloco_cli.gov.ops import (
     cast_vote,
     delegate_votes,
@@ -39,7 +25,7 @@ from coloco_cli.gov.ops import (
     queue_proposal,
 )
 from coloco_cli.node.ops import checksum
-from coloco_cli.tx import ConfirmationsOpt, GasLimitOpt, NoWaitOpt, TxOptions
+from coloco_cli.tx import TxOptions, reads, send_and_report, sends
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
@@ -53,59 +39,32 @@ ProposalArg = Annotated[
 ]
 
 
-# --- commands ------------------------------------------------------------------------------------
-
-
-def _chain(
-    rpc_url: str | None,
-    deployment: Any,
-    sender: tuple[Any, Any, str | None, str | None] | None = None,
-    tx: TxOptions | None = None,
-) -> tuple[ChainClient, int]:
-    """A chain client (sending as `sender` = keystore, password file, key, account name)."""
-    ep = resolve(rpc_url, None, deployment)
-    account = load_signer(*sender) if sender is not None else None
-    return open_chain(ep, account, tx), int(ep.deployment().deployment_block)
-
-
 @app.command()
+@sends
 def delegate(
     *,
     to: Annotated[
         str | None, typer.Option(help="Delegate to this address (default: yourself).")
     ] = None,
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
-    account: AccountOpt = None,
-    gas_limit: GasLimitOpt = None,
-    confirmations: ConfirmationsOpt = 1,
-    no_wait: NoWaitOpt = False,
-    json_out: JsonOpt = False,
+    opts: TxOptions,
 ) -> None:
     """Delegate your ModelShareToken votes (needed once before your balance counts as votes).
 
-    Example: coloco gov delegate --keystore holder.json
+    Example: coloco gov delegate --account holder
     """
-    chain, _ = _chain(
-        rpc_url,
-        deployment,
-        (keystore, password_file, private_key, account),
-        TxOptions(gas_limit, confirmations, no_wait),
+
+    def send(chain: ChainClient) -> dict[str, Any]:
+        delegate_votes(chain, to)
+        who = checksum(to) if to else chain.account_address
+        return {"delegate": who, "votes": int(chain.call("ModelShareToken", "getVotes", who))}
+
+    send_and_report(
+        opts, send, lambda o: f"delegated; votes of the delegate now {fmt_units(o['votes'])} CMS"
     )
-    delegate_votes(chain, to)
-    votes = int(
-        chain.call("ModelShareToken", "getVotes", checksum(to) if to else chain.account_address)
-    )
-    if json_out:
-        emit_json({"delegate": to or chain.account_address, "votes": votes})
-        return
-    console.print(f"delegated; votes of the delegate now {fmt_units(votes)} CMS")
 
 
 @app.command()
+@sends
 def propose(
     *,
     set_: Annotated[
@@ -113,166 +72,113 @@ def propose(
         typer.Option("--set", help="NAME=VALUE, e.g. inner-steps=30, outer-lr=0.5 (repeatable)."),
     ],
     description: Annotated[str | None, typer.Option(help="Proposal text.")] = None,
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
-    account: AccountOpt = None,
-    gas_limit: GasLimitOpt = None,
-    confirmations: ConfirmationsOpt = 1,
-    no_wait: NoWaitOpt = False,
-    json_out: JsonOpt = False,
+    opts: TxOptions,
 ) -> None:
     """Propose a TrainingConfig change by name.
 
     Example: coloco gov propose --set inner-steps=30 --description "shorter rounds"
     """
-    chain, _ = _chain(
-        rpc_url,
-        deployment,
-        (keystore, password_file, private_key, account),
-        TxOptions(gas_limit, confirmations, no_wait),
+
+    def send(chain: ChainClient) -> dict[str, Any]:
+        prop = propose_change(chain, set_, description)
+        return {"proposal_id": str(prop.proposal_id), "description": prop.description,
+                "vote_start": prop.vote_start, "vote_end": prop.vote_end}  # fmt: skip
+
+    send_and_report(
+        opts,
+        send,
+        lambda o: (
+            f"proposal [bold]{o['proposal_id']}[/] created: {o['description']}\n"
+            f"voting opens after {o['vote_start']}, ends at {o['vote_end']} (unix time)\n"
+            f"next: coloco gov vote {o['proposal_id']} --support for|against|abstain"
+        ),
     )
-    prop = propose_change(chain, set_, description)
-    if json_out:
-        emit_json(
-            {"proposal_id": str(prop.proposal_id), "description": prop.description,
-             "vote_start": prop.vote_start, "vote_end": prop.vote_end}
-        )  # fmt: skip
-        return
-    console.print(f"proposal [bold]{prop.proposal_id}[/] created: {prop.description}")
-    console.print(f"voting opens after block {prop.vote_start}, ends at block {prop.vote_end}")
-    console.print(f"next: coloco gov vote {prop.proposal_id} --support for|against|abstain")
 
 
 @app.command()
+@sends
 def vote(
-    *,
     proposal: ProposalArg,
+    *,
     support: Annotated[
         str, typer.Option(help="for, against or abstain (no default: say what you mean).")
     ],
     reason: Annotated[str, typer.Option(help="Optional reason, stored on chain.")] = "",
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
-    account: AccountOpt = None,
-    gas_limit: GasLimitOpt = None,
-    confirmations: ConfirmationsOpt = 1,
-    no_wait: NoWaitOpt = False,
-    json_out: JsonOpt = False,
+    opts: TxOptions,
 ) -> None:
     """Vote on an Active proposal.
 
-    Example: coloco gov vote 1234... --support for --keystore holder.json
+    Example: coloco gov vote 1234... --support for --account holder
     """
-    chain, _ = _chain(
-        rpc_url,
-        deployment,
-        (keystore, password_file, private_key, account),
-        TxOptions(gas_limit, confirmations, no_wait),
-    )
     pid = parse_proposal_id(proposal)
-    cast_vote(chain, pid, support.lower(), reason)
-    against, for_, abstain = chain.call("ModelGovernor", "proposalVotes", pid)
-    if json_out:
-        emit_json({"proposal_id": str(pid), "support": support.lower(), "for": for_,
-                   "against": against, "abstain": abstain})  # fmt: skip
-        return
-    console.print(
-        f"voted {support} on {pid}: for {fmt_units(for_)}, against {fmt_units(against)}, "
-        f"abstain {fmt_units(abstain)}"
+
+    def send(chain: ChainClient) -> dict[str, Any]:
+        cast_vote(chain, pid, support.lower(), reason)
+        against, for_, abstain = chain.call("ModelGovernor", "proposalVotes", pid)
+        return {"proposal_id": str(pid), "support": support.lower(), "for": for_,
+                "against": against, "abstain": abstain}  # fmt: skip
+
+    send_and_report(
+        opts,
+        send,
+        lambda o: (
+            f"voted {support} on {pid}: for {fmt_units(o['for'])}, against "
+            f"{fmt_units(o['against'])}, abstain {fmt_units(o['abstain'])}"
+        ),
     )
 
 
 @app.command()
-def queue(
-    *,
-    proposal: ProposalArg,
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
-    account: AccountOpt = None,
-    gas_limit: GasLimitOpt = None,
-    confirmations: ConfirmationsOpt = 1,
-    no_wait: NoWaitOpt = False,
-    json_out: JsonOpt = False,
-) -> None:
+@sends
+def queue(proposal: ProposalArg, *, opts: TxOptions) -> None:
     """Queue a Succeeded proposal in the Timelock.
 
-    Example: coloco gov queue 1234... --keystore holder.json
+    Example: coloco gov queue 1234... --account holder
     """
-    chain, start = _chain(
-        rpc_url,
-        deployment,
-        (keystore, password_file, private_key, account),
-        TxOptions(gas_limit, confirmations, no_wait),
-    )
     pid = parse_proposal_id(proposal)
-    queue_proposal(chain, pid, start)
-    eta = int(chain.call("ModelGovernor", "proposalEta", pid))
-    if json_out:
-        emit_json({"proposal_id": str(pid), "state": "Queued", "eta": eta})
-        return
-    console.print(f"queued {pid}; executable from timestamp {eta}")
+
+    def send(chain: ChainClient) -> dict[str, Any]:
+        queue_proposal(chain, pid, int(chain.deployment.deployment_block))
+        eta = int(chain.call("ModelGovernor", "proposalEta", pid))
+        return {"proposal_id": str(pid), "state": "Queued", "eta": eta}
+
+    send_and_report(opts, send, lambda o: f"queued {pid}; executable from timestamp {o['eta']}")
 
 
 @app.command()
-def execute(
-    *,
-    proposal: ProposalArg,
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
-    account: AccountOpt = None,
-    gas_limit: GasLimitOpt = None,
-    confirmations: ConfirmationsOpt = 1,
-    no_wait: NoWaitOpt = False,
-    json_out: JsonOpt = False,
-) -> None:
+@sends
+def execute(proposal: ProposalArg, *, opts: TxOptions) -> None:
     """Execute a Queued proposal after the Timelock delay: TrainingConfig changes now.
 
-    Example: coloco gov execute 1234... --keystore holder.json
+    Example: coloco gov execute 1234... --account holder
     """
-    chain, start = _chain(
-        rpc_url,
-        deployment,
-        (keystore, password_file, private_key, account),
-        TxOptions(gas_limit, confirmations, no_wait),
-    )
     pid = parse_proposal_id(proposal)
-    execute_proposal(chain, pid, start)
-    version = int(chain.call("TrainingConfig", "version"))
-    if json_out:
-        emit_json({"proposal_id": str(pid), "state": "Executed", "config_version": version})
-        return
-    console.print(f"executed {pid}; TrainingConfig version is now {version}")
+
+    def send(chain: ChainClient) -> dict[str, Any]:
+        execute_proposal(chain, pid, int(chain.deployment.deployment_block))
+        version = int(chain.call("TrainingConfig", "version"))
+        return {"proposal_id": str(pid), "state": "Executed", "config_version": version}
+
+    send_and_report(
+        opts,
+        send,
+        lambda o: f"executed {pid}; TrainingConfig version is now {o['config_version']}",
+    )
 
 
 @app.command()
-def status(
-    proposal: ProposalArg,
-    *,
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
+@reads
+def status(proposal: ProposalArg, *, opts: TxOptions) -> None:
     """Show a proposal's state, votes and deadlines.
 
     Example: coloco gov status 1234...
     """
-    chain, start = _chain(rpc_url, deployment)
+    chain = opts.chain(signed=False)
+    start = int(chain.deployment.deployment_block)
     pid = parse_proposal_id(proposal)
     p = find_proposal(chain, pid, start)
     against, for_, abstain = chain.call("ModelGovernor", "proposalVotes", pid)
-    if json_out:
+    if opts.json_out:
         emit_json({"proposal_id": str(pid), "description": p.description,
                    "state": proposal_state(chain, pid), "for": for_, "against": against,
                    "abstain": abstain, "vote_start": p.vote_start, "vote_end": p.vote_end,
@@ -297,30 +203,28 @@ def status(
 
 
 @app.command("list")
-def list_(
-    *, rpc_url: RpcUrlOpt = None, deployment: DeploymentOpt = None, json_out: JsonOpt = False
-) -> None:
+@reads
+def list_(*, opts: TxOptions) -> None:
     """List every proposal with its state.
 
     Example: coloco gov list
     """
-    chain, start = _chain(rpc_url, deployment)
-    if json_out:
-        rows = []
-        for p in list_proposals(chain, start):
-            against, for_, abstain = chain.call("ModelGovernor", "proposalVotes", p.proposal_id)
-            rows.append({"proposal_id": str(p.proposal_id), "description": p.description,
-                         "state": proposal_state(chain, p.proposal_id), "for": for_,
-                         "against": against, "abstain": abstain})  # fmt: skip
+    chain = opts.chain(signed=False)
+    rows = []
+    for p in list_proposals(chain, int(chain.deployment.deployment_block)):
+        against, for_, abstain = chain.call("ModelGovernor", "proposalVotes", p.proposal_id)
+        rows.append({"proposal_id": str(p.proposal_id), "description": p.description,
+                     "state": proposal_state(chain, p.proposal_id), "for": for_,
+                     "against": against, "abstain": abstain})  # fmt: skip
+    if opts.json_out:
         emit_json({"proposals": rows})
         return
     table = Table(title="proposals")
     for col in ("id", "state", "for", "against", "description"):
         table.add_column(col)
-    for p in list_proposals(chain, start):
-        against, for_, _ = chain.call("ModelGovernor", "proposalVotes", p.proposal_id)
+    for r in rows:
         table.add_row(
-            str(p.proposal_id), proposal_state(chain, p.proposal_id), fmt_units(for_),
-            fmt_units(against), p.description,
+            r["proposal_id"], r["state"], fmt_units(r["for"]), fmt_units(r["against"]),
+            r["description"],
         )  # fmt: skip
     console.print(table)

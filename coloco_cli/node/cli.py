@@ -8,41 +8,26 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from coloco_cli.common import (
-    AccountOpt,
-    DeploymentOpt,
-    JsonOpt,
-    KeystoreOpt,
-    LedgerUrlOpt,
-    PasswordFileOpt,
-    PrivateKeyOpt,
-    RpcUrlOpt,
-    console,
-    emit_json,
-    fmt_units,
-    load_signer,
-    open_chain,
-    parse_amount,
-    resolve,
-)
+from coloco_cli.common import console, emit_json, fmt_units, load_signer, parse_amount
 from coloco_cli.node.ops import (
     checksum,
     node_status,
     register_node,
     stake_node,
-    tx_hex,
-    tx_line,
     unstake_node,
     utc,
     withdraw_node,
 )
-from coloco_cli.tx import ConfirmationsOpt, GasLimitOpt, NoWaitOpt, TxOptions
+from coloco_cli.tx import TxOptions, reads, send_and_report, sends, tx_hex
 from protocol.errors import ConfigError
+
+if TYPE_CHECKING:
+    from protocol.chain import ChainClient
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +37,7 @@ NodeOpt = Annotated[str, typer.Option("--node", help="The node's hot signing add
 
 
 @app.command()
+@sends
 def register(
     *,
     payout: Annotated[str, typer.Option(help="Cold address that receives the node's rewards.")],
@@ -71,16 +57,7 @@ def register(
     node: Annotated[
         str | None, typer.Option("--node", help="Expected node address (checked against the key).")
     ] = None,
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
-    account: AccountOpt = None,
-    gas_limit: GasLimitOpt = None,
-    confirmations: ConfirmationsOpt = 1,
-    no_wait: NoWaitOpt = False,
-    json_out: JsonOpt = False,
+    opts: TxOptions,
 ) -> None:
     """Register a node key with a payout address; the sender becomes the operator. The node key
     signs an EIP-712 proof (operator, payout, nonce, deadline), so nobody can register a key it
@@ -96,164 +73,124 @@ def register(
     node_key = load_signer(node_keystore, node_password_file, node_private_key, node_account)
     if node is not None and checksum(node) != node_key.address:
         raise ConfigError(f"--node {node} is not the address of the node key ({node_key.address})")
-    node = node_key.address
-    ep = resolve(rpc_url, None, deployment)
-    chain = open_chain(
-        ep,
-        load_signer(keystore, password_file, private_key, account),
-        TxOptions(gas_limit, confirmations, no_wait),
+
+    def send(chain: ChainClient) -> dict[str, Any]:
+        receipt = register_node(chain, node_key, payout)
+        node_id = int(chain.call("StakeManager", "nodeIdOf", node_key.address))
+        return {"node": node_key.address, "node_id": node_id, "payout": checksum(payout),
+                "tx": tx_hex(receipt)}  # fmt: skip
+
+    send_and_report(
+        opts,
+        send,
+        lambda o: (
+            f"registered node {o['node']} (node id {o['node_id']}) -> payout "
+            f"{o['payout']} (tx {o['tx']})\nnext: coloco node stake --node {o['node']}"
+        ),
     )
-    receipt = register_node(chain, node_key, payout)
-    if json_out:
-        emit_json({"node": checksum(node), "payout": checksum(payout), "tx": tx_hex(receipt)})
-        return
-    console.print(
-        f"registered node {checksum(node)} -> payout {checksum(payout)} ({tx_line(receipt)})"
-    )
-    console.print(f"next: coloco node stake --node {checksum(node)}")
 
 
 @app.command()
+@sends
 def stake(
     *,
     node: NodeOpt,
     amount: Annotated[
         str | None, typer.Option(help="Amount in ether (e.g. 1.5) or wei (100wei); default: min.")
     ] = None,
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
-    account: AccountOpt = None,
-    gas_limit: GasLimitOpt = None,
-    confirmations: ConfirmationsOpt = 1,
-    no_wait: NoWaitOpt = False,
-    json_out: JsonOpt = False,
+    opts: TxOptions,
 ) -> None:
     """Stake native currency for a registered node.
 
     Example: coloco node stake --node 0xHOT... --amount 1 --keystore operator.json
     """
-    ep = resolve(rpc_url, None, deployment)
-    chain = open_chain(
-        ep,
-        load_signer(keystore, password_file, private_key, account),
-        TxOptions(gas_limit, confirmations, no_wait),
-    )
     wei = parse_amount(amount, what="--amount") if amount is not None else None
-    receipt = stake_node(chain, node, wei)
-    status = node_status(chain, node)
-    if json_out:
-        emit_json({"node": status.node, "staked": status.staked, "active": status.active,
-                   "tx": tx_hex(receipt)})  # fmt: skip
-        return
-    console.print(
-        f"staked for {status.node}: total {fmt_units(status.staked)} ETH "
-        f"({'active' if status.active else 'not active yet'}; {tx_line(receipt)})"
+
+    def send(chain: ChainClient) -> dict[str, Any]:
+        receipt = stake_node(chain, node, wei)
+        st = node_status(chain, node)
+        return {"node": st.node, "staked": st.staked, "active": st.active, "tx": tx_hex(receipt)}
+
+    send_and_report(
+        opts,
+        send,
+        lambda o: (
+            f"staked for {o['node']}: total {fmt_units(o['staked'])} ETH "
+            f"({'active' if o['active'] else 'not active yet'}; tx {o['tx']})"
+        ),
     )
 
 
 @app.command()
+@sends
 def unstake(
     *,
     node: NodeOpt,
     amount: Annotated[str, typer.Option(help="Amount in ether (e.g. 0.5) or wei (100wei).")],
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
-    account: AccountOpt = None,
-    gas_limit: GasLimitOpt = None,
-    confirmations: ConfirmationsOpt = 1,
-    no_wait: NoWaitOpt = False,
-    json_out: JsonOpt = False,
+    opts: TxOptions,
 ) -> None:
     """Start unbonding part of a node's stake (withdraw it after the unbonding delay).
 
     Example: coloco node unstake --node 0xHOT... --amount 0.5 --keystore operator.json
     """
-    ep = resolve(rpc_url, None, deployment)
-    chain = open_chain(
-        ep,
-        load_signer(keystore, password_file, private_key, account),
-        TxOptions(gas_limit, confirmations, no_wait),
-    )
-    receipt = unstake_node(chain, node, parse_amount(amount, what="--amount"))
-    status = node_status(chain, node)
-    if json_out:
-        emit_json({"node": status.node, "unbonding": status.unbonding,
-                   "ready_at": status.unbonding_ready_at, "tx": tx_hex(receipt)})  # fmt: skip
-        return
-    console.print(
-        f"unbonding {fmt_units(status.unbonding)} ETH for {status.node}, withdrawable from "
-        f"{utc(status.unbonding_ready_at)} ({tx_line(receipt)})"
+    wei = parse_amount(amount, what="--amount")
+
+    def send(chain: ChainClient) -> dict[str, Any]:
+        receipt = unstake_node(chain, node, wei)
+        st = node_status(chain, node)
+        return {"node": st.node, "unbonding": st.unbonding, "ready_at": st.unbonding_ready_at,
+                "tx": tx_hex(receipt)}  # fmt: skip
+
+    send_and_report(
+        opts,
+        send,
+        lambda o: (
+            f"unbonding {fmt_units(o['unbonding'])} ETH for {o['node']}, withdrawable from "
+            f"{utc(o['ready_at'])} (tx {o['tx']})"
+        ),
     )
 
 
 @app.command()
-def withdraw(
-    *,
-    node: NodeOpt,
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
-    account: AccountOpt = None,
-    gas_limit: GasLimitOpt = None,
-    confirmations: ConfirmationsOpt = 1,
-    no_wait: NoWaitOpt = False,
-    json_out: JsonOpt = False,
-) -> None:
+@sends
+def withdraw(*, node: NodeOpt, opts: TxOptions) -> None:
     """Withdraw a node's unbonded stake to its operator once the delay has passed.
 
     Example: coloco node withdraw --node 0xHOT... --keystore operator.json
     """
-    ep = resolve(rpc_url, None, deployment)
-    chain = open_chain(
-        ep,
-        load_signer(keystore, password_file, private_key, account),
-        TxOptions(gas_limit, confirmations, no_wait),
+    send_and_report(
+        opts,
+        lambda chain: {"node": checksum(node), "tx": tx_hex(withdraw_node(chain, node))},
+        lambda o: f"withdrawn for {o['node']} (tx {o['tx']})",
     )
-    receipt = withdraw_node(chain, node)
-    if json_out:
-        emit_json({"node": checksum(node), "tx": tx_hex(receipt)})
-        return
-    console.print(f"withdrawn for {checksum(node)} ({tx_line(receipt)})")
 
 
 @app.command()
-def status(
-    *,
-    node: NodeOpt,
-    rpc_url: RpcUrlOpt = None,
-    ledger_url: LedgerUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Show a node's registration, stake, and (if the ledger answers) the rounds it worked.
+@reads
+def status(*, node: NodeOpt, opts: TxOptions) -> None:
+    """Show a node's registration, its stable node id, stake, and (if the ledger answers) the
+    rounds it worked.
 
     Example: coloco node status --node 0xHOT...
     """
-    ep = resolve(rpc_url, ledger_url, deployment)
-    st = node_status(open_chain(ep), node)
-    if json_out:
-        view = _ledger_node(ep.ledger_url, st.node) or {}
+    st = node_status(opts.chain(signed=False), node)
+    ledger_view = _ledger_node(opts.endpoints().ledger_url, st.node)
+    if opts.json_out:
+        view = ledger_view or {}
         emit_json({**st.__dict__, "registered": st.registered,
                    "rounds_worked": view.get("rounds_worked"),
                    "rejections": view.get("rejections")})  # fmt: skip
         return
     table = Table(title=f"node {st.node}", show_header=False)
     table.add_row("registered", "yes" if st.registered else "no")
+    id_note = " (retired key: rotated away from)" if st.retired else ""
+    table.add_row("node id", (str(st.node_id) if st.node_id else "-") + id_note)
     table.add_row("operator", st.operator)
     table.add_row("payout", st.payout)
     table.add_row("staked", f"{fmt_units(st.staked)} ETH (minimum {fmt_units(st.min_stake)})")
     ready = f" (withdrawable from {utc(st.unbonding_ready_at)})" if st.unbonding else ""
     table.add_row("unbonding", f"{fmt_units(st.unbonding)} ETH{ready}")
     table.add_row("active", "[green]yes[/]" if st.active else "[red]no[/]")
-    ledger_view = _ledger_node(ep.ledger_url, st.node)
     if ledger_view is not None:
         for key in ("rounds_worked", "rejections"):
             if key in ledger_view:

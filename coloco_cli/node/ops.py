@@ -36,6 +36,8 @@ class NodeStatus:
     unbonding_ready_at: int
     active: bool
     min_stake: int
+    node_id: int = 0
+    retired: bool = False
 
     @property
     def registered(self) -> bool:
@@ -112,6 +114,8 @@ def node_status(chain: ChainClient, node: str) -> NodeStatus:
         unbonding_ready_at=info.unbonding_ready_at,
         active=chain.is_active(info.node),
         min_stake=int(chain.call("TrainingConfig", "minStake")),
+        node_id=int(chain.call("StakeManager", "nodeIdOf", info.node)),
+        retired=bool(chain.call("StakeManager", "retired", info.node)),
     )
 
 
@@ -190,23 +194,3 @@ def utc(timestamp: int) -> str:
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def tx_hex(receipt: Any) -> str | None:
-    """The 0x transaction hash of a web3 receipt, or None."""
-    try:
-        tx = receipt["transactionHash"]
-    except (KeyError, TypeError):
-        return None
-    text = tx.hex() if hasattr(tx, "hex") else str(tx)
-    return text if text.startswith("0x") else "0x" + text
-
-
-def tx_line(receipt: Any) -> str:
-    """'tx 0x…' for a web3 receipt."""
-    try:
-        tx = receipt["transactionHash"]
-    except (KeyError, TypeError):
-        return "sent"
-    text = tx.hex() if hasattr(tx, "hex") else str(tx)
-    return f"tx {text if text.startswith('0x') else '0x' + text}"

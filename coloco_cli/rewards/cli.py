@@ -10,29 +10,17 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from coloco_cli.common import (
-    AccountOpt,
-    DeploymentOpt,
-    JsonOpt,
-    KeystoreOpt,
-    LedgerUrlOpt,
-    PasswordFileOpt,
-    PrivateKeyOpt,
-    RpcUrlOpt,
-    console,
-    emit_json,
-    fmt_units,
-    load_signer,
-    open_chain,
-    resolve,
-)
+from coloco_cli.common import console, emit_json, fmt_units
 from coloco_cli.rewards.ops import Owed, claim_rewards, fetch_owed
-from coloco_cli.tx import ConfirmationsOpt, GasLimitOpt, NoWaitOpt, TxOptions
+from coloco_cli.tx import TxOptions, reads, send_and_report, sends
+
+if TYPE_CHECKING:
+    from protocol.chain import ChainClient
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +54,11 @@ def _claimable_now(owed: Owed, claimed: int) -> int:
 
 
 @app.command()
+@reads
 def show(
-    *,
     address: Annotated[str, typer.Argument(help="Payout address to look up.")],
-    rpc_url: RpcUrlOpt = None,
-    ledger_url: LedgerUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    json_out: JsonOpt = False,
+    *,
+    opts: TxOptions,
 ) -> None:
     """Show what a payout address is owed, what it claimed, and its per-round receipts.
 
@@ -81,13 +67,12 @@ def show(
 
     Example: coloco rewards show 0xCOLD...
     """
-    ep = resolve(rpc_url, ledger_url, deployment)
-    owed = fetch_owed(ep.ledger_url, address)
-    chain = open_chain(ep)
+    owed = fetch_owed(opts.endpoints().ledger_url, address)
+    chain = opts.chain(signed=False)
     claimed = int(chain.call("RewardDistributor", "claimed", owed.account))
     balance = int(chain.call("ModelShareToken", "balanceOf", owed.account))
     now = _claimable_now(owed, claimed)
-    if json_out:
+    if opts.json_out:
         emit_json({"account": owed.account, "owed": owed.cumulative_amount, "claimed": claimed,
                    "claimable": now, "root_state": owed.root_state,
                    "claimable_at": owed.claimable_at, "balance": balance,
@@ -123,28 +108,19 @@ def show(
 
 
 @app.command()
+@sends
 def claim(
-    *,
     address: Annotated[
         str | None, typer.Argument(help="Payout address to claim for (default: the sender).")
     ] = None,
-    rpc_url: RpcUrlOpt = None,
-    ledger_url: LedgerUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
-    account: AccountOpt = None,
-    gas_limit: GasLimitOpt = None,
-    confirmations: ConfirmationsOpt = 1,
-    no_wait: NoWaitOpt = False,
-    json_out: JsonOpt = False,
+    *,
     wait_final: Annotated[
         bool,
         typer.Option(
             "--wait-final", help="Wait (up to 2 min) for a pending root's dispute window to end."
         ),
     ] = False,
+    opts: TxOptions,
 ) -> None:
     """Claim every ownership token owed to a payout address, with the ledger's Merkle proof.
 
@@ -154,14 +130,17 @@ def claim(
 
     Example: coloco rewards claim 0xCOLD... --account operator
     """
-    ep = resolve(rpc_url, ledger_url, deployment)
-    signer = load_signer(keystore, password_file, private_key, account)
-    chain = open_chain(ep, signer, TxOptions(gas_limit, confirmations, no_wait))
-    result = claim_rewards(chain, ep.ledger_url, address or signer.address, wait_pending=wait_final)
-    if json_out:
-        emit_json(result.__dict__)
-        return
-    console.print(
-        f"claimed {fmt_units(result.paid)} CMS for {result.account}; "
-        f"balance now {fmt_units(result.balance)} CMS"
+    ledger_url = opts.endpoints().ledger_url
+
+    def send(chain: ChainClient) -> dict[str, Any]:
+        who = address or str(chain.account_address)
+        return claim_rewards(chain, ledger_url, who, wait_pending=wait_final).__dict__
+
+    send_and_report(
+        opts,
+        send,
+        lambda o: (
+            f"claimed {fmt_units(o['paid'])} CMS for {o['account']}; "
+            f"balance now {fmt_units(o['balance'])} CMS"
+        ),
     )

@@ -5,31 +5,19 @@ different content; the StakeManager slashes a governed fraction at once and pays
 share. propose: a governance proposal to slash a node (then `coloco gov vote | queue | execute`);
 once executed the node's stake is frozen for the slash dispute window. veto: the guardian (or
 governance) cancels a pending slash. execute: anyone applies it after the window. status: a
-slash proposal's state.
+slash proposal's state. Every command takes `--json`.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from coloco_cli.common import (
-    DeploymentOpt,
-    KeystoreOpt,
-    PasswordFileOpt,
-    PrivateKeyOpt,
-    RpcUrlOpt,
-    console,
-    fmt_units,
-    load_signer,
-    open_chain,
-    parse_amount,
-    resolve,
-)
-from coloco_cli.node.ops import checksum, tx_line, utc
+from coloco_cli.common import fmt_units, parse_amount
+from coloco_cli.node.ops import checksum, utc
 from coloco_cli.slash.ops import (
     execute_slash,
     load_signed,
@@ -38,40 +26,50 @@ from coloco_cli.slash.ops import (
     slash_status,
     veto_slash,
 )
+from coloco_cli.tx import TxOptions, reads, report, send_and_report, sends, tx_hex
+
+if TYPE_CHECKING:
+    from protocol.chain import ChainClient
 
 log = logging.getLogger(__name__)
 
 app = typer.Typer(no_args_is_help=True)
 
-IdOpt = Annotated[int, typer.Option("--id", help="The slash proposal id (StakeManager).")]
+IdArg = Annotated[
+    int, typer.Argument(min=1, help="The slash proposal id (StakeManager), as status shows it.")
+]
 
 
-@app.command()
-def report(
+@app.command("report")
+@sends
+def report_(
     *,
     first: Annotated[Path, typer.Option(help='JSON {"attestation": {...}, "signature": "0x.."}')],
     second: Annotated[Path, typer.Option(help="The conflicting signed attestation, same form.")],
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
+    opts: TxOptions,
 ) -> None:
     """Report an equivocation: slashed at once, the sender receives the reporter share.
 
-    Example: coloco slash report --first a.json --second b.json --keystore me.json
+    Example: coloco slash report --first a.json --second b.json --account me
     """
     a, b = load_signed(first), load_signed(second)
-    ep = resolve(rpc_url, None, deployment)
-    chain = open_chain(ep, load_signer(keystore, password_file, private_key))
-    amount = report_equivocation(chain, a, b)
-    console.print(
-        f"node {a.attestation.node} slashed {fmt_units(amount)} ETH for equivocating in round "
-        f"{a.attestation.round}"
+
+    def send(chain: ChainClient) -> dict[str, Any]:
+        return {"node": a.attestation.node, "round": a.attestation.round,
+                "slashed_wei": report_equivocation(chain, a, b)}  # fmt: skip
+
+    send_and_report(
+        opts,
+        send,
+        lambda o: (
+            f"node {o['node']} slashed {fmt_units(o['slashed_wei'])} ETH for "
+            f"equivocating in round {o['round']}"
+        ),
     )
 
 
 @app.command()
+@sends
 def propose(
     *,
     node: Annotated[str, typer.Option("--node", help="A key of the node (current or retired).")],
@@ -80,87 +78,82 @@ def propose(
     reporter: Annotated[
         str | None, typer.Option(help="Who receives the reporter share (default: nobody).")
     ] = None,
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
+    opts: TxOptions,
 ) -> None:
     """Propose (through governance) to slash a node; vote, queue and execute with `coloco gov`.
 
-    Example: coloco slash propose --node 0xHOT... --amount 0.5 --evidence "audit" --keystore h.json
+    Example: coloco slash propose --node 0xHOT... --amount 0.5 --evidence "audit" --account h
     """
-    ep = resolve(rpc_url, None, deployment)
-    chain = open_chain(ep, load_signer(keystore, password_file, private_key))
     wei = parse_amount(amount, what="--amount")
-    prop = propose_slash(
-        chain,
-        checksum(node, what="--node"),
-        wei,
-        evidence,
-        checksum(reporter) if reporter else None,
-    )
-    console.print(f"proposal {prop.proposal_id} created: {prop.description}")
-    console.print(
-        f"next: coloco gov vote {prop.proposal_id} --support for; once executed the "
-        "node is frozen and `coloco slash execute` applies it after the slash dispute window"
+    target = checksum(node, what="--node")
+    share_to = checksum(reporter, what="--reporter") if reporter else None
+
+    def send(chain: ChainClient) -> dict[str, Any]:
+        prop = propose_slash(chain, target, wei, evidence, share_to)
+        return {"proposal_id": str(prop.proposal_id), "description": prop.description,
+                "vote_start": prop.vote_start, "vote_end": prop.vote_end}  # fmt: skip
+
+    send_and_report(
+        opts,
+        send,
+        lambda o: (
+            f"proposal {o['proposal_id']} created: {o['description']}\n"
+            f"next: coloco gov vote {o['proposal_id']} --support for; once executed the node is "
+            "frozen and `coloco slash execute ID` applies it after the slash dispute window"
+        ),
     )
 
 
 @app.command()
-def veto(
-    *,
-    slash_id: IdOpt,
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
-) -> None:
+@sends
+def veto(slash_id: IdArg, *, opts: TxOptions) -> None:
     """Veto a pending slash (the guardian or governance); the node's stake unfreezes.
 
-    Example: coloco slash veto --id 1 --keystore guardian.json
+    Example: coloco slash veto 1 --account guardian
     """
-    ep = resolve(rpc_url, None, deployment)
-    chain = open_chain(ep, load_signer(keystore, password_file, private_key))
-    receipt = veto_slash(chain, slash_id)
-    console.print(f"slash {slash_id} vetoed ({tx_line(receipt)})")
+    send_and_report(
+        opts,
+        lambda chain: {
+            "slash_id": slash_id,
+            "state": "vetoed",
+            "tx": tx_hex(veto_slash(chain, slash_id)),
+        },
+        lambda o: f"slash {slash_id} vetoed (tx {o['tx']})",
+    )
 
 
 @app.command()
-def execute(
-    *,
-    slash_id: IdOpt,
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    keystore: KeystoreOpt = None,
-    password_file: PasswordFileOpt = None,
-    private_key: PrivateKeyOpt = None,
-) -> None:
+@sends
+def execute(slash_id: IdArg, *, opts: TxOptions) -> None:
     """Apply a pending slash after its dispute window (anyone).
 
-    Example: coloco slash execute --id 1 --private-key 0x...
+    Example: coloco slash execute 1 --account me
     """
-    ep = resolve(rpc_url, None, deployment)
-    chain = open_chain(ep, load_signer(keystore, password_file, private_key))
-    amount = execute_slash(chain, slash_id)
-    console.print(f"slash {slash_id} executed: {fmt_units(amount)} ETH taken")
+    send_and_report(
+        opts,
+        lambda chain: {
+            "slash_id": slash_id,
+            "state": "executed",
+            "taken_wei": execute_slash(chain, slash_id),
+        },
+        lambda o: f"slash {slash_id} executed: {fmt_units(o['taken_wei'])} ETH taken",
+    )
 
 
 @app.command()
-def status(
-    *,
-    slash_id: IdOpt,
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-) -> None:
+@reads
+def status(slash_id: IdArg, *, opts: TxOptions) -> None:
     """Show a slash proposal: node id, amount, state and when it can be executed.
 
-    Example: coloco slash status --id 1
+    Example: coloco slash status 1
     """
-    chain = open_chain(resolve(rpc_url, None, deployment))
-    st = slash_status(chain, slash_id)
-    console.print(
+    st = slash_status(opts.chain(signed=False), slash_id)
+    out = {"slash_id": st.slash_id, "node_id": st.node_id, "amount_wei": st.amount,
+           "state": st.status, "executable_at": st.executable_at, "reporter": st.reporter,
+           "evidence_hash": st.evidence_hash}  # fmt: skip
+    report(
+        opts,
+        out,
         f"slash {st.slash_id}: node id {st.node_id}, up to {fmt_units(st.amount)} ETH, "
-        f"{st.status}; executable from {utc(st.executable_at)}"
+        f"{st.status}; executable from {utc(st.executable_at)}",
     )

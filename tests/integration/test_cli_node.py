@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,11 @@ def test_register_stake_status_unstake_withdraw(
 
     code, out, exc = _invoke("node", "status", "--node", node)
     assert code == 0 and "yes" in out and "1 ETH" in out
+    node_id = int(viewer.call("StakeManager", "nodeIdOf", node))
+    assert node_id > 0 and re.search(rf"node id\s*│\s*{node_id}\s", out), out
+    result = runner.invoke(app, ["node", "status", "--node", node, "--json"])
+    st = json.loads(result.stdout)
+    assert st["node_id"] == node_id and st["retired"] is False and st["staked"] == str(10**18)
 
     code, _, exc = _invoke(
         "node", "unstake", "--node", node, "--amount", "2", "--private-key", operator_key
@@ -112,7 +119,15 @@ def test_only_the_operator_may_unstake(
         "--private-key", op_key,
     )  # fmt: skip
     assert code == 0, exc
-    assert _invoke("node", "stake", "--node", node, "--private-key", op_key)[0] == 0
+    result = runner.invoke(
+        app, ["node", "stake", "--node", node, "--private-key", op_key, "--no-wait", "--json"]
+    )
+    assert result.exit_code == 0, result.exception
+    sent = json.loads(result.stdout)  # the hash only: it did not wait for the receipt
+    assert sent["waited"] is False and sent["call"] == "StakeManager.stake"
+    assert f"tx {sent['tx']} sent" in result.stderr and "mined" not in result.stderr
+    receipt = chain.w3.eth.wait_for_transaction_receipt(sent["tx"])
+    assert receipt["status"] == 1 and ChainClient(chain.rpc_url, deployment).is_active(node)
     _, _, exc = _invoke(
         "node", "unstake", "--node", node, "--amount", "0.1", "--private-key", other_key
     )

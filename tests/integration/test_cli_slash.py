@@ -31,6 +31,14 @@ def _ok(*args: str) -> str:
     return " ".join(result.output.split())
 
 
+def _json(*args: str) -> dict[str, object]:
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, f"{args}: {result.exception!r}\n{result.output}"
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    assert isinstance(data, dict)
+    return data
+
+
 def _err(*args: str) -> BaseException:
     result = runner.invoke(app, list(args))
     assert result.exception is not None, result.output
@@ -78,6 +86,7 @@ def test_report_equivocation_slashes_at_once_and_pays_the_reporter(
     out = _ok("slash", "report", "--first", str(first), "--second", str(second),
               "--private-key", reporter_key)  # fmt: skip
     assert f"node {node} slashed 1 ETH" in out
+    assert out.index("tx 0x") < out.index("mined in block") < out.index("slashed 1 ETH")
     assert viewer.node_info(node).staked == 9 * 10**18  # the governed 10 %
     gained = chain.w3.eth.get_balance(reporter_address) - before
     assert 0.09 * 10**18 < gained <= 0.1 * 10**18  # the 10 % reporter share, minus gas
@@ -94,12 +103,15 @@ def test_governance_slash_freezes_then_veto_or_execute(
     _, node = _staked_node(chain, deployment, 2 * 10**18)
     alice, _ = holders
     ids = []
-    for evidence in ("copied gradients", "stale checkpoint"):
-        out = _ok("slash", "propose", "--node", node, "--amount", "0.5", "--evidence", evidence,
-                  "--private-key", alice.key)  # fmt: skip
-        match = re.search(r"proposal (\d+) created", out)
-        assert match, out
-        ids.append(match.group(1))
+    out = _ok("slash", "propose", "--node", node, "--amount", "0.5", "--evidence",
+              "copied gradients", "--private-key", alice.key)  # fmt: skip
+    match = re.search(r"proposal (\d+) created", out)
+    assert match, out
+    ids.append(match.group(1))
+    proposed = _json("slash", "propose", "--node", node, "--amount", "0.5", "--evidence",
+                     "stale checkpoint", "--private-key", alice.key)  # fmt: skip
+    assert "stale checkpoint" in proposed["description"]
+    ids.append(proposed["proposal_id"])
     chain.increase_time(2)
     for pid in ids:
         _ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
@@ -112,18 +124,24 @@ def test_governance_slash_freezes_then_veto_or_execute(
 
     viewer = ChainClient(chain.rpc_url, deployment)
     assert viewer.call("StakeManager", "isFrozen", node)
-    assert "pending" in _ok("slash", "status", "--id", "1")
-    exc = _err("slash", "veto", "--id", "1", "--private-key", alice.key)
+    assert "pending" in _ok("slash", "status", "1")
+    node_id = int(viewer.call("StakeManager", "nodeIdOf", node))
+    st = _json("slash", "status", "1")
+    assert st["state"] == "pending" and st["node_id"] == node_id and node_id > 0
+    assert st["amount_wei"] == str(5 * 10**17)  # above 2^53: a decimal string for JavaScript
+    exc = _err("slash", "veto", "1", "--private-key", alice.key)
     assert isinstance(exc, ContractRevertError) and exc.error_name == "NotGuardian"
     guardian_key = dict(chain.accounts)[deployment.guardian]
-    _ok("slash", "veto", "--id", "1", "--private-key", guardian_key)
-    assert "vetoed" in _ok("slash", "status", "--id", "1")
+    vetoed = _json("slash", "veto", "1", "--private-key", guardian_key)
+    assert vetoed["state"] == "vetoed" and vetoed["tx"].startswith("0x")
+    assert _json("slash", "status", "1")["state"] == "vetoed"
 
-    exc = _err("slash", "execute", "--id", "2", "--private-key", alice.key)
+    exc = _err("slash", "execute", "2", "--private-key", alice.key)
     assert isinstance(exc, ContractRevertError) and exc.error_name == "SlashNotReady"
     chain.increase_time(deployment.governance["slash_dispute_window"])
-    assert "0.5 ETH taken" in _ok("slash", "execute", "--id", "2", "--private-key", alice.key)
+    assert "0.5 ETH taken" in _ok("slash", "execute", "2", "--private-key", alice.key)
     assert viewer.node_info(node).staked == 15 * 10**17
     assert not viewer.call("StakeManager", "isFrozen", node)
-    exc = _err("slash", "status", "--id", "9")
+    exc = _err("slash", "status", "9")
     assert isinstance(exc, ConfigError) and "ids run from 1 to 2" in exc.message
+    assert runner.invoke(app, ["slash", "status", "0"]).exit_code == 2  # a usage error
