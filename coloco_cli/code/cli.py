@@ -1,4 +1,4 @@
-"""`coloco code submit | list | show | approve | reject | claim`: paid code contributions.
+"""`coloco code submit | list | show | approve | propose | reject | claim`: paid code contributions.
 
 Anyone submits; the review committee (appointed by governance) approves an amount from the run's
 code pool or rejects with a reason; large amounts go to a governance vote (`approveByVote`).
@@ -87,6 +87,32 @@ def approve(
     """
     units = parse_amount(amount, what="amount")
     send_and_report(opts, lambda chain: ops.approve(chain, cid, units), hints=_hints)
+
+
+@app.command()
+@sends
+def propose(
+    cid: IdArg,
+    amount: Annotated[str, typer.Argument(help="Tokens to pay, e.g. 8 (CMS).")],
+    *,
+    description: Annotated[str | None, typer.Option(help="Proposal text.")] = None,
+    opts: TxOptions,
+) -> None:
+    """Propose to governance paying a contribution above the committee's threshold
+    (CodeRegistry.approveByVote); then `coloco gov vote | queue | execute` and `code claim`.
+
+    Example: coloco code propose 2 8 --account holder
+    """
+    units = parse_amount(amount, what="amount")
+    send_and_report(
+        opts,
+        lambda chain: ops.propose_approval(chain, cid, units, description),
+        lambda o: (
+            f"proposal {o['proposal_id']} created: {o['description']}\n"
+            f"next: coloco gov vote {o['proposal_id']} --support for|against|abstain"
+        ),
+        hints=_hints,
+    )
 
 
 @app.command()

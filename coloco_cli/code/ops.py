@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 
 STATUS = ("none", "pending", "approved", "rejected", "claimed")
 HINTS = {
-    "AmountNeedsVote": "above the committee's threshold: propose `approveByVote` to governance",
+    "AmountNeedsVote": (
+        "above the committee's threshold: propose it to governance with "
+        "`coloco code propose ID AMOUNT`"
+    ),
     "CommitteeBudgetExceeded": "the committee's budget for this period is spent: wait or vote",
     "AlreadyDecided": "this contribution was already approved or rejected",
     "CodePoolExceeded": "the run's code pool holds less: wait for more rounds",
@@ -102,3 +105,22 @@ def reject(chain: ChainClient, cid: int, reason: str) -> dict[str, Any]:
 def claim(chain: ChainClient, cid: int) -> dict[str, Any]:
     amount = show(chain, cid)["amount"]
     return {"id": cid, "amount": amount, "tx": tx_hex(chain.transact("CodeRegistry", "claim", cid))}
+
+
+def propose_approval(
+    chain: ChainClient, cid: int, amount: int, description: str | None = None
+) -> dict[str, Any]:
+    """A governance proposal calling CodeRegistry.approveByVote(cid, amount): for amounts above
+    the committee's threshold (then `coloco gov vote | queue | execute` and `coloco code claim`)."""
+    from coloco_cli.gov.ops import propose_calls
+
+    if amount <= 0:
+        raise ConfigError("the amount must be more than zero")
+    show(chain, cid)  # an unknown id is refused here, not after a vote
+    registry = chain.contract("CodeRegistry")
+    call = registry.encode_abi("approveByVote", args=[cid, amount])
+    text = description or f"coloco: pay code contribution #{cid} {amount} units from the code pool"
+    prop = propose_calls(chain, [str(registry.address)], [bytes.fromhex(call[2:])], text)
+    return {"id": cid, "amount": str(amount), "proposal_id": str(prop.proposal_id),
+            "description": prop.description, "vote_start": prop.vote_start,
+            "vote_end": prop.vote_end}  # fmt: skip

@@ -105,9 +105,17 @@ def propose_change(chain: ChainClient, sets: list[str], description: str | None 
     current = config_as_dict(abi, chain.call("TrainingConfig", "current"))
     calls: list[SetterCall] = setter_calls(abi, current, parse_sets(sets))
     targets: list[str] = [str(config.address)] * len(calls)
-    values = [0] * len(calls)
     calldatas = [bytes.fromhex(config.encode_abi(c.function, args=list(c.args))[2:]) for c in calls]
     description = description or "coloco: " + "; ".join(c.describe() for c in calls)
+    return propose_calls(chain, targets, calldatas, description)
+
+
+def propose_calls(
+    chain: ChainClient, targets: list[str], calldatas: list[bytes], description: str
+) -> Proposal:
+    """Propose calling `targets` with `calldatas` (no value) through the Governor and Timelock;
+    refused early when the sender's votes are below the proposal threshold."""
+    values = [0] * len(targets)
     sender = sender_of(chain)
     votes = int(chain.call("ModelShareToken", "getVotes", sender))
     threshold = int(chain.call("ModelGovernor", "proposalThreshold"))

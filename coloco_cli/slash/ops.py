@@ -107,7 +107,7 @@ def propose_slash(
     chain: ChainClient, node: str, amount: int, evidence: str, reporter: str | None = None
 ) -> Proposal:
     """A governance proposal whose action is StakeManager.proposeSlash(node, amount, ...)."""
-    from coloco_cli.gov.ops import find_proposal
+    from coloco_cli.gov.ops import propose_calls
 
     if amount <= 0:
         raise ConfigError("--amount must be more than zero")
@@ -119,14 +119,7 @@ def propose_slash(
         "proposeSlash", args=[node, amount, keccak(text=evidence), reporter or zero]
     )
     description = f"coloco: slash node {node} by {amount} wei: {evidence}"
-    targets, values, calldatas = [str(stake.address)], [0], [bytes.fromhex(call[2:])]
-    proposal_id = int(
-        chain.call(
-            "ModelGovernor", "hashProposal", targets, values, calldatas, keccak(text=description)
-        )
-    )
-    chain.transact("ModelGovernor", "propose", targets, values, calldatas, description)
-    return find_proposal(chain, proposal_id, chain.deployment.deployment_block)
+    return propose_calls(chain, [str(stake.address)], [bytes.fromhex(call[2:])], description)
 
 
 def veto_slash(chain: ChainClient, slash_id: int) -> Any:

@@ -14,7 +14,8 @@ from coloco_cli.main import app
 from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
-from protocol.errors import ChainError
+from protocol.errors import ChainError, ConfigError
+from tests.integration.conftest import Holder
 
 pytestmark = [pytest.mark.integration, pytest.mark.anvil]
 
@@ -45,7 +46,9 @@ def _commit_rounds(committer: ChainClient, rounds: int) -> None:
         committer.transact("ContributionLedger", "commitRound", *args, *([0] * extra))
 
 
-def test_fund_and_code_commands(cli_env: Path, chain: AnvilProcess, deployment: Deployment) -> None:
+def test_fund_and_code_commands(
+    cli_env: Path, chain: AnvilProcess, deployment: Deployment, holders: list[Holder]
+) -> None:
     committer_key = next(k for a, k in chain.accounts if a == deployment.committer)
     backer_addr, backer_key = chain.accounts[6]
     dev_addr, dev_key = chain.accounts[7]
@@ -94,7 +97,7 @@ def test_fund_and_code_commands(cli_env: Path, chain: AnvilProcess, deployment: 
     big = runner.invoke(
         app, ["code", "approve", str(second), "500", "--private-key", reviewer.key.hex()]
     )
-    assert "AmountNeedsVote" in str(big.exception) and "approveByVote" in str(big.exception)
+    assert "AmountNeedsVote" in str(big.exception) and "coloco code propose" in str(big.exception)
     _json(
         "code", "reject", str(second), "--reason", "duplicate", "--private-key", reviewer.key.hex()
     )
@@ -106,3 +109,24 @@ def test_fund_and_code_commands(cli_env: Path, chain: AnvilProcess, deployment: 
     assert claimed["amount"] == str(5 * 10**18)
     assert _json("code", "show", str(first))["status"] == "claimed"
     assert int(viewer.call("ModelShareToken", "balanceOf", dev_addr)) == 5 * 10**18
+
+    # above the committee's threshold: a governance vote pays it (`coloco code propose`)
+    third = _json("code", "submit", RUN, *args, "--private-key", dev_key)["id"]
+    pool = int(viewer.call("CodeRegistry", "codePool", bytes.fromhex(RUN[2:]))) - 5 * 10**18
+    alice = holders[0]
+    prop = _json("code", "propose", str(third), f"{pool}wei", "--private-key", alice.key)
+    assert prop["id"] == third and f"#{third}" in prop["description"]
+    pid = prop["proposal_id"]
+    chain.increase_time(2)
+    _json("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
+    chain.increase_time(21)
+    _json("gov", "queue", pid, "--private-key", alice.key)
+    chain.increase_time(2)
+    assert _json("gov", "execute", pid, "--private-key", alice.key)["state"] == "Executed"
+    assert _json("code", "show", str(third))["status"] == "approved"
+    assert _json("code", "claim", str(third), "--private-key", dev_key)["amount"] == str(pool)
+    assert int(viewer.call("ModelShareToken", "balanceOf", dev_addr)) == 5 * 10**18 + pool
+    unknown = runner.invoke(app, ["code", "propose", "99", "1", "--private-key", alice.key])
+    assert isinstance(unknown.exception, ConfigError) and "no code contribution" in str(
+        unknown.exception
+    )
