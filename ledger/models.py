@@ -13,6 +13,8 @@ from sqlalchemy import BigInteger, Column, DateTime, Dialect, Index, Text, Uniqu
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
+from ledger.schemas import Uint64Out
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -80,11 +82,14 @@ class Attestation(AttestationBase, table=True):
 
 
 class AttestationPublic(AttestationBase):
+    round: Uint64Out
+    config_version: Uint64Out
+    tokens: Uint64Out
     id: int
     digest: str
     received_at: datetime
     verified: bool | None
-    verified_tokens: int | None
+    verified_tokens: Uint64Out | None
     quality: float | None
     reward: str | None
     reason: str | None
@@ -183,7 +188,7 @@ class RoundState(SQLModel, table=True):
 
 class RoundPublic(SQLModel):
     run_id: str
-    round: int
+    round: Uint64Out
     state: str
     opened_at: datetime
     deadline_at: datetime

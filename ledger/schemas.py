@@ -5,7 +5,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+)
 
 Hex32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$")]
 AddressStr = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$")]
@@ -21,9 +28,32 @@ def _decimal(value: Any) -> Any:
 
 
 _DECIMAL = re.compile(r"^(0|[1-9][0-9]{0,77})$")
-Uint64 = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=1 << 64)]
+JS_SAFE_MAX = (1 << 53) - 1
+
+
+def _wallet_int(bits: int) -> WithJsonSchema:
+    """The OpenAPI type of a uint that can pass 2^53: an integer up to 2^53 - 1 or a decimal
+    string, so that a JavaScript client generated from the schema reads `number | string`, never
+    a rounded number. Responses carry the string above 2^53 - 1 (ledger.api.errors.WalletSafeJSON);
+    requests may send either (a larger JSON integer is accepted too, but JavaScript cannot write
+    one exactly)."""
+    digits = len(str((1 << bits) - 1))
+    return WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0, "maximum": JS_SAFE_MAX},
+                {"type": "string", "pattern": f"^(0|[1-9][0-9]{{0,{digits - 1}}})$"},
+            ],
+            "description": f"uint{bits}: an integer up to 2^53 - 1, else its decimal string",
+        }
+    )
+
+
+Uint64 = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=1 << 64), _wallet_int(64)]
 Uint32 = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=1 << 32)]
-Uint256 = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=1 << 256)]
+Uint256 = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=1 << 256), _wallet_int(256)]
+Uint64Out = Annotated[int, _wallet_int(64)]
+"""A uint64 in a response body (round ids, token counts, node ids): integer or decimal string."""
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -119,9 +149,9 @@ class RunInfo(BaseModel):
 
     run_id: str
     genesis_checkpoint: str | None
-    last_committed: int | None
+    last_committed: Uint64Out | None
     closed: bool
-    final_round: int | None
+    final_round: Uint64Out | None
 
 
 class RunOut(BaseModel):
@@ -146,7 +176,7 @@ class HealthOut(BaseModel):
 
 class NodeOut(BaseModel):
     address: str
-    node_id: int | None = None  # StakeManager's stable id: the same across key rotations
+    node_id: Uint64Out | None = None  # StakeManager's stable id: the same across key rotations
     keys: list[str] = []  # every key of this node (rotated-away ones too): rounds cover them all
     registered: bool
     operator: str | None
@@ -161,10 +191,10 @@ class NodeOut(BaseModel):
 
 class Receipt(BaseModel):
     run_id: str
-    round: int
+    round: Uint64Out
     node: str
-    claimed_tokens: int
-    verified_tokens: int | None
+    claimed_tokens: Uint64Out
+    verified_tokens: Uint64Out | None
     quality: float | None
     reward: str
     verified: bool | None
