@@ -1,11 +1,11 @@
 """The demo's capital and code contributors: a backer funds the run, two developers submit code.
 
-Everything goes through the public command paths (`coloco fund ...`, `coloco code ...`,
-`coloco gov vote|queue|execute`): the backer deposits ETH while the run trains; the ledger pays
-it to the compute nodes in ETH roots; after training, the committee approves one contribution, a
-governance vote (with holders of all three kinds voting) approves the other, nodes claim their
-ETH and the backer its vested capital ownership (minted into RunFunding's escrow as each round's
-ETH root accrues the capital pool).
+Every action is the actor's public command, printed as `$ coloco fund ...`, `$ coloco code ...`,
+`$ coloco gov vote|queue|execute` (the demo's Shell): the backer deposits ETH while the run
+trains; the ledger pays it to the compute nodes in ETH roots; after training, the committee
+approves one contribution, a governance vote (`coloco code propose`, holders of all three kinds
+voting) approves the other, nodes claim their ETH and the backer its vested capital ownership
+(minted into RunFunding's escrow as each round's ETH root accrues the capital pool).
 """
 
 from __future__ import annotations
@@ -22,13 +22,17 @@ from eth_account import Account
 from eth_utils.crypto import keccak
 
 from coloco_cli.code import ops as code
+from coloco_cli.common import fmt_units
+from coloco_cli.demo.actors import payout_key
+from coloco_cli.demo.shell import Secret
 from coloco_cli.fund import ops as fund
-from coloco_cli.gov.ops import cast_vote, execute_proposal, proposal_state, queue_proposal
+from coloco_cli.gov.ops import proposal_state
 from protocol.errors import ColocoError
 
 if TYPE_CHECKING:
     from coloco_cli.demo.actors import Actor
     from coloco_cli.demo.net import DemoNet
+    from coloco_cli.demo.shell import Shell
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +65,17 @@ class Capital:
     code_ids: list[int] = field(default_factory=list)
     outcome: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def backer_key(self) -> Secret:
+        return Secret(self.backer.key, "BACKER_KEY")
+
+    @property
+    def reviewer_key(self) -> Secret:
+        return Secret(self.reviewer.key, "REVIEWER_KEY")
+
+    def dev_key(self, i: int) -> Secret:
+        return Secret(self.devs[i].key, f"DEV_KEY_{i + 1}")
+
     def deploy_env(self) -> dict[str, str]:
         """The deployment's capital settings (read by contracts/script/CapitalDeploy.sol)."""
         return {
@@ -87,24 +102,34 @@ def scoped_env(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def fund_and_submit(net: DemoNet, run_id: bytes, cap: Capital, rounds: int) -> list[str]:
-    """The organiser opens funding, the backer deposits, both developers submit code."""
+def fund_and_submit(
+    net: DemoNet, shell: Shell, run_id: bytes, cap: Capital, rounds: int
+) -> list[str]:
+    """The organiser opens funding, the backer deposits, both developers submit code; each step
+    is the actor's `coloco fund ...` / `coloco code ...` command."""
     for w in (cap.backer, cap.reviewer, *cap.devs):
         net.fund(w.address)
     rid = "0x" + run_id.hex()
-    organiser = net.chain(net.anvil.accounts[1][1])  # the ledger's committer runs the run
-    now = int(organiser.w3.eth.get_block("latest")["timestamp"])
-    fund.open_run(organiser, rid, now + FUNDING_S, DEPOSIT_WEI // rounds)
-    fund.deposit(net.chain(cap.backer.key), rid, DEPOSIT_WEI)
+    organiser = Secret(net.anvil.accounts[1][1], "COMMITTER_KEY")  # the ledger's committer
+    opened = shell.json(
+        "fund", "open", rid, "--end-in", FUNDING_S, "--eth-per-round",
+        fmt_units(DEPOSIT_WEI // rounds), "--private-key", organiser,
+    )  # fmt: skip
+    shell.json("fund", "deposit", rid, fmt_units(DEPOSIT_WEI), "--private-key", cap.backer_key)
     steps = [
-        f"coloco fund open {rid[:14]}… --end-in {FUNDING_S} (the organiser)",
-        f"coloco fund deposit {rid[:14]}… 2 (backer {cap.backer.address[:10]}…)",
+        f"run open for deposits until {time.ctime(int(opened['funding_end']))} (the organiser); "
+        f"backer {cap.backer.address[:10]}… deposited {DEPOSIT_WEI / 1e18:g} ETH",
     ]
     for i, dev in enumerate(cap.devs):
         commit = keccak(text=f"demo commit {i}")[:20].hex()
-        sub = code.submit(net.chain(dev.key), rid, REPO, commit, f"{REPO[:-4]}/pull/{i + 1}")
+        sub = shell.json(
+            "code", "submit", rid, "--repo", REPO, "--commit", commit,
+            "--description", f"{REPO[:-4]}/pull/{i + 1}", "--private-key", cap.dev_key(i),
+        )  # fmt: skip
         cap.code_ids.append(int(sub["id"]))
-        steps.append(f"coloco code submit … --commit {commit[:10]}… -> contribution #{sub['id']}")
+        steps.append(
+            f"developer {dev.address[:10]}… submitted commit {commit[:10]}… (#{sub['id']})"
+        )
     return steps
 
 
@@ -138,82 +163,87 @@ def _pass(net: DemoNet, seconds: int) -> None:
     net.mine(seconds)
 
 
-def settle(net: DemoNet, run_id: bytes, cap: Capital, nodes: list[Actor], rounds: int) -> list[str]:
+def settle(
+    net: DemoNet, shell: Shell, run_id: bytes, cap: Capital, *, nodes: list[Actor], rounds: int
+) -> list[str]:
     """After training: escrows, ETH claims, the committee's and the vote's approvals, vesting."""
     rid = "0x" + run_id.hex()
     last = _wait_eth_roots(net, rid, rounds)
     steps = [f"ledger committed ETH roots up to round {last}"]
     _pass(net, FUNDING_S + VESTING_S + 5)  # funding ended, vesting done, dispute windows passed
-    payer = net.chain(cap.backer.key)
     eth_paid = 0
     head = net.chain().block_number()
     _wait_indexed(net, f"/v1/funding/{rid}/eth/{nodes[0].payout_address}", head)
     for actor in nodes:
-        got = fund.claim_eth(net.chain(actor.payout_key), net.ledger_url, rid, actor.payout_address)
-        eth_paid += int(got["eth_paid_wei"])
-    steps.append(
-        f"coloco fund claim … by {len(nodes)} nodes: {eth_paid / 1e18:.4f} ETH for compute"
-    )
+        got = shell.json("fund", "claim", rid, "--private-key", payout_key(actor))
+        eth_paid += int(got["eth"]["eth_paid_wei"])
+    steps.append(f"{len(nodes)} nodes claimed {eth_paid / 1e18:.4f} ETH for compute")
     first, second = cap.code_ids
-    code.approve(net.chain(cap.reviewer.key), first, CODE_BY_COMMITTEE)
-    code.claim(net.chain(cap.devs[0].key), first)
-    steps.append(f"coloco code approve {first} 5 (the committee); coloco code claim {first}")
-    vested = fund.claim_vested(payer, rid, cap.backer.address)
-    steps.append(
-        f"coloco fund claim … --vested: backer got {int(vested['capital_paid']) / 1e18} CMS"
+    shell.json(
+        "code", "approve", first, fmt_units(CODE_BY_COMMITTEE), "--private-key", cap.reviewer_key
     )
-    vote = _vote_code(net, cap, nodes, second, run_id)
-    code.claim(net.chain(cap.devs[1].key), second)
-    steps.append(f"proposal approveByVote({second}, 8 CMS) executed; coloco code claim {second}")
+    shell.json("code", "claim", first, "--private-key", cap.dev_key(0))
+    steps.append(f"contribution #{first} approved by the committee and claimed")
+    vested = shell.json(
+        "fund", "claim", rid, "--no-eth", "--vested", "--private-key", cap.backer_key
+    )["vested"]
+    steps.append(f"backer claimed {int(vested['capital_paid']) / 1e18} CMS of vested capital")
+    vote = _vote_code(net, shell, cap, nodes=nodes, cid=second, run_id=run_id)
+    shell.json("code", "claim", second, "--private-key", cap.dev_key(1))
+    steps.append(
+        f"proposal approveByVote({second}, 8 CMS) executed; contribution #{second} claimed"
+    )
     cap.outcome = _report(net, rid, cap, nodes, vote)
     return steps
 
 
 def _vote_code(
-    net: DemoNet, cap: Capital, nodes: list[Actor], cid: int, run_id: bytes
+    net: DemoNet, shell: Shell, cap: Capital, *, nodes: list[Actor], cid: int, run_id: bytes
 ) -> dict[str, Any]:
-    """A governance proposal approving contribution `cid`, voted by all three kinds of holder."""
+    """A governance proposal approving contribution `cid` (`coloco code propose`), voted by all
+    three kinds of holder (`coloco gov vote`), queued and executed (`coloco gov queue|execute`)."""
     gov = net.deployment.governance
-    registry = net.chain().contract("CodeRegistry")
-    proposer = net.chain(nodes[0].payout_key)
-    targets = [str(registry.address)]
-    calldatas = [bytes.fromhex(registry.encode_abi("approveByVote", args=[cid, CODE_BY_VOTE])[2:])]
-    description = f"coloco demo: pay code contribution #{cid} 8 CMS from the code pool"
-    pid = int(
-        proposer.call(
-            "ModelGovernor", "hashProposal", targets, [0], calldatas, keccak(text=description)
-        )
-    )
-    proposer.transact("ModelGovernor", "propose", targets, [0], calldatas, description)
+    proposer = payout_key(nodes[0])
+    prop = shell.json(
+        "code", "propose", cid, fmt_units(CODE_BY_VOTE), "--description",
+        f"coloco demo: pay code contribution #{cid} 8 CMS from the code pool",
+        "--private-key", proposer,
+    )  # fmt: skip
+    pid, description = str(prop["proposal_id"]), str(prop["description"])
     _pass(net, int(gov.get("voting_delay", 1)) + 1)
-    kinds = [("compute", a.payout_key, a.payout_address) for a in nodes]
-    kinds += [("code", cap.devs[0].key, cap.devs[0].address)]
-    kinds += [("capital", cap.backer.key, cap.backer.address)]
+    kinds: list[tuple[str, Secret, str]] = [
+        ("compute", payout_key(a), a.payout_address) for a in nodes
+    ]
+    kinds += [("code", cap.dev_key(0), cap.devs[0].address)]
+    kinds += [("capital", cap.backer_key, cap.backer.address)]
+    viewer = net.chain()
     voters: list[dict[str, str]] = []
     for kind, key, address in kinds:
-        chain = net.chain(key)
-        votes = int(chain.call("ModelShareToken", "getVotes", address))
+        votes = int(viewer.call("ModelShareToken", "getVotes", address))
         if votes == 0:
             continue
-        cast_vote(chain, pid, "for", f"demo: a {kind} contributor pays for good code")
+        shell.json(
+            "gov", "vote", pid, "--support", "for",
+            "--reason", f"demo: a {kind} contributor pays for good code", "--private-key", key,
+        )  # fmt: skip
         # what the voter holds and how it earned it: its kind is a fact of the chain
-        balance = int(chain.call("ModelShareToken", "balanceOf", address))
+        balance = int(viewer.call("ModelShareToken", "balanceOf", address))
         voters.append(
             {"kind": kind, "address": address, "votes": str(votes), "balance": str(balance),
-             "earned_by": _earned_by(chain, kind, address, cap, run_id)}
+             "earned_by": _earned_by(viewer, kind, address, cap, run_id)}
         )  # fmt: skip
     _pass(net, int(gov.get("voting_period", 20)) + 1)
-    state = proposal_state(proposer, pid)
+    state = proposal_state(viewer, int(pid))
     if state != "Succeeded":
         raise ColocoError(f"code proposal {pid} ended {state}, not Succeeded")
-    queue_proposal(proposer, pid, net.deployment.deployment_block)
+    shell.json("gov", "queue", pid, "--private-key", proposer)
     _pass(net, int(gov.get("timelock_delay", 1)) + 1)
-    execute_proposal(proposer, pid, net.deployment.deployment_block)
-    against, for_, _ = proposer.call("ModelGovernor", "proposalVotes", pid)
+    shell.json("gov", "execute", pid, "--private-key", proposer)
+    against, for_, _ = viewer.call("ModelGovernor", "proposalVotes", int(pid))
     return {
-        "proposal_id": str(pid),
+        "proposal_id": pid,
         "description": description,
-        "state": proposal_state(proposer, pid),
+        "state": proposal_state(viewer, int(pid)),
         "votes_for": str(for_),
         "votes_against": str(against),
         "voters": voters,

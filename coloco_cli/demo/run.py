@@ -137,13 +137,15 @@ class DemoRun:
 
     def fund_and_submit_code(self) -> None:
         for line in fund_and_submit(
-            self.require_net(), self.run_id, self.capital, self.plan.rounds
+            self.require_net(), self.shell, self.run_id, self.capital, self.plan.rounds
         ):
             self.step(line)
 
     def settle_capital(self) -> None:
         nodes = self.actors[: self.plan.nodes]
-        for line in settle(self.require_net(), self.run_id, self.capital, nodes, self.plan.rounds):
+        net = self.require_net()
+        capital, rounds = self.capital, self.plan.rounds
+        for line in settle(net, self.shell, self.run_id, capital, nodes=nodes, rounds=rounds):
             self.step(line)
 
     def train_and_govern(self) -> None:
