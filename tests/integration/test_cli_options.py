@@ -1,0 +1,53 @@
+"""The command tree keeps its promises to scripts: every command that reports takes --json, and
+every command that sends a transaction takes the one sender option set (coloco_cli/tx.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from typer.main import get_command
+
+from coloco_cli.main import app
+
+# long-running: they report through logs, `node run --events PATH` and `demo --report PATH`
+SERVERS = {"demo", "node run", "ledger serve", "rendezvous serve"}
+SENDER = {
+    "--rpc-url", "--ledger-url", "--deployment", "--account", "--keystore", "--password-file",
+    "--private-key", "--gas-limit", "--confirmations", "--no-wait", "--json",
+}  # fmt: skip
+SENDING = {
+    "node register", "node stake", "node unstake", "node withdraw", "rewards claim",
+    "fund open", "fund deposit", "fund claim", "fund refund", "code submit", "code approve",
+    "code propose", "code reject", "code claim", "gov delegate", "gov propose", "gov vote",
+    "gov queue", "gov execute", "slash report", "slash propose", "slash veto", "slash execute",
+}  # fmt: skip
+
+
+def _commands() -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+
+    def walk(cmd: Any, path: list[str]) -> None:
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                walk(sub, [*path, name])
+            return
+        out[" ".join(path)] = {o for p in cmd.params for o in getattr(p, "opts", [])}
+
+    walk(get_command(app), [])
+    return out
+
+
+def test_every_reporting_command_takes_json() -> None:
+    commands = _commands()
+    assert len(commands) >= 50 and set(commands) >= SERVERS
+    missing = sorted(c for c, opts in commands.items() if c not in SERVERS and "--json" not in opts)
+    assert missing == []
+
+
+def test_every_sending_command_takes_the_one_sender_option_set() -> None:
+    commands = _commands()
+    senders = {c for c, opts in commands.items() if "--private-key" in opts}
+    assert senders == SENDING  # a new sending command joins the list (and @sends)
+    for name in sorted(senders):
+        assert commands[name] >= SENDER, (name, sorted(SENDER - commands[name]))
