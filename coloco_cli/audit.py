@@ -17,7 +17,15 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from coloco_cli.common import JsonOpt, LedgerUrlOpt, emit_json, resolve
+from coloco_cli.common import (
+    DeploymentOpt,
+    JsonOpt,
+    LedgerUrlOpt,
+    RpcUrlOpt,
+    emit_json,
+    open_chain,
+    resolve,
+)
 from coloco_cli.run.ops import parse_run_id
 from protocol.blobs import decode_blob
 from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
@@ -105,11 +113,18 @@ def audit_command(  # noqa: PLR0917 - typer options
     ledger_url: LedgerUrlOpt = None,
     fraction: Annotated[float, typer.Option(help="share of paid pairs to replay (0..1)")] = 0.1,
     model: Annotated[str, typer.Option(help="the run's model preset")] = "tiny",
-    inner_lr: Annotated[float, typer.Option(help="TrainingConfig inner lr")] = 1e-3,
-    mixture: Annotated[str, typer.Option(help="data mixture bps, comma-separated")] = "10000",
+    inner_lr: Annotated[
+        float | None, typer.Option(help="inner lr (default: TrainingConfig's, read on chain)")
+    ] = None,
+    mixture: Annotated[
+        str | None,
+        typer.Option(help="data mixture bps, comma-separated (default: TrainingConfig's)"),
+    ] = None,
     tolerance: Annotated[float, typer.Option(help="relative L2 error allowed")] = 1e-3,
     limit: Annotated[int, typer.Option(help="latest rounds to look at")] = 50,
     json_out: JsonOpt = False,
+    rpc_url: RpcUrlOpt = None,
+    deployment: DeploymentOpt = None,
 ) -> None:
     """Replay a sample of a run's paid rounds on CPU; exit 1 if one does not match.
 
@@ -118,13 +133,18 @@ def audit_command(  # noqa: PLR0917 - typer options
     rid = "0x" + parse_run_id(run_id).hex()
     if not 0.0 <= fraction <= 1.0:
         raise ConfigError(f"--fraction {fraction} is not a share: pass a number from 0 to 1")
+    ep = resolve(rpc_url, ledger_url, deployment)
+    if inner_lr is None or mixture is None:  # the run's settings as the chain has them now
+        cfg = open_chain(ep).training_config()
+        inner_lr = cfg.inner_lr if inner_lr is None else inner_lr
+        mixture = ",".join(map(str, cfg.data_mixture_bps)) if mixture is None else mixture
     try:
         bps = tuple(int(b) for b in mixture.split(","))
     except ValueError:
         raise ConfigError(
             f"--mixture {mixture!r}: pass basis points, comma-separated (e.g. 7000,3000)"
         ) from None
-    url = resolve(ledger_url=ledger_url).ledger_url
+    url = ep.ledger_url
     try:
         with httpx.Client(base_url=url, timeout=60) as http:
             verdicts = audit_rounds(

@@ -57,15 +57,17 @@ def ledger_url(chain: AnvilProcess, deployment: Deployment, tmp_path: Path) -> I
         ledger.stop()
 
 
-def test_audit_json_and_text_and_errors(ledger_url: str) -> None:
+def test_audit_json_and_text_and_errors(ledger_url: str, cli_env: Path) -> None:
     base = ["audit", "--run-id", RUN, "--ledger-url", ledger_url, "--fraction", "1"]
     result = runner.invoke(app, [*base, "--json"])
     assert result.exit_code == 0, (result.output, result.exception)
     out = json.loads(result.stdout)  # one object, nothing else on stdout
     assert out == {"run_id": RUN, "audited": 0, "failed": 0, "unavailable": 0, "verdicts": []}
 
-    result = runner.invoke(app, base)
+    result = runner.invoke(app, [*base, "--inner-lr", "0.001", "--mixture", "10000"])  # no chain
     assert result.exit_code == 0 and "audited 0, failed 0" in result.stdout
+    result = runner.invoke(app, [*base, "--mixture", "half"])
+    assert isinstance(result.exception, ConfigError) and "--mixture" in result.exception.message
 
     result = runner.invoke(app, [*base, "--limit", "0"])  # the ledger refuses it (422)
     assert isinstance(result.exception, LedgerError) and "422" in result.exception.message

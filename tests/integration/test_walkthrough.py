@@ -49,7 +49,8 @@ def test_walkthrough_block_names_every_step() -> None:
         "coloco rendezvous serve", "coloco run close", "coloco keys new --name",
         "coloco node register", "coloco node stake", "coloco node run", "coloco rewards claim",
         "coloco gov propose", "coloco gov vote", "coloco gov execute", "coloco model pull",
-        "coloco model sample", "coloco devnet down",
+        "coloco model sample", "coloco devnet down", "coloco audit", "coloco model pull --released",
+        "coloco node status", "coloco run list",
     ):  # fmt: skip
         assert step in script, step
 
@@ -103,6 +104,10 @@ def test_walkthrough_runs_on_a_devnet(tmp_path: Path) -> None:
     executed = re.search(r"executed \d+; TrainingConfig version is now (\d+)", flat)
     assert executed and int(executed.group(1)) >= 2, flat[-3000:]  # deploy's H is version 2
     assert "matches the chain; written to demo.safetensors" in flat
+    assert "matches the chain; written to released.safetensors" in flat
+    assert (tmp_path / "released.safetensors").stat().st_size > 0
+    audited = re.search(r"audited (\d+), failed 0", flat)
+    assert audited and int(audited.group(1)) >= 1, flat[-3000:]  # honest rounds replay exactly
     assert re.search(r"held-out loss \d+\.\d+ nats/byte", flat)
     assert (tmp_path / "demo.safetensors").stat().st_size > 0
     assert "devnet down" in output
