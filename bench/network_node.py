@@ -203,8 +203,10 @@ def main() -> None:
         origin = diloco.state.base if start is None else start
         packet = encode(origin, flat_local, args.fmt)  # fused origin - local, quantized
         t_ar = time.perf_counter()
+        phases: dict[str, float] = {}
         if not args.overlap:
-            mean, sent = average(packet, None, timeout=timedelta(seconds=300), weight=inner.tokens)
+            mean, sent = average(packet, None, timeout=timedelta(seconds=300), weight=inner.tokens,
+                                 timings=phases)  # fmt: skip
             t_outer = time.perf_counter()
             diloco.outer_step(mean, settings)
             diloco.sync_inner_model()
@@ -235,7 +237,8 @@ def main() -> None:
             "comm_s": t_end - t_enc, "wall_s": t_end - t_prev, "join_s": t_train - t_round,
             "encode_s": t_ar - t_enc, "allreduce_s": t_outer - t_ar,
             "outer_s": t_check - t_outer, "check_s": t_blob - t_check, "blob_s": t_end - t_blob,
-            "allreduce_bytes_sent": sent, "loss": inner.final_loss, "result": result.hex()[:16],
+            "allreduce_phases_s": phases, "allreduce_bytes_sent": sent,
+            "loss": inner.final_loss, "result": result.hex()[:16],
         })  # fmt: skip
         if budget < 0:  # the round's time budget: H steps at the fastest member's median step
             # time of round 1 (the median skips round 1's slow first steps)

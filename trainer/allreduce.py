@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
@@ -42,6 +43,9 @@ from trainer.codec.formats import DEFAULT_BLOCK_SIZE
 from trainer.coordination.heartbeat import wait_work
 
 log = logging.getLogger(__name__)
+
+PIECE_BYTES = 1 << 19
+"""Bytes of payload per point-to-point piece of the pipelined exchange (512 KiB)."""
 
 
 def _as_timedelta(timeout: float | timedelta) -> timedelta:
@@ -95,13 +99,17 @@ def average(
     *,
     block_size: int = DEFAULT_BLOCK_SIZE,
     weight: int | None = None,
+    timings: dict[str, float] | None = None,
+    pipelined: bool | None = None,
 ) -> tuple[torch.Tensor, int]:
     """Mean over the ranks of `group` of `x` (a fp32 tensor, encoded in `fmt`, or a Packet).
 
     With `weight` (every rank passes its own, e.g. its tokens), the mean is weighted by them.
     Returns `(mean, bytes_sent)`: `mean` is fp32 in the shape of `x` and bit-identical on every
     rank; `bytes_sent` is what this rank put on the wire. Raises CollectiveError when a collective
-    fails or does not finish within `timeout` (seconds or timedelta).
+    fails or does not finish within `timeout` (seconds or timedelta). `pipelined` (default: on
+    gloo) exchanges pieces point to point so the wire and the CPU work overlap (same bits);
+    `timings`, when given, receives the seconds spent per phase.
     """
     if not dist.is_available() or not dist.is_initialized():
         raise TrainerError("torch.distributed is not initialized: call init_process_group first")
@@ -111,57 +119,20 @@ def average(
     if world == 1:
         return decode_into(torch.empty(packet.shape, device=packet.device), packet), 0
     rank = dist.get_rank(group)
-    k, chunk = _chunking(packet, world)
     device = packet.device
+    clock = _Clock(timings)
     weights = None
     if weight is not None:
         weights = _gather_weights(weight, group, wait_for, device)
+    clock.mark("weights")
 
-    # 1. reduce-scatter: chunk r of every rank goes to rank r, still encoded
-    send = _pad(packet.payload, world * chunk)
-    recv = torch.empty_like(send)
-    _collective(
-        "all_to_all",
-        wait_for,
-        partial(dist.all_to_all_single, recv, send, group=group, async_op=True),
+    if pipelined is None:
+        pipelined = dist.get_backend(group) == "gloo"
+    exchange = _pipelined if pipelined else _collectives
+    mean, mine_nbytes = exchange(
+        packet, group, wait_for=wait_for, weights=weights, world=world, rank=rank, clock=clock
     )
-    recv_scales = None
-    if packet.scales is not None:
-        send_scales = _pad(packet.scales, world * k)
-        recv_scales = torch.empty_like(send_scales)
-        _collective(
-            "all_to_all (scales)",
-            wait_for,
-            partial(dist.all_to_all_single, recv_scales, send_scales, group=group, async_op=True),
-        )
-
-    # 2. this rank's chunk: fp32 sum in rank order, mean, re-encoded
-    mine = _reduce_chunk(packet, recv, recv_scales, world=world, k=k, chunk=chunk, weights=weights)
-
-    # 3. all-gather the mean chunks; every rank decodes the same bytes
-    gathered = torch.empty(world * chunk, dtype=mine.payload.dtype, device=device)
-    _collective(
-        "all_gather",
-        wait_for,
-        partial(dist.all_gather_into_tensor, gathered, mine.payload, group=group, async_op=True),
-    )
-    gathered_scales = None
-    if mine.scales is not None:
-        gathered_scales = torch.empty(world * k, dtype=torch.float32, device=device)
-        _collective(
-            "all_gather (scales)",
-            wait_for,
-            partial(
-                dist.all_gather_into_tensor,
-                gathered_scales,
-                mine.scales,
-                group=group,
-                async_op=True,
-            ),
-        )
-    mean = _decode_gathered(packet, gathered, gathered_scales, world * chunk)
-
-    bytes_sent = 2 * (world - 1) * mine.nbytes + (8 * (world - 1) if weights else 0)
+    bytes_sent = 2 * (world - 1) * mine_nbytes + (8 * (world - 1) if weights else 0)
     log.debug(
         "rank %d averaged %d values as %s: %d bytes sent",
         rank,
@@ -170,6 +141,20 @@ def average(
         bytes_sent,
     )
     return mean, bytes_sent
+
+
+class _Clock:
+    """Seconds per phase into ``timings`` (when given), for profiling the round."""
+
+    def __init__(self, timings: dict[str, float] | None) -> None:
+        self.timings = timings
+        self.last = time.perf_counter()
+
+    def mark(self, phase: str) -> None:
+        if self.timings is not None:
+            now = time.perf_counter()
+            self.timings[phase] = self.timings.get(phase, 0.0) + now - self.last
+            self.last = now
 
 
 def _gather_weights(
@@ -193,51 +178,228 @@ def _gather_weights(
 
 def _chunking(packet: Packet, world: int) -> tuple[int, int]:
     """(units per chunk, values per chunk); a unit is one int8 block or one fp32/bf16 value."""
-    unit = packet.block_size if packet.fmt is WireFormat.INT8 else 1
+    unit = _unit(packet)
     k = math.ceil(math.ceil(packet.numel / unit) / world)
     return k, k * unit
 
 
-def _reduce_chunk(
-    packet: Packet,
-    payloads: torch.Tensor,
-    scales: torch.Tensor | None,
-    *,
-    world: int,
-    k: int,
-    chunk: int,
-    weights: list[int] | None = None,
-) -> Packet:
-    """Decode the `world` copies of one chunk, sum them in rank order, divide, re-encode.
+def _unit(packet: Packet) -> int:
+    return packet.block_size if packet.fmt is WireFormat.INT8 else 1
+
+
+def _part(packet: Packet, payload: torch.Tensor, scales: torch.Tensor | None) -> Packet:
+    return Packet(packet.fmt, (payload.numel(),), payload, scales, packet.block_size)
+
+
+def _reduce(packet: Packet, parts: list[Packet], weights: list[int] | None) -> Packet:
+    """Decode the ranks' copies of one chunk (``parts``, in rank order), sum them in rank order,
+    divide, re-encode. Block-local, so any block-aligned piece gives the bits of the whole chunk.
 
     With `weights`: ``sum(decode(src) * w_src) / sum(w)``, each operation its own kernel."""
-    acc = torch.zeros(chunk, dtype=torch.float32, device=payloads.device)
+    n = parts[0].numel
+    acc = torch.zeros(n, dtype=torch.float32, device=parts[0].device)
     if weights is not None:
         tmp = torch.empty_like(acc)
-        for src in range(world):
-            part = Packet(
-                packet.fmt,
-                (chunk,),
-                payloads[src * chunk : (src + 1) * chunk],
-                None if scales is None else scales[src * k : (src + 1) * k],
-                packet.block_size,
-            )
+        for part, w in zip(parts, weights, strict=True):
             decode_into(tmp, part)
-            w = torch.tensor(float(weights[src]), dtype=torch.float32, device=acc.device)
-            acc = torch.add(acc, torch.mul(tmp, w))
+            tmp.mul_(torch.tensor(float(w), dtype=torch.float32, device=acc.device))
+            acc.add_(tmp)
         total = torch.tensor(float(sum(weights)), dtype=torch.float32, device=acc.device)
-        return quantize(torch.div(acc, total), packet.fmt, block_size=packet.block_size)
-    for src in range(world):
-        part = Packet(
-            packet.fmt,
-            (chunk,),
-            payloads[src * chunk : (src + 1) * chunk],
-            None if scales is None else scales[src * k : (src + 1) * k],
-            packet.block_size,
-        )
+        return quantize(acc.div_(total), packet.fmt, block_size=packet.block_size)
+    for part in parts:
         decode_into(acc, part, accumulate=True)
-    acc.div_(world)
+    acc.div_(len(parts))
     return quantize(acc, packet.fmt, block_size=packet.block_size)
+
+
+def _collectives(
+    packet: Packet,
+    group: dist.ProcessGroup | None,
+    *,
+    wait_for: timedelta,
+    weights: list[int] | None,
+    world: int,
+    rank: int,
+    clock: _Clock,
+) -> tuple[torch.Tensor, int]:
+    """Reduce-scatter by all-to-all, reduce, all-gather: three collectives in a row (NCCL)."""
+    k, chunk = _chunking(packet, world)
+    device = packet.device
+    # 1. reduce-scatter: chunk r of every rank goes to rank r, still encoded
+    send = _pad(packet.payload, world * chunk)
+    recv = torch.empty_like(send)
+    _collective(
+        "all_to_all",
+        wait_for,
+        partial(dist.all_to_all_single, recv, send, group=group, async_op=True),
+    )
+    recv_scales = None
+    if packet.scales is not None:
+        send_scales = _pad(packet.scales, world * k)
+        recv_scales = torch.empty_like(send_scales)
+        _collective(
+            "all_to_all (scales)",
+            wait_for,
+            partial(dist.all_to_all_single, recv_scales, send_scales, group=group, async_op=True),
+        )
+    clock.mark("all_to_all")
+    # 2. this rank's chunk: fp32 sum in rank order, mean, re-encoded
+    parts = [
+        _part(
+            packet,
+            recv[src * chunk : (src + 1) * chunk],
+            None if recv_scales is None else recv_scales[src * k : (src + 1) * k],
+        )
+        for src in range(world)
+    ]
+    mine = _reduce(packet, parts, weights)
+    clock.mark("reduce")
+    # 3. all-gather the mean chunks; every rank decodes the same bytes
+    gathered = torch.empty(world * chunk, dtype=mine.payload.dtype, device=device)
+    _collective(
+        "all_gather",
+        wait_for,
+        partial(dist.all_gather_into_tensor, gathered, mine.payload, group=group, async_op=True),
+    )
+    gathered_scales = None
+    if mine.scales is not None:
+        gathered_scales = torch.empty(world * k, dtype=torch.float32, device=device)
+        _collective(
+            "all_gather (scales)",
+            wait_for,
+            partial(
+                dist.all_gather_into_tensor,
+                gathered_scales,
+                mine.scales,
+                group=group,
+                async_op=True,
+            ),
+        )
+    clock.mark("all_gather")
+    mean = _decode_gathered(packet, gathered, gathered_scales, world * chunk)
+    clock.mark("decode")
+    return mean, mine.nbytes
+
+
+def _same(work: dist.Work) -> dist.Work:
+    return work
+
+
+def _pieces(packet: Packet, k: int) -> list[tuple[int, int]]:
+    """Block-aligned [start, end) unit ranges of one chunk of ``k`` units, ~PIECE_BYTES each."""
+    unit_bytes = _unit(packet) * packet.payload.element_size()
+    step = max(1, PIECE_BYTES // unit_bytes)
+    return [(a, min(a + step, k)) for a in range(0, k, step)]
+
+
+def _pipelined(
+    packet: Packet,
+    group: dist.ProcessGroup | None,
+    *,
+    wait_for: timedelta,
+    weights: list[int] | None,
+    world: int,
+    rank: int,
+    clock: _Clock,
+) -> tuple[torch.Tensor, int]:
+    """The same reduce-scatter + all-gather, point to point in pieces of ~PIECE_BYTES: every
+    receive and send is posted at once, each piece of this rank's chunk is reduced as soon as
+    every rank's copy of it has arrived and its mean is sent at once, and each mean piece is
+    decoded as it lands. The link stays busy while the CPU works (gloo's collectives would run
+    the three phases one after another), and the bits are those of :func:`_collectives`."""
+    k, chunk = _chunking(packet, world)
+    unit = _unit(packet)
+    device = packet.device
+    payload = _pad(packet.payload, world * chunk)
+    scales = None if packet.scales is None else _pad(packet.scales, world * k)
+    peers = [p for p in range(world) if p != rank]
+    peer_rank = {p: p if group is None else dist.get_global_rank(group, p) for p in peers}
+    pieces = _pieces(packet, k)
+    n = len(pieces)
+
+    def values(c: int, a: int, b: int) -> slice:  # piece [a, b) of chunk c, in values
+        return slice(c * chunk + a * unit, c * chunk + b * unit)
+
+    def blocks(c: int, a: int, b: int) -> slice:  # the same piece's scales
+        return slice(c * k + a, c * k + b)
+
+    def post(op: Callable[..., dist.Work | None], t: torch.Tensor, p: int, tag: int) -> dist.Work:
+        work = op(t, peer_rank[p], group=group, tag=tag)
+        if work is None:
+            raise CollectiveError("all-reduce: torch.distributed returned no work handle")
+        return work
+
+    def wait(phase: str, works: list[dist.Work]) -> None:
+        for work in works:
+            _collective(phase, wait_for, partial(_same, work))
+
+    try:
+        # phase 1 receives: every peer's copy of this rank's chunk, piece by piece
+        recv = {p: torch.empty(chunk, dtype=payload.dtype, device=device) for p in peers}
+        recv_s = {p: torch.empty(k, dtype=torch.float32, device=device) for p in peers}
+        got: list[list[dist.Work]] = [[] for _ in range(n)]
+        # phase 2 receives: every peer's mean chunk, into the gathered buffers
+        gathered = torch.empty(world * chunk, dtype=payload.dtype, device=device)
+        gathered_s = torch.empty(world * k, dtype=torch.float32, device=device)
+        means: list[list[dist.Work]] = [[] for _ in range(n)]
+        for j, (a, b) in enumerate(pieces):
+            for p in peers:
+                got[j].append(post(dist.irecv, recv[p][a * unit : b * unit], p, 4 * j))
+                means[j].append(post(dist.irecv, gathered[values(p, a, b)], p, 4 * j + 2))
+                if scales is not None:
+                    got[j].append(post(dist.irecv, recv_s[p][a:b], p, 4 * j + 1))
+                    means[j].append(post(dist.irecv, gathered_s[blocks(p, a, b)], p, 4 * j + 3))
+        sends: list[dist.Work] = []
+        for j, (a, b) in enumerate(pieces):  # phase 1 sends: chunk p of this rank goes to p
+            for p in peers:
+                sends.append(post(dist.isend, payload[values(p, a, b)], p, 4 * j))
+                if scales is not None:
+                    sends.append(post(dist.isend, scales[blocks(p, a, b)], p, 4 * j + 1))
+        out = torch.empty(world * chunk, dtype=torch.float32, device=device)
+        mine_nbytes = 0
+        for j, (a, b) in enumerate(pieces):
+            wait("reduce-scatter", got[j])
+            parts = []
+            for src in range(world):
+                if src == rank:
+                    own_s = None if scales is None else scales[blocks(rank, a, b)]
+                    parts.append(_part(packet, payload[values(rank, a, b)], own_s))
+                else:
+                    src_s = None if scales is None else recv_s[src][a:b]
+                    parts.append(_part(packet, recv[src][a * unit : b * unit], src_s))
+            mean = _reduce(packet, parts, weights)
+            mine_nbytes += mean.nbytes
+            gathered[values(rank, a, b)] = mean.payload
+            if mean.scales is not None:
+                gathered_s[blocks(rank, a, b)] = mean.scales
+            for p in peers:  # phase 2 sends: this piece of the mean to every peer
+                sends.append(post(dist.isend, gathered[values(rank, a, b)], p, 4 * j + 2))
+                if mean.scales is not None:
+                    sends.append(post(dist.isend, gathered_s[blocks(rank, a, b)], p, 4 * j + 3))
+            decode_into(out[values(rank, a, b)], mean)
+        clock.mark("reduce_scatter")
+        for j, (a, b) in enumerate(pieces):
+            wait("all-gather", means[j])
+            for p in peers:
+                sl = values(p, a, b)
+                decode_into(
+                    out[sl],
+                    _part(
+                        packet,
+                        gathered[sl],
+                        None if scales is None else gathered_s[blocks(p, a, b)],
+                    ),
+                )
+        wait("sends", sends)
+        clock.mark("all_gather")
+    except RuntimeError as exc:  # a peer failed mid-piece (gloo raises from isend/irecv too)
+        if isinstance(exc, CollectiveError):
+            raise
+        raise CollectiveError(
+            f"all-reduce failed ({exc}); a peer is gone or stalled: drop it from the round and "
+            "re-form the group"
+        ) from exc
+    return out[: packet.numel].view(packet.shape), mine_nbytes
 
 
 def _decode_gathered(
@@ -278,15 +440,15 @@ def simulate_average(
     padded_scales = [None if p.scales is None else _pad(p.scales, world * k) for p in packets]
     means = []
     for r in range(world):
-        recv = torch.cat([p[r * chunk : (r + 1) * chunk] for p in padded])
-        recv_scales = None
-        if first.scales is not None:
-            recv_scales = torch.cat(
-                [s[r * k : (r + 1) * k] for s in padded_scales if s is not None]
+        parts = [
+            _part(
+                first,
+                pl[r * chunk : (r + 1) * chunk],
+                None if sc is None else sc[r * k : (r + 1) * k],
             )
-        means.append(
-            _reduce_chunk(first, recv, recv_scales, world=world, k=k, chunk=chunk, weights=weights)
-        )
+            for pl, sc in zip(padded, padded_scales, strict=True)
+        ]
+        means.append(_reduce(first, parts, weights))
     gathered = torch.cat([m.payload for m in means])
     gathered_scales = None
     if first.scales is not None:

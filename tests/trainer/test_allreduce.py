@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from protocol.errors import CollectiveError, TrainerError
 from tests.harness.distributed import run_workers
+from trainer import allreduce
 from trainer.allreduce import average, simulate_average
 from trainer.codec import WireFormat, encode_flat, unflatten, wire_bytes
 
@@ -58,9 +59,26 @@ def _stall_worker(rank: int, world: int) -> str:
     return "no error"
 
 
+def _paths_worker(rank: int, world: int, fmt: str) -> dict[str, object]:
+    """The pipelined exchange in many small pieces, and gloo's three collectives in a row."""
+    out: dict[str, object] = {}
+    saved = allreduce.PIECE_BYTES
+    allreduce.PIECE_BYTES = 1024  # int8: 4 blocks a piece, so ~13 pieces per chunk here
+    try:
+        timings: dict[str, float] = {}
+        mean, sent = average(_vector(rank), None, fmt, 30.0, weight=rank + 1, timings=timings)
+        out["pieces"] = (_digest(mean), sent, sorted(timings))
+    finally:
+        allreduce.PIECE_BYTES = saved
+    mean, sent = average(_vector(rank), None, fmt, 30.0, weight=rank + 1, pipelined=False)
+    out["collectives"] = (_digest(mean), sent)
+    return out
+
+
 def _all_formats_worker(rank: int, world: int) -> dict[str, object]:
     out: dict[str, object] = {fmt: _average_worker(rank, world, fmt) for fmt in FORMATS}
     out["packet"] = _packet_worker(rank, world)
+    out |= {f"paths_{fmt}": _paths_worker(rank, world, fmt) for fmt in FORMATS}
     return out
 
 
@@ -96,6 +114,21 @@ def test_bytes_sent_is_two_phases_of_encoded_chunks(
     if fmt == "int8":
         fp32_sent = four_ranks[0]["fp32"][1]  # type: ignore[index]
         assert fp32_sent / expected >= 3.85  # 3.94 asymptotically; N is small here
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_pipelined_pieces_give_the_bits_of_the_collectives_and_the_replay(
+    four_ranks: list[dict[str, object]], fmt: str
+) -> None:
+    """Gloo's default path exchanges block-aligned pieces point to point (the wire and the CPU
+    overlap); the weighted mean must still be the bits of the three collectives and of the
+    one-process replay the ledger's audit runs."""
+    paths = [r[f"paths_{fmt}"] for r in four_ranks]
+    replay = simulate_average([_vector(r) for r in range(WORLD)], fmt, weights=[1, 2, 3, 4])
+    for p in paths:
+        assert p["pieces"][0] == p["collectives"][0] == _digest(replay)  # type: ignore[index]
+        assert p["pieces"][1] == p["collectives"][1]  # type: ignore[index]
+        assert p["pieces"][2] == ["all_gather", "reduce_scatter", "weights"]  # type: ignore[index]
 
 
 def test_a_flat_packet_of_many_parameters_averages_to_identical_views(
