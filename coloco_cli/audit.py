@@ -12,6 +12,7 @@ a replay fails: its verdict carries the evidence (attestation digest, replay inp
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Any
 
 import httpx
@@ -42,11 +43,15 @@ def audit_rounds(
     tolerance: float,
     corpus_dir: Path | None = None,
     limit: int = 50,
+    inner_steps: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Replay the sampled pairs of the run's latest ``limit`` scored rounds; one verdict each."""
+    """Replay the sampled pairs of the run's latest ``limit`` scored rounds; one verdict each.
+
+    ``inner_steps`` (the governed H) lets a time-boxed node's planned shard be found, as the
+    ledger's own audit does (``ledger.usefulness.matching_shard``); None: the attested tokens."""
     from ledger.audit.replay import ReplayInputs, audit
     from ledger.judge import decode_pseudo_gradient, sampled
-    from ledger.usefulness import corpus_of
+    from ledger.usefulness import corpus_of, matching_shard
 
     resp = http.get(f"/v1/runs/{run_id}/rounds", params={"limit": limit})
     if resp.status_code != 200:
@@ -67,6 +72,7 @@ def audit_rounds(
                 out.append({"round": rnd["round"], "node": s["node"], "verdict": "unavailable"})
                 continue
             tensors, packet, bad = decode_pseudo_gradient(raw, base)
+            att = SimpleNamespace(**{k: s[k] for k in _ATT_FIELDS})
             inputs = ReplayInputs(
                 run_id=bytes.fromhex(run_id[2:]),
                 round=rnd["round"],
@@ -76,6 +82,7 @@ def audit_rounds(
                 inner_lr=inner_lr,
                 mixture=mixture,
                 preset=model,
+                shard_tokens=matching_shard(att, mixture, inner_steps) or 0,  # type: ignore[arg-type]
             )
             if bad is not None:
                 out.append(
@@ -101,6 +108,9 @@ def audit_rounds(
     return out
 
 
+_ATT_FIELDS = ("run_id", "round", "node", "tokens", "inner_steps", "data_shard")
+
+
 def _tensors(http: httpx.Client, hash_hex: str) -> Any:
     resp = http.get(f"/v1/blobs/{hash_hex}")
     if resp.status_code != 200:
@@ -120,6 +130,10 @@ def audit_command(  # noqa: PLR0917 - typer options
         str | None,
         typer.Option(help="data mixture bps, comma-separated (default: TrainingConfig's)"),
     ] = None,
+    inner_steps: Annotated[
+        int | None,
+        typer.Option(min=1, help="governed inner steps H (default: TrainingConfig's)"),
+    ] = None,
     tolerance: Annotated[float, typer.Option(help="relative L2 error allowed")] = 1e-3,
     limit: Annotated[int, typer.Option(help="latest rounds to look at")] = 50,
     json_out: JsonOpt = False,
@@ -134,10 +148,11 @@ def audit_command(  # noqa: PLR0917 - typer options
     if not 0.0 <= fraction <= 1.0:
         raise ConfigError(f"--fraction {fraction} is not a share: pass a number from 0 to 1")
     ep = resolve(rpc_url, ledger_url, deployment)
-    if inner_lr is None or mixture is None:  # the run's settings as the chain has them now
+    if inner_lr is None or mixture is None or inner_steps is None:  # as the chain has them now
         cfg = open_chain(ep).training_config()
         inner_lr = cfg.inner_lr if inner_lr is None else inner_lr
         mixture = ",".join(map(str, cfg.data_mixture_bps)) if mixture is None else mixture
+        inner_steps = cfg.inner_steps if inner_steps is None else inner_steps
     try:
         bps = tuple(int(b) for b in mixture.split(","))
     except ValueError:
@@ -149,7 +164,7 @@ def audit_command(  # noqa: PLR0917 - typer options
         with httpx.Client(base_url=url, timeout=60) as http:
             verdicts = audit_rounds(
                 http, rid, fraction=fraction, model=model, inner_lr=inner_lr, mixture=bps,
-                tolerance=tolerance, limit=limit,
+                tolerance=tolerance, limit=limit, inner_steps=inner_steps,
             )  # fmt: skip
     except httpx.HTTPError as exc:
         raise LedgerUnavailableError(
