@@ -12,8 +12,10 @@ the connected chain id (the devnet's, else `deployments/<chainId>.json`), the lo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tomllib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -286,7 +288,24 @@ def open_chain(
     return cli_chain(ep.rpc_url, ep.deployment(), account, tx or TxOptions())
 
 
-def revert_hint(exc: ContractRevertError, hints: dict[str, str]) -> str:
+@contextlib.contextmanager
+def explained_revert(hints: Mapping[str, str], what: str | None = None) -> Iterator[None]:
+    """A revert inside the block is raised again as `[<what> reverted: ]<error>(args): <hint>`,
+    keeping its custom error's name and arguments (scripts and tests match on those)."""
+    try:
+        yield
+    except ContractRevertError as exc:
+        if what is None and (exc.error_name or "") not in hints:
+            raise  # nothing to add (it may carry a hint already)
+        text = revert_hint(exc, hints)
+        raise ContractRevertError(
+            f"{what} reverted: {text}" if what else text,
+            error_name=exc.error_name,
+            error_args=exc.error_args,
+        ) from exc
+
+
+def revert_hint(exc: ContractRevertError, hints: Mapping[str, str]) -> str:
     """A message for a reverted transaction: the hint for its custom error, else the raw reason."""
     name = exc.error_name or ""
     hint = hints.get(name)

@@ -40,11 +40,12 @@ from coloco_cli.common import (
     RpcUrlOpt,
     console,
     emit_json,
+    explained_revert,
     load_signer,
     open_chain,
     resolve,
 )
-from protocol.errors import ChainError, ContractRevertError
+from protocol.errors import ChainError
 
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
@@ -161,21 +162,15 @@ def send_and_report(
     fn: Callable[[ChainClient], Mapping[str, Any]],
     text: str | Callable[[Any], str] | None = None,
     *,
-    hints: Callable[[ContractRevertError], str] | None = None,
+    hints: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Send as the sender of `opts`: `fn(chain)` sends (each transaction's hash printed at once,
-    then its receipt's block and gas) and returns what to report; a revert's message is
-    `hints(exc)` when given. Prints one JSON object with --json, else `text` (default: one
+    then its receipt's block and gas) and returns what to report; a revert's custom error gets
+    its hint from `hints`. Prints one JSON object with --json, else `text` (default: one
     `key: value` line a field)."""
     chain = opts.chain()
-    try:
+    with explained_revert(hints or {}):
         out = dict(fn(chain))
-    except ContractRevertError as exc:
-        if hints is None:
-            raise
-        raise ContractRevertError(
-            hints(exc), error_name=exc.error_name, error_args=exc.error_args
-        ) from exc
     report(opts, out, text if text is not None else _lines)
     return out
 

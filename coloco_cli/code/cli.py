@@ -12,16 +12,11 @@ from typing import Annotated
 import typer
 
 from coloco_cli.code import ops
-from coloco_cli.common import console, emit_json, parse_amount, revert_hint
+from coloco_cli.common import console, emit_json, parse_amount
 from coloco_cli.tx import TxOptions, reads, report, send_and_report, sends
-from protocol.errors import ContractRevertError
 
 app = typer.Typer(no_args_is_help=True)
 IdArg = Annotated[int, typer.Argument(help="The contribution id.")]
-
-
-def _hints(exc: ContractRevertError) -> str:
-    return revert_hint(exc, ops.HINTS)
 
 
 @app.command()
@@ -43,7 +38,7 @@ def submit(
         opts,
         lambda chain: ops.submit(chain, run_id, repo, commit, description),
         lambda o: f"contribution #{o['id']} submitted (tx {o['tx']})",
-        hints=_hints,
+        hints=ops.HINTS,
     )
 
 
@@ -86,7 +81,7 @@ def approve(
     Example: coloco code approve 1 5
     """
     units = parse_amount(amount, what="amount")
-    send_and_report(opts, lambda chain: ops.approve(chain, cid, units), hints=_hints)
+    send_and_report(opts, lambda chain: ops.approve(chain, cid, units), hints=ops.HINTS)
 
 
 @app.command()
@@ -111,7 +106,7 @@ def propose(
             f"proposal {o['proposal_id']} created: {o['description']}\n"
             f"next: coloco gov vote {o['proposal_id']} --support for|against|abstain"
         ),
-        hints=_hints,
+        hints=ops.HINTS,
     )
 
 
@@ -124,11 +119,11 @@ def reject(
     opts: TxOptions,
 ) -> None:
     """Reject a contribution with a reason (a committee member)."""
-    send_and_report(opts, lambda chain: ops.reject(chain, cid, reason), hints=_hints)
+    send_and_report(opts, lambda chain: ops.reject(chain, cid, reason), hints=ops.HINTS)
 
 
 @app.command()
 @sends
 def claim(cid: IdArg, *, opts: TxOptions) -> None:
     """Pay an approved contribution's tokens to its contributor (anyone may send it)."""
-    send_and_report(opts, lambda chain: ops.claim(chain, cid), hints=_hints)
+    send_and_report(opts, lambda chain: ops.claim(chain, cid), hints=ops.HINTS)

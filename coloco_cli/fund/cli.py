@@ -49,7 +49,7 @@ def open_(
         opts,
         send,
         lambda o: f"run open for deposits until {time.ctime(o['funding_end'])}",
-        hints=ops.explain,
+        hints=ops.HINTS,
     )
 
 
@@ -75,7 +75,7 @@ def deposit(
         opts,
         send,
         lambda o: f"deposited {fmt_units(wei)} ETH from {o['backer']}",
-        hints=ops.explain,
+        hints=ops.HINTS,
     )
 
 
@@ -125,7 +125,7 @@ def claim(
             out["vested"] = ops.claim_vested(chain, run_id, who)
         return out
 
-    send_and_report(opts, send, lambda o: json.dumps(o, indent=1), hints=ops.explain)
+    send_and_report(opts, send, lambda o: json.dumps(o, indent=1), hints=ops.HINTS)
 
 
 @app.command()
@@ -144,5 +144,5 @@ def refund(
         opts,
         lambda chain: ops.refund(chain, run_id, backer),
         lambda o: f"refunded {o['backer']} (tx {o['tx']})",
-        hints=ops.explain,
+        hints=ops.HINTS,
     )

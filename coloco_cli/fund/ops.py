@@ -15,7 +15,7 @@ import httpx
 
 from coloco_cli.node.ops import checksum
 from coloco_cli.tx import tx_hex
-from protocol.errors import ConfigError, ContractRevertError, LedgerError, LedgerUnavailableError
+from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
@@ -140,9 +140,3 @@ def refund(chain: ChainClient, run_id: str, backer: str) -> dict[str, Any]:
     who = checksum(backer, what="--backer")
     receipt = chain.transact("RunFunding", "refund", run_bytes(run_id), who)
     return {"backer": who, "tx": tx_hex(receipt)}
-
-
-def explain(exc: ContractRevertError) -> str:
-    from coloco_cli.common import revert_hint
-
-    return revert_hint(exc, HINTS)

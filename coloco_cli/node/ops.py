@@ -11,8 +11,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from coloco_cli.common import fmt_units, revert_hint
-from protocol.errors import ConfigError, ContractRevertError
+from coloco_cli.common import explained_revert, fmt_units
+from protocol.errors import ConfigError
 
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
@@ -90,14 +90,8 @@ def checksum(address: str, *, what: str = "address") -> str:
 
 
 def _send(chain: ChainClient, node: str, fn: str, *args: Any, value: int = 0) -> Any:
-    try:
+    with explained_revert(_hints(node), f"StakeManager.{fn}"):
         return chain.transact("StakeManager", fn, *args, value=value)
-    except ContractRevertError as exc:
-        raise ContractRevertError(
-            f"StakeManager.{fn} reverted: {revert_hint(exc, _hints(node))}",
-            error_name=exc.error_name,
-            error_args=exc.error_args,
-        ) from exc
 
 
 def node_status(chain: ChainClient, node: str) -> NodeStatus:
@@ -133,16 +127,10 @@ def register_node(chain: ChainClient, node_key: LocalAccount, payout: str) -> An
         raise ConfigError(
             f"node {node} is already registered: see coloco node status --node {node}"
         )
-    try:
+    with explained_revert(_hints(node), "StakeManager.register"):
         return chain.register_node(
             bytes(node_key.key), Address(payout), operator=Address(chain.account.address)
         )
-    except ContractRevertError as exc:
-        raise ContractRevertError(
-            f"StakeManager.register reverted: {revert_hint(exc, _hints(node))}",
-            error_name=exc.error_name,
-            error_args=exc.error_args,
-        ) from exc
 
 
 def stake_node(chain: ChainClient, node: str, amount: int | None = None) -> Any:

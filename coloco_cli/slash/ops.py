@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from eth_utils.crypto import keccak
 
-from coloco_cli.common import revert_hint
+from coloco_cli.common import explained_revert
 from coloco_cli.gov.ops import Proposal
 from protocol.attestation import ComputeAttestation
 from protocol.chain_views import attestation_tuple
-from protocol.errors import ConfigError, ContractRevertError, EncodingError
+from protocol.errors import ConfigError, EncodingError
 from protocol.signing import check_signature
 
 if TYPE_CHECKING:
@@ -78,14 +78,8 @@ def load_signed(path: Path) -> SignedAttestation:
 
 
 def _transact(chain: ChainClient, fn: str, *args: Any) -> Any:
-    try:
+    with explained_revert(HINTS, f"StakeManager.{fn}"):
         return chain.transact("StakeManager", fn, *args)
-    except ContractRevertError as exc:
-        raise ContractRevertError(
-            f"StakeManager.{fn} reverted: {revert_hint(exc, HINTS)}",
-            error_name=exc.error_name,
-            error_args=exc.error_args,
-        ) from exc
 
 
 def report_equivocation(chain: ChainClient, a: SignedAttestation, b: SignedAttestation) -> int:
