@@ -13,15 +13,12 @@ from typing import Annotated
 import typer
 
 from coloco_cli.common import (
-    DeploymentOpt,
     JsonOpt,
-    LedgerUrlOpt,
-    RpcUrlOpt,
     console,
     emit_json,
     open_chain,
-    resolve,
 )
+from coloco_cli.tx import TxOptions, reads
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -30,6 +27,7 @@ ModelOpt = Annotated[str, typer.Option(help="The run's model preset (tiny, small
 
 
 @app.command()
+@reads
 def pull(
     run_id: Annotated[
         str | None,
@@ -47,10 +45,7 @@ def pull(
         typer.Option(help="Also try this peer/ledger base URL (repeatable), after --ledger-url."),
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Where to write the .safetensors file.")] = None,
-    rpc_url: RpcUrlOpt = None,
-    ledger_url: LedgerUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    json_out: JsonOpt = False,
+    opts: TxOptions,
 ) -> None:
     """Download a checkpoint and check its hash against the chain before keeping it.
 
@@ -62,7 +57,7 @@ def pull(
 
     if released == (run_id is not None):
         raise typer.BadParameter("give a RUN_ID or --released (one of them)")
-    ep = resolve(rpc_url, ledger_url, deployment)
+    ep = opts.endpoints()
     rid = parse_run_id(run_id) if run_id is not None else None
     expected, target = expected_hash(open_chain(ep), rid, round)
     data, src = fetch([ep.ledger_url, *(source or [])], expected)
@@ -80,7 +75,7 @@ def pull(
         path=str(out),
         bytes=len(data),
     )
-    if json_out:
+    if opts.json_out:
         emit_json(pulled.__dict__)
         return
     what = "released checkpoint" if rid is None else f"round {target}"

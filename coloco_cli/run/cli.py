@@ -10,16 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from coloco_cli.common import (
-    DeploymentOpt,
-    JsonOpt,
-    LedgerUrlOpt,
-    RpcUrlOpt,
-    console,
-    emit_json,
-    open_chain,
-    resolve,
-)
+from coloco_cli.common import console, emit_json, open_chain
 from coloco_cli.run.ops import (
     close_run,
     genesis,
@@ -28,6 +19,7 @@ from coloco_cli.run.ops import (
     parse_run_id,
     run_status,
 )
+from coloco_cli.tx import TxOptions, reads
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -46,27 +38,25 @@ AdminTokenOpt = Annotated[
 
 
 @app.command("open")
+@reads
 def open_(
     run_id: RunIdArg,
     *,
     admin_token: AdminTokenOpt = "development-admin-token",
     model: Annotated[str, typer.Option(help="Model preset: tiny, small, medium, large.")] = "tiny",
     seed: Annotated[int, typer.Option(help="Genesis seed (nodes pass the same --seed).")] = 0,
-    rpc_url: RpcUrlOpt = None,
-    ledger_url: LedgerUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    json_out: JsonOpt = False,
+    opts: TxOptions,
 ) -> None:
     """Open a run: the ledger commits the genesis weights' hash as round 0 on chain.
 
     Example: coloco run open demo --admin-token "$COLOCO_LEDGER_ADMIN_TOKEN"
     """
-    ep = resolve(rpc_url, ledger_url, deployment)
+    ep = opts.endpoints()
     rid = parse_run_id(run_id)
     chain = open_chain(ep)
     weights_hash, blob = genesis(model, seed)
     opened = open_run(chain, ep.ledger_url, admin_token, rid, genesis_hash=weights_hash, blob=blob)
-    if json_out:
+    if opts.json_out:
         emit_json(opened.__dict__)
         return
     console.print(f"run {opened.run_id} open: round 0 = genesis {opened.genesis_checkpoint}")
@@ -76,22 +66,20 @@ def open_(
 
 
 @app.command()
+@reads
 def status(
     run_id: RunIdArg,
     *,
     limit: Annotated[int, typer.Option(help="Latest rounds to show.", min=1, max=500)] = 10,
-    rpc_url: RpcUrlOpt = None,
-    ledger_url: LedgerUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    json_out: JsonOpt = False,
+    opts: TxOptions,
 ) -> None:
     """Show a run: open on chain? its last committed round and checkpoint, the ledger's rounds.
 
     Example: coloco run status demo
     """
-    ep = resolve(rpc_url, ledger_url, deployment)
+    ep = opts.endpoints()
     st = run_status(open_chain(ep), ep.ledger_url, parse_run_id(run_id), limit)
-    if json_out:
+    if opts.json_out:
         emit_json(st)
         return
     if not st["open"]:
@@ -117,19 +105,18 @@ def status(
 
 
 @app.command("list")
+@reads
 def list_(
     *,
-    rpc_url: RpcUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    json_out: JsonOpt = False,
+    opts: TxOptions,
 ) -> None:
     """List the runs opened on this deployment (from the chain's logs, in block chunks).
 
     Example: coloco run list --json
     """
-    ep = resolve(rpc_url, None, deployment)
+    ep = opts.endpoints()
     runs = list_runs(open_chain(ep), int(ep.deployment().deployment_block))
-    if json_out:
+    if opts.json_out:
         emit_json({"runs": runs})
         return
     table = Table(title="runs")
@@ -141,6 +128,7 @@ def list_(
 
 
 @app.command()
+@reads
 def close(
     run_id: RunIdArg,
     *,
@@ -151,10 +139,7 @@ def close(
             min=0, help="Last round to train (default: the highest round the ledger has seen)."
         ),
     ] = None,
-    rpc_url: RpcUrlOpt = None,
-    ledger_url: LedgerUrlOpt = None,
-    deployment: DeploymentOpt = None,
-    json_out: JsonOpt = False,
+    opts: TxOptions,
 ) -> None:
     """Close a run: the ledger finishes the rounds in flight and refuses any later round
     (`run_closed`); nodes then stop. The chain keeps every committed round; release the final
@@ -162,7 +147,7 @@ def close(
 
     Example: coloco run close demo --admin-token "$COLOCO_LEDGER_ADMIN_TOKEN"
     """
-    ep = resolve(rpc_url, ledger_url, deployment)
+    ep = opts.endpoints()
     rid = parse_run_id(run_id)
     closed = close_run(ep.ledger_url, admin_token, rid, final_round)
     st = run_status(open_chain(ep), ep.ledger_url, rid, 1)
@@ -172,7 +157,7 @@ def close(
         "last_committed": st["last_round"],
         "checkpoint": st["checkpoint"],
     }
-    if json_out:
+    if opts.json_out:
         emit_json(final)
         return
     console.print(
