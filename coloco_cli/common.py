@@ -148,14 +148,14 @@ class Endpoints:
 
 
 def chain_id_of(rpc_url: str) -> int:
-    """The chain id the RPC answers (one `eth_chainId`); ChainError if it does not answer."""
+    """The chain id the RPC answers (one `eth_chainId`); RpcUnavailableError if it does not."""
     from protocol.devnet import rpc_call
-    from protocol.errors import ChainError
+    from protocol.errors import RpcUnavailableError
 
     try:
         return int(rpc_call(rpc_url, "eth_chainId"), 16)
     except Exception as exc:
-        raise ChainError(
+        raise RpcUnavailableError(
             f"RPC {rpc_url} does not answer ({exc.__class__.__name__}): start the chain (on a "
             "devnet `coloco devnet up`) or pass --rpc-url / set COLOCO_RPC_URL"
         ) from None

@@ -3,11 +3,15 @@ every command that sends a transaction takes the one sender option set (coloco_c
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 from typer.main import get_command
 
 from coloco_cli.main import app
+from coloco_cli.procs import free_port
 
 # long-running: they report through logs, `node run --events PATH` and `demo --report PATH`
 SERVERS = {"demo", "node run", "ledger serve", "rendezvous serve"}
@@ -51,3 +55,32 @@ def test_every_sending_command_takes_the_one_sender_option_set() -> None:
     assert senders == SENDING  # a new sending command joins the list (and @sends)
     for name in sorted(senders):
         assert commands[name] >= SENDER, (name, sorted(SENDER - commands[name]))
+
+
+def _coloco(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COLOCO_")}
+    return subprocess.run(
+        [sys.executable, "-m", "coloco_cli", *args], capture_output=True, text=True, env=env,
+        check=False, timeout=120,
+    )  # fmt: skip
+
+
+def test_errors_exit_1_usage_errors_2_never_a_traceback() -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    run = "0x" + "ab" * 32
+    node = "0x" + "11" * 20
+    usage = [("slash", "status", "0"), ("node", "stake", "--node", node, "--confirmations", "0"),
+             ("audit", "--run-id", run, "--json", "--fraction")]  # fmt: skip
+    for args in usage:
+        out = _coloco(*args)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (args, out.stderr)
+    errors = {
+        ("slash", "status", "1", "--rpc-url", dead): "rpc_unavailable",
+        ("audit", "--run-id", "0x12"): "config_error",
+        ("audit", "--run-id", run, "--fraction", "2"): "config_error",
+        ("fund", "deposit", run, "inf", "--private-key", "0x" + "11" * 32): "config_error",
+    }
+    for args, code in errors.items():
+        out = _coloco(*args)
+        assert out.returncode == 1, (args, out.stdout, out.stderr)
+        assert f"error ({code})" in out.stderr and "Traceback" not in out.stderr, out.stderr
