@@ -115,8 +115,13 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     return changes
 
 
+# setter parameters named otherwise than the struct field they set
+_PARAM_FIELDS = {"checkpoint": "releasedCheckpoint", "uri": "releasedCheckpointURI"}
+
+
 def _norm(param: str) -> str:
-    return param.strip("_")
+    name = param.strip("_")
+    return _PARAM_FIELDS.get(name, name)
 
 
 def setter_calls(
@@ -130,6 +135,13 @@ def setter_calls(
         and item.get("stateMutability") == "nonpayable"
         and item["name"] not in _OWNABLE
     ]
+    if "releasedCheckpoint" in changes and not (
+        changes.get("releasedCheckpointURI") or current.get("releasedCheckpointURI")
+    ):
+        raise ConfigError(
+            "a release names where to download it: add --set released-checkpoint-uri=URI "
+            "(e.g. the ledger's /v1/blobs/<hash>)"
+        )
     calls: dict[str, SetterCall] = {}
     for field in changes:
         owner = next((s for s in setters if field in {_norm(i["name"]) for i in s["inputs"]}), None)

@@ -166,6 +166,7 @@ def close(
     )
     console.print(
         "once the final round is committed, release it: coloco gov propose --set "
-        "released-checkpoint=<its checkpoint> --description 'release run ...' "
+        "released-checkpoint=<its checkpoint> --set released-checkpoint-uri=<where to get it> "
+        "--description 'release run ...' "
         f"(`coloco run status {run_id}` shows it)"
     )

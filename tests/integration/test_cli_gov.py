@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -116,3 +117,30 @@ def test_unknown_proposal_and_bad_support(cli_env: Path, holders: list[Holder]) 
     assert isinstance(exc, ConfigError) and "coloco gov list" in exc.message
     exc = _err("gov", "vote", "12", "--support", "maybe", "--private-key", holders[0].key)
     assert isinstance(exc, ConfigError) and "for, against, abstain" in exc.message
+
+
+def test_holders_release_a_checkpoint(
+    cli_env: Path, chain: AnvilProcess, deployment: Deployment, holders: list[Holder]
+) -> None:
+    """`--set released-checkpoint` maps to TrainingConfig.releaseCheckpoint(checkpoint, uri)."""
+    alice, _ = holders
+    checkpoint = "0x" + "ab" * 32
+    exc = _err("gov", "propose", "--set", f"released-checkpoint={checkpoint}",
+               "--private-key", alice.key)  # fmt: skip
+    assert isinstance(exc, ConfigError) and "released-checkpoint-uri" in exc.message
+    result = runner.invoke(app, [
+        "gov", "propose", "--set", f"released-checkpoint={checkpoint}",
+        "--set", "released-checkpoint-uri=https://example.org/final.safetensors",
+        "--private-key", alice.key, "--json",
+    ])  # fmt: skip
+    assert result.exit_code == 0, (result.output, result.exception)
+    pid = json.loads(result.stdout)["proposal_id"]
+    chain.increase_time(2)
+    _ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
+    chain.increase_time(21)
+    _ok("gov", "queue", pid, "--private-key", alice.key)
+    chain.increase_time(2)
+    _ok("gov", "execute", pid, "--private-key", alice.key)
+    cfg = ChainClient(chain.rpc_url, deployment).training_config()
+    assert "0x" + bytes(cfg.released_checkpoint).hex() == checkpoint
+    assert cfg.released_checkpoint_uri == "https://example.org/final.safetensors"

@@ -88,6 +88,12 @@ def test_setter_calls_keep_the_other_fields_of_a_group() -> None:
     assert config_as_dict(config_abi, values) == current
     with pytest.raises(ConfigError, match="no setter for version"):
         setter_calls(config_abi, current, {"version": 3})
+    release = setter_calls(
+        config_abi, current, {"releasedCheckpoint": b"\1" * 32, "releasedCheckpointURI": "u"}
+    )
+    assert [(c.function, c.args) for c in release] == [("releaseCheckpoint", (b"\1" * 32, "u"))]
+    with pytest.raises(ConfigError, match="released-checkpoint-uri"):
+        setter_calls(config_abi, current, {"releasedCheckpoint": b"\1" * 32})
 
 
 def test_report_needs_every_key_and_writes_a_png(tmp_path: Path) -> None:
