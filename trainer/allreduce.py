@@ -40,7 +40,7 @@ import torch.distributed as dist
 from protocol.errors import CollectiveError, TrainerError
 from trainer.codec import Packet, WireFormat, decode_into, quantize
 from trainer.codec.formats import DEFAULT_BLOCK_SIZE
-from trainer.coordination.heartbeat import wait_work
+from trainer.coordination.heartbeat import is_watching, wait_work
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +126,9 @@ def average(
         weights = _gather_weights(weight, group, wait_for, device)
     clock.mark("weights")
 
-    if pipelined is None:
-        pipelined = dist.get_backend(group) == "gloo"
+    if pipelined is None:  # gloo's point-to-point works never report completion before wait(),
+        # so they cannot be polled while the heartbeats are watched: the collectives then
+        pipelined = dist.get_backend(group) == "gloo" and not is_watching()
     exchange = _pipelined if pipelined else _collectives
     mean, mine_nbytes = exchange(
         packet, group, wait_for=wait_for, weights=weights, world=world, rank=rank, clock=clock

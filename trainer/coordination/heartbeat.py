@@ -197,6 +197,11 @@ def watching(check: Callable[[], None]) -> Iterator[None]:
         _watch = before
 
 
+def is_watching() -> bool:
+    """Whether a :func:`watching` check is active (collectives are then polled, not waited on)."""
+    return _watch is not None
+
+
 def wait_work(work: Any, timeout: timedelta) -> None:
     """``work.wait(timeout)``, but a stalled peer (the active :func:`watching` check) ends it
     early. Raises what the check raises, CollectiveError on the timeout, or the work's error."""
