@@ -130,6 +130,10 @@ def summarize(
             k: round(statistics.mean(r[k] for r in later), 3)
             for k in ("join_s", "encode_s", "allreduce_s", "outer_s", "check_s", "blob_s")
         },
+        "allreduce_phases_s": {
+            k: round(statistics.mean(r.get("allreduce_phases_s", {}).get(k, 0.0) for r in later), 3)
+            for k in sorted({k for r in later for k in r.get("allreduce_phases_s", {})})
+        },
         "results_agree": len({r["result"] for n in nodes for r in n["rounds"][-1:]}) == 1,
     }
 
@@ -223,6 +227,10 @@ def main() -> None:
     auto: list[object] = ["--budget-s", -1]  # round 1 sets the round's time budget
     int8 = scenario("int8", 2, rate, [["--fmt", "int8", *auto]] * 2)
     s8 = summarize(int8, h)
+    # the same with the one-round delayed outer step (round r's all-reduce behind round r+1's
+    # compute): the option's utilization, its loss cost is overlap_loss_ratio below
+    int8_ov = scenario("int8 overlap", 2, rate, [["--fmt", "int8", *auto, "--overlap"]] * 2)
+    s8o = summarize(int8_ov, h)
     fp32 = scenario("fp32", 2, rate, [["--fmt", "fp32", *auto]] * 2, others)
     s32 = summarize(fp32, h)
     slow10 = summarize(
@@ -257,6 +265,8 @@ def main() -> None:
         "rounds_other_scenarios": others,
         "rate_mbit": rate,
         "utilization_int8": s8["utilization"],
+        "utilization_int8_overlap": s8o["utilization"],
+        "utilization_model_int8_overlap": s8o["utilization_model"],
         "utilization_fp32": s32["utilization"],
         "utilization_model_int8": s8["utilization_model"],
         "utilization_model_fp32": s32["utilization_model"],
@@ -280,6 +290,7 @@ def main() -> None:
         **ov,
         **ckpt,
         "int8": s8,
+        "int8_overlap": s8o,
         "fp32": s32,
         "int8_10mbit": slow10,
         "heterogeneous": sh,

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from protocol.errors import TrainerError
@@ -89,24 +90,38 @@ class DiLoCo:
         settings: RoundSettings,
         on_step: Callable[[StepInfo], None] | None = None,
         budget_s: float | None = None,
+        start: Tensor | None = None,
     ) -> LocalWork:
-        """H inner steps (or those that fit in ``budget_s``) from the base weights; returns the
-        pseudo-gradient (no communication)."""
+        """H inner steps (or those that fit in ``budget_s``) from the base weights, or from the
+        flat ``start`` (the overlap option: the newest base minus this node's progress still in
+        flight); returns the pseudo-gradient ``start - local`` (no communication)."""
         base_hash = self.base_hash()
-        self.sync_inner_model()
+        if start is None:
+            self.sync_inner_model()
+        else:
+            self.load_flat(start)
         if self.inner is None:
             self.inner = InnerTrainer(self.model, settings.inner)
         self.inner.cfg = settings.inner  # the config may change between rounds
         self.inner.keep_state = settings.keep_inner_state
         inner = self.inner.train(rows, on_step=on_step, budget_s=budget_s)
-        packet = self.local_packet(settings.wire_format)
-        return LocalWork(base_hash, self.state.pseudo_gradient(self.model), inner, packet)
+        origin = self.state.base if start is None else start
+        flat_local = self.state.layout.flatten(dict(self.model.named_parameters()))
+        packet = encode(origin, flat_local, settings.wire_format)
+        return LocalWork(base_hash, origin - flat_local, inner, packet)
 
     def local_packet(self, fmt: str) -> Packet:
         """``base - local`` in the wire format, subtraction and quantization fused (the codec's
         kernel): what goes into the all-reduce and what the commitment holds."""
         flat_local = self.state.layout.flatten(dict(self.model.named_parameters()))
         return encode(self.state.base, flat_local, fmt)
+
+    @torch.no_grad()
+    def load_flat(self, flat: Tensor) -> None:
+        """Copy a flat fp32 vector (FlatLayout order) into the model's parameters."""
+        views = self.state.layout.unflatten(flat)
+        for name, param in self.model.named_parameters():
+            param.copy_(views[name])
 
     def sync_pseudo_gradient(
         self, local: LocalWork, averager: Averager, settings: RoundSettings

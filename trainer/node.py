@@ -33,6 +33,7 @@ from trainer.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.inner import StepInfo
 from trainer.membership import DivergedError, Members, MembershipConfig, Rendezvous, RoundGroup
 from trainer.model import GPT, GPTConfig, evaluate
+from trainer.overlap import Overlap
 from trainer.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manifest
 from trainer.recovery import Recovery
 from trainer.runconfig import ConfigSource, RunConfig
@@ -63,6 +64,9 @@ class NodeSettings:
     leave_after_round: int | None = None
     eval_rows: int = 64
     max_collective_retries: int = 2
+    overlap: bool = False
+    """One-round delayed outer step (trainer.overlap): round r's all-reduce runs in the background
+    during round r+1's compute; round r's attestation follows at the end of round r+1."""
 
 
 @dataclass
@@ -163,6 +167,7 @@ class NodeRunner:
         self._last_members: tuple[str, ...] = ()
         self._group: RoundGroup | None = None
         self.groups_formed = 0
+        self.overlap = Overlap(self) if settings.overlap else None
         self.eval_rows = (
             self.corpus.eval_rows(settings.model.seq_len, settings.eval_rows, seed=7)
             if settings.eval_rows
@@ -199,7 +204,9 @@ class NodeRunner:
             if self.address not in members.addresses:
                 raise _SitOut(r)
 
-    def train_local(self, r: int, config: RunConfig) -> tuple[ShardSpec, LocalWork]:
+    def train_local(
+        self, r: int, config: RunConfig, start: torch.Tensor | None = None
+    ) -> tuple[ShardSpec, LocalWork]:
         assert self.diloco is not None
         inner = config.settings.inner
         spec = ShardSpec.for_node(self.s.run_id, r, self.address,
@@ -208,7 +215,8 @@ class NodeRunner:
         rows = self.strategy.rows(self, r, spec, rows)
         hook = self.on_step
         on_step = None if hook is None else (lambda info: hook(r, info))
-        local = self.diloco.train_local(rows, self.strategy.settings(r, config.settings), on_step)
+        settings = self.strategy.settings(r, config.settings)
+        local = self.diloco.train_local(rows, settings, on_step, start=start)
         return spec, self.strategy.local_work(self, r, rows, local)
 
     def synchronize(
@@ -373,6 +381,19 @@ class NodeRunner:
         finally:
             if not kept:
                 group.close()
+        return self.report(r, group, local, spec, config, outcome=outcome)
+
+    def report(
+        self,
+        r: int,
+        group: RoundGroup,
+        local: LocalWork,
+        spec: ShardSpec,
+        config: RunConfig,
+        *,
+        outcome: RoundOutcome,
+    ) -> RoundReport:
+        """Evaluate the model (holding round r's result), sign and publish the attestation."""
         eval_loss = evaluate(self.model, self.eval_rows) if self.eval_rows is not None else None
         work = WorkRecord(
             round=r,
@@ -401,6 +422,12 @@ class NodeRunner:
         finally:
             self.heartbeat.stop()
 
+    def _reported(self, report: RoundReport | None, reports: list[RoundReport]) -> None:
+        if report is not None:
+            reports.append(report)
+            if self.on_round is not None:
+                self.on_round(report)
+
     def _run(self) -> list[RoundReport]:
         reports: list[RoundReport] = []
         try:
@@ -408,12 +435,11 @@ class NodeRunner:
             last = self._last_round()
             while last is None or r <= last:
                 self.round_now = r
-                report = self.run_round(r)
-                if report is not None:
-                    reports.append(report)
-                    if self.on_round is not None:
-                        self.on_round(report)
+                report = self.run_round(r) if self.overlap is None else self.overlap.run_round(r)
+                self._reported(report, reports)
                 r += 1
+            if self.overlap is not None:  # the last round's average lands before leaving
+                self._reported(self.overlap.drain(), reports)
         finally:
             self.server.close()
         self.drop_group()

@@ -52,6 +52,7 @@ class Plan:
     chunk_bytes: int = 1 << 20  # checkpoint chunk size peer to peer
     stall_in_round: int | None = None  # SIGSTOP itself mid-round (the test sends SIGCONT)
     heartbeat_timeout_s: float = 5.0
+    overlap: bool = False  # NodeSettings.overlap: the one-round delayed outer step
 
 
 def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
@@ -112,6 +113,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         max_rounds=plan.rounds,
         leave_after_round=plan.leave_after,
         eval_rows=16,
+        overlap=plan.overlap,
     )
     recovery = Recovery(RUN_ID, model, 0, chain=chain, peer_timeout_s=60.0)
     runner = NodeRunner(settings, Attester(key, domain, RUN_ID, None), source, recovery=recovery)

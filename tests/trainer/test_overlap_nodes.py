@@ -1,0 +1,82 @@
+"""NodeRunner's overlap option (one-round delayed outer step) over real gloo processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+
+from protocol.devnet import free_port
+from tests.trainer.nodes import Plan, collect, start_nodes
+from tests.trainer.test_nodes_distributed import _assert_agree, _by_round
+
+pytestmark = [pytest.mark.distributed]
+
+
+@pytest.fixture
+def second_store() -> Iterator[int]:
+    """Another coordinator store, for a second run in the same test."""
+    port = free_port()
+    store = dist.TCPStore(  # type: ignore[attr-defined]
+        "127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
+    )
+    yield port
+    del store
+
+
+def _run(plans: list[Plan], port: int, corpus_dir: Path) -> dict[int, dict[int, dict[str, Any]]]:
+    out = collect(*start_nodes(plans, port, corpus_dir))
+    assert out["exit_codes"] == [0] * len(plans)
+    return _by_round(out["results"])
+
+
+def test_the_delayed_step_lands_round_r_during_round_r_plus_1_with_the_plain_bits(
+    corpus_dir: Path, store_port: int, second_store: int
+) -> None:
+    """Round 1's average lands one round late but on the same base: the plain run's bits. Later
+    rounds start from the newest base minus the node's own progress in flight, so they differ
+    from the plain run, yet every member holds the same weights and each round's attested base
+    is the previous round's attested result (what the ledger's replay checks)."""
+    common = {"rounds": 3, "min_nodes": 2, "config": {"wire_format": "int8"}}
+    plain = _run([Plan(key=k, **common) for k in range(2)], store_port, corpus_dir)  # type: ignore[arg-type]
+    delayed = _run(
+        [Plan(key=k, overlap=True, **common) for k in range(2)],  # type: ignore[arg-type]
+        second_store,
+        corpus_dir,
+    )
+    assert sorted(delayed) == [1, 2, 3]  # the last round landed before the nodes left
+    assert all(len(recs) == 2 for recs in delayed.values())
+    _assert_agree(delayed)
+    _assert_agree(plain)
+
+    def result(rounds: dict[int, dict[int, dict[str, Any]]], r: int) -> str:
+        return str(rounds[r][0]["result_checkpoint"])
+
+    assert result(delayed, 1) == result(plain, 1)
+    assert result(delayed, 2) != result(plain, 2)
+    assert result(delayed, 3) != result(plain, 3)
+    # the same pseudo-gradient commitments in round 1, other ones from round 2 on
+    assert delayed[1][0]["pseudo_gradient"] == plain[1][0]["pseudo_gradient"]
+    assert delayed[2][0]["pseudo_gradient"] != plain[2][0]["pseudo_gradient"]
+    assert {rec["groups_formed"] for rec in delayed[3].values()} == {1}
+
+
+def test_a_joiner_gets_the_landed_checkpoint_when_membership_changes(
+    corpus_dir: Path, store_port: int
+) -> None:
+    """A member list that changes lands the round in flight first: its checkpoint is what the
+    joiner fetches, and all three train on from the same weights."""
+    plans = [
+        Plan(key=0, rounds=4, min_nodes=2, join_window_s=2.0, overlap=True),
+        Plan(key=1, rounds=4, min_nodes=2, join_window_s=2.0, overlap=True),
+        Plan(key=2, rounds=4, join_after_round=1, join_window_s=2.0, overlap=True),
+    ]
+    rounds = _run(plans, store_port, corpus_dir)
+    assert sorted(rounds) == [1, 2, 3, 4]
+    assert set(rounds[1]) == {0, 1}
+    assert 2 in rounds[4], "the joining node trained the last round"
+    _assert_agree(rounds)  # the joiner started from exactly the members' weights
