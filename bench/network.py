@@ -99,7 +99,9 @@ def wire_model(node: dict[str, Any], world: int) -> float:
     """Bytes per round a node should send by the formula: the all-reduce's payload, the hash
     check, the commitment upload, each framed in 1448-byte TCP segments, plus the ACKs for what
     it receives (one 66-byte frame per two segments)."""
-    sent = statistics.mean(r["allreduce_bytes_sent"] for r in node["rounds"])
+    rounds = node["rounds"]  # (with --overlap round r's bytes are in round r+1's record)
+    sent = (sum(r["allreduce_bytes_sent"] for r in rounds) + node.get("allreduce_bytes_after_loop",
+            0)) / len(rounds)  # fmt: skip
     payload = sent + 32 * (world - 1) + node["commitment_blob_bytes"] + HTTP_OVERHEAD
     framed = payload + math.ceil(payload / MSS) * FRAME_OVERHEAD
     acks = math.ceil(sent / (2 * MSS)) * FRAME_OVERHEAD

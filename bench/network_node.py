@@ -250,8 +250,9 @@ def main() -> None:
         log.info("round %d: %d steps, compute %.1fs, wall %.1fs", r, inner.steps, compute_s,
                  t_end - t_prev)  # fmt: skip
         t_prev = t_end
+    last_sent = 0  # --overlap: the last round's all-reduce lands after the loop
     if args.overlap:
-        finish_pending()  # the last round's average
+        last_sent = finish_pending()[1]  # the last round's average
         diloco.sync_inner_model()
     eval_loss = None
     if args.eval_rows:
@@ -264,6 +265,7 @@ def main() -> None:
     Path(args.out).write_text(json.dumps({
         "index": args.index, "rounds": records, "tx": tx1 - tx0, "rx": rx1 - rx0,
         "numel": diloco.state.base.numel(), "packet_bytes": packet.nbytes,
+        "allreduce_bytes_after_loop": last_sent,
         "commitment_blob_bytes": upload_bytes // args.rounds, "groups_formed": groups_formed,
         "params": model.num_params(), "eval_loss": eval_loss, "final": diloco.base_hash().hex(),
     }))  # fmt: skip
