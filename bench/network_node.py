@@ -178,6 +178,9 @@ def main() -> None:
     for r in range(1, args.rounds + 1):
         t_round = time.perf_counter()
         members = rdv.join(r)
+        for th in uploads:  # last round's commitment upload, during this round's compute
+            if th.ident is None:
+                th.start()
         if members.addresses != members_seen:  # rebuilt only when membership changes
             if group is not None:
                 group.close()
@@ -226,9 +229,9 @@ def main() -> None:
         blob = commitment.blob(packet)
         upload_bytes += len(blob)
         digest = commitment.commitment_hash(packet)
-        th = threading.Thread(target=ledger.put_blob, args=(digest, blob), daemon=True)
-        th.start()
-        uploads.append(th)
+        # started after the next round's join: on the same uplink it would queue the join's
+        # small messages behind 10.9 MB (measured: join 0.2 s a round against 0.07 s)
+        uploads.append(threading.Thread(target=ledger.put_blob, args=(digest, blob), daemon=True))
         t_end = time.perf_counter()
         records.append({
             "round": r, "members": len(members.addresses), "steps": inner.steps,
@@ -258,6 +261,8 @@ def main() -> None:
     if args.eval_rows:
         eval_loss = evaluate(model, corpus.eval_rows(cfg.seq_len, args.eval_rows, seed=1234))
     for th in uploads:
+        if th.ident is None:
+            th.start()
         th.join()
     # the last round's group stays up until every member is done (a barrier), then leaves
     rdv.announce_leave(args.rounds + 1)
