@@ -82,7 +82,9 @@ class DiLoCo:
         self.inner: InnerTrainer | None = None
 
     def base_hash(self) -> bytes:
-        return bytes(hash_state_dict(self.state.weights()))
+        """The canonical hash of the base weights, streamed from views of the flat buffer
+        (``state.weights()`` would copy all of them first)."""
+        return bytes(hash_state_dict(self.state.layout.unflatten(self.state.base)))
 
     def train_local(
         self,
