@@ -1,15 +1,17 @@
-"""Red team: every cheating strategy of tests/redteam against anvil, the ledger and 4 honest nodes.
+"""Red team: every cheating strategy of tests/redteam as a real node, against anvil, the ledger and
+4 honest nodes (each node its own process running trainer.node.NodeRunner).
 
-Round 1 is a warm-up (honest nodes, plus the cheaters that need an earlier round of their own);
-then each strategy gets a round with a fresh cheating node (``--quick`` and the full run both try
-every strategy; the full run adds honest rounds between them). A strategy is *caught* when its
+Round 1 is honest; then each strategy gets a round, played by one of 3 cheating nodes (honest in
+every other round; the sybil pair uses two of them); ``--quick`` and the full run both try every
+strategy, the full run adds an honest round between attacks. A strategy is *caught* when its
 cheater earned at most 1% of an honest node's reward in the rounds it touched, every honest node
 of those rounds was paid, and each round was committed with the ledger's own checkpoint.
 
 Prints one JSON object as its last line: strategies, caught, per_strategy {name: {caught,
 round_caught, earnings_ratio, why}}, honest_penalised, honest_node_rounds,
-max_cheater_earnings_ratio, audit_cpu_ratio (replay CPU seconds over the nodes' training CPU
-seconds, auditing ``--audit-fraction`` of node-rounds plus every suspicious one), load_average_1m.
+max_cheater_earnings_ratio, audit_cpu_ratio (the ledger's replay CPU seconds over the nodes'
+training CPU seconds, auditing ``--audit-fraction`` of node-rounds plus every suspicious one),
+load_average_1m.
 """
 
 from __future__ import annotations
@@ -18,126 +20,35 @@ import argparse
 import json
 import logging
 import os
+import shutil
+import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from protocol.deploy import deploy
 from protocol.devnet import AnvilProcess
-from tests.redteam.network import NetConfig, Network
-from tests.redteam.node import Node
-from tests.redteam.strategies import ALL, JumpAhead, SybilShared
-from trainer.strategy import Strategy
+from tests.redteam.cheats import NAMES
+from tests.redteam.network import NetConfig
+from tests.redteam.realnet import RealNet, run
 
 log = logging.getLogger("bench.redteam")
-HONEST = 4
-
-
-def run(net: Network, *, extra_honest_rounds: int, only: list[str] | None = None) -> dict[str, Any]:
-    honest = [net.add_node(label=f"honest{i}") for i in range(HONEST)]
-    plans: list[tuple[Strategy, list[Node]]] = []
-    for cls in ALL:
-        if only and cls.name not in only:
-            continue
-        strategy = cls()
-        cheater = net.add_node(strategy, label=strategy.name)
-        crew = [cheater]
-        if isinstance(strategy, SybilShared):
-            primary = net.add_node(label="sybil_primary")
-            strategy.primary = primary.address
-            crew = [primary, cheater]
-        plans.append((strategy, crew))
-    warm = [c for s, crew in plans if getattr(s, "warmup", False) for c in crew]
-    r = 1
-    real = {c.address: c.strategy for c in warm}
-    for c in warm:  # an honest first round: something of its own to resend later
-        c.strategy = Strategy()
-    net.play_round(r, honest + warm)
-    for c in warm:
-        c.strategy = real[c.address]
-    touched: dict[str, list[int]] = {}
-    for strategy, crew in plans:
-        r += 1
-        net.play_round(r, honest + crew)
-        touched[strategy.name] = [r]
-        if isinstance(strategy, JumpAhead):  # it attested r + 1: judged there
-            r += 1
-            net.play_round(r, honest)
-            touched[strategy.name].append(r)
-        for _ in range(extra_honest_rounds):
-            r += 1
-            net.play_round(r, honest)
-    honest_addr = {n.address for n in honest}
-    penalties: list[dict[str, Any]] = []
-    honest_rounds = 0
-    for rl in net.logs.values():
-        for node in honest:
-            s = rl.scores.get(node.address)
-            honest_rounds += 1
-            if s is None or not s["verified"] or int(s["reward"]) == 0:
-                why = (s or {}).get("reason") or ",".join(rl.posts.get(node.address, ["no post"]))
-                joined = node.joins.get(rl.round)
-                penalties.append(
-                    {"node": node.label, "round": rl.round, "join": joined, "why": why[:400]}
-                )
-                log.warning("honest %s penalised in round %d: %s", node.label, rl.round, s)
-    per: dict[str, Any] = {}
-    for strategy, crew in plans:
-        cheater = crew[-1]
-        rounds = touched[strategy.name]
-        earned = sum(
-            int(net.logs[x].scores.get(cheater.address, {}).get("reward") or 0) for x in rounds
-        )
-        honest_mean = sum(
-            int(net.logs[x].scores[a]["reward"])
-            for x in rounds
-            for a in honest_addr
-            if a in net.logs[x].scores
-        ) / (HONEST * len(rounds))
-        ratio = earned / honest_mean if honest_mean else float("inf")
-        committed = all(net.logs[x].state == "committed" for x in rounds)
-        honest_paid = all(
-            net.logs[x].scores.get(a, {}).get("verified") for x in rounds for a in honest_addr
-        )
-        why = [
-            (net.logs[x].scores.get(cheater.address) or {}).get("reason")
-            or ",".join(net.logs[x].posts.get(cheater.address, ["did not post"]))
-            for x in rounds
-        ]
-        caught = ratio <= 0.01 and committed and honest_paid
-        per[strategy.name] = {
-            "caught": caught,
-            "round_caught": rounds[-1] if caught else None,
-            "earnings_ratio": round(ratio, 6),
-            "why": why[-1][:300] if why else "",
-        }
-    train_cpu = sum(n.train_cpu_s for n in net.nodes)
-    return {
-        "strategies": len(per),
-        "caught": sum(1 for v in per.values() if v["caught"]),
-        "per_strategy": per,
-        "honest_penalised": len(penalties),
-        "honest_penalties": penalties,
-        "honest_node_rounds": honest_rounds,
-        "rounds": r,
-        "max_cheater_earnings_ratio": max((v["earnings_ratio"] for v in per.values()), default=0),
-        "audit_cpu_ratio": round(net.ledger.keeper.audit_cpu_s / max(train_cpu, 1e-9), 4),
-        "audit_cpu_s": round(net.ledger.keeper.audit_cpu_s, 2),
-        "train_cpu_s": round(train_cpu, 2),
-    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer honest rounds between")
+    parser.add_argument("--quick", action="store_true", help="no honest rounds between attacks")
     parser.add_argument("--audit-fraction", type=float, default=0.1)
     parser.add_argument("--only", nargs="*", help="strategy names (default: all)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (node logs)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(1)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop anvil and the nodes too
+    names = [n for n in NAMES if not args.only or n in args.only]
     work = Path(tempfile.mkdtemp(prefix="bench-redteam-"))
     anvil = AnvilProcess.start(work / "anvil")
     start = time.monotonic()
@@ -146,12 +57,13 @@ def main() -> None:
         dep = deploy(
             anvil.rpc_url, anvil.accounts[0][1], committer=anvil.accounts[1][0], out_path=dep_path
         )
-        cfg = NetConfig(audit_fraction=args.audit_fraction)
-        net = Network(anvil, dep, dep_path, work, cfg)
+        net = RealNet(anvil, dep, dep_path, work, NetConfig(audit_fraction=args.audit_fraction))
         with net.running():
-            out = run(net, extra_honest_rounds=2 if args.quick else 3, only=args.only)
+            out = run(net, names, honest_between=0 if args.quick else 1)
     finally:
         anvil.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
     out["wall_s"] = round(time.monotonic() - start, 1)
     out["load_average_1m"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))

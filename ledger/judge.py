@@ -374,7 +374,16 @@ def _copies(entries: list[Entry], ctx: Context, session: Session, rnd: RoundStat
         by_round.setdefault(r, []).append(old)
     prev = by_round.get(rnd.round - 1)
     if prev:
-        earlier.append((f"the mean of round {rnd.round - 1}", torch.stack(prev).mean(0)))
+        mean = torch.stack(prev).mean(0)
+        earlier.append((f"the mean of round {rnd.round - 1}", mean))
+        # the mean of a *subset* of last round's updates (a cheater leaves its own out) keeps
+        # little residual in common with the full mean, but its raw direction is the same:
+        # measured on the red team's real nodes, honest updates reach raw cosine 0.75 with the
+        # previous mean, that copy 0.99. Suspicious only: the replay decides.
+        for e in live:
+            c = cosine(flat[e.id], mean) if flat[e.id].numel() == mean.numel() else 0.0
+            if c >= threshold:
+                e.suspicious.append(f"raw cosine {c:.3f} with the mean of round {rnd.round - 1}")
     for e in live:
         if not e.ok:
             continue
@@ -419,6 +428,8 @@ def _usefulness(entries: list[Entry], ctx: Context) -> None:
             continue
         score = measured.score if measured.score == measured.score else 0.0
         e.quality, e.reason = min(max(score, 0.0), 1.0), measured.reason
+        if not measured.on_shard and _can_audit(ctx):  # trained elsewhere? the replay tells
+            e.suspicious.append("its own shard improved less than random rows")
         if e.quality > 0:
             continue
         if _can_audit(ctx):  # honest steps can raise the loss on a noisy round: the replay

@@ -336,6 +336,7 @@ class NodeRunner:
 
     def run_round(self, r: int) -> RoundReport | None:
         if not self.strategy.takes_part(self, r):
+            self.rdv.announce_leave(r)  # the members do not wait for it
             self.strategy.off_round(self, r)
             self.drop_group()
             return None

@@ -124,6 +124,35 @@ def start_chain(
     return anvil, deployment, path
 
 
+def grant_slasher(anvil: AnvilProcess, deployment: Deployment) -> str:
+    """A fresh key for the ledger's slash proposals, granted StakeManager's SLASHER_ROLE by the
+    Timelock (what an executed governance vote does; on the devnet the Timelock is impersonated
+    to keep the demo short) and funded for gas. Returns the private key (0x hex)."""
+    import os
+
+    from eth_account import Account
+
+    from protocol.deployment import abi
+
+    key = "0x" + os.urandom(32).hex()
+    slasher = Account.from_key(key).address
+    timelock = deployment.address("TimelockController")
+    anvil.call("anvil_setBalance", [slasher, hex(10**19)])
+    anvil.call("anvil_impersonateAccount", [timelock])
+    try:
+        anvil.call("anvil_setBalance", [timelock, hex(10**19)])
+        sm = anvil.w3.eth.contract(  # type: ignore[call-overload]
+            address=deployment.address("StakeManager"), abi=abi("StakeManager")
+        )
+        role = sm.functions.SLASHER_ROLE().call()
+        tx = sm.functions.grantRole(role, slasher).transact({"from": timelock})
+        if anvil.w3.eth.wait_for_transaction_receipt(tx)["status"] != 1:
+            raise ConfigError("granting SLASHER_ROLE to the ledger's slasher key reverted")
+    finally:
+        anvil.call("anvil_stopImpersonatingAccount", [timelock])
+    return key
+
+
 def start_ledger(
     procs: ProcessManager,
     workdir: Path,
@@ -132,6 +161,7 @@ def start_ledger(
     *,
     round_deadline_s: float,
     shell: Shell | None = None,
+    slasher_key: str | None = None,
 ) -> tuple[str, Child]:
     """`coloco ledger serve` on SQLite with the committer key (its settings in COLOCO_LEDGER_*
     variables, as an operator's service file would set them); wait for /v1/health."""
@@ -153,7 +183,12 @@ def start_ledger(
         # short that nodes started together miss round 1: 0.2 s refused two of three nodes'
         # first joins (started 0.3 s apart on a loaded machine) and split the run for 60 s
         "COLOCO_LEDGER_JOIN_WINDOW_S": "2.0",
+        # level 3: 10% of node-rounds (and every suspicious one) replayed; a failed replay is a
+        # fraud record and, with the slasher key, a slash proposal
+        "COLOCO_LEDGER_AUDIT_FRACTION": "0.1",
     }
+    if slasher_key is not None:
+        env["COLOCO_LEDGER_SLASHER_PRIVATE_KEY"] = slasher_key
     from coloco_cli.demo.shell import Shell
 
     shell = shell or Shell(log.debug, workdir / "logs" / "commands.log")

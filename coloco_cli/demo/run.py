@@ -20,7 +20,7 @@ from rich.markup import escape
 from coloco_cli.demo.actors import Actor, make_actors, register_and_stake
 from coloco_cli.demo.capital import Capital, fund_and_submit, scoped_env, settle
 from coloco_cli.demo.gov import GovOutcome, claim_all, govern
-from coloco_cli.demo.net import ADMIN_TOKEN, DemoNet, start_chain, start_ledger
+from coloco_cli.demo.net import ADMIN_TOKEN, DemoNet, grant_slasher, start_chain, start_ledger
 from coloco_cli.demo.plan import DemoPlan
 from coloco_cli.demo.shell import Secret, Shell
 from coloco_cli.demo.train import (
@@ -101,8 +101,9 @@ class DemoRun:
         self.step(f"starting the ledger (SQLite) and the rendezvous; chain {anvil.rpc_url}")
         self.rendezvous, rdv = start_rendezvous(self.procs, self.shell, self.workdir)
         url, ledger = start_ledger(
-            self.procs, self.workdir, anvil, dep_path, round_deadline_s=90, shell=self.shell
-        )
+            self.procs, self.workdir, anvil, dep_path, round_deadline_s=90, shell=self.shell,
+            slasher_key=grant_slasher(anvil, deployment),
+        )  # fmt: skip
         self.net = DemoNet(self.workdir, anvil, deployment, dep_path, url, ledger)
         self.shell.export(
             COLOCO_RPC_URL=anvil.rpc_url, COLOCO_DEPLOYMENT=str(dep_path), COLOCO_LEDGER_URL=url

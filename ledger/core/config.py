@@ -106,7 +106,7 @@ class Settings(BaseSettings):
     magnitude_floor: float = Field(default=0.25, gt=0, description="x median honest norm")
     magnitude_ceiling: float = Field(default=4.0, gt=1, description="x median honest norm")
     audit_fraction: float = Field(
-        default=0.0, ge=0, le=1, description="share of verified node-rounds replayed"
+        default=0.1, ge=0, le=1, description="share of verified node-rounds replayed"
     )
     audit_probation_rounds: int = Field(
         default=1, ge=0, description="a node's first verified rounds are always replayed"

@@ -1,21 +1,44 @@
-"""Cheating nodes in a real network (anvil, the ledger, honest nodes): each strategy earns nothing
-and no honest node is penalised. A quick subset always runs; all 21 strategies are slow (and are
-what ``python -m bench.redteam`` measures)."""
+"""Cheating nodes in a real network: every node its own process running trainer.node.NodeRunner
+(real gloo all-reduces, signed joins and attestations) against anvil and the ledger served over
+HTTP. Each strategy earns nothing, no honest node is penalised, and the cheater's receipts say
+which check refused it and why. A quick subset always runs; all 21 strategies are what ``python
+-m bench.redteam`` measures (slow here). The in-process network (tests/redteam/network.py) stays
+for the usefulness/audit interplay and the slash path."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from bench.redteam import run
-from tests.redteam.network import Network
-from tests.redteam.strategies import ALL
+from protocol.deployment import Deployment
+from protocol.devnet import AnvilProcess
+from tests.redteam.cheats import NAMES
+from tests.redteam.network import NetConfig, Network
+from tests.redteam.realnet import RealNet, run
+from tests.redteam.sim import run as run_sim
 
 pytestmark = [pytest.mark.anvil]
 
-QUICK = ["checkpoint_hijack", "round_takeover", "equivocation", "copy_exact", "inflated_tokens"]
+# one of each kind: through the all-reduce (a copy), a dishonest attestation (a hijacked
+# checkpoint, equivocation), outside the collective (a takeover without a join)
+QUICK = ["copy_exact", "checkpoint_hijack", "round_takeover", "equivocation"]
 
 
-def _check(out: dict, names: list[str]) -> None:
+@pytest.fixture
+def real_net(chain: AnvilProcess, deployment: Deployment, tmp_path: Path) -> Iterator[RealNet]:
+    dep_path = tmp_path / "deployment.json"
+    deployment.save(dep_path)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    net = RealNet(chain, deployment, dep_path, tmp_path, NetConfig(audit_fraction=0.1))
+    with net.running():
+        yield net
+
+
+def _check(out: dict[str, Any], names: list[str]) -> None:
     assert out["strategies"] == len(names), out
     assert out["honest_penalised"] == 0, out
     for name in names:
@@ -24,45 +47,38 @@ def _check(out: dict, names: list[str]) -> None:
         assert got["earnings_ratio"] <= 0.01, (name, got)
 
 
-# Was flaky (2 runs in 21): an honest node whose 8 AdamW steps happened to raise the loss on its own
-# rows was rejected as `usefulness` (own-shard loss 3.1155 -> 3.1560), failing its round's strategy
-# too. Usefulness <= 0 now sends the update to the replay audit, which pays honest work at the
-# floor (test_honest_work_that_raises_the_loss_is_replayed_and_paid).
-def test_quick_subset_is_caught_and_honest_nodes_are_paid(network: Network) -> None:
-    out = run(network, extra_honest_rounds=0, only=QUICK)
+def test_real_cheating_nodes_earn_nothing_and_their_receipts_say_why(real_net: RealNet) -> None:
+    out = run(real_net, QUICK, timeout=600)
     _check(out, QUICK)
-    # the evidence is public: the audit's fraud record names the copier, with the replay inputs
-    frauds = network.client.get("/v1/frauds").json()
-    copier = next(n for n in network.nodes if n.strategy.name == "copy_exact")
-    (record,) = [f for f in frauds if f["node"] == copier.address]
-    assert record["evidence"]["replay_inputs"]["node"] == copier.address
-    assert record["evidence"]["relative_error"] > network.ledger.settings.audit_tolerance
-    receipts = network.client.get(f"/v1/rewards/{copier.key.payout}").json()["receipts"]
-    assert receipts and all(r["reward"] == "0" for r in receipts)
-    assert "[audit_failed]" in receipts[-1]["reason"]
-    # `coloco audit`, an independent process's logic, replays every paid pair: honest ones match
-    from coloco_cli.audit import audit_rounds
-
-    cfg = network.cfg
-    verdicts = audit_rounds(
-        network.client,
-        network.run_id,
-        fraction=1.0,
-        model="tiny",
-        inner_lr=cfg.inner_lr_e6 / 1e6,
-        mixture=(10_000,),
-        tolerance=1e-3,
-    )
-    assert len(verdicts) >= 4 * len(network.logs)
-    assert all(v["verdict"] == "pass" for v in verdicts), verdicts
-    assert max(v["relative_error"] for v in verdicts) <= 1e-3
+    assert out["honest_node_rounds"] == 4 * out["rounds"]
+    per = out["per_strategy"]
+    assert per["copy_exact"]["why"].startswith("[copy]"), per
+    assert per["checkpoint_hijack"]["why"].startswith("[result_mismatch]"), per
+    assert per["equivocation"]["why"].startswith("[equivocation]"), per
+    assert "not_a_member" in per["round_takeover"]["why"], per  # refused at intake
+    # the copier's receipts (GET /v1/rewards/{payout}): the attack round pays 0, with the check
+    # that refused it and its evidence (whose update it repeats), and its honest rounds are paid
+    copier = out["attackers"]["copy_exact"]
+    (attack,) = copier["rounds"]
+    receipts = real_net.http.get(f"/v1/rewards/{copier['payout']}").json()["receipts"]
+    by_round = {int(r["round"]): r for r in receipts}
+    assert by_round[attack]["reward"] == "0", by_round[attack]
+    assert by_round[attack]["reason"].startswith("[copy] pseudo-gradient repeats node 0x")
+    assert "residual cosine" in by_round[attack]["reason"]
+    attacks = {x for a in out["attackers"].values() if a["address"] == copier["address"]
+               for x in a["rounds"]}  # fmt: skip
+    assert all(int(r["reward"]) > 0 for n, r in by_round.items() if n not in attacks), by_round
+    # the round view tells the same (per round receipts)
+    view = real_net.http.get(f"/v1/runs/{real_net.run_id}/rounds/{attack}").json()
+    (score,) = [s for s in view["scores"] if s["node"] == copier["address"]]
+    assert score["reward"] == "0" and score["reason"] == by_round[attack]["reason"]
 
 
 @pytest.mark.slow
-def test_all_strategies_are_caught(network: Network) -> None:
-    names = [cls.name for cls in ALL]
-    assert len(names) >= 21
-    _check(run(network, extra_honest_rounds=0), names)
+def test_all_strategies_against_real_nodes(real_net: RealNet) -> None:
+    out = run(real_net, NAMES, timeout=1500)
+    assert out["strategies"] == len(NAMES) >= 21
+    assert out["honest_penalised"] == 0, out["honest_penalties"]
 
 
 def test_honest_work_that_raises_the_loss_is_replayed_and_paid(
@@ -72,8 +88,8 @@ def test_honest_work_that_raises_the_loss_is_replayed_and_paid(
     usefulness floor) from noise (audit failed). Without this, every honest node-round here is
     rejected as ``usefulness``."""
     net = overshooting_network
-    out = run(net, extra_honest_rounds=0, only=["gaussian_noise"])
-    _check(out, ["gaussian_noise"])
+    out = run_sim(net, extra_honest_rounds=0, only=["gaussian_noise"])
+    assert out["caught"] == 1 and out["honest_penalised"] == 0, out
     honest = [n for n in net.nodes if n.strategy.name == "honest"]
     first = net.logs[1].scores  # from genesis every honest update raises its own-shard loss
     for node in honest:

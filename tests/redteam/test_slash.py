@@ -9,11 +9,11 @@ import json
 import pytest
 from sqlmodel import Session, select
 
-from bench.redteam import run
 from ledger.models import FraudRecord
 from protocol.deployment import abi
 from protocol.eip712 import keccak256
 from tests.redteam.network import Network
+from tests.redteam.sim import run
 
 pytestmark = [pytest.mark.anvil]
 
