@@ -133,7 +133,7 @@ def test_every_round_of_the_default_node_passes_the_replay_audit(
     assert len(scores) == ROUNDS
     for s in scores:
         assert s["verified"] and int(s["reward"]) > 0, s
-        assert "audited (sampled): replay matches" in s["reason"], s
+        assert "audited (" in s["reason"] and "replay matches" in s["reason"], s
 
 
 @pytest.mark.slow
