@@ -144,11 +144,11 @@ def main() -> None:
     start: torch.Tensor | None = None  # --overlap: where this node's next inner phase starts
     pending: dict[str, Any] = {}  # --overlap: the round in flight's all-reduce (thread, result)
 
-    def finish_pending() -> tuple[float, int]:
+    def finish_pending() -> tuple[float, int, bytes]:
         """--overlap: wait for the last round's average, apply it, check the hashes."""
         thread = pending.pop("thread", None)
         if thread is None:
-            return 0.0, 0
+            return 0.0, 0, diloco.base_hash()
         t = time.perf_counter()
         thread.join()
         if "error" in pending:
@@ -157,8 +157,9 @@ def main() -> None:
         waited = time.perf_counter() - t
         diloco.outer_step(mean, settings)
         assert group is not None
-        group.check_same(diloco.base_hash(), timedelta(seconds=300))
-        return waited, int(sent)
+        digest = diloco.base_hash()
+        group.check_same(digest, timedelta(seconds=300))
+        return waited, int(sent), digest
 
     def in_background(packet: Packet, weight: int) -> None:
         def run() -> None:
@@ -218,13 +219,12 @@ def main() -> None:
             group.check_same(result, timedelta(seconds=300))
         else:  # apply round r-1's average (its all-reduce ran during this round's compute)
             own = origin - flat_local
-            waited, sent = finish_pending()
-            t_outer = time.perf_counter()
+            t_ar = time.perf_counter()
+            waited, sent, result = finish_pending()
+            t_outer = t_ar + waited  # then the outer step, the hash and its check
+            t_check = time.perf_counter()  # then the next all-reduce starts, and the next start
             in_background(packet, inner.tokens)
             start = diloco.state.base - own
-            result = diloco.base_hash()
-            t_check = t_outer
-            t_ar = t_outer - waited
         t_blob = time.perf_counter()
         blob = commitment.blob(packet)
         upload_bytes += len(blob)
