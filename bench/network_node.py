@@ -150,6 +150,8 @@ def main() -> None:
         if thread is None:
             return 0.0, 0, diloco.base_hash()
         t = time.perf_counter()
+        if thread.ident is None:
+            thread.start()
         thread.join()
         if "error" in pending:
             raise RuntimeError(f"background all-reduce failed: {pending.pop('error')}")
@@ -169,8 +171,14 @@ def main() -> None:
             except Exception as exc:  # reported by finish_pending in the main thread
                 pending["error"] = exc
 
+        # started after the next round's join (start_pending): the join's small messages would
+        # otherwise queue behind 10.9 MB on the uplink (measured: join 0.23 s against 0.09 s)
         pending["thread"] = threading.Thread(target=run, daemon=True)
-        pending["thread"].start()
+
+    def start_pending() -> None:
+        thread = pending.get("thread")
+        if thread is not None and thread.ident is None:
+            thread.start()
 
     uploads: list[threading.Thread] = []
     upload_bytes = 0
@@ -179,6 +187,7 @@ def main() -> None:
     for r in range(1, args.rounds + 1):
         t_round = time.perf_counter()
         members = rdv.join(r)
+        start_pending()  # --overlap: last round's all-reduce, during this round's compute
         for th in uploads:  # last round's commitment upload, during this round's compute
             if th.ident is None:
                 th.start()

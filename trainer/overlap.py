@@ -4,11 +4,12 @@ Round r's all-reduce runs in a background thread while the node computes round r
 communication hides behind compute (streaming DiLoCo's idea, with the whole model as one
 fragment). Per round r, with ``B`` the newest outer state this node holds::
 
+    join round r, read its config; start round r-1's all-reduce (in the background)
     train round r from S_r                    # S_r = B - (this node's round r-1 progress)
     wait for round r-1's average (in flight)  # usually done: it ran during this compute
     B <- outer_step(B, mean_{r-1})            # the bit-exact step; hash check; checkpoint r-1
     attest round r-1                          # base: the checkpoint before, result: B
-    start round r's all-reduce in the background (the same packet, S_r - local)
+    queue round r's all-reduce (the same packet, S_r - local): it starts after round r+1's join
     S_{r+1} = B - (S_r - local)               # the newest base plus own unaveraged progress
 
 So round r's attestation names the committed checkpoint of round r-1 as its base and the
@@ -61,6 +62,10 @@ class InFlight:
     done: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> None:
+        """Start the all-reduce (once; at the next round's start, after its join and config
+        read, whose small messages would otherwise queue behind the packet on the uplink)."""
+        if self.thread is not None:
+            return
         settings = self.config.settings
         vector = self.local.packet if self.local.packet is not None else self.local.pseudo_gradient
 
@@ -78,8 +83,9 @@ class InFlight:
 
     def wait(self) -> tuple[Tensor, int] | None:
         """The mean and bytes sent, or None when the collective failed (logged)."""
-        if self.thread is not None:
-            self.thread.join()
+        self.start()
+        assert self.thread is not None
+        self.thread.join()
         if self.error is not None:
             log.warning("round %d: the background all-reduce failed: %s", self.round, self.error)
             return None
@@ -123,6 +129,8 @@ class Overlap:
         landed = None
         if self.inflight is not None and self.inflight.group.members.addresses != members.addresses:
             landed = self.drain()  # publishes round r-1's checkpoint: a joiner fetches it
+        elif self.inflight is not None:
+            self.inflight.start()  # round r-1's all-reduce, during this round's compute
         held = n.state_round if self.inflight is None else self.inflight.round
         if held != r - 1:  # a joiner fetches while the members train; groups form after
             n.adopt(n.recovery.from_peer(n.rdv, r - 1))
@@ -142,8 +150,7 @@ class Overlap:
             group = n._group or group  # re-formed with the survivors if a peer was lost
         assert n.diloco is not None
         n._group = group  # kept: round r's all-reduce runs in it
-        self.inflight = InFlight(r, group, local, spec, config)
-        self.inflight.start()
+        self.inflight = InFlight(r, group, local, spec, config)  # started at round r+1's start
         self.start = n.diloco.state.base - local.pseudo_gradient
         return landed
 
