@@ -8,9 +8,12 @@ AdamW over the union of those K batches (K*B rows per step), all-reducing gradie
 As in the DiLoCo paper, both continue from the same warm model (``--warm-start`` synchronous
 steps on other data, default 200, not counted in either run's tokens or bytes); from a cold
 genesis DiLoCo's first rounds are far behind (measured: loss ratio 1.12-1.21 at 8-16 rounds).
-Defaults (the best of those tried on the validation half): DiLoCo's inner AdamW lr 3e-3, outer
-Nesterov lr 0.9 (the paper's 0.7 trails here), momentum 0.9, H 50, K 4, B 8 rows of 64 bytes;
-each worker keeps its AdamW state across rounds.
+Defaults (the best of those tried on the validation half): DiLoCo's inner AdamW lr 3e-3, betas
+(0.7, 0.95) (trainer.inner.DEFAULT_BETAS, what every node runs), outer Nesterov lr 0.9 (the
+paper's 0.7 trails here), momentum 0.9, H 50, K 4, B 8 rows of 64 bytes. Each worker starts a
+fresh AdamW every round, as the node does (``RoundSettings.keep_inner_state`` False, so the
+ledger can replay a round); ``--keep-inner-state`` measures the paper's carried state instead.
+The baseline and the warm start keep the usual betas (0.9, 0.95).
 The workers are simulated in one process (the same math as the multi-process path, which
 tests/trainer/test_diloco_distributed.py runs over real gloo processes); the JSON says so.
 
@@ -37,13 +40,14 @@ import torch
 from bench import emit
 from trainer.comm import simulate_average, wire_bytes
 from trainer.data import Corpus, DataSource, ShardSpec
-from trainer.inner import InnerConfig, InnerTrainer
+from trainer.inner import DEFAULT_BETAS, InnerConfig, InnerTrainer
 from trainer.model import GPT, GPTConfig, evaluate
 from trainer.outer import OuterConfig, OuterState
 
 log = logging.getLogger("bench.diloco")
 RUN_ID = bytes.fromhex("c0" * 32)
 WARM_LR = 3e-3  # the warm start is the same whatever lrs the two runs then use
+WARM_BETAS = (0.9, 0.95)
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,14 @@ class Setup:
     seed: int = 0
     warmup: int = 0
     cosine: bool = False
-    fresh_adam: bool = False
+    keep_inner_state: bool = False  # False: a fresh AdamW every round, as the node runs
+    betas: tuple[float, float] = DEFAULT_BETAS
+    eps: float = 1e-8
+    min_lr_ratio: float = 0.1
     warm_start: int = 0
     sync_lr: float = 3e-3
+    sync_cosine: bool = False  # the baseline's lr decays over the whole run (cosine to 10 %)
+    sync_betas: tuple[float, float] = (0.9, 0.95)
 
 
 def run_id_of(seed: int) -> bytes:
@@ -98,7 +107,8 @@ def start_model(corpus: Corpus, s: Setup) -> GPT:
             rows = corpus.random_rows(
                 s.model.seq_len, s.warm_start * s.batch * s.workers, seed=4242 + s.seed
             )
-            cfg = InnerConfig(steps=s.warm_start, lr=WARM_LR, batch_size=s.batch * s.workers)
+            cfg = InnerConfig(steps=s.warm_start, lr=WARM_LR, batch_size=s.batch * s.workers,
+                              betas=WARM_BETAS)  # fmt: skip
             InnerTrainer(model, cfg).train(rows)
         _WARM[key] = {n: t.detach().clone() for n, t in model.state_dict().items()}
     model = GPT(s.model, seed=s.seed)
@@ -117,7 +127,7 @@ def run_sync(corpus: Corpus, s: Setup, eval_rows: torch.Tensor) -> tuple[float, 
             rows.append(torch.cat([w[sl] for w in per_worker]))
     steps = s.inner_steps * s.rounds
     cfg = InnerConfig(steps=steps, lr=s.sync_lr, batch_size=s.batch * s.workers,
-                      warmup_steps=s.warmup, schedule_steps=steps if s.cosine else 0)  # fmt: skip
+                      betas=s.sync_betas, schedule_steps=steps if s.sync_cosine else 0)  # fmt: skip
     InnerTrainer(model, cfg).train(torch.cat(rows))
     n_params = model.num_params()
     sent = s.inner_steps * s.rounds * wire_bytes(n_params, "fp32", s.workers)
@@ -134,10 +144,14 @@ def run_diloco(
     that start. The last average is applied after the final round; eval is on the global base."""
     model = start_model(corpus, s)
     outer = OuterState.from_model(model)
-    cfg = InnerConfig(steps=s.inner_steps, lr=s.inner_lr, batch_size=s.batch, warmup_steps=s.warmup,
-                      schedule_steps=s.inner_steps * s.rounds if s.cosine else 0)  # fmt: skip
+    # The schedule spans one round when the state is fresh (it restarts with the round), the run
+    # when the AdamW state is kept.
+    span = s.inner_steps * (s.rounds if s.keep_inner_state else 1)
+    cfg = InnerConfig(steps=s.inner_steps, lr=s.inner_lr, batch_size=s.batch, betas=s.betas,
+                      eps=s.eps, warmup_steps=s.warmup, schedule_steps=span if s.cosine else 0,
+                      min_lr_ratio=s.min_lr_ratio)  # fmt: skip
     # One inner trainer (its own AdamW state) per worker, all driving the same model in turn.
-    trainers = [InnerTrainer(model, cfg, keep_state=not s.fresh_adam) for _ in range(s.workers)]
+    trainers = [InnerTrainer(model, cfg, keep_state=s.keep_inner_state) for _ in range(s.workers)]
     sent, curve = 0, []
     pending: torch.Tensor | None = None
     starts: list[torch.Tensor | None] = [None] * s.workers  # overlap: each worker's start point
@@ -362,9 +376,12 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="independent runs in parallel processes (default: 2 cores)")  # fmt: skip
     p.add_argument("--skip-other-corpus", action="store_true")
-    p.add_argument("--warmup", type=int, default=0, help="inner lr warmup steps (both runs)")
-    p.add_argument("--cosine", action="store_true", help="cosine inner lr decay (both runs)")
-    p.add_argument("--fresh-adam", action="store_true", help="new AdamW state every round")
+    p.add_argument("--warmup", type=int, default=0, help="DiLoCo inner lr warmup steps")
+    p.add_argument("--cosine", action="store_true", help="DiLoCo cosine inner lr decay")
+    p.add_argument("--betas", type=float, nargs=2, default=DEFAULT_BETAS,
+                   help="DiLoCo's inner AdamW betas (default: the node's)")  # fmt: skip
+    p.add_argument("--keep-inner-state", action="store_true",
+                   help="keep each AdamW state across rounds (nodes start fresh)")  # fmt: skip
     p.add_argument("--warm-start", type=int, default=200,
                    help="synchronous steps both runs start from (not counted)")  # fmt: skip
     args = p.parse_args()
@@ -382,7 +399,8 @@ def main() -> None:
         eval_rows=256,
         warmup=args.warmup,
         cosine=args.cosine,
-        fresh_adam=args.fresh_adam,
+        keep_inner_state=args.keep_inner_state,
+        betas=(args.betas[0], args.betas[1]),
         warm_start=args.warm_start,
     )
     t0 = time.perf_counter()
@@ -420,6 +438,9 @@ def main() -> None:
         "tokens": s.rounds * s.inner_steps * s.batch * s.workers * s.model.seq_len,
         "warm_start_steps": s.warm_start,
         "inner_lr": s.inner_lr,
+        "inner_betas": list(s.betas),
+        "inner_warmup_steps": s.warmup,
+        "keep_inner_state": s.keep_inner_state,
         "sync_lr": sync_lr,
         "sync_lr_validation_losses": grid,
         "outer_lr": s.outer.lr,

@@ -4,7 +4,13 @@ parallel (the benchmark's baseline) is this same trainer with a larger batch.
 The AdamW state lives as long as the trainer (as in DiLoCo: each worker keeps its inner optimizer
 across rounds); ``keep_state=False`` starts a fresh AdamW on every call instead, which makes one
 round a pure function of (base weights, shard rows, config) for replays. The learning rate can
-follow a warmup + cosine schedule over ``schedule_steps`` global steps (0: constant).
+follow a warmup + cosine schedule over ``schedule_steps`` steps (0: constant), counted across calls
+when the state is kept and from each call's first step when it is fresh (so a replay of one round
+sees the same learning rates).
+
+The default AdamW betas, (0.7, 0.95), are a protocol constant (not governed, the same on every node
+and in the ledger's replay): with a fresh AdamW every round, the paper's beta1 0.9 restarts a
+slow momentum each round and trails (validation loss, docs/trainer.md "Benchmark").
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from protocol.errors import ConfigError, TrainerError
 from trainer.model import GPT
 
 log = logging.getLogger(__name__)
+# beta1 for a fresh AdamW per round, chosen on bench.diloco's validation half (docs/trainer.md)
+DEFAULT_BETAS = (0.7, 0.95)
 
 
 @dataclass(frozen=True)
@@ -32,7 +40,8 @@ class InnerConfig:
     lr: float
     batch_size: int = 16
     weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.95)
+    betas: tuple[float, float] = DEFAULT_BETAS
+    eps: float = 1e-8
     grad_clip: float = 1.0
     warmup_steps: int = 0
     schedule_steps: int = 0
@@ -100,7 +109,11 @@ class InnerTrainer:
         if self._opt is None or not self.keep_state:
             cfg = self.cfg
             self._opt = torch.optim.AdamW(
-                self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+                self.model.parameters(),
+                lr=cfg.lr,
+                betas=cfg.betas,
+                eps=cfg.eps,
+                weight_decay=cfg.weight_decay,
             )
         return self._opt
 
@@ -127,6 +140,8 @@ class InnerTrainer:
                 f"rows need {needed}"
             )
         opt = self.optimizer()
+        if not self.keep_state:
+            self.global_step = 0  # fresh state: the schedule restarts with the round (replayable)
         self.model.train()
         result = InnerResult(steps=0, tokens=0)
         start = time.perf_counter()
