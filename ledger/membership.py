@@ -77,7 +77,9 @@ class Membership:
                 ).all()
             found = {node: _aware(at) for node, at in rows}
             with self._lock:
-                if fresh:
+                if fresh:  # a join recorded since the read above stays (joins are never undone;
+                    # two joins at once lost one here, and the round started without it)
+                    found = self._cache.get(key, {}) | found
                     self._cache[key] = found
                 else:
                     found = self._cache.setdefault(key, found)

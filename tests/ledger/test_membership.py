@@ -64,3 +64,18 @@ def test_joining_ahead_does_not_start_a_round(
     members = client.get(f"/v1/runs/{started_run}/rounds/2/members").json()
     assert members["members"] == sorted([a.address, b.address]) and members["starts_at"] is None
     assert members["started"] is False  # trainers wait for more joins while it is False
+
+
+def test_a_fresh_read_keeps_a_join_recorded_while_it_read(
+    client: TestClient, ledger: Ledger, started_run: str, nodes: list[NodeKey], domain: object
+) -> None:
+    """Two joins at once: one thread's fresh read of the joins (before b's commit) must not drop
+    b's join, recorded meanwhile, from the cache that GET members and the round's start read
+    (it did: the round started without b, whose join had been accepted)."""
+    a, b, _ = nodes
+    assert join(client, a, started_run, 1, domain).status_code == 202  # type: ignore[arg-type]
+    # b's thread recorded its join (cache) after this read of the database began (a only)
+    ledger.membership._cache[(started_run, 1)][b.address] = utcnow()
+    ledger.membership.joined(started_run, 1, fresh=True)
+    got = client.get(f"/v1/runs/{started_run}/rounds/1/members").json()["members"]
+    assert got == sorted([a.address, b.address])
