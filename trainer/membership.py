@@ -46,7 +46,8 @@ from protocol.errors import (
 from protocol.keys import NodeKey
 from trainer.comm import GroupAverager, SoloAverager
 from trainer.coordination.board import Board
-from trainer.coordination.heartbeat import wait_work
+from trainer.coordination.heartbeat import Liveness, wait_work
+from trainer.coordination.ledger_view import LedgerRound
 from trainer.coordination.registry import Registry
 from trainer.coordination.store import Endpoint, FailoverStore, endpoint_text, parse_endpoint
 
@@ -188,6 +189,13 @@ class Rendezvous:
         self.store.successors = self.successors
         self.store.on_failover.append(self._republish)
         self.board = Board(self.store, key, domain, run_id, registry)
+        self.ledger: Callable[[int], LedgerRound | None] | None = None
+        """The ledger's accepted joins of a round (:mod:`trainer.coordination.ledger_view`);
+        None: no ledger, membership is the rendezvous's own rule."""
+        self.liveness: Liveness | None = None
+        """Heartbeats read while waiting for expected members: a silent one is not waited for."""
+        self.timeouts: list[tuple[int, int, tuple[str, ...]]] = []
+        """(round, attempt, missing) of member lists this node opened at the rendezvous timeout."""
         self.last: Members | None = None
         self._joins: dict[tuple[int, int], dict[str, SignedMessage]] = {}
         self._published: dict[str, bytes] = {}
@@ -324,6 +332,7 @@ class Rendezvous:
         window = self.cfg.join_window_s if window_s is None else window_s
         timeout = self.cfg.rendezvous_timeout_s if timeout_s is None else timeout_s
         start = time.monotonic()
+        watched: dict[str, bool] = {}
         while True:
             members = self.opened(round, attempt)
             if members is not None:
@@ -336,18 +345,56 @@ class Rendezvous:
                             round)  # fmt: skip
                 self._post_join(round, attempt)
                 posted = time.monotonic()
+            # read after the joins: an honest node posts its join only once the ledger took its
+            # own, so every join read above is in this view already
+            ledger = self.ledger(round) if self.ledger is not None else None
+            if ledger is not None:  # only joins the ledger accepted make the member list
+                joins = {a: j for a, j in joins.items() if a in ledger.members}
+                if ledger.started and self.address not in ledger.members:
+                    log.warning("round %d: the ledger's members are final without this node; "
+                                "it trains from the next round", round)  # fmt: skip
+                    return Members(round, attempt, ())
             present = set(joins)
             expected = expect if expect is not None else self._expected(round, attempt)
+            final = ledger is not None and ledger.started and expect is None and attempt == 0
+            if ledger is not None and final:  # the ledger's members are fixed: exactly those
+                expected = set(ledger.members) - self._leaving(round, set(ledger.members))
+            elif ledger is not None and isinstance(expected, set):
+                expected = expected | ledger.members  # and those it took so far are coming
+            expected = self._alive(expected, present, watched)
             complete = (
-                len(present) >= expected if isinstance(expected, int) else expected <= present
-            )
-            if (complete and waited >= window and self.address in present) or waited >= timeout:
+                len(present) >= expected and (ledger is None or ledger.members <= present)
+                if isinstance(expected, int) else expected <= present
+            )  # fmt: skip
+            ready = complete and (final or waited >= window) and self.address in present
+            if ready or waited >= timeout:
                 if not complete:
-                    log.warning("round %d: opening without %s", round,
-                                sorted(expected - present) if isinstance(expected, set) else
-                                f"{expected - len(present)} more nodes")  # fmt: skip
+                    missing = (tuple(sorted(expected - present)) if isinstance(expected, set)
+                               else (f"{expected - len(present)} more nodes",))  # fmt: skip
+                    log.warning("round %d: opening at the timeout without %s", round, missing)
+                    self.timeouts.append((round, attempt, missing))
                 self._try_open(round, attempt, joins)
             time.sleep(_POLL_S)
+
+    def _alive(self, expected: set[str] | int, present: set[str], watched: dict[str, bool]
+               ) -> set[str] | int:  # fmt: skip
+        """``expected`` less the members whose heartbeat stopped (dead or stalled) while this
+        node waited for them: each gets the heartbeat timeout from when it is first awaited.
+        ``watched``: address -> whether it was found silent (logged once)."""
+        if self.liveness is None or self.liveness.timeout_s <= 0 or not isinstance(expected, set):
+            return expected
+        awaited = tuple(sorted(expected - present - {self.address}))
+        new = tuple(a for a in awaited if a not in watched)
+        if new:
+            self.liveness.reset(new)
+            watched.update(dict.fromkeys(new, False))
+        silent = set(self.liveness.stalled(awaited)) if awaited else set()
+        for a in sorted(silent):
+            if not watched[a]:
+                watched[a] = True
+                log.warning("round boundary: not waiting for %s, no heartbeat for %.1fs", a,
+                            self.liveness.timeout_s)  # fmt: skip
+        return expected - silent
 
     def _try_open(self, round: int, attempt: int, joins: dict[str, SignedMessage]) -> None:
         if self.address not in joins:

@@ -27,6 +27,7 @@ from trainer.attest import Attester, Signed, WorkRecord
 from trainer.checkpoint import CheckpointDir, RoundCheckpoint
 from trainer.coordination.agreement import ConfigAgreement
 from trainer.coordination.heartbeat import Heartbeat, Liveness, StalledError, watching
+from trainer.coordination.ledger_view import LedgerMembers
 from trainer.coordination.registry import AnyKeyRegistry, ChainRegistry, Registry
 from trainer.data import Corpus, ShardSpec
 from trainer.diloco import DiLoCo, LocalWork, RoundOutcome
@@ -155,6 +156,9 @@ class NodeRunner:
             round=lambda: self.round_now, probe=lambda: self.rdv.store.check(["rendezvous/ready"]),
         )  # fmt: skip
         self.liveness = Liveness(self.rdv.board, ms.heartbeat_timeout_s)
+        self.rdv.liveness = self.liveness  # a silent member is not waited for at a round boundary
+        if attester.ledger is not None:  # the member lists close from the joins it accepted
+            self.rdv.ledger = LedgerMembers(attester.ledger, settings.run_id)
         self.stalled: list[tuple[int, tuple[str, ...]]] = []
         """(round, members) dropped from a collective because their heartbeat stopped."""
         self.agreement = ConfigAgreement(self.rdv, config_source,
@@ -341,7 +345,10 @@ class NodeRunner:
             self.drop_group()
             return None
         if not self.attester.join(r):  # the ledger's members: signed joins before the round
+            # not a member of round r anywhere: the rendezvous closes r from the ledger's joins
+            # and does not wait for it; it joins r + 1 (fetching round r's checkpoint from a peer)
             log.info("round %d started at the ledger without this node; trying the next one", r)
+            self.drop_group()
             return None
         members = self.join(r)
         if self.address not in members.addresses:

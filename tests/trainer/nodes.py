@@ -53,6 +53,9 @@ class Plan:
     stall_in_round: int | None = None  # SIGSTOP itself mid-round (the test sends SIGCONT)
     heartbeat_timeout_s: float = 5.0
     overlap: bool = False  # NodeSettings.overlap: the one-round delayed outer step
+    ledger_url: str | None = None  # attestations, joins and member lists through this ledger
+    late_first_join: bool = False  # its first ledger join waits until that round started there
+    rendezvous_timeout_s: float = 60.0
 
 
 def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
@@ -102,7 +105,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         membership=MembershipConfig(
             min_nodes=plan.min_nodes,
             join_window_s=plan.join_window_s,
-            rendezvous_timeout_s=60.0,
+            rendezvous_timeout_s=plan.rendezvous_timeout_s,
             collective_timeout_s=plan.collective_timeout_s,
             config_wait_s=plan.config_wait_s,
             failover_wait_s=plan.failover_wait_s,
@@ -115,8 +118,15 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         eval_rows=16,
         overlap=plan.overlap,
     )
-    recovery = Recovery(RUN_ID, model, 0, chain=chain, peer_timeout_s=60.0)
-    runner = NodeRunner(settings, Attester(key, domain, RUN_ID, None), source, recovery=recovery)
+    ledger = None
+    if plan.ledger_url:
+        from trainer.ledger_client import LedgerClient
+
+        ledger = LedgerClient(plan.ledger_url)
+    recovery = Recovery(RUN_ID, model, 0, chain=chain, peer_timeout_s=60.0, ledger=ledger)
+    runner = NodeRunner(settings, Attester(key, domain, RUN_ID, ledger), source, recovery=recovery)
+    if plan.late_first_join and ledger is not None:
+        _join_late(runner, ledger, results, plan.key)
     if plan.serve_corrupt:
         _serve_corrupt(runner.server)
     records: list[dict[str, Any]] = []
@@ -125,6 +135,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         results[f"refusals/{plan.key}"] = [(f.check, f.key) for f in runner.rdv.refusals]
         results[f"failovers/{plan.key}"] = list(runner.rdv.store.failovers)
         results[f"stalled/{plan.key}"] = [(r, list(s)) for r, s in runner.stalled]
+        results[f"timeouts/{plan.key}"] = [(r, a, list(m)) for r, a, m in runner.rdv.timeouts]
 
     def on_step(r: int, info: Any) -> None:
         if plan.die_in_round == r and info.step == 2:
@@ -149,6 +160,29 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     finally:
         events()
     results[plan.key] = records
+
+
+def _join_late(runner: Any, ledger: Any, results: Any, k: int) -> None:
+    """This node's first ledger join arrives after that round's join window (a slow start): the
+    ledger refuses it (round_started), deterministically, however loaded the machine is. The
+    rounds whose join the ledger refused go to ``results["refused/k"]``."""
+    honest, first, refused = runner.attester.join, [True], []
+
+    def join(r: int) -> bool:
+        if first[0]:
+            first[0] = False
+            path = f"/v1/runs/0x{RUN_ID.hex()}/rounds/{r}/members"
+            deadline = time.monotonic() + 120
+            while not ledger.http.get(path).json().get("started"):
+                assert time.monotonic() < deadline, f"round {r} never started at the ledger"
+                time.sleep(0.05)
+        accepted = bool(honest(r))
+        if not accepted:
+            refused.append(r)
+            results[f"refused/{k}"] = list(refused)
+        return accepted
+
+    runner.attester.join = join
 
 
 def _serve_corrupt(server: Any) -> None:
@@ -208,5 +242,7 @@ def collect(procs: list[Any], results: Any, manager: Any, timeout: float = 240.0
     refusals = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("refusals/")}
     failovers = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("failovers/")}
     stalled = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("stalled/")}
+    timeouts = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("timeouts/")}
+    refused = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("refused/")}
     return {"results": out, "exit_codes": codes, "refusals": refusals, "failovers": failovers,
-            "stalled": stalled}  # fmt: skip
+            "stalled": stalled, "timeouts": timeouts, "refused_joins": refused}  # fmt: skip

@@ -1,0 +1,129 @@
+"""The rendezvous closes each round's member list from the joins the ledger accepted.
+
+Real node processes (gloo), a real anvil with the deployed contracts and registered nodes, and the
+real ledger served over HTTP with its worker (it closes, scores and commits rounds on chain) and a
+0.2 s join window. Nodes start 0.3 s apart and the later ones' first ledger joins arrive after the
+round started there (refused: ``round_started``). Before, the first node waited at the rendezvous
+for nodes that would never come (the 60 s rendezvous timeout), the refused ones waited for it in
+the next round, and the run split. Now: a refused node is not a member of that round anywhere and
+nobody waits for it; it joins the next round (fetching the checkpoint from a peer); no member list
+opens at a timeout; every node is credited from the round it got into.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from ledger.core.config import Settings
+from ledger.main import create_app
+from ledger.service import Ledger
+from protocol.chain import ChainClient
+from protocol.deployment import Deployment
+from protocol.devnet import free_port
+from protocol.types import RoundNumber, RunId
+from tests.ledger.conftest import ADMIN
+from tests.trainer.nodes import RUN_ID, collect, start_nodes
+from tests.trainer.rogue import OnChain, assert_agree, by_round, on_chain
+from trainer.model import GPTConfig
+from trainer.recovery import genesis_hash
+
+pytestmark = [pytest.mark.distributed, pytest.mark.anvil]
+
+MODEL = GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32)  # tests/trainer/nodes.py's
+RUN = "0x" + RUN_ID.hex()
+
+
+@pytest.fixture
+def served(chain: Any, deployment: Deployment, tmp_path: Path) -> Iterator[tuple[str, OnChain]]:
+    """The ledger app on a free port with its worker running, the run's genesis committed."""
+    run = on_chain(chain, deployment, tmp_path)
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None, environment="test", rpc_url=chain.rpc_url,
+        deployment=Path(run.deployment), committer_private_key=chain.accounts[1][1],
+        database_url=f"sqlite:///{tmp_path / 'ledger.db'}", blob_dir=tmp_path / "blobs",
+        admin_token=ADMIN, run_background=True, confirmations=0, round_deadline_s=300,
+        indexer_poll_s=0.1, lifecycle_poll_s=0.1, join_window_s=0.2, usefulness_model=None,
+    )  # fmt: skip
+    service = Ledger(settings)
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(ledger=service), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            assert time.monotonic() < deadline, "the ledger did not start"
+            time.sleep(0.05)
+        genesis = "0x" + genesis_hash(MODEL, 0).hex()
+        r = httpx.post(f"{url}/v1/runs", json={"run_id": RUN, "genesis_checkpoint": genesis},
+                       headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60)  # fmt: skip
+        assert r.status_code == 201, r.text
+        while httpx.post(f"{url}/v1/joins", json={}, timeout=10).status_code == 503:
+            time.sleep(0.1)  # (a malformed join: 422 once the app answers)
+        _wait(lambda: service.indexer.snapshot.last_round.get(RUN) == 0, "genesis indexed")
+        yield url, run
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        service.stop()
+
+
+def _wait(done: Any, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_refused_joins_do_not_split_the_run(
+    served: tuple[str, OnChain], corpus_dir: Path, store_port: int
+) -> None:
+    url, run = served
+    last = 4
+    plans = [  # the demo's shape: every node waits for all three in the first round
+        run.plan(i, rounds=last, min_nodes=3, ledger_url=url, start_delay_s=0.3 * i,
+                 collective_timeout_s=60.0)
+        for i in range(3)
+    ]  # fmt: skip
+    plans[1].late_first_join = True  # refused for sure; node 2 0.3 s later, refused or not
+    t0 = time.monotonic()
+    out = collect(*start_nodes(plans, store_port, corpus_dir), timeout=300.0)
+    took = time.monotonic() - t0
+    assert out["exit_codes"] == [0, 0, 0], out
+    assert out["timeouts"] == {0: [], 1: [], 2: []}, "a member list opened at the timeout"
+    assert out["stalled"] == {0: [], 1: [], 2: []}, out["stalled"]
+    members = {r: set(httpx.get(f"{url}/v1/runs/{RUN}/rounds/{r}/members").json()["members"])
+               for r in range(1, last + 1)}  # fmt: skip
+    rounds = by_round(out["results"])
+    assert sorted(rounds) == list(range(1, last + 1))
+    for r, recs in rounds.items():
+        trained = {run.addresses[k] for k in recs}
+        # one group per round (no split): exactly the ledger's members, in one attempt
+        assert trained == members[r], f"round {r}: trained {trained}, ledger {members[r]}"
+        for rec in recs.values():
+            assert set(rec["members"]) == trained and rec["attempts"] == 1, rec
+    assert_agree(rounds)
+    for k, recs in out["results"].items():  # credited from the round it got into, every round
+        worked = [rec["round"] for rec in recs]
+        assert worked == list(range(worked[0], last + 1)), f"node {k} worked {worked}"
+    (refused,) = out["refused_joins"][1]
+    assert run.addresses[1] not in members[refused], "its first join was refused by the ledger"
+    assert out["results"][1][0]["round"] == refused + 1, "it trained from the next round on"
+    chain = ChainClient(run.rpc_url, Deployment.load(Path(run.deployment)))
+    _wait(lambda: chain.last_round(RunId(RUN_ID)) >= last, f"round {last} committed")
+    for r, recs in rounds.items():  # the ledger's own outer step gives the nodes' weights
+        (result,) = {rec["result_checkpoint"] for rec in recs.values()}
+        committed = bytes(chain.checkpoint_of(RunId(RUN_ID), RoundNumber(r)))
+        assert "0x" + committed.hex() == result, f"round {r}"
+    print(f"3 nodes, {last} rounds, 0.2 s ledger join window: {took:.1f}s")
