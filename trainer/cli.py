@@ -120,6 +120,15 @@ def run_command(  # noqa: PLR0917 - typer maps each parameter to a flag
     collective_timeout: Annotated[
         float, typer.Option(help="Seconds before a silent peer is dropped.")
     ] = 30.0,
+    heartbeat_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Seconds without a peer's heartbeat before it is dropped from a collective "
+            "or not waited for at a round boundary (0: off; keep it above the longest pause "
+            "a loaded machine makes).",
+        ),
+    ] = 5.0,
     inner_steps: Annotated[int, typer.Option(help="Offline only: H.")] = 20,
     inner_lr: Annotated[float, typer.Option(help="Offline only: inner AdamW lr.")] = 3e-3,
     wire_format: Annotated[str, typer.Option(help="Offline only: fp32, bf16 or int8.")] = "fp32",
@@ -205,6 +214,7 @@ def _build(**o: object):  # type: ignore[no-untyped-def]
         membership=MembershipConfig(min_nodes=int(str(o["min_nodes"])),
                                     join_window_s=float(str(o["join_window"])),
                                     collective_timeout_s=float(str(o["collective_timeout"])),
+                                    heartbeat_timeout_s=float(str(o["heartbeat_timeout"])),
                                     connect_timeout_s=float(str(o["connect_timeout"]))),
         device=str(o["device"]), data_path=None if o["data"] is None else str(o["data"]),
         checkpoint_dir=Path(str(o["checkpoint_dir"])), max_rounds=o["rounds"],  # type: ignore[arg-type]

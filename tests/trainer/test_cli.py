@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 from protocol.devnet import free_port
 from protocol.keys import create_keystore
 from trainer.checkpoint import CheckpointDir
-from trainer.cli import parse_run_id, run_command
+from trainer.cli import _build, parse_run_id, run_command
 
 app = typer.Typer()
 app.command()(run_command)
@@ -73,3 +74,21 @@ def test_run_id_forms() -> None:
     assert len(parse_run_id("my-run")) == 32
     with pytest.raises(Exception, match="64 hex digits"):
         parse_run_id("0x1234")
+
+
+def test_heartbeat_timeout_flag_reaches_the_node(keystore: tuple[Path, Path]) -> None:
+    """`--heartbeat-timeout` sets how long a silent peer is waited for (collectives and round
+    boundaries); a negative value is refused by the parser."""
+    port = free_port()
+    opts = {p.name: p.default for p in inspect.signature(run_command).parameters.values()}
+    opts |= {"run_id": "cli-test", "keystore": keystore[0], "password_file": keystore[1],
+             "host_rendezvous": True, "rendezvous": f"127.0.0.1:{port}",
+             "heartbeat_timeout": 2.5}  # fmt: skip
+    runner = _build(**opts)
+    try:
+        assert runner.s.membership.heartbeat_timeout_s == 2.5
+        assert runner.liveness.timeout_s == 2.5 and runner.rdv.liveness is runner.liveness
+    finally:
+        runner.server.close()
+    result = CliRunner().invoke(app, _args(keystore, "--heartbeat-timeout", "-1"))
+    assert result.exit_code == 2 and "heartbeat-timeout" in result.output, result.output
