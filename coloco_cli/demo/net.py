@@ -179,9 +179,10 @@ def start_ledger(
         "COLOCO_LEDGER_INDEXER_POLL_S": "0.2",
         "COLOCO_LEDGER_LIFECYCLE_POLL_S": "0.2",
         "COLOCO_LEDGER_USEFULNESS_MODEL": "tiny",  # level 2: own shard vs random data
-        # rounds here take seconds, so the window is shorter than the 1 s default, but not so
-        # short that nodes started together miss round 1: 0.2 s refused two of three nodes'
-        # first joins (started 0.3 s apart on a loaded machine) and split the run for 60 s
+        # long enough that the nodes started together (0.3 s apart, more on a loaded machine)
+        # are all members of round 1, as the report expects of the starting nodes. A shorter one
+        # is safe (a refused node is not waited for and trains from round 2: docs/trainer.md,
+        # "with a ledger"), it would only credit that node from round 2
         "COLOCO_LEDGER_JOIN_WINDOW_S": "2.0",
         # level 3: 10% of node-rounds (and every suspicious one) replayed; a failed replay is a
         # fraud record and, with the slasher key, a slash proposal
