@@ -47,7 +47,7 @@ from protocol.keys import NodeKey
 from trainer.comm import GroupAverager, SoloAverager
 from trainer.coordination.board import Board
 from trainer.coordination.heartbeat import Liveness, wait_work
-from trainer.coordination.ledger_view import LedgerRound
+from trainer.coordination.ledger_view import LedgerMembers
 from trainer.coordination.registry import Registry
 from trainer.coordination.store import Endpoint, FailoverStore, endpoint_text, parse_endpoint
 
@@ -189,7 +189,7 @@ class Rendezvous:
         self.store.successors = self.successors
         self.store.on_failover.append(self._republish)
         self.board = Board(self.store, key, domain, run_id, registry)
-        self.ledger: Callable[[int], LedgerRound | None] | None = None
+        self.ledger: LedgerMembers | None = None
         """The ledger's accepted joins of a round (:mod:`trainer.coordination.ledger_view`);
         None: no ledger, membership is the rendezvous's own rule."""
         self.liveness: Liveness | None = None
@@ -197,6 +197,7 @@ class Rendezvous:
         self.timeouts: list[tuple[int, int, tuple[str, ...]]] = []
         """(round, attempt, missing) of member lists this node opened at the rendezvous timeout."""
         self.last: Members | None = None
+        self._outsiders: set[tuple[str, tuple[str, ...]]] = set()
         self._joins: dict[tuple[int, int], dict[str, SignedMessage]] = {}
         self._published: dict[str, bytes] = {}
 
@@ -287,12 +288,36 @@ class Rendezvous:
         key = f"{self._prefix(round, attempt)}/open"
         msg = self.board.read(key, Kind.ROUND_OPEN, round, attempt)
         members = None if msg is None else self._members_of(msg, key)
+        if members is not None and not self._admitted(members, key):
+            members = None
         if msg is not None and members is not None and (self.last is None
                                                         or round >= self.last.round):  # fmt: skip
             # re-posted at a successor host if this one dies (the new store starts empty); the
             # round before is kept too: its members vouch for the checkpoint a joiner adopts
             self.keep(key, msg.to_wire(), "members/", round)
         return members
+
+    def _admitted(self, members: Members, key: str) -> bool:
+        """With a ledger: every member's join of the round was accepted there (a registered
+        node that skipped the ledger's join and closed a list with itself in it would be in the
+        all-reduce but not in the ledger's outer step). The ledger's members only grow, so a
+        list an honest node closed passes for every later reader."""
+        if self.ledger is None:
+            return True
+        view = self.ledger(members.round)
+        if view is not None and set(members.addresses) <= view.members:
+            return True
+        view = self.ledger(members.round, fresh=True)
+        if view is None:
+            return True  # the ledger does not answer: its joins cannot be checked
+        outside = tuple(sorted(set(members.addresses) - view.members))
+        if not outside:
+            return True
+        if (key, outside) not in self._outsiders:
+            self._outsiders.add((key, outside))
+            self.board.refuse("not_admitted", key, f"round-open of round {members.round} lists "
+                              f"{list(outside)}, whose join the ledger did not accept")  # fmt: skip
+        return False
 
     def keep(self, key: str, value: bytes, family: str, round: int) -> None:
         """Remember ``key`` to re-post at a successor host; ``family`` keys of rounds before

@@ -34,6 +34,7 @@ class RogueInfo:
     rounds: int = 4
     die_after: str = "members/2/0/open"  # the "host" attack vanishes once this key exists
     die_delay_s: float = 0.5
+    private_key: str = ""  # the rogue's key when it is a registered node (else ROGUE_KEY)
 
 
 def _store(port: int, *, host: bool = False) -> Any:
@@ -53,7 +54,7 @@ class _Rogue:
 
         self.store = _store(port)
         self.info = info
-        self.key = NodeKey.from_private_key(bytes.fromhex(ROGUE_KEY[2:]))
+        self.key = NodeKey.from_private_key(bytes.fromhex((info.private_key or ROGUE_KEY)[2:]))
         self.domain = Eip712Domain(chain_id=info.chain_id, verifying_contract=info.ledger)  # type: ignore[arg-type]
         self.done: set[Any] = set()
 
@@ -188,6 +189,32 @@ class _Rogue:
             if self.once(("replay", r)):
                 self.slot(r, 0, found)
                 self.slot(r, 1, found)
+
+    def outsider(self) -> None:
+        """A registered, staked node that never joined a round at the ledger: it posts its own
+        join and closes every round itself, with the honest joins and its own (every signature
+        valid, the closer a member of its list), so that it would sit in the all-reduce while
+        the ledger's outer step leaves it out."""
+        from protocol.coordination import Kind
+
+        for r in range(1, self.info.rounds + 1):
+            prefix = f"members/{r}/0"
+            if self.store.check([f"{prefix}/open"]):
+                continue
+            mine = self.forged(1, r, 0, {"head": 0, "endpoint": ""})
+            if self.once(("outsider", r)):
+                self.slot(r, 0, mine)
+            joins, heads, seen = [mine.decode()], [0], set()
+            for i in range(int(self.store.add(f"{prefix}/n", 0))):
+                msg = self.signed_in(f"{prefix}/slot/{i}")
+                if (msg is not None and msg.message.kind == Kind.JOIN
+                        and msg.message.node in set(self.info.honest) - seen):  # fmt: skip
+                    seen.add(msg.message.node)
+                    joins.append(msg.to_wire().decode())
+                    heads.append(int(msg.body().get("head", 0)))
+            if len(joins) > 1:
+                opening = self.forged(2, r, 0, {"joins": joins, "config_block": max(heads)})
+                self.store.compare_set(f"{prefix}/open", "", opening)
 
     def heartbeat(self) -> None:
         """Keep a stalled node looking alive in round 2: replay its newest signed heartbeat, and

@@ -31,7 +31,15 @@ from protocol.devnet import free_port
 from protocol.types import RoundNumber, RunId
 from tests.ledger.conftest import ADMIN
 from tests.trainer.nodes import RUN_ID, collect, start_nodes
-from tests.trainer.rogue import OnChain, assert_agree, by_round, on_chain
+from tests.trainer.rogue import (
+    OnChain,
+    assert_agree,
+    by_round,
+    checks,
+    on_chain,
+    start_rogue,
+    stop_rogue,
+)
 from trainer.model import GPTConfig
 from trainer.recovery import genesis_hash
 
@@ -127,3 +135,31 @@ def test_refused_joins_do_not_split_the_run(
         committed = bytes(chain.checkpoint_of(RunId(RUN_ID), RoundNumber(r)))
         assert "0x" + committed.hex() == result, f"round {r}"
     print(f"3 nodes, {last} rounds, 0.2 s ledger join window: {took:.1f}s")
+
+
+def test_rogue_member_outside_the_ledger_is_refused(
+    served: tuple[str, OnChain], corpus_dir: Path, store_port: int
+) -> None:
+    """A registered, staked node that skips the ledger's join closes every round itself with the
+    honest joins and its own (valid signatures, the closer a member of its list). The honest
+    nodes refuse that list (``not_admitted``: its join was not accepted by the ledger), replace
+    it with their own, and train every round with exactly the ledger's members."""
+    url, run = served
+    plans = [run.plan(i, rounds=2, min_nodes=2, ledger_url=url) for i in range(2)]
+    info = run.info(honest=run.addresses[:2], rounds=2, private_key=run.keys[3])
+    rogue = start_rogue("outsider", store_port, info)
+    try:
+        out = collect(*start_nodes(plans, store_port, corpus_dir), timeout=300.0)
+    finally:
+        stop_rogue(rogue)
+    assert out["exit_codes"] == [0, 0], out["exit_codes"]
+    rounds = by_round(out["results"])
+    assert sorted(rounds) == [1, 2]
+    for r, recs in rounds.items():
+        ledger = set(httpx.get(f"{url}/v1/runs/{RUN}/rounds/{r}/members").json()["members"])
+        assert run.addresses[3] not in ledger
+        for rec in recs.values():
+            assert set(rec["members"]) <= ledger and run.addresses[3] not in rec["members"], rec
+    assert_agree(rounds)
+    refused = [c for k in (0, 1) for c in out["refusals"][k]]
+    assert "not_admitted" in checks(refused, "members/"), refused
