@@ -137,6 +137,7 @@ def test_refused_joins_do_not_split_the_run(
     print(f"3 nodes, {last} rounds, 0.2 s ledger join window: {took:.1f}s")
 
 
+@pytest.mark.slow  # ~90 s on a loaded machine; quick mode keeps the test above (same code path)
 def test_rogue_member_outside_the_ledger_is_refused(
     served: tuple[str, OnChain], corpus_dir: Path, store_port: int
 ) -> None:
