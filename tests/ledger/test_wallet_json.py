@@ -46,3 +46,14 @@ def test_big_tokens_go_in_and_out_as_decimal_strings(
     as_number["attestation"]["tokens"] = BIG
     again = client.post("/v1/attestations", json=as_number)
     assert again.status_code == 202 and again.json()["id"] == r.json()["id"]
+
+
+def test_response_class_edges_of_the_safe_range() -> None:
+    """The fast path (orjson's own 53-bit check) and the walk agree at the bounds; keys that
+    are not strings still come out as strings."""
+    for value in (JS_SAFE_MAX, -JS_SAFE_MAX, 0, True, False):
+        assert orjson.loads(WalletSafeJSON({"v": [value]}).body) == {"v": [value]}
+    for value in (JS_SAFE_MAX + 1, -JS_SAFE_MAX - 1, 2**255):
+        assert orjson.loads(WalletSafeJSON({"v": (value,)}).body) == {"v": [str(value)]}
+    assert orjson.loads(WalletSafeJSON({1: "a", "n": 2**60}).body) == {"1": "a", "n": str(2**60)}
+    assert orjson.loads(WalletSafeJSON({1: "a"}).body) == {"1": "a"}

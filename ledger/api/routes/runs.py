@@ -4,13 +4,17 @@ GET /v1/runs/{run}, POST /v1/runs/{run}/close (admin: no round past the final on
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from datetime import datetime
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
+from fastapi.responses import Response
+from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
 from ledger.api.deps import AdminDep, LedgerDep, SessionDep
+from ledger.api.errors import json_response
 from ledger.models import Attestation, AttestationPublic, RoundPublic, RoundState, Run, utcnow
 from ledger.schemas import RunCloseIn, RunIn, RunInfo, RunOut
 from ledger.service import Ledger
@@ -22,25 +26,48 @@ router = APIRouter(tags=["runs"])
 RunIdPath = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="bytes32 run id")]
 
 
-def _public(rnd: RoundState, atts: list[Attestation]) -> RoundPublic:
-    return RoundPublic(
-        run_id=rnd.run_id,
-        round=rnd.round,
-        state=rnd.state,
-        opened_at=rnd.opened_at,
-        deadline_at=rnd.deadline_at,
-        closed_at=rnd.closed_at,
-        members=sorted(a.node for a in atts),
-        expected=json.loads(rnd.expected) if rnd.expected else [],
-        checkpoint=rnd.checkpoint,
-        total_work=rnd.total_work,
-        rewards_root=rnd.rewards_root,
-        attestations_root=rnd.attestations_root,
-        tx_hash=rnd.tx_hash,
-        block_number=rnd.block_number,
-        note=rnd.note,
-        scores=[AttestationPublic.model_validate(a, from_attributes=True) for a in atts],
-    )
+_ROUND = RoundState.__table__  # type: ignore[attr-defined]
+_ATT = Attestation.__table__  # type: ignore[attr-defined]
+_DERIVED = ("members", "expected", "scores")  # built from other columns and rows
+_ROUND_COLUMNS = (
+    *(_ROUND.c[name] for name in RoundPublic.model_fields if name not in _DERIVED),
+    _ROUND.c.expected,
+)
+_SCORE_COLUMNS = tuple(_ATT.c[name] for name in AttestationPublic.model_fields)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    """A stored (UTC) moment as pydantic writes it: ISO 8601 with ``Z``."""
+    return None if moment is None else moment.isoformat().replace("+00:00", "Z")
+
+
+def _rounds_json(session: Session, run: str, rounds: list[Any]) -> list[dict[str, Any]]:
+    """``RoundPublic`` objects as plain JSON data, from Core rows: the rounds' attestations in
+    one query (not one per round), no ORM objects, no model validation (a run's rounds are
+    what dashboards and nodes poll; building models cost most of the request's CPU)."""
+    scores: dict[int, list[dict[str, Any]]] = {int(r.round): [] for r in rounds}
+    if rounds:
+        found = session.execute(
+            sa_select(*_SCORE_COLUMNS)
+            .where(_ATT.c.run_id == run, _ATT.c.round.in_(list(scores)))
+            .order_by(_ATT.c.id)
+        )
+        for row in found:
+            score = row._asdict()
+            score["received_at"] = _iso(score["received_at"])
+            scores[int(score["round"])].append(score)
+    out = []
+    for rnd in rounds:
+        data = rnd._asdict()
+        expected = data.pop("expected")
+        for name in ("opened_at", "deadline_at", "closed_at"):
+            data[name] = _iso(data[name])
+        atts = scores[int(rnd.round)]
+        data["members"] = sorted(a["node"] for a in atts)
+        data["expected"] = json.loads(expected) if expected else []
+        data["scores"] = atts
+        out.append(data)
+    return out
 
 
 @router.get("/runs/{run_id}/rounds", response_model=list[RoundPublic])
@@ -48,22 +75,16 @@ def list_rounds(
     run_id: RunIdPath,
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-) -> list[RoundPublic]:
+) -> Response:
     """The run's latest rounds, newest first."""
     run = run_id.lower()
-    rounds = session.exec(
-        select(RoundState)
-        .where(RoundState.run_id == run)
-        .order_by(col(RoundState.round).desc())
+    rounds = session.execute(
+        sa_select(*_ROUND_COLUMNS)
+        .where(_ROUND.c.run_id == run)
+        .order_by(_ROUND.c.round.desc())
         .limit(limit)
     ).all()
-    out = []
-    for rnd in rounds:
-        atts = session.exec(
-            select(Attestation).where(Attestation.run_id == run, Attestation.round == rnd.round)
-        ).all()
-        out.append(_public(rnd, list(atts)))
-    return out
+    return json_response(_rounds_json(session, run, list(rounds)))
 
 
 @router.get("/runs/{run_id}/rounds/{round}", response_model=RoundPublic)
@@ -71,19 +92,14 @@ def get_round(
     run_id: RunIdPath,
     round: Annotated[int, Path(ge=0, lt=1 << 63)],
     session: SessionDep,
-) -> RoundPublic:
+) -> Response:
     run = run_id.lower()
-    rnd = session.exec(
-        select(RoundState).where(RoundState.run_id == run, RoundState.round == round)
+    rnd = session.execute(
+        sa_select(*_ROUND_COLUMNS).where(_ROUND.c.run_id == run, _ROUND.c.round == round)
     ).first()
     if rnd is None:
         raise LedgerError(f"round {round} of run {run} is unknown to this ledger", code="not_found")
-    atts = session.exec(
-        select(Attestation)
-        .where(Attestation.run_id == run, Attestation.round == round)
-        .order_by(col(Attestation.id))
-    ).all()
-    return _public(rnd, list(atts))
+    return json_response(_rounds_json(session, run, [rnd])[0])
 
 
 @router.post("/runs", response_model=RunOut, status_code=201)
