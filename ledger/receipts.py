@@ -103,10 +103,16 @@ def run_view(session: Session, run_id: str) -> RunView | None:
 
 
 def as_of(session: Session) -> tuple[int | None, int | None]:
-    """(block, timestamp) the indexed tables describe: the indexer's cursor."""
-    block = session.get(KeyValue, CURSOR_KEY)
-    when = session.get(KeyValue, CURSOR_TIME_KEY)
-    return (int(block.value) if block else None), (int(when.value) if when else None)
+    """(block, timestamp) the indexed tables describe: the indexer's cursor (one query)."""
+    found = dict(
+        session.exec(
+            select(KeyValue.key, KeyValue.value).where(
+                col(KeyValue.key).in_((CURSOR_KEY, CURSOR_TIME_KEY))
+            )
+        ).all()
+    )
+    block, when = found.get(CURSOR_KEY), found.get(CURSOR_TIME_KEY)
+    return (int(block) if block is not None else None), (int(when) if when is not None else None)
 
 
 def eth_history(session: Session, run_id: str) -> list[tuple[int, int]]:
@@ -155,6 +161,8 @@ def code_receipts(session: Session, account: str) -> list[dict[str, Any]]:
         .where(FundingEvent.name == "Submitted", FundingEvent.account == account)
         .order_by(col(FundingEvent.block_number), col(FundingEvent.log_index))
     ).all()
+    if not submitted:
+        return []
     ids = [row.ref for row in submitted]
     decisions: dict[str | None, list[FundingEvent]] = {}
     for row in session.exec(
@@ -215,6 +223,8 @@ def capital_receipts(session: Session, account: str) -> list[dict[str, Any]]:
         deposited, weighted = runs.get(row.run_id, (0, 0))
         amount = int(row.amount or 0)
         runs[row.run_id] = (deposited + amount, weighted + amount * row.block_time)
+    if not runs:
+        return []
     _, now = as_of(session)
     period = _vesting_period(session)
     out = []

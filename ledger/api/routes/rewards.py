@@ -9,19 +9,31 @@ import json
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
+from fastapi.responses import Response
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, or_, select
 from web3 import Web3
 
 from ledger.api.deps import LedgerDep, SessionDep
+from ledger.api.errors import json_response
 from ledger.models import Attestation, ChainCommit, RoundState, Settlement
 from ledger.receipts import other_kinds
-from ledger.schemas import Receipt, RewardsOut
+from ledger.schemas import RewardsOut
 from ledger.service import Ledger
 from ledger.settlement import tree_of
 from protocol.merkle import RewardsTree
 from protocol.types import Address
 
 router = APIRouter(prefix="/rewards", tags=["rewards"])
+
+_ATT = Attestation.__table__  # type: ignore[attr-defined]
+_RECEIPT_COLUMNS = tuple(
+    _ATT.c[name]
+    for name in (
+        "id", "run_id", "round", "node", "payout", "tokens", "verified_tokens", "quality",
+        "reward", "verified", "reason",
+    )
+)  # fmt: skip
 
 
 def _tree(
@@ -46,7 +58,7 @@ def get_rewards(
     session: SessionDep,
     ledger: LedgerDep,
     limit: Annotated[int, Query(ge=1, le=1000, description="newest receipts returned")] = 100,
-) -> RewardsOut:
+) -> Response:
     """What ``RewardDistributor.claim(account, cumulative_amount, proof)`` needs, and why."""
     account = Web3.to_checksum_address(address)
     latest = session.exec(
@@ -64,12 +76,10 @@ def get_rewards(
             proof = ["0x" + p.hex() for p in tree.proof(Address(account))]
     root_state, claimable_at = ledger.indexer.snapshot.root_state(root)
     nodes = [n.address for n in ledger.indexer.snapshot.nodes.values() if n.payout == account]
-    atts = session.exec(
-        select(Attestation)
-        .where(
-            or_(col(Attestation.payout) == account, col(Attestation.node).in_(nodes or [account]))
-        )
-        .order_by(col(Attestation.id).desc())
+    atts = session.execute(
+        sa_select(*_RECEIPT_COLUMNS)
+        .where(or_(_ATT.c.payout == account, _ATT.c.node.in_(nodes or [account])))
+        .order_by(_ATT.c.id.desc())
         .limit(limit)
     ).all()[::-1]
     states = {
@@ -91,32 +101,38 @@ def get_rewards(
             )
         ).all()
     }
-    receipts = [
-        Receipt(
-            run_id=a.run_id,
-            round=a.round,
-            node=a.node,
-            claimed_tokens=a.tokens,
-            verified_tokens=a.verified_tokens,
-            quality=a.quality,
-            reward=a.reward or "0",
-            verified=a.verified,
-            reason=a.reason or "round not scored yet",
-            round_state=states.get((a.run_id, a.round), "open"),
-            root_state=round_roots.get((a.run_id, a.round), (None, None))[0],
-            claimable_at=round_roots.get((a.run_id, a.round), (None, None))[1],
+    receipts = []
+    for a in atts:  # plain data, as Receipt and RewardsOut write it (no model per row)
+        if a.payout not in (None, account):
+            continue
+        key = (a.run_id, a.round)
+        root_of = round_roots.get(key, (None, None))
+        receipts.append(
+            {
+                "run_id": a.run_id,
+                "round": a.round,
+                "node": a.node,
+                "claimed_tokens": a.tokens,
+                "verified_tokens": a.verified_tokens,
+                "quality": a.quality,
+                "reward": a.reward or "0",
+                "verified": a.verified,
+                "reason": a.reason or "round not scored yet",
+                "round_state": states.get(key, "open"),
+                "root_state": root_of[0],
+                "claimable_at": root_of[1],
+            }
         )
-        for a in atts
-        if a.payout in (None, account)
-    ]
-    return RewardsOut(
-        account=account,
-        cumulative_amount=str(amount),
-        proof=proof,
-        root=root,
-        root_committed=latest is not None,
-        root_state=root_state,
-        claimable_at=claimable_at,
-        receipts=receipts,
-        other_kinds=other_kinds(ledger, session, account),
+    return json_response(
+        {
+            "account": account,
+            "cumulative_amount": str(amount),
+            "proof": proof,
+            "root": root,
+            "root_committed": latest is not None,
+            "root_state": root_state,
+            "claimable_at": claimable_at,
+            "receipts": receipts,
+            "other_kinds": other_kinds(ledger, session, account),
+        }
     )

@@ -34,6 +34,7 @@ _ROUND_COLUMNS = (
     _ROUND.c.expected,
 )
 _SCORE_COLUMNS = tuple(_ATT.c[name] for name in AttestationPublic.model_fields)
+_SCORE_NAMES = tuple(AttestationPublic.model_fields)
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -53,7 +54,7 @@ def _rounds_json(session: Session, run: str, rounds: list[Any]) -> list[dict[str
             .order_by(_ATT.c.id)
         )
         for row in found:
-            score = row._asdict()
+            score = dict(zip(_SCORE_NAMES, row, strict=True))
             score["received_at"] = _iso(score["received_at"])
             scores[int(score["round"])].append(score)
     out = []
