@@ -1,8 +1,10 @@
 """Accepting attestations: level 0 checks, then one row per (run, round, node), idempotently.
 
 The hot path: checks run outside the lock (CPU only: parse, hash, recover, snapshot lookups);
-then one short transaction per request or batch, in SQLAlchemy Core: one SELECT for the slots
-already taken, one multi-row INSERT ... RETURNING for the new ones, one for the rejections.
+then one short transaction per group of requests, in SQLAlchemy Core: on PostgreSQL the round
+rows share-locked and one INSERT .. ON CONFLICT DO NOTHING RETURNING of every new row (slots
+already taken are looked up only when some were skipped); on SQLite one SELECT for the slots
+already taken, then one multi-row INSERT .. RETURNING; one INSERT for the rejections.
 The lock serialises "is the round still open? insert" against the lifecycle closing rounds, so
 no attestation slips into a round after it was scored. A refusal is stored (the audit trail of
 ``GET /v1/nodes/{address}``) only once the sender's signature verified, so nobody can fill another
@@ -19,12 +21,20 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import psycopg
-from psycopg import sql as pg_sql
-from sqlalchemy import BigInteger, Connection, Engine, String, any_, bindparam, insert, select
+import orjson
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Engine,
+    String,
+    any_,
+    bindparam,
+    insert,
+    select,
+    text,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.exc import DBAPIError
 
 from ledger.closing import RunClosures
 from ledger.core.config import Settings
@@ -42,7 +52,20 @@ _ATT = Attestation.__table__  # type: ignore[attr-defined]
 _REJ = Rejection.__table__  # type: ignore[attr-defined]
 _ROUND = RoundState.__table__  # type: ignore[attr-defined]
 _INT63 = 1 << 63
-_PG_PIPELINE_ROWS = 16
+_GROUP_TYPES = {
+    "run_id": "varchar", "round": "bigint", "node": "varchar", "config_version": "bigint",
+    "base_checkpoint": "varchar", "pseudo_gradient": "varchar", "data_shard": "varchar",
+    "inner_steps": "bigint", "tokens": "bigint", "result_checkpoint": "varchar",
+    "digest": "varchar", "signature": "varchar", "members": "text",
+    "received_at": "timestamptz",
+}  # fmt: skip
+_GROUP_COLUMNS = tuple(_GROUP_TYPES)
+_GROUP_INSERT = text(
+    f"INSERT INTO attestation ({', '.join(_GROUP_COLUMNS)}) "
+    f"SELECT {', '.join(_GROUP_COLUMNS)} FROM json_to_recordset(CAST(:rows AS json)) AS r("
+    f"{', '.join(f'{c} {t}' for c, t in _GROUP_TYPES.items())}) "
+    "ON CONFLICT DO NOTHING RETURNING id, digest"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,16 +148,21 @@ class Intake:
     def write(self, job: Job) -> None:
         """Store a checked job (the caller holds :attr:`lock`).
 
-        The round-state cache and the dirty set change only once the transaction committed: a
-        rolled-back group leaves them as the database is.
+        SQLite: the slots already taken are read first, then the new rows inserted. PostgreSQL:
+        the rows go in one ``INSERT .. SELECT .. ON CONFLICT DO NOTHING RETURNING`` (no read
+        before: a slot already taken is simply not inserted), and only the rows that came back
+        without an id are looked up, to answer an exact re-post with its id or refuse a
+        conflicting one. The round-state cache and the dirty set change only once the
+        transaction committed: a rolled-back group leaves them as the database is.
         """
         items, out, rejections = job.items, job.out, job.rejections
         states: dict[tuple[str, int], str] = {}
         dirty: set[tuple[str, int]] = set()
         with self.engine.begin() as conn:
-            taken = self._taken(conn, [c for _, c in job.checked])
+            postgres = conn.dialect.name == "postgresql"
+            taken = {} if postgres else self._taken(conn, [c for _, c in job.checked])
             keys = {(c.run_hex, int(c.attestation.round)) for _, c in job.checked}
-            if conn.dialect.name == "postgresql":
+            if postgres:
                 states = self._lock_rounds(conn, keys)
             if self.membership is not None:  # the joins of rounds new here, in one query
                 self.membership.prime(conn, keys)
@@ -155,40 +183,68 @@ class Intake:
                     out[index] = placed
             if rows:
                 ids = self._insert(conn, rows)
-                for index, new_id in zip(row_index, ids, strict=True):
-                    out[index] = Outcome(202, id=int(new_id))
+                skipped = [i for i, new_id in enumerate(ids) if new_id is None]
+                stored = self._taken_rows(conn, [rows[i] for i in skipped]) if skipped else {}
+                inserted = []
+                for index, row, new_id in zip(row_index, rows, ids, strict=True):
+                    if new_id is not None:
+                        out[index] = Outcome(202, id=new_id)
+                        inserted.append(row)
+                        continue
+                    row_id, digest = stored[(row["run_id"], int(row["round"]), row["node"])]
+                    if digest == row["digest"]:  # an exact re-post: the same id
+                        out[index] = Outcome(202, id=row_id)
+                        continue
+                    conflict = _conflict(row)
+                    out[index] = _refusal(conflict)
+                    checked = dict(job.checked)[index]
+                    rejections.append(_rejection(items[index], conflict, checked))
                 # the keeper re-checks these rounds' membership (ledger.membership)
-                dirty = {(r["run_id"], r["round"]) for r in rows}
+                dirty = {(r["run_id"], r["round"]) for r in inserted}
             if rejections:
                 conn.execute(insert(_REJ), rejections)
         self.round_states.update(states)
         self.dirty |= dirty
 
     @staticmethod
-    def _insert(conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
+    def _insert(conn: Connection, rows: list[dict[str, Any]]) -> list[int | None]:
         """Insert ``rows``; their ids in order.
 
-        Large groups on PostgreSQL: ``COPY .. FROM STDIN`` on the transaction's own connection
-        (half the client CPU per row of a pipelined executemany, and fewer server cycles), then
-        one ``digest = ANY(array)`` lookup of the ids (a statement whose text does not depend
-        on the row count, so psycopg prepares it once). Otherwise one ``INSERT .. RETURNING``
-        (fewest round trips for a few rows).
+        PostgreSQL: one ``INSERT .. SELECT FROM json_to_recordset(:rows) ON CONFLICT DO
+        NOTHING RETURNING`` whatever the row count: one round trip, one statement text (psycopg
+        prepares it once), the rows as one orjson-encoded parameter (A/B on the harness: 11 us
+        of client CPU per row, against 32 for COPY plus the reads before and after it, and 36
+        with array parameters, which psycopg quotes element by element in Python). A row whose
+        slot (or digest) is already stored is skipped: its id is ``None``. Elsewhere one
+        ``INSERT .. RETURNING`` (a conflict raises).
         """
-        if conn.dialect.name == "postgresql" and len(rows) >= _PG_PIPELINE_ROWS:
-            _copy_rows(conn, rows)
-            digests = [r["digest"] for r in rows]
-            param = bindparam("digests", digests, type_=ARRAY(String()))
-            got: dict[str, int] = dict(conn.execute(select(_ATT.c.digest, _ATT.c.id).where(
-                _ATT.c.digest == any_(param))).all())  # fmt: skip
-            return [int(got[d]) for d in digests]
+        if conn.dialect.name == "postgresql":
+            got = {
+                digest: int(row_id)
+                for row_id, digest in conn.execute(
+                    _GROUP_INSERT, {"rows": orjson.dumps(rows).decode()}
+                )
+            }
+            return [got.get(r["digest"]) for r in rows]
         stmt = insert(_ATT).returning(_ATT.c.id, sort_by_parameter_order=True)
         return [int(i) for i in conn.execute(stmt, rows).scalars().all()]
+
+    def _taken_rows(
+        self, conn: Connection, rows: list[dict[str, Any]]
+    ) -> dict[Slot, tuple[int, str]]:
+        """(run, round, node) -> (id, digest) stored for the slots of ``rows``."""
+        wanted = {(r["run_id"], int(r["round"]), r["node"]) for r in rows}
+        return self._slots(conn, wanted)
 
     def _taken(self, conn: Connection, checked: list[Checked]) -> dict[Slot, tuple[int, str]]:
         """(run, round, node) -> (id, digest) for the slots of ``checked`` already stored."""
         if not checked:
             return {}
         wanted = {(c.run_hex, int(c.attestation.round), str(c.attestation.node)) for c in checked}
+        return self._slots(conn, wanted)
+
+    @staticmethod
+    def _slots(conn: Connection, wanted: set[Slot]) -> dict[Slot, tuple[int, str]]:
         columns = (_ATT.c.run_id, _ATT.c.round, _ATT.c.node, _ATT.c.id, _ATT.c.digest)
         if conn.dialect.name == "postgresql":  # array parameters: one statement text, prepared
             runs = bindparam("runs", sorted({s[0] for s in wanted}), type_=ARRAY(String()))
@@ -248,11 +304,7 @@ class Intake:
         if stored is not None and stored[1] == digest:
             return Outcome(202, id=stored[0])
         if earlier is not None or stored is not None:
-            raise reject(
-                "conflicting_attestation",
-                f"node {att.node} already attested round {att.round} of run {run} with "
-                "different fields: one attestation per node per round",
-            )
+            raise _conflict({"node": att.node, "round": att.round, "run_id": run})
         if att.tokens >= _INT63 or att.config_version >= _INT63:
             raise reject("invalid_field", "tokens/configVersion: implausibly large (>= 2**63)")
         seen[slot] = (index, digest)
@@ -333,23 +385,12 @@ class Intake:
         return str(state)
 
 
-def _copy_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    """``COPY attestation (..) FROM STDIN`` of ``rows`` (PostgreSQL, inside ``conn``'s
-    transaction). A driver error is raised as SQLAlchemy's, like any other statement's."""
-    columns = list(rows[0])
-    statement = pg_sql.SQL("COPY attestation ({}) FROM STDIN").format(
-        pg_sql.SQL(", ").join(pg_sql.Identifier(c) for c in columns)
+def _conflict(row: dict[str, Any]) -> AttestationRejected:
+    return reject(
+        "conflicting_attestation",
+        f"node {row['node']} already attested round {row['round']} of run {row['run_id']} "
+        "with different fields: one attestation per node per round",
     )
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    try:
-        with raw.cursor() as cur, cur.copy(statement) as copy:
-            for row in rows:
-                copy.write_row([row[c] for c in columns])
-    except psycopg.Error as exc:
-        raise DBAPIError.instance(
-            statement.as_string(raw), None, exc, psycopg.Error, dialect=conn.dialect
-        ) from exc
 
 
 def _refusal(exc: AttestationRejected) -> Outcome:

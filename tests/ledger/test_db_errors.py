@@ -123,12 +123,16 @@ def test_postgres_down_answers_503_and_recovers(
 
 
 @pytest.mark.postgres
-def test_copy_insert_errors_are_sqlalchemy_errors(postgres_url: str) -> None:
-    """Large groups are inserted with COPY on the driver's connection: a constraint violation
-    there still surfaces as SQLAlchemy's IntegrityError (never a bare driver error, which the
-    API's handlers would not recognise), and the transaction rolls back whole."""
+def test_group_insert_skips_taken_slots_and_raises_driver_errors_as_sqlalchemy(
+    postgres_url: str,
+) -> None:
+    """PostgreSQL groups go in with one ``INSERT .. SELECT FROM unnest .. ON CONFLICT DO
+    NOTHING``: a row whose slot or digest is already stored comes back without an id (the
+    caller then looks it up), the others get theirs; a driver error still surfaces as
+    SQLAlchemy's (never a bare psycopg error, which the API's handlers would not recognise)
+    and the transaction rolls back whole."""
     from sqlalchemy import func, select
-    from sqlalchemy.exc import IntegrityError
+    from sqlalchemy.exc import DBAPIError
 
     from ledger import db
     from ledger.intake import Intake
@@ -144,13 +148,20 @@ def test_copy_insert_errors_are_sqlalchemy_errors(postgres_url: str) -> None:
          "signature": "0x" + "77" * 65, "members": None, "received_at": utcnow()}
         for i in range(40)
     ]  # fmt: skip
+    fresh = {**rows[0], "node": "0x" + "ab" * 20, "digest": "0x" + "ab" * 32}
+    same_slot = {**fresh, "digest": "0x" + "cd" * 32}
     try:
         with engine.begin() as conn:
             ids = Intake._insert(conn, rows)
-        assert len(set(ids)) == 40
-        with pytest.raises(IntegrityError), engine.begin() as conn:
-            Intake._insert(conn, [{**r, "node": "0x" + "ab" * 20} for r in rows[:19]] + rows[:1])
+        assert len({i for i in ids if i is not None}) == 40
+        with engine.begin() as conn:
+            again = Intake._insert(conn, [rows[0], fresh, same_slot, rows[39]])
+        assert again[0] is None and again[2] is None and again[3] is None
+        assert again[1] is not None and again[1] not in ids
+        too_long = {**fresh, "node": "0x" + "ef" * 20, "digest": "0x" + "ef" * 40}
+        with pytest.raises(DBAPIError), engine.begin() as conn:
+            Intake._insert(conn, [{**fresh, "node": "0x" + "12" * 20, "digest": "0x12"}, too_long])
         with engine.connect() as conn:
-            assert conn.execute(select(func.count()).select_from(Attestation)).scalar() == 40
+            assert conn.execute(select(func.count()).select_from(Attestation)).scalar() == 41
     finally:
         engine.dispose()

@@ -196,7 +196,8 @@ def test_batch(client, ledger, started_run, nodes, domain) -> None:
     "db_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
 )
 def test_large_batch_ids_match_items(settings_for, db_url, run_id, nodes, domain) -> None:
-    """A batch big enough for PostgreSQL's pipelined insert: every id maps to its own item."""
+    """A batch in one group insert: every id maps to its own item; re-sent, the same ids; a
+    conflicting item among new and re-sent ones is refused alone."""
     from fastapi.testclient import TestClient as Client
 
     from ledger.main import create_app
@@ -223,4 +224,15 @@ def test_large_batch_ids_match_items(settings_for, db_url, run_id, nodes, domain
             assert rows[row_id].node == att.node and rows[row_id].round == att.round
         again = client.post("/v1/attestations/batch", json={"items": items}).json()
         assert [res["id"] for res in again["results"]] == ids  # idempotent, same ids
+        # a taken slot re-sent with other fields beside an exact re-post and a new one: the
+        # conflict is refused and recorded under its (verified) node, the others answered
+        changed = attestation(nodes[0], run_id=run_id, round_=1, base=GENESIS, result=h("x"))
+        fresh = attestation(nodes[0], run_id=run_id, round_=9, base=GENESIS, result=h("r"))
+        mixed = [body(changed, nodes[0].key, domain), items[1], body(fresh, nodes[0].key, domain)]
+        out = client.post("/v1/attestations/batch", json={"items": mixed}).json()
+        results = out["results"]
+        assert results[0]["error"]["code"] == "conflicting_attestation", results
+        assert results[1]["id"] == ids[1] and results[2]["status"] == "accepted"
+        trail = client.get(f"/v1/nodes/{nodes[0].address}").json()["rejections"]
+        assert [r["code"] for r in trail] == ["conflicting_attestation"]
     service.stop()
