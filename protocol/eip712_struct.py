@@ -75,6 +75,7 @@ class StructSpec:
     _codecs: tuple[tuple[Callable[..., Any], Callable[[Any], bytes], Callable[..., Any]], ...] = (
         field(init=False, repr=False)
     )
+    _hash: Callable[[object], bytes] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         type_string = f"{self.primary}({','.join(f'{sol} {n}' for _, n, sol in self.fields)})"
@@ -82,6 +83,27 @@ class StructSpec:
         object.__setattr__(self, "typehash", keccak256(type_string.encode()))
         object.__setattr__(self, "names", tuple(n for _, n, _ in self.fields))
         object.__setattr__(self, "_codecs", tuple(_codec(sol) for _, _, sol in self.fields))
+        object.__setattr__(self, "_hash", self._compile_hash())
+
+    def _compile_hash(self) -> Callable[[object], bytes]:
+        """``hashStruct`` unrolled once for this field list: one expression that calls each
+        field's encoder on its attribute (the same codecs as :meth:`check` and
+        :meth:`parse_json`), without the loop, the zips and the getattr calls of a generic
+        walk (the ledger hashes every attestation it receives)."""
+        env: dict[str, Any] = {"keccak256": keccak256, "typehash": self.typehash}
+        words = []
+        for index, ((attr, _, _), (_, encode, _)) in enumerate(
+            zip(self.fields, self._codecs, strict=True)
+        ):
+            if not attr.isidentifier():  # pragma: no cover - dataclass fields always are
+                raise ValueError(f"field {attr!r} is not an identifier")
+            env[f"encode{index}"] = encode
+            words.append(f"encode{index}(obj.{attr})")
+        body = f"keccak256(b''.join((typehash, {', '.join(words)})))"
+        source = f"def hash_struct(obj):\n    return {body}\n"
+        exec(compile(source, f"<hashStruct {self.primary}>", "exec"), env)
+        hash_struct: Callable[[object], bytes] = env["hash_struct"]
+        return hash_struct
 
     def check(self, obj: object) -> None:
         """Validate every field of ``obj`` (EncodingError naming the field)."""
@@ -90,10 +112,7 @@ class StructSpec:
 
     def hash(self, obj: object) -> bytes:
         """EIP-712 ``hashStruct``: keccak of the typehash and one 32-byte word per field."""
-        words = [self.typehash]
-        for (attr, _, _), (_, encode, _) in zip(self.fields, self._codecs, strict=True):
-            words.append(encode(getattr(obj, attr)))
-        return keccak256(b"".join(words))
+        return self._hash(obj)
 
     def to_json(self, obj: object) -> dict[str, Any]:
         """camelCase object: bytes32 as 0x-hex, addresses checksummed, integers as numbers up to
@@ -179,8 +198,18 @@ class Eip712Struct:
 
     @classmethod
     def from_json(cls, data: object) -> Self:
-        """Parse the camelCase wire form strictly: exact keys, exact types, no coercion."""
-        return cast("Callable[..., Self]", cls)(**cls.SPEC.parse_json(data))
+        """Parse the camelCase wire form strictly: exact keys, exact types, no coercion.
+
+        ``parse_json`` validates every field as :meth:`StructSpec.check` would (and more), so a
+        struct with no ``__post_init__`` of its own is built without checking each field twice.
+        """
+        kwargs = cls.SPEC.parse_json(data)
+        if cls.__post_init__ is not Eip712Struct.__post_init__:
+            return cast("Callable[..., Self]", cls)(**kwargs)
+        obj = object.__new__(cls)
+        for name, value in kwargs.items():
+            object.__setattr__(obj, name, value)
+        return obj
 
     def typed_data(self, domain: Eip712Domain) -> dict[str, Any]:
         """The full eth_signTypedData_v4 JSON (``EIP712Domain`` included in ``types``)."""
