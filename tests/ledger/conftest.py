@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 
 from ledger.core.config import Settings
 from ledger.main import create_app
 from ledger.service import Ledger
 from protocol.deployment import Deployment
-from protocol.devnet import AnvilProcess
+from protocol.devnet import AnvilProcess, free_port
 from tests.ledger.helpers import NodeKey, domain_of, h, new_node
 
 ADMIN = "test-admin-token-0123456789"
@@ -58,6 +62,27 @@ def settings_for(
         return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
     return make
+
+
+@contextmanager
+def serving(ledger: Ledger) -> Iterator[str]:
+    """``ledger`` behind a real uvicorn server on a free port, in a thread (requests really
+    overlap, unlike TestClient's); yields its base URL, stops the server (not the ledger)."""
+    port = free_port()
+    srv = uvicorn.Server(
+        uvicorn.Config(create_app(ledger=ledger), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not srv.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=30)
 
 
 @pytest.fixture

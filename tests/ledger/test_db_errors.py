@@ -6,41 +6,16 @@ is shut down and started again under the ledger.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 import httpx
 import pytest
-import uvicorn
 
 from ledger.core.config import Settings
-from ledger.main import create_app
 from ledger.service import Ledger
-from protocol.devnet import free_port
-from tests.ledger.conftest import ADMIN, GENESIS
+from tests.ledger.conftest import ADMIN, GENESIS, serving
 from tests.ledger.helpers import NodeKey, attestation, body, h
-
-
-@contextmanager
-def serving(ledger: Ledger) -> Iterator[str]:
-    port = free_port()
-    srv = uvicorn.Server(
-        uvicorn.Config(create_app(ledger=ledger), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not srv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=30)
 
 
 @pytest.mark.parametrize(

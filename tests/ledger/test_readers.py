@@ -8,20 +8,16 @@ completion needed the loop. Every request must now be answered, none with an err
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from ledger.core.config import Settings
-from ledger.main import create_app
 from ledger.service import Ledger
-from protocol.devnet import free_port
-from tests.ledger.conftest import ADMIN, GENESIS
+from tests.ledger.conftest import ADMIN, GENESIS, serving
 from tests.ledger.helpers import NodeKey, attestation, body, h
 
 WRITERS, READERS = 8, 16
@@ -30,21 +26,10 @@ WRITERS, READERS = 8, 16
 @pytest.fixture
 def server(settings_for: Callable[..., Settings], sqlite_url: str) -> Iterator[tuple[str, Ledger]]:
     ledger = Ledger(settings_for(sqlite_url))
-    port = free_port()
-    srv = uvicorn.Server(
-        uvicorn.Config(create_app(ledger=ledger), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not srv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}", ledger
+        with serving(ledger) as url:
+            yield url, ledger
     finally:
-        srv.should_exit = True
-        thread.join(timeout=30)
         ledger.stop()
 
 
@@ -124,21 +109,10 @@ def small_server(
 ) -> Iterator[tuple[str, Ledger]]:
     """Two API threads: a small pool, so that a cycle between threads and connections shows."""
     ledger = Ledger(settings_for(sqlite_url, api_threads=2))
-    port = free_port()
-    srv = uvicorn.Server(
-        uvicorn.Config(create_app(ledger=ledger), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not srv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}", ledger
+        with serving(ledger) as url:
+            yield url, ledger
     finally:
-        srv.should_exit = True
-        thread.join(timeout=30)
         ledger.stop()
 
 
