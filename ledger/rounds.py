@@ -104,6 +104,8 @@ class RoundKeeper:
             overdue = now >= deadline_at
             if not overdue and (run_id, round_) not in dirty:
                 continue
+            if not overdue and not self._may_close_early(run_id, round_):
+                continue  # open membership: it closes at its deadline, nothing more to read
             expected, complete = self._expected(run_id, round_, now)
             if complete or overdue:
                 why = "every expected node attested" if complete else "deadline passed"
@@ -154,6 +156,15 @@ class RoundKeeper:
             self.intake.round_states[key] = "closing"
             log.info("round %d of run %s closing: %s", key[1], key[0], why)
         return True
+
+    def _may_close_early(self, run_id: str, round_: int) -> bool:
+        """Whether a round before its deadline can close early: only a round with joins (its
+        members all attested); one with none closes at its deadline. Read before the round's
+        attestations, so that a dirty round of an open-membership run costs one query, not two
+        (every round a node attests into is dirty until its deadline)."""
+        if self.membership is None:
+            return False
+        return bool(self.membership.joined(run_id, round_, fresh=True))
 
     def _expected(self, run_id: str, round_: int, now: datetime) -> tuple[set[str], bool]:
         """(expected members, whether the round may close early): see :mod:`ledger.membership`."""

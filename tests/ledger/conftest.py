@@ -57,6 +57,7 @@ def settings_for(
             "indexer_poll_s": 0.01,
             "join_window_s": 0.5,
             "usefulness_model": None,  # fake blobs; test_usefulness and the red team score
+            "audit_fraction": 0.0,  # fake blobs cannot be replayed; tests/redteam audits
         }
         values.update(overrides)
         return Settings(_env_file=None, **values)  # type: ignore[call-arg]
