@@ -53,6 +53,7 @@ ZERO = "0x" + "00" * 32
 SUSPICIOUS_NORM = (0.75, 1.33)
 MIN_FOR_RESIDUALS = 4  # nodes in a round needed to remove the shared component
 SMALL_ROUND_COPY_COSINE = 0.999  # outside this band of the median norm: replay-audited
+ALIGNMENT_FLOOR = 0.1  # raw cosine with the round's other updates below this: replay-audited
 
 
 @dataclass
@@ -116,6 +117,7 @@ def judge_round(
     _tensors(entries, ctx, base_tensors)
     _magnitude(entries, ctx, session, rnd)
     _copies(entries, ctx, session, rnd)
+    _aligned(entries, ctx)
     _usefulness(entries, ctx)
     for e in entries:
         if e.ok:
@@ -329,6 +331,21 @@ def _magnitude(entries: list[Entry], ctx: Context, session: Session, rnd: RoundS
                 f"(x{ctx.settings.magnitude_floor:g}..x"
                 f"{ctx.settings.magnitude_ceiling:g} the median {ref:.4g})",
             )
+
+
+def _aligned(entries: list[Entry], ctx: Context) -> None:
+    """Honest updates of a round share a direction (raw cosine 0.3-0.75 with the previous round's
+    mean on the red team's real nodes); noise and zeros do not (0.00). An update nearly
+    orthogonal to the mean of the round's other updates is suspicious: the replay decides."""
+    live = [e for e in entries if e.ok and e.flat is not None]
+    if len(live) < MIN_FOR_RESIDUALS or not _can_audit(ctx):
+        return
+    for e in live:
+        others = [x.flat for x in live if x is not e and x.flat is not None]
+        assert e.flat is not None
+        c = cosine(e.flat, torch.stack(others).mean(0))
+        if c < ALIGNMENT_FLOOR:
+            e.suspicious.append(f"raw cosine {c:.3f} with the mean of the round's other updates")
 
 
 def _direction(flats: list[torch.Tensor]) -> torch.Tensor | None:
