@@ -110,6 +110,13 @@ def run_command(  # noqa: PLR0917 - typer maps each parameter to a flag
     batch_size: Annotated[int, typer.Option(help="Rows per inner step on this node.")] = 8,
     rounds: Annotated[int | None, typer.Option(help="Stop after this round number.")] = None,
     leave_after: Annotated[int | None, typer.Option(help="Leave the run after this round.")] = None,
+    hold_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="While this file exists, do not start a new round (keep state and heartbeats; "
+            "a round number in it: hold before that round only). Remove it to go on."
+        ),
+    ] = None,
     min_nodes: Annotated[int, typer.Option(help="Nodes the first round waits for.")] = 1,
     join_window: Annotated[
         float, typer.Option(help="Seconds a round boundary waits for joiners.")
@@ -219,6 +226,7 @@ def _build(**o: object):  # type: ignore[no-untyped-def]
         device=str(o["device"]), data_path=None if o["data"] is None else str(o["data"]),
         checkpoint_dir=Path(str(o["checkpoint_dir"])), max_rounds=o["rounds"],  # type: ignore[arg-type]
         leave_after_round=o["leave_after"],  # type: ignore[arg-type]
+        hold_file=o["hold_file"],  # type: ignore[arg-type]
     )  # fmt: skip
     recovery = Recovery(run_id, cfg, settings.seed, chain=chain, ledger=ledger)
     runner = NodeRunner(settings, Attester(key, domain, run_id, ledger), source, recovery=recovery)

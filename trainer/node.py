@@ -31,6 +31,7 @@ from trainer.coordination.ledger_view import LedgerMembers
 from trainer.coordination.registry import AnyKeyRegistry, ChainRegistry, Registry
 from trainer.data import Corpus, ShardSpec
 from trainer.diloco import DiLoCo, LocalWork, RoundOutcome
+from trainer.hold import hold_at_boundary
 from trainer.inner import StepInfo
 from trainer.membership import DivergedError, Members, MembershipConfig, Rendezvous, RoundGroup
 from trainer.model import GPT, GPTConfig, evaluate
@@ -65,6 +66,9 @@ class NodeSettings:
     leave_after_round: int | None = None
     eval_rows: int = 64
     max_collective_retries: int = 2
+    hold_file: Path | None = None
+    """While this file exists the node does not start a round (trainer.hold); it keeps its state
+    and heartbeats and starts the round once the file is gone."""
     overlap: bool = False
     """One-round delayed outer step (trainer.overlap): round r's all-reduce runs in the background
     during round r+1's compute; round r's attestation follows at the end of round r+1."""
@@ -442,6 +446,8 @@ class NodeRunner:
             r = self.first_round()
             last = self._last_round()
             while last is None or r <= last:
+                if self.s.hold_file is not None:
+                    hold_at_boundary(self.s.hold_file, r)
                 self.round_now = r
                 report = self.run_round(r) if self.overlap is None else self.overlap.run_round(r)
                 self._reported(report, reports)

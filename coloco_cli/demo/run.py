@@ -30,7 +30,7 @@ from coloco_cli.demo.train import (
     start_node,
     start_rendezvous,
     wait_for_exit,
-    wait_for_records,
+    wait_for_hold,
     wait_for_round,
     wait_rendezvous,
 )
@@ -52,6 +52,7 @@ class DemoRun:
         self.plan = plan
         self.external_anvil = anvil
         self.workdir = workdir
+        self.hold_file = workdir / "hold"  # `node run --hold-file`: the nodes wait while it exists
         self.console = console
         self.procs = ProcessManager()
         self.shell = Shell(self.say, workdir / "logs" / "commands.log")
@@ -152,6 +153,8 @@ class DemoRun:
     def train_and_govern(self) -> None:
         net, plan = self.require_net(), self.plan
         initial = self.actors[: plan.nodes]
+        # every node holds before the round after the vote's (see _govern)
+        self.hold_file.write_text(str(plan.govern_after + 1))
         leaver = initial[-1] if plan.leave_after is not None and plan.nodes >= 2 else None
         for actor in initial:
             leave = plan.leave_after if actor is leaver else None
@@ -183,18 +186,17 @@ class DemoRun:
         self.step(f"all {plan.rounds} rounds committed on chain")
 
     def _govern(self, after: int) -> None:
-        """Claims and the vote, with the trainers paused at the start of round `after` + 1.
+        """Claims and the vote, with the trainers held at the start of round `after` + 1.
 
-        On a real network a vote lasts days and rounds minutes; here rounds take seconds, so the
-        trainers are paused (SIGSTOP) from the end of round `after` until the vote is executed:
-        the change then lands at a known point whatever the machine's speed (round `after` + 2
-        trains with it at the latest).
+        On a real network a vote lasts days and rounds minutes; here rounds take seconds, so every
+        node runs with `--hold-file` naming round `after` + 1: it finishes round `after`, waits at
+        the boundary (state and heartbeats intact, no join sent) until the vote is executed and
+        the demo removes the file, then every node joins round `after` + 1 together and trains it
+        with the new config, whatever the machine's speed.
         """
         net, plan = self.require_net(), self.plan
-        wait_for_records(self.nodes, after, timeout=plan.round_timeout_s)
-        for node in self.nodes:
-            node.child.pause()
-        self.step(f"round {after} done on every node; trainers paused for the vote")
+        wait_for_hold(self.nodes, after + 1, timeout=plan.round_timeout_s)
+        self.step(f"round {after} done on every node; trainers hold for the vote")
         try:
             wait_for_round(net, self.run_id, after, self.nodes, timeout=plan.round_timeout_s)
             self.step(f"round {after} committed on chain")
@@ -203,12 +205,11 @@ class DemoRun:
             sets = [f"inner-steps={plan.new_inner_steps}"]
             self.gov = govern(net, self.shell, self.actors[: plan.nodes], sets)
         finally:
-            for node in self.nodes:
-                node.child.resume()
+            self.hold_file.unlink(missing_ok=True)
         self.step(
             f"proposal executed: TrainingConfig v{self.gov.config_version_before} -> "
             f"v{self.gov.config_version_after} (inner steps {self.gov.inner_steps_after}); "
-            "trainers resumed"
+            "trainers go on"
         )
 
     def final_claims(self) -> None:
@@ -230,6 +231,7 @@ class DemoRun:
             last_round=self.plan.rounds,
             leave_after=leave_after,
             standby=standby,
+            hold_file=self.hold_file,
         )
 
     def require_net(self) -> DemoNet:

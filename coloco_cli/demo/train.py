@@ -58,6 +58,10 @@ class NodeProc:
     def rounds_worked(self) -> list[int]:
         return sorted({int(r["round"]) for r in self.records()})
 
+    def held(self) -> set[int]:
+        """The rounds the node held before (its `held` events: `node run --hold-file`)."""
+        return {int(e["round"]) for e in read_events(self.events) if e.get("event") == "held"}
+
 
 def start_rendezvous(procs: ProcessManager, shell: Shell, workdir: Path) -> tuple[str, Child]:
     """`coloco rendezvous serve` in its own child process; returns ('host:port', child).
@@ -91,6 +95,7 @@ def start_node(
     leave_after: int | None = None,
     batch_size: int = 8,
     standby: bool = False,
+    hold_file: Path | None = None,
 ) -> NodeProc:
     """`coloco node run` for `actor`'s node, as the operator would start it.
 
@@ -118,6 +123,8 @@ def start_node(
     ]  # fmt: skip
     if leave_after is not None:
         args += ["--leave-after", leave_after]
+    if hold_file is not None:
+        args += ["--hold-file", hold_file]
     argv = shell.argv(*args)
     gate = net.workdir / "gates" / actor.name if standby else None
     if gate is not None:  # the same command, held at the door until the demo lets it in
@@ -129,18 +136,16 @@ def start_node(
     return NodeProc(actor, child, last_round, leave_after, events, gate)
 
 
-def wait_for_records(nodes: list[NodeProc], round: int, *, timeout: float) -> None:
-    """Block until every running node has logged `round_done` for `round` (or finished)."""
+def wait_for_hold(nodes: list[NodeProc], round: int, *, timeout: float) -> None:
+    """Block until every running node holds before `round` (its `held` event; or it finished)."""
     deadline = time.monotonic() + timeout
     while True:
         check_nodes(nodes)
-        pending = [
-            n.actor.name for n in nodes if n.child.alive() and round not in n.rounds_worked()
-        ]
+        pending = [n.actor.name for n in nodes if n.child.alive() and round not in n.held()]
         if not pending:
             return
         if time.monotonic() > deadline:
-            raise ColocoError(f"nodes {pending} did not finish round {round} in {timeout:.0f}s")
+            raise ColocoError(f"nodes {pending} did not reach round {round} in {timeout:.0f}s")
         time.sleep(0.05)
 
 

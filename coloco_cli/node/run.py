@@ -6,7 +6,8 @@ Every option of the trainer's command is kept; on top of it:
   refuses to start without them unless told `--offline` (no silent training that earns nothing);
 - the hot key is `--keystore PATH` (environment `COLOCO_NODE_KEYSTORE`; `COLOCO_KEYSTORE` is the
   transaction sender everywhere) or a named account `--account NAME`;
-- `--events PATH` appends one JSON object per round the node worked (`round_done`) to PATH;
+- `--events PATH` appends one JSON object per round the node worked (`round_done`) and per hold at
+  a round boundary (`held`, see `--hold-file`) to PATH;
 - the default checkpoint folder is per run and per key, so two nodes (or two runs) never resume
   from each other's files.
 """
@@ -49,7 +50,9 @@ OfflineOpt = Annotated[
 ]
 EventsOpt = Annotated[
     Path | None,
-    typer.Option("--events", help="Append one JSON line per round worked (round_done) here."),
+    typer.Option(
+        "--events", help="Append one JSON line per round worked (round_done) or held (held) here."
+    ),
 ]
 CheckpointDirOpt = Annotated[
     Path | None,
@@ -57,8 +60,12 @@ CheckpointDirOpt = Annotated[
 ]
 
 
+EVENTS = ("round_done", "held")  # a round worked; a hold at a round boundary (trainer.hold)
+
+
 class EventsWriter(logging.Handler):
-    """Writes the trainer's `round_done` records (logged as a dict or as JSON) as JSON lines."""
+    """Writes the trainer's `round_done` and `held` records (logged as a dict, or `round_done` as
+    JSON) as JSON lines."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(logging.INFO)
@@ -78,7 +85,7 @@ class EventsWriter(logging.Handler):
 
 def _round_event(record: logging.LogRecord) -> dict[str, Any] | None:
     args = record.args
-    if isinstance(args, dict) and args.get("event") == "round_done":
+    if isinstance(args, dict) and args.get("event") in EVENTS:
         return dict(args)
     if isinstance(record.msg, str) and record.msg.startswith('{"event": "round_done"'):
         try:
@@ -90,7 +97,7 @@ def _round_event(record: logging.LogRecord) -> dict[str, Any] | None:
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """The `round_done` events a node wrote with `--events` (a partial last line is skipped)."""
+    """The events a node wrote with `--events` (a partial last line is skipped)."""
     if not path.is_file():
         return []
     out = []

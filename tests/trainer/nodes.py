@@ -56,6 +56,8 @@ class Plan:
     ledger_url: str | None = None  # attestations, joins and member lists through this ledger
     late_first_join: bool = False  # its first ledger join waits until that round started there
     rendezvous_timeout_s: float = 60.0
+    hold_file: str | None = None  # NodeSettings.hold_file (trainer.hold)
+    events: str | None = None  # `node run --events`: the trainer's round_done and held records
 
 
 def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
@@ -117,7 +119,15 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         leave_after_round=plan.leave_after,
         eval_rows=16,
         overlap=plan.overlap,
+        hold_file=Path(plan.hold_file) if plan.hold_file else None,
     )
+    if plan.events:
+        import logging
+
+        from coloco_cli.node.run import EventsWriter
+
+        logging.getLogger("trainer").setLevel(logging.INFO)
+        logging.getLogger("trainer").addHandler(EventsWriter(Path(plan.events)))
     ledger = None
     if plan.ledger_url:
         from trainer.ledger_client import LedgerClient
