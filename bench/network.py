@@ -226,7 +226,7 @@ def main() -> None:
         log.info("scenario %s: %d nodes at %g Mbit/s, %d rounds", name, n, rate_mbit, rounds)
         return run_nodes(n, rate_mbit, [[*common, "--rounds", rounds, *e] for e in extra])
 
-    auto: list[object] = ["--budget-s", -1]  # round 1 sets the round's time budget
+    auto: list[object] = ["--budget-s", -1]  # each round sets the next round's time budget
     int8 = scenario("int8", 2, rate, [["--fmt", "int8", *auto]] * 2)
     s8 = summarize(int8, h)
     # the same with the one-round delayed outer step (round r's all-reduce behind round r+1's
@@ -288,7 +288,10 @@ def main() -> None:
         "slow_node_credit_ratio": round(credited / (fast_tokens * speed), 4),
         "slow_node_speed_ratio": round(speed, 3),
         "slow_node_steps": [r["steps"] for r in het[1]["rounds"]],
-        "time_budget": "H x the fastest member's median round-1 step time, every scenario",
+        "time_budget": (
+            "H + 1 steps at the fastest member's median step time of the round before, "
+            "every scenario"
+        ),
         **ov,
         **ckpt,
         "int8": s8,

@@ -67,8 +67,9 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--fmt", default="int8")
     p.add_argument("--budget-s", type=float, default=0.0,
-                   help="inner time box in s; 0: none; -1: round 1 runs H steps and sets the box "
-                   "of later rounds to the fastest member's round-1 compute time")  # fmt: skip
+                   help="inner time box in s; 0: none; -1: round 1 runs H steps, each later "
+                   "round's box is H + 1 steps at the fastest member's median step time of the "
+                   "round before")  # fmt: skip
     p.add_argument("--slowdown", type=float, default=1.0)
     p.add_argument("--sync-steps", type=int, default=0, help="measure sync DP instead")
     p.add_argument("--overlap", action="store_true",
@@ -141,6 +142,7 @@ def main() -> None:
         return
 
     budget = args.budget_s
+    auto_budget = budget < 0
     start: torch.Tensor | None = None  # --overlap: where this node's next inner phase starts
     pending: dict[str, Any] = {}  # --overlap: the round in flight's all-reduce (thread, result)
 
@@ -212,6 +214,9 @@ def main() -> None:
         inner = diloco.inner.train(rows, on_step=slow, budget_s=budget if budget > 0 else None)
         t_enc = time.perf_counter()
         compute_s = t_enc - t_train
+        if auto_budget:  # this node's pace, measured under this round's conditions
+            pace = (args.inner_steps + 1) * statistics.median(step_times)
+            rdv.store.set(f"budget/{r}/{args.index}", str(pace))
         flat_local = diloco.state.layout.flatten(dict(model.named_parameters()))
         origin = diloco.state.base if start is None else start
         packet = encode(origin, flat_local, args.fmt)  # fused origin - local, quantized
@@ -250,15 +255,14 @@ def main() -> None:
             "encode_s": t_ar - t_enc, "allreduce_s": t_outer - t_ar,
             "outer_s": t_check - t_outer, "check_s": t_blob - t_check, "blob_s": t_end - t_blob,
             "allreduce_phases_s": phases, "allreduce_bytes_sent": sent,
-            "loss": inner.final_loss, "result": result.hex()[:16],
+            "loss": inner.final_loss, "result": result.hex()[:16], "budget_s": budget,
+            "step_times_s": [round(x, 4) for x in step_times],
         })  # fmt: skip
-        if budget < 0:  # the round's time budget: H steps at the fastest member's median step
-            # time of round 1 (the median skips round 1's slow first steps)
-            rdv.store.set(
-                f"budget/{args.index}", str(args.inner_steps * statistics.median(step_times))
-            )
-            rdv.store.wait([f"budget/{i}" for i in range(args.world)])
-            budget = min(float(rdv.store.get(f"budget/{i}")) for i in range(args.world))
+        if auto_budget:  # next round's time budget: H + 1 steps at the fastest member's
+            # median step time of this round (posted before the all-reduce, so nobody waits)
+            keys = [f"budget/{r}/{i}" for i in range(args.world)]
+            rdv.store.wait(keys)
+            budget = min(float(rdv.store.get(k)) for k in keys)
         log.info("round %d: %d steps, compute %.1fs, wall %.1fs", r, inner.steps, compute_s,
                  t_end - t_prev)  # fmt: skip
         t_prev = t_end

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -55,7 +56,9 @@ def _as_timedelta(timeout: float | timedelta) -> timedelta:
     return td
 
 
-def _collective(phase: str, timeout: timedelta, start: Callable[[], dist.Work | None]) -> None:
+def _collective(
+    phase: str, timeout: timedelta, start: Callable[[], dist.Work | _Waited | None]
+) -> None:
     """Start one async collective and wait for it; any failure becomes CollectiveError."""
     try:
         work = start()
@@ -126,9 +129,8 @@ def average(
         weights = _gather_weights(weight, group, wait_for, device)
     clock.mark("weights")
 
-    if pipelined is None:  # gloo's point-to-point works never report completion before wait(),
-        # so they cannot be polled while the heartbeats are watched: the collectives then
-        pipelined = dist.get_backend(group) == "gloo" and not is_watching()
+    if pipelined is None:  # on gloo, watched or not (the watch polls a waiter thread, _Waited)
+        pipelined = dist.get_backend(group) == "gloo"
     exchange = _pipelined if pipelined else _collectives
     mean, mine_nbytes = exchange(
         packet, group, wait_for=wait_for, weights=weights, world=world, rank=rank, clock=clock
@@ -286,6 +288,47 @@ def _same(work: dist.Work) -> dist.Work:
     return work
 
 
+_KEEP_DROPPED = 4
+_DROPPED: list[list[list[list[dist.Work]]]] = []
+"""The pending works of the last few failed pipelined exchanges, kept referenced: letting a
+pending gloo work go makes destroying its process group block until the work's own timeout (the
+heartbeat watch drops a stalled exchange long before that)."""
+
+
+class _Waited:
+    """Works waited for in a thread of their own. gloo's point-to-point works report
+    ``is_completed()`` only after ``wait()``, so the heartbeat watch (:func:`wait_work`, which
+    polls) could never see them finish; this waits for them in a daemon thread and reports
+    completion to the poll. A peer that stalls leaves the thread blocked in ``wait`` until the
+    collective timeout; the watch has raised long before, and the thread keeps the works
+    referenced (a dropped pending gloo work makes destroying its group block)."""
+
+    def __init__(self, works: list[dist.Work], timeout: timedelta) -> None:
+        self._works = works
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, args=(timeout,), daemon=True).start()
+
+    def _run(self, timeout: timedelta) -> None:
+        try:
+            for work in self._works:
+                work.wait(timeout=timeout)
+        except BaseException as exc:  # handed to the waiting thread by wait()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def is_completed(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if not self._done.wait(None if timeout is None else timeout.total_seconds()):
+            raise CollectiveError(f"point-to-point pieces did not finish within {timeout}")
+        if self._error is not None:
+            raise self._error
+        return True
+
+
 def _pieces(packet: Packet, k: int) -> list[tuple[int, int]]:
     """Block-aligned [start, end) unit ranges of one chunk of ``k`` units, ~PIECE_BYTES each."""
     unit_bytes = _unit(packet) * packet.payload.element_size()
@@ -330,19 +373,27 @@ def _pipelined(
             raise CollectiveError("all-reduce: torch.distributed returned no work handle")
         return work
 
+    watched = is_watching()  # the heartbeat watch polls: wait in a thread it can poll
+
     def wait(phase: str, works: list[dist.Work]) -> None:
+        if watched:
+            _collective(phase, wait_for, partial(_Waited, works, wait_for))
+            return
         for work in works:
             _collective(phase, wait_for, partial(_same, work))
 
+    posted: list[list[list[dist.Work]]] = []  # every work posted, kept if the exchange fails
     try:
         # phase 1 receives: every peer's copy of this rank's chunk, piece by piece
         recv = {p: torch.empty(chunk, dtype=payload.dtype, device=device) for p in peers}
         recv_s = {p: torch.empty(k, dtype=torch.float32, device=device) for p in peers}
         got: list[list[dist.Work]] = [[] for _ in range(n)]
+        posted.append(got)
         # phase 2 receives: every peer's mean chunk, into the gathered buffers
         gathered = torch.empty(world * chunk, dtype=payload.dtype, device=device)
         gathered_s = torch.empty(world * k, dtype=torch.float32, device=device)
         means: list[list[dist.Work]] = [[] for _ in range(n)]
+        posted.append(means)
         for j, (a, b) in enumerate(pieces):
             for p in peers:
                 got[j].append(post(dist.irecv, recv[p][a * unit : b * unit], p, 4 * j))
@@ -351,6 +402,7 @@ def _pipelined(
                     got[j].append(post(dist.irecv, recv_s[p][a:b], p, 4 * j + 1))
                     means[j].append(post(dist.irecv, gathered_s[blocks(p, a, b)], p, 4 * j + 3))
         sends: list[dist.Work] = []
+        posted.append([sends])
         for j, (a, b) in enumerate(pieces):  # phase 1 sends: chunk p of this rank goes to p
             for p in peers:
                 sends.append(post(dist.isend, payload[values(p, a, b)], p, 4 * j))
@@ -394,6 +446,7 @@ def _pipelined(
         wait("sends", sends)
         clock.mark("all_gather")
     except RuntimeError as exc:  # a peer failed mid-piece (gloo raises from isend/irecv too)
+        _DROPPED[:] = [*_DROPPED[-(_KEEP_DROPPED - 1) :], posted]  # see _DROPPED
         if isinstance(exc, CollectiveError):
             raise
         raise CollectiveError(

@@ -15,6 +15,7 @@ from tests.harness.distributed import run_workers
 from trainer import allreduce
 from trainer.allreduce import average, simulate_average
 from trainer.codec import WireFormat, encode_flat, unflatten, wire_bytes
+from trainer.coordination.heartbeat import StalledError, watching
 
 pytestmark = pytest.mark.distributed
 
@@ -59,6 +60,26 @@ def _stall_worker(rank: int, world: int) -> str:
     return "no error"
 
 
+def _watched_stall_worker(rank: int, world: int) -> str:
+    """Rank 1 stalls (never joins); rank 0's heartbeat watch gives up on it after 1 s, long
+    before the 20 s collective timeout, in the middle of the pipelined exchange."""
+    if rank == 1:
+        time.sleep(8.0)
+        return "stalled"
+    started = time.monotonic()
+
+    def check() -> None:
+        if time.monotonic() - started > 1.0:
+            raise StalledError(("0xpeer",), 1.0)
+
+    try:
+        with watching(check):
+            average(_vector(rank), None, "int8", 20.0)
+    except StalledError:
+        return f"StalledError after {time.monotonic() - started:.1f}s"
+    return "no error"
+
+
 def _paths_worker(rank: int, world: int, fmt: str) -> dict[str, object]:
     """The pipelined exchange in many small pieces, and gloo's three collectives in a row."""
     out: dict[str, object] = {}
@@ -68,6 +89,11 @@ def _paths_worker(rank: int, world: int, fmt: str) -> dict[str, object]:
         timings: dict[str, float] = {}
         mean, sent = average(_vector(rank), None, fmt, 30.0, weight=rank + 1, timings=timings)
         out["pieces"] = (_digest(mean), sent, sorted(timings))
+        polls: list[int] = []
+        timings = {}
+        with watching(lambda: polls.append(1)):  # the heartbeat watch of the operator's node
+            mean, sent = average(_vector(rank), None, fmt, 30.0, weight=rank + 1, timings=timings)
+        out["watched"] = (_digest(mean), sent, sorted(timings))
     finally:
         allreduce.PIECE_BYTES = saved
     mean, sent = average(_vector(rank), None, fmt, 30.0, weight=rank + 1, pipelined=False)
@@ -131,6 +157,18 @@ def test_the_pipelined_pieces_give_the_bits_of_the_collectives_and_the_replay(
         assert p["pieces"][2] == ["all_gather", "reduce_scatter", "weights"]  # type: ignore[index]
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_heartbeat_watched_all_reduce_takes_the_pipelined_path(
+    four_ranks: list[dict[str, object]], fmt: str
+) -> None:
+    """The operator's node averages with the heartbeat watch on (it polls): gloo's point-to-point
+    pieces report completion only from wait(), so they are waited for in a thread the watch can
+    poll; the watched exchange is the pipelined one, with the same bits and bytes."""
+    for p in (r[f"paths_{fmt}"] for r in four_ranks):
+        assert p["watched"][:2] == p["pieces"][:2]  # type: ignore[index]
+        assert p["watched"][2] == ["all_gather", "reduce_scatter", "weights"]  # type: ignore[index]
+
+
 def test_a_flat_packet_of_many_parameters_averages_to_identical_views(
     four_ranks: list[dict[str, object]],
 ) -> None:
@@ -167,6 +205,13 @@ def test_a_stalled_peer_raises_collective_error_within_the_timeout() -> None:
     assert results[0].endswith("collective_error")
     waited = float(results[0].split("after ")[1].split("s:")[0])
     assert waited < 5.0
+
+
+def test_a_stalled_peer_ends_the_watched_pipelined_all_reduce_at_the_heartbeat() -> None:
+    results = run_workers(_watched_stall_worker, 2, timeout=120)
+    assert results[1] == "stalled"
+    assert results[0].startswith("StalledError after"), results[0]
+    assert float(results[0].split("after ")[1].rstrip("s")) < 10.0  # not the 20 s timeout
 
 
 def test_average_refuses_to_run_without_a_process_group() -> None:
