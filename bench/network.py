@@ -231,6 +231,12 @@ def main() -> None:
     s8 = summarize(int8, h)
     # the same with the one-round delayed outer step (round r's all-reduce behind round r+1's
     # compute): the option's utilization, its loss cost is overlap_loss_ratio below
+    # the same plain step with 8 rows a step instead of 4 (256 tokens): twice the compute per
+    # byte on the wire, to show where the plain step's utilization goes with the batch (the
+    # governed settings stay batch 4; docs/trainer.md argues the setting)
+    big = [[*common[:-1], 2 * args.batch, "--rounds", rounds, "--fmt", "int8", *auto]] * 2
+    log.info("scenario int8, batch %d", 2 * args.batch)
+    s8b = summarize(run_nodes(2, rate, big), h)
     int8_ov = scenario("int8 overlap", 2, rate, [["--fmt", "int8", *auto, "--overlap"]] * 2)
     s8o = summarize(int8_ov, h)
     fp32 = scenario("fp32", 2, rate, [["--fmt", "fp32", *auto]] * 2, others)
@@ -268,6 +274,9 @@ def main() -> None:
         "rate_mbit": rate,
         "utilization_int8": s8["utilization"],
         "utilization_int8_overlap": s8o["utilization"],
+        "utilization_int8_batch2x": s8b["utilization"],
+        "utilization_model_int8_batch2x": s8b["utilization_model"],
+        "batch2x": 2 * args.batch,
         "utilization_model_int8_overlap": s8o["utilization_model"],
         "utilization_fp32": s32["utilization"],
         "utilization_model_int8": s8["utilization_model"],
@@ -296,6 +305,7 @@ def main() -> None:
         **ckpt,
         "int8": s8,
         "int8_overlap": s8o,
+        "int8_batch2x": s8b,
         "fp32": s32,
         "int8_10mbit": slow10,
         "heterogeneous": sh,
