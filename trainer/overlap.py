@@ -22,7 +22,9 @@ The in-flight round lands first (synchronously) whenever the member list changes
 a round out, or it leaves: a joiner then fetches the checkpoint of round r-1 and everybody trains
 round r from it. A failed background all-reduce (a peer died, or was evicted by the hash check
 and left the group) falls back to the synchronous re-form-and-retry path of
-``NodeRunner.synchronize`` for that round. The background collective is not heartbeat-watched: a
+``NodeRunner.synchronize`` for that round, and so does a hash check that fails because a peer
+died after the mean (during this node's compute; the step is undone first). The background
+collective is not heartbeat-watched: a
 dead peer closes its sockets (found at once), a stalled one is found by the collective timeout.
 """
 
@@ -181,12 +183,23 @@ class Overlap:
                 outcome, group = n.synchronize(f.round, f.group, local, f.config)
             else:
                 mean, sent = got
+                state = n.diloco.state
+                before = (state.base.clone(), state.momentum.clone())
                 n.diloco.outer_step(mean, f.config.settings)
                 n.diloco.sync_inner_model()
                 outcome = RoundOutcome(local, n.diloco.base_hash(), sent, group.world_size)
                 timeout = getattr(group.averager, "timeout", None)
-                if timeout is not None:
-                    group.check_same(outcome.result_hash, timeout)
+                try:
+                    if timeout is not None:
+                        group.check_same(outcome.result_hash, timeout)
+                except CollectiveError as exc:  # a peer died after the mean, before the check
+                    # (during this node's compute): undo the step, and the survivors average
+                    # the round again without it, as when a peer dies mid-all-reduce
+                    log.warning("round %d: hash check failed (%s); re-forming", f.round, exc)
+                    state.base.copy_(before[0])
+                    state.momentum.copy_(before[1])
+                    n.diloco.sync_inner_model()
+                    outcome, group = n.synchronize(f.round, f.group, local, f.config)
             n.save_and_publish(f.round, group)
         except (_LeftOut, CollectiveError) as exc:
             log.warning("round %d finished without this node (%s); rejoining", f.round, exc)

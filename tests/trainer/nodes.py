@@ -36,6 +36,7 @@ class Plan:
     start_delay_s: float = 0.0
     join_after_round: int = 0  # wait until this round's member list closed, then join
     die_in_round: int | None = None
+    die_after_mean: bool = False  # overlap: crash once the round in flight has its mean
     diverge_in_round: int | None = None  # a faulty machine: its outer step gives other bits
     checkpoint_dir: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
@@ -149,6 +150,9 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
 
     def on_step(r: int, info: Any) -> None:
         if plan.die_in_round == r and info.step == 2:
+            inflight = runner.overlap.inflight if runner.overlap is not None else None
+            if plan.die_after_mean and inflight is not None:
+                inflight.done.wait(60)  # the peers got their mean: the hash check is what fails
             os._exit(17)  # a crash mid-round: no goodbye, sockets just close
         if plan.stall_in_round == r and info.step == 1:
             os.kill(os.getpid(), signal.SIGSTOP)  # stalled (swapping, preempted): no goodbye

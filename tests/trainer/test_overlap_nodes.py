@@ -80,3 +80,35 @@ def test_a_joiner_gets_the_landed_checkpoint_when_membership_changes(
     assert set(rounds[1]) == {0, 1}
     assert 2 in rounds[4], "the joining node trained the last round"
     _assert_agree(rounds)  # the joiner started from exactly the members' weights
+
+
+@pytest.mark.parametrize("after_mean", [False, True], ids=["mid-all-reduce", "before-check"])
+def test_a_peer_that_dies_with_a_round_in_flight_is_dropped_and_the_others_land_it(
+    corpus_dir: Path, store_port: int, after_mean: bool
+) -> None:
+    """Node 2 crashes in round 2's compute while round 1 is in flight: mid-all-reduce (the
+    survivors' background all-reduce fails) or once the mean is in (their hash check fails after
+    the step, which they undo). Either way they re-form without it and average round 1 again
+    (the synchronous re-form-and-retry path), then finish round 2 as a pair, same weights."""
+    plans = [
+        Plan(
+            key=k,
+            rounds=2,
+            min_nodes=3,
+            collective_timeout_s=6.0,
+            overlap=True,
+            die_in_round=2 if k == 2 else None,
+            die_after_mean=after_mean,
+        )
+        for k in range(3)
+    ]
+    out = collect(*start_nodes(plans, store_port, corpus_dir))
+    assert out["exit_codes"] == [0, 0, 17], out
+    rounds = _by_round(out["results"])
+    assert sorted(rounds) == [1, 2]
+    assert set(rounds[1]) == {0, 1}, "round 1 lands without the node that died before landing it"
+    assert set(rounds[2]) == {0, 1}
+    for rec in rounds[1].values():
+        assert rec["attempts"] >= 2, "round 1 was averaged again by a re-formed group"
+        assert len(rec["members"]) == 2
+    _assert_agree(rounds)
