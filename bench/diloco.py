@@ -45,6 +45,7 @@ from trainer.data import Corpus, DataSource, ShardSpec
 from trainer.inner import DEFAULT_BETAS, InnerConfig, InnerTrainer
 from trainer.model import GPT, GPTConfig, evaluate
 from trainer.outer import OuterConfig, OuterState
+from trainer.runconfig import INNER_LR, INNER_STEPS, OUTER_LR, OUTER_MOMENTUM
 
 log = logging.getLogger("bench.diloco")
 RUN_ID = bytes.fromhex("c0" * 32)
@@ -366,14 +367,15 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="fewer rounds (under 20 min on 2 cores)")
     p.add_argument("--rounds", type=int)
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (mean and sd reported)")
-    p.add_argument("--inner-steps", type=int, default=50)
+    p.add_argument("--inner-steps", type=int, default=INNER_STEPS)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--inner-lr", type=float, default=3e-3, help="DiLoCo inner AdamW lr")
+    p.add_argument("--inner-lr", type=float, default=INNER_LR,
+                   help="DiLoCo inner AdamW lr (the governed default)")  # fmt: skip
     p.add_argument("--sync-lr", type=float, help="the baseline's lr (default: tuned on validation)")
-    p.add_argument("--outer-lr", type=float, default=0.9,
-                   help="DiLoCo outer Nesterov lr (the best tried on validation)")  # fmt: skip
-    p.add_argument("--outer-momentum", type=float, default=0.9)
+    p.add_argument("--outer-lr", type=float, default=OUTER_LR,
+                   help="DiLoCo outer Nesterov lr (the governed default)")  # fmt: skip
+    p.add_argument("--outer-momentum", type=float, default=OUTER_MOMENTUM)
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="independent runs in parallel processes (default: 2 cores)")  # fmt: skip

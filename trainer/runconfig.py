@@ -17,6 +17,14 @@ from trainer.diloco import RoundSettings
 from trainer.inner import InnerConfig
 from trainer.outer import OuterConfig
 
+# The governed defaults: what TrainingConfig's constructor sets (contracts/src/TrainingConfig.sol,
+# checked by tests/trainer/test_governed_defaults.py), what a node runs without a chain and what
+# bench.diloco measures (chosen there on the validation half: docs/trainer.md, "Benchmark").
+INNER_STEPS = 50
+INNER_LR = 3e-3
+OUTER_LR = 0.9
+OUTER_MOMENTUM = 0.9
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -61,10 +69,10 @@ class RunConfig:
         *,
         version: int = 0,
         inner_steps: int = 10,
-        inner_lr: float = 3e-3,
+        inner_lr: float = INNER_LR,
         batch_size: int = 8,
-        outer_lr: float = 0.7,
-        outer_momentum: float = 0.9,
+        outer_lr: float = OUTER_LR,
+        outer_momentum: float = OUTER_MOMENTUM,
         wire_format: str = "fp32",
         mixture: tuple[int, ...] = (10_000,),
     ) -> RunConfig:

@@ -41,9 +41,11 @@ contract TrainingConfig is ITrainingConfig, IOwnershipSplit, Ownable {
 
     /// @param owner_ The Timelock (or, in tests, whoever governs).
     constructor(address owner_) Ownable(owner_) {
+        // The inner and outer settings are trainer/runconfig.py's defaults, chosen by bench.diloco
+        // on its validation half (tests/trainer/test_governed_defaults.py keeps them equal).
         _config.innerSteps = 50;
-        _config.innerLrE6 = 1000;
-        _config.outerLrE6 = 700_000;
+        _config.innerLrE6 = 3000;
+        _config.outerLrE6 = 900_000;
         _config.outerMomentumE6 = 900_000;
         _config.wireFormat = 2;
         _config.maxNodes = 64;

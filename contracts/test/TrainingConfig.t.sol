@@ -23,8 +23,8 @@ contract TrainingConfigTest is Test {
         assertEq(config.version(), 1);
         assertEq(config.owner(), owner);
         assertEq(c.innerSteps, 50);
-        assertEq(c.innerLrE6, 1000);
-        assertEq(c.outerLrE6, 700_000);
+        assertEq(c.innerLrE6, 3000);
+        assertEq(c.outerLrE6, 900_000);
         assertEq(c.outerMomentumE6, 900_000);
         assertEq(c.wireFormat, 2);
         assertEq(c.maxNodes, 64);

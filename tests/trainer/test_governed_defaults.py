@@ -1,0 +1,31 @@
+"""The governed defaults agree: a freshly deployed TrainingConfig holds the inner and outer
+settings the node runs without a chain and bench.diloco measures (trainer.runconfig)."""
+
+from __future__ import annotations
+
+import pytest
+from eth_account import Account
+
+from protocol.chain import ChainClient
+from protocol.deployment import Deployment
+from protocol.devnet import AnvilProcess
+from trainer import runconfig
+from trainer.runconfig import ChainConfig, RunConfig
+
+pytestmark = pytest.mark.anvil
+
+
+def test_a_fresh_deployment_governs_the_defaults_the_node_and_the_benchmark_use(
+    chain: AnvilProcess, deployment: Deployment
+) -> None:
+    client = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[0][1]))
+    view = client.training_config()
+    assert (view.inner_steps, view.inner_lr, view.outer_lr, view.outer_momentum) == (
+        runconfig.INNER_STEPS,
+        runconfig.INNER_LR,
+        runconfig.OUTER_LR,
+        runconfig.OUTER_MOMENTUM,
+    )
+    governed = ChainConfig(client, batch_size=8).read().settings
+    assert governed.inner.lr == RunConfig.make().settings.inner.lr
+    assert governed.outer == RunConfig.make().settings.outer
