@@ -36,6 +36,7 @@ from protocol.signing import check_signature, recover_digest
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
+_CHUNK = 500  # rounds per query of Membership.refresh (bound parameters stay few)
 
 
 def _aware(t: datetime) -> datetime:
@@ -83,6 +84,28 @@ class Membership:
                     self._cache[key] = found
                 else:
                     found = self._cache.setdefault(key, found)
+        return found
+
+    def refresh(self, keys: list[Key]) -> dict[Key, dict[str, datetime]]:
+        """``joined(key, fresh=True)`` for every key, in one query (the keeper's pass over its
+        dirty rounds: one query per round, each a pooled session, was a quarter of the
+        server's CPU under batch load)."""
+        if not keys:
+            return {}
+        table = Join.__table__  # type: ignore[attr-defined]
+        found: dict[Key, dict[str, datetime]] = {k: {} for k in keys}
+        with self.engine.connect() as conn:
+            for start in range(0, len(keys), _CHUNK):
+                rows = conn.execute(
+                    select(table.c.run_id, table.c.round, table.c.node, table.c.created_at).where(
+                        tuple_(table.c.run_id, table.c.round).in_(keys[start : start + _CHUNK])
+                    )
+                )
+                for run, round_, node, at in rows:
+                    found[(str(run), int(round_))][str(node)] = _aware(at)
+        with self._lock:  # as in joined(fresh=True): a join recorded since the read stays
+            for key, joined in found.items():
+                found[key] = self._cache[key] = self._cache.get(key, {}) | joined
         return found
 
     def prime(self, conn: Connection, keys: set[Key]) -> None:

@@ -68,8 +68,9 @@ class RoundKeeper:
     def close_due(self, now: datetime | None = None) -> list[tuple[str, int]]:
         """Move open rounds to closing when all expected nodes attested or the deadline passed.
 
-        Only rounds past their deadline or with new attestations are looked at (each costs two
-        queries). New attestations: this process's (``Intake.dirty``, taken *before* the open
+        Only rounds past their deadline or with new attestations are looked at: the joins of
+        those before their deadline in one query, then one query for the attestations of each
+        round that has joins or is overdue. New attestations: this process's (``Intake.dirty``, taken *before* the open
         rounds are read, so a round opened and completed in between is seen on the next pass,
         not only at its deadline); on PostgreSQL also other workers', as the rounds of rows
         above the highest attestation id seen last pass, and every :data:`FULL_SCAN_S` the open
@@ -99,12 +100,15 @@ class RoundKeeper:
         if self._first_pass:
             self._first_pass = False
             dirty |= {(run_id, round_) for _, run_id, round_, _ in open_rounds}
+        candidates = [
+            (row_id, run_id, round_, now >= deadline_at)
+            for row_id, run_id, round_, deadline_at in open_rounds
+            if now >= deadline_at or (run_id, round_) in dirty
+        ]
+        early = self._may_close_early([(r, n) for _, r, n, overdue in candidates if not overdue])
         keys: list[tuple[str, int]] = []
-        for row_id, run_id, round_, deadline_at in open_rounds:
-            overdue = now >= deadline_at
-            if not overdue and (run_id, round_) not in dirty:
-                continue
-            if not overdue and not self._may_close_early(run_id, round_):
+        for row_id, run_id, round_, overdue in candidates:
+            if not overdue and (run_id, round_) not in early:
                 continue  # open membership: it closes at its deadline, nothing more to read
             expected, complete = self._expected(run_id, round_, now)
             if complete or overdue:
@@ -157,14 +161,15 @@ class RoundKeeper:
             log.info("round %d of run %s closing: %s", key[1], key[0], why)
         return True
 
-    def _may_close_early(self, run_id: str, round_: int) -> bool:
-        """Whether a round before its deadline can close early: only a round with joins (its
-        members all attested); one with none closes at its deadline. Read before the round's
-        attestations, so that a dirty round of an open-membership run costs one query, not two
-        (every round a node attests into is dirty until its deadline)."""
-        if self.membership is None:
-            return False
-        return bool(self.membership.joined(run_id, round_, fresh=True))
+    def _may_close_early(self, keys: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Which rounds before their deadline can close early: only rounds with joins (their
+        members all attested); one with none closes at its deadline. Read before the rounds'
+        attestations, in one query for all of them, so that the dirty rounds of an
+        open-membership run cost one query per pass, not one or two per round (every round a
+        node attests into is dirty until its deadline)."""
+        if self.membership is None or not keys:
+            return set()
+        return {key for key, joined in self.membership.refresh(keys).items() if joined}
 
     def _expected(self, run_id: str, round_: int, now: datetime) -> tuple[set[str], bool]:
         """(expected members, whether the round may close early): see :mod:`ledger.membership`."""
