@@ -268,3 +268,55 @@ def test_mined_failure_is_replayed_into_the_custom_error(committer: ChainClient)
         )
     assert info.value.error_name == "RoundNotIncreasing"
     assert info.value.error_args == (RUN, 4, 4)
+
+
+@pytest.fixture
+def forward_proxy(anvil: AnvilProcess) -> Iterator[tuple[str, list[str]]]:
+    """A real HTTP forward proxy in front of anvil: records the absolute URL of each request."""
+    paths: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            paths.append(self.path)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            answer = requests.post(
+                anvil.rpc_url, data=body, headers={"Content-Type": "application/json"}, timeout=10
+            )
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer.content)))
+            self.end_headers()
+            self.wfile.write(answer.content)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", paths
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_environments_proxy_settings_still_apply(
+    forward_proxy: tuple[str, list[str]], deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client reads HTTP_PROXY / NO_PROXY once, when built (not at every request), and
+    honours them: through the proxy an unresolvable RPC host answers; excluded, it does not."""
+    proxy, paths = forward_proxy
+    rpc = "http://rpc.coloco.invalid:8545"
+    for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", proxy)
+    client = ChainClient(rpc, deployment, retry=FAST_RETRY)
+    monkeypatch.delenv("HTTP_PROXY")  # read at construction: later changes do not matter
+    assert client.block_number() >= 1
+    assert paths and all(p.startswith(rpc) for p in paths), paths
+    monkeypatch.setenv("HTTP_PROXY", proxy)
+    monkeypatch.setenv("NO_PROXY", "rpc.coloco.invalid")
+    direct = ChainClient(rpc, deployment, retry=FAST_RETRY)
+    with pytest.raises(RpcUnavailableError):
+        direct.block_number()
