@@ -70,12 +70,12 @@ class RoundKeeper:
 
         Only rounds past their deadline or with new attestations are looked at: the joins of
         those before their deadline in one query, then one query for the attestations of each
-        round that has joins or is overdue. New attestations: this process's (``Intake.dirty``, taken *before* the open
-        rounds are read, so a round opened and completed in between is seen on the next pass,
-        not only at its deadline); on PostgreSQL also other workers', as the rounds of rows
-        above the highest attestation id seen last pass, and every :data:`FULL_SCAN_S` the open
-        rounds whose count of attestations changed (a row whose id was drawn before that mark
-        but committed after it).
+        round that has joins or is overdue. New attestations: this process's (``Intake.dirty``,
+        taken *before* the open rounds are read, so a round opened and completed in between is
+        seen on the next pass, not only at its deadline); on PostgreSQL also other workers', as
+        the rounds of rows above the highest attestation id seen last pass, and every
+        :data:`FULL_SCAN_S` the open rounds whose count of attestations changed (a row whose id
+        was drawn before that mark but committed after it).
         Each round closes in its own transaction (an ``UPDATE`` of its row, which waits for the
         groups writing into it, see ``Intake._lock_rounds``), and the cache changes only after
         the commit.
