@@ -31,7 +31,6 @@ from sqlalchemy import (
     bindparam,
     insert,
     select,
-    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -60,11 +59,18 @@ _GROUP_TYPES = {
     "received_at": "timestamptz",
 }  # fmt: skip
 _GROUP_COLUMNS = tuple(_GROUP_TYPES)
-_GROUP_INSERT = text(
-    f"INSERT INTO attestation ({', '.join(_GROUP_COLUMNS)}) "
-    f"SELECT {', '.join(_GROUP_COLUMNS)} FROM json_to_recordset(CAST(:rows AS json)) AS r("
+# the two statements of every PostgreSQL group, sent on the driver's connection (psycopg,
+# server-side prepared: no SQLAlchemy compile, cache key or result wrapping per group)
+_GROUP_INSERT = (
+    f"INSERT INTO {_ATT.name} ({', '.join(_GROUP_COLUMNS)}) "
+    f"SELECT {', '.join(_GROUP_COLUMNS)} FROM json_to_recordset(%s::json) AS r("
     f"{', '.join(f'{c} {t}' for c, t in _GROUP_TYPES.items())}) "
     "ON CONFLICT DO NOTHING RETURNING id, digest"
+)
+_LOCK_ROUNDS = (
+    f"SELECT run_id, round, state FROM {_ROUND.name} "
+    "WHERE run_id = ANY(%s::varchar[]) AND round = ANY(%s::bigint[]) "
+    "ORDER BY run_id, round FOR SHARE"
 )
 
 
@@ -219,12 +225,9 @@ class Intake:
         ``INSERT .. RETURNING`` (a conflict raises).
         """
         if conn.dialect.name == "postgresql":
-            got = {
-                digest: int(row_id)
-                for row_id, digest in conn.execute(
-                    _GROUP_INSERT, {"rows": orjson.dumps(rows).decode()}
-                )
-            }
+            with _driver(conn).cursor() as cur:
+                cur.execute(_GROUP_INSERT, (orjson.dumps(rows).decode(),), prepare=True)
+                got = {digest: int(row_id) for row_id, digest in cur.fetchall()}
             return [got.get(r["digest"]) for r in rows]
         stmt = insert(_ATT).returning(_ATT.c.id, sort_by_parameter_order=True)
         return [int(i) for i in conn.execute(stmt, rows).scalars().all()]
@@ -355,14 +358,10 @@ class Intake:
             )
             for run, round_ in conn.execute(stmt, rows):
                 log.info("round %d of run %s opened", round_, run)
-        runs = bindparam("lock_runs", sorted({k[0] for k in keys}), type_=ARRAY(String()))
-        rounds = bindparam("lock_rounds", sorted({k[1] for k in keys}), type_=ARRAY(BigInteger()))
-        found = conn.execute(
-            select(_ROUND.c.run_id, _ROUND.c.round, _ROUND.c.state)
-            .where(_ROUND.c.run_id == any_(runs), _ROUND.c.round == any_(rounds))
-            .order_by(_ROUND.c.run_id, _ROUND.c.round)
-            .with_for_update(read=True)
-        )
+        with _driver(conn).cursor() as cur:
+            params = (sorted({k[0] for k in keys}), sorted({k[1] for k in keys}))
+            cur.execute(_LOCK_ROUNDS, params, prepare=True)
+            found = cur.fetchall()
         return {(str(r), int(n)): str(st) for r, n, st in found if (str(r), int(n)) in keys}
 
     def _open_round(self, conn: Connection, run: str, round_: int) -> str:
@@ -383,6 +382,11 @@ class Intake:
             state = "open"
             log.info("round %d of run %s opened", round_, run)
         return str(state)
+
+
+def _driver(conn: Connection) -> Any:
+    """The psycopg connection under ``conn`` (same transaction: SQLAlchemy commits it)."""
+    return conn.connection.driver_connection
 
 
 def _conflict(row: dict[str, Any]) -> AttestationRejected:
