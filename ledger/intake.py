@@ -1,8 +1,8 @@
 """Accepting attestations: level 0 checks, then one row per (run, round, node), idempotently.
 
 The hot path: checks run outside the lock (CPU only: parse, hash, recover, snapshot lookups);
-then one short transaction per group of requests, in SQLAlchemy Core: on PostgreSQL the round
-rows share-locked and one INSERT .. ON CONFLICT DO NOTHING RETURNING of every new row (slots
+then one short transaction per group of requests: on PostgreSQL one statement share-locks the
+round rows and inserts every new row of an open round, ON CONFLICT DO NOTHING RETURNING (slots
 already taken are looked up only when some were skipped); on SQLite one SELECT for the slots
 already taken, then one multi-row INSERT .. RETURNING; one INSERT for the rejections.
 The lock serialises "is the round still open? insert" against the lifecycle closing rounds, so
@@ -59,18 +59,21 @@ _GROUP_TYPES = {
     "received_at": "timestamptz",
 }  # fmt: skip
 _GROUP_COLUMNS = tuple(_GROUP_TYPES)
-# the two statements of every PostgreSQL group, sent on the driver's connection (psycopg,
-# server-side prepared: no SQLAlchemy compile, cache key or result wrapping per group)
-_GROUP_INSERT = (
-    f"INSERT INTO {_ATT.name} ({', '.join(_GROUP_COLUMNS)}) "
-    f"SELECT {', '.join(_GROUP_COLUMNS)} FROM json_to_recordset(%s::json) AS r("
+# a PostgreSQL group in one statement (sent as driver SQL: no SQLAlchemy compile or cache key;
+# psycopg prepares it server-side after a few runs): share-lock the group's round rows, insert
+# the rows of rounds still open, answer the rounds' states and the new rows' ids
+_GROUP_WRITE = (
+    f"WITH locked AS MATERIALIZED (SELECT run_id, round, state FROM {_ROUND.name} "
+    "WHERE run_id = ANY(%(runs)s::varchar[]) AND round = ANY(%(rounds)s::bigint[]) "
+    "ORDER BY run_id, round FOR SHARE), "
+    f"ins AS (INSERT INTO {_ATT.name} ({', '.join(_GROUP_COLUMNS)}) "
+    f"SELECT {', '.join(f'r.{c}' for c in _GROUP_COLUMNS)} "
+    "FROM json_to_recordset(%(rows)s::json) AS r("
     f"{', '.join(f'{c} {t}' for c, t in _GROUP_TYPES.items())}) "
-    "ON CONFLICT DO NOTHING RETURNING id, digest"
-)
-_LOCK_ROUNDS = (
-    f"SELECT run_id, round, state FROM {_ROUND.name} "
-    "WHERE run_id = ANY(%s::varchar[]) AND round = ANY(%s::bigint[]) "
-    "ORDER BY run_id, round FOR SHARE"
+    "JOIN locked AS l ON l.run_id = r.run_id AND l.round = r.round AND l.state = 'open' "
+    "ON CONFLICT DO NOTHING RETURNING id, digest) "
+    "SELECT run_id, round, state, NULL::bigint, NULL::varchar FROM locked "
+    "UNION ALL SELECT NULL, NULL, NULL, id, digest FROM ins"
 )
 
 
@@ -155,21 +158,24 @@ class Intake:
         """Store a checked job (the caller holds :attr:`lock`).
 
         SQLite: the slots already taken are read first, then the new rows inserted. PostgreSQL:
-        the rows go in one ``INSERT .. SELECT .. ON CONFLICT DO NOTHING RETURNING`` (no read
-        before: a slot already taken is simply not inserted), and only the rows that came back
-        without an id are looked up, to answer an exact re-post with its id or refuse a
-        conflicting one. The round-state cache and the dirty set change only once the
+        the rows go in one statement that share-locks their rounds and inserts those of open
+        rounds, ``ON CONFLICT DO NOTHING`` (no read before: a slot already taken is simply not
+        inserted; :meth:`_insert`), and only the rows that came back without an id in an open
+        round are looked up, to answer an exact re-post with its id or refuse a conflicting
+        one. The round-state cache and the dirty set change only once the
         transaction committed: a rolled-back group leaves them as the database is.
         """
         items, out, rejections = job.items, job.out, job.rejections
-        states: dict[tuple[str, int], str] = {}
+        states: dict[tuple[str, int], str] = {}  # what the group is checked against
+        known: dict[tuple[str, int], str] = {}  # what the database said (cached after commit)
         dirty: set[tuple[str, int]] = set()
         with self.engine.begin() as conn:
             postgres = conn.dialect.name == "postgresql"
             taken = {} if postgres else self._taken(conn, [c for _, c in job.checked])
             keys = {(c.run_hex, int(c.attestation.round)) for _, c in job.checked}
-            if postgres:
-                states = self._lock_rounds(conn, keys)
+            if postgres:  # the database decides in the insert itself (see _insert)
+                known = self._open_rounds(conn, keys)
+                states = {k: self.round_states.get(k, "open") for k in keys}
             if self.membership is not None:  # the joins of rounds new here, in one query
                 self.membership.prime(conn, keys)
             seen: dict[Slot, tuple[int, str]] = {}
@@ -188,49 +194,85 @@ class Intake:
                 else:
                     out[index] = placed
             if rows:
-                ids = self._insert(conn, rows)
-                skipped = [i for i, new_id in enumerate(ids) if new_id is None]
-                stored = self._taken_rows(conn, [rows[i] for i in skipped]) if skipped else {}
-                inserted = []
-                for index, row, new_id in zip(row_index, rows, ids, strict=True):
-                    if new_id is not None:
-                        out[index] = Outcome(202, id=new_id)
-                        inserted.append(row)
-                        continue
-                    row_id, digest = stored[(row["run_id"], int(row["round"]), row["node"])]
-                    if digest == row["digest"]:  # an exact re-post: the same id
-                        out[index] = Outcome(202, id=row_id)
-                        continue
-                    conflict = _conflict(row)
-                    out[index] = _refusal(conflict)
-                    checked = dict(job.checked)[index]
-                    rejections.append(_rejection(items[index], conflict, checked))
-                # the keeper re-checks these rounds' membership (ledger.membership)
-                dirty = {(r["run_id"], r["round"]) for r in inserted}
+                ids, found = self._insert(conn, rows)
+                states.update(found)
+                known.update(found)
+                dirty = self._outcomes(conn, job, rows, row_index, ids=ids, states=states)
             if rejections:
                 conn.execute(insert(_REJ), rejections)
-        self.round_states.update(states)
+        self.round_states.update(known if postgres else states)
         self.dirty |= dirty
 
-    @staticmethod
-    def _insert(conn: Connection, rows: list[dict[str, Any]]) -> list[int | None]:
-        """Insert ``rows``; their ids in order.
+    def _outcomes(
+        self,
+        conn: Connection,
+        job: Job,
+        rows: list[dict[str, Any]],
+        row_index: list[int],
+        *,
+        ids: list[int | None],
+        states: dict[tuple[str, int], str],
+    ) -> set[tuple[str, int]]:
+        """Each inserted row's outcome; a row without an id is a round closed meanwhile (by the
+        leader: refused), an exact re-post (its stored id) or a conflict (refused). The rounds
+        that got rows (the keeper re-checks their membership: ledger.membership)."""
+        items, out, rejections = job.items, job.out, job.rejections
+        checked = dict(job.checked)
+        closed = {
+            at for at, (r, new_id) in enumerate(zip(rows, ids, strict=True))
+            if new_id is None and states.get((r["run_id"], int(r["round"]))) != "open"
+        }  # fmt: skip
+        skipped = [rows[at] for at, i in enumerate(ids) if i is None and at not in closed]
+        stored = self._taken_rows(conn, skipped) if skipped else {}
+        dirty = set()
+        for at, (index, row, new_id) in enumerate(zip(row_index, rows, ids, strict=True)):
+            run, rnd = row["run_id"], int(row["round"])
+            if new_id is not None:
+                out[index] = Outcome(202, id=new_id)
+                dirty.add((run, rnd))
+                continue
+            if at in closed:
+                refusal = _round_closed(run, rnd, states.get((run, rnd)))
+            else:
+                row_id, digest = stored[(run, rnd, row["node"])]
+                if digest == row["digest"]:  # an exact re-post: the same id
+                    out[index] = Outcome(202, id=row_id)
+                    continue
+                refusal = _conflict(row)
+            out[index] = _refusal(refusal)
+            rejections.append(_rejection(items[index], refusal, checked[index]))
+        return dirty
 
-        PostgreSQL: one ``INSERT .. SELECT FROM json_to_recordset(:rows) ON CONFLICT DO
-        NOTHING RETURNING`` whatever the row count: one round trip, one statement text (psycopg
-        prepares it once), the rows as one orjson-encoded parameter (A/B on the harness: 11 us
-        of client CPU per row, against 32 for COPY plus the reads before and after it, and 36
-        with array parameters, which psycopg quotes element by element in Python). A row whose
-        slot (or digest) is already stored is skipped: its id is ``None``. Elsewhere one
-        ``INSERT .. RETURNING`` (a conflict raises).
+    @staticmethod
+    def _insert(
+        conn: Connection, rows: list[dict[str, Any]]
+    ) -> tuple[list[int | None], dict[tuple[str, int], str]]:
+        """Insert ``rows``; their ids in order, and (PostgreSQL) the states of their rounds.
+
+        PostgreSQL: one statement (:data:`_GROUP_WRITE`) share-locks the rows' rounds (until
+        this transaction commits: closing a round is an ``UPDATE`` of its row, so it waits for
+        every group that saw the round open, and a group after it sees it closed: a late
+        attestation can never enter a closed or scored round, whatever another worker's or this
+        process's cache says) and inserts, with ``ON CONFLICT DO NOTHING``, only the rows whose
+        round is open; the rows go as one orjson-encoded parameter (11 us of client CPU per row,
+        against 32 for COPY plus the reads before and after it). A row whose round is not open,
+        or whose slot (or digest) is already stored, gets no id (``None``). Elsewhere one
+        ``INSERT .. RETURNING`` (a conflict raises; the caller checked the rounds).
         """
         if conn.dialect.name == "postgresql":
-            with _driver(conn).cursor() as cur:
-                cur.execute(_GROUP_INSERT, (orjson.dumps(rows).decode(),), prepare=True)
-                got = {digest: int(row_id) for row_id, digest in cur.fetchall()}
-            return [got.get(r["digest"]) for r in rows]
+            runs = sorted({r["run_id"] for r in rows})
+            rounds = sorted({int(r["round"]) for r in rows})
+            params = {"runs": runs, "rounds": rounds, "rows": orjson.dumps(rows).decode()}
+            got: dict[str, int] = {}
+            states: dict[tuple[str, int], str] = {}
+            for run, round_, state, row_id, digest in conn.exec_driver_sql(_GROUP_WRITE, params):
+                if row_id is None:
+                    states[(str(run), int(round_))] = str(state)
+                else:
+                    got[digest] = int(row_id)
+            return [got.get(r["digest"]) for r in rows], states
         stmt = insert(_ATT).returning(_ATT.c.id, sort_by_parameter_order=True)
-        return [int(i) for i in conn.execute(stmt, rows).scalars().all()]
+        return [int(i) for i in conn.execute(stmt, rows).scalars().all()], {}
 
     def _taken_rows(
         self, conn: Connection, rows: list[dict[str, Any]]
@@ -289,10 +331,7 @@ class Intake:
         if state is None:
             state = states[key] = self._open_round(conn, run, att.round)
         if state != "open":
-            raise reject(
-                "round_closed",
-                f"round {att.round} of run {run} is {state}: it no longer takes attestations",
-            )
+            raise _round_closed(run, att.round, state)
         if self.membership is not None and not self.membership.admits(run, att.round, att.node):
             raise reject(
                 "not_a_member",
@@ -328,20 +367,15 @@ class Intake:
             "received_at": utcnow(),
         }
 
-    def _lock_rounds(
+    def _open_rounds(
         self, conn: Connection, keys: set[tuple[str, int]]
     ) -> dict[tuple[str, int], str]:
-        """PostgreSQL: open the rounds of ``keys`` not known yet, then read and share-lock all.
-
-        The state comes from the database, never from this process's cache: several workers
-        write, and only the leader closes rounds. ``FOR SHARE`` holds the rows until this
-        group commits; closing a round is an ``UPDATE`` of its row, so it waits for every group
-        that saw the round open, and a group that comes after it sees it closed: a late
-        attestation can never enter a closed (or scored) round. New rounds open in one
-        ``INSERT .. ON CONFLICT DO NOTHING`` (a round trip only when a round is new here).
+        """PostgreSQL: open the rounds of ``keys`` this process has not seen yet, in one
+        ``INSERT .. ON CONFLICT DO NOTHING`` (a round trip only when a round is new here); the
+        rounds it opened (open). The group is checked against the cached states, open for the
+        others: states only move forward (open, closing, scored), so a cached closed state is
+        final, and an open one is re-checked under the round's lock by :meth:`_insert`.
         """
-        if not keys:
-            return {}
         missing = sorted(k for k in keys if k not in self.round_states)
         if missing:
             now = utcnow()
@@ -356,13 +390,12 @@ class Intake:
                 .on_conflict_do_nothing(index_elements=[_ROUND.c.run_id, _ROUND.c.round])
                 .returning(_ROUND.c.run_id, _ROUND.c.round)
             )
+            opened = {}
             for run, round_ in conn.execute(stmt, rows):
                 log.info("round %d of run %s opened", round_, run)
-        with _driver(conn).cursor() as cur:
-            params = (sorted({k[0] for k in keys}), sorted({k[1] for k in keys}))
-            cur.execute(_LOCK_ROUNDS, params, prepare=True)
-            found = cur.fetchall()
-        return {(str(r), int(n)): str(st) for r, n, st in found if (str(r), int(n)) in keys}
+                opened[(str(run), int(round_))] = "open"
+            return opened
+        return {}
 
     def _open_round(self, conn: Connection, run: str, round_: int) -> str:
         state = conn.execute(
@@ -384,9 +417,10 @@ class Intake:
         return str(state)
 
 
-def _driver(conn: Connection) -> Any:
-    """The psycopg connection under ``conn`` (same transaction: SQLAlchemy commits it)."""
-    return conn.connection.driver_connection
+def _round_closed(run: str, round_: int, state: str | None) -> AttestationRejected:
+    return reject(
+        "round_closed", f"round {round_} of run {run} is {state}: it no longer takes attestations"
+    )
 
 
 def _conflict(row: dict[str, Any]) -> AttestationRejected:

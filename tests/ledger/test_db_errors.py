@@ -106,12 +106,12 @@ def test_group_insert_skips_taken_slots_and_raises_driver_errors_as_sqlalchemy(
     caller then looks it up), the others get theirs; a driver error still surfaces as
     SQLAlchemy's (never a bare psycopg error, which the API's handlers would not recognise)
     and the transaction rolls back whole."""
-    from sqlalchemy import func, select
+    from sqlalchemy import func, insert, select
     from sqlalchemy.exc import DBAPIError
 
     from ledger import db
     from ledger.intake import Intake
-    from ledger.models import Attestation, utcnow
+    from ledger.models import Attestation, RoundState, utcnow
 
     db.upgrade(postgres_url)
     engine = db.make_engine(postgres_url, threads=1)
@@ -125,14 +125,26 @@ def test_group_insert_skips_taken_slots_and_raises_driver_errors_as_sqlalchemy(
     ]  # fmt: skip
     fresh = {**rows[0], "node": "0x" + "ab" * 20, "digest": "0x" + "ab" * 32}
     same_slot = {**fresh, "digest": "0x" + "cd" * 32}
+    late = {**fresh, "round": 2, "node": "0x" + "cc" * 20, "digest": "0x" + "cc" * 32}
     try:
         with engine.begin() as conn:
-            ids = Intake._insert(conn, rows)
-        assert len({i for i in ids if i is not None}) == 40
+            for rnd, state in ((1, "open"), (2, "closing")):
+                conn.execute(
+                    insert(RoundState.__table__).values(  # type: ignore[attr-defined]
+                        run_id=late["run_id"], round=rnd, state=state, opened_at=utcnow(),
+                        deadline_at=utcnow(),
+                    )
+                )  # fmt: skip
         with engine.begin() as conn:
-            again = Intake._insert(conn, [rows[0], fresh, same_slot, rows[39]])
+            ids, states = Intake._insert(conn, rows)
+        assert len({i for i in ids if i is not None}) == 40
+        assert states == {(late["run_id"], 1): "open"}
+        with engine.begin() as conn:
+            again, states = Intake._insert(conn, [rows[0], fresh, same_slot, rows[39], late])
         assert again[0] is None and again[2] is None and again[3] is None
         assert again[1] is not None and again[1] not in ids
+        # a row of a round no longer open is not inserted, whatever the caller believed
+        assert again[4] is None and states[(late["run_id"], 2)] == "closing"
         too_long = {**fresh, "node": "0x" + "ef" * 20, "digest": "0x" + "ef" * 40}
         with pytest.raises(DBAPIError), engine.begin() as conn:
             Intake._insert(conn, [{**fresh, "node": "0x" + "12" * 20, "digest": "0x12"}, too_long])
