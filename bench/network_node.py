@@ -7,9 +7,10 @@ a TCPStore in the hub namespace); keep the gloo group while the member list is u
 once, not every round); run the inner steps that fit in the round's time budget; encode
 ``base - local`` with the codec's fused subtract-and-quantize kernel; average it weighted by
 tokens (:func:`trainer.allreduce.average`); take the bit-exact outer step
-(:func:`trainer.outer.outer_step`); check every member holds the same weights; upload the
-commitment (the same packet, :mod:`trainer.commitment`) to the ledger's blob route with the node's
-real :class:`trainer.ledger_client.LedgerClient`, in the background while the next round computes.
+(:func:`trainer.outer.outer_step`) on each piece of the mean as it lands; check every member
+holds the same weights; upload the commitment (the same packet, :mod:`trainer.commitment`) to the
+ledger's blob route with the node's real :class:`trainer.ledger_client.LedgerClient`, in the
+background while the next round computes.
 Nothing else is sent: no per-round checkpoint to the store or the ledger.
 
 ``--slowdown F`` emulates a node F times slower (after each step it sleeps F-1 times that step's
@@ -182,6 +183,9 @@ def main() -> None:
         if thread is not None and thread.ident is None:
             thread.start()
 
+    def step_piece(a: int, b: int, values: torch.Tensor) -> None:
+        diloco.state.step_range(a, b, values, settings.outer)
+
     uploads: list[threading.Thread] = []
     upload_bytes = 0
     tx0, rx0 = counters()
@@ -222,11 +226,11 @@ def main() -> None:
         packet = encode(origin, flat_local, args.fmt)  # fused origin - local, quantized
         t_ar = time.perf_counter()
         phases: dict[str, float] = {}
-        if not args.overlap:
-            mean, sent = average(packet, None, timeout=timedelta(seconds=300), weight=inner.tokens,
-                                 timings=phases)  # fmt: skip
+        if not args.overlap:  # the outer step of each piece of the mean as it lands, while
+            # the rest is on the wire (same bits as the whole step after: elementwise)
+            _, sent = average(packet, None, timeout=timedelta(seconds=300), weight=inner.tokens,
+                              timings=phases, on_piece=step_piece)  # fmt: skip
             t_outer = time.perf_counter()
-            diloco.outer_step(mean, settings)
             diloco.sync_inner_model()
             result = diloco.base_hash()
             t_check = time.perf_counter()

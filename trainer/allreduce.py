@@ -104,6 +104,7 @@ def average(
     weight: int | None = None,
     timings: dict[str, float] | None = None,
     pipelined: bool | None = None,
+    on_piece: Callable[[int, int, torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, int]:
     """Mean over the ranks of `group` of `x` (a fp32 tensor, encoded in `fmt`, or a Packet).
 
@@ -112,7 +113,11 @@ def average(
     rank; `bytes_sent` is what this rank put on the wire. Raises CollectiveError when a collective
     fails or does not finish within `timeout` (seconds or timedelta). `pipelined` (default: on
     gloo) exchanges pieces point to point so the wire and the CPU work overlap (same bits);
-    `timings`, when given, receives the seconds spent per phase.
+    `timings`, when given, receives the seconds spent per phase. `on_piece(start, end, values)`,
+    when given, is called once for every range of the flat mean as soon as its final values are
+    decoded (the pipelined exchange: piece by piece, while later pieces are still on the wire;
+    otherwise once, for the whole vector), so elementwise work on the mean (the outer step)
+    overlaps the wire; the ranges cover ``[0, numel)`` exactly once.
     """
     if not dist.is_available() or not dist.is_initialized():
         raise TrainerError("torch.distributed is not initialized: call init_process_group first")
@@ -120,7 +125,10 @@ def average(
     packet = _to_packet(x, fmt, block_size)
     world = dist.get_world_size(group)
     if world == 1:
-        return decode_into(torch.empty(packet.shape, device=packet.device), packet), 0
+        mean = decode_into(torch.empty(packet.shape, device=packet.device), packet)
+        if on_piece is not None:
+            on_piece(0, packet.numel, mean.view(-1))
+        return mean, 0
     rank = dist.get_rank(group)
     device = packet.device
     clock = _Clock(timings)
@@ -131,10 +139,15 @@ def average(
 
     if pipelined is None:  # on gloo, watched or not (the watch polls a waiter thread, _Waited)
         pipelined = dist.get_backend(group) == "gloo"
-    exchange = _pipelined if pipelined else _collectives
-    mean, mine_nbytes = exchange(
-        packet, group, wait_for=wait_for, weights=weights, world=world, rank=rank, clock=clock
-    )
+    if pipelined:
+        mean, mine_nbytes = _pipelined(packet, group, wait_for=wait_for, weights=weights,
+                                       world=world, rank=rank, clock=clock,
+                                       on_piece=on_piece)  # fmt: skip
+    else:
+        mean, mine_nbytes = _collectives(packet, group, wait_for=wait_for, weights=weights,
+                                         world=world, rank=rank, clock=clock)  # fmt: skip
+        if on_piece is not None:
+            on_piece(0, packet.numel, mean.view(-1))
     bytes_sent = 2 * (world - 1) * mine_nbytes + (8 * (world - 1) if weights else 0)
     log.debug(
         "rank %d averaged %d values as %s: %d bytes sent",
@@ -345,6 +358,7 @@ def _pipelined(
     world: int,
     rank: int,
     clock: _Clock,
+    on_piece: Callable[[int, int, torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, int]:
     """The same reduce-scatter + all-gather, point to point in pieces of ~PIECE_BYTES: every
     receive and send is posted at once, each piece of this rank's chunk is reduced as soon as
@@ -374,6 +388,11 @@ def _pipelined(
         return work
 
     watched = is_watching()  # the heartbeat watch polls: wait in a thread it can poll
+
+    def landed(sl: slice) -> None:  # these values of the mean are final: hand them over
+        a, b = sl.start, min(sl.stop, packet.numel)
+        if on_piece is not None and a < b:
+            on_piece(a, b, out[a:b])
 
     def wait(phase: str, works: list[dist.Work]) -> None:
         if watched:
@@ -430,6 +449,7 @@ def _pipelined(
                 if mean.scales is not None:
                     sends.append(post(dist.isend, gathered_s[blocks(rank, a, b)], p, 4 * j + 3))
             decode_into(out[values(rank, a, b)], mean)
+            landed(values(rank, a, b))
         clock.mark("reduce_scatter")
         for j, (a, b) in enumerate(pieces):
             wait("all-gather", means[j])
@@ -443,6 +463,7 @@ def _pipelined(
                         None if scales is None else gathered_s[blocks(p, a, b)],
                     ),
                 )
+                landed(sl)
         wait("sends", sends)
         clock.mark("all_gather")
     except RuntimeError as exc:  # a peer failed mid-piece (gloo raises from isend/irecv too)

@@ -140,6 +140,17 @@ class OuterState:
             )
         outer_step_(self.base, self.momentum, g, cfg.lr, cfg.momentum)
 
+    def step_range(self, start: int, end: int, avg: Tensor, cfg: OuterConfig) -> None:
+        """:meth:`step` on values ``[start, end)`` only (elementwise, so the same bits): the
+        outer step of each piece of the mean as the all-reduce lands it (``on_piece``)."""
+        if not 0 <= start <= end <= self.base.numel() or avg.numel() != end - start:
+            raise ConfigError(
+                f"outer step range [{start}, {end}) with {avg.numel()} values does not fit "
+                f"{self.base.numel()} parameters"
+            )
+        outer_step_(self.base[start:end], self.momentum[start:end], avg.float().view(-1),
+                    cfg.lr, cfg.momentum)  # fmt: skip
+
     @torch.no_grad()
     def load_into(self, model: nn.Module) -> None:
         """Copy the base weights into the model (the inner model starts the next round here)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import time
 
@@ -16,6 +17,7 @@ from trainer import allreduce
 from trainer.allreduce import average, simulate_average
 from trainer.codec import WireFormat, encode_flat, unflatten, wire_bytes
 from trainer.coordination.heartbeat import StalledError, watching
+from trainer.outer import FlatLayout, OuterConfig, OuterState
 
 pytestmark = pytest.mark.distributed
 
@@ -94,6 +96,28 @@ def _paths_worker(rank: int, world: int, fmt: str) -> dict[str, object]:
         with watching(lambda: polls.append(1)):  # the heartbeat watch of the operator's node
             mean, sent = average(_vector(rank), None, fmt, 30.0, weight=rank + 1, timings=timings)
         out["watched"] = (_digest(mean), sent, sorted(timings))
+        # the outer step taken piece by piece as the mean lands, against the whole step after
+        base = torch.randn(N, generator=torch.Generator().manual_seed(5))
+        moment = torch.randn(N, generator=torch.Generator().manual_seed(6))
+        pieced = OuterState(FlatLayout({"w": torch.Size([N])}), base, moment)
+        ranges: list[tuple[int, int]] = []
+
+        def step(a: int, b: int, values: torch.Tensor) -> None:
+            ranges.append((a, b))
+            pieced.step_range(a, b, values, OuterConfig())
+
+        mean, _ = average(_vector(rank), None, fmt, 30.0, weight=rank + 1, on_piece=step)
+        whole = OuterState(FlatLayout({"w": torch.Size([N])}), base, moment)
+        whole.step(mean, OuterConfig())
+        covered = sorted(ranges)
+        out["on_piece"] = (
+            _digest(pieced.base) == _digest(whole.base),
+            _digest(pieced.momentum) == _digest(whole.momentum),
+            len(ranges),
+            all(x[1] == y[0] for x, y in itertools.pairwise(covered))
+            and covered[0][0] == 0
+            and covered[-1][1] == N,
+        )
     finally:
         allreduce.PIECE_BYTES = saved
     mean, sent = average(_vector(rank), None, fmt, 30.0, weight=rank + 1, pipelined=False)
@@ -205,6 +229,18 @@ def test_a_stalled_peer_raises_collective_error_within_the_timeout() -> None:
     assert results[0].endswith("collective_error")
     waited = float(results[0].split("after ")[1].split("s:")[0])
     assert waited < 5.0
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_outer_step_piece_by_piece_as_the_mean_lands_gives_the_whole_steps_bits(
+    four_ranks: list[dict[str, object]], fmt: str
+) -> None:
+    """``on_piece`` hands over every value of the mean exactly once, in many pieces while the
+    rest is on the wire; the outer step taken on each piece gives the bits of the whole step."""
+    for p in (r[f"paths_{fmt}"] for r in four_ranks):
+        same_base, same_momentum, pieces, tiled = p["on_piece"]  # type: ignore[index]
+        assert same_base and same_momentum and tiled
+        assert pieces > WORLD  # more than one range per chunk
 
 
 def test_a_stalled_peer_ends_the_watched_pipelined_all_reduce_at_the_heartbeat() -> None:
