@@ -43,6 +43,8 @@ from ledger.quality import (
     residual,
     unit,
 )
+from ledger.quality_steps import LINF_BAND, FirstStepProbe, linf_ratio
+from ledger.quality_steps import linf as steps_linf
 from ledger.scoring import cap_tokens, majority_checkpoint, split_rewards, weight
 from protocol.eip712 import keccak256
 from protocol.errors import CheckpointError
@@ -91,6 +93,7 @@ class Judgement:
     checkpoint: str | None
     note: str
     audit_cpu_s: float = 0.0
+    probe_cpu_s: float = 0.0  # the first-step probe (level 2; a replay is audit_cpu_s)
 
 
 @dataclass
@@ -119,6 +122,7 @@ def judge_round(
     _copies(entries, ctx, session, rnd)
     _aligned(entries, ctx)
     _usefulness(entries, ctx)
+    probe_cpu = _inner_steps(entries, ctx, base_tensors)
     for e in entries:
         if e.ok:
             seconds = (e.att.received_at - ctx.start_of(e.att)).total_seconds()
@@ -136,7 +140,9 @@ def judge_round(
     _settle_unhelpful(entries)
     _split(entries, ctx)
     if not any(e.ok and e.quality > 0 and e.tokens > 0 for e in entries):
-        return Judgement(entries, None, "no pseudo-gradient was accepted: nothing to commit", cpu)
+        return Judgement(
+            entries, None, "no pseudo-gradient was accepted: nothing to commit", cpu, probe_cpu
+        )
     group = _declared_group(entries)
     safe = sorted(
         (
@@ -155,7 +161,7 @@ def judge_round(
         f"checkpoint computed by the ledger: outer step over {len(safe)} members' "
         f"pseudo-gradients ({sum(e.ok for e in entries)} paid)"
     )
-    return Judgement(entries, result.checkpoint, note, cpu)
+    return Judgement(entries, result.checkpoint, note, cpu, probe_cpu)
 
 
 # --- level 1 ------------------------------------------------------------------------------------
@@ -454,6 +460,54 @@ def _usefulness(entries: list[Entry], ctx: Context) -> None:
             e.suspicious.append("did not lower its own-shard loss")
         else:
             e.fail("usefulness", measured.reason + ": the update does not help the model")
+
+
+def _inner_steps(entries: list[Entry], ctx: Context, base: Tensors | None) -> float:
+    """The fresh AdamW's fingerprints (``ledger.quality_steps``): the largest coordinate against
+    the round's median (the step-count relation) and, on the coordinates that moved the most,
+    the sign of the declared shard's first batch. Suspicious only: the replay decides. Returns
+    the probe's CPU seconds."""
+    live = [e for e in entries if e.ok and e.tensors is not None]
+    if not live or base is None or not _can_audit(ctx) or ctx.settings.usefulness_model is None:
+        return 0.0
+    from ledger.usefulness import corpus_of, matching_shard
+    from trainer.data import ShardSpec
+
+    lr = ctx.config.inner_lr_e6 / 1e6
+    tops = {e.id: steps_linf(e.tensors) for e in live if e.tensors is not None}
+    if len(tops) >= 3:
+        ref = median(list(tops.values()))
+        lo, hi = LINF_BAND[0] * ref, LINF_BAND[1] * ref
+        for e in live:
+            top = tops[e.id]
+            if ref > 0 and not lo <= top <= hi:
+                e.suspicious.append(
+                    f"largest coordinate {top:.4g} is {top / ref:.2f}x the round's median "
+                    f"({linf_ratio(top, lr, e.att.inner_steps):.2f} x lr x innerSteps)"
+                )
+    try:
+        probe = FirstStepProbe(base, ctx.settings.usefulness_model)
+    except CheckpointError as exc:  # the ledger's preset is not this run's model
+        log.error("first-step probe does not fit the run's model: %s", exc)
+        return 0.0
+    corpus = corpus_of(ctx.settings.usefulness_corpus)
+    mixture = tuple(ctx.config.data_mixture)
+    seq_len = probe.config.seq_len
+    for e in live:
+        a = e.att
+        size = matching_shard(a, mixture, ctx.config.inner_steps)
+        batch = a.tokens // (a.inner_steps * seq_len) if a.inner_steps else 0
+        if size is None or batch <= 0 or e.tensors is None:
+            continue
+        spec = ShardSpec.for_node(bytes.fromhex(a.run_id[2:]), a.round, a.node, size, mixture)
+        rows = corpus.shard_rows(spec, seq_len)[:batch]
+        got = probe.agreement(e.tensors, rows, lr, a.inner_steps)
+        if got.suspicious:
+            e.suspicious.append(
+                f"{got.saturated - got.agreeing} of the {got.saturated} coordinates that moved "
+                f"most disagree with the first batch of its shard (agreement {got.share:.4f})"
+            )
+    return probe.cpu_seconds
 
 
 def _can_audit(ctx: Context) -> bool:

@@ -58,6 +58,7 @@ class RoundKeeper:
         self.usefulness = usefulness
         self.membership = membership
         self.audit_cpu_s = 0.0  # CPU seconds spent replaying (bench.redteam reads it)
+        self.probe_cpu_s = 0.0  # CPU seconds of the first-step probe (level 2)
         self._first_pass = True
         self._scanned_at = float("-inf")  # last look at every open round (PostgreSQL)
         self._mark = 0  # highest attestation id looked at (PostgreSQL)
@@ -264,6 +265,7 @@ class RoundKeeper:
             )  # fmt: skip
             judged = judge_round(session, rnd, atts, ctx)
             self.audit_cpu_s += judged.audit_cpu_s
+            self.probe_cpu_s += judged.probe_cpu_s
             for e in judged.entries:
                 a = e.att
                 node = snap.nodes.get(a.node)

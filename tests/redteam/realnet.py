@@ -274,6 +274,7 @@ def score(net: RealNet, plan: Schedule, views: dict[int, dict[str, Any]],
         "max_cheater_earnings_ratio": max((v["earnings_ratio"] for v in per.values()), default=0),
         "audit_cpu_ratio": round(audit_cpu / max(train_cpu, 1e-9), 4),
         "audit_cpu_s": round(audit_cpu, 2),
+        "probe_cpu_s": round(net.ledger.keeper.probe_cpu_s, 2),  # level 2, not in the ratio
         "train_cpu_s": round(train_cpu, 2),
         "nodes_wall_s": round(wall, 1),
         "node_processes": HONEST + len(cheater_keys),

@@ -24,8 +24,10 @@ from tests.redteam.sim import run as run_sim
 pytestmark = [pytest.mark.anvil]
 
 # one of each kind: through the all-reduce (a copy), a dishonest attestation (a hijacked
-# checkpoint, equivocation), outside the collective (a takeover without a join)
-QUICK = ["copy_exact", "checkpoint_hijack", "round_takeover", "equivocation"]
+# checkpoint, equivocation), outside the collective (a takeover without a join), and the two
+# disguised ones only the fresh AdamW's fingerprints send to the replay (ledger.quality_steps)
+QUICK = ["copy_exact", "checkpoint_hijack", "round_takeover", "equivocation", "other_data",
+         "half_steps_scaled_up"]  # fmt: skip
 
 
 @pytest.fixture
@@ -56,6 +58,8 @@ def test_real_cheating_nodes_earn_nothing_and_their_receipts_say_why(real_net: R
     assert per["checkpoint_hijack"]["why"].startswith("[result_mismatch]"), per
     assert per["equivocation"]["why"].startswith("[equivocation]"), per
     assert "not_a_member" in per["round_takeover"]["why"], per  # refused at intake
+    assert per["other_data"]["why"].startswith("[audit_failed]"), per
+    assert per["half_steps_scaled_up"]["why"].startswith("[audit_failed]"), per
     # the copier's receipts (GET /v1/rewards/{payout}): the attack round pays 0, with the check
     # that refused it and its evidence (whose update it repeats), and its honest rounds are paid
     copier = out["attackers"]["copy_exact"]

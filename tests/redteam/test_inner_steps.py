@@ -1,0 +1,86 @@
+"""The fresh AdamW's fingerprints (ledger.quality_steps) on real training of the tiny model: an
+honest round's largest coordinate is about lr x H and its most-moved coordinates carry the sign of
+its shard's first batch; half the steps scaled up to the honest norm falls short of lr x H, and
+training on other data loses the first batch's signature. Without the signals these two cheats
+are caught only when the 10% audit sample happens to draw them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from ledger.quality_steps import LINF_BAND, MIN_DISAGREEING, FirstStepProbe, linf, linf_ratio
+from trainer.checkpoint import load_weights_into
+from trainer.data import Corpus, ShardSpec
+from trainer.inner import InnerConfig, InnerTrainer
+from trainer.model import GPT, GPTConfig
+from trainer.recovery import genesis_checkpoint
+
+TINY = GPTConfig.preset("tiny")
+RUN = bytes.fromhex("1c" * 32)
+NODE = "0x" + "ab" * 20
+LR, STEPS, BATCH = 1e-3, 8, 4
+
+
+@pytest.fixture(scope="module")
+def base() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    return dict(genesis_checkpoint(TINY, 0).weights)
+
+
+def _spec(node: str) -> ShardSpec:
+    return ShardSpec.for_node(RUN, 3, node, STEPS * BATCH * TINY.seq_len, (10_000,))
+
+
+Tensors = dict[str, torch.Tensor]
+
+
+def _train(base: Tensors, rows: torch.Tensor, steps: int) -> Tensors:
+    torch.set_num_threads(1)
+    model = GPT(TINY)
+    load_weights_into(model, {n: t.clone() for n, t in base.items()})
+    InnerTrainer(model, InnerConfig(steps=steps, lr=LR, batch_size=BATCH), keep_state=False).train(
+        rows
+    )
+    local = dict(model.named_parameters())
+    return {n: (base[n] - local[n].detach()).contiguous() for n in base}
+
+
+def test_honest_steps_carry_the_first_batch_and_reach_lr_times_steps(
+    base: dict[str, torch.Tensor],
+) -> None:
+    rows = Corpus.stdlib().shard_rows(_spec(NODE), TINY.seq_len)
+    pg = _train(base, rows, STEPS)
+    got = FirstStepProbe(base, "tiny").agreement(pg, rows[:BATCH], LR, STEPS)
+    assert got.saturated >= 100 and got.disagreeing == 0, got
+    assert not got.suspicious
+    assert 0.95 <= linf_ratio(linf(pg), LR, STEPS) <= 1.1
+
+
+def test_other_data_loses_the_first_batch_signature(base: dict[str, torch.Tensor]) -> None:
+    corpus = Corpus.stdlib()
+    declared = corpus.shard_rows(_spec(NODE), TINY.seq_len)
+    other = corpus.shard_rows(dataclasses.replace(_spec(NODE), node="0x" + "5e" * 20), TINY.seq_len)
+    pg = _train(base, other, STEPS)
+    got = FirstStepProbe(base, "tiny").agreement(pg, declared[:BATCH], LR, STEPS)
+    assert got.disagreeing >= MIN_DISAGREEING and got.suspicious, got
+    # the same update probed with the batch it really trained on first agrees: the signal is
+    # the declared shard, not the update's shape
+    assert FirstStepProbe(base, "tiny").agreement(pg, other[:BATCH], LR, STEPS).disagreeing == 0
+
+
+def test_half_the_steps_scaled_up_fall_short_of_lr_times_steps(
+    base: dict[str, torch.Tensor],
+) -> None:
+    corpus = Corpus.stdlib()
+    rows = corpus.shard_rows(_spec(NODE), TINY.seq_len)
+    honest = _train(base, rows, STEPS)
+    peer = _train(base, corpus.shard_rows(_spec("0x" + "cd" * 20), TINY.seq_len), STEPS)
+    half = _train(base, rows, STEPS // 2)
+    norm = lambda t: float(torch.cat([x.reshape(-1) for x in t.values()]).norm())  # noqa: E731
+    scaled = {n: t * (norm(honest) / norm(half)) for n, t in half.items()}
+    assert linf(scaled) < LINF_BAND[0] * linf(honest), (linf(scaled), linf(honest))
+    # another honest node's update of the same round is within the band
+    assert LINF_BAND[0] <= linf(peer) / linf(honest) <= LINF_BAND[1], (linf(peer), linf(honest))
