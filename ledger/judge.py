@@ -474,7 +474,12 @@ def _inner_steps(entries: list[Entry], ctx: Context, base: Tensors | None) -> fl
     from trainer.data import ShardSpec
 
     lr = ctx.config.inner_lr_e6 / 1e6
-    tops = {e.id: steps_linf(e.tensors) for e in live if e.tensors is not None}
+    # per declared step (a time-boxed node ran fewer): about lr for every honest node
+    tops = {
+        e.id: linf_ratio(steps_linf(e.tensors), lr, e.att.inner_steps)
+        for e in live
+        if e.tensors is not None
+    }
     if len(tops) >= 3:
         ref = median(list(tops.values()))
         lo, hi = LINF_BAND[0] * ref, LINF_BAND[1] * ref
@@ -482,8 +487,8 @@ def _inner_steps(entries: list[Entry], ctx: Context, base: Tensors | None) -> fl
             top = tops[e.id]
             if ref > 0 and not lo <= top <= hi:
                 e.suspicious.append(
-                    f"largest coordinate {top:.4g} is {top / ref:.2f}x the round's median "
-                    f"({linf_ratio(top, lr, e.att.inner_steps):.2f} x lr x innerSteps)"
+                    f"largest coordinate {top:.3f} x lr x innerSteps is {top / ref:.2f}x the "
+                    "round's median"
                 )
     try:
         probe = FirstStepProbe(base, ctx.settings.usefulness_model)
