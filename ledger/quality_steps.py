@@ -10,7 +10,7 @@ nodes). Two consequences a node cannot fake without doing the work:
   move about ``lr`` every step, so the largest coordinate of an honest update is about
   ``lr x innerSteps``: measured 0.987-1.075 ``lr x H`` over 146 honest node-rounds, within
   0.958-1.048 of its round's median. Half the steps scaled up to an honest norm reach only
-  0.73-0.82 of the median (a 1.7x scale of ``lr x H / 2``); noise 1.8x, a noisy copy 1.4x.
+  0.69-0.82 of the median (a 1.7x scale of ``lr x H / 2``); noise 1.8x, a noisy copy 1.4x.
   Simulated from the 48 committed bases of two runs (4 honest updates each, one of each cheat):
   honest 0.972-1.039, half the steps scaled 0.607-0.867.
 - **The first batch's signature** (:class:`FirstStepProbe`): a coordinate that moved at least
