@@ -5,14 +5,21 @@ rewards tree), and a ledger that lost the proposal's hash adopts it instead of p
 from __future__ import annotations
 
 import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlmodel import Session, select
 
 from ledger.models import FraudRecord
-from protocol.deployment import abi
+from protocol.deployment import Deployment, abi
+from protocol.devnet import AnvilProcess
 from protocol.eip712 import keccak256
-from tests.redteam.network import Network
+from tests.redteam.network import NetConfig, Network
+from tests.redteam.realnet import RealNet
+from tests.redteam.realnet import run as run_real
 from tests.redteam.sim import run
 
 pytestmark = [pytest.mark.anvil]
@@ -93,3 +100,51 @@ def test_without_slasher_role_the_fraud_stays_recorded_and_health_says_why(
     assert record["slash_tx"] is None
     assert sm.functions.proposalCount().call() == count
     assert "SLASHER_ROLE" in net.ledger.step_errors.get("slash", ""), net.ledger.step_errors
+
+
+@pytest.fixture
+def slashing_real_net(
+    chain: AnvilProcess, deployment: Deployment, tmp_path: Path
+) -> Iterator[RealNet]:
+    """Real node processes; the ledger holds a slasher key that governance granted."""
+    dep_path = tmp_path / "deployment.json"
+    deployment.save(dep_path)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    cfg = NetConfig(audit_fraction=0.1, slasher_key="0x" + os.urandom(32).hex())
+    net = RealNet(chain, deployment, dep_path, tmp_path, cfg)
+    with net.running():
+        yield net
+
+
+def test_real_node_training_on_other_data_is_slashed(slashing_real_net: RealNet) -> None:
+    """An established real node trains on data other than its declared shard: the first-batch
+    signature sends it to the replay (whatever the 10% draw), the replay fails, the reward is
+    withheld and the ledger's background worker proposes the slash with the fraud evidence."""
+    net = slashing_real_net
+    out = run_real(net, ["other_data"], timeout=600)
+    assert out["caught"] == 1 and out["honest_penalised"] == 0, out
+    cheater = out["attackers"]["other_data"]["address"]
+    deadline = time.monotonic() + 120
+    while True:  # the slash step runs in the ledger's own ticks
+        records = [f for f in net.http.get("/v1/frauds").json() if f["node"] == cheater]
+        if records and records[0]["slash_tx"] is not None:
+            break
+        assert time.monotonic() < deadline, records
+        time.sleep(0.25)
+    (record,) = records
+    sm = net.anvil.w3.eth.contract(  # type: ignore[call-overload]
+        address=net.dep.address("StakeManager"), abi=abi("StakeManager")
+    )
+    receipt = net.anvil.w3.eth.get_transaction_receipt(record["slash_tx"])
+    (event,) = sm.events.SlashProposed().process_receipt(receipt)
+    proposal = sm.functions.slashProposal(event["args"]["proposalId"]).call()
+    assert proposal[2] == 1  # pending, inside the dispute window
+    assert proposal[0] == sm.functions.nodeIdOf(cheater).call()
+    assert "0x" + bytes(proposal[5]).hex() == record["evidence_hash"]
+    assert int(record["withheld"]) > 0
+    (attack,) = out["attackers"]["other_data"]["rounds"]
+    view = net.http.get(f"/v1/runs/{net.run_id}/rounds/{attack}").json()
+    (score,) = [s for s in view["scores"] if s["node"] == cheater]
+    assert score["reward"] == "0" and not score["verified"], score
+    why = score["reason"]
+    assert why.startswith("[audit_failed]") and "first batch of its shard" in why, why
