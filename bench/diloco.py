@@ -9,13 +9,15 @@ As in the DiLoCo paper, both continue from the same warm model (``--warm-start``
 steps on other data, default 200, not counted in either run's tokens or bytes); from a cold
 genesis DiLoCo's first rounds are far behind (measured: loss ratio 1.12-1.21 at 8-16 rounds).
 Defaults (the best of those tried on the validation half): DiLoCo's inner AdamW lr 3e-3, betas
-(0.7, 0.95) (trainer.inner.DEFAULT_BETAS, what every node runs), outer Nesterov lr 0.9 (the
-paper's 0.7 trails here), momentum 0.9, H 50, K 4, B 8 rows of 64 bytes. Each worker starts a
-fresh AdamW every round, as the node does (``RoundSettings.keep_inner_state`` False, so the
-ledger can replay a round); ``--keep-inner-state`` measures the paper's carried state instead.
+(0.7, 0.95) and a 3-step linear warmup per round (trainer.inner.DEFAULT_BETAS and
+DEFAULT_WARMUP_STEPS, what every node runs), outer Nesterov lr 0.9 (the paper's 0.7 trails here),
+momentum 0.9 (trainer.runconfig's governed defaults), H 50, K 4, B 8 rows of 64 bytes. Each
+worker starts a fresh AdamW every round, as the node does (``RoundSettings.keep_inner_state``
+False, so the ledger can replay a round); ``--keep-inner-state`` measures the paper's carried
+state instead.
 The baseline's AdamW runs the same betas (they help it too: validation loss 1.7512 against 1.7596
-with (0.9, 0.95) at lr 6e-3), with its lr tuned on the validation half; the warm start keeps
-(0.9, 0.95).
+with (0.9, 0.95) at lr 6e-3) and the same 3-step warmup (once: it is one AdamW for the run), with
+its lr tuned on the validation half; the warm start keeps (0.9, 0.95) and no warmup.
 The workers are simulated in one process (the same math as the multi-process path, which
 tests/trainer/test_diloco_distributed.py runs over real gloo processes); the JSON says so.
 
@@ -42,7 +44,7 @@ import torch
 from bench import emit
 from trainer.comm import simulate_average, wire_bytes
 from trainer.data import Corpus, DataSource, ShardSpec
-from trainer.inner import DEFAULT_BETAS, InnerConfig, InnerTrainer
+from trainer.inner import DEFAULT_BETAS, DEFAULT_WARMUP_STEPS, InnerConfig, InnerTrainer
 from trainer.model import GPT, GPTConfig, evaluate
 from trainer.outer import OuterConfig, OuterState
 from trainer.runconfig import INNER_LR, INNER_STEPS, OUTER_LR, OUTER_MOMENTUM
@@ -64,7 +66,7 @@ class Setup:
     outer: OuterConfig
     eval_rows: int
     seed: int = 0
-    warmup: int = 0
+    warmup: int = DEFAULT_WARMUP_STEPS  # DiLoCo's per-round warmup, as the node runs
     cosine: bool = False
     keep_inner_state: bool = False  # False: a fresh AdamW every round, as the node runs
     betas: tuple[float, float] = DEFAULT_BETAS
@@ -111,7 +113,7 @@ def start_model(corpus: Corpus, s: Setup) -> GPT:
                 s.model.seq_len, s.warm_start * s.batch * s.workers, seed=4242 + s.seed
             )
             cfg = InnerConfig(steps=s.warm_start, lr=WARM_LR, batch_size=s.batch * s.workers,
-                              betas=WARM_BETAS)  # fmt: skip
+                              betas=WARM_BETAS, warmup_steps=0)  # fmt: skip
             InnerTrainer(model, cfg).train(rows)
         _WARM[key] = {n: t.detach().clone() for n, t in model.state_dict().items()}
     model = GPT(s.model, seed=s.seed)
@@ -380,7 +382,8 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="independent runs in parallel processes (default: 2 cores)")  # fmt: skip
     p.add_argument("--skip-other-corpus", action="store_true")
-    p.add_argument("--warmup", type=int, default=0, help="DiLoCo inner lr warmup steps")
+    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP_STEPS,
+                   help="DiLoCo's per-round lr warmup steps (default: the node's)")  # fmt: skip
     p.add_argument("--cosine", action="store_true", help="DiLoCo cosine inner lr decay")
     p.add_argument("--betas", type=float, nargs=2, default=DEFAULT_BETAS,
                    help="DiLoCo's inner AdamW betas (default: the node's)")  # fmt: skip

@@ -10,7 +10,10 @@ sees the same learning rates).
 
 The default AdamW betas, (0.7, 0.95), are a protocol constant (not governed, the same on every node
 and in the ledger's replay): with a fresh AdamW every round, the paper's beta1 0.9 restarts a
-slow momentum each round and trails (validation loss, docs/trainer.md "Benchmark").
+slow momentum each round and trails (validation loss, docs/trainer.md "Benchmark"). So is the
+per-call linear warmup, DEFAULT_WARMUP_STEPS (3): a fresh AdamW's first steps divide by a second
+moment estimated from one or two gradients and move every weight by about the full lr; ramping the
+lr over 3 steps lowered the validation loss on each of 3 seeds.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from trainer.model import GPT
 log = logging.getLogger(__name__)
 # beta1 for a fresh AdamW per round, chosen on bench.diloco's validation half (docs/trainer.md)
 DEFAULT_BETAS = (0.7, 0.95)
+# the lr ramps linearly over the first steps of every fresh AdamW (chosen there too)
+DEFAULT_WARMUP_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,7 @@ class InnerConfig:
     betas: tuple[float, float] = DEFAULT_BETAS
     eps: float = 1e-8
     grad_clip: float = 1.0
-    warmup_steps: int = 0
+    warmup_steps: int = DEFAULT_WARMUP_STEPS
     schedule_steps: int = 0
     min_lr_ratio: float = 0.1
 
