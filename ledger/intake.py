@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -162,15 +164,18 @@ class Intake:
         rounds, ``ON CONFLICT DO NOTHING`` (no read before: a slot already taken is simply not
         inserted; :meth:`_insert`), and only the rows that came back without an id in an open
         round are looked up, to answer an exact re-post with its id or refuse a conflicting
-        one. The round-state cache and the dirty set change only once the
-        transaction committed: a rolled-back group leaves them as the database is.
+        one. On PostgreSQL each statement commits on its own (autocommit: no ``BEGIN`` and
+        ``COMMIT`` round trips around a group that is one statement in the usual case): opening
+        rounds is idempotent, the insert is atomic and holds its rounds' locks until it commits,
+        and rejection rows are an audit trail of their own. The round-state cache and the dirty
+        set change only once what they describe committed.
         """
         items, out, rejections = job.items, job.out, job.rejections
         states: dict[tuple[str, int], str] = {}  # what the group is checked against
         known: dict[tuple[str, int], str] = {}  # what the database said (cached after commit)
         dirty: set[tuple[str, int]] = set()
-        with self.engine.begin() as conn:
-            postgres = conn.dialect.name == "postgresql"
+        postgres = self.engine.dialect.name == "postgresql"
+        with self._autocommit() if postgres else self.engine.begin() as conn:
             taken = {} if postgres else self._taken(conn, [c for _, c in job.checked])
             keys = {(c.run_hex, int(c.attestation.round)) for _, c in job.checked}
             if postgres:  # the database decides in the insert itself (see _insert)
@@ -198,10 +203,19 @@ class Intake:
                 states.update(found)
                 known.update(found)
                 dirty = self._outcomes(conn, job, rows, row_index, ids=ids, states=states)
+                if postgres:  # committed: whatever follows, the caches say what is stored
+                    self.round_states.update(known)
+                    self.dirty |= dirty
             if rejections:
                 conn.execute(insert(_REJ), rejections)
         self.round_states.update(known if postgres else states)
         self.dirty |= dirty
+
+    @contextmanager
+    def _autocommit(self) -> Iterator[Connection]:
+        """A pooled connection whose statements commit on their own (PostgreSQL)."""
+        with self.engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     def _outcomes(
         self,
