@@ -298,8 +298,7 @@ def main() -> None:
         "slow_node_speed_ratio": round(speed, 3),
         "slow_node_steps": [r["steps"] for r in het[1]["rounds"]],
         "time_budget": (
-            "H + 1 steps at the fastest member's median step time of the round before, "
-            "every scenario"
+            "H + 1 steps at the fastest member's mean step time of the round before, every scenario"
         ),
         **ov,
         **ckpt,
