@@ -116,6 +116,8 @@ def slashing_real_net(
         yield net
 
 
+@pytest.mark.slow  # ~1 min of real processes; make test's real-node red team (test_redteam's
+# quick subset) already shows other_data replayed and failed, the in-process tests the slash
 def test_real_node_training_on_other_data_is_slashed(slashing_real_net: RealNet) -> None:
     """An established real node trains on data other than its declared shard: the first-batch
     signature sends it to the replay (whatever the 10% draw), the replay fails, the reward is
