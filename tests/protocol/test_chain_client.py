@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -206,23 +207,21 @@ def test_refused_connection_raises_rpc_unavailable(deployment: Deployment) -> No
         client.dispute_window()
 
 
-@pytest.fixture
-def flaky_proxy(anvil: AnvilProcess) -> Iterator[tuple[str, list[int]]]:
-    """A real HTTP proxy to anvil that answers 503, then 429, then forwards."""
-    seen: list[int] = []
-    failures = iter([503, 429])
+@contextlib.contextmanager
+def _rpc_proxy(upstream: str, before: Callable[[BaseHTTPRequestHandler], int]) -> Iterator[str]:
+    """A real HTTP proxy to `upstream` (its URL yielded): `before(request)` sees each request and
+    returns 200 to forward it, or another status to answer with instead."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
-            status = next(failures, 200)
-            seen.append(status)
+            status = before(self)
             if status != 200:
                 self.send_response(status)
                 self.end_headers()
                 return
             answer = requests.post(
-                anvil.rpc_url, data=body, headers={"Content-Type": "application/json"}, timeout=10
+                upstream, data=body, headers={"Content-Type": "application/json"}, timeout=10
             )
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -237,10 +236,24 @@ def flaky_proxy(anvil: AnvilProcess) -> Iterator[tuple[str, list[int]]]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def flaky_proxy(anvil: AnvilProcess) -> Iterator[tuple[str, list[int]]]:
+    """A real HTTP proxy to anvil that answers 503, then 429, then forwards."""
+    seen: list[int] = []
+    failures = iter([503, 429])
+
+    def before(_: BaseHTTPRequestHandler) -> int:
+        seen.append(status := next(failures, 200))
+        return status
+
+    with _rpc_proxy(anvil.rpc_url, before) as url:
+        yield url, seen
 
 
 def test_transient_http_errors_are_retried(
@@ -275,30 +288,12 @@ def forward_proxy(anvil: AnvilProcess) -> Iterator[tuple[str, list[str]]]:
     """A real HTTP forward proxy in front of anvil: records the absolute URL of each request."""
     paths: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            paths.append(self.path)
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            answer = requests.post(
-                anvil.rpc_url, data=body, headers={"Content-Type": "application/json"}, timeout=10
-            )
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(answer.content)))
-            self.end_headers()
-            self.wfile.write(answer.content)
+    def before(request: BaseHTTPRequestHandler) -> int:
+        paths.append(request.path)
+        return 200
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", paths
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _rpc_proxy(anvil.rpc_url, before) as url:
+        yield url, paths
 
 
 def test_the_environments_proxy_settings_still_apply(
