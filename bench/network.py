@@ -39,6 +39,7 @@ from typing import Any
 
 from bench import emit, network_ckpt
 from tests.harness.netns import Netns, unavailable
+from trainer.runconfig import INNER_LR, NODE_BATCH_SIZE, OUTER_LR, OUTER_MOMENTUM
 
 log = logging.getLogger("bench.network")
 REPO = Path(__file__).resolve().parents[1]
@@ -152,7 +153,8 @@ def overlap_loss_ratio(rounds: int) -> dict[str, float]:
 
     torch.set_num_threads(1)
     s = Setup(model=GPTConfig.preset("tiny"), workers=4, rounds=rounds, inner_steps=50, batch=8,
-              inner_lr=3e-3, outer=OuterConfig(), eval_rows=256, warm_start=200)  # fmt: skip
+              inner_lr=INNER_LR, outer=OuterConfig(lr=OUTER_LR, momentum=OUTER_MOMENTUM),
+              eval_rows=256, warm_start=200)  # fmt: skip
     corpus = Corpus.stdlib()
     eval_rows = corpus.eval_rows(s.model.seq_len, s.eval_rows, seed=1234)
     plain, _, _ = run_diloco(corpus, s, eval_rows, "int8")
@@ -191,7 +193,12 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="3 rounds per scenario (~10 min)")
     p.add_argument("--rounds", type=int)
     p.add_argument("--inner-steps", type=int, default=50, help="H (the governed default)")
-    p.add_argument("--batch", type=int, default=4)
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=NODE_BATCH_SIZE,
+        help="rows per inner step (default: the node's, `coloco node run --batch-size`)",
+    )
     p.add_argument("--rate-mbit", type=float, default=100.0)
     p.add_argument("--preset", default="cpu10m")
     p.add_argument("--sync-steps", type=int, default=3)
@@ -229,14 +236,14 @@ def main() -> None:
     auto: list[object] = ["--budget-s", -1]  # each round sets the next round's time budget
     int8 = scenario("int8", 2, rate, [["--fmt", "int8", *auto]] * 2)
     s8 = summarize(int8, h)
+    # the same plain step with half the rows a step: half the compute per byte on the wire, to
+    # show where utilization goes with the batch (docs/trainer.md, "The setting")
+    half = max(1, args.batch // 2)
+    small = [[*common[:-1], half, "--rounds", rounds, "--fmt", "int8", *auto]] * 2
+    log.info("scenario int8, batch %d", half)
+    s8h = summarize(run_nodes(2, rate, small), h)
     # the same with the one-round delayed outer step (round r's all-reduce behind round r+1's
     # compute): the option's utilization, its loss cost is overlap_loss_ratio below
-    # the same plain step with 8 rows a step instead of 4 (256 tokens): twice the compute per
-    # byte on the wire, to show where the plain step's utilization goes with the batch (the
-    # governed settings stay batch 4; docs/trainer.md argues the setting)
-    big = [[*common[:-1], 2 * args.batch, "--rounds", rounds, "--fmt", "int8", *auto]] * 2
-    log.info("scenario int8, batch %d", 2 * args.batch)
-    s8b = summarize(run_nodes(2, rate, big), h)
     int8_ov = scenario("int8 overlap", 2, rate, [["--fmt", "int8", *auto, "--overlap"]] * 2)
     s8o = summarize(int8_ov, h)
     fp32 = scenario("fp32", 2, rate, [["--fmt", "fp32", *auto]] * 2, others)
@@ -274,9 +281,10 @@ def main() -> None:
         "rate_mbit": rate,
         "utilization_int8": s8["utilization"],
         "utilization_int8_overlap": s8o["utilization"],
-        "utilization_int8_batch2x": s8b["utilization"],
-        "utilization_model_int8_batch2x": s8b["utilization_model"],
-        "batch2x": 2 * args.batch,
+        "batch": args.batch,
+        "utilization_int8_half_batch": s8h["utilization"],
+        "utilization_model_int8_half_batch": s8h["utilization_model"],
+        "half_batch": half,
         "utilization_model_int8_overlap": s8o["utilization_model"],
         "utilization_fp32": s32["utilization"],
         "utilization_model_int8": s8["utilization_model"],
@@ -304,7 +312,7 @@ def main() -> None:
         **ckpt,
         "int8": s8,
         "int8_overlap": s8o,
-        "int8_batch2x": s8b,
+        "int8_half_batch": s8h,
         "fp32": s32,
         "int8_10mbit": slow10,
         "heterogeneous": sh,

@@ -47,6 +47,7 @@ from trainer.membership import MembershipConfig, Rendezvous
 from trainer.model import GPT, GPTConfig, evaluate
 from trainer.node import offline_domain
 from trainer.outer import OuterConfig, OuterState
+from trainer.runconfig import INNER_LR, NODE_BATCH_SIZE, OUTER_LR, OUTER_MOMENTUM
 
 NET = Path("/sys/class/net/eth0/statistics")
 
@@ -65,7 +66,7 @@ def main() -> None:
     p.add_argument("--preset", default="cpu10m")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--inner-steps", type=int, default=50)
-    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--batch", type=int, default=NODE_BATCH_SIZE)
     p.add_argument("--fmt", default="int8")
     p.add_argument("--budget-s", type=float, default=0.0,
                    help="inner time box in s; 0: none; -1: round 1 runs H steps, each later "
@@ -97,8 +98,9 @@ def main() -> None:
     rdv = Rendezvous(args.hub, args.port, key=key, domain=offline_domain(run_id), run_id=run_id,
                      registry=AnyKeyRegistry(), cfg=membership)  # fmt: skip
     ledger = LedgerClient(f"http://{args.hub}:{args.ledger_port}")
-    inner_cfg = InnerConfig(steps=args.inner_steps, lr=1e-3, batch_size=args.batch)
-    settings = RoundSettings(inner=inner_cfg, outer=OuterConfig(), wire_format=args.fmt)
+    inner_cfg = InnerConfig(steps=args.inner_steps, lr=INNER_LR, batch_size=args.batch)
+    outer_cfg = OuterConfig(lr=OUTER_LR, momentum=OUTER_MOMENTUM)
+    settings = RoundSettings(inner=inner_cfg, outer=outer_cfg, wire_format=args.fmt)
     records: list[dict[str, object]] = []
     group = None
     members_seen: tuple[str, ...] = ()
@@ -122,7 +124,7 @@ def main() -> None:
     if args.sync_steps:
         members = rdv.join(1)
         group = rdv.form_group(members, torch.device("cpu"))
-        trainer = InnerTrainer(model, InnerConfig(steps=1, lr=1e-3, batch_size=args.batch))
+        trainer = InnerTrainer(model, InnerConfig(steps=1, lr=INNER_LR, batch_size=args.batch))
         rows = rows_for(1)
         tx0, rx0 = counters()
         t0 = time.perf_counter()

@@ -24,6 +24,9 @@ INNER_STEPS = 50
 INNER_LR = 3e-3
 OUTER_LR = 0.9
 OUTER_MOMENTUM = 0.9
+# Rows per inner step: a node's own setting, not governed (it depends on the node's memory), and
+# what `coloco node run --batch-size` and bench.network default to.
+NODE_BATCH_SIZE = 8
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class RunConfig:
         version: int = 0,
         inner_steps: int = 10,
         inner_lr: float = INNER_LR,
-        batch_size: int = 8,
+        batch_size: int = NODE_BATCH_SIZE,
         outer_lr: float = OUTER_LR,
         outer_momentum: float = OUTER_MOMENTUM,
         wire_format: str = "fp32",

@@ -29,3 +29,16 @@ def test_a_fresh_deployment_governs_the_defaults_the_node_and_the_benchmark_use(
     governed = ChainConfig(client, batch_size=8).read().settings
     assert governed.inner.lr == RunConfig.make().settings.inner.lr
     assert governed.outer == RunConfig.make().settings.outer
+
+
+def test_the_node_batch_default_is_one_setting() -> None:
+    """`coloco node run --batch-size`, the demo's nodes, RunConfig and bench.network (which imports
+    the constant) default to the same rows per inner step."""
+    import inspect
+
+    from coloco_cli.demo.train import start_node
+    from trainer.cli import run_command
+
+    for fn in (run_command, start_node):
+        assert inspect.signature(fn).parameters["batch_size"].default == runconfig.NODE_BATCH_SIZE
+    assert RunConfig.make().settings.inner.batch_size == runconfig.NODE_BATCH_SIZE
