@@ -306,7 +306,8 @@ def main() -> None:
         "slow_node_speed_ratio": round(speed, 3),
         "slow_node_steps": [r["steps"] for r in het[1]["rounds"]],
         "time_budget": (
-            "H + 1 steps at the fastest member's mean step time of the round before, every scenario"
+            "trainer.timebox (node run --time-box): H + 1 steps at the fastest signed pace of the "
+            "round before, never below half the median pace; every scenario"
         ),
         **ov,
         **ckpt,

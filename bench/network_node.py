@@ -4,7 +4,8 @@
 
 Per round: join the round's membership at the rendezvous (:class:`trainer.membership.Rendezvous`,
 a TCPStore in the hub namespace); keep the gloo group while the member list is unchanged (formed
-once, not every round); run the inner steps that fit in the round's time budget; encode
+once, not every round); run the inner steps that fit in the round's time box (`--budget-s -1`:
+trainer.timebox, as `coloco node run --time-box`, from the members' signed paces); encode
 ``base - local`` with the codec's fused subtract-and-quantize kernel; average it weighted by
 tokens (:func:`trainer.allreduce.average`); take the bit-exact outer step
 (:func:`trainer.outer.outer_step`) on each piece of the mean as it lands; check every member
@@ -24,7 +25,6 @@ import argparse
 import json
 import logging
 import os
-import statistics
 import threading
 import time
 from datetime import timedelta
@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from protocol.keys import NodeKey
-from trainer import commitment
+from trainer import commitment, timebox
 from trainer.allreduce import average
 from trainer.codec import Packet, encode
 from trainer.coordination.registry import AnyKeyRegistry
@@ -69,9 +69,9 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=NODE_BATCH_SIZE)
     p.add_argument("--fmt", default="int8")
     p.add_argument("--budget-s", type=float, default=0.0,
-                   help="inner time box in s; 0: none; -1: round 1 runs H steps, each later "
-                   "round's box is H + 1 steps at the fastest member's mean step time of the "
-                   "round before")  # fmt: skip
+                   help="inner time box in s; 0: none; -1: trainer.timebox's (round 1 runs H "
+                   "steps, each later round's box is H + 1 steps at the fastest member's pace "
+                   "of the round before)")  # fmt: skip
     p.add_argument("--slowdown", type=float, default=1.0)
     p.add_argument("--sync-steps", type=int, default=0, help="measure sync DP instead")
     p.add_argument("--overlap", action="store_true",
@@ -220,13 +220,9 @@ def main() -> None:
         inner = diloco.inner.train(rows, on_step=slow, budget_s=budget if budget > 0 else None)
         t_enc = time.perf_counter()
         compute_s = t_enc - t_train
-        if auto_budget:  # this node's pace, measured under this round's conditions
-            # the mean, not the median: the steps that share the core with the last round's
-            # upload run slower, and the time box's own test uses the mean (measured on a quiet
-            # machine: median 0.136 s, mean 0.173 s; a median budget let 40 of 50 steps fit);
-            # the round's first step is left out (round 1's is the allocator's warm-up)
-            pace = (args.inner_steps + 1) * statistics.mean(step_times[1:] or step_times)
-            rdv.store.set(f"budget/{r}/{args.index}", str(pace))
+        if auto_budget:  # this node's pace under this round's conditions (trainer.timebox, as
+            # `node run --time-box`): signed, posted before the all-reduce so nobody waits
+            timebox.post_pace(rdv.board, r, inner)
         flat_local = diloco.state.layout.flatten(dict(model.named_parameters()))
         origin = diloco.state.base if start is None else start
         packet = encode(origin, flat_local, args.fmt)  # fused origin - local, quantized
@@ -268,11 +264,9 @@ def main() -> None:
             "loss": inner.final_loss, "result": result.hex()[:16], "budget_s": budget,
             "step_times_s": [round(x, 4) for x in step_times],
         })  # fmt: skip
-        if auto_budget:  # next round's time budget: H + 1 steps at the fastest member's
-            # mean step time of this round (posted before the all-reduce, so nobody waits)
-            keys = [f"budget/{r}/{i}" for i in range(args.world)]
-            rdv.store.wait(keys)
-            budget = min(float(rdv.store.get(k)) for k in keys)
+        if auto_budget:  # next round's box: H + 1 steps at this round's fastest pace
+            rdv.store.wait([timebox.pace_key(r, a) for a in members.addresses])  # --overlap
+            budget = timebox.budget(rdv.board, r + 1, members.addresses, args.inner_steps) or 0.0
         log.info("round %d: %d steps, compute %.1fs, wall %.1fs", r, inner.steps, compute_s,
                  t_end - t_prev)  # fmt: skip
         t_prev = t_end

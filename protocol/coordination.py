@@ -65,6 +65,9 @@ class Kind(IntEnum):
     """The weights hash I hold after round r (attempt a)."""
     HEARTBEAT = 6
     """I am alive (round r: the round I am in). Payload: ``seq``, a counter that only grows."""
+    PACE = 7
+    """My pace in round r: ``step_s``, my inner phase's seconds per step (trainer.timebox sets the
+    next round's time box from the members' paces)."""
 
 
 _KINDS: Final = frozenset(int(k) for k in Kind)

@@ -117,6 +117,13 @@ def run_command(  # noqa: PLR0917 - typer maps each parameter to a flag
             "a round number in it: hold before that round only). Remove it to go on."
         ),
     ] = None,
+    time_box: Annotated[
+        bool,
+        typer.Option(
+            help="Heterogeneous nodes: run only the inner steps that fit H + 1 steps at the "
+            "fastest member's pace of the round before, and declare them (paid by tokens)."
+        ),
+    ] = False,
     min_nodes: Annotated[int, typer.Option(help="Nodes the first round waits for.")] = 1,
     join_window: Annotated[
         float, typer.Option(help="Seconds a round boundary waits for joiners.")
@@ -227,6 +234,7 @@ def _build(**o: object):  # type: ignore[no-untyped-def]
         checkpoint_dir=Path(str(o["checkpoint_dir"])), max_rounds=o["rounds"],  # type: ignore[arg-type]
         leave_after_round=o["leave_after"],  # type: ignore[arg-type]
         hold_file=o["hold_file"],  # type: ignore[arg-type]
+        time_box=bool(o["time_box"]),
     )  # fmt: skip
     recovery = Recovery(run_id, cfg, settings.seed, chain=chain, ledger=ledger)
     runner = NodeRunner(settings, Attester(key, domain, run_id, ledger), source, recovery=recovery)

@@ -23,6 +23,7 @@ import torch
 from protocol.eip712 import Eip712Domain, to_checksum_address
 from protocol.errors import CollectiveError, LedgerUnavailableError, TrainerError
 from protocol.types import Address
+from trainer import timebox
 from trainer.attest import Attester, Signed, WorkRecord
 from trainer.checkpoint import CheckpointDir, RoundCheckpoint
 from trainer.coordination.agreement import ConfigAgreement
@@ -72,6 +73,9 @@ class NodeSettings:
     overlap: bool = False
     """One-round delayed outer step (trainer.overlap): round r's all-reduce runs in the background
     during round r+1's compute; round r's attestation follows at the end of round r+1."""
+    time_box: bool = False
+    """Heterogeneous nodes (trainer.timebox): run only the inner steps that fit H + 1 steps at the
+    fastest member's pace of the round before, and declare them (weighted and paid by tokens)."""
 
 
 @dataclass
@@ -213,8 +217,15 @@ class NodeRunner:
                 raise _SitOut(r)
 
     def train_local(
-        self, r: int, config: RunConfig, start: torch.Tensor | None = None
+        self,
+        r: int,
+        config: RunConfig,
+        members: Members | None = None,
+        start: torch.Tensor | None = None,
     ) -> tuple[ShardSpec, LocalWork]:
+        """This node's inner phase of round ``r``. With ``time_box`` on and the round's
+        ``members`` given, only the steps that fit the budget agreed from the members' paces of
+        round r - 1 (trainer.timebox), and this node's pace posted for round r + 1's box."""
         assert self.diloco is not None
         inner = config.settings.inner
         spec = ShardSpec.for_node(self.s.run_id, r, self.address,
@@ -224,7 +235,14 @@ class NodeRunner:
         hook = self.on_step
         on_step = None if hook is None else (lambda info: hook(r, info))
         settings = self.strategy.settings(r, config.settings)
-        local = self.diloco.train_local(rows, settings, on_step, start=start)
+        boxed = self.s.time_box and members is not None
+        box = None
+        if boxed:
+            assert members is not None
+            box = timebox.budget(self.rdv.board, r, members.addresses, settings.inner.steps)
+        local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start)
+        if boxed:
+            timebox.post_pace(self.rdv.board, r, local.inner)
         return spec, self.strategy.local_work(self, r, rows, local)
 
     def synchronize(
@@ -367,7 +385,7 @@ class NodeRunner:
             return None
         if self.state_round != r - 1:  # a joiner fetches while the members train; groups form after
             self.adopt(self.recovery.from_peer(self.rdv, r - 1))
-        spec, local = self.train_local(r, config)
+        spec, local = self.train_local(r, config, members)
         kept = False
         try:
             group = self.group_for(members)

@@ -137,7 +137,7 @@ class Overlap:
         if held != r - 1:  # a joiner fetches while the members train; groups form after
             n.adopt(n.recovery.from_peer(n.rdv, r - 1))
             self.start = None
-        spec, local = n.train_local(r, config, start=self.start)
+        spec, local = n.train_local(r, config, members, start=self.start)
         try:
             group = n.group_for(members)
         except _LeftOut:

@@ -59,6 +59,8 @@ class Plan:
     rendezvous_timeout_s: float = 60.0
     hold_file: str | None = None  # NodeSettings.hold_file (trainer.hold)
     events: str | None = None  # `node run --events`: the trainer's round_done and held records
+    time_box: bool = False  # NodeSettings.time_box (trainer.timebox)
+    step_sleep_s: float = 0.0  # a slower machine: every inner step takes this much longer
 
 
 def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
@@ -121,6 +123,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         eval_rows=16,
         overlap=plan.overlap,
         hold_file=Path(plan.hold_file) if plan.hold_file else None,
+        time_box=plan.time_box,
     )
     if plan.events:
         import logging
@@ -149,6 +152,8 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         results[f"timeouts/{plan.key}"] = [(r, a, list(m)) for r, a, m in runner.rdv.timeouts]
 
     def on_step(r: int, info: Any) -> None:
+        if plan.step_sleep_s:
+            time.sleep(plan.step_sleep_s)
         if plan.die_in_round == r and info.step == 2:
             inflight = runner.overlap.inflight if runner.overlap is not None else None
             if plan.die_after_mean and inflight is not None:
