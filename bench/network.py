@@ -254,6 +254,9 @@ def main() -> None:
     sync = scenario("sync", 2, rate, [["--sync-steps", args.sync_steps]] * 2)
     sync_per_step = [s["tx"] / s["sync_steps"] for s in sync]
     boxed: list[object] = ["--fmt", "int8", *auto]
+    # the same two-node round without the slow node, run just before it: a ratio of two
+    # scenarios run minutes apart would measure the shared machine's load drifting between them
+    ref = summarize(scenario("reference for the slower node", 2, rate, [boxed] * 2, others), h)
     het = scenario(
         "3x slower node", 2, rate, [boxed, [*boxed, "--slowdown", args.slowdown]], others
     )
@@ -301,7 +304,8 @@ def main() -> None:
             min(h * sync_per_step[i] / b for i, b in enumerate(s8["wire_bytes_per_round_by_node"])),
             2,
         ),
-        "slow_node_round_time_ratio": round(sh["round_wall_s"] / s8["round_wall_s"], 4),
+        "slow_node_round_time_ratio": round(sh["round_wall_s"] / ref["round_wall_s"], 4),
+        "slow_node_reference_round_wall_s": ref["round_wall_s"],
         "slow_node_credit_ratio": round(credited / (fast_tokens * speed), 4),
         "slow_node_speed_ratio": round(speed, 3),
         "slow_node_steps": [r["steps"] for r in het[1]["rounds"]],
