@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -11,6 +11,11 @@ import pytest
 import torch.distributed as dist
 
 from protocol.devnet import free_port
+from protocol.keys import NodeKey
+from trainer.coordination.board import Board
+from trainer.coordination.registry import AnyKeyRegistry
+from trainer.coordination.store import FailoverStore
+from trainer.node import offline_domain
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +43,27 @@ def store_port() -> Iterator[int]:
     )
     yield port
     del store
+
+
+COORDINATION_RUN = bytes.fromhex("cd" * 32)
+
+
+@pytest.fixture
+def store() -> Iterator[FailoverStore]:
+    """A rendezvous store hosted in the test process, as the coordination board sees it."""
+    s = FailoverStore(("127.0.0.1", free_port()), host=True)
+    yield s
+    del s
+
+
+@pytest.fixture
+def board_of(store: FailoverStore) -> Callable[[int], Board]:
+    """``board_of(seed)``: a node with key ``bytes([seed]) * 32`` posting and reading on the store
+    (any signed key admitted, as in an offline run)."""
+
+    def make(seed: int) -> Board:
+        key = NodeKey.from_private_key(bytes([seed]) * 32)
+        domain = offline_domain(COORDINATION_RUN)
+        return Board(store, key, domain, COORDINATION_RUN, AnyKeyRegistry())
+
+    return make

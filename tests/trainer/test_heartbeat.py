@@ -5,33 +5,16 @@ reader that was itself not scheduled does not blame its peers for its own silenc
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 
 from protocol.coordination import Kind
-from protocol.devnet import free_port
-from protocol.keys import NodeKey
 from trainer.coordination.board import Board
 from trainer.coordination.heartbeat import Heartbeat, Liveness, StalledError, heartbeat_key
-from trainer.coordination.registry import AnyKeyRegistry
 from trainer.coordination.store import FailoverStore
-from trainer.node import offline_domain
 
-RUN = bytes.fromhex("cd" * 32)
 TIMEOUT_S = 1.0
-
-
-def _board(store: FailoverStore, seed: int) -> Board:
-    key = NodeKey.from_private_key(bytes([seed]) * 32)
-    return Board(store, key, offline_domain(RUN), RUN, AnyKeyRegistry())
-
-
-@pytest.fixture
-def store() -> Iterator[FailoverStore]:
-    s = FailoverStore(("127.0.0.1", free_port()), host=True)
-    yield s
-    del s
 
 
 def _wait_stalled(live: Liveness, who: tuple[str, ...], limit_s: float) -> tuple[str, ...]:
@@ -44,8 +27,10 @@ def _wait_stalled(live: Liveness, who: tuple[str, ...], limit_s: float) -> tuple
     return ()
 
 
-def test_a_beating_node_is_alive_and_a_silent_one_is_stalled(store: FailoverStore) -> None:
-    node, reader = _board(store, 0x41), _board(store, 0x42)
+def test_a_beating_node_is_alive_and_a_silent_one_is_stalled(
+    store: FailoverStore, board_of: Callable[[int], Board]
+) -> None:
+    node, reader = board_of(0x41), board_of(0x42)
     beat = Heartbeat(node, lambda: store.endpoint, interval_s=0.1)
     live = Liveness(reader, TIMEOUT_S)
     who = (node.address,)
@@ -62,8 +47,10 @@ def test_a_beating_node_is_alive_and_a_silent_one_is_stalled(store: FailoverStor
         live.check(who)
 
 
-def test_replayed_and_forged_heartbeats_do_not_revive_a_silent_node(store: FailoverStore) -> None:
-    node, reader, rogue = _board(store, 0x43), _board(store, 0x44), _board(store, 0x45)
+def test_replayed_and_forged_heartbeats_do_not_revive_a_silent_node(
+    store: FailoverStore, board_of: Callable[[int], Board]
+) -> None:
+    node, reader, rogue = board_of(0x43), board_of(0x44), board_of(0x45)
     beat = Heartbeat(node, lambda: store.endpoint, interval_s=0.1)
     for _ in range(3):
         beat.beat()
@@ -85,8 +72,10 @@ def test_replayed_and_forged_heartbeats_do_not_revive_a_silent_node(store: Failo
     assert "wrong_signer" in {r.check for r in reader.refusals if r.key == key}
 
 
-def test_a_reader_that_was_not_scheduled_does_not_blame_its_peers(store: FailoverStore) -> None:
-    node, reader = _board(store, 0x46), _board(store, 0x47)
+def test_a_reader_that_was_not_scheduled_does_not_blame_its_peers(
+    store: FailoverStore, board_of: Callable[[int], Board]
+) -> None:
+    node, reader = board_of(0x46), board_of(0x47)
     beat = Heartbeat(node, lambda: store.endpoint)
     live = Liveness(reader, TIMEOUT_S)
     who = (node.address,)

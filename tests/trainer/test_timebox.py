@@ -4,36 +4,19 @@ TCPStore, the bound on a member that lies about its speed, and two real NodeRunn
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from protocol.coordination import Kind
-from protocol.devnet import free_port
-from protocol.keys import NodeKey
 from tests.trainer.nodes import Plan, collect, start_nodes
 from trainer import timebox
 from trainer.coordination.board import Board
-from trainer.coordination.registry import AnyKeyRegistry
 from trainer.coordination.store import FailoverStore
 from trainer.inner import InnerResult
-from trainer.node import offline_domain
 
-RUN = bytes.fromhex("ce" * 32)
 H = 8
-
-
-def _board(store: FailoverStore, seed: int) -> Board:
-    key = NodeKey.from_private_key(bytes([seed]) * 32)
-    return Board(store, key, offline_domain(RUN), RUN, AnyKeyRegistry())
-
-
-@pytest.fixture
-def store() -> Iterator[FailoverStore]:
-    s = FailoverStore(("127.0.0.1", free_port()), host=True)
-    yield s
-    del s
 
 
 def _phase(step_s: float, steps: int = H) -> InnerResult:
@@ -54,9 +37,11 @@ def test_a_member_claiming_to_be_fast_cuts_the_others_by_at_most_half() -> None:
     assert box / (9 * min(honest)) >= 0.5
 
 
-def test_paces_are_read_only_from_their_signers_for_their_round(store: FailoverStore) -> None:
-    a, b, rogue = _board(store, 0x51), _board(store, 0x52), _board(store, 0x53)
-    reader = _board(store, 0x54)
+def test_paces_are_read_only_from_their_signers_for_their_round(
+    store: FailoverStore, board_of: Callable[[int], Board]
+) -> None:
+    a, b, rogue = board_of(0x51), board_of(0x52), board_of(0x53)
+    reader = board_of(0x54)
     assert timebox.post_pace(a, 4, _phase(0.3)) == pytest.approx(0.3)
     timebox.post_pace(b, 3, _phase(0.1))  # round 3's pace, replayed below as round 4's
     store.set(timebox.pace_key(4, b.address), store.get(timebox.pace_key(3, b.address)))
@@ -74,8 +59,10 @@ def test_paces_are_read_only_from_their_signers_for_their_round(store: FailoverS
 
 
 @pytest.mark.parametrize("bad", ["-0.1", "0", "nan", "inf", "fast"])
-def test_a_pace_that_is_not_a_positive_number_is_refused(store: FailoverStore, bad: str) -> None:
-    node, reader = _board(store, 0x55), _board(store, 0x56)
+def test_a_pace_that_is_not_a_positive_number_is_refused(
+    store: FailoverStore, board_of: Callable[[int], Board], bad: str
+) -> None:
+    node, reader = board_of(0x55), board_of(0x56)
     node.post(timebox.pace_key(2, node.address), Kind.PACE, 2, 0, {"step_s": bad})
     assert timebox.read_paces(reader, 2, [node.address]) == {}
     assert [r.check for r in reader.refusals] == ["invalid"]
