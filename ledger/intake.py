@@ -1,15 +1,15 @@
 """Accepting attestations: level 0 checks, then one row per (run, round, node), idempotently.
 
 The hot path: checks run outside the lock (CPU only: parse, hash, recover, snapshot lookups);
-then one short transaction per group of requests: on PostgreSQL one statement share-locks the
-round rows and inserts every new row of an open round, ON CONFLICT DO NOTHING RETURNING (slots
-already taken are looked up only when some were skipped); on SQLite one SELECT for the slots
-already taken, then one multi-row INSERT .. RETURNING; one INSERT for the rejections.
-The lock serialises "is the round still open? insert" against the lifecycle closing rounds, so
-no attestation slips into a round after it was scored. A refusal is stored (the audit trail of
-``GET /v1/nodes/{address}``) only once the sender's signature verified, so nobody can fill another
-node's list; unknown senders are refused before any signature work; retention is bounded
-(:mod:`ledger.retention`).
+then one short transaction per group of requests: on PostgreSQL one statement opens the rounds
+new to this process, share-locks the others and inserts every new row of an open round, ON
+CONFLICT DO NOTHING RETURNING (slots already taken are looked up only when some were skipped);
+on SQLite one SELECT for the slots already taken, then one multi-row INSERT .. RETURNING; one
+INSERT for the rejections. The lock serialises "is the round still open? insert" against the
+lifecycle closing rounds, so no attestation slips into a round after it was scored. A refusal
+is stored (the audit trail of ``GET /v1/nodes/{address}``) only once the sender's signature
+verified, so nobody can fill another node's list; unknown senders are refused before any
+signature work; retention is bounded (:mod:`ledger.retention`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ledger.closing import RunClosures
 from ledger.core.config import Settings
@@ -62,21 +61,38 @@ _GROUP_TYPES = {
 }  # fmt: skip
 _GROUP_COLUMNS = tuple(_GROUP_TYPES)
 # a PostgreSQL group in one statement (sent as driver SQL: no SQLAlchemy compile or cache key;
-# psycopg prepares it server-side after a few runs): share-lock the group's round rows, insert
-# the rows of rounds still open, answer the rounds' states and the new rows' ids
-_GROUP_WRITE = (
-    f"WITH locked AS MATERIALIZED (SELECT run_id, round, state FROM {_ROUND.name} "
+# psycopg prepares it server-side after a few runs): open the group's rounds this process has
+# not seen (ON CONFLICT DO NOTHING), share-lock the group's existing round rows, insert the rows
+# of rounds still open, answer the rounds' states and the new rows' ids. A round opened here is
+# invisible to others until the statement commits, so nobody can close it in between; the
+# locked rows are read from the statement's snapshot, which cannot see the opened ones.
+_OPEN_ROUNDS = (
+    f"opened AS (INSERT INTO {_ROUND.name} (run_id, round, state, opened_at, deadline_at) "
+    "SELECT n.run_id, n.round, 'open', %(now)s, %(deadline)s "
+    "FROM unnest(%(new_runs)s::varchar[], %(new_rounds)s::bigint[]) AS n(run_id, round) "
+    "ORDER BY 1, 2 ON CONFLICT DO NOTHING RETURNING run_id, round, state), "
+)
+_LOCK_AND_INSERT = (
+    f"locked AS MATERIALIZED (SELECT run_id, round, state FROM {_ROUND.name} "
     "WHERE run_id = ANY(%(runs)s::varchar[]) AND round = ANY(%(rounds)s::bigint[]) "
     "ORDER BY run_id, round FOR SHARE), "
+    "rounds AS (SELECT run_id, round, state, false AS new FROM locked{opened}), "
     f"ins AS (INSERT INTO {_ATT.name} ({', '.join(_GROUP_COLUMNS)}) "
     f"SELECT {', '.join(f'r.{c}' for c in _GROUP_COLUMNS)} "
     "FROM json_to_recordset(%(rows)s::json) AS r("
     f"{', '.join(f'{c} {t}' for c, t in _GROUP_TYPES.items())}) "
-    "JOIN locked AS l ON l.run_id = r.run_id AND l.round = r.round AND l.state = 'open' "
+    "JOIN rounds AS l ON l.run_id = r.run_id AND l.round = r.round AND l.state = 'open' "
     "ON CONFLICT DO NOTHING RETURNING id, digest) "
-    "SELECT run_id, round, state, NULL::bigint, NULL::varchar FROM locked "
-    "UNION ALL SELECT NULL, NULL, NULL, id, digest FROM ins"
+    "SELECT run_id, round, state, new, NULL::bigint, NULL::varchar FROM rounds "
+    "UNION ALL SELECT NULL, NULL, NULL, NULL, id, digest FROM ins"
 )
+_GROUP_WRITE = "WITH " + _LOCK_AND_INSERT.format(opened="")
+_GROUP_OPEN_WRITE = (
+    "WITH "
+    + _OPEN_ROUNDS
+    + _LOCK_AND_INSERT.format(opened=" UNION ALL SELECT run_id, round, state, true FROM opened")
+)
+_STATEMENT_TRIES = 3  # a round another writer opened after the statement's snapshot: once more
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,15 +176,16 @@ class Intake:
         """Store a checked job (the caller holds :attr:`lock`).
 
         SQLite: the slots already taken are read first, then the new rows inserted. PostgreSQL:
-        the rows go in one statement that share-locks their rounds and inserts those of open
+        the rows go in one statement that opens their rounds new to this process (in the same
+        commit: one fsync per group, not two), share-locks the others and inserts those of open
         rounds, ``ON CONFLICT DO NOTHING`` (no read before: a slot already taken is simply not
         inserted; :meth:`_insert`), and only the rows that came back without an id in an open
         round are looked up, to answer an exact re-post with its id or refuse a conflicting
         one. On PostgreSQL each statement commits on its own (autocommit: no ``BEGIN`` and
-        ``COMMIT`` round trips around a group that is one statement in the usual case): opening
-        rounds is idempotent, the insert is atomic and holds its rounds' locks until it commits,
-        and rejection rows are an audit trail of their own. The round-state cache and the dirty
-        set change only once what they describe committed.
+        ``COMMIT`` round trips around a group that is one statement in the usual case): the
+        insert is atomic and holds its rounds' locks until it commits, and rejection rows are
+        an audit trail of their own. The round-state cache and the dirty set change only once
+        what they describe committed.
         """
         items, out, rejections = job.items, job.out, job.rejections
         states: dict[tuple[str, int], str] = {}  # what the group is checked against
@@ -179,7 +196,6 @@ class Intake:
             taken = {} if postgres else self._taken(conn, [c for _, c in job.checked])
             keys = {(c.run_hex, int(c.attestation.round)) for _, c in job.checked}
             if postgres:  # the database decides in the insert itself (see _insert)
-                known = self._open_rounds(conn, keys)
                 states = {k: self.round_states.get(k, "open") for k in keys}
             if self.membership is not None:  # the joins of rounds new here, in one query
                 self.membership.prime(conn, keys)
@@ -199,7 +215,8 @@ class Intake:
                 else:
                     out[index] = placed
             if rows:
-                ids, found = self._insert(conn, rows)
+                opening = sorted(k for k in keys if k not in self.round_states) if postgres else []
+                ids, found = self._insert(conn, rows, opening)
                 states.update(found)
                 known.update(found)
                 dirty = self._outcomes(conn, job, rows, row_index, ids=ids, states=states)
@@ -257,36 +274,60 @@ class Intake:
             rejections.append(_rejection(items[index], refusal, checked[index]))
         return dirty
 
-    @staticmethod
     def _insert(
-        conn: Connection, rows: list[dict[str, Any]]
+        self, conn: Connection, rows: list[dict[str, Any]], opening: list[tuple[str, int]]
     ) -> tuple[list[int | None], dict[tuple[str, int], str]]:
         """Insert ``rows``; their ids in order, and (PostgreSQL) the states of their rounds.
 
-        PostgreSQL: one statement (:data:`_GROUP_WRITE`) share-locks the rows' rounds (until
-        this transaction commits: closing a round is an ``UPDATE`` of its row, so it waits for
-        every group that saw the round open, and a group after it sees it closed: a late
-        attestation can never enter a closed or scored round, whatever another worker's or this
-        process's cache says) and inserts, with ``ON CONFLICT DO NOTHING``, only the rows whose
-        round is open; the rows go as one orjson-encoded parameter (11 us of client CPU per row,
-        against 32 for COPY plus the reads before and after it). A row whose round is not open,
-        or whose slot (or digest) is already stored, gets no id (``None``). Elsewhere one
-        ``INSERT .. RETURNING`` (a conflict raises; the caller checked the rounds).
+        PostgreSQL: one statement (:data:`_GROUP_WRITE`, or :data:`_GROUP_OPEN_WRITE` when the
+        group has rounds this process has not seen: ``opening``, opened in the same statement
+        and so the same commit, one fsync) share-locks the rows' rounds (until this transaction
+        commits: closing a round is an ``UPDATE`` of its row, so it waits for every group that
+        saw the round open, and a group after it sees it closed: a late attestation can never
+        enter a closed or scored round, whatever another worker's or this process's cache says)
+        and inserts, with ``ON CONFLICT DO NOTHING``, only the rows whose round is open; the
+        rows go as one orjson-encoded parameter (11 us of client CPU per row, against 32 for
+        COPY plus the reads before and after it). A row whose round is not open, or whose slot
+        (or digest) is already stored, gets no id (``None``). A round that another writer opened
+        after the statement's snapshot is seen by neither part: its rows go again. Elsewhere
+        one ``INSERT .. RETURNING`` (a conflict raises; the caller checked the rounds).
         """
-        if conn.dialect.name == "postgresql":
-            runs = sorted({r["run_id"] for r in rows})
-            rounds = sorted({int(r["round"]) for r in rows})
-            params = {"runs": runs, "rounds": rounds, "rows": orjson.dumps(rows).decode()}
-            got: dict[str, int] = {}
-            states: dict[tuple[str, int], str] = {}
-            for run, round_, state, row_id, digest in conn.exec_driver_sql(_GROUP_WRITE, params):
+        if conn.dialect.name != "postgresql":
+            many = insert(_ATT).returning(_ATT.c.id, sort_by_parameter_order=True)
+            return [int(i) for i in conn.execute(many, rows).scalars().all()], {}
+        got: dict[str, int] = {}
+        states: dict[tuple[str, int], str] = {}
+        todo = rows
+        for _ in range(_STATEMENT_TRIES):
+            params: dict[str, Any] = {
+                "runs": sorted({r["run_id"] for r in todo}),
+                "rounds": sorted({int(r["round"]) for r in todo}),
+                "rows": orjson.dumps(todo).decode(),
+            }
+            if opening:
+                now = utcnow()
+                params.update(
+                    new_runs=[run for run, _ in opening],
+                    new_rounds=[round_ for _, round_ in opening],
+                    now=now,
+                    deadline=now + timedelta(seconds=self.settings.round_deadline_s),
+                )
+            sql = _GROUP_OPEN_WRITE if opening else _GROUP_WRITE
+            for run, round_, state, new, row_id, digest in conn.exec_driver_sql(sql, params):
                 if row_id is None:
                     states[(str(run), int(round_))] = str(state)
+                    if new:
+                        log.info("round %d of run %s opened", round_, run)
                 else:
                     got[digest] = int(row_id)
-            return [got.get(r["digest"]) for r in rows], states
-        stmt = insert(_ATT).returning(_ATT.c.id, sort_by_parameter_order=True)
-        return [int(i) for i in conn.execute(stmt, rows).scalars().all()], {}
+            todo = [
+                r for r in todo
+                if r["digest"] not in got and (r["run_id"], int(r["round"])) not in states
+            ]  # fmt: skip
+            if not todo:
+                break
+            opening = []  # they exist now: committed by the writer that opened them
+        return [got.get(r["digest"]) for r in rows], states
 
     def _taken_rows(
         self, conn: Connection, rows: list[dict[str, Any]]
@@ -380,36 +421,6 @@ class Intake:
             "members": json.dumps(list(c.members)) if c.members is not None else None,
             "received_at": utcnow(),
         }
-
-    def _open_rounds(
-        self, conn: Connection, keys: set[tuple[str, int]]
-    ) -> dict[tuple[str, int], str]:
-        """PostgreSQL: open the rounds of ``keys`` this process has not seen yet, in one
-        ``INSERT .. ON CONFLICT DO NOTHING`` (a round trip only when a round is new here); the
-        rounds it opened (open). The group is checked against the cached states, open for the
-        others: states only move forward (open, closing, scored), so a cached closed state is
-        final, and an open one is re-checked under the round's lock by :meth:`_insert`.
-        """
-        missing = sorted(k for k in keys if k not in self.round_states)
-        if missing:
-            now = utcnow()
-            deadline = now + timedelta(seconds=self.settings.round_deadline_s)
-            rows = [
-                {"run_id": run, "round": round_, "state": "open", "opened_at": now,
-                 "deadline_at": deadline}
-                for run, round_ in missing
-            ]  # fmt: skip
-            stmt = (
-                pg_insert(_ROUND)
-                .on_conflict_do_nothing(index_elements=[_ROUND.c.run_id, _ROUND.c.round])
-                .returning(_ROUND.c.run_id, _ROUND.c.round)
-            )
-            opened = {}
-            for run, round_ in conn.execute(stmt, rows):
-                log.info("round %d of run %s opened", round_, run)
-                opened[(str(run), int(round_))] = "open"
-            return opened
-        return {}
 
     def _open_round(self, conn: Connection, run: str, round_: int) -> str:
         state = conn.execute(

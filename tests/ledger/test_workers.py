@@ -74,3 +74,64 @@ def test_one_leader_among_workers(settings_for: Callable[..., Settings], postgre
         assert second.leadership.held() is True
     finally:
         second.stop()
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_round_another_worker_opens_during_the_group_statement(
+    client: TestClient,
+    ledger: Ledger,
+    started_run: str,
+    nodes: list[NodeKey],
+    domain: object,
+) -> None:
+    """A group opens its new rounds in the statement that inserts it (one commit); when another
+    worker opens the same round after the statement's snapshot was taken, the statement sees
+    the round neither as opened nor as locked: its rows go again, and are stored."""
+    import threading
+    import time
+    from datetime import timedelta
+
+    from sqlalchemy import text
+
+    from ledger.models import RoundState, utcnow
+    from ledger.schemas import AttestationIn
+
+    table = RoundState.__table__.name  # type: ignore[attr-defined]
+    att = attestation(nodes[0], run_id=started_run, round_=2, base=GENESIS, result=h("o"))
+    item = AttestationIn.model_validate(body(att, nodes[0].key, domain))  # type: ignore[arg-type]
+    assert (started_run, 2) not in ledger.intake.round_states  # the group will open round 2
+    other = ledger.engine.connect()  # the other worker, in an open transaction
+    now = utcnow()
+    other.execute(
+        text(
+            f"INSERT INTO {table} (run_id, round, state, opened_at, deadline_at) "
+            "VALUES (:run, 2, 'open', :now, :deadline)"
+        ),
+        {"run": started_run, "now": now, "deadline": now + timedelta(hours=1)},
+    )
+    outcomes: list[object] = []
+    writer = threading.Thread(target=lambda: outcomes.extend(ledger.intake.submit([item])))
+    writer.start()
+    with ledger.engine.connect() as probe:  # wait until the statement waits for that insert
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            waiting = probe.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE '%opened AS (INSERT%'"
+                )
+            ).scalar()
+            probe.rollback()
+            if waiting:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the group statement never waited for the other worker's round")
+    other.commit()
+    other.close()
+    writer.join(timeout=30)
+    assert len(outcomes) == 1, "the write raised (see the log)"
+    outcome = outcomes[0]
+    assert outcome.status == 202 and outcome.id is not None, outcome  # type: ignore[attr-defined]
+    r = client.get(f"/v1/runs/{started_run}/rounds/2").json()
+    assert r["state"] == "open" and r["members"] == [nodes[0].address], r
