@@ -216,7 +216,8 @@ class Intake:
                     out[index] = placed
             if rows:
                 opening = sorted(k for k in keys if k not in self.round_states) if postgres else []
-                ids, found = self._insert(conn, rows, opening)
+                deadline_s = self.settings.round_deadline_s
+                ids, found = self._insert(conn, rows, opening, deadline_s=deadline_s)
                 states.update(found)
                 known.update(found)
                 dirty = self._outcomes(conn, job, rows, row_index, ids=ids, states=states)
@@ -274,23 +275,29 @@ class Intake:
             rejections.append(_rejection(items[index], refusal, checked[index]))
         return dirty
 
+    @staticmethod
     def _insert(
-        self, conn: Connection, rows: list[dict[str, Any]], opening: list[tuple[str, int]]
+        conn: Connection,
+        rows: list[dict[str, Any]],
+        opening: list[tuple[str, int]] | None = None,
+        *,
+        deadline_s: float = 0.0,
     ) -> tuple[list[int | None], dict[tuple[str, int], str]]:
         """Insert ``rows``; their ids in order, and (PostgreSQL) the states of their rounds.
 
         PostgreSQL: one statement (:data:`_GROUP_WRITE`, or :data:`_GROUP_OPEN_WRITE` when the
         group has rounds this process has not seen: ``opening``, opened in the same statement
-        and so the same commit, one fsync) share-locks the rows' rounds (until this transaction
-        commits: closing a round is an ``UPDATE`` of its row, so it waits for every group that
-        saw the round open, and a group after it sees it closed: a late attestation can never
-        enter a closed or scored round, whatever another worker's or this process's cache says)
-        and inserts, with ``ON CONFLICT DO NOTHING``, only the rows whose round is open; the
-        rows go as one orjson-encoded parameter (11 us of client CPU per row, against 32 for
-        COPY plus the reads before and after it). A row whose round is not open, or whose slot
-        (or digest) is already stored, gets no id (``None``). A round that another writer opened
-        after the statement's snapshot is seen by neither part: its rows go again. Elsewhere
-        one ``INSERT .. RETURNING`` (a conflict raises; the caller checked the rounds).
+        and so the same commit, one fsync, with a deadline ``deadline_s`` from now)
+        share-locks the rows' rounds (until this transaction commits: closing a round is an
+        ``UPDATE`` of its row, so it waits for every group that saw the round open, and a
+        group after it sees it closed: a late attestation can never enter a closed or scored
+        round, whatever another worker's or this process's cache says) and inserts, with ``ON
+        CONFLICT DO NOTHING``, only the rows whose round is open; the rows go as one
+        orjson-encoded parameter (11 us of client CPU per row, against 32 for COPY plus the
+        reads before and after it). A row whose round is not open, or whose slot (or digest)
+        is already stored, gets no id (``None``). A round that another writer opened after the
+        statement's snapshot is seen by neither part: its rows go again. Elsewhere one ``INSERT
+        .. RETURNING`` (a conflict raises; the caller checked the rounds).
         """
         if conn.dialect.name != "postgresql":
             many = insert(_ATT).returning(_ATT.c.id, sort_by_parameter_order=True)
@@ -310,7 +317,7 @@ class Intake:
                     new_runs=[run for run, _ in opening],
                     new_rounds=[round_ for _, round_ in opening],
                     now=now,
-                    deadline=now + timedelta(seconds=self.settings.round_deadline_s),
+                    deadline=now + timedelta(seconds=deadline_s),
                 )
             sql = _GROUP_OPEN_WRITE if opening else _GROUP_WRITE
             for run, round_, state, new, row_id, digest in conn.exec_driver_sql(sql, params):
