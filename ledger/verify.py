@@ -15,8 +15,9 @@ from ledger.indexer import ChainSnapshot
 from ledger.schemas import AttestationIn
 from protocol.attestation import ComputeAttestation
 from protocol.eip712 import Eip712Domain, check_address
+from protocol.eip712 import to_checksum_address as checksum
 from protocol.errors import AttestationRejected, EncodingError, SignatureError
-from protocol.signing import check_signature, recover_digest
+from protocol.signing import check_signature, recover_checked
 
 HTTP_STATUS: dict[str, int] = {
     "malformed_json": 400,
@@ -122,14 +123,14 @@ def check_form(item: AttestationIn, domain: Eip712Domain) -> Checked:
     try:
         signature = check_signature(item.signature)
         digest = att.digest(domain)
-        signer = recover_digest(digest, signature)
+        signer = recover_checked(digest, signature)
     except SignatureError as exc:
         raise reject("bad_signature", str(exc)) from None
-    if signer != att.node:
+    if signer != bytes.fromhex(att.node[2:]):  # the raw bytes: no checksum for a match
         raise reject(
             "signer_mismatch",
-            f"signature recovers to {signer}, not to node {att.node}: sign with the node's "
-            f"key over these exact fields, for chain id {domain.chain_id} and contract "
+            f"signature recovers to {checksum(signer)}, not to node {att.node}: sign with the "
+            f"node's key over these exact fields, for chain id {domain.chain_id} and contract "
             f"{domain.verifying_contract} (GET /v1/eip712)",
         )
     return Checked(attestation=att, signature=signature, digest=digest, members=members)

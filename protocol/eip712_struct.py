@@ -72,18 +72,24 @@ class StructSpec:
     type_string: str = field(init=False)
     typehash: bytes = field(init=False)
     names: tuple[str, ...] = field(init=False)
+    _name_set: frozenset[str] = field(init=False, repr=False, compare=False)
     _codecs: tuple[tuple[Callable[..., Any], Callable[[Any], bytes], Callable[..., Any]], ...] = (
         field(init=False, repr=False)
     )
     _hash: Callable[[object], bytes] = field(init=False, repr=False, compare=False)
+    _parse: Callable[[dict[str, Any]], dict[str, Any]] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         type_string = f"{self.primary}({','.join(f'{sol} {n}' for _, n, sol in self.fields)})"
         object.__setattr__(self, "type_string", type_string)
         object.__setattr__(self, "typehash", keccak256(type_string.encode()))
         object.__setattr__(self, "names", tuple(n for _, n, _ in self.fields))
+        object.__setattr__(self, "_name_set", frozenset(self.names))
         object.__setattr__(self, "_codecs", tuple(_codec(sol) for _, _, sol in self.fields))
         object.__setattr__(self, "_hash", self._compile_hash())
+        object.__setattr__(self, "_parse", self._compile_parse())
 
     def _compile_hash(self) -> Callable[[object], bytes]:
         """``hashStruct`` unrolled once for this field list: one expression that calls each
@@ -104,6 +110,21 @@ class StructSpec:
         exec(compile(source, f"<hashStruct {self.primary}>", "exec"), env)
         hash_struct: Callable[[object], bytes] = env["hash_struct"]
         return hash_struct
+
+    def _compile_parse(self) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """The field parsers of :meth:`parse_json` unrolled once for this field list, in
+        field order (the first bad field is the one named, as in a loop)."""
+        env: dict[str, Any] = {}
+        items = []
+        for index, ((attr, name, _), (_, _, parse)) in enumerate(
+            zip(self.fields, self._codecs, strict=True)
+        ):
+            env[f"parse{index}"] = parse
+            items.append(f"{attr!r}: parse{index}({name!r}, data[{name!r}])")
+        source = f"def parse_fields(data):\n    return {{{', '.join(items)}}}\n"
+        exec(compile(source, f"<parseJson {self.primary}>", "exec"), env)
+        parse_fields: Callable[[dict[str, Any]], dict[str, Any]] = env["parse_fields"]
+        return parse_fields
 
     def check(self, obj: object) -> None:
         """Validate every field of ``obj`` (EncodingError naming the field)."""
@@ -132,6 +153,8 @@ class StructSpec:
         """The constructor's keyword arguments from the wire form: exact keys, strict types."""
         if not isinstance(data, dict):
             raise EncodingError(f"{self.what}: expected an object, got {type(data).__name__}")
+        if len(data) == len(self.names) and data.keys() == self._name_set:
+            return self._parse(data)
         missing = [n for n in self.names if n not in data]
         unknown = sorted(set(data) - set(self.names))
         if missing or unknown:
@@ -140,10 +163,7 @@ class StructSpec:
                 f"expected exactly {list(self.names)}",
                 code="invalid_field",
             )
-        return {
-            attr: parse(name, data[name])
-            for (attr, name, _), (_, _, parse) in zip(self.fields, self._codecs, strict=True)
-        }
+        return self._parse(data)
 
     def types(self) -> dict[str, list[dict[str, str]]]:
         """The ``types`` object of eth_signTypedData_v4, ``EIP712Domain`` included."""

@@ -72,9 +72,14 @@ def address_of_public_key(uncompressed: bytes) -> Address:
 
 def _recover_raw(digest: bytes, signature: object) -> bytes:
     """The 20 raw address bytes that signed ``digest``."""
+    return recover_checked(digest, check_signature(signature))
+
+
+def recover_checked(digest: bytes, sig: bytes) -> bytes:
+    """The 20 raw address bytes that signed ``digest``, for a signature that already passed
+    :func:`check_signature` (the ledger's hot path checks it once, not twice)."""
     if len(digest) != 32:
         raise SignatureError(f"digest: expected 32 bytes, got {len(digest)}")
-    sig = check_signature(signature)
     recoverable = sig[:64] + bytes((sig[64] - 27,))
     try:
         public = coincurve.PublicKey.from_signature_and_message(recoverable, digest, hasher=None)

@@ -44,3 +44,23 @@ def test_generated_hash_and_trusted_construction_match_the_generic_forms() -> No
 def test_from_json_still_refuses_every_bad_field(field: str, value: object) -> None:
     with pytest.raises(EncodingError):
         ComputeAttestation.from_json({**WIRE, field: value})
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["11" * 33, "0x" + "11" * 31 + "  ", "0x" + "11" * 31 + "\n1", "0x" + "1" * 63 + "g",
+     "0x" + "11" * 32 + "\n", "0X" + "11" * 32, "0x" + "١" * 64, "0x" + "11" * 33, 11],
+)  # fmt: skip
+def test_bytes32_wants_exactly_64_hex_digits(value: object) -> None:
+    """parse_bytes32 checks the form without a regex (66 characters, 0x, 32 bytes out of
+    fromhex): whitespace, a trailing newline, other digits and other lengths are refused."""
+    with pytest.raises(EncodingError, match="runId: expected a bytes32"):
+        ComputeAttestation.from_json({**WIRE, "runId": value})
+
+
+def test_the_unrolled_parser_names_missing_and_unknown_fields() -> None:
+    missing = {k: v for k, v in WIRE.items() if k != "tokens"}
+    with pytest.raises(EncodingError, match=r"missing fields \['tokens'\]"):
+        ComputeAttestation.from_json(missing)
+    with pytest.raises(EncodingError, match=r"unknown fields \['extra'\]"):
+        ComputeAttestation.from_json({**missing, "extra": 1})
