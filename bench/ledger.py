@@ -281,6 +281,8 @@ def main() -> None:
                     mixed_errors=mix["errors"],
                     mixed_p99_ms=round(mix["p99_ms"] or 0, 1),
                     mixed_max_ms=round(mix["max_ms"] or 0, 1),
+                    mixed_read_max_ms=round(mix["read_max_ms"], 1),
+                    mixed_write_max_ms=round(mix["write_max_ms"], 1),
                     mixed_per_s=round(mix["requests"] / mix["elapsed_s"], 1),
                     mixed_server_cpu_s=round(mix["server_cpu_s"], 2),
                 )

@@ -138,6 +138,7 @@ async def mixed_loop(
     loop = asyncio.get_running_loop()
     conns = [await _connect(host, port) for _ in range(concurrency)]
     latencies: list[float] = []
+    slowest = {"read": 0.0, "write": 0.0}  # which kind makes the tail
     bad: list[str] = []
     counts = {"reads": 0, "writes": 0}
     stop = loop.time() + seconds
@@ -149,8 +150,9 @@ async def mixed_loop(
         while loop.time() < stop:
             n += 1
             t = loop.time()
+            kind = "read" if n % read_every == 0 else "write"
             try:
-                if n % read_every == 0:
+                if kind == "read":
                     status, payload = await conn.get(reads[n % len(reads)], host)
                     counts["reads"] += 1
                 else:
@@ -163,6 +165,7 @@ async def mixed_loop(
                 conn = await _connect(host, port)
                 continue
             latencies.append(loop.time() - t)
+            slowest[kind] = max(slowest[kind], latencies[-1])
             if status not in (200, 202):
                 bad.append(f"{status} {payload[:200]!r}")
 
@@ -181,6 +184,8 @@ async def mixed_loop(
         "errors": len(bad),
         "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1000 if n else None,
         "max_ms": latencies[-1] * 1000 if n else None,
+        "read_max_ms": slowest["read"] * 1000,
+        "write_max_ms": slowest["write"] * 1000,
         "sample": bad[:3],
     }
 

@@ -86,3 +86,39 @@ def test_the_body_limit_holds_on_the_fast_path(client: TestClient) -> None:
     big = b'{"items": [' + b'"x",' * 400_000 + b'"x"]}'  # over the 1 MiB default
     r = client.post("/v1/attestations/batch", content=big, headers={"content-type": FAST})
     assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+
+
+def test_rounds_read_fast_and_routed_match(
+    client: TestClient,
+    started_run: str,
+    nodes: list[NodeKey],
+    domain: object,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GET /v1/runs/{run}/rounds: a well-formed request takes the fast path, any other form
+    goes to FastAPI (an unknown query parameter, which FastAPI ignores, forces it here); both
+    answer the same bytes, and FastAPI still answers the malformed ones."""
+    for node in nodes[:2]:
+        att = attestation(node, run_id=started_run, round_=1, base=GENESIS, result=h("r"))
+        assert client.post("/v1/attestations", json=body(att, node.key, domain)).status_code == 202  # type: ignore[arg-type]
+    taken: list[tuple[str, int]] = []
+    real = fast_path._read_rounds
+
+    def counted(ledger: Any, run_id: str, limit: int) -> Any:
+        taken.append((run_id, limit))
+        return real(ledger, run_id, limit)
+
+    monkeypatch.setattr(fast_path, "_read_rounds", counted)
+    base = f"/v1/runs/{started_run}/rounds"
+    for query in ("", "?limit=1", "?limit=500"):
+        fast = client.get(base + query)
+        routed = client.get(base + query + ("&" if query else "?") + "via=fastapi")
+        assert fast.status_code == routed.status_code == 200
+        assert fast.content == routed.content and fast.headers["x-request-id"]
+    assert [limit for _, limit in taken] == [50, 1, 500], taken
+    assert fast.json()[0]["members"] == sorted(n.address for n in nodes[:2])
+    for bad in ("?limit=0", "?limit=501", "?limit=x"):
+        r = client.get(base + bad)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_field", bad
+    assert client.get(f"/v1/runs/0x{'1' * 63}/rounds").status_code == 422
+    assert len(taken) == 3  # none of the malformed requests took the fast path
