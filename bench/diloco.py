@@ -76,6 +76,9 @@ class Setup:
     sync_lr: float = 3e-3
     sync_cosine: bool = False  # the baseline's lr decays over the whole run (cosine to 10 %)
     sync_betas: tuple[float, float] = DEFAULT_BETAS  # the baseline's AdamW runs DiLoCo's betas
+    grad_clip: float = 1.0  # both arms' inner clip (InnerConfig's default)
+    weight_decay: float = 0.0  # both arms
+    sync_eps: float = 1e-8
 
 
 def run_id_of(seed: int) -> bytes:
@@ -121,22 +124,27 @@ def start_model(corpus: Corpus, s: Setup) -> GPT:
     return model
 
 
-def run_sync(corpus: Corpus, s: Setup, eval_rows: torch.Tensor) -> tuple[float, int]:
+def run_sync(corpus: Corpus, s: Setup, eval_rows: torch.Tensor) -> tuple[float, int, list[float]]:
+    """One AdamW for the whole run (a trainer that keeps its state and its schedule's step
+    count across calls), fed round by round so its eval curve is taken where DiLoCo's is."""
     model = start_model(corpus, s)
-    # One AdamW for the whole run (train() starts a fresh one): feed all rounds in one call.
-    rows = []
+    steps = s.inner_steps * s.rounds
+    cfg = InnerConfig(steps=s.inner_steps, lr=s.sync_lr, batch_size=s.batch * s.workers,
+                      betas=s.sync_betas, schedule_steps=steps if s.sync_cosine else 0,
+                      eps=s.sync_eps, grad_clip=s.grad_clip, weight_decay=s.weight_decay)  # fmt: skip
+    trainer = InnerTrainer(model, cfg, keep_state=True)
+    curve = []
     for rnd in range(1, s.rounds + 1):
         per_worker = shards(corpus, s, rnd)
-        for step in range(s.inner_steps):
-            sl = slice(step * s.batch, (step + 1) * s.batch)
-            rows.append(torch.cat([w[sl] for w in per_worker]))
-    steps = s.inner_steps * s.rounds
-    cfg = InnerConfig(steps=steps, lr=s.sync_lr, batch_size=s.batch * s.workers,
-                      betas=s.sync_betas, schedule_steps=steps if s.sync_cosine else 0)  # fmt: skip
-    InnerTrainer(model, cfg).train(torch.cat(rows))
-    n_params = model.num_params()
-    sent = s.inner_steps * s.rounds * wire_bytes(n_params, "fp32", s.workers)
-    return evaluate(model, eval_rows), sent
+        rows = [
+            torch.cat([w[step * s.batch : (step + 1) * s.batch] for w in per_worker])
+            for step in range(s.inner_steps)
+        ]
+        trainer.train(torch.cat(rows))
+        if rnd % max(1, s.rounds // 5) == 0 or rnd == s.rounds:
+            curve.append(round(evaluate(model, eval_rows), 4))
+    sent = s.inner_steps * s.rounds * wire_bytes(model.num_params(), "fp32", s.workers)
+    return evaluate(model, eval_rows), sent, curve
 
 
 def run_diloco(
@@ -154,7 +162,8 @@ def run_diloco(
     span = s.inner_steps * (s.rounds if s.keep_inner_state else 1)
     cfg = InnerConfig(steps=s.inner_steps, lr=s.inner_lr, batch_size=s.batch, betas=s.betas,
                       eps=s.eps, warmup_steps=s.warmup, schedule_steps=span if s.cosine else 0,
-                      min_lr_ratio=s.min_lr_ratio)  # fmt: skip
+                      min_lr_ratio=s.min_lr_ratio, grad_clip=s.grad_clip,
+                      weight_decay=s.weight_decay)  # fmt: skip
     # One inner trainer (its own AdamW state) per worker, all driving the same model in turn.
     trainers = [InnerTrainer(model, cfg, keep_state=s.keep_inner_state) for _ in range(s.workers)]
     sent, curve = 0, []
@@ -268,10 +277,10 @@ def run_task(task: Task, threads: int = 1) -> tuple[float, int, list[float]]:
     s = task.setup
     rows = (val if task.split == "val" else test).eval_rows(s.model.seq_len, s.eval_rows, seed=1234)
     if task.kind == "sync":
-        loss, sent = run_sync(corpus, s, rows)
+        loss, sent, curve = run_sync(corpus, s, rows)
         log.info("%s seed %d sync lr %g on %s: %.4f", task.corpus, s.seed, s.sync_lr, task.split,
                  loss)  # fmt: skip
-        return loss, sent, []
+        return loss, sent, curve
     return run_diloco(corpus, s, rows, task.kind)
 
 
