@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import multiprocessing
 import os
 import statistics
@@ -79,6 +80,14 @@ class Setup:
     grad_clip: float = 1.0  # both arms' inner clip (InnerConfig's default)
     weight_decay: float = 0.0  # both arms
     sync_eps: float = 1e-8
+    run_decay: float = 1.0  # DiLoCo's inner lr of round r: cosine over the run's rounds to this
+    outer_decay: float = 1.0  # DiLoCo's outer lr of round r: cosine over the run's rounds to this
+
+
+def run_factor(rnd: int, rounds: int, floor: float) -> float:
+    """A cosine from 1 to ``floor`` over the run, at the middle of round ``rnd`` (1-based)."""
+    progress = (rnd - 0.5) / rounds
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def run_id_of(seed: int) -> bytes:
@@ -171,22 +180,25 @@ def run_diloco(
     starts: list[torch.Tensor | None] = [None] * s.workers  # overlap: each worker's start point
     for rnd in range(1, s.rounds + 1):
         pgs = []
+        round_cfg = replace(cfg, lr=cfg.lr * run_factor(rnd, s.rounds, s.run_decay))
+        outer_cfg = replace(s.outer, lr=s.outer.lr * run_factor(rnd, s.rounds, s.outer_decay))
         for k, (trainer, rows) in enumerate(zip(trainers, shards(corpus, s, rnd), strict=True)):
             own = starts[k]
             start = own if own is not None else outer.base
             _load_flat(model, outer, start)
+            trainer.cfg = round_cfg
             trainer.train(rows)
             pgs.append(start - outer.layout.flatten(dict(model.named_parameters())))
         avg = simulate_average(pgs, fmt)
         sent += wire_bytes(outer.base.numel(), fmt, s.workers)
         if not overlap:
-            outer.step(avg, s.outer)
+            outer.step(avg, outer_cfg)
         else:
             if pending is not None:
-                outer.step(pending, s.outer)
+                outer.step(pending, outer_cfg)
             pending = avg
             if rnd == s.rounds:
-                outer.step(pending, s.outer)
+                outer.step(pending, outer_cfg)
             else:
                 starts = [outer.base - pg for pg in pgs]
         outer.load_into(model)
