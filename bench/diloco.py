@@ -45,7 +45,13 @@ import torch
 from bench import emit
 from trainer.comm import simulate_average, wire_bytes
 from trainer.data import Corpus, DataSource, ShardSpec
-from trainer.inner import DEFAULT_BETAS, DEFAULT_WARMUP_STEPS, InnerConfig, InnerTrainer
+from trainer.inner import (
+    DEFAULT_BETAS,
+    DEFAULT_EPS,
+    DEFAULT_WARMUP_STEPS,
+    InnerConfig,
+    InnerTrainer,
+)
 from trainer.model import GPT, GPTConfig, evaluate
 from trainer.outer import OuterConfig, OuterState
 from trainer.runconfig import INNER_LR, INNER_STEPS, OUTER_LR, OUTER_MOMENTUM
@@ -54,6 +60,7 @@ log = logging.getLogger("bench.diloco")
 RUN_ID = bytes.fromhex("c0" * 32)
 WARM_LR = 3e-3  # the warm start is the same whatever lrs the two runs then use
 WARM_BETAS = (0.9, 0.95)
+WARM_EPS = 1e-8
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ class Setup:
     cosine: bool = False
     keep_inner_state: bool = False  # False: a fresh AdamW every round, as the node runs
     betas: tuple[float, float] = DEFAULT_BETAS
-    eps: float = 1e-8
+    eps: float = DEFAULT_EPS  # the node's
     min_lr_ratio: float = 0.1
     warm_start: int = 0
     sync_lr: float = 3e-3
@@ -79,7 +86,7 @@ class Setup:
     sync_betas: tuple[float, float] = DEFAULT_BETAS  # the baseline's AdamW runs DiLoCo's betas
     grad_clip: float = 1.0  # both arms' inner clip (InnerConfig's default)
     weight_decay: float = 0.0  # both arms
-    sync_eps: float = 1e-8
+    sync_eps: float = DEFAULT_EPS  # the baseline's AdamW runs DiLoCo's eps too
     run_decay: float = 1.0  # DiLoCo's inner lr of round r: cosine over the run's rounds to this
     outer_decay: float = 1.0  # DiLoCo's outer lr of round r: cosine over the run's rounds to this
 
@@ -125,7 +132,7 @@ def start_model(corpus: Corpus, s: Setup) -> GPT:
                 s.model.seq_len, s.warm_start * s.batch * s.workers, seed=4242 + s.seed
             )
             cfg = InnerConfig(steps=s.warm_start, lr=WARM_LR, batch_size=s.batch * s.workers,
-                              betas=WARM_BETAS, warmup_steps=0)  # fmt: skip
+                              betas=WARM_BETAS, eps=WARM_EPS, warmup_steps=0)  # fmt: skip
             InnerTrainer(model, cfg).train(rows)
         _WARM[key] = {n: t.detach().clone() for n, t in model.state_dict().items()}
     model = GPT(s.model, seed=s.seed)
@@ -468,6 +475,8 @@ def main() -> None:
         "inner_lr": s.inner_lr,
         "inner_betas": list(s.betas),
         "inner_warmup_steps": s.warmup,
+        "inner_eps": s.eps,
+        "sync_eps": s.sync_eps,
         "keep_inner_state": s.keep_inner_state,
         "sync_lr": sync_lr,
         "sync_lr_validation_losses": grid,

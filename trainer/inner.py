@@ -13,7 +13,8 @@ and in the ledger's replay): with a fresh AdamW every round, the paper's beta1 0
 slow momentum each round and trails (validation loss, docs/trainer.md "Benchmark"). So is the
 per-call warmup, DEFAULT_WARMUP_STEPS (none): a 3-step warmup with beta2 0.99 lowered DiLoCo's
 validation loss but the baseline's as much, and the ledger's fresh-AdamW fingerprints
-(ledger/quality_steps.py) rely on a first step of exactly lr and no step much above lr.
+(ledger/quality_steps.py) rely on a first step of about lr and no step much above lr. And so is
+DEFAULT_EPS (1e-4): it lowers DiLoCo's validation loss and not the baseline's (same eps).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 DEFAULT_BETAS = (0.7, 0.95)
 # no lr warmup: the first step moves every weight by lr (what ledger.quality_steps checks)
 DEFAULT_WARMUP_STEPS = 0
+# AdamW's eps: 1e-4 rather than torch's 1e-8 tempers the fresh state's sign-like steps on the
+# coordinates whose gradient is tiny (chosen on bench.diloco's validation half, docs/trainer.md)
+DEFAULT_EPS = 1e-4
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class InnerConfig:
     batch_size: int = 16
     weight_decay: float = 0.0
     betas: tuple[float, float] = DEFAULT_BETAS
-    eps: float = 1e-8
+    eps: float = DEFAULT_EPS
     grad_clip: float = 1.0
     warmup_steps: int = DEFAULT_WARMUP_STEPS
     schedule_steps: int = 0
