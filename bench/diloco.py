@@ -8,16 +8,14 @@ AdamW over the union of those K batches (K*B rows per step), all-reducing gradie
 As in the DiLoCo paper, both continue from the same warm model (``--warm-start`` synchronous
 steps on other data, default 200, not counted in either run's tokens or bytes); from a cold
 genesis DiLoCo's first rounds are far behind (measured: loss ratio 1.12-1.21 at 8-16 rounds).
-Defaults (the best of those tried on the validation half): DiLoCo's inner AdamW lr 3e-3, betas
-(0.7, 0.95) and no warmup (trainer.inner.DEFAULT_BETAS and DEFAULT_WARMUP_STEPS, what every node
-runs), outer Nesterov lr 0.9 (the paper's 0.7 trails here),
-momentum 0.9 (trainer.runconfig's governed defaults), H 50, K 4, B 8 rows of 64 bytes. Each
-worker starts a fresh AdamW every round, as the node does (``RoundSettings.keep_inner_state``
-False, so the ledger can replay a round); ``--keep-inner-state`` measures the paper's carried
-state instead.
-The baseline's AdamW runs the same betas and warmup (they help it too: validation loss 1.7512
-against 1.7596 with (0.9, 0.95) at lr 6e-3), with its lr tuned on the validation half; the warm
-start keeps (0.9, 0.95) and no warmup.
+Defaults (the best of those tried on the validation half, docs/trainer.md "Benchmark"): DiLoCo's
+inner AdamW lr 3e-3, betas (0.7, 0.95), eps 1e-4 and no warmup (trainer.inner.DEFAULT_BETAS,
+DEFAULT_EPS and DEFAULT_WARMUP_STEPS, what every node runs), outer Nesterov lr 0.9 and momentum
+0.9 (trainer.runconfig's governed defaults), H 50, K 4, B 8 rows of 64 bytes. Each worker starts
+a fresh AdamW every round, as the node does (``RoundSettings.keep_inner_state`` False, so the
+ledger can replay a round); ``--keep-inner-state`` measures the paper's carried state instead.
+The baseline's AdamW runs the same betas, eps, clip and weight decay (shared settings), with its
+lr tuned on the validation half; the warm start keeps (0.9, 0.95), eps 1e-8 and no warmup.
 The workers are simulated in one process (the same math as the multi-process path, which
 tests/trainer/test_diloco_distributed.py runs over real gloo processes); the JSON says so.
 
@@ -145,9 +143,16 @@ def run_sync(corpus: Corpus, s: Setup, eval_rows: torch.Tensor) -> tuple[float, 
     count across calls), fed round by round so its eval curve is taken where DiLoCo's is."""
     model = start_model(corpus, s)
     steps = s.inner_steps * s.rounds
-    cfg = InnerConfig(steps=s.inner_steps, lr=s.sync_lr, batch_size=s.batch * s.workers,
-                      betas=s.sync_betas, schedule_steps=steps if s.sync_cosine else 0,
-                      eps=s.sync_eps, grad_clip=s.grad_clip, weight_decay=s.weight_decay)  # fmt: skip
+    cfg = InnerConfig(
+        steps=s.inner_steps,
+        lr=s.sync_lr,
+        batch_size=s.batch * s.workers,
+        betas=s.sync_betas,
+        eps=s.sync_eps,
+        grad_clip=s.grad_clip,
+        weight_decay=s.weight_decay,
+        schedule_steps=steps if s.sync_cosine else 0,
+    )
     trainer = InnerTrainer(model, cfg, keep_state=True)
     curve = []
     for rnd in range(1, s.rounds + 1):
