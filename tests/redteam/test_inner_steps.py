@@ -84,3 +84,31 @@ def test_half_the_steps_scaled_up_fall_short_of_lr_times_steps(
     assert linf(scaled) < LINF_BAND[0] * linf(honest), (linf(scaled), linf(honest))
     # another honest node's update of the same round is within the band
     assert LINF_BAND[0] <= linf(peer) / linf(honest) <= LINF_BAND[1], (linf(peer), linf(honest))
+
+
+@pytest.fixture(scope="module")
+def trained_base(base: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A base 200 AdamW steps past genesis (as a later round's is): with eps 1e-4 far fewer
+    coordinates saturate there than at genesis, so the signature has less to count."""
+    torch.set_num_threads(1)
+    model = GPT(TINY)
+    load_weights_into(model, {n: t.clone() for n, t in base.items()})
+    rows = Corpus.stdlib().random_rows(TINY.seq_len, 200 * 32, seed=4242)
+    InnerTrainer(model, InnerConfig(steps=200, lr=3e-3, batch_size=32)).train(rows)
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_the_signals_hold_on_a_trained_base(trained_base: dict[str, torch.Tensor]) -> None:
+    corpus = Corpus.stdlib()
+    declared = corpus.shard_rows(_spec(NODE), TINY.seq_len)
+    other = corpus.shard_rows(dataclasses.replace(_spec(NODE), node="0x" + "5e" * 20), TINY.seq_len)
+    probe = FirstStepProbe(trained_base, "tiny")
+    honest = _train(trained_base, declared, STEPS)
+    got = probe.agreement(honest, declared[:BATCH], LR, STEPS)
+    assert got.saturated >= 20 and got.disagreeing <= 1 and not got.suspicious, got
+    cheat = probe.agreement(_train(trained_base, other, STEPS), declared[:BATCH], LR, STEPS)
+    assert cheat.suspicious, cheat
+    half = _train(trained_base, declared, STEPS // 2)
+    norm = lambda t: float(torch.cat([x.reshape(-1) for x in t.values()]).norm())  # noqa: E731
+    scaled = {n: t * (norm(honest) / norm(half)) for n, t in half.items()}
+    assert linf(scaled) < LINF_BAND[0] * linf(honest), (linf(scaled), linf(honest))
