@@ -1,5 +1,6 @@
 """bench.diloco's parts: validation and test splits are disjoint, the second corpus loads, the
-overlap option changes the result (a one-round delayed outer step) and the seeds differ."""
+overlap option changes the result (a one-round delayed outer step), the seeds differ and the
+run-long lr schedules are off by default."""
 
 from __future__ import annotations
 
@@ -56,3 +57,19 @@ def test_runs_in_a_process_pool_give_the_same_bits_as_inline() -> None:
         assert pool.map(tasks) == inline
     finally:
         pool.close()
+
+
+def test_run_schedules_are_constant_by_default_and_decay_when_asked(corpus_dir: Path) -> None:
+    """Setup.run_decay / outer_decay 1.0 (the default) keep every round's lr (the same bits as
+    no schedule); a floor below 1 decays from about 1 to about the floor and changes the run."""
+    from bench.diloco import run_factor
+
+    assert all(run_factor(r, 16, 1.0) == 1.0 for r in range(1, 17))
+    decayed = [run_factor(r, 16, 0.1) for r in range(1, 17)]
+    assert decayed == sorted(decayed, reverse=True) and decayed[0] > 0.99 and decayed[-1] < 0.11
+    corpus = Corpus.from_folder(corpus_dir)
+    rows = corpus.eval_rows(32, 16, seed=1)
+    plain, _, _ = run_diloco(corpus, SETUP, rows, "fp32")
+    for field in ("run_decay", "outer_decay"):
+        other, _, _ = run_diloco(corpus, Setup(**{**SETUP.__dict__, field: 0.1}), rows, "fp32")
+        assert other != plain, field
