@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -200,11 +200,14 @@ class Intake:
             if self.membership is not None:  # the joins of rounds new here, in one query
                 self.membership.prime(conn, keys)
             seen: dict[Slot, tuple[int, str]] = {}
+            received = utcnow()  # one moment for the group (one transaction)
             rows: list[dict[str, Any]] = []
             row_index: list[int] = []
             for index, c in job.checked:
                 try:
-                    placed = self._place(conn, c, taken, seen, index=index, states=states)
+                    placed = self._place(
+                        conn, c, taken, seen, index=index, states=states, now=received
+                    )
                 except AttestationRejected as exc:
                     out[index] = _refusal(exc)
                     rejections.append(_rejection(items[index], exc, c))
@@ -382,6 +385,7 @@ class Intake:
         *,
         index: int,
         states: dict[tuple[str, int], str],
+        now: datetime,
     ) -> dict[str, Any] | Outcome | int:
         """The row to insert, or the outcome of a duplicate (an int: same as that item)."""
         att = c.attestation
@@ -426,7 +430,7 @@ class Intake:
             "digest": digest,
             "signature": "0x" + c.signature.hex(),
             "members": json.dumps(list(c.members)) if c.members is not None else None,
-            "received_at": utcnow(),
+            "received_at": now,
         }
 
     def _open_round(self, conn: Connection, run: str, round_: int) -> str:

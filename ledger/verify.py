@@ -110,7 +110,8 @@ def check_form(item: AttestationIn, domain: Eip712Domain) -> Checked:
                 f"ContributionLedger is {domain.verifying_contract}: use GET /v1/eip712",
             )
     try:
-        att = ComputeAttestation.from_json(item.attestation.model_dump())
+        # the validated fields as they are (a pydantic model's __dict__: no model_dump copy)
+        att = ComputeAttestation.from_json(vars(item.attestation))
         members = (
             tuple(check_address("round_members[]", m) for m in item.round_members)
             if item.round_members is not None
