@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ledger.api.errors import exception_response, invalid_body_response
 from ledger.api.routes.attestations import accept_batch, accept_one
-from ledger.api.routes.runs import list_rounds
+from ledger.api.routes.runs import ROUNDS_LIMIT, ROUNDS_LIMIT_MAX, list_rounds
 from ledger.schemas import AttestationIn, BatchIn
 
 _ROUTES: dict[str, tuple[type[BaseModel], Any]] = {
@@ -52,9 +52,9 @@ def _rounds_request(scope: Scope) -> tuple[str, int] | None:
         return None
     query: bytes = scope.get("query_string", b"")
     if not query:
-        return found.group(1), 50  # the route's default
+        return found.group(1), ROUNDS_LIMIT  # the route's default
     limit = _LIMIT.fullmatch(query)
-    if limit is None or int(limit.group(1)) > 500:
+    if limit is None or int(limit.group(1)) > ROUNDS_LIMIT_MAX:
         return None
     return found.group(1), int(limit.group(1))
 

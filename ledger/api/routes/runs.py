@@ -37,6 +37,7 @@ _ROUND_COLUMNS = (
 _SCORE_COLUMNS = tuple(_ATT.c[name] for name in AttestationPublic.model_fields)
 _SCORE_NAMES = tuple(AttestationPublic.model_fields)
 _RECEIVED_AT = _SCORE_NAMES.index("received_at")
+ROUNDS_LIMIT, ROUNDS_LIMIT_MAX = 50, 500  # GET .../rounds: the default and the largest limit
 _ROUND_OF = _SCORE_NAMES.index("round")
 # built once (a statement built per request cost a third of a rounds read's CPU): the rounds'
 # attestations, a run's latest rounds, one round
@@ -90,7 +91,7 @@ def _rounds_json(session: Session, run: str, rounds: list[Any]) -> list[dict[str
 def list_rounds(
     run_id: RunIdPath,
     session: SessionDep,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    limit: Annotated[int, Query(ge=1, le=ROUNDS_LIMIT_MAX)] = ROUNDS_LIMIT,
 ) -> Response:
     """The run's latest rounds, newest first."""
     run = run_id.lower()
