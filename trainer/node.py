@@ -235,13 +235,12 @@ class NodeRunner:
         hook = self.on_step
         on_step = None if hook is None else (lambda info: hook(r, info))
         settings = self.strategy.settings(r, config.settings)
-        boxed = self.s.time_box and members is not None
+        boxed = members if self.s.time_box else None
         box = None
-        if boxed:
-            assert members is not None
-            box = timebox.budget(self.rdv.board, r, members.addresses, settings.inner.steps)
+        if boxed is not None:
+            box = timebox.budget(self.rdv.board, r, boxed.addresses, settings.inner.steps)
         local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start)
-        if boxed:
+        if boxed is not None:
             timebox.post_pace(self.rdv.board, r, local.inner)
         return spec, self.strategy.local_work(self, r, rows, local)
 
