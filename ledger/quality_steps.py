@@ -22,14 +22,14 @@ nodes). Two consequences a node cannot fake without doing the work:
   the 48 bases: honest at most 1 disagreeing (192 updates, none suspicious), other data 1.6% or
   more (48 of 48 suspicious).
 
-With AdamW's eps 1e-4 (``trainer.inner.DEFAULT_EPS``, was 1e-8) a coordinate with a tiny gradient
-moves less than ``lr``, the largest ones still about ``lr``. Re-measured at the red team's
-settings (H 8, lr 1e-3, batch 4; 24 honest updates from 6 bases, genesis and a 200-step warm
-model, seeds 0-2): honest 0.959-1.013 of the median (1e-8: 0.991-1.009), half the steps scaled
-up 0.646-0.756, honest at most 1 disagreeing, other data suspicious on 6 of 6 bases; but on the
-warm bases only 47-167 coordinates saturate (1e-8: 2,420-8,847), so the probe has less to count
-on a trained model (tests/redteam/test_inner_steps.py checks one: honest 88 of 88 agree, other
-data 38 of 78 disagree).
+With AdamW's eps 1e-4 (measured while it was ``trainer.inner.DEFAULT_EPS``; the default is 1e-8
+again) a coordinate with a tiny gradient moves less than ``lr``, the largest ones still about
+``lr``. Re-measured at the red team's settings (H 8, lr 1e-3, batch 4; 24 honest updates from 6
+bases, genesis and a 200-step warm model, seeds 0-2): honest 0.959-1.013 of the median (1e-8:
+0.991-1.009), half the steps scaled up 0.646-0.756, honest at most 1 disagreeing, other data
+suspicious on 6 of 6 bases; but on the warm bases only 47-167 coordinates saturate (1e-8:
+2,420-8,847), so the probe has less to count on a trained model (tests/redteam/test_inner_steps.py
+checks one: honest 88 of 88 agree, other data 38 of 78 disagree).
 
 Neither rejects anything: each only makes a node-round suspicious, and the replay audit decides.
 The probe costs one forward and backward pass of one batch per node (a replay runs ``H`` of them).
