@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from coloco_cli.node.run import read_events
 from coloco_cli.procs import Child, ProcessManager, free_port, port_open, wait_until
-from protocol.errors import ColocoError, TrainerError
+from protocol.errors import ColocoError, LedgerError, TrainerError
 
 if TYPE_CHECKING:
     from coloco_cli.demo.actors import Actor
@@ -177,9 +179,13 @@ def wait_for_round(
     timeout: float,
     on_commit: Callable[[int], None] | None = None,
 ) -> int:
-    """Block until the chain has committed round `target` of the run; returns the last round.
+    """Block until round `target` of the run is committed on chain and the ledger has recorded
+    that commit (its receipt checked: the round's state `committed` or `final`); returns the last
+    round committed on chain.
 
-    `on_commit(round)` is called for each newly committed round seen while waiting.
+    The chain shows the commit as soon as the ledger's transaction is mined, a moment before the
+    ledger reads the receipt; a claim in that moment is answered from the previous root. So the
+    wait ends when both agree. `on_commit(round)` is called for each newly committed round seen.
     """
     from protocol.types import RunId
 
@@ -192,7 +198,7 @@ def wait_for_round(
             for r in range(seen + 1, last + 1):
                 on_commit(r)
         seen = max(seen, last)
-        if last >= target:
+        if last >= target and _ledger_recorded(net, run_id, target):
             return last
         check_nodes(nodes)
         if not net.ledger.alive():
@@ -203,6 +209,15 @@ def wait_for_round(
                 f"committed: {last}); see the logs under {net.workdir / 'logs'}"
             )
         time.sleep(0.25)
+
+
+def _ledger_recorded(net: DemoNet, run_id: bytes, round_: int) -> bool:
+    """Whether the ledger has checked the receipt of round `round_`'s commit."""
+    try:
+        state = net.ledger_get(f"/v1/runs/0x{run_id.hex()}/rounds/{round_}")["state"]
+    except (LedgerError, httpx.HTTPError):  # not known yet, or not answering (the caller checks)
+        return False
+    return state in ("committed", "final")
 
 
 def wait_for_exit(nodes: list[NodeProc], *, timeout: float) -> None:

@@ -135,3 +135,51 @@ def test_a_node_that_stops_early_is_reported_even_with_exit_code_0(tmp_path: Pat
         failed.popen.wait(timeout=10)
         with pytest.raises(TrainerError, match="exited with code 5"):
             check_nodes([NodeProc(actor, failed, 3, None, tmp_path / "none.jsonl")])
+
+
+def test_wait_for_round_waits_for_the_ledger_to_record_the_commit(tmp_path: Path) -> None:
+    """The chain shows a round committed a moment before the ledger has read the receipt; a claim
+    sent in between is answered from the previous root (CI: 0 claims, the demo's vote Defeated).
+    The wait ends only when a real HTTP ledger answers the round as committed."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from coloco_cli.demo.net import DemoNet
+    from coloco_cli.demo.train import wait_for_round
+
+    run_id = bytes(range(32))
+    state = {"value": "scored"}
+
+    class Ledger(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            known = self.path == f"/v1/runs/0x{run_id.hex()}/rounds/1"
+            body = json.dumps({"state": state["value"]}).encode()
+            self.send_response(200 if known else 404)
+            self.end_headers()
+            self.wfile.write(body if known else b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class Chain:  # the chain's view: round 1 already committed
+        def last_round(self, run: object) -> int:
+            return 1
+
+    class Alive:
+        def alive(self) -> bool:
+            return True
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ledger)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        net = DemoNet.__new__(DemoNet)
+        net.ledger_url = f"http://127.0.0.1:{server.server_address[1]}"
+        net.chain = Chain  # type: ignore[method-assign,assignment]
+        net.ledger = Alive()  # type: ignore[assignment]
+        net.workdir = tmp_path
+        with pytest.raises(ColocoError, match="round 1 was not committed"):
+            wait_for_round(net, run_id, 1, [], timeout=1.0)
+        state["value"] = "committed"
+        assert wait_for_round(net, run_id, 1, [], timeout=5.0) == 1
+    finally:
+        server.shutdown()
