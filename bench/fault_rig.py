@@ -47,6 +47,11 @@ class Rig:
     quick: bool
     pg: Any = None  # tests.harness.postgres.PostgresServer, started on first use
 
+    def load(self, url: str, work: list[Work], **kw: Any) -> Load:
+        """A load whose retries give up after 120 s in quick mode (300 s otherwise), so a
+        scenario the ledger never answers fails with its figures inside CI's per-test limit."""
+        return Load(url, work, deadline_s=120.0 if self.quick else 300.0, **kw)
+
     def postgres_url(self, name: str) -> str:
         if self.pg is None:
             from tests.harness.postgres import PostgresServer

@@ -94,7 +94,7 @@ def kill9(rig: Rig) -> dict[str, Any]:
         start = rig.anvil.block_number()
         run = rig.open_run(led, "kill9")
         rig.join(led, run, range(1, rounds + 1))
-        load = Load(led.url, rig.attestations(run, range(1, rounds + 1)), threads=8)
+        load = rig.load(led.url, rig.attestations(run, range(1, rounds + 1)), threads=8)
         thread = load.background()
         wait_for(lambda: len(load.accepted) >= rounds * NODES // 3, 60, 0.05)
         before = len(load.accepted)
@@ -138,7 +138,7 @@ def postgres_restart(rig: Rig) -> dict[str, Any]:
         start = rig.anvil.block_number()
         run = rig.open_run(led, "postgres")
         rig.join(led, run, range(1, rounds + 1))
-        load = Load(led.url, rig.attestations(run, range(1, rounds + 1)), threads=8)
+        load = rig.load(led.url, rig.attestations(run, range(1, rounds + 1)), threads=8)
         thread = load.background()
         wait_for(lambda: len(load.accepted) >= rounds * NODES // 3, 60, 0.05)
         _pg_restart(rig)
@@ -163,13 +163,13 @@ def rpc_outage(rig: Rig) -> dict[str, Any]:
         start = rig.anvil.block_number()
         run = rig.open_run(led, "rpc")
         rig.join(led, run, range(1, 2 * half + 1))
-        first = Load(led.url, rig.attestations(run, range(1, half + 1)))
+        first = rig.load(led.url, rig.attestations(run, range(1, half + 1)))
         first.run()
         _settled(rig, run, half, 60)
         time.sleep(1.5)  # the ledger's indexer (polling every 0.2 s) has seen those commits
         proxy.up = False
         cut_at = time.monotonic()
-        second = Load(led.url, rig.attestations(run, range(half + 1, 2 * half + 1)))
+        second = rig.load(led.url, rig.attestations(run, range(half + 1, 2 * half + 1)))
         second.run()
 
         def closed() -> int:
@@ -186,7 +186,7 @@ def rpc_outage(rig: Rig) -> dict[str, Any]:
         outage_s = round(time.monotonic() - cut_at, 1)
         proxy.up = True
         settled = _settled(rig, run, 2 * half, 120 if rig.quick else 300)
-        load = Load(led.url, first.work + second.work)
+        load = rig.load(led.url, first.work + second.work)
         load.accepted = first.accepted | second.accepted
         load.refused = first.refused + second.refused
         load.failures = first.failures + second.failures
@@ -220,7 +220,9 @@ def reorg(rig: Rig) -> dict[str, Any]:
             start = rig.anvil.block_number()
             run = rig.open_run(led, "reorg")
             rig.join(led, run, range(1, rounds + 1))
-            load = Load(led.url, rig.attestations(run, range(1, rounds + 1)), threads=4, rate=40)
+            load = rig.load(
+                led.url, rig.attestations(run, range(1, rounds + 1)), threads=4, rate=40
+            )
             thread = load.background()
             dropped = 0
             for _ in range(20):  # reorg right after a commit lands, so the reorg drops it
@@ -281,7 +283,7 @@ def blob_disk_full(rig: Rig) -> dict[str, Any]:
         start = rig.anvil.block_number()
         run = rig.open_run(led, "blobs")
         rig.join(led, run, range(1, 4))
-        load = Load(led.url, rig.attestations(run, range(1, 4)))
+        load = rig.load(led.url, rig.attestations(run, range(1, 4)))
         thread = load.background()
         codes: list[int] = []
         full_error: dict[str, Any] = {}
@@ -449,6 +451,16 @@ SCENARIOS: dict[str, Callable[[Rig], dict[str, Any]]] = {
 }
 
 
+def _log_tails(work: Path, *, since: float, chars: int = 3000) -> dict[str, str]:
+    """The end of every ledger log written since `since` (monotonic), by scenario folder."""
+    cutoff = time.time() - (time.monotonic() - since)
+    return {
+        str(p.relative_to(work)): p.read_text(errors="replace")[-chars:]
+        for p in sorted(work.glob("*/ledger.log"))
+        if p.stat().st_mtime >= cutoff
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -484,6 +496,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "passed": False, "accepted": 0, "stored": 0, "settled_twice": 0, "error": error
                 }  # fmt: skip
             results[name]["elapsed_s"] = round(time.monotonic() - t0, 1)
+            if not results[name]["passed"]:  # the ledger's own account of what went wrong
+                results[name]["log_tail"] = _log_tails(work, since=t0)
             log.info("scenario %s: %s", name, results[name])
     finally:
         anvil.stop()
