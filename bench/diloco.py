@@ -9,7 +9,7 @@ As in the DiLoCo paper, both continue from the same warm model (``--warm-start``
 steps on other data, default 200, not counted in either run's tokens or bytes); from a cold
 genesis DiLoCo's first rounds are far behind (measured: loss ratio 1.12-1.21 at 8-16 rounds).
 Defaults (the best of those tried on the validation half, docs/trainer.md "Benchmark"): DiLoCo's
-inner AdamW lr 3e-3, betas (0.7, 0.95), eps 1e-8 and no warmup (trainer.inner.DEFAULT_BETAS,
+inner AdamW lr 3e-3, betas (0.7, 0.95), eps 1e-4 and no warmup (trainer.inner.DEFAULT_BETAS,
 DEFAULT_EPS and DEFAULT_WARMUP_STEPS, what every node runs), outer Nesterov lr 0.9 and momentum
 0.9 (trainer.runconfig's governed defaults), H 50, K 4, B 8 rows of 64 bytes. Each worker starts
 a fresh AdamW every round, as the node does (``RoundSettings.keep_inner_state`` False, so the

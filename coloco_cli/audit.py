@@ -28,6 +28,7 @@ from coloco_cli.common import (
     resolve,
 )
 from coloco_cli.run.ops import parse_run_id
+from ledger.core.config import AUDIT_TOLERANCE
 from protocol.blobs import decode_blob
 from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
 
@@ -134,7 +135,9 @@ def audit_command(  # noqa: PLR0917 - typer options
         int | None,
         typer.Option(min=1, help="governed inner steps H (default: TrainingConfig's)"),
     ] = None,
-    tolerance: Annotated[float, typer.Option(help="relative L2 error allowed")] = 1e-3,
+    tolerance: Annotated[
+        float, typer.Option(help="relative L2 error allowed (the ledger's default)")
+    ] = AUDIT_TOLERANCE,
     limit: Annotated[int, typer.Option(help="latest rounds to look at")] = 50,
     json_out: JsonOpt = False,
     rpc_url: RpcUrlOpt = None,

@@ -22,14 +22,14 @@ nodes). Two consequences a node cannot fake without doing the work:
   the 48 bases: honest at most 1 disagreeing (192 updates, none suspicious), other data 1.6% or
   more (48 of 48 suspicious).
 
-With AdamW's eps 1e-4 (measured while it was ``trainer.inner.DEFAULT_EPS``; the default is 1e-8
-again) a coordinate with a tiny gradient moves less than ``lr``, the largest ones still about
-``lr``. Re-measured at the red team's settings (H 8, lr 1e-3, batch 4; 24 honest updates from 6
-bases, genesis and a 200-step warm model, seeds 0-2): honest 0.959-1.013 of the median (1e-8:
-0.991-1.009), half the steps scaled up 0.646-0.756, honest at most 1 disagreeing, other data
-suspicious on 6 of 6 bases; but on the warm bases only 47-167 coordinates saturate (1e-8:
-2,420-8,847), so the probe has less to count on a trained model (tests/redteam/test_inner_steps.py
-checks one: honest 88 of 88 agree, other data 38 of 78 disagree).
+With AdamW's eps 1e-4 (``trainer.inner.DEFAULT_EPS``, was 1e-8) a coordinate with a tiny gradient
+moves less than ``lr``, the largest ones still about ``lr``. Re-measured at the red team's
+settings (H 8, lr 1e-3, batch 4; 24 honest updates from 6 bases, genesis and a 200-step warm
+model, seeds 0-2): honest 0.959-1.013 of the median (1e-8: 0.991-1.009), half the steps scaled
+up 0.646-0.756, honest at most 1 disagreeing, other data suspicious on 6 of 6 bases; but on the
+warm bases only 47-167 coordinates saturate (1e-8: 2,420-8,847), so the probe has less to count
+on a trained model (tests/redteam/test_inner_steps.py checks one: honest 88 of 88 agree, other
+data 38 of 78 disagree).
 
 Neither rejects anything: each only makes a node-round suspicious, and the replay audit decides.
 The probe costs one forward and backward pass of one batch per node (a replay runs ``H`` of them).
@@ -97,30 +97,34 @@ class FirstStepProbe:
                   lr: float, steps: int) -> Agreement:  # fmt: skip
         """Sign agreement of the saturated coordinates with the gradient of ``first_batch``
         (int64 ``[batch, seq_len + 1]``, the first rows of the node's declared shard)."""
+        from trainer.inner import one_thread
+
         start = time.process_time()
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
         try:
-            model = self.model
-            model.train()
-            model.zero_grad(set_to_none=True)
-            _, loss = model(first_batch[:, :-1], first_batch[:, 1:])
-            assert loss is not None
-            loss.backward()
-            cut = SATURATION * lr * steps
-            saturated = agreeing = 0
-            for name, p in model.named_parameters():
-                pg = pseudo_gradient.get(name)
-                if pg is None or p.grad is None or pg.shape != p.shape:
-                    continue
-                mask = pg.detach().float().abs() >= cut
-                n = int(mask.sum())
-                if n:
-                    saturated += n
-                    same = torch.sign(pg.float()[mask]) == torch.sign(p.grad[mask])
-                    agreeing += int(same.sum())
-            model.zero_grad(set_to_none=True)
-            return Agreement(saturated, agreeing)
+            with one_thread():
+                return self._agreement(pseudo_gradient, first_batch, lr, steps)
         finally:
-            torch.set_num_threads(threads)
             self.cpu_seconds += time.process_time() - start
+
+    def _agreement(self, pseudo_gradient: Tensors, first_batch: torch.Tensor,
+                   lr: float, steps: int) -> Agreement:  # fmt: skip
+        model = self.model
+        model.train()
+        model.zero_grad(set_to_none=True)
+        _, loss = model(first_batch[:, :-1], first_batch[:, 1:])
+        assert loss is not None
+        loss.backward()
+        cut = SATURATION * lr * steps
+        saturated = agreeing = 0
+        for name, p in model.named_parameters():
+            pg = pseudo_gradient.get(name)
+            if pg is None or p.grad is None or pg.shape != p.shape:
+                continue
+            mask = pg.detach().float().abs() >= cut
+            n = int(mask.sum())
+            if n:
+                saturated += n
+                same = torch.sign(pg.float()[mask]) == torch.sign(p.grad[mask])
+                agreeing += int(same.sum())
+        model.zero_grad(set_to_none=True)
+        return Agreement(saturated, agreeing)

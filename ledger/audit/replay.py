@@ -90,8 +90,11 @@ def audit(
 ) -> ReplayVerdict:
     """Replay and compare; ``packet``: the node committed its all-reduce packet (int8 codes),
     so the replay is encoded the same way before comparing."""
+    from trainer.inner import one_thread
+
     start = time.process_time()
-    replayed = replay_pseudo_gradient(base, inputs, corpus)
+    with one_thread():  # the node's kernels, where it trained on one thread: bit for bit
+        replayed = replay_pseudo_gradient(base, inputs, corpus)
     if packet is not None:
         from trainer.codec import decode, quantize
         from trainer.outer import FlatLayout

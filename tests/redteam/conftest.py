@@ -53,8 +53,7 @@ def overshooting_network(
     """Governed inner lr 0.9: every honest update raises the loss on its own rows, as one node's
     update can on a noisy round. Measured with AdamW's eps 1e-4: own-shard loss from about 5.4
     to 43-179 (at lr 0.3 to 6.0-20, and once, in a full `make test`, not raised at all: 5.46 to
-    5.26, which this test then failed on; not reproduced in 56 node-rounds alone); with eps 1e-8
-    (the default again) every update raises it too."""
+    5.26, which this test then failed on; not reproduced in 56 node-rounds alone)."""
     cfg = NetConfig(audit_fraction=0.1, inner_lr_e6=900_000)
     with _network(chain, deployment, tmp_path, cfg) as net:
         yield net
