@@ -49,6 +49,7 @@ log = logging.getLogger("bench.ledger")
 ADMIN = "bench-admin-token-0123456789abcdef"
 NODES = 20
 BATCH = 100
+READ_KINDS = ("rounds", "node", "rewards")  # the mixed phase's reads, in turn
 
 
 def _cpus() -> tuple[int | None, int | None]:
@@ -278,6 +279,9 @@ def main() -> None:
                     mixed_connections=args.mixed_connections,
                     mixed_requests=mix["requests"],
                     mixed_reads=mix["reads"],
+                    mixed_reads_by_kind=dict(
+                        zip(READ_KINDS, mix["reads_by_path"].values(), strict=True)
+                    ),
                     mixed_errors=mix["errors"],
                     mixed_p99_ms=round(mix["p99_ms"] or 0, 1),
                     mixed_max_ms=round(mix["max_ms"] or 0, 1),

@@ -141,6 +141,7 @@ async def mixed_loop(
     slowest = {"read": 0.0, "write": 0.0}  # which kind makes the tail
     bad: list[str] = []
     counts = {"reads": 0, "writes": 0}
+    read_counts = dict.fromkeys(reads, 0)  # each kind of read gets its share
     stop = loop.time() + seconds
     next_body = 0
 
@@ -153,8 +154,11 @@ async def mixed_loop(
             kind = "read" if n % read_every == 0 else "write"
             try:
                 if kind == "read":
-                    status, payload = await conn.get(reads[n % len(reads)], host)
+                    # this connection's reads take ``reads`` in turn (rounds, a node, rewards)
+                    read = reads[(n // read_every) % len(reads)]
+                    status, payload = await conn.get(read, host)
                     counts["reads"] += 1
+                    read_counts[read] += 1
                 else:
                     body = bodies[next_body % len(bodies)]
                     next_body += 1
@@ -181,6 +185,7 @@ async def mixed_loop(
         "elapsed_s": elapsed,
         "requests": n,
         **counts,
+        "reads_by_path": read_counts,
         "errors": len(bad),
         "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1000 if n else None,
         "max_ms": latencies[-1] * 1000 if n else None,
