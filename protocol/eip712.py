@@ -44,44 +44,44 @@ def _make_keccak256() -> Callable[[bytes], bytes]:
     """pycryptodome's C Keccak driven directly, one reusable state per thread.
 
     ``Crypto.Hash.keccak.new(...).digest()`` spends ~2/3 of its time allocating and wrapping a
-    fresh state; resetting a per-thread state instead makes a 32-352 byte hash ~2.5x cheaper.
-    Falls back to the public API if pycryptodome's internals ever change shape.
+    fresh state; resetting a per-thread state instead makes a 32-352 byte hash ~2.5x cheaper,
+    and calling the C functions with plain ints into a preallocated output buffer (no ctypes
+    wrappers per call) another 0.7 us (2.8 -> 2.1 us for 352 bytes; three hashes per
+    attestation). Falls back to the public API if pycryptodome's internals ever change shape.
     """
     try:
         lib: Any = importlib.import_module("Crypto.Hash.keccak")._raw_keccak_lib
         raw_api: Any = importlib.import_module("Crypto.Util._raw_api")
+        ffi: Any = raw_api.ffi  # the cffi backend (pycryptodome's default when cffi is there)
     except (ImportError, AttributeError):  # pragma: no cover - other pycryptodome layouts
         return _keccak256_reference
-    c_size_t, c_ubyte, get_raw_buffer = raw_api.c_size_t, raw_api.c_ubyte, raw_api.get_raw_buffer
+    reset, absorb, digest = lib.keccak_reset, lib.keccak_absorb, lib.keccak_digest
     local = threading.local()
 
-    def state() -> tuple[Any, Any]:
-        cached: tuple[Any, Any] | None = getattr(local, "state", None)
-        if cached is None:
-            pointer = raw_api.VoidPointer()
-            if lib.keccak_init(pointer.address_of(), c_size_t(64), c_ubyte(24)):
-                raise RuntimeError("keccak_init failed")
-            cached = (
-                raw_api.SmartPointer(pointer.get(), lib.keccak_destroy),
-                raw_api.create_string_buffer(32),
-            )
-            local.state = cached
-        return cached
+    def state() -> tuple[Any, Any, Any, Any]:
+        pointer = raw_api.VoidPointer()
+        if lib.keccak_init(pointer.address_of(), raw_api.c_size_t(64), raw_api.c_ubyte(24)):
+            raise RuntimeError("keccak_init failed")
+        smart = raw_api.SmartPointer(pointer.get(), lib.keccak_destroy)  # frees it with local
+        out = ffi.new("uint8_t[32]")
+        local.state = (smart, smart.get(), out, ffi.buffer(out))
+        return local.state  # type: ignore[no-any-return]
 
     def keccak256_fast(data: bytes) -> bytes:
-        smart, out = state()
-        raw = smart.get()
-        if (
-            lib.keccak_reset(raw)
-            or lib.keccak_absorb(raw, data, c_size_t(len(data)))
-            or lib.keccak_digest(raw, out, c_size_t(32), c_ubyte(1))
-        ):
+        try:
+            _, raw, out, view = local.state
+        except AttributeError:
+            _, raw, out, view = state()
+        if reset(raw) or absorb(raw, data, len(data)) or digest(raw, out, 32, 1):
             raise RuntimeError("pycryptodome keccak failed")
-        return bytes(get_raw_buffer(out))
+        return view[:]  # type: ignore[no-any-return]
 
-    for probe in (b"", b"abc", bytes(range(256)) * 3):
-        if keccak256_fast(probe) != _keccak256_reference(probe):  # pragma: no cover
-            return _keccak256_reference
+    try:
+        for probe in (b"", b"abc", bytes(range(256)) * 3):
+            if keccak256_fast(probe) != _keccak256_reference(probe):  # pragma: no cover
+                return _keccak256_reference
+    except (TypeError, AttributeError, RuntimeError):  # pragma: no cover - a ctypes backend
+        return _keccak256_reference
     return keccak256_fast
 
 

@@ -133,3 +133,37 @@ def test_refuses_to_start_without_coincurve() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo
     )
     assert out.stdout.startswith("ConfigError coincurve (libsecp256k1) is required")
+
+
+def test_direct_recovery_agrees_with_coincurve_and_refuses_what_it_refuses() -> None:
+    """The hot path calls libsecp256k1 directly (protocol.signing._make_recover): the same key
+    as coincurve's public API for both recovery ids, and the same refusal when no point has
+    ``r`` as its x coordinate."""
+    import os
+
+    from protocol.signing import _recover_public, _recover_public_fast
+
+    assert _recover_public_fast is not _recover_public  # the fast path is the one in use
+    for _ in range(20):
+        digest, key = os.urandom(32), os.urandom(32)
+        raw = coincurve_sign(digest, key)
+        for recid in (0, 1):  # the other parity recovers another key: both must agree
+            flipped = raw[:64] + bytes((recid,))
+            assert _recover_public_fast(digest, flipped) == _recover_public(digest, flipped)
+    digest = os.urandom(32)
+    for x in range(1, 100):  # about half the x coordinates have no point on the curve
+        sig = x.to_bytes(32, "big") + (1).to_bytes(32, "big") + b"\x00"
+        try:
+            _recover_public(digest, sig)
+        except SignatureError:
+            with pytest.raises(SignatureError, match="no public key recovers"):
+                _recover_public_fast(digest, sig)
+            break
+    else:  # pragma: no cover
+        pytest.fail("no x without a point in 1..99")
+
+
+def coincurve_sign(digest: bytes, key: bytes) -> bytes:
+    import coincurve
+
+    return bytes(coincurve.PrivateKey(key).sign_recoverable(digest, hasher=None))
