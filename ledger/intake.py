@@ -323,7 +323,7 @@ class Intake:
                     deadline=now + timedelta(seconds=deadline_s),
                 )
             sql = _GROUP_OPEN_WRITE if opening else _GROUP_WRITE
-            for run, round_, state, new, row_id, digest in conn.exec_driver_sql(sql, params):
+            for run, round_, state, new, row_id, digest in conn.exec_driver_sql(sql, params).all():
                 if row_id is None:
                     states[(str(run), int(round_))] = str(state)
                     if new:

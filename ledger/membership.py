@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection, Engine, tuple_
 from sqlalchemy.exc import IntegrityError
@@ -37,6 +39,32 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
 _CHUNK = 500  # rounds per query of Membership.refresh (bound parameters stay few)
+
+
+_JOIN = Join.__table__  # type: ignore[attr-defined]
+# PostgreSQL: the joins of a list of rounds as two array parameters, one statement text whatever
+# the number of rounds (psycopg prepares it server-side): no SQLAlchemy compile of an IN list
+# of tuples per call, which cost 0.8 ms of CPU per group commit (8 us per item of a batch)
+_JOINS_OF_ROUNDS = (
+    f"SELECT j.run_id, j.round, j.node, j.created_at FROM {_JOIN.name} AS j "
+    "JOIN unnest(%(runs)s::varchar[], %(rounds)s::bigint[]) AS k(run_id, round) "
+    "ON j.run_id = k.run_id AND j.round = k.round"
+)
+
+
+def _joins_of(conn: Connection, keys: list[Key]) -> Iterable[tuple[Any, ...]]:
+    """(run_id, round, node, created_at) of every join of the rounds ``keys``, in one query."""
+    if conn.dialect.name == "postgresql":
+        params = {"runs": [run for run, _ in keys], "rounds": [round_ for _, round_ in keys]}
+        return [tuple(row) for row in conn.exec_driver_sql(_JOINS_OF_ROUNDS, params).all()]
+    return [
+        tuple(row)
+        for row in conn.execute(
+            select(_JOIN.c.run_id, _JOIN.c.round, _JOIN.c.node, _JOIN.c.created_at).where(
+                tuple_(_JOIN.c.run_id, _JOIN.c.round).in_(keys)
+            )
+        )
+    ]
 
 
 def _aware(t: datetime) -> datetime:
@@ -92,16 +120,10 @@ class Membership:
         server's CPU under batch load)."""
         if not keys:
             return {}
-        table = Join.__table__  # type: ignore[attr-defined]
         found: dict[Key, dict[str, datetime]] = {k: {} for k in keys}
         with self.engine.connect() as conn:
             for start in range(0, len(keys), _CHUNK):
-                rows = conn.execute(
-                    select(table.c.run_id, table.c.round, table.c.node, table.c.created_at).where(
-                        tuple_(table.c.run_id, table.c.round).in_(keys[start : start + _CHUNK])
-                    )
-                )
-                for run, round_, node, at in rows:
+                for run, round_, node, at in _joins_of(conn, keys[start : start + _CHUNK]):
                     found[(str(run), int(round_))][str(node)] = _aware(at)
         with self._lock:  # as in joined(fresh=True): a join recorded since the read stays
             for key, joined in found.items():
@@ -114,14 +136,8 @@ class Membership:
         missing = [k for k in keys if k not in self._cache]
         if not missing:
             return
-        table = Join.__table__  # type: ignore[attr-defined]
         found: dict[Key, dict[str, datetime]] = {k: {} for k in missing}
-        rows = conn.execute(
-            select(table.c.run_id, table.c.round, table.c.node, table.c.created_at).where(
-                tuple_(table.c.run_id, table.c.round).in_(missing)
-            )
-        )
-        for run, round_, node, at in rows:
+        for run, round_, node, at in _joins_of(conn, missing):
             found[(str(run), int(round_))][str(node)] = _aware(at)
         with self._lock:
             for key, joined in found.items():

@@ -60,10 +60,8 @@ class Checked:
     signature: bytes
     digest: bytes
     members: tuple[str, ...] | None
-
-    @property
-    def run_hex(self) -> str:
-        return "0x" + self.attestation.run_id.hex()
+    run_hex: str
+    """The run id as 0x-hex, made once (intake's checks and rows use it several times)."""
 
 
 def check_sender(item: AttestationIn, snap: ChainSnapshot) -> None:
@@ -134,28 +132,25 @@ def check_form(item: AttestationIn, domain: Eip712Domain) -> Checked:
             f"node's key over these exact fields, for chain id {domain.chain_id} and contract "
             f"{domain.verifying_contract} (GET /v1/eip712)",
         )
-    return Checked(attestation=att, signature=signature, digest=digest, members=members)
+    return Checked(
+        attestation=att,
+        signature=signature,
+        digest=digest,
+        members=members,
+        run_hex="0x" + att.run_id.hex(),
+    )
 
 
 def check_chain(checked: Checked, snap: ChainSnapshot, *, round_window: int) -> None:
-    """Node registered and staked, config version known, run known, round in the open window."""
+    """Config version known, run known, round in the open window.
+
+    Runs after :func:`check_sender` against the same snapshot (``Intake.check``), which
+    refused an unindexed chain and an unregistered or unstaked node before any signature work:
+    those checks are not repeated here."""
     att = checked.attestation
-    if snap.config is None or snap.indexed_block is None:
+    if snap.config is None:  # check_sender refused this already; kept for the type checker
         raise reject(
             "chain_not_indexed", "the ledger has not indexed the chain yet: retry in a moment"
-        )
-    node = snap.nodes.get(att.node)
-    if node is None or not node.registered:
-        raise reject(
-            "unregistered_node",
-            f"node {att.node} is not registered in StakeManager: "
-            "run `coloco node register` and stake first",
-        )
-    if not snap.is_active(att.node):
-        raise reject(
-            "not_staked",
-            f"node {att.node} stakes {node.staked} wei, below the minimum "
-            f"{snap.config.min_stake}: stake more (`coloco node stake`)",
         )
     if att.config_version > snap.config.version:
         raise reject(

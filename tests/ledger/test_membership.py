@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+import pytest
 from fastapi.testclient import TestClient
 
 from ledger.models import utcnow
@@ -79,3 +80,28 @@ def test_a_fresh_read_keeps_a_join_recorded_while_it_read(
     ledger.membership.joined(started_run, 1, fresh=True)
     got = client.get(f"/v1/runs/{started_run}/rounds/1/members").json()["members"]
     assert got == sorted([a.address, b.address])
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+def test_joins_another_worker_recorded_are_read_from_the_database(
+    client: TestClient, ledger: Ledger, started_run: str, nodes: list[NodeKey], domain: object
+) -> None:
+    """The joins of a group's rounds (intake) and of the keeper's dirty rounds come from one
+    query (on PostgreSQL two array parameters): with this process's cache empty, as in a worker
+    that did not record them, a non-member is still refused and the members are found."""
+    a, b, c = nodes
+    for node in (a, b):
+        assert join(client, node, started_run, 1, domain).status_code == 202  # type: ignore[arg-type]
+    membership = ledger.membership
+    assert membership is not None
+    membership._cache.clear()  # recorded by "another worker": only the database knows them
+    att_c = attestation(c, run_id=started_run, round_=1, base=GENESIS, result=h("r"))
+    r = client.post("/v1/attestations", json=body(att_c, c.key, domain, [c.address]))  # type: ignore[arg-type]
+    assert r.status_code == 403 and r.json()["error"]["code"] == "not_a_member"
+    att_a = attestation(a, run_id=started_run, round_=1, base=GENESIS, result=h("r"))
+    r = client.post("/v1/attestations", json=body(att_a, a.key, domain, [a.address]))  # type: ignore[arg-type]
+    assert r.status_code == 202
+    membership._cache.clear()
+    found = membership.refresh([(started_run, 1), (started_run, 2)])
+    assert sorted(found[(started_run, 1)]) == sorted([a.address, b.address])
+    assert found[(started_run, 2)] == {}
