@@ -61,6 +61,24 @@ def _codec(
     raise ValueError(f"unsupported EIP-712 field type {sol!r} (bytes32, address and uintN only)")
 
 
+def sol_of(f: Field) -> str:
+    return f[2]
+
+
+def _inline_word(sol: str, value: str, index: int) -> str:
+    """One field's 32-byte word in ``hashStruct`` as an expression on ``value``, the same
+    bytes as that type's encoder (``encode{index}``) without a Python call per field: a
+    field was checked when the struct was built (a bytes32 is 32 bytes, an address 0x + 40
+    hex digits, a uint in range)."""
+    if sol == "bytes32":
+        return value
+    if sol == "address":
+        return f"b'\\x00' * 12 + bytes.fromhex({value}[2:])"
+    if sol.startswith("uint"):
+        return f"{value}.to_bytes(32, 'big')"
+    return f"encode{index}({value})"  # pragma: no cover - _codec refuses other types
+
+
 @dataclass(frozen=True)
 class StructSpec:
     """The field list of one signed struct and everything derived from it."""
@@ -104,7 +122,7 @@ class StructSpec:
             if not attr.isidentifier():  # pragma: no cover - dataclass fields always are
                 raise ValueError(f"field {attr!r} is not an identifier")
             env[f"encode{index}"] = encode
-            words.append(f"encode{index}(obj.{attr})")
+            words.append(_inline_word(sol_of(self.fields[index]), f"obj.{attr}", index))
         body = f"keccak256(b''.join((typehash, {', '.join(words)})))"
         source = f"def hash_struct(obj):\n    return {body}\n"
         exec(compile(source, f"<hashStruct {self.primary}>", "exec"), env)
@@ -120,7 +138,16 @@ class StructSpec:
             zip(self.fields, self._codecs, strict=True)
         ):
             env[f"parse{index}"] = parse
-            items.append(f"{attr!r}: parse{index}({name!r}, data[{name!r}])")
+            sol = sol_of(self.fields[index])
+            if sol.startswith("uint"):  # an exact int in range as is; anything else (a decimal
+                # string, a bool, out of range) goes to the parser, which converts or refuses
+                env[f"limit{index}"] = 1 << _uint_bits(sol)
+                items.append(
+                    f"{attr!r}: (v{index} if type(v{index} := data[{name!r}]) is int "
+                    f"and 0 <= v{index} < limit{index} else parse{index}({name!r}, v{index}))"
+                )
+            else:
+                items.append(f"{attr!r}: parse{index}({name!r}, data[{name!r}])")
         source = f"def parse_fields(data):\n    return {{{', '.join(items)}}}\n"
         exec(compile(source, f"<parseJson {self.primary}>", "exec"), env)
         parse_fields: Callable[[dict[str, Any]], dict[str, Any]] = env["parse_fields"]
