@@ -51,13 +51,14 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--ledger-threads", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--preset", default="tiny", help="model preset (trainer.model.PRESETS)")
     parser.add_argument("--quick", action="store_true", help="3 rounds, 2 nodes")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.nodes = 3, 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     began = time.monotonic()
-    cfg = GPTConfig.preset("tiny")
+    cfg = GPTConfig.preset(args.preset)
     base = {n: t.float() for n, t in genesis_checkpoint(cfg, 0).weights.items()}
     corpus = corpus_of(None)
     layout = FlatLayout({n: t.shape for n, t in base.items()})
@@ -84,7 +85,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                 local = node_train(rows, steps)
                 packet = encode(origin, layout.flatten(local), "int8")
                 torch.set_num_threads(args.ledger_threads)
-                inputs = ReplayInputs(RUN, rnd, node, tokens, steps, args.lr, (10_000,), "tiny")
+                inputs = ReplayInputs(
+                    RUN, rnd, node, tokens, steps, args.lr, (10_000,), args.preset
+                )
                 replayed = replay_pseudo_gradient(base, inputs, corpus)
                 coded = quantize(layout.flatten(replayed), packet.fmt, block_size=packet.block_size)
                 reference = decode(coded)
@@ -111,6 +114,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "node_threads": args.node_threads,
         "ledger_threads": args.ledger_threads,
         "steps": args.steps,
+        "preset": args.preset,
         "wall_s": round(time.monotonic() - began, 1),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }

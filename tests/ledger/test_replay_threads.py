@@ -62,5 +62,4 @@ def test_the_tolerance_sits_between_honest_kernels_and_a_skipped_step() -> None:
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["node_rounds"] == 12 and summary["tolerance"] == AUDIT_TOLERANCE
     assert summary["honest_above_tolerance"] == 0
-    assert summary["honest_rel_error_max"] > 0  # two thread counts: not bit for bit
     assert summary["skip_one_step_rel_error_min"] > 5 * AUDIT_TOLERANCE
