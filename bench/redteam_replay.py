@@ -27,7 +27,7 @@ NODE = "0x1111111111111111111111111111111111111111"
 RUN = bytes(range(32))
 
 
-def replay_once(out: Path, *, steps: int, threads: int, preset: str, rnd: int) -> None:
+def replay_once(out: Path, *, steps: int, threads: int, preset: str, rnd: int, lr: float) -> None:
     """The child: one honest round replayed from genesis, saved to ``out``."""
     from ledger.audit.replay import ReplayInputs, replay_pseudo_gradient
     from ledger.usefulness import corpus_of
@@ -37,7 +37,7 @@ def replay_once(out: Path, *, steps: int, threads: int, preset: str, rnd: int) -
     torch.set_num_threads(threads)
     cfg = GPTConfig.preset(preset)
     base = genesis_checkpoint(cfg, 0).weights
-    inputs = ReplayInputs(RUN, rnd, NODE, steps * 4 * cfg.seq_len, steps, 1e-3, (10_000,), preset)
+    inputs = ReplayInputs(RUN, rnd, NODE, steps * 4 * cfg.seq_len, steps, lr, (10_000,), preset)
     torch.save(replay_pseudo_gradient(base, inputs, corpus_of(None)), out)
 
 
@@ -49,6 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--lr", type=float, default=1e-3, help="inner lr (governed: 3e-3)")
     parser.add_argument("--rounds", type=int, default=3, help="distinct shards replayed")
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
@@ -62,6 +63,7 @@ def main() -> None:
             threads=args.child_threads,
             preset=args.preset,
             rnd=args.child_round,
+            lr=args.lr,
         )
         return
     work = Path(tempfile.mkdtemp(prefix="bench-replay-"))
@@ -74,7 +76,7 @@ def main() -> None:
                 env = dict(os.environ, ATEN_CPU_CAPABILITY=cap)
                 cmd = [sys.executable, "-m", "bench.redteam_replay", "--child", str(out)]
                 cmd += ["--child-threads", str(threads), "--child-round", str(rnd)]
-                cmd += ["--steps", str(args.steps), "--preset", args.preset]
+                cmd += ["--steps", str(args.steps), "--preset", args.preset, "--lr", str(args.lr)]
                 subprocess.run(cmd, env=env, check=True)
                 runs[f"{cap}/{threads}t"] = _flat(torch.load(out))
         ref = runs[f"default/{args.threads[0]}t"]
@@ -93,6 +95,7 @@ def main() -> None:
                 "margin": round(tolerance / worst, 1) if worst else None,
                 "rounds": args.rounds,
                 "inner_steps": args.steps,
+                "inner_lr": args.lr,
                 "preset": args.preset,
                 "cpu": _cpu(),
                 "torch": torch.__version__,

@@ -33,7 +33,7 @@ from trainer.coordination.registry import AnyKeyRegistry, ChainRegistry, Registr
 from trainer.data import Corpus, ShardSpec
 from trainer.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.hold import hold_at_boundary
-from trainer.inner import StepInfo
+from trainer.inner import StepInfo, one_thread
 from trainer.membership import DivergedError, Members, MembershipConfig, Rendezvous, RoundGroup
 from trainer.model import GPT, GPTConfig, evaluate
 from trainer.overlap import Overlap
@@ -239,7 +239,8 @@ class NodeRunner:
         box = None
         if boxed is not None:
             box = timebox.budget(self.rdv.board, r, boxed.addresses, settings.inner.steps)
-        local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start)
+        with one_thread():  # the protocol's reference kernels: what the ledger's replay runs
+            local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start)
         if boxed is not None:
             timebox.post_pace(self.rdv.board, r, local.inner)
         return spec, self.strategy.local_work(self, r, rows, local)

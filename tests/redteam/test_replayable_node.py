@@ -2,8 +2,9 @@
 node run`` runs) trains two rounds against anvil and the ledger, which replays every one of its
 node-rounds (audit fraction 1) and finds each the declared work: the node starts a fresh inner
 AdamW every round (``RoundSettings.keep_inner_state`` False), so a round is a pure function of the
-base, the shard and the governed settings. With the AdamW state carried across rounds, round 2
-fails the replay (the second test)."""
+base, the shard and the governed settings; it trains on one torch thread as the replay does, so
+the replay matches bit for bit in a process set to two. With the AdamW state carried across
+rounds, round 2 fails the replay (the second test)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
 from ledger.core.config import Settings
@@ -98,7 +100,12 @@ def _audited_rounds(
                 config(cc, batch_size=4),
                 recovery=Recovery(RUN, TINY, 0, chain=cc, ledger=lc),
             )
-            node.run()
+            threads = torch.get_num_threads()
+            torch.set_num_threads(2)  # an operator's process on two cores: the node trains on one
+            try:
+                node.run()
+            finally:
+                torch.set_num_threads(threads)
             scores = []
             for r_, state in enumerate(states, start=1):
                 tick_until(ledger, "0x" + RUN.hex(), r_, state, timeout=120.0)
@@ -134,6 +141,7 @@ def test_every_round_of_the_default_node_passes_the_replay_audit(
     for s in scores:
         assert s["verified"] and int(s["reward"]) > 0, s
         assert "audited (" in s["reason"] and "replay matches" in s["reason"], s
+        assert "relative L2 error 0.00e+00" in s["reason"], s  # bit for bit: the same kernels
 
 
 @pytest.mark.slow
