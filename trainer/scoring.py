@@ -27,7 +27,6 @@ from torch import Tensor
 from protocol.errors import ConfigError
 from trainer.checkpoint import load_weights_into
 from trainer.data import Corpus, ShardSpec
-from trainer.inner import one_thread
 from trainer.model import GPT, GPTConfig, evaluate
 
 
@@ -77,18 +76,18 @@ def usefulness(  # noqa: PLR0917 - the ledger's documented call signature
         if t.shape != base_state[name].shape:
             raise ConfigError(f"pseudo-gradient {name} has shape {tuple(t.shape)}, "
                               f"base has {tuple(base_state[name].shape)}")  # fmt: skip
-    with one_thread():  # the same verdict on every ledger, whatever its process's threads
-        model = GPT(model_config)
-        load_weights_into(model, dict(base_state))
-        own_before = evaluate(model, own_tokens)
-        random_before = evaluate(model, random_tokens)
-        stepped = {
-            n: base_state[n].float() - outer_lr * pseudo_gradient[n].float() for n in base_state
-        }
-        load_weights_into(model, stepped)
-        return UsefulnessReport(
-            own_before, evaluate(model, own_tokens), random_before, evaluate(model, random_tokens)
-        )
+    torch_threads = torch.get_num_threads()
+    model = GPT(model_config)
+    load_weights_into(model, dict(base_state))
+    own_before = evaluate(model, own_tokens)
+    random_before = evaluate(model, random_tokens)
+    stepped = {n: base_state[n].float() - outer_lr * pseudo_gradient[n].float() for n in base_state}
+    load_weights_into(model, stepped)
+    report = UsefulnessReport(
+        own_before, evaluate(model, own_tokens), random_before, evaluate(model, random_tokens)
+    )
+    torch.set_num_threads(torch_threads)
+    return report
 
 
 def scoring_rows(
