@@ -49,7 +49,6 @@ log = logging.getLogger("bench.ledger")
 ADMIN = "bench-admin-token-0123456789abcdef"
 NODES = 20
 BATCH = 100
-READ_KINDS = ("rounds", "node", "rewards")  # the mixed phase's reads, in turn
 
 
 def _cpus() -> tuple[int | None, int | None]:
@@ -210,11 +209,11 @@ def main() -> None:
         rest = bodies[200 + n_single :]
         batch_items, latency = rest[:n_batch], rest[n_batch : n_batch + n_latency]
         mixed = rest[n_batch + n_latency :]
-        reads = [
-            f"/v1/runs/{run_id}/rounds?limit=5",
-            f"/v1/nodes/{nodes[0].address}?limit=20",
-            f"/v1/rewards/{nodes[1].payout}?limit=20",
-        ]
+        reads = {  # the mixed phase's reads, in turn
+            "rounds": f"/v1/runs/{run_id}/rounds?limit=5",
+            "node": f"/v1/nodes/{nodes[0].address}?limit=20",
+            "rewards": f"/v1/rewards/{nodes[1].payout}?limit=20",
+        }
         batches = [
             b'{"items":[' + b",".join(batch_items[i : i + BATCH]) + b"]}"
             for i in range(0, len(batch_items), BATCH)
@@ -271,7 +270,7 @@ def main() -> None:
                     "/v1/attestations",
                     mixed,
                     args.mixed_connections,
-                    reads=reads,
+                    reads=list(reads.values()),
                     seconds=mixed_s,
                 )
                 log.info("mixed: %s", mix)
@@ -279,9 +278,9 @@ def main() -> None:
                     mixed_connections=args.mixed_connections,
                     mixed_requests=mix["requests"],
                     mixed_reads=mix["reads"],
-                    mixed_reads_by_kind=dict(
-                        zip(READ_KINDS, mix["reads_by_path"].values(), strict=True)
-                    ),
+                    mixed_reads_by_kind={
+                        kind: mix["reads_by_path"][path] for kind, path in reads.items()
+                    },
                     mixed_errors=mix["errors"],
                     mixed_p99_ms=round(mix["p99_ms"] or 0, 1),
                     mixed_max_ms=round(mix["max_ms"] or 0, 1),
