@@ -8,6 +8,8 @@ core) with pre-signed, valid attestations, each a distinct (node, round):
 - single: POST /v1/attestations, closed loop, 8 connections -> ``single_per_s``;
 - batch: POST /v1/attestations/batch with 100 items per request -> ``batch_per_s`` (items/s);
 - latency: POST /v1/attestations at 500 requests/s offered (open loop) -> ``p50_ms``, ``p99_ms``;
+- reads: each of the mixed phase's reads alone, one after another -> ``read_cpu_ms`` (server CPU
+  a read) and ``read_wall_ms`` by kind;
 - mixed: 256 connections at once, each a closed loop mixing writes with reads of rounds, a node
   and a payout's rewards (one in three) -> ``mixed_errors``, ``mixed_max_ms``.
 
@@ -109,6 +111,26 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _pin_helpers(cpu: int | None, anvil_pid: int) -> None:
+    """Anvil and every PostgreSQL process on ``cpu`` (the client's core; backends forked later
+    inherit the postmaster's), so that the ledger's core is its own: another process there
+    inflated its CPU per request and its figures swung with whatever else ran."""
+    if cpu is None:
+        return
+    pids = [anvil_pid]
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "postgres":
+                pids.append(int(entry.name))
+        except OSError:
+            continue  # gone meanwhile
+    for pid in pids:
+        try:
+            os.sched_setaffinity(pid, {cpu})
+        except OSError:
+            continue
+
+
 def _server_pid(proc: subprocess.Popen[bytes]) -> int:
     """The python process under ``taskset`` (taskset execs, so it is the same pid)."""
     return proc.pid
@@ -143,7 +165,7 @@ def main() -> None:
     parser.add_argument("--mixed-connections", type=int, default=256)
     parser.add_argument(
         "--phases",
-        default="single,batch,latency,mixed",
+        default="single,batch,latency,reads,mixed",
         help="comma-separated phases to run (profiling one phase); the JSON has only theirs",
     )
     parser.add_argument(
@@ -189,6 +211,7 @@ def main() -> None:
             "COLOCO_LEDGER_MAX_BATCH_ITEMS": str(BATCH),
             "COLOCO_LEDGER_SQLITE_SYNCHRONOUS": args.synchronous,
         }
+        _pin_helpers(client_cpu, anvil.pid)
         port = free_port()
         server = _start_server(env, port, server_cpu, work / "ledger.log", args.profile)
         url = f"http://127.0.0.1:{port}"
@@ -262,6 +285,23 @@ def main() -> None:
                     offered_rps=500,
                     achieved_rps=round(lat["achieved_rps"], 1),
                 )
+            if "reads" in wanted:  # each read alone: its server CPU and wall time
+                n_reads = 50 if args.quick else 300
+                before = _cpu_seconds(_server_pid(server))
+                time.sleep(2.0)  # what the server spends idle (its worker's ticks), beside
+                result["idle_cpu_ms_per_s"] = round(
+                    1000 * (_cpu_seconds(_server_pid(server)) - before) / 2.0, 1
+                )
+                for kind, path in reads.items():
+                    one = phase("reads", path, [], n_reads)
+                    errors += one["errors"]
+                    result.setdefault("read_cpu_ms", {})[kind] = round(
+                        1000 * one["server_cpu_s"] / n_reads, 3
+                    )
+                    result.setdefault("read_wall_ms", {})[kind] = round(
+                        1000 * one["elapsed_s"] / n_reads, 3
+                    )
+                log.info("reads: cpu %s, wall %s", result["read_cpu_ms"], result["read_wall_ms"])
             result["errors"] = errors
             if "mixed" in wanted:
                 log.info("phase mixed: start")

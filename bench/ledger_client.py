@@ -76,6 +76,21 @@ async def closed_loop(
     return {"elapsed_s": elapsed, "requests": len(bodies), "errors": len(bad), "sample": bad[:3]}
 
 
+async def read_loop(host: str, port: int, path: str, count: int) -> dict[str, Any]:
+    """``count`` GETs of ``path`` one after another on one connection: a read's own cost,
+    nothing queued beside it."""
+    conn = await _connect(host, port)
+    bad: list[str] = []
+    start = time.perf_counter()
+    for _ in range(count):
+        status, payload = await conn.get(path, host)
+        if status != 200:
+            bad.append(f"{status} {payload[:200]!r}")
+    elapsed = time.perf_counter() - start
+    conn.writer.close()
+    return {"elapsed_s": elapsed, "requests": count, "errors": len(bad), "sample": bad[:3]}
+
+
 async def open_loop(
     host: str, port: int, path: str, bodies: list[bytes], rate: float
 ) -> dict[str, Any]:
@@ -221,6 +236,8 @@ def run_phase(
             host, port, path, bodies, reads or [], concurrency=int(arg), seconds=seconds
         )
         return dict(runner(coro))
+    if kind == "reads":
+        return dict(runner(read_loop(host, port, path, int(arg))))
     if kind == "closed":
         return dict(runner(closed_loop(host, port, path, bodies, int(arg))))
     return dict(runner(open_loop(host, port, path, bodies, arg)))

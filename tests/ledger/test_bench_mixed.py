@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from bench.ledger_client import mixed_loop
+from bench.ledger_client import mixed_loop, read_loop
 
 READS = ["/v1/runs/r/rounds?limit=5", "/v1/nodes/n?limit=20", "/v1/rewards/p?limit=20"]
 
 
-async def _serve_and_load() -> tuple[dict[str, object], Counter[str]]:
+async def _serve_and_load(reads_alone: int = 0) -> tuple[dict[str, object], Counter[str]]:
     seen: Counter[str] = Counter()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -33,9 +33,12 @@ async def _serve_and_load() -> tuple[dict[str, object], Counter[str]]:
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     async with server:
-        out = await mixed_loop(
-            "127.0.0.1", port, "/v1/attestations", [b"{}"], READS, concurrency=6, seconds=1.0
-        )
+        if reads_alone:
+            out = await read_loop("127.0.0.1", port, READS[1], reads_alone)
+        else:
+            out = await mixed_loop(
+                "127.0.0.1", port, "/v1/attestations", [b"{}"], READS, concurrency=6, seconds=1.0
+            )
     return out, seen
 
 
@@ -48,3 +51,10 @@ def test_mixed_phase_reads_rounds_nodes_and_rewards() -> None:
     assert out["reads_by_path"] == {path: seen[path] for path in READS}
     for path in READS:  # each kind of read gets about a third of them
         assert seen[path] >= reads // 5, (path, dict(seen))
+
+
+def test_reads_phase_sends_each_read_alone() -> None:
+    """The reads phase (read_cpu_ms): one connection, the given count of one read, nothing else."""
+    out, seen = asyncio.run(_serve_and_load(reads_alone=25))
+    assert out["errors"] == 0 and out["requests"] == 25
+    assert dict(seen) == {READS[1]: 25}
