@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, DateTime, Dialect, Index, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, DateTime, Dialect, Index, Text, UniqueConstraint, text
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
@@ -51,9 +51,9 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 
 class AttestationBase(SQLModel):
-    run_id: str = Field(max_length=66, index=True)
+    run_id: str = Field(max_length=66)  # indexed by uq_attestation_slot's first column
     round: int = Field(sa_type=BigInteger)
-    node: str = Field(max_length=42, index=True)
+    node: str = Field(max_length=42)  # indexed with the id: ix_attestation_node_id
     config_version: int = Field(sa_type=BigInteger)
     base_checkpoint: str = Field(max_length=66)
     pseudo_gradient: str = Field(max_length=66, index=True)  # blob visibility (BlobStore.hidden)
@@ -66,14 +66,27 @@ class AttestationBase(SQLModel):
 class Attestation(AttestationBase, table=True):
     """An attestation that passed level 0; levels 1-2 fill the score columns at round close."""
 
-    __table_args__ = (UniqueConstraint("run_id", "round", "node", name="uq_attestation_slot"),)
+    __table_args__ = (
+        UniqueConstraint("run_id", "round", "node", name="uq_attestation_slot"),
+        # a node's or a payout's newest rows read from the index in id order, not all of its
+        # rows sorted (their cost grew with history), and a node's rounds worked counted from
+        # an index of verified rows only (migration 0009)
+        Index("ix_attestation_node_id", "node", "id"),
+        Index("ix_attestation_payout_id", "payout", "id"),
+        Index(
+            "ix_attestation_node_verified",
+            "node",
+            postgresql_where=text("verified IS TRUE"),
+            sqlite_where=text("verified IS TRUE"),
+        ),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     digest: str = Field(max_length=66, unique=True)
     signature: str = Field(max_length=132)
     members: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     received_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
-    payout: str | None = Field(default=None, max_length=42, index=True)
+    payout: str | None = Field(default=None, max_length=42)  # ix_attestation_payout_id
     verified: bool | None = None
     verified_tokens: int | None = Field(default=None, sa_type=BigInteger)
     quality: float | None = None
@@ -98,7 +111,7 @@ class AttestationPublic(AttestationBase):
 class Rejection(SQLModel, table=True):
     """Audit trail: every attestation refused, with the check that refused it."""
 
-    __table_args__ = (Index("ix_rejection_node", "node"),)
+    __table_args__ = (Index("ix_rejection_node_id", "node", "id"),)  # a node's newest
 
     id: int | None = Field(default=None, primary_key=True)
     node: str | None = Field(default=None, max_length=42)
@@ -169,7 +182,7 @@ class RoundState(SQLModel, table=True):
     __table_args__ = (UniqueConstraint("run_id", "round", name="uq_round"),)
 
     id: int | None = Field(default=None, primary_key=True)
-    run_id: str = Field(max_length=66, index=True)
+    run_id: str = Field(max_length=66)  # indexed by uq_round's first column
     round: int = Field(sa_type=BigInteger)
     state: str = Field(default="open", max_length=16, index=True)
     opened_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
@@ -250,7 +263,7 @@ class ChainCommit(SQLModel, table=True):
     __table_args__ = (UniqueConstraint("run_id", "round", name="uq_chain_commit"),)
 
     id: int | None = Field(default=None, primary_key=True)
-    run_id: str = Field(max_length=66, index=True)
+    run_id: str = Field(max_length=66)  # indexed by uq_chain_commit's first column
     round: int = Field(sa_type=BigInteger)
     rewards_root: str = Field(max_length=66)
     checkpoint: str = Field(max_length=66)

@@ -11,9 +11,12 @@ computed here the same way from the events, as of the indexer's cursor block (``
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import bindparam
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from ledger.indexer import CURSOR_KEY, CURSOR_TIME_KEY
@@ -23,6 +26,65 @@ if TYPE_CHECKING:
     from ledger.service import Ledger
 
 CODE_STATUS = ("none", "pending", "approved", "rejected", "claimed")
+
+_EVENT = FundingEvent.__table__  # type: ignore[attr-defined]
+_ATT = Attestation.__table__  # type: ignore[attr-defined]
+_KV = KeyValue.__table__  # type: ignore[attr-defined]
+# built once: a rewards read (what nodes poll) runs them every time
+_CURSOR = sa_select(_KV.c.key, _KV.c.value).where(_KV.c.key.in_((CURSOR_KEY, CURSOR_TIME_KEY)))
+
+
+def _has_event(*where: Any) -> Any:
+    return sa_select(_EVENT.c.id).where(*where).limit(1).exists()
+
+
+def _cursor(key: str) -> Any:
+    return sa_select(_KV.c.value).where(_KV.c.key == key).scalar_subquery()
+
+
+# what a rewards read needs to know before the other kinds, as columns of one row (one round
+# trip): the indexer's cursor, and whether the account has any code or capital event and any
+# run an ETH root (most accounts asking are compute nodes: none of them)
+GATE_COLUMNS = (
+    _cursor(CURSOR_KEY),
+    _cursor(CURSOR_TIME_KEY),
+    _has_event(_EVENT.c.account == bindparam("account"), _EVENT.c.name == "Submitted"),
+    _has_event(_EVENT.c.account == bindparam("account"), _EVENT.c.name == "Deposited"),
+    _has_event(_EVENT.c.name == "EthRootCommitted"),
+)
+_GATE = sa_select(*GATE_COLUMNS)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A row of :data:`GATE_COLUMNS`."""
+
+    block: int | None
+    time: int | None
+    code: bool
+    capital: bool
+    eth: bool
+
+    @classmethod
+    def of(cls, row: Sequence[Any]) -> Gate:
+        block, when, code, capital, eth = row
+        return cls(
+            int(block) if block is not None else None,
+            int(when) if when is not None else None,
+            bool(code),
+            bool(capital),
+            bool(eth),
+        )
+
+
+_ETH_RUNS = sa_select(_EVENT.c.run_id).where(_EVENT.c.name == "EthRootCommitted").distinct()
+_WORKED_IN = (
+    sa_select(_ATT.c.run_id)
+    .where(
+        _ATT.c.payout == bindparam("account"), _ATT.c.run_id.in_(bindparam("runs", expanding=True))
+    )
+    .distinct()
+)
 
 
 def _args(row: FundingEvent) -> dict[str, Any]:
@@ -104,13 +166,7 @@ def run_view(session: Session, run_id: str) -> RunView | None:
 
 def as_of(session: Session) -> tuple[int | None, int | None]:
     """(block, timestamp) the indexed tables describe: the indexer's cursor (one query)."""
-    found = dict(
-        session.exec(
-            select(KeyValue.key, KeyValue.value).where(
-                col(KeyValue.key).in_((CURSOR_KEY, CURSOR_TIME_KEY))
-            )
-        ).all()
-    )
+    found: dict[str, str] = {key: value for key, value in session.execute(_CURSOR)}
     block, when = found.get(CURSOR_KEY), found.get(CURSOR_TIME_KEY)
     return (int(block) if block is not None else None), (int(when) if when is not None else None)
 
@@ -275,9 +331,10 @@ def _latest_of(session: Session, run_id: str, name: str, account: str) -> Fundin
 def eth_receipts(ledger: Ledger, session: Session, account: str) -> list[dict[str, Any]]:
     """Per funded run ``account`` worked in: its cumulative wei under the latest indexed ETH root
     and what it claimed so far."""
-    worked = session.exec(
-        select(Attestation.run_id).where(col(Attestation.payout) == account).distinct()
-    ).all()
+    funded = session.execute(_ETH_RUNS).scalars().all()
+    if not funded:
+        return []
+    worked = session.execute(_WORKED_IN, {"account": account, "runs": funded}).scalars().all()
     out = []
     for run_id in worked:
         _, amounts, rnd = ledger.funding.tree(session, run_id)
@@ -297,13 +354,17 @@ def eth_receipts(ledger: Ledger, session: Session, account: str) -> list[dict[st
     return out
 
 
-def other_kinds(ledger: Ledger, session: Session, account: str) -> dict[str, Any]:
+def other_kinds(
+    ledger: Ledger, session: Session, account: str, gate: Gate | None = None
+) -> dict[str, Any]:
     """{"code": [...], "capital": [...], "eth_for_compute": [...], "as_of": {...}} of
-    ``account``, from the indexed tables only."""
-    block, when = as_of(session)
+    ``account``, from the indexed tables only; ``gate`` (one row, read here if not given) says
+    which kinds to look up at all."""
+    if gate is None:
+        gate = Gate.of(session.execute(_GATE, {"account": account}).one())
     return {
-        "code": code_receipts(session, account),
-        "capital": capital_receipts(session, account),
-        "eth_for_compute": eth_receipts(ledger, session, account),
-        "as_of": {"block": block, "time": when},
+        "code": code_receipts(session, account) if gate.code else [],
+        "capital": capital_receipts(session, account) if gate.capital else [],
+        "eth_for_compute": eth_receipts(ledger, session, account) if gate.eth else [],
+        "as_of": {"block": gate.block, "time": gate.time},
     }

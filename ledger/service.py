@@ -63,6 +63,9 @@ class Ledger:
             threads=settings.api_threads,
             sqlite_synchronous=settings.sqlite_synchronous,
         )
+        # the polled reads (ledger.api.fast_path): the same pool in autocommit, so a read is its
+        # statements alone (no BEGIN and ROLLBACK round trips around them)
+        self.read_engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self.chain = chain or LedgerChain(
             settings.rpc_url, settings.deployment, settings.committer_key()
         )

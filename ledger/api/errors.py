@@ -35,6 +35,10 @@ _STATUS = {
 }
 
 
+# a datetime (stored in UTC) written in C as pydantic writes it: ISO 8601 ending in Z
+_OPTIONS = orjson.OPT_STRICT_INTEGER | orjson.OPT_UTC_Z
+
+
 class WalletSafeJSON(JSONResponse):
     """Every JSON body of the API: orjson (fast, refuses NaN like the parser), integers beyond
     2^53 - 1 as decimal strings (JavaScript's JSON.parse would round them; wallets read both).
@@ -45,9 +49,9 @@ class WalletSafeJSON(JSONResponse):
 
     def render(self, content: Any) -> bytes:
         try:
-            return orjson.dumps(content, option=orjson.OPT_STRICT_INTEGER)
+            return orjson.dumps(content, option=_OPTIONS)
         except orjson.JSONEncodeError:  # an integer beyond 2^53 - 1 (or a non-str key)
-            return orjson.dumps(wallet_safe(content))
+            return orjson.dumps(wallet_safe(content), option=orjson.OPT_UTC_Z)
 
 
 def json_response(data: Any, status: int = 200) -> Response:

@@ -9,28 +9,31 @@ the same pydantic model, answers invalid bodies like the app's validation handle
 exceptions like the app's handlers (:func:`ledger.api.errors.exception_response`). Anything
 else (other paths, methods, content types) goes on to FastAPI unchanged.
 
-The same for the most polled read, ``GET /v1/runs/{run_id}/rounds[?limit=N]`` (what dashboards
-and nodes poll; FastAPI's routing and dependency solving cost about as much as the read
-itself): a well-formed request (a bytes32 run id, no query or only a ``limit`` in range) runs
-the route's own function with a request session, in the API's thread pool, after waiting for a
-session slot on the event loop exactly as :func:`ledger.api.deps.get_db` does; any other form
-goes to FastAPI, which answers it (and its errors) as before.
+The same for the polled reads, ``GET /v1/runs/{run_id}/rounds``, ``/v1/nodes/{address}`` and
+``/v1/rewards/{address}`` (``[?limit=N]``: what dashboards and nodes poll; FastAPI's routing and
+dependency solving cost about as much as the read itself): a well-formed request (a bytes32 run
+id or an address, no query or only a ``limit`` in range) runs the route's own function with a
+request session, in the API's thread pool, after waiting for a session slot on the event loop
+exactly as :func:`ledger.api.deps.get_db` does; any other form goes to FastAPI, which answers
+it (and its errors) as before.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from anyio import to_thread
 from pydantic import BaseModel, ValidationError
-from sqlmodel import Session
+from sqlalchemy import Connection
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ledger.api.errors import exception_response, invalid_body_response
+from ledger.api.errors import exception_response, invalid_body_response, json_response
+from ledger.api.routes import nodes, rewards, runs
 from ledger.api.routes.attestations import accept_batch, accept_one
-from ledger.api.routes.runs import ROUNDS_LIMIT, ROUNDS_LIMIT_MAX, list_rounds
+from ledger.api.routes.runs import ROUNDS_LIMIT, ROUNDS_LIMIT_MAX
 from ledger.schemas import AttestationIn, BatchIn
 
 _ROUTES: dict[str, tuple[type[BaseModel], Any]] = {
@@ -39,29 +42,45 @@ _ROUTES: dict[str, tuple[type[BaseModel], Any]] = {
 }
 
 
-_ROUNDS_PATH = re.compile(r"/v1/runs/(0x[0-9a-fA-F]{64})/rounds")
-_LIMIT = re.compile(rb"limit=([1-9][0-9]{0,2})")
+_LIMIT = re.compile(rb"limit=([1-9][0-9]{0,3})")
 
 
-def _rounds_request(scope: Scope) -> tuple[str, int] | None:
-    """(run id, limit) of a well-formed ``GET /v1/runs/{run}/rounds`` (else None: FastAPI's)."""
+def _read_rounds(ledger: Any, conn: Connection, run_id: str, limit: int) -> Any:
+    return runs.rounds_json(conn, run_id, limit)
+
+
+Read = Callable[[Any, Connection, str, int], Any]  # (ledger, connection, key, limit) -> data
+_RUN, _ADDRESS = r"(0x[0-9a-fA-F]{64})", r"(0x[0-9a-fA-F]{40})"
+# the polled reads: path (its one parameter), the route's default and largest limit, the handler
+_READS: tuple[tuple[re.Pattern[str], int, int, Read], ...] = (
+    (re.compile(f"/v1/runs/{_RUN}/rounds"), ROUNDS_LIMIT, ROUNDS_LIMIT_MAX, _read_rounds),
+    (re.compile(f"/v1/nodes/{_ADDRESS}"), nodes.LIMIT, nodes.LIMIT_MAX, nodes.node_json),
+    (re.compile(f"/v1/rewards/{_ADDRESS}"), rewards.LIMIT, rewards.LIMIT_MAX, rewards.rewards_json),
+)
+
+
+def _read_request(scope: Scope) -> tuple[Read, str, int] | None:
+    """(handler, path parameter, limit) of a well-formed polled read (else None: FastAPI's)."""
     if scope["method"] != "GET":
         return None
-    found = _ROUNDS_PATH.fullmatch(scope["path"])
-    if found is None:
-        return None
-    query: bytes = scope.get("query_string", b"")
-    if not query:
-        return found.group(1), ROUNDS_LIMIT  # the route's default
-    limit = _LIMIT.fullmatch(query)
-    if limit is None or int(limit.group(1)) > ROUNDS_LIMIT_MAX:
-        return None
-    return found.group(1), int(limit.group(1))
+    for pattern, default, most, handler in _READS:
+        found = pattern.fullmatch(scope["path"])
+        if found is None:
+            continue
+        query: bytes = scope.get("query_string", b"")
+        if not query:
+            return handler, found.group(1), default
+        limit = _LIMIT.fullmatch(query)
+        if limit is None or int(limit.group(1)) > most:
+            return None
+        return handler, found.group(1), int(limit.group(1))
+    return None
 
 
-def _read_rounds(ledger: Any, run_id: str, limit: int) -> Response:
-    with Session(ledger.engine, expire_on_commit=False) as session:
-        return list_rounds(run_id, session, limit)
+def _read(ledger: Any, handler: Read, key: str, limit: int) -> Response:
+    with ledger.read_engine.connect() as conn:  # autocommit: the statements alone
+        data = handler(ledger, conn, key, limit)
+    return json_response(data)
 
 
 def _json(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -77,9 +96,9 @@ class FastIntake:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        rounds = _rounds_request(scope) if scope["type"] == "http" else None
-        if rounds is not None:
-            await self._rounds(scope, receive, send, *rounds)
+        read = _read_request(scope) if scope["type"] == "http" else None
+        if read is not None:
+            await self._read(scope, receive, send, read)
             return
         route = _ROUTES.get(scope["path"]) if scope["type"] == "http" else None
         if route is None or scope["method"] != "POST" or not _json(scope["headers"]):
@@ -110,11 +129,13 @@ class FastIntake:
         await response(scope, receive, send)
 
     @staticmethod
-    async def _rounds(scope: Scope, receive: Receive, send: Send, run_id: str, limit: int) -> None:
+    async def _read(
+        scope: Scope, receive: Receive, send: Send, read: tuple[Read, str, int]
+    ) -> None:
         app = scope["app"]
         async with app.state.db_slots:  # as ledger.api.deps.get_db: a slot, holding nothing
             try:
-                response = await to_thread.run_sync(_read_rounds, app.state.ledger, run_id, limit)
+                response = await to_thread.run_sync(_read, app.state.ledger, *read)
             except Exception as exc:
                 response = exception_response(exc)
         await response(scope, receive, send)

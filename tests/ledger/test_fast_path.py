@@ -88,37 +88,56 @@ def test_the_body_limit_holds_on_the_fast_path(client: TestClient) -> None:
     assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
 
 
-def test_rounds_read_fast_and_routed_match(
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+def test_polled_reads_fast_and_routed_match(
     client: TestClient,
     started_run: str,
     nodes: list[NodeKey],
     domain: object,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """GET /v1/runs/{run}/rounds: a well-formed request takes the fast path, any other form
-    goes to FastAPI (an unknown query parameter, which FastAPI ignores, forces it here); both
-    answer the same bytes, and FastAPI still answers the malformed ones."""
+    """GET a run's rounds, a node, a payout's rewards: a well-formed request takes the fast
+    path, any other form goes to FastAPI (an unknown query parameter, which FastAPI ignores,
+    forces it here); both answer the same bytes, and FastAPI still answers the malformed ones."""
     for node in nodes[:2]:
         att = attestation(node, run_id=started_run, round_=1, base=GENESIS, result=h("r"))
         assert client.post("/v1/attestations", json=body(att, node.key, domain)).status_code == 202  # type: ignore[arg-type]
+    late = attestation(nodes[0], run_id=started_run, round_=10**6, base=GENESIS, result=h("r"))
+    refused = client.post("/v1/attestations", json=body(late, nodes[0].key, domain))  # type: ignore[arg-type]
+    assert refused.status_code >= 400, refused.text  # signed: recorded under the node
     taken: list[tuple[str, int]] = []
-    real = fast_path._read_rounds
+    real = fast_path._read
 
-    def counted(ledger: Any, run_id: str, limit: int) -> Any:
-        taken.append((run_id, limit))
-        return real(ledger, run_id, limit)
+    def counted(ledger: Any, handler: Any, key: str, limit: int) -> Any:
+        taken.append((key, limit))
+        return real(ledger, handler, key, limit)
 
-    monkeypatch.setattr(fast_path, "_read_rounds", counted)
-    base = f"/v1/runs/{started_run}/rounds"
-    for query in ("", "?limit=1", "?limit=500"):
-        fast = client.get(base + query)
-        routed = client.get(base + query + ("&" if query else "?") + "via=fastapi")
-        assert fast.status_code == routed.status_code == 200
-        assert fast.content == routed.content and fast.headers["x-request-id"]
-    assert [limit for _, limit in taken] == [50, 1, 500], taken
-    assert fast.json()[0]["members"] == sorted(n.address for n in nodes[:2])
-    for bad in ("?limit=0", "?limit=501", "?limit=x"):
-        r = client.get(base + bad)
-        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_field", bad
+    monkeypatch.setattr(fast_path, "_read", counted)
+    reads = {  # path: (the default limit, the largest)
+        f"/v1/runs/{started_run}/rounds": (50, 500),
+        f"/v1/nodes/{nodes[0].address}": (100, 1000),
+        f"/v1/rewards/{nodes[0].payout}": (100, 1000),
+        f"/v1/nodes/{nodes[1].address.lower()}": (100, 1000),
+    }
+    for base, (default, most) in reads.items():
+        taken.clear()
+        for query in ("", "?limit=1", f"?limit={most}"):
+            fast = client.get(base + query)
+            routed = client.get(base + query + ("&" if query else "?") + "via=fastapi")
+            assert fast.status_code == routed.status_code == 200, (base, query, fast.text)
+            assert fast.content == routed.content, base
+            assert fast.headers["x-request-id"]
+        assert [limit for _, limit in taken] == [default, 1, most], (base, taken)
+        for bad in ("?limit=0", f"?limit={most + 1}", "?limit=x"):
+            r = client.get(base + bad)
+            assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_field", bad
+        assert len(taken) == 3, base  # none of the malformed requests took the fast path
+    rounds = client.get(f"/v1/runs/{started_run}/rounds").json()
+    assert rounds[0]["members"] == sorted(n.address for n in nodes[:2])
+    assert rounds[0]["opened_at"].endswith("Z") and rounds[0]["scores"][0]["received_at"][-1] == "Z"
+    node = client.get(f"/v1/nodes/{nodes[0].address}").json()
+    assert [r["round"] for r in node["rounds"]] == [1] and node["rejections"][0]["at"][-1] == "Z"
+    rewards = client.get(f"/v1/rewards/{nodes[0].payout}").json()
+    assert [(r["round"], r["node"]) for r in rewards["receipts"]] == [(1, nodes[0].address)]
     assert client.get(f"/v1/runs/0x{'1' * 63}/rounds").status_code == 422
-    assert len(taken) == 3  # none of the malformed requests took the fast path
+    assert client.get(f"/v1/nodes/0x{'1' * 39}").status_code == 422

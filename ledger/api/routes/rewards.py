@@ -6,27 +6,33 @@ claimable, or revoked) and from when it pays; each receipt says the same of its 
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
+from sqlalchemy import ColumnElement, Connection, Select, bindparam, or_, union
 from sqlalchemy import select as sa_select
-from sqlmodel import Session, col, or_, select
-from web3 import Web3
+from sqlmodel import Session
 
 from ledger.api.deps import LedgerDep, SessionDep
 from ledger.api.errors import json_response
+from ledger.api.raw import Keyed, RawSelect
 from ledger.models import Attestation, ChainCommit, RoundState, Settlement
-from ledger.receipts import other_kinds
+from ledger.receipts import GATE_COLUMNS, Gate, other_kinds
 from ledger.schemas import RewardsOut
 from ledger.service import Ledger
 from ledger.settlement import tree_of
+from protocol.eip712 import to_checksum_address
 from protocol.merkle import RewardsTree
 from protocol.types import Address
 
 router = APIRouter(prefix="/rewards", tags=["rewards"])
 
+LIMIT, LIMIT_MAX = 100, 1000  # newest entries returned: the default and the most
 _ATT = Attestation.__table__  # type: ignore[attr-defined]
+_ROUND = RoundState.__table__  # type: ignore[attr-defined]
+_COMMIT = ChainCommit.__table__  # type: ignore[attr-defined]
+_SETTLEMENT = Settlement.__table__  # type: ignore[attr-defined]
 _RECEIPT_COLUMNS = tuple(
     _ATT.c[name]
     for name in (
@@ -34,17 +40,71 @@ _RECEIPT_COLUMNS = tuple(
         "reward", "verified", "reason",
     )
 )  # fmt: skip
+# built once (a payout's rewards are what every node polls), two round trips: the latest
+# committed settlement with what decides the other kinds (receipts.GATE_COLUMNS), then the
+# account's newest receipts with their rounds' states and roots
+_HEAD = RawSelect(
+    sa_select(
+        *(
+            sa_select(column)
+            .where(or_(_SETTLEMENT.c.status == "mined", _SETTLEMENT.c.status == "final"))
+            .order_by(_SETTLEMENT.c.id.desc())
+            .limit(1)
+            .scalar_subquery()
+            for column in (_SETTLEMENT.c.id, _SETTLEMENT.c.rewards_root)
+        ),
+        *GATE_COLUMNS,
+    )
+)
+_TREE = RawSelect(sa_select(_SETTLEMENT.c.tree).where(_SETTLEMENT.c.id == bindparam("id")))
+
+
+def _newest(where: ColumnElement[bool]) -> Any:
+    """The newest ``limit`` rows under ``where``, read in id order from ix_*_id (not every row
+    of the account sorted: an ``OR`` of the two conditions cannot use those indexes)."""
+    return (
+        sa_select(*_RECEIPT_COLUMNS)
+        .where(where)
+        .order_by(_ATT.c.id.desc())
+        .limit(bindparam("limit"))
+        .subquery()
+    )
+
+
+def _receipts(nodes: ColumnElement[bool]) -> Select[Any]:
+    """The account's newest receipts (paid to it, or worked by its nodes: a row can be both,
+    the union keeps it once) with their rounds' states and roots, oldest first."""
+    both = union(
+        sa_select(_newest(_ATT.c.payout == bindparam("account"))),
+        sa_select(_newest(nodes)),
+    ).subquery()
+    newest = sa_select(both).order_by(both.c.id.desc()).limit(bindparam("limit")).subquery()
+
+    def of_round(column: Any) -> Any:  # one index lookup per receipt (uq_round, uq_chain_commit)
+        table = column.table
+        return (
+            sa_select(column)
+            .where(table.c.run_id == newest.c.run_id, table.c.round == newest.c.round)
+            .scalar_subquery()
+        )
+
+    return sa_select(newest, of_round(_ROUND.c.state), of_round(_COMMIT.c.rewards_root)).order_by(
+        newest.c.id
+    )
+
+
+_RECEIPTS = Keyed(_ATT.c.node, _receipts)
 
 
 def _tree(
-    session: Session, ledger: Ledger, settlement_id: int
+    conn: Connection, ledger: Ledger, settlement_id: int
 ) -> tuple[dict[str, int], RewardsTree | None]:
     """The amounts and tree of a committed settlement, built once per settlement (not per
     request): a settlement's tree never changes once written."""
     cache = ledger.tree_cache
     cached = cache.get(settlement_id)
     if cached is None:
-        text = session.exec(select(Settlement.tree).where(Settlement.id == settlement_id)).one()
+        (text,) = _TREE.one(conn, {"id": settlement_id})
         amounts = {a: int(v) for a, v in json.loads(text)}
         cached = (amounts, tree_of(amounts))
         cache.clear()  # only the latest is asked for
@@ -57,82 +117,61 @@ def get_rewards(
     address: Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{40}$")],
     session: SessionDep,
     ledger: LedgerDep,
-    limit: Annotated[int, Query(ge=1, le=1000, description="newest receipts returned")] = 100,
+    limit: Annotated[
+        int, Query(ge=1, le=LIMIT_MAX, description="newest receipts returned")
+    ] = LIMIT,
 ) -> Response:
     """What ``RewardDistributor.claim(account, cumulative_amount, proof)`` needs, and why."""
-    account = Web3.to_checksum_address(address)
-    latest = session.exec(
-        select(Settlement.id, Settlement.rewards_root)
-        .where(col(Settlement.status).in_(("mined", "final")))
-        .order_by(col(Settlement.id).desc())
-    ).first()
-    amount, proof, root = 0, [], None
-    if latest is not None:
-        settlement_id, root = latest
-        assert settlement_id is not None
-        amounts, tree = _tree(session, ledger, settlement_id)
+    return json_response(rewards_json(ledger, session.connection(), address, limit))
+
+
+def rewards_json(ledger: Ledger, conn: Connection, address: str, limit: int) -> dict[str, Any]:
+    """``RewardsOut`` as plain data (no model per row): statements built once."""
+    account = to_checksum_address(address)
+    latest_id, root, *gate = _HEAD.one(conn, {"account": account})
+    amount, proof = 0, []
+    if latest_id is not None:
+        amounts, tree = _tree(conn, ledger, latest_id)
         if tree is not None and account in amounts:
             amount = amounts[account]
             proof = ["0x" + p.hex() for p in tree.proof(Address(account))]
-    root_state, claimable_at = ledger.indexer.snapshot.root_state(root)
-    nodes = [n.address for n in ledger.indexer.snapshot.nodes.values() if n.payout == account]
-    atts = session.execute(
-        sa_select(*_RECEIPT_COLUMNS)
-        .where(or_(_ATT.c.payout == account, _ATT.c.node.in_(nodes or [account])))
-        .order_by(_ATT.c.id.desc())
-        .limit(limit)
-    ).all()[::-1]
-    states = {
-        (run, rnd): state
-        for run, rnd, state in session.exec(
-            select(RoundState.run_id, RoundState.round, RoundState.state).where(
-                col(RoundState.run_id).in_({a.run_id for a in atts} or {""}),
-                col(RoundState.round).in_({a.round for a in atts} or {-1}),
-            )
-        ).all()
-    }
     snap = ledger.indexer.snapshot
-    round_roots = {
-        (run, rnd): snap.root_state(root)
-        for run, rnd, root in session.exec(
-            select(ChainCommit.run_id, ChainCommit.round, ChainCommit.rewards_root).where(
-                col(ChainCommit.run_id).in_({a.run_id for a in atts} or {""}),
-                col(ChainCommit.round).in_({a.round for a in atts} or {-1}),
-            )
-        ).all()
-    }
+    root_state, claimable_at = snap.root_state(root)
+    nodes = [n.address for n in snap.nodes.values() if n.payout == account]
+    atts = _RECEIPTS.rows(conn, nodes or [account], {"account": account, "limit": limit})
     receipts = []
     for a in atts:  # plain data, as Receipt and RewardsOut write it (no model per row)
-        if a.payout not in (None, account):
+        (_, run_id, rnd, node, payout, tokens, verified_tokens, quality, reward, verified,
+         reason, round_state, round_root) = a  # fmt: skip
+        if payout not in (None, account):
             continue
-        key = (a.run_id, a.round)
-        root_of = round_roots.get(key, (None, None))
+        root_of = (None, None) if round_root is None else snap.root_state(round_root)
         receipts.append(
             {
-                "run_id": a.run_id,
-                "round": a.round,
-                "node": a.node,
-                "claimed_tokens": a.tokens,
-                "verified_tokens": a.verified_tokens,
-                "quality": a.quality,
-                "reward": a.reward or "0",
-                "verified": a.verified,
-                "reason": a.reason or "round not scored yet",
-                "round_state": states.get(key, "open"),
+                "run_id": run_id,
+                "round": rnd,
+                "node": node,
+                "claimed_tokens": tokens,
+                "verified_tokens": verified_tokens,
+                "quality": quality,
+                "reward": reward or "0",
+                "verified": verified,
+                "reason": reason or "round not scored yet",
+                "round_state": round_state or "open",
                 "root_state": root_of[0],
                 "claimable_at": root_of[1],
             }
         )
-    return json_response(
-        {
-            "account": account,
-            "cumulative_amount": str(amount),
-            "proof": proof,
-            "root": root,
-            "root_committed": latest is not None,
-            "root_state": root_state,
-            "claimable_at": claimable_at,
-            "receipts": receipts,
-            "other_kinds": other_kinds(ledger, session, account),
-        }
-    )
+    with Session(bind=conn) as orm:  # the other kinds' lookups (most accounts: none) are ORM
+        kinds = other_kinds(ledger, orm, account, Gate.of(gate))
+    return {
+        "account": account,
+        "cumulative_amount": str(amount),
+        "proof": proof,
+        "root": root,
+        "root_committed": latest_id is not None,
+        "root_state": root_state,
+        "claimable_at": claimable_at,
+        "receipts": receipts,
+        "other_kinds": kinds,
+    }

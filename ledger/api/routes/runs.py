@@ -4,18 +4,18 @@ GET /v1/runs/{run}, POST /v1/runs/{run}/close (admin: no round past the final on
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
-from sqlalchemy import bindparam
+from sqlalchemy import Connection, bindparam
 from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from ledger.api.deps import AdminDep, LedgerDep, SessionDep
 from ledger.api.errors import json_response
+from ledger.api.raw import RawSelect
 from ledger.models import Attestation, AttestationPublic, RoundPublic, RoundState, Run, utcnow
 from ledger.schemas import RunCloseIn, RunIn, RunInfo, RunOut
 from ledger.service import Ledger
@@ -36,55 +36,59 @@ _ROUND_COLUMNS = (
 )
 _SCORE_COLUMNS = tuple(_ATT.c[name] for name in AttestationPublic.model_fields)
 _SCORE_NAMES = tuple(AttestationPublic.model_fields)
-_RECEIVED_AT = _SCORE_NAMES.index("received_at")
 ROUNDS_LIMIT, ROUNDS_LIMIT_MAX = 50, 500  # GET .../rounds: the default and the largest limit
 _ROUND_OF = _SCORE_NAMES.index("round")
 # built once (a statement built per request cost a third of a rounds read's CPU): the rounds'
 # attestations, a run's latest rounds, one round
-_SCORES = (
+_SCORES = RawSelect(  # the rounds asked for are the run's newest: every round between is one
     sa_select(*_SCORE_COLUMNS)
-    .where(_ATT.c.run_id == bindparam("run"), _ATT.c.round.in_(bindparam("rounds", expanding=True)))
+    .where(
+        _ATT.c.run_id == bindparam("run"), _ATT.c.round.between(bindparam("lo"), bindparam("hi"))
+    )
     .order_by(_ATT.c.id)
 )
-_LATEST = (
+_LATEST = RawSelect(
     sa_select(*_ROUND_COLUMNS)
     .where(_ROUND.c.run_id == bindparam("run"))
     .order_by(_ROUND.c.round.desc())
     .limit(bindparam("limit"))
 )
-_ONE = sa_select(*_ROUND_COLUMNS).where(
-    _ROUND.c.run_id == bindparam("run"), _ROUND.c.round == bindparam("round")
+_ONE = RawSelect(
+    sa_select(*_ROUND_COLUMNS).where(
+        _ROUND.c.run_id == bindparam("run"), _ROUND.c.round == bindparam("round")
+    )
 )
+_ROUND_NAMES = tuple(column.name for column in _ROUND_COLUMNS)
+_ROUND_NUMBER = _ROUND_NAMES.index("round")
 
 
-def _iso(moment: datetime | None) -> str | None:
-    """A stored (UTC) moment as pydantic writes it: ISO 8601 with ``Z``."""
-    return None if moment is None else moment.isoformat().replace("+00:00", "Z")
-
-
-def _rounds_json(session: Session, run: str, rounds: list[Any]) -> list[dict[str, Any]]:
-    """``RoundPublic`` objects as plain JSON data, from Core rows: the rounds' attestations in
-    one query (not one per round), no ORM objects, no model validation (a run's rounds are
-    what dashboards and nodes poll; building models cost most of the request's CPU)."""
-    scores: dict[int, list[dict[str, Any]]] = {int(r.round): [] for r in rounds}
+def _rounds_json(conn: Connection, run: str, rounds: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """``RoundPublic`` objects as plain JSON data, from rows: the rounds' attestations in one
+    query (not one per round), no ORM objects, no model validation (a run's rounds are what
+    dashboards and nodes poll; building models cost most of the request's CPU)."""
+    scores: dict[int, list[dict[str, Any]]] = {r[_ROUND_NUMBER]: [] for r in rounds}
     if rounds:
-        found = session.execute(_SCORES, {"run": run, "rounds": list(scores)}).all()
-        for row in found:
-            values = list(row)
-            values[_RECEIVED_AT] = _iso(values[_RECEIVED_AT])
-            scores[int(values[_ROUND_OF])].append(dict(zip(_SCORE_NAMES, values, strict=True)))
+        found = _SCORES.rows(conn, {"run": run, "lo": min(scores), "hi": max(scores)})
+        for row in found:  # datetimes as they are: the response writes them (orjson, in C)
+            atts = scores.get(row[_ROUND_OF])
+            if atts is not None:  # one round (get_round) or a run's newest
+                atts.append(dict(zip(_SCORE_NAMES, row, strict=True)))
     out = []
     for rnd in rounds:
-        data = rnd._asdict()
+        data = dict(zip(_ROUND_NAMES, rnd, strict=True))
         expected = data.pop("expected")
-        for name in ("opened_at", "deadline_at", "closed_at"):
-            data[name] = _iso(data[name])
-        atts = scores[int(rnd.round)]
+        atts = scores[rnd[_ROUND_NUMBER]]
         data["members"] = sorted(a["node"] for a in atts)
         data["expected"] = json.loads(expected) if expected else []
         data["scores"] = atts
         out.append(data)
     return out
+
+
+def rounds_json(conn: Connection, run_id: str, limit: int) -> list[dict[str, Any]]:
+    """The run's latest ``limit`` rounds, newest first, as ``list[RoundPublic]`` writes them."""
+    run = run_id.lower()
+    return _rounds_json(conn, run, _LATEST.rows(conn, {"run": run, "limit": limit}))
 
 
 @router.get("/runs/{run_id}/rounds", response_model=list[RoundPublic])
@@ -94,9 +98,7 @@ def list_rounds(
     limit: Annotated[int, Query(ge=1, le=ROUNDS_LIMIT_MAX)] = ROUNDS_LIMIT,
 ) -> Response:
     """The run's latest rounds, newest first."""
-    run = run_id.lower()
-    rounds = session.execute(_LATEST, {"run": run, "limit": limit}).all()
-    return json_response(_rounds_json(session, run, list(rounds)))
+    return json_response(rounds_json(session.connection(), run_id, limit))
 
 
 @router.get("/runs/{run_id}/rounds/{round}", response_model=RoundPublic)
@@ -106,10 +108,11 @@ def get_round(
     session: SessionDep,
 ) -> Response:
     run = run_id.lower()
-    rnd = session.execute(_ONE, {"run": run, "round": round}).first()
-    if rnd is None:
+    conn = session.connection()
+    rnd = _ONE.rows(conn, {"run": run, "round": round})
+    if not rnd:
         raise LedgerError(f"round {round} of run {run} is unknown to this ledger", code="not_found")
-    return json_response(_rounds_json(session, run, [rnd])[0])
+    return json_response(_rounds_json(conn, run, rnd)[0])
 
 
 @router.post("/runs", response_model=RunOut, status_code=201)
