@@ -3,7 +3,8 @@
 Starts a real anvil, deploys the contracts, registers and stakes real nodes, starts
 `coloco ledger serve` (one uvicorn worker, pinned to one core when the machine has two), commits
 a genesis, and drives the API over HTTP on 127.0.0.1 from another process (pinned to the other
-core) with pre-signed, valid attestations, each a distinct (node, round):
+core, with anvil and PostgreSQL: the ledger's core is its own) with pre-signed, valid
+attestations, each a distinct (node, round):
 
 - single: POST /v1/attestations, closed loop, 8 connections -> ``single_per_s``;
 - batch: POST /v1/attestations/batch with 100 items per request -> ``batch_per_s`` (items/s);
