@@ -30,8 +30,6 @@ CODE_STATUS = ("none", "pending", "approved", "rejected", "claimed")
 _EVENT = FundingEvent.__table__  # type: ignore[attr-defined]
 _ATT = Attestation.__table__  # type: ignore[attr-defined]
 _KV = KeyValue.__table__  # type: ignore[attr-defined]
-# built once: a rewards read (what nodes poll) runs them every time
-_CURSOR = sa_select(_KV.c.key, _KV.c.value).where(_KV.c.key.in_((CURSOR_KEY, CURSOR_TIME_KEY)))
 
 
 def _has_event(*where: Any) -> Any:
@@ -42,12 +40,19 @@ def _cursor(key: str) -> Any:
     return sa_select(_KV.c.value).where(_KV.c.key == key).scalar_subquery()
 
 
-# what a rewards read needs to know before the other kinds, as columns of one row (one round
-# trip): the indexer's cursor, and whether the account has any code or capital event and any
-# run an ETH root (most accounts asking are compute nodes: none of them)
+def _moment(block: Any, when: Any) -> tuple[int | None, int | None]:
+    """The cursor's (block, timestamp) as stored (text) to integers."""
+    return (int(block) if block is not None else None), (int(when) if when is not None else None)
+
+
+# built once (a rewards read, what nodes poll, runs them every time): the indexer's cursor, as
+# columns of one row; and what a rewards read needs to know before the other kinds, beside it
+# (one round trip): whether the account has any code or capital event and any run an ETH root
+# (most accounts asking are compute nodes: none of them)
+_CURSOR_COLUMNS = (_cursor(CURSOR_KEY), _cursor(CURSOR_TIME_KEY))
+_AS_OF = sa_select(*_CURSOR_COLUMNS)
 GATE_COLUMNS = (
-    _cursor(CURSOR_KEY),
-    _cursor(CURSOR_TIME_KEY),
+    *_CURSOR_COLUMNS,
     _has_event(_EVENT.c.account == bindparam("account"), _EVENT.c.name == "Submitted"),
     _has_event(_EVENT.c.account == bindparam("account"), _EVENT.c.name == "Deposited"),
     _has_event(_EVENT.c.name == "EthRootCommitted"),
@@ -68,13 +73,7 @@ class Gate:
     @classmethod
     def of(cls, row: Sequence[Any]) -> Gate:
         block, when, code, capital, eth = row
-        return cls(
-            int(block) if block is not None else None,
-            int(when) if when is not None else None,
-            bool(code),
-            bool(capital),
-            bool(eth),
-        )
+        return cls(*_moment(block, when), bool(code), bool(capital), bool(eth))
 
 
 _ETH_RUNS = sa_select(_EVENT.c.run_id).where(_EVENT.c.name == "EthRootCommitted").distinct()
@@ -166,9 +165,7 @@ def run_view(session: Session, run_id: str) -> RunView | None:
 
 def as_of(session: Session) -> tuple[int | None, int | None]:
     """(block, timestamp) the indexed tables describe: the indexer's cursor (one query)."""
-    found: dict[str, str] = {key: value for key, value in session.execute(_CURSOR)}
-    block, when = found.get(CURSOR_KEY), found.get(CURSOR_TIME_KEY)
-    return (int(block) if block is not None else None), (int(when) if when is not None else None)
+    return _moment(*session.execute(_AS_OF).one())
 
 
 def eth_history(session: Session, run_id: str) -> list[tuple[int, int]]:
