@@ -47,7 +47,9 @@ import torch
 Tensors = Mapping[str, torch.Tensor]
 
 SATURATION = 0.85  # a coordinate that moved >= this x lr x H moved the same way every step
-MIN_DISAGREEING = 5  # honest: at most 1 of 290-31,000 measured (numerics may flip a tiny grad)
+# honest: at most 1 of 88-31,000 measured (numerics may flip a tiny grad); other data on a trained
+# base as few as 4 of 47 (a red-team run that escaped to the 10% sample when this was 5)
+MIN_DISAGREEING = 3
 DISAGREEING_SHARE = 0.002  # and at least this share; other data: 1.1%-9.6% measured
 LINF_BAND = (0.92, 1.12)  # x the round median largest coordinate; honest 0.958-1.048
 

@@ -11,7 +11,14 @@ import dataclasses
 import pytest
 import torch
 
-from ledger.quality_steps import LINF_BAND, MIN_DISAGREEING, FirstStepProbe, linf, linf_ratio
+from ledger.quality_steps import (
+    LINF_BAND,
+    MIN_DISAGREEING,
+    Agreement,
+    FirstStepProbe,
+    linf,
+    linf_ratio,
+)
 from trainer.checkpoint import load_weights_into
 from trainer.data import Corpus, ShardSpec
 from trainer.inner import InnerConfig, InnerTrainer
@@ -69,6 +76,23 @@ def test_other_data_loses_the_first_batch_signature(base: dict[str, torch.Tensor
     # the same update probed with the batch it really trained on first agrees: the signal is
     # the declared shard, not the update's shape
     assert FirstStepProbe(base, "tiny").agreement(pg, other[:BATCH], LR, STEPS).disagreeing == 0
+
+
+@pytest.mark.parametrize(
+    ("saturated", "agreeing", "suspicious"),
+    [
+        (47, 43, True),  # other data on a trained base, from a red-team run that escaped at 5
+        (78, 40, True),  # other data on the trained base below
+        (88, 87, False),  # honest on a trained base: at most one flip measured
+        (31_000, 30_999, False),  # honest at genesis
+        (31_000, 30_960, False),  # 40 of 31,000: under the 0.2% share
+        (3_921, 3_878, True),  # other data at genesis (a run): 43 of 3,921
+    ],
+)
+def test_a_few_disagreeing_of_few_saturated_is_suspicious(
+    saturated: int, agreeing: int, suspicious: bool
+) -> None:
+    assert Agreement(saturated, agreeing).suspicious is suspicious
 
 
 def test_half_the_steps_scaled_up_fall_short_of_lr_times_steps(
