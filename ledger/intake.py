@@ -43,7 +43,17 @@ from ledger.indexer import ChainSnapshot, Indexer
 from ledger.membership import Membership
 from ledger.models import Attestation, Rejection, RoundState, utcnow
 from ledger.schemas import AttestationIn
-from ledger.verify import Checked, check_chain, check_form, check_sender, http_status, reject
+from ledger.verify import (
+    Checked,
+    Form,
+    check_chain,
+    check_form,
+    check_sender,
+    check_signer,
+    http_status,
+    recover_signers,
+    reject,
+)
 from protocol.errors import AttestationRejected
 
 log = logging.getLogger(__name__)
@@ -138,22 +148,30 @@ class Intake:
         return self.indexer.snapshot
 
     def check(self, items: list[AttestationIn]) -> Job:
-        """Level 0 checks that need no database (CPU only; run them outside the lock)."""
+        """Level 0 checks that need no database (CPU only; run them outside the lock): the
+        cheap ones item by item, then every signature recovery of the request in one loop."""
         domain = self.indexer.chain.domain
         snap = self.snapshot
-        job = Job(items=items)
+        job = Job(items=items, out=[Outcome(0)] * len(items))
+        forms: list[tuple[int, Form]] = []
         for index, item in enumerate(items):
-            c: Checked | None = None
             try:
                 check_sender(item, snap)  # cheap refusals first: no signature work for them
-                c = check_form(item, domain)
+                forms.append((index, check_form(item, domain)))
+            except AttestationRejected as exc:  # no verified sender: not recorded under it
+                job.out[index] = _refusal(exc)
+                log.debug("refused unverified attestation: %s", exc.code)
+        signers = recover_signers([form for _, form in forms])
+        for (index, form), signer in zip(forms, signers, strict=True):
+            c: Checked | None = None
+            try:
+                c = check_signer(form, signer, domain)
                 check_chain(c, snap, round_window=self.settings.round_window)
                 job.checked.append((index, c))
-                job.out.append(Outcome(0))
             except AttestationRejected as exc:
-                job.out.append(_refusal(exc))
+                job.out[index] = _refusal(exc)
                 if c is not None:  # only a verified sender's refusals are recorded under it
-                    job.rejections.append(_rejection(item, exc, c))
+                    job.rejections.append(_rejection(items[index], exc, c))
                 else:
                     log.debug("refused unverified attestation: %s", exc.code)
         return job
