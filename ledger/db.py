@@ -74,6 +74,9 @@ def make_engine(url: str, *, threads: int = 16, sqlite_synchronous: str = "NORMA
         "pool_size": 2 * threads + INTERNAL_CONNECTIONS,
         "max_overflow": INTERNAL_CONNECTIONS,
         "pool_timeout": 30,
+        # the most recently returned first: the busy few stay warm (their prepared statements),
+        # the rest idle (and are pinged before reuse: _ping_if_idle)
+        "pool_use_lifo": True,
     }
     if url.startswith("sqlite"):
         kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}

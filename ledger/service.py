@@ -177,7 +177,7 @@ class Ledger:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        self.intake.writer.close()
+        self.intake.close()
         self.leadership.release()
         self.engine.dispose()
 

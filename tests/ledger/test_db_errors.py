@@ -53,7 +53,8 @@ def test_postgres_down_answers_503_and_recovers(
     settings_for: Callable[..., Settings], nodes: list[NodeKey], domain: object
 ) -> None:
     """While PostgreSQL is down, reads and writes answer 503 database_unavailable (retry), not
-    500; the URL (and its password) is in no answer; once it is back, the same requests pass."""
+    500; the URL (and its password) is in no answer; once it is back, the same requests pass
+    (the writer's connection, cut by the restart, is replaced)."""
     from tests.harness.postgres import PostgresServer
 
     pg = PostgresServer.start()
@@ -71,11 +72,17 @@ def test_postgres_down_answers_503_and_recovers(
                 )
                 assert r.status_code == 201, r.text
                 ledger.indexer.catch_up()
-                post = body(
-                    attestation(nodes[0], run_id=run, round_=1, base=GENESIS, result=h("r1")),
-                    nodes[0].key,
-                    domain,  # type: ignore[arg-type]
+                before, post = (
+                    body(
+                        attestation(node, run_id=run, round_=1, base=GENESIS, result=h("r1")),
+                        node.key,
+                        domain,  # type: ignore[arg-type]
+                    )
+                    for node in nodes[:2]
                 )
+                # the writer keeps its connection between groups: the halt cuts it
+                first = httpx.post(f"{api}/v1/attestations", json=before, timeout=30)
+                assert first.status_code == 202, first.text
                 reads = [f"/v1/runs/{run}/rounds", f"/v1/nodes/{nodes[0].address}"]
                 pg.halt()
                 try:
