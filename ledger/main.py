@@ -10,9 +10,10 @@ from contextlib import asynccontextmanager
 
 from anyio import to_thread
 from fastapi import APIRouter, FastAPI
+from starlette.types import Receive, Scope, Send
 
 from ledger.api.errors import BodyLimit, WalletSafeJSON, install_error_handlers
-from ledger.api.fast_path import FastIntake
+from ledger.api.fast_path import FastPath
 from ledger.api.routes import (
     attestations,
     blobs,
@@ -30,6 +31,21 @@ from ledger.dashboard import install as install_dashboard
 from ledger.service import Ledger
 
 log = logging.getLogger(__name__)
+
+
+class LedgerApp(FastAPI):
+    """FastAPI, with the attestation posts and the polled reads answered before its middleware
+    and routing (:class:`ledger.api.fast_path.FastPath`); every other request as FastAPI's."""
+
+    fast_path: FastPath | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        fast = self.fast_path
+        handler = fast.handler(scope) if fast is not None else None
+        if fast is None or handler is None:
+            await super().__call__(scope, receive, send)
+        else:
+            await fast.answer(handler, scope, receive, send)
 
 
 def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None) -> FastAPI:
@@ -57,7 +73,7 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
         finally:
             service.stop()
 
-    app = FastAPI(
+    app = LedgerApp(
         title="coloco ledger",
         version="1",
         summary="Verifies compute attestations, scores rounds and settles them on chain.",
@@ -71,7 +87,7 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
     app.include_router(metrics.router)
     install_error_handlers(app)
     install_dashboard(app)  # the dashboard at `/` (ledger/dashboard/)
-    app.add_middleware(FastIntake)  # JSON attestations skip FastAPI's machinery (inside both below)
+    app.fast_path = FastPath(app, limit=settings.max_body_bytes)  # ahead of the stack below
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, blob_limit=settings.max_blob_bytes)
     app.add_middleware(RequestId)  # outermost: every log line of the request carries its id
     install_log_field()

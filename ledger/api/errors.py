@@ -171,10 +171,13 @@ class BodyLimit:
 
     @staticmethod
     async def _refuse(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-        response = error_response(
-            413, "body_too_large", f"request body over {limit} bytes: send less (or batch less)"
-        )
-        await response(scope, receive, send)
+        await too_large_response(limit)(scope, receive, send)
+
+
+def too_large_response(limit: int) -> Response:
+    return error_response(
+        413, "body_too_large", f"request body over {limit} bytes: send less (or batch less)"
+    )
 
 
 class _TooLarge(Exception):

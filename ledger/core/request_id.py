@@ -37,6 +37,15 @@ def install_log_field() -> None:
     logging.setLogRecordFactory(factory)
 
 
+def id_of(scope: Scope) -> str:
+    """The request's id: its ``X-Request-ID`` when sane, else a new one."""
+    for name, value in scope.get("headers", ()):
+        if name == b"x-request-id":
+            given = value.decode("latin-1")
+            return given if _SANE.match(given) else uuid.uuid4().hex
+    return uuid.uuid4().hex
+
+
 class RequestId:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -45,8 +54,7 @@ class RequestId:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = dict(scope.get("headers", ())).get(b"x-request-id", b"").decode("latin-1")
-        rid = given if _SANE.match(given) else uuid.uuid4().hex
+        rid = id_of(scope)
         token = request_id.set(rid)
 
         async def send_with_id(message: Message) -> None:

@@ -86,6 +86,10 @@ def test_the_body_limit_holds_on_the_fast_path(client: TestClient) -> None:
     big = b'{"items": [' + b'"x",' * 400_000 + b'"x"]}'  # over the 1 MiB default
     r = client.post("/v1/attestations/batch", content=big, headers={"content-type": FAST})
     assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+    # sent chunked, without a Content-Length: counted while it is read
+    r = client.post("/v1/attestations/batch", content=iter([big]), headers={"content-type": FAST})
+    assert "content-length" not in r.request.headers
+    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
 
 
 @pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
