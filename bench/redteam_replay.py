@@ -5,7 +5,8 @@ audit would run (relative L2 error, as ``ledger.audit.replay.audit`` measures it
 
 Prints one JSON object as its last line: per (capability, threads) the relative L2 error against
 the reference (default capability, 1 thread), the largest one, the tolerance
-(``COLOCO_LEDGER_AUDIT_TOLERANCE``'s default) and the load average.
+(``COLOCO_LEDGER_AUDIT_TOLERANCE``'s default), the capabilities run and those skipped (a CPU
+without AVX-512 dies of SIGILL when forced to it) and the load average.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ def replay_once(out: Path, *, steps: int, threads: int, preset: str, rnd: int, l
     torch.save(replay_pseudo_gradient(base, inputs, corpus_of(None)), out)
 
 
+def supported() -> tuple[str, ...]:
+    """The capabilities this CPU can run: torch's best for it and every lesser one."""
+    best = torch.backends.cpu.get_cpu_capability().lower()
+    return CAPABILITIES[: CAPABILITIES.index(best) + 1] if best in CAPABILITIES else ("default",)
+
+
 def _flat(t: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.cat([t[n].double().reshape(-1) for n in sorted(t)])
 
@@ -68,9 +75,10 @@ def main() -> None:
         return
     work = Path(tempfile.mkdtemp(prefix="bench-replay-"))
     errors: dict[str, float] = {}
+    capabilities = supported()
     for rnd in range(1, args.rounds + 1):
         runs: dict[str, torch.Tensor] = {}
-        for cap in CAPABILITIES:
+        for cap in capabilities:
             for threads in args.threads:
                 out = work / f"{cap}-{threads}-{rnd}.pt"
                 env = dict(os.environ, ATEN_CPU_CAPABILITY=cap)
@@ -92,6 +100,8 @@ def main() -> None:
                 "rel_l2_error": {k: float(f"{v:.3g}") for k, v in errors.items()},
                 "max_rel_l2_error": float(f"{worst:.3g}"),
                 "tolerance": tolerance,
+                "capabilities": list(capabilities),
+                "skipped": [cap for cap in CAPABILITIES if cap not in capabilities],
                 "margin": round(tolerance / worst, 1) if worst else None,
                 "rounds": args.rounds,
                 "inner_steps": args.steps,
