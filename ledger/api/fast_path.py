@@ -99,7 +99,7 @@ def _json(headers: list[tuple[bytes, bytes]]) -> bool:
     return False
 
 
-Handler = Callable[[Scope, Receive], Awaitable[Response | None]]
+Handler = Callable[[Receive], Awaitable[Response | None]]
 
 
 class FastPath:
@@ -130,7 +130,7 @@ class FastPath:
         rid = id_of(scope)
         token = request_id.set(rid)
         try:
-            response = await handler(scope, receive)
+            response = await handler(receive)
             if response is not None:  # None: the client went away
                 response.raw_headers.append((b"x-request-id", rid.encode()))
                 await response(scope, receive, send)
@@ -138,7 +138,7 @@ class FastPath:
             request_id.reset(token)
 
     async def _intake(
-        self, route: tuple[type[BaseModel], Any], scope: Scope, receive: Receive
+        self, route: tuple[type[BaseModel], Any], receive: Receive
     ) -> Response | None:
         model, handler = route
         chunks, seen = [], 0
@@ -165,7 +165,7 @@ class FastPath:
         except Exception as exc:
             return exception_response(exc)
 
-    async def _read(self, read: tuple[Read, str, int], scope: Scope, receive: Receive) -> Response:
+    async def _read(self, read: tuple[Read, str, int], _receive: Receive) -> Response:
         state = self.app.state
         async with state.db_slots:  # as ledger.api.deps.get_db: a slot, holding nothing
             try:
