@@ -266,17 +266,20 @@ class Intake:
             yield conn
             conn.commit()  # ends SQLAlchemy's autobegun marker; nothing is sent in autocommit
         except BaseException:
-            self._conn = None
-            conn.close()
+            self._release()
             raise
+
+    def _release(self) -> None:
+        """Give back the writer's connection (the caller holds :attr:`lock`)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
 
     def close(self) -> None:
         """Stop the writer and give back its connection."""
         self.writer.close()
         with self.lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._release()
 
     def _outcomes(
         self,
