@@ -507,7 +507,10 @@ def _inner_steps(entries: list[Entry], ctx: Context, base: Tensors | None) -> fl
         spec = ShardSpec.for_node(bytes.fromhex(a.run_id[2:]), a.round, a.node, size, mixture)
         rows = corpus.shard_rows(spec, seq_len)[:batch]
         got = probe.agreement(e.tensors, rows, lr, a.inner_steps)
-        e.reason += f"; first batch: {got.agreeing} of {got.saturated} most-moved agree"
+        e.reason += (
+            f"; first batch: {got.agreeing} of {got.saturated} most-moved "
+            f"(>= {got.cut:.2f} lr x H) agree"
+        )
         if got.suspicious:
             e.suspicious.append(
                 f"{got.saturated - got.agreeing} of the {got.saturated} coordinates that moved "

@@ -31,6 +31,11 @@ warm bases only 47-167 coordinates saturate (1e-8: 2,420-8,847), so the probe ha
 on a trained model (tests/redteam/test_inner_steps.py checks one: honest 88 of 88 agree, other
 data 38 of 78 disagree).
 
+On a trained base (bases 30-3,000 steps past genesis) fewer than :data:`MOST_MOVED` coordinates
+saturate and two red-team runs' other-data nodes escaped with 4 of 47 and 2 of 34 disagreeing;
+there the cut drops to the :data:`MOST_MOVED`-th largest coordinate, no lower than :data:`FLOOR`
+(:func:`cut_of`): honest at most 1 of 412-500 disagreeing, other data 74-256 (36 of each).
+
 Neither rejects anything: each only makes a node-round suspicious, and the replay audit decides.
 The probe costs one forward and backward pass of one batch per node (a replay runs ``H`` of them).
 Measured ranges and thresholds: docs/ledger.md, "Red team and replay tolerance".
@@ -47,11 +52,32 @@ import torch
 Tensors = Mapping[str, torch.Tensor]
 
 SATURATION = 0.85  # a coordinate that moved >= this x lr x H moved the same way every step
+# fewer than MOST_MOVED saturated (a trained base): the cut drops to the MOST_MOVED-th largest
+# coordinate, never under FLOOR x lr x H (honest at 0.75: at most 1 of 418-1,105 disagreeing on
+# trained bases; at genesis, where 5,000-6,000 saturate, 58-246 of 7,000: hence not lower always)
+MOST_MOVED = 500
+FLOOR = 0.75
 # honest: at most 1 of 88-31,000 measured (numerics may flip a tiny grad); other data on a trained
 # base as few as 4 of 47 (a red-team run that escaped to the 10% sample when this was 5)
 MIN_DISAGREEING = 3
 DISAGREEING_SHARE = 0.002  # and at least this share; other data: 1.1%-9.6% measured
 LINF_BAND = (0.92, 1.12)  # x the round median largest coordinate; honest 0.958-1.048
+
+
+def cut_of(pseudo_gradient: Tensors, lr: float, steps: int) -> float:
+    """The probe's cut in units of ``lr x steps``: :data:`SATURATION`, or the
+    :data:`MOST_MOVED`-th largest coordinate when fewer reach it, no lower than :data:`FLOOR`."""
+    unit = lr * steps
+    if unit <= 0:
+        return SATURATION
+    above = [t.detach().float().abs().reshape(-1) for t in pseudo_gradient.values()]
+    candidates = torch.cat([a[a >= FLOOR * unit] for a in above]) if above else torch.empty(0)
+    if int((candidates >= SATURATION * unit).sum()) >= MOST_MOVED:
+        return SATURATION
+    if candidates.numel() <= MOST_MOVED:
+        return FLOOR
+    kth = float(candidates.topk(MOST_MOVED).values[-1]) / unit
+    return min(SATURATION, max(FLOOR, kth))
 
 
 def linf(tensors: Tensors) -> float:
@@ -66,8 +92,9 @@ def linf_ratio(value: float, lr: float, steps: int) -> float:
 
 @dataclass(frozen=True)
 class Agreement:
-    saturated: int  # coordinates that moved >= SATURATION x lr x H
+    saturated: int  # coordinates that moved >= cut x lr x H
     agreeing: int  # of those, how many have the first batch's gradient sign
+    cut: float = SATURATION  # x lr x H: SATURATION, or lower on a trained base (see :func:`cut_of`)
 
     @property
     def disagreeing(self) -> int:
@@ -116,17 +143,22 @@ class FirstStepProbe:
         _, loss = model(first_batch[:, :-1], first_batch[:, 1:])
         assert loss is not None
         loss.backward()
-        cut = SATURATION * lr * steps
+        pairs = {
+            name: (pseudo_gradient[name].detach().float(), p.grad)
+            for name, p in model.named_parameters()
+            if name in pseudo_gradient
+            and p.grad is not None
+            and pseudo_gradient[name].shape == p.shape
+        }
+        ratio = cut_of({name: pg for name, (pg, _) in pairs.items()}, lr, steps)
+        cut = ratio * lr * steps
         saturated = agreeing = 0
-        for name, p in model.named_parameters():
-            pg = pseudo_gradient.get(name)
-            if pg is None or p.grad is None or pg.shape != p.shape:
-                continue
-            mask = pg.detach().float().abs() >= cut
+        for pg, grad in pairs.values():
+            mask = pg.abs() >= cut
             n = int(mask.sum())
             if n:
                 saturated += n
-                same = torch.sign(pg.float()[mask]) == torch.sign(p.grad[mask])
+                same = torch.sign(pg[mask]) == torch.sign(grad[mask])
                 agreeing += int(same.sum())
         model.zero_grad(set_to_none=True)
-        return Agreement(saturated, agreeing)
+        return Agreement(saturated, agreeing, ratio)

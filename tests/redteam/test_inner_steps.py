@@ -12,10 +12,14 @@ import pytest
 import torch
 
 from ledger.quality_steps import (
+    FLOOR,
     LINF_BAND,
     MIN_DISAGREEING,
+    MOST_MOVED,
+    SATURATION,
     Agreement,
     FirstStepProbe,
+    cut_of,
     linf,
     linf_ratio,
 )
@@ -95,6 +99,21 @@ def test_a_few_disagreeing_of_few_saturated_is_suspicious(
     assert Agreement(saturated, agreeing).suspicious is suspicious
 
 
+def _moved(*values: float) -> dict[str, torch.Tensor]:
+    """A pseudo-gradient whose coordinates moved these multiples of lr x H."""
+    return {"w": torch.tensor(values) * (LR * STEPS)}
+
+
+def test_the_cut_is_saturation_while_enough_saturate_and_then_the_most_moved() -> None:
+    assert cut_of(_moved(*[0.9] * MOST_MOVED, 0.1), LR, STEPS) == SATURATION
+    # fewer saturate: the MOST_MOVED-th largest, the sign of a moved coordinate not ignored
+    few = _moved(*[0.9] * 10, *[-0.8] * (MOST_MOVED - 10), *[0.78] * 5)
+    assert cut_of(few, LR, STEPS) == pytest.approx(0.8)
+    # never under FLOOR, however few moved
+    assert cut_of(_moved(*[0.9] * 10, *[0.6] * MOST_MOVED), LR, STEPS) == FLOOR
+    assert cut_of(_moved(0.9, 0.8), LR, STEPS) == FLOOR
+
+
 def test_half_the_steps_scaled_up_fall_short_of_lr_times_steps(
     base: dict[str, torch.Tensor],
 ) -> None:
@@ -129,9 +148,11 @@ def test_the_signals_hold_on_a_trained_base(trained_base: dict[str, torch.Tensor
     probe = FirstStepProbe(trained_base, "tiny")
     honest = _train(trained_base, declared, STEPS)
     got = probe.agreement(honest, declared[:BATCH], LR, STEPS)
-    assert got.saturated >= 20 and got.disagreeing <= 1 and not got.suspicious, got
+    # fewer than MOST_MOVED reach SATURATION here: the cut drops to count MOST_MOVED of them
+    assert FLOOR <= got.cut < SATURATION and got.saturated >= MOST_MOVED, got
+    assert got.disagreeing <= 1 and not got.suspicious, got
     cheat = probe.agreement(_train(trained_base, other, STEPS), declared[:BATCH], LR, STEPS)
-    assert cheat.suspicious, cheat
+    assert cheat.suspicious and cheat.disagreeing >= 10 * MIN_DISAGREEING, cheat
     half = _train(trained_base, declared, STEPS // 2)
     norm = lambda t: float(torch.cat([x.reshape(-1) for x in t.values()]).norm())  # noqa: E731
     scaled = {n: t * (norm(honest) / norm(half)) for n, t in half.items()}
