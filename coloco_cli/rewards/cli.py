@@ -26,9 +26,12 @@ log = logging.getLogger(__name__)
 
 app = typer.Typer(no_args_is_help=True)
 
-RECEIPT_COLUMNS = (
-    "round", "node", "claimed_tokens", "verified_tokens", "quality", "reward", "reason",
-)  # fmt: skip
+# a receipt's figures, one column each under a short header; its reason (free text, often
+# longer than a terminal line) is listed after the table, not squeezed into a column beside them
+RECEIPT_COLUMNS = {
+    "round": "round", "node": "node", "claimed_tokens": "claimed", "verified_tokens": "verified",
+    "quality": "quality", "reward": "reward",
+}  # fmt: skip
 
 
 def _utc(unix: int) -> str:
@@ -41,7 +44,7 @@ def _cell(key: str, value: Any) -> str:
     if key == "reward":
         return f"{fmt_units(int(value))} CMS"
     if key == "node":
-        return f"{str(value)[:10]}…"
+        return f"{str(value)[:8]}…"
     return str(value)
 
 
@@ -95,11 +98,15 @@ def show(
     if owed.receipts:
         receipts = Table(title="receipts (one per round)")
         keys = [k for k in RECEIPT_COLUMNS if k in owed.receipts[0]]
-        for key in keys:
-            receipts.add_column(key)
+        for key in keys:  # an amount is never cut short: the other columns give way
+            receipts.add_column(RECEIPT_COLUMNS[key], no_wrap=key in ("round", "reward"))
         for rec in owed.receipts:
             receipts.add_row(*(_cell(k, rec.get(k)) for k in keys))
         console.print(receipts)
+        for rec in owed.receipts:
+            if rec.get("reason"):
+                console.print(f"round {rec.get('round')}, {_cell('node', rec.get('node'))}: "
+                              f"{rec['reason']}", markup=False, highlight=False)  # fmt: skip
         for rec in owed.receipts:  # each round's root, while it is not final
             if rec.get("root_state") in ("pending", "revoked"):
                 at = rec.get("claimable_at")
