@@ -252,18 +252,21 @@ def split_eval(corpus: Corpus) -> tuple[Corpus, Corpus]:
 
 def code_corpus(root: Path = Path("node_modules/@openzeppelin/contracts")) -> Corpus | None:
     """Another corpus of source code: OpenZeppelin's Solidity (npm ci installs it), two sources
-    (``utils/`` and the rest) as .txt files in a temporary folder; None if it is missing."""
+    (``utils/`` and the rest), read through .txt files in a temporary folder that is removed once
+    loaded; None if it is missing."""
     files = sorted(root.rglob("*.sol")) if root.is_dir() else []
     if len(files) < 20:
         return None
-    folder = Path(tempfile.mkdtemp(prefix="coloco-code-corpus-"))
-    for f in files:
-        rel = f.relative_to(root)
-        source = "b_utils" if rel.parts[0] == "utils" else "a_contracts"
-        target = folder / source / (str(rel.with_suffix("")).replace("/", "__") + ".txt")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(f.read_bytes())
-    return Corpus.from_folder(folder)
+    with tempfile.TemporaryDirectory(prefix="coloco-code-corpus-") as tmp:
+        folder = Path(tmp)
+        for f in files:
+            rel = f.relative_to(root)
+            source = "b_utils" if rel.parts[0] == "utils" else "a_contracts"
+            target = folder / source / (str(rel.with_suffix("")).replace("/", "__") + ".txt")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(f.read_bytes())
+        loaded = Corpus.from_folder(folder)
+    return Corpus(list(loaded.sources), name=f"solidity:{root}")
 
 
 _CORPORA: dict[str, Corpus] = {}

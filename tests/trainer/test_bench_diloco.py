@@ -4,6 +4,7 @@ run-long lr schedules are off by default."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import torch
@@ -27,9 +28,12 @@ def test_validation_and_test_halves_do_not_overlap(corpus_dir: Path) -> None:
 
 
 def test_the_other_corpus_is_solidity_source_in_two_sources() -> None:
+    before = set(Path(tempfile.gettempdir()).glob("coloco-code-corpus-*"))
     other = code_corpus()
     assert other is not None, "node_modules/@openzeppelin/contracts is installed by npm ci"
     assert len(other.sources) == 2
+    # loaded into memory: its temporary folder is gone (make test left three a run)
+    assert set(Path(tempfile.gettempdir()).glob("coloco-code-corpus-*")) == before
     assert b"pragma solidity" in bytes(other.sources[0].train[:200_000].tolist())
 
 
