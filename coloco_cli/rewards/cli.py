@@ -45,6 +45,8 @@ def _cell(key: str, value: Any) -> str:
         return f"{fmt_units(int(value))} CMS"
     if key == "node":
         return f"{str(value)[:8]}…"
+    if key == "quality":  # 4 significant digits: the exact figure is in --json
+        return f"{float(value):.4g}"
     return str(value)
 
 
@@ -99,7 +101,7 @@ def show(
         receipts = Table(title="receipts (one per round)")
         keys = [k for k in RECEIPT_COLUMNS if k in owed.receipts[0]]
         for key in keys:  # an amount is never cut short: the other columns give way
-            receipts.add_column(RECEIPT_COLUMNS[key], no_wrap=key in ("round", "reward"))
+            receipts.add_column(RECEIPT_COLUMNS[key], no_wrap=key in ("round", "quality", "reward"))
         for rec in owed.receipts:
             receipts.add_row(*(_cell(k, rec.get(k)) for k in keys))
         console.print(receipts)

@@ -152,9 +152,9 @@ def test_show_says_when_a_pending_reward_becomes_claimable(
     reason = ("[audited] usefulness 1.000: own-shard loss 3.4834 -> 3.2024, random 3.4183 -> "
               "3.2748; first batch: 42 of 42 most-moved (>= 0.75 lr x H) agree")  # fmt: skip
     receipt = {"run_id": "0x" + "01" * 32, "round": 4, "node": account, "claimed_tokens": 10,
-               "verified_tokens": 10, "quality": 1.0, "reward": str(OWED), "verified": True,
-               "reason": reason, "round_state": "committed", "root_state": "pending",
-               "claimable_at": finalized_at}  # fmt: skip
+               "verified_tokens": 10, "quality": 0.942661234567, "reward": str(OWED),
+               "verified": True, "reason": reason, "round_state": "committed",
+               "root_state": "pending", "claimable_at": finalized_at}  # fmt: skip
     answer.update(root_state="pending", claimable_at=finalized_at, receipts=[receipt])
     shown = CliRunner().invoke(app, ["rewards", "show", account])
     assert shown.exit_code == 0, shown.output
@@ -163,7 +163,7 @@ def test_show_says_when_a_pending_reward_becomes_claimable(
     assert "claimable now │ 0 CMS" in text, text
     assert f"in dispute window │ 3 CMS, claimable from {when}" in text, text
     assert f"round 4: root pending, claimable from {when}" in text, text
-    assert re.search(r"│ 4 │ 0x\w{6}… │ 10 │ 10 │ 1.0 │ 3 CMS │", text), text
+    assert re.search(r"│ 4 │ 0x\w{6}… │ 10 │ 10 │ 0.9427 │ 3 CMS │", text), text
     assert f"round 4, {account[:8]}…: {reason}" in text, text
     as_json = json.loads(CliRunner().invoke(app, ["rewards", "show", account, "--json"]).output)
     assert as_json["claimable"] == 0 and as_json["claimable_at"] == finalized_at
