@@ -16,8 +16,8 @@ import logging
 
 import torch
 
-from trainer.codec import WireFormat, resolve_backend, wire_bytes
-from trainer.codec.speed import averaged_errors, measure_codec_ns_per_param
+from reference.codec import WireFormat, resolve_backend, wire_bytes
+from reference.codec.speed import averaged_errors, measure_codec_ns_per_param
 
 log = logging.getLogger("bench.codec")
 

@@ -21,7 +21,7 @@ from functools import partial
 
 import torch
 
-from trainer.codec import WireFormat, decode, decode_into, encode
+from reference.codec import WireFormat, decode, decode_into, encode
 
 log = logging.getLogger("bench.codec_gpu")
 

@@ -9,10 +9,10 @@ As in the DiLoCo paper, both continue from the same warm model (``--warm-start``
 steps on other data, default 200, not counted in either run's tokens or bytes); from a cold
 genesis DiLoCo's first rounds are far behind (measured: loss ratio 1.12-1.21 at 8-16 rounds).
 Defaults (the best of those tried on the validation half, docs/trainer.md "Benchmark"): DiLoCo's
-inner AdamW lr 3e-3, betas (0.7, 0.95), eps 1e-4 and no warmup (trainer.inner.DEFAULT_BETAS,
+inner AdamW lr 3e-3, betas (0.7, 0.95), eps 1e-4 and no warmup (reference.inner.DEFAULT_BETAS,
 DEFAULT_EPS and DEFAULT_WARMUP_STEPS, what every node runs), outer Nesterov lr 0.9 and momentum
-0.9 (trainer.runconfig's governed defaults), H 50, K 4, B 8 rows of 64 bytes. Each worker starts
-a fresh AdamW every round, as the node does (``RoundSettings.keep_inner_state`` False, so the
+0.9 (trainer.round.runconfig's governed defaults), H 50, K 4, B 8 rows of 64 bytes. Each worker
+starts a fresh AdamW every round, as the node does (``RoundSettings.keep_inner_state`` False, so the
 ledger can replay a round); ``--keep-inner-state`` measures the paper's carried state instead.
 The baseline's AdamW runs the same betas, eps, clip and weight decay (shared settings), with its
 lr tuned on the validation half; the warm start keeps (0.9, 0.95), eps 1e-8 and no warmup.
@@ -20,7 +20,7 @@ The workers are simulated in one process (the same math as the multi-process pat
 tests/trainer/test_diloco_distributed.py runs over real gloo processes); the JSON says so.
 
 Bytes are what one rank puts on the wire: a ring all-reduce of fp32 sends 2(K-1)/K * 4 bytes per
-value; a quantized round sends what trainer.comm.wire_bytes says for the format.
+value; a quantized round sends what trainer.network.comm.wire_bytes says for the format.
 The last line of output is one JSON object.
 """
 
@@ -41,18 +41,19 @@ from pathlib import Path
 import torch
 
 from bench import emit
-from trainer.comm import simulate_average, wire_bytes
-from trainer.data import Corpus, DataSource, ShardSpec
-from trainer.inner import (
+from reference.data import Corpus, DataSource, ShardSpec
+from reference.inner import (
     DEFAULT_BETAS,
     DEFAULT_EPS,
     DEFAULT_WARMUP_STEPS,
     InnerConfig,
     InnerTrainer,
 )
-from trainer.model import GPT, GPTConfig, evaluate
-from trainer.outer import OuterConfig, OuterState
-from trainer.runconfig import INNER_LR, INNER_STEPS, OUTER_LR, OUTER_MOMENTUM
+from reference.mean import simulate_average
+from reference.model import GPT, GPTConfig, evaluate
+from reference.outer import OuterConfig, OuterState
+from trainer.network.comm import wire_bytes
+from trainer.round.runconfig import INNER_LR, INNER_STEPS, OUTER_LR, OUTER_MOMENTUM
 
 log = logging.getLogger("bench.diloco")
 RUN_ID = bytes.fromhex("c0" * 32)
@@ -229,9 +230,9 @@ def _load_flat(model: GPT, outer: OuterState, flat: torch.Tensor) -> None:
 
 def codec_ns_per_param() -> float | None:
     try:
-        from trainer.codec.speed import measure_codec_ns_per_param
+        from reference.codec.speed import measure_codec_ns_per_param
     except ImportError:
-        log.warning("trainer.codec.speed is missing: codec_ns_per_param not measured")
+        log.warning("reference.codec.speed is missing: codec_ns_per_param not measured")
         return None
     return float(measure_codec_ns_per_param())
 

@@ -270,7 +270,7 @@ def _tiny_disk(path: Path) -> bool:
 def blob_disk_full(rig: Rig) -> dict[str, Any]:
     import torch
 
-    from ledger.blobstore import BlobStore
+    from ledger.core.blobstore import BlobStore
 
     blob_dir = rig.work / "blob-disk"
     mounted = _tiny_disk(blob_dir)

@@ -39,7 +39,7 @@ from typing import Any
 
 from bench import emit, network_ckpt
 from tests.harness.netns import Netns, unavailable
-from trainer.runconfig import INNER_LR, NODE_BATCH_SIZE, OUTER_LR, OUTER_MOMENTUM
+from trainer.round.runconfig import INNER_LR, NODE_BATCH_SIZE, OUTER_LR, OUTER_MOMENTUM
 
 log = logging.getLogger("bench.network")
 REPO = Path(__file__).resolve().parents[1]
@@ -147,9 +147,9 @@ def overlap_loss_ratio(rounds: int) -> dict[str, float]:
     import torch
 
     from bench.diloco import Setup, run_diloco
-    from trainer.data import Corpus
-    from trainer.model import GPTConfig
-    from trainer.outer import OuterConfig
+    from reference.data import Corpus
+    from reference.model import GPTConfig
+    from reference.outer import OuterConfig
 
     torch.set_num_threads(1)
     s = Setup(model=GPTConfig.preset("tiny"), workers=4, rounds=rounds, inner_steps=50, batch=8,
@@ -310,8 +310,8 @@ def main() -> None:
         "slow_node_speed_ratio": round(speed, 3),
         "slow_node_steps": [r["steps"] for r in het[1]["rounds"]],
         "time_budget": (
-            "trainer.timebox (node run --time-box): H + 1 steps at the fastest signed pace of the "
-            "round before, never below half the median pace; every scenario"
+            "trainer.round.timebox (node run --time-box): H + 1 steps at the fastest signed pace "
+            "of the round before, never below half the median pace; every scenario"
         ),
         **ov,
         **ckpt,

@@ -4,14 +4,14 @@
 
 ``--peers`` members, each in its own network namespace (tests/harness/netns.py), serve the same
 round checkpoint (genesis weights + zero momentum of the preset: about 8 B per parameter) with the
-real :class:`trainer.peer_checkpoint.CheckpointServer` while they keep running AdamW steps in
-their main thread; a joiner in another namespace runs the real :func:`trainer.peer_checkpoint.
-fetch` from all of them at once and checks the whole blob against the weights hash. Bytes are
-the namespaces' ``eth0`` counters; beside them the model: the blob and the digest list in
-1448-byte TCP segments with 66 bytes of headers each, plus HTTP request/response headers (what
-the joiner receives), and its requests plus one ACK per two segments (what it sends: a rough
-figure, as the veth's receive offload coalesces segments and the kernel acks fewer). Also used
-by bench.network and tests/trainer/test_peer_checkpoint_netns.py.
+real :class:`trainer.network.peer_checkpoint.CheckpointServer` while they keep running AdamW steps
+in their main thread; a joiner in another namespace runs the real
+:func:`trainer.network.peer_checkpoint. fetch` from all of them at once and checks the whole blob
+against the weights hash. Bytes are the namespaces' ``eth0`` counters; beside them the model: the
+blob and the digest list in 1448-byte TCP segments with 66 bytes of headers each, plus HTTP
+request/response headers (what the joiner receives), and its requests plus one ACK per two segments
+(what it sends: a rough figure, as the veth's receive offload coalesces segments and the kernel
+acks fewer). Also used by bench.network and tests/trainer/test_peer_checkpoint_netns.py.
 The last line of output is one JSON object.
 """
 
@@ -37,13 +37,13 @@ MSS = 1448
 FRAME = 66
 REQUEST = 130  # "GET /v1/ckpt/1/<root>/chunk/i HTTP/1.1", Host, Accept-Encoding
 RESPONSE_HEADER = 160  # status line, Server, Date, Content-Length, Content-Type
-PER_PEER = 2  # connections per peer (trainer.peer_checkpoint.fetch's default)
+PER_PEER = 2  # connections per peer (trainer.network.peer_checkpoint.fetch's default)
 ROUND = 1
 
 _MEMBER = """
 import json, sys, threading, time, torch
 from bench.network_ckpt import checkpoint_of
-from trainer.peer_checkpoint import CheckpointServer, Manifest
+from trainer.network.peer_checkpoint import CheckpointServer, Manifest
 torch.set_num_threads(1)
 preset, ip, port, chunk, train = sys.argv[1:6]
 port, chunk, train = int(port), int(chunk), train == "1"
@@ -71,8 +71,8 @@ print(json.dumps({"served": server.bytes_served, "steps": len(steps),
 
 _JOINER = """
 import json, sys, time
-from trainer.checkpoint import RoundCheckpoint
-from trainer.peer_checkpoint import Manifest, fetch
+from reference.checkpoint import RoundCheckpoint
+from trainer.network.peer_checkpoint import Manifest, fetch
 manifest = Manifest.from_body(json.loads(sys.argv[1]))
 t = time.monotonic()
 blob, faults = fetch(1, manifest, sys.argv[2].split(","))
@@ -86,8 +86,8 @@ def checkpoint_of(preset: str) -> Any:
     """The round-1 checkpoint every member holds (genesis weights, zero momentum), and a model."""
     import torch
 
-    from trainer.checkpoint import RoundCheckpoint
-    from trainer.model import GPT, GPTConfig, genesis_state
+    from reference.checkpoint import RoundCheckpoint
+    from reference.model import GPT, GPTConfig, genesis_state
 
     cfg = GPTConfig.preset(preset)
     weights = genesis_state(cfg, 0)

@@ -4,7 +4,7 @@
 
 Hosts the TCPStore the nodes rendezvous on, and answers ``PUT /v1/blobs/{hash}`` as the ledger
 does: the blob must be a safetensors file whose canonical tensor hash is ``hash``
-(:func:`protocol.blobs.blob_id`, the check ``ledger.blobstore.BlobStore.put`` makes), else 422.
+(:func:`protocol.blobs.blob_id`, the check ``ledger.core.blobstore.BlobStore.put`` makes), else 422.
 The bytes are verified and dropped: the benchmark measures what nodes send, not the disk.
 Runs until killed.
 """

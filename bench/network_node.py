@@ -2,16 +2,18 @@
 
     ip netns exec NS python -m bench.network_node --index I --hub 10.77.0.254 ... --out F.json
 
-Per round: join the round's membership at the rendezvous (:class:`trainer.membership.Rendezvous`,
-a TCPStore in the hub namespace); keep the gloo group while the member list is unchanged (formed
-once, not every round); run the inner steps that fit in the round's time box (`--budget-s -1`:
-trainer.timebox, as `coloco node run --time-box`, from the members' signed paces); encode
-``base - local`` with the codec's fused subtract-and-quantize kernel; average it weighted by
-tokens (:func:`trainer.allreduce.average`); take the bit-exact outer step
-(:func:`trainer.outer.outer_step`) on each piece of the mean as it lands; check every member
-holds the same weights; upload the commitment (the same packet, :mod:`trainer.commitment`) to the
-ledger's blob route with the node's real :class:`trainer.ledger_client.LedgerClient`, in the
-background while the next round computes.
+Per round: join the round's membership at the rendezvous
+(:class:`trainer.network.membership.Rendezvous`, a TCPStore in the hub namespace); keep the gloo
+group while the member list is unchanged (formed once, not every round); run the inner steps that
+fit in the round's time box (`--budget-s -1`: trainer.round.timebox, as `coloco node run
+--time-box`, from the members' signed paces); encode ``base - local`` with the codec's fused
+subtract-and-quantize kernel; average it weighted by tokens
+(:func:`trainer.network.allreduce.average`); take the bit-exact outer step
+(:func:`reference.outer.outer_step`) on each piece of the mean as it lands; check every member
+holds the same weights; upload the commitment (the same packet, :mod:`reference.commitment`)
+to the ledger's blob route with the node's real
+:class:`trainer.network.ledger_client.LedgerClient`, in the background while the next round
+computes.
 Nothing else is sent: no per-round checkpoint to the store or the ledger.
 
 ``--slowdown F`` emulates a node F times slower (after each step it sleeps F-1 times that step's
@@ -35,19 +37,20 @@ import torch
 import torch.distributed as dist
 
 from protocol.keys import NodeKey
-from trainer import commitment, timebox
-from trainer.allreduce import average
-from trainer.codec import Packet, encode
-from trainer.coordination.registry import AnyKeyRegistry
-from trainer.data import Corpus, ShardSpec
-from trainer.diloco import DiLoCo, RoundSettings
-from trainer.inner import InnerConfig, InnerTrainer, StepInfo
-from trainer.ledger_client import LedgerClient
-from trainer.membership import MembershipConfig, Rendezvous
-from trainer.model import GPT, GPTConfig, evaluate
-from trainer.node import offline_domain
-from trainer.outer import OuterConfig, OuterState
-from trainer.runconfig import INNER_LR, NODE_BATCH_SIZE, OUTER_LR, OUTER_MOMENTUM
+from reference import commitment
+from reference.codec import Packet, encode
+from reference.data import Corpus, ShardSpec
+from reference.inner import InnerConfig, InnerTrainer, StepInfo
+from reference.model import GPT, GPTConfig, evaluate
+from reference.outer import OuterConfig, OuterState
+from trainer.network.allreduce import average
+from trainer.network.coordination.registry import AnyKeyRegistry
+from trainer.network.ledger_client import LedgerClient
+from trainer.network.membership import MembershipConfig, Rendezvous
+from trainer.round import timebox
+from trainer.round.diloco import DiLoCo, RoundSettings
+from trainer.round.node import offline_domain
+from trainer.round.runconfig import INNER_LR, NODE_BATCH_SIZE, OUTER_LR, OUTER_MOMENTUM
 
 NET = Path("/sys/class/net/eth0/statistics")
 
@@ -69,7 +72,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=NODE_BATCH_SIZE)
     p.add_argument("--fmt", default="int8")
     p.add_argument("--budget-s", type=float, default=0.0,
-                   help="inner time box in s; 0: none; -1: trainer.timebox's (round 1 runs H "
+                   help="inner time box in s; 0: none; -1: trainer.round.timebox's (round 1 runs H "
                    "steps, each later round's box is H + 1 steps at the fastest member's pace "
                    "of the round before)")  # fmt: skip
     p.add_argument("--slowdown", type=float, default=1.0)
@@ -220,7 +223,7 @@ def main() -> None:
         inner = diloco.inner.train(rows, on_step=slow, budget_s=budget if budget > 0 else None)
         t_enc = time.perf_counter()
         compute_s = t_enc - t_train
-        if auto_budget:  # this node's pace under this round's conditions (trainer.timebox, as
+        if auto_budget:  # this node's pace under this round's conditions (trainer.round.timebox, as
             # `node run --time-box`): signed, posted before the all-reduce so nobody waits
             timebox.post_pace(rdv.board, r, inner)
         flat_local = diloco.state.layout.flatten(dict(model.named_parameters()))

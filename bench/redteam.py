@@ -1,5 +1,5 @@
 """Red team: every cheating strategy of tests/redteam as a real node, against anvil, the ledger and
-4 honest nodes (each node its own process running trainer.node.NodeRunner).
+4 honest nodes (each node its own process running trainer.round.node.NodeRunner).
 
 Round 1 is honest; then each strategy gets a round, played by one of 3 cheating nodes (honest in
 every other round; the sybil pair uses two of them); ``--quick`` and the full run both try every
@@ -11,7 +11,7 @@ Prints one JSON object as its last line: strategies, caught, per_strategy {name:
 round_caught, earnings_ratio, why}}, honest_penalised, honest_node_rounds,
 max_cheater_earnings_ratio, audit_cpu_ratio (the ledger's replay CPU seconds over the nodes'
 training CPU seconds, auditing ``--audit-fraction`` of node-rounds plus every suspicious one),
-probe_cpu_s (the first-step probe of ledger.quality_steps: level 2, not in the ratio, like the
+probe_cpu_s (the first-step probe of ledger.judge.steps: level 2, not in the ratio, like the
 usefulness scorer), load_average_1m. A cheater's earnings are its ``reward`` in the round views of
 the rounds its strategy touched (what enters the rewards tree; a failed audit's is withheld),
 over the mean honest node's ``reward`` in those rounds.

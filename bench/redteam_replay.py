@@ -1,7 +1,7 @@
 """Replay tolerance across CPU kernels: the same honest round replayed under each
 ``ATEN_CPU_CAPABILITY`` (default, avx2, avx512: torch picks its vectorised CPU kernels once, at
 import, so each runs in its own process) and torch thread count, compared with the replay the
-audit would run (relative L2 error, as ``ledger.audit.replay.audit`` measures it).
+audit would run (relative L2 error, as ``ledger.judge.replay.audit`` measures it).
 
 Prints one JSON object as its last line: per (capability, threads) the relative L2 error against
 the reference (default capability, 1 thread), the largest one, the tolerance
@@ -30,10 +30,10 @@ RUN = bytes(range(32))
 
 def replay_once(out: Path, *, steps: int, threads: int, preset: str, rnd: int, lr: float) -> None:
     """The child: one honest round replayed from genesis, saved to ``out``."""
-    from ledger.audit.replay import ReplayInputs, replay_pseudo_gradient
-    from ledger.usefulness import corpus_of
-    from trainer.model import GPTConfig
-    from trainer.recovery import genesis_checkpoint
+    from ledger.judge.replay import ReplayInputs, replay_pseudo_gradient
+    from ledger.judge.usefulness import corpus_of
+    from reference.model import GPTConfig
+    from trainer.round.recovery import genesis_checkpoint
 
     torch.set_num_threads(threads)
     cfg = GPTConfig.preset(preset)

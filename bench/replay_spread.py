@@ -3,10 +3,10 @@ beside the smallest cheat, over the rounds of a run (what the replay tolerance m
 
 Each node-round is trained as a node trains it (a fresh AdamW over its shard, on ``--node-threads``
 torch threads, the pseudo-gradient encoded in int8 as the all-reduce packet it commits) and
-replayed as the ledger replays it (``ledger.audit.replay.replay_pseudo_gradient`` on
+replayed as the ledger replays it (``ledger.judge.replay.replay_pseudo_gradient`` on
 ``--ledger-threads`` threads, quantized the same way); the relative L2 error is the audit's. The
 cheat beside it skips the last inner step. Both sides run AdamW's protocol eps
-(``trainer.inner.DEFAULT_EPS``). The run moves on by the mean of the honest updates
+(``reference.inner.DEFAULT_EPS``). The run moves on by the mean of the honest updates
 (outer lr 0.9), so later rounds start from trained weights, where the spread is largest.
 
 Prints one JSON object as its last line: the honest errors' largest, 90th percentile and count
@@ -34,14 +34,14 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
-    from ledger.audit.replay import ReplayInputs, replay_pseudo_gradient
-    from ledger.usefulness import corpus_of
-    from trainer.codec import decode, encode, quantize
-    from trainer.data import ShardSpec
-    from trainer.inner import DEFAULT_EPS, InnerConfig, InnerTrainer
-    from trainer.model import GPT, GPTConfig
-    from trainer.outer import FlatLayout
-    from trainer.recovery import genesis_checkpoint
+    from ledger.judge.replay import ReplayInputs, replay_pseudo_gradient
+    from ledger.judge.usefulness import corpus_of
+    from reference.codec import decode, encode, quantize
+    from reference.data import ShardSpec
+    from reference.inner import DEFAULT_EPS, InnerConfig, InnerTrainer
+    from reference.model import GPT, GPTConfig
+    from reference.outer import FlatLayout
+    from trainer.round.recovery import genesis_checkpoint
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=8)
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--ledger-threads", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--preset", default="tiny", help="model preset (trainer.model.PRESETS)")
+    parser.add_argument("--preset", default="tiny", help="model preset (reference.model.PRESETS)")
     parser.add_argument("--quick", action="store_true", help="3 rounds, 2 nodes")
     args = parser.parse_args(argv)
     if args.quick:

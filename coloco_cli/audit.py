@@ -4,7 +4,7 @@ Reads the rounds of a run from a ledger (``GET /v1/runs/{run}/rounds``), samples
 fraction of paid (node, round) pairs with the ledger's own keccak draw (``--fraction 1`` takes
 every one), downloads the base checkpoint and the pseudo-gradient blobs (public once the round
 is scored), replays the inner steps on CPU from the base on the declared shard
-(:mod:`ledger.audit.replay`) and prints one line per pair, then a summary; with ``--json`` one
+(:mod:`ledger.judge.replay`) and prints one line per pair, then a summary; with ``--json`` one
 JSON object ``{"audited", "failed", "unavailable", "verdicts": [...]}`` instead. Exit code 1 when
 a replay fails: its verdict carries the evidence (attestation digest, replay inputs, hashes).
 """
@@ -49,10 +49,11 @@ def audit_rounds(
     """Replay the sampled pairs of the run's latest ``limit`` scored rounds; one verdict each.
 
     ``inner_steps`` (the governed H) lets a time-boxed node's planned shard be found, as the
-    ledger's own audit does (``ledger.usefulness.matching_shard``); None: the attested tokens."""
-    from ledger.audit.replay import ReplayInputs, audit
-    from ledger.judge import decode_pseudo_gradient, sampled
-    from ledger.usefulness import corpus_of, matching_shard
+    ledger's own audit does (``ledger.judge.usefulness.matching_shard``); None: the attested
+    tokens."""
+    from ledger.judge.replay import ReplayInputs, audit
+    from ledger.judge.usefulness import corpus_of, matching_shard
+    from ledger.judge.verdicts import decode_pseudo_gradient, sampled
 
     resp = http.get(f"/v1/runs/{run_id}/rounds", params={"limit": limit})
     if resp.status_code != 200:

@@ -54,7 +54,7 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # the API's thread count is the one the pool was sized for (ledger.db.make_engine)
+        # the API's thread count is the one the pool was sized for (ledger.core.db.make_engine)
         to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         app.state.db_slots = asyncio.Semaphore(settings.api_threads)  # ledger.api.deps.get_db
         service = ledger or Ledger(settings)

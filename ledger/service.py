@@ -4,7 +4,7 @@ One :class:`Ledger` per process: the database engine, the chain door, the indexe
 in-memory snapshot), intake, the blob store, the round keeper and the settler. The worker thread
 runs ``index -> close -> score -> settle -> checkpoint`` every ``lifecycle_poll_s``. Each step
 fails on its own (an RPC outage stops indexing and settling, never closing or the WAL checkpoint),
-and inside a step each round and settlement fails on its own (:mod:`ledger.retry`): what failed
+and inside a step each round and settlement fails on its own (:mod:`ledger.core.retry`): what failed
 is retried with backoff and reported by :meth:`Ledger.problems` (readiness, metrics).
 """
 
@@ -18,26 +18,25 @@ from collections.abc import Callable
 from sqlalchemy import Engine, exists, func
 from sqlmodel import Session, col, select
 
-from ledger import db
-from ledger.audit.slash import FraudSlasher
-from ledger.blobstore import BlobStore
-from ledger.chain import ConfigView, LedgerChain
-from ledger.closing import RunClosures
-from ledger.core import secrets
+from ledger.chain.client import ConfigView, LedgerChain
+from ledger.chain.funding import FundingSettler
+from ledger.chain.indexer import Indexer
+from ledger.chain.settlement import FaultHook, Settler
+from ledger.chain.slash import FraudSlasher
+from ledger.core import db, secrets
+from ledger.core.blobstore import BlobStore
 from ledger.core.config import Settings
+from ledger.core.leader import Leadership
+from ledger.core.models import RoundState, Settlement, utcnow
 from ledger.core.request_id import request_id
-from ledger.funding import FundingSettler
-from ledger.indexer import Indexer
-from ledger.intake import Intake
-from ledger.leader import Leadership
-from ledger.membership import Membership
-from ledger.metrics import Metrics
-from ledger.models import RoundState, Settlement, utcnow
-from ledger.quality import UsefulnessFn
-from ledger.retention import prune_rejections
-from ledger.retry import Backoff, describe
-from ledger.rounds import RoundKeeper
-from ledger.settlement import FaultHook, Settler
+from ledger.core.retry import Backoff, describe
+from ledger.intake.accept import Intake
+from ledger.intake.membership import Membership
+from ledger.judge.tensors import UsefulnessFn
+from ledger.reads.metrics import Metrics
+from ledger.rounds.closing import RunClosures
+from ledger.rounds.lifecycle import RoundKeeper
+from ledger.rounds.retention import prune_rejections
 from protocol.errors import SettlementError
 from protocol.merkle import RewardsTree
 
@@ -131,7 +130,7 @@ class Ledger:
         return FraudSlasher(self.engine, client, slash_bps=self.settings.slash_bps)
 
     def _trainer_usefulness(self) -> UsefulnessFn:
-        from ledger.usefulness import trainer_usefulness
+        from ledger.judge.usefulness import trainer_usefulness
 
         def config() -> ConfigView:
             cfg = self.indexer.snapshot.config
@@ -222,7 +221,7 @@ class Ledger:
     def tick(self) -> None:
         """One pass of the lifecycle; each step fails on its own (see the module docstring).
 
-        Only the leader (:mod:`ledger.leader`) indexes, closes, scores, settles and prunes; a
+        Only the leader (:mod:`ledger.core.leader`) indexes, closes, scores, settles and prunes; a
         follower reloads the chain view the leader stored, to check attestations against it.
         """
         try:
@@ -237,7 +236,7 @@ class Ledger:
             ("close", self.keeper.close_due),
             ("score", self.keeper.score_ready),
             ("settle", self._settle),
-            ("fund", self.funding.tick),  # ETH roots of funded runs (ledger/funding.py)
+            ("fund", self.funding.tick),  # ETH roots of funded runs (ledger/chain/funding.py)
             ("slash", self.slasher.tick if self.slasher else lambda: None),  # audit frauds
             ("checkpoint", lambda: db.checkpoint(self.engine)),
             ("prune", self._prune),

@@ -12,7 +12,7 @@ A signed ``JOIN`` is also the membership record the ledger can keep: it proves t
 train round ``round`` before the round opened.
 
 Verifying a message here checks its form and its signature only; whether the signer may speak
-(registered and active on chain) is the reader's check (trainer/coordination/).
+(registered and active on chain) is the reader's check (trainer/network/coordination/).
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ class Kind(IntEnum):
     HEARTBEAT = 6
     """I am alive (round r: the round I am in). Payload: ``seq``, a counter that only grows."""
     PACE = 7
-    """My pace in round r: ``step_s``, my inner phase's seconds per step (trainer.timebox sets the
-    next round's time box from the members' paces)."""
+    """My pace in round r: ``step_s``, my inner phase's seconds per step (trainer.round.timebox
+    sets the next round's time box from the members' paces)."""
 
 
 _KINDS: Final = frozenset(int(k) for k in Kind)

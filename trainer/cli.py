@@ -159,7 +159,7 @@ def run_command(  # noqa: PLR0917 - typer maps each parameter to a flag
         if plain:
             runner.run()
             return
-        from trainer.progress import NodeProgress
+        from trainer.round.progress import NodeProgress
 
         with NodeProgress(runner.address, console) as progress:
             runner.on_step, runner.on_round = progress.on_step, progress.on_round
@@ -181,14 +181,14 @@ def _build(**o: object):  # type: ignore[no-untyped-def]
     """Wire the parts together from the parsed options (keeps run_command a parser only)."""
     from protocol.eip712 import Eip712Domain
     from protocol.keys import load_node_key, read_password
-    from trainer.attest import Attester
-    from trainer.ledger_client import LedgerClient
-    from trainer.membership import MembershipConfig
-    from trainer.model import GPTConfig
-    from trainer.node import NodeRunner, NodeSettings
-    from trainer.progress import round_record
-    from trainer.recovery import Recovery
-    from trainer.runconfig import ChainConfig, ConfigSource, RunConfig, StaticConfig
+    from reference.model import GPTConfig
+    from trainer.network.ledger_client import LedgerClient
+    from trainer.network.membership import MembershipConfig
+    from trainer.round.attest import Attester
+    from trainer.round.node import NodeRunner, NodeSettings
+    from trainer.round.progress import round_record
+    from trainer.round.recovery import Recovery
+    from trainer.round.runconfig import ChainConfig, ConfigSource, RunConfig, StaticConfig
 
     run_id = parse_run_id(str(o["run_id"]))
     host, port = parse_hostport(str(o["rendezvous"]))

@@ -147,7 +147,7 @@ def _wait_eth_roots(net: DemoNet, rid: str, rounds: int, timeout: float = 60.0) 
 
 def _wait_indexed(net: DemoNet, path: str, block: int, timeout: float = 60.0) -> Any:
     """GET `path` from the ledger once its indexer has reached `block` (receipts come from its
-    tables: ledger/receipts.py), or after `timeout` seconds (the last answer)."""
+    tables: ledger/reads/receipts.py), or after `timeout` seconds (the last answer)."""
     deadline = time.monotonic() + timeout
     while True:
         got = net.ledger_get(path)

@@ -22,8 +22,8 @@ def warm_up() -> None:
     import torch  # noqa: F401
 
     import coloco_cli.main  # noqa: F401
-    import trainer.node  # noqa: F401
-    from trainer.data import Corpus
+    import trainer.round.node  # noqa: F401
+    from reference.data import Corpus
 
     Corpus.load(None)
 

@@ -76,7 +76,7 @@ def serve(
                 "--workers > 1 needs PostgreSQL (COLOCO_LEDGER_DATABASE_URL=postgresql://...): "
                 "SQLite runs one worker"
             )
-        from ledger import db
+        from ledger.core import db
 
         db.upgrade(settings.database_url)  # once, before the workers start
         for key, value in overrides.items():  # each worker builds Settings() from the env

@@ -107,7 +107,7 @@ def fetch(sources: list[str], expected: bytes) -> tuple[bytes, str]:
 def load_model(path: Path, preset: str) -> Any:
     """A GPT of `preset`'s shape holding the weights in the safetensors file at `path`."""
     from protocol.blobs import decode_blob
-    from trainer.model import GPT, GPTConfig
+    from reference.model import GPT, GPTConfig
 
     try:
         data = path.read_bytes()
@@ -128,8 +128,8 @@ def load_model(path: Path, preset: str) -> Any:
 
 def held_out_loss(model: Any, rows: int, seed: int = 0) -> float:
     """Mean next-byte cross-entropy (nats) on the default corpus's held-out split."""
-    from trainer.data import Corpus
-    from trainer.model import evaluate
+    from reference.data import Corpus
+    from reference.model import evaluate
 
     batches = Corpus.load(None).eval_rows(model.cfg.seq_len, rows, seed=seed)
     return float(evaluate(model, batches))

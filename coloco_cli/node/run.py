@@ -60,7 +60,7 @@ CheckpointDirOpt = Annotated[
 ]
 
 
-EVENTS = ("round_done", "held")  # a round worked; a hold at a round boundary (trainer.hold)
+EVENTS = ("round_done", "held")  # a round worked; a hold at a round boundary (trainer.round.hold)
 
 
 class EventsWriter(logging.Handler):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from trainer.rendezvous import serve
+from trainer.network.rendezvous import serve
 
 __all__ = ["main", "serve"]
 

@@ -38,8 +38,8 @@ def run_hex(run_id: bytes) -> str:
 def genesis(model: str, seed: int) -> tuple[bytes, bytes]:
     """(canonical weights hash, safetensors blob) of the preset's genesis weights for `seed`."""
     from protocol.blobs import encode_blob
-    from trainer.model import GPTConfig
-    from trainer.recovery import genesis_checkpoint
+    from reference.model import GPTConfig
+    from trainer.round.recovery import genesis_checkpoint
 
     ckpt = genesis_checkpoint(GPTConfig.preset(model), seed)
     return bytes(ckpt.weights_hash), encode_blob(ckpt.weights)

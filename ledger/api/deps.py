@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 from sqlmodel import Session
 
-from ledger.chain import LedgerChain
+from ledger.chain.client import LedgerChain
 from ledger.core.config import Settings
 from ledger.service import Ledger
 from protocol.errors import LedgerError
@@ -41,7 +41,7 @@ async def get_db(request: Request) -> AsyncIterator[Session]:
     sessions than connections, the threads wait for the pool and the sessions for a thread
     (the freeze of bench.ledger's mixed phase). So sessions wait for a slot on the event loop,
     holding nothing, and there are never more than the pool keeps for them
-    (:func:`ledger.db.make_engine`: one per API thread besides what the threads open).
+    (:func:`ledger.core.db.make_engine`: one per API thread besides what the threads open).
     """
     ledger: Ledger = request.app.state.ledger
     async with request.app.state.db_slots:

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.core.secrets import redact
-from ledger.verify import HTTP_STATUS
+from ledger.intake.verify import HTTP_STATUS
 from protocol.eip712 import wallet_safe
 from protocol.errors import ChainError, ColocoError
 

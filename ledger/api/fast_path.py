@@ -41,8 +41,8 @@ from ledger.api.errors import (
 from ledger.api.routes import nodes, rewards, runs
 from ledger.api.routes.attestations import accept_batch, accept_one
 from ledger.api.routes.runs import ROUNDS_LIMIT, ROUNDS_LIMIT_MAX
+from ledger.api.schemas import AttestationIn, BatchIn
 from ledger.core.request_id import id_of, request_id
-from ledger.schemas import AttestationIn, BatchIn
 
 _ROUTES: dict[str, tuple[type[BaseModel], Any]] = {
     "/v1/attestations": (AttestationIn, accept_one),

@@ -7,7 +7,7 @@ for the same statement on psycopg's cursor. :class:`RawSelect` keeps SQLAlchemy 
 the work (building the statement, compiling it for the dialect, binding and result types) and
 skips it where it only costs: the statement is compiled once per dialect, its parameters put in
 the driver's style, and each column's result processor (SQLite's text datetimes and integer
-booleans, :class:`ledger.models.UtcDateTime`) applied to the rows, so a row holds what
+booleans, :class:`ledger.core.models.UtcDateTime`) applied to the rows, so a row holds what
 ``Connection.execute`` would have given.
 
 Statements must not need SQL rendered at execution (an ``IN`` list: expanding parameters, whose

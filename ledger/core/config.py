@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     slasher_keystore: Path | None = Field(
         default=None,
         description="eth-account keystore of a StakeManager SLASHER_ROLE key: failed audits "
-        "become slash proposals (ledger/audit/slash.py); none: fraud records only",
+        "become slash proposals (ledger/chain/slash.py); none: fraud records only",
     )
     slasher_password_file: Path | None = None
     slasher_private_key: SecretStr | None = Field(

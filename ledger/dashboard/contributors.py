@@ -1,5 +1,5 @@
 """The dashboard's capital and code contributors: who backed a run or submitted code, and their
-receipts, from the ledger's indexed tables only (ledger/receipts.py; no RPC per page)."""
+receipts, from the ledger's indexed tables only (ledger/reads/receipts.py; no RPC per page)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session, col, select
 
-from ledger.models import FundingEvent
-from ledger.receipts import as_of, capital_receipts, code_receipts
+from ledger.core.models import FundingEvent
+from ledger.reads.receipts import as_of, capital_receipts, code_receipts
 
 if TYPE_CHECKING:
     from ledger.service import Ledger

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session, col, func, select
 
-from ledger.models import Attestation, RoundState, Run
+from ledger.core.models import Attestation, RoundState, Run
 from protocol.eip712 import wallet_safe
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class ModelCache:
 
     def _model(self, ledger: Ledger, checkpoint: str) -> Any:
         from protocol.blobs import decode_blob
-        from trainer.model import GPT, GPTConfig
+        from reference.model import GPT, GPTConfig
 
         data = ledger.blobs.get_bytes(checkpoint)
         if data is None:
@@ -101,8 +101,8 @@ class ModelCache:
             return self._loss[checkpoint]
 
     def _compute_loss(self, ledger: Ledger, checkpoint: str) -> float | None:
-        from trainer.data import Corpus
-        from trainer.model import evaluate
+        from reference.data import Corpus
+        from reference.model import evaluate
 
         try:
             model = self._model(ledger, checkpoint)

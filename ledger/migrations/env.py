@@ -1,4 +1,5 @@
-"""Alembic environment: the ledger's SQLModel metadata, URL from the config (set by ledger.db)."""
+"""Alembic environment: the ledger's SQLModel metadata, URL from the config (set by
+ledger.core.db)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from alembic import context
 from sqlalchemy import engine_from_config, pool
 from sqlmodel import SQLModel
 
-from ledger import models  # noqa: F401 - registers the tables
+from ledger.core import models  # noqa: F401 - registers the tables
 
 config = context.config
 target_metadata = SQLModel.metadata

@@ -135,7 +135,7 @@ def tick_until(ledger: Any, run_id: str, round_: int, state: str, timeout: float
 
     from sqlmodel import Session, select
 
-    from ledger.models import RoundState
+    from ledger.core.models import RoundState
 
     deadline = time.monotonic() + timeout
     while True:

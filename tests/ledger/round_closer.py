@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from ledger.core.config import Settings
-from ledger.models import utcnow
+from ledger.core.models import utcnow
 from ledger.service import Ledger
 
 

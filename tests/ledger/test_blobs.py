@@ -19,9 +19,9 @@ import torch
 import uvicorn
 from sqlmodel import Session, select
 
-from ledger.blobstore import BlobStore
+from ledger.core.blobstore import BlobStore
+from ledger.core.models import Blob, RoundState, utcnow
 from ledger.main import create_app
-from ledger.models import Blob, RoundState, utcnow
 from ledger.service import Ledger
 from protocol.blob_auth import UploadSigner
 from protocol.blobs import encode_blob
@@ -272,7 +272,7 @@ def test_blob_visibility_reads_an_index_not_every_attestation(sqlite_url: str) -
     (BlobStore.hidden): through the migrated schema's index, not a scan of the whole table."""
     from sqlalchemy import create_engine, text
 
-    from ledger import db
+    from ledger.core import db
 
     db.upgrade(sqlite_url)
     engine = create_engine(sqlite_url)

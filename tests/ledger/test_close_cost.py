@@ -14,10 +14,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event
 
+from ledger.api.schemas import AttestationIn
 from ledger.core.config import Settings
+from ledger.core.models import utcnow
 from ledger.main import create_app
-from ledger.models import utcnow
-from ledger.schemas import AttestationIn
 from ledger.service import Ledger
 from tests.ledger.conftest import ADMIN, GENESIS
 from tests.ledger.helpers import NodeKey, attestation, body, h, join

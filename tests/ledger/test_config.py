@@ -9,7 +9,7 @@ from eth_account import Account
 from pydantic import ValidationError
 
 from ledger.core.config import Settings
-from ledger.db import normalize_url
+from ledger.core.db import normalize_url
 from protocol.errors import ConfigError
 
 

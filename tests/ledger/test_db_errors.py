@@ -116,9 +116,9 @@ def test_group_insert_skips_taken_slots_and_raises_driver_errors_as_sqlalchemy(
     from sqlalchemy import func, insert, select
     from sqlalchemy.exc import DBAPIError
 
-    from ledger import db
-    from ledger.intake import Intake
-    from ledger.models import Attestation, RoundState, utcnow
+    from ledger.core import db
+    from ledger.core.models import Attestation, RoundState, utcnow
+    from ledger.intake.accept import Intake
 
     db.upgrade(postgres_url)
     engine = db.make_engine(postgres_url, threads=1)

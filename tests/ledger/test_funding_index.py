@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from sqlmodel import Session, func, select
 
-from ledger.chain import LedgerChain
-from ledger.indexer import CURSOR_KEY, Indexer
-from ledger.models import Attestation, FundingEvent, KeyValue
-from ledger.receipts import capital_receipts, code_receipts, run_view
+from ledger.chain.client import LedgerChain
+from ledger.chain.indexer import CURSOR_KEY, Indexer
+from ledger.core.models import Attestation, FundingEvent, KeyValue
+from ledger.reads.receipts import capital_receipts, code_receipts, run_view
 from protocol.devnet import AnvilProcess
 from protocol.merkle import RewardsTree
 from protocol.types import Address

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session
 
-from ledger import db
-from ledger.chain import LedgerChain
-from ledger.funding import eth_amounts
-from ledger.models import Attestation
-from ledger.pools import compute_reward, ownership_split
+from ledger.chain.client import LedgerChain
+from ledger.chain.funding import eth_amounts
+from ledger.chain.pools import compute_reward, ownership_split
+from ledger.core import db
+from ledger.core.models import Attestation
 from protocol.deployment import Deployment, abi
 from protocol.devnet import AnvilProcess
 

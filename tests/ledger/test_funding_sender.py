@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session
 
-from ledger.models import Settlement
+from ledger.core.models import Settlement
 from tests.ledger.helpers import _send, contract, h
 from tests.ledger.test_settlement import _scored_round
 

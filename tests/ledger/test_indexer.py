@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session
 
-from ledger.chain import LedgerChain
-from ledger.indexer import CURSOR_KEY, Indexer
-from ledger.models import KeyValue
+from ledger.chain.client import LedgerChain
+from ledger.chain.indexer import CURSOR_KEY, Indexer
+from ledger.core.models import KeyValue
 from ledger.service import Ledger
 from tests.ledger.helpers import ETHER, contract, new_node
 

@@ -12,9 +12,9 @@ import pytest
 import requests
 from sqlmodel import Session, select
 
-from ledger.chain import LedgerChain
-from ledger.indexer import Indexer
-from ledger.models import ChainCommit
+from ledger.chain.client import LedgerChain
+from ledger.chain.indexer import Indexer
+from ledger.core.models import ChainCommit
 from protocol.devnet import AnvilProcess
 from tests.ledger.helpers import contract, h, new_node
 

@@ -9,7 +9,7 @@ from eth_account import Account
 from fastapi.testclient import TestClient
 from sqlmodel import Session, func, select
 
-from ledger.models import Attestation, Rejection
+from ledger.core.models import Attestation, Rejection
 from ledger.service import Ledger
 from protocol.signing import SECP256K1_N
 from tests.ledger.conftest import GENESIS

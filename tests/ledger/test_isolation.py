@@ -12,10 +12,10 @@ from collections.abc import Callable
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
-from ledger.chain import LedgerChain
+from ledger.chain.client import LedgerChain
 from ledger.core.config import Settings
+from ledger.core.models import RoundState, Settlement
 from ledger.main import create_app
-from ledger.models import RoundState, Settlement
 from ledger.service import Ledger
 from protocol.chain import RetryPolicy
 from protocol.devnet import AnvilProcess

@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 from web3 import Web3
 
-from ledger.models import utcnow
+from ledger.core.models import utcnow
 from ledger.service import Ledger
 from tests.ledger.conftest import GENESIS
 from tests.ledger.helpers import (

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from ledger.models import utcnow
+from ledger.core.models import utcnow
 from ledger.service import Ledger
 from tests.ledger.conftest import GENESIS
 from tests.ledger.helpers import NodeKey, attestation, body, h, join

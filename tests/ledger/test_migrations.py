@@ -8,7 +8,9 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 from sqlmodel import SQLModel
 
-from ledger import db, models  # noqa: F401 - registers the tables
+from ledger.core import (
+    db,
+)
 
 
 def _check(url: str) -> None:

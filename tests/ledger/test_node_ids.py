@@ -15,7 +15,7 @@ from eth_account import Account
 from fastapi.testclient import TestClient
 from web3 import Web3
 
-from ledger.indexer import Indexer
+from ledger.chain.indexer import Indexer
 from ledger.service import Ledger
 from protocol.attestation import ComputeAttestation
 from protocol.chain_views import attestation_tuple

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlmodel import Session, func, select
 
-from ledger.models import Attestation
+from ledger.core.models import Attestation
 from tests.ledger.conftest import GENESIS
 from tests.ledger.helpers import attestation, body, h
 

@@ -12,9 +12,9 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import SQLModel
 
-from ledger import db
 from ledger.api.raw import Keyed, RawSelect
-from ledger.models import Attestation
+from ledger.core import db
+from ledger.core.models import Attestation
 
 ATT = Attestation.__table__  # type: ignore[attr-defined]
 MISSING = Table("no_such_table", MetaData(), Column("id", Integer))

@@ -21,9 +21,9 @@ import pytest
 from sqlalchemy import Engine, insert
 from sqlmodel import SQLModel
 
-from ledger import db
 from ledger.api.routes import nodes, rewards
-from ledger.models import Attestation, RoundState, utcnow
+from ledger.core import db
+from ledger.core.models import Attestation, RoundState, utcnow
 
 RUN = "0x" + "a" * 64
 NODE, PAYOUT = "0x" + "1" * 40, "0x" + "3" * 40

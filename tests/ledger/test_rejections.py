@@ -9,8 +9,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from ledger.models import Rejection
-from ledger.retention import prune_rejections
+from ledger.core.models import Rejection
+from ledger.rounds.retention import prune_rejections
 from ledger.service import Ledger
 from tests.ledger.conftest import GENESIS
 from tests.ledger.helpers import NodeKey, attestation, body, h

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import torch
 
-from ledger.audit.replay import ReplayInputs, audit
-from ledger.usefulness import corpus_of
-from trainer.codec import decode, encode
-from trainer.data import ShardSpec
-from trainer.inner import InnerConfig, InnerTrainer, one_thread
-from trainer.model import GPT, GPTConfig
-from trainer.outer import FlatLayout
-from trainer.recovery import genesis_checkpoint
+from ledger.judge.replay import ReplayInputs, audit
+from ledger.judge.usefulness import corpus_of
+from reference.codec import decode, encode
+from reference.data import ShardSpec
+from reference.inner import InnerConfig, InnerTrainer, one_thread
+from reference.model import GPT, GPTConfig
+from reference.outer import FlatLayout
+from trainer.round.recovery import genesis_checkpoint
 
 RUN = bytes(range(32))
 NODE = "0x" + "11" * 20

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from fastapi.testclient import TestClient
 
-from ledger.chain import LedgerChain
+from ledger.chain.client import LedgerChain
 from ledger.core.config import Settings
 from ledger.main import create_app
 from ledger.service import Ledger

@@ -12,7 +12,7 @@ import pytest
 from sqlmodel import Session, select
 
 from ledger.core.config import Settings
-from ledger.models import RoundState, Settlement, utcnow
+from ledger.core.models import RoundState, Settlement, utcnow
 from ledger.service import Ledger
 from protocol.toolchain import REPO_ROOT
 from tests.ledger.conftest import GENESIS

@@ -10,7 +10,7 @@ import time
 import pytest
 from sqlmodel import Session, select
 
-from ledger.models import RoundState, Settlement
+from ledger.core.models import RoundState, Settlement
 from tests.ledger.test_settlement import _commit_events, _scored_round
 
 
@@ -39,7 +39,7 @@ def _tick_until_mined(ledger) -> Settlement:  # type: ignore[no-untyped-def]
 def test_stuck_commit_is_replaced_and_lands_once(
     client, ledger, started_run, nodes, domain, chain, deployment, caplog
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="ledger.settlement")
+    caplog.set_level(logging.WARNING, logger="ledger.chain.settlement")
     _scored_round(client, ledger, started_run, nodes, domain)
     committer = ledger.chain.client.w3.eth
     chain.call("evm_setAutomine", [False])
@@ -73,7 +73,7 @@ def test_stuck_commit_is_replaced_and_lands_once(
 def test_reorg_drops_a_commit_it_is_sent_again_and_final_only_at_depth(
     how, client, ledger, started_run, nodes, domain, chain, deployment, caplog
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="ledger.settlement")
+    caplog.set_level(logging.WARNING, logger="ledger.chain.settlement")
     ledger.settler.confirmations = 3
     _scored_round(client, ledger, started_run, nodes, domain)
     before = chain.snapshot()

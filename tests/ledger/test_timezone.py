@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, inspect, text
 
 from ledger.core.config import Settings
+from ledger.core.models import utcnow
 from ledger.main import create_app
-from ledger.models import utcnow
 from ledger.service import Ledger
 from tests.ledger.conftest import ADMIN, GENESIS
 from tests.ledger.helpers import NodeKey, attestation, body, h

@@ -9,15 +9,15 @@ import pytest
 import torch
 from sqlmodel import create_engine
 
-from ledger.blobstore import BlobStore
-from ledger.db import create_all
-from ledger.models import Attestation
-from ledger.quality import ShardMismatch
-from ledger.usefulness import trainer_usefulness
+from ledger.core.blobstore import BlobStore
+from ledger.core.db import create_all
+from ledger.core.models import Attestation
+from ledger.judge.tensors import ShardMismatch
+from ledger.judge.usefulness import trainer_usefulness
 from protocol.blobs import encode_blob
 from protocol.hashing import hash_state_dict
-from trainer.data import Corpus, ShardSpec
-from trainer.model import GPT, GPTConfig
+from reference.data import Corpus, ShardSpec
+from reference.model import GPT, GPTConfig
 
 RUN = bytes(range(32))
 NODE = "0x" + "11" * 20

@@ -60,7 +60,7 @@ def test_a_late_attestation_never_enters_a_round_another_process_closed(
 
 
 def test_one_leader_among_workers(settings_for: Callable[..., Settings], postgres_url: str) -> None:
-    from ledger import db
+    from ledger.core import db
 
     db.upgrade(postgres_url)
     first, second = Ledger(settings_for(postgres_url)), Ledger(settings_for(postgres_url))
@@ -93,8 +93,8 @@ def test_a_round_another_worker_opens_during_the_group_statement(
 
     from sqlalchemy import text
 
-    from ledger.models import RoundState, utcnow
-    from ledger.schemas import AttestationIn
+    from ledger.api.schemas import AttestationIn
+    from ledger.core.models import RoundState, utcnow
 
     table = RoundState.__table__.name  # type: ignore[attr-defined]
     att = attestation(nodes[0], run_id=started_run, round_=2, base=GENESIS, result=h("o"))

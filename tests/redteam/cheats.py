@@ -1,5 +1,5 @@
-"""The red team's 21 cheating strategies for real nodes: :class:`trainer.strategy.Strategy` hooks
-that :class:`trainer.node.NodeRunner` calls (the same node code honest nodes run).
+"""The red team's 21 cheating strategies for real nodes: :class:`trainer.round.strategy.Strategy`
+hooks that :class:`trainer.round.node.NodeRunner` calls (the same node code honest nodes run).
 
 A cheater sees only what a real node sees: its own work, the all-reduce's average, and what the
 ledger makes public (a round's pseudo-gradients once it is scored). So it copies another node's
@@ -25,18 +25,18 @@ from torch import Tensor
 
 from protocol.blobs import decode_blob, encode_blob
 from protocol.errors import ColocoError
-from trainer import commitment
-from trainer.attest import Signed, WorkRecord
-from trainer.checkpoint import load_weights_into
-from trainer.codec import Packet, decode, encode
-from trainer.data import ShardSpec
-from trainer.diloco import LocalWork, RoundSettings
-from trainer.inner import InnerTrainer
-from trainer.model import GPT
-from trainer.node import NodeRunner
-from trainer.recovery import genesis_checkpoint
-from trainer.runconfig import RunConfig
-from trainer.strategy import Strategy
+from reference import commitment
+from reference.checkpoint import load_weights_into
+from reference.codec import Packet, decode, encode
+from reference.data import ShardSpec
+from reference.inner import InnerTrainer
+from reference.model import GPT
+from trainer.round.attest import Signed, WorkRecord
+from trainer.round.diloco import LocalWork, RoundSettings
+from trainer.round.node import NodeRunner
+from trainer.round.recovery import genesis_checkpoint
+from trainer.round.runconfig import RunConfig
+from trainer.round.strategy import Strategy
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ momentum from the ledger, trains its inner steps on its shard (tiny model, CPU, 
 round is replayable), the members average their pseudo-gradients (``simulate_average``: the
 all-reduce's exact result, in one process) and take the outer step, then each uploads its blob
 and posts its signed attestation. The ledger closes, judges, audits and commits the round on
-chain. A :class:`trainer.strategy.Strategy` decides, hook by hook, how a node deviates.
+chain. A :class:`trainer.round.strategy.Strategy` decides, hook by hook, how a node deviates.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from protocol.blobs import decode_blob
 from protocol.deployment import Deployment, abi
 from protocol.devnet import AnvilProcess
 from protocol.errors import AttestationRejected
+from reference.model import GPTConfig
 from tests.ledger.helpers import NodeKey, domain_of, h, new_node
 from tests.redteam.node import Node
-from trainer.ledger_client import LedgerClient, RetryPolicy
-from trainer.model import GPTConfig
-from trainer.recovery import genesis_checkpoint
-from trainer.strategy import Strategy
+from trainer.network.ledger_client import LedgerClient, RetryPolicy
+from trainer.round.recovery import genesis_checkpoint
+from trainer.round.strategy import Strategy
 
 log = logging.getLogger(__name__)
 

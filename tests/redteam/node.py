@@ -1,5 +1,5 @@
 """One node of the red-team network: the same code for honest and cheating nodes; its
-:class:`trainer.strategy.Strategy` decides every deviation."""
+:class:`trainer.round.strategy.Strategy` decides every deviation."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ from protocol.join import RoundJoin
 from protocol.keys import NodeKey as SigningKey
 from protocol.signing import sign_attestation
 from protocol.types import RoundNumber, RunId
+from reference.checkpoint import load_weights_into
+from reference.data import Corpus, ShardSpec
+from reference.inner import InnerConfig, InnerTrainer
+from reference.mean import simulate_average
+from reference.model import GPT
+from reference.outer import FlatLayout, OuterConfig, OuterState
 from tests.ledger.helpers import NodeKey
-from trainer.allreduce import simulate_average
-from trainer.checkpoint import load_weights_into
-from trainer.data import Corpus, ShardSpec
-from trainer.inner import InnerConfig, InnerTrainer
-from trainer.model import GPT
-from trainer.outer import FlatLayout, OuterConfig, OuterState
-from trainer.strategy import RoundView, Strategy, Tensors
+from trainer.round.strategy import RoundView, Strategy, Tensors
 
 if TYPE_CHECKING:
     from tests.redteam.network import Network

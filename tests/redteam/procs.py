@@ -1,4 +1,4 @@
-"""One red-team node process: a :class:`trainer.node.NodeRunner` (the code ``coloco node run``
+"""One red-team node process: a :class:`trainer.round.node.NodeRunner` (the code ``coloco node run``
 runs) with a :class:`tests.redteam.cheats.Scheduled` strategy, against the network's anvil,
 ledger (HTTP) and rendezvous store. Importable on its own: ``spawn`` starts it."""
 
@@ -42,15 +42,15 @@ def node_main(plan: NodePlan) -> None:
     from protocol.chain import ChainClient
     from protocol.deployment import Deployment
     from protocol.keys import NodeKey
+    from reference.data import Corpus
+    from reference.model import GPTConfig
     from tests.redteam.cheats import Scheduled, make
-    from trainer.attest import Attester
-    from trainer.data import Corpus
-    from trainer.ledger_client import LedgerClient
-    from trainer.membership import MembershipConfig
-    from trainer.model import GPTConfig
-    from trainer.node import NodeRunner, NodeSettings
-    from trainer.recovery import Recovery
-    from trainer.runconfig import ChainConfig
+    from trainer.network.ledger_client import LedgerClient
+    from trainer.network.membership import MembershipConfig
+    from trainer.round.attest import Attester
+    from trainer.round.node import NodeRunner, NodeSettings
+    from trainer.round.recovery import Recovery
+    from trainer.round.runconfig import ChainConfig
 
     chain = ChainClient(plan.rpc_url, Deployment.load(Path(plan.deployment)))
     model = GPTConfig.preset("tiny")

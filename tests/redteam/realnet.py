@@ -1,7 +1,7 @@
 """The red team's network of real nodes: anvil with the deployed contracts, the ledger (the real
 app on SQLite, served over HTTP by uvicorn, its background worker judging, auditing and
 committing rounds), a rendezvous store, and one process per node running
-:class:`trainer.node.NodeRunner` with real gloo all-reduces, signed joins and attestations.
+:class:`trainer.round.node.NodeRunner` with real gloo all-reduces, signed joins and attestations.
 
 Honest nodes and cheaters run the same code; each cheater is honest except in the rounds it
 attacks (:class:`tests.redteam.cheats.Scheduled`). :func:`run` tries the given strategies one
@@ -36,12 +36,12 @@ from ledger.service import Ledger
 from protocol.blobs import encode_blob
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
+from reference.model import GPTConfig
 from tests.ledger.helpers import NodeKey, h, new_node
 from tests.redteam.cheats import JumpAhead, SybilPrimary, SybilShared
 from tests.redteam.network import ADMIN, NetConfig, configure_chain
 from tests.redteam.procs import NodePlan, node_main
-from trainer.model import GPTConfig
-from trainer.recovery import genesis_checkpoint
+from trainer.round.recovery import genesis_checkpoint
 
 log = logging.getLogger(__name__)
 

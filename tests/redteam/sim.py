@@ -14,7 +14,7 @@ from typing import Any
 from tests.redteam.network import Network
 from tests.redteam.node import Node
 from tests.redteam.strategies import ALL, JumpAhead, SybilShared
-from trainer.strategy import Strategy
+from trainer.round.strategy import Strategy
 
 log = logging.getLogger(__name__)
 HONEST = 4

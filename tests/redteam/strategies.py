@@ -1,4 +1,5 @@
-"""The red team: 21 cheating strategies, each a :class:`trainer.strategy.Strategy` (hooks only)."""
+"""The red team: 21 cheating strategies, each a :class:`trainer.round.strategy.Strategy` (hooks
+only)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import torch
 
-from trainer.strategy import RoundView, Strategy, Tensors
+from trainer.round.strategy import RoundView, Strategy, Tensors
 
 PHANTOM = "0xABaBaBaBABabABabAbAbABAbABabababaBaBABaB"  # unregistered
 

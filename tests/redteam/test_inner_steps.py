@@ -1,4 +1,4 @@
-"""The fresh AdamW's fingerprints (ledger.quality_steps) on real training of the tiny model: an
+"""The fresh AdamW's fingerprints (ledger.judge.steps) on real training of the tiny model: an
 honest round's largest coordinate is about lr x H and its most-moved coordinates carry the sign of
 its shard's first batch; half the steps scaled up to the honest norm falls short of lr x H, and
 training on other data loses the first batch's signature. Without the signals these two cheats
@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 
-from ledger.quality_steps import (
+from ledger.judge.steps import (
     FLOOR,
     LINF_BAND,
     MIN_DISAGREEING,
@@ -23,11 +23,11 @@ from ledger.quality_steps import (
     linf,
     linf_ratio,
 )
-from trainer.checkpoint import load_weights_into
-from trainer.data import Corpus, ShardSpec
-from trainer.inner import InnerConfig, InnerTrainer
-from trainer.model import GPT, GPTConfig
-from trainer.recovery import genesis_checkpoint
+from reference.checkpoint import load_weights_into
+from reference.data import Corpus, ShardSpec
+from reference.inner import InnerConfig, InnerTrainer
+from reference.model import GPT, GPTConfig
+from trainer.round.recovery import genesis_checkpoint
 
 TINY = GPTConfig.preset("tiny")
 RUN = bytes.fromhex("1c" * 32)

@@ -1,7 +1,8 @@
-"""Cheating nodes in a real network: every node its own process running trainer.node.NodeRunner
-(real gloo all-reduces, signed joins and attestations) against anvil and the ledger served over
-HTTP. Each strategy earns nothing, no honest node is penalised, and the cheater's receipts say
-which check refused it and why. A quick subset always runs; all 21 strategies are what ``python
+"""Cheating nodes in a real network: every node its own process running
+trainer.round.node.NodeRunner (real gloo all-reduces, signed joins and attestations) against anvil
+and the ledger served over HTTP. Each strategy earns nothing, no honest node is penalised, and the
+cheater's receipts say which check refused it and why. A quick subset always runs; all 21
+strategies are what ``python
 -m bench.redteam`` measures (slow here). The in-process network (tests/redteam/network.py) stays
 for the usefulness/audit interplay and the slash path."""
 
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.anvil]
 
 # one of each kind: through the all-reduce (a copy), a dishonest attestation (a hijacked
 # checkpoint, equivocation), outside the collective (a takeover without a join), and the two
-# disguised ones only the fresh AdamW's fingerprints send to the replay (ledger.quality_steps)
+# disguised ones only the fresh AdamW's fingerprints send to the replay (ledger.judge.steps)
 QUICK = ["copy_exact", "checkpoint_hijack", "round_takeover", "equivocation", "other_data",
          "half_steps_scaled_up"]  # fmt: skip
 

@@ -1,9 +1,9 @@
-"""The default trainer is auditable: a real :class:`trainer.node.NodeRunner` (the code ``coloco
-node run`` runs) trains two rounds against anvil and the ledger, which replays every one of its
-node-rounds (audit fraction 1) and finds each the declared work: the node starts a fresh inner
-AdamW every round (``RoundSettings.keep_inner_state`` False), so a round is a pure function of the
-base, the shard and the governed settings; it trains on one torch thread as the replay does, so
-the replay matches bit for bit in a process set to two. With the AdamW state carried across
+"""The default trainer is auditable: a real :class:`trainer.round.node.NodeRunner` (the code
+``coloco node run`` runs) trains two rounds against anvil and the ledger, which replays every one
+of its node-rounds (audit fraction 1) and finds each the declared work: the node starts a fresh
+inner AdamW every round (``RoundSettings.keep_inner_state`` False), so a round is a pure function
+of the base, the shard and the governed settings; it trains on one torch thread as the replay does,
+so the replay matches bit for bit in a process set to two. With the AdamW state carried across
 rounds, round 2 fails the replay (the second test)."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.keys import NodeKey
+from reference.model import GPTConfig
 from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     ADMIN,
     db_url,
@@ -33,13 +34,12 @@ from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
 )
 from tests.ledger.helpers import domain_of, tick_until
 from tests.trainer.conftest import corpus_dir, store_port  # noqa: F401 - pytest fixtures
-from trainer.attest import Attester
-from trainer.ledger_client import LedgerClient
-from trainer.membership import MembershipConfig
-from trainer.model import GPTConfig
-from trainer.node import NodeRunner, NodeSettings
-from trainer.recovery import Recovery, genesis_hash
-from trainer.runconfig import ChainConfig, RunConfig
+from trainer.network.ledger_client import LedgerClient
+from trainer.network.membership import MembershipConfig
+from trainer.round.attest import Attester
+from trainer.round.node import NodeRunner, NodeSettings
+from trainer.round.recovery import Recovery, genesis_hash
+from trainer.round.runconfig import ChainConfig, RunConfig
 
 pytestmark = [pytest.mark.anvil]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, select
 
-from ledger.models import FraudRecord
+from ledger.core.models import FraudRecord
 from protocol.deployment import Deployment, abi
 from protocol.devnet import AnvilProcess
 from protocol.eip712 import keccak256

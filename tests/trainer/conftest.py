@@ -12,10 +12,10 @@ import torch.distributed as dist
 
 from protocol.devnet import free_port
 from protocol.keys import NodeKey
-from trainer.coordination.board import Board
-from trainer.coordination.registry import AnyKeyRegistry
-from trainer.coordination.store import FailoverStore
-from trainer.node import offline_domain
+from trainer.network.coordination.board import Board
+from trainer.network.coordination.registry import AnyKeyRegistry
+from trainer.network.coordination.store import FailoverStore
+from trainer.round.node import offline_domain
 
 
 @pytest.fixture(scope="session")

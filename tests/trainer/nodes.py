@@ -1,7 +1,7 @@
 """Real trainer nodes in real processes for the trainer tests (importable: spawn needs it).
 
 `start_nodes(plans, port)` starts one process per plan, each running a full
-:class:`trainer.node.NodeRunner` (rendezvous over the parent's TCPStore, gloo process groups,
+:class:`trainer.round.node.NodeRunner` (rendezvous over the parent's TCPStore, gloo process groups,
 checkpoints, signed attestations), and `collect` returns each node's round records, or None for
 a node that died on purpose.
 """
@@ -57,9 +57,9 @@ class Plan:
     ledger_url: str | None = None  # attestations, joins and member lists through this ledger
     late_first_join: bool = False  # its first ledger join waits until that round started there
     rendezvous_timeout_s: float = 60.0
-    hold_file: str | None = None  # NodeSettings.hold_file (trainer.hold)
+    hold_file: str | None = None  # NodeSettings.hold_file (trainer.round.hold)
     events: str | None = None  # `node run --events`: the trainer's round_done and held records
-    time_box: bool = False  # NodeSettings.time_box (trainer.timebox)
+    time_box: bool = False  # NodeSettings.time_box (trainer.round.timebox)
     step_sleep_s: float = 0.0  # a slower machine: every inner step takes this much longer
 
 
@@ -70,13 +70,13 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     torch.set_num_threads(1)
     from protocol.eip712 import Eip712Domain
     from protocol.keys import NodeKey
-    from trainer.attest import Attester
-    from trainer.membership import MembershipConfig
-    from trainer.model import GPTConfig
-    from trainer.node import NodeRunner, NodeSettings
-    from trainer.progress import round_record
-    from trainer.recovery import Recovery
-    from trainer.runconfig import ChainConfig, ConfigSource, RunConfig, StaticConfig
+    from reference.model import GPTConfig
+    from trainer.network.membership import MembershipConfig
+    from trainer.round.attest import Attester
+    from trainer.round.node import NodeRunner, NodeSettings
+    from trainer.round.progress import round_record
+    from trainer.round.recovery import Recovery
+    from trainer.round.runconfig import ChainConfig, ConfigSource, RunConfig, StaticConfig
 
     logs = os.environ.get("COLOCO_TEST_NODE_LOGS")
     if logs:  # debugging aid: each node's log in its own file
@@ -134,7 +134,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         logging.getLogger("trainer").addHandler(EventsWriter(Path(plan.events)))
     ledger = None
     if plan.ledger_url:
-        from trainer.ledger_client import LedgerClient
+        from trainer.network.ledger_client import LedgerClient
 
         ledger = LedgerClient(plan.ledger_url)
     recovery = Recovery(RUN_ID, model, 0, chain=chain, peer_timeout_s=60.0, ledger=ledger)

@@ -156,9 +156,9 @@ class _Rogue:
         matching hash, and a CHECKPOINT offer signed by the rogue's unregistered key)."""
         import torch
 
-        from trainer.checkpoint import RoundCheckpoint
-        from trainer.model import GPTConfig, genesis_state
-        from trainer.peer_checkpoint import Manifest
+        from reference.checkpoint import RoundCheckpoint
+        from reference.model import GPTConfig, genesis_state
+        from trainer.network.peer_checkpoint import Manifest
 
         target = self.info.target
         for r in range(1, self.info.rounds + 1):

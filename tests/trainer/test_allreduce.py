@@ -12,12 +12,13 @@ import torch
 import torch.distributed as dist
 
 from protocol.errors import CollectiveError, TrainerError
+from reference.codec import WireFormat, encode_flat, unflatten, wire_bytes
+from reference.mean import simulate_average
+from reference.outer import FlatLayout, OuterConfig, OuterState
 from tests.harness.distributed import run_workers
-from trainer import allreduce
-from trainer.allreduce import average, simulate_average
-from trainer.codec import WireFormat, encode_flat, unflatten, wire_bytes
-from trainer.coordination.heartbeat import StalledError, watching
-from trainer.outer import FlatLayout, OuterConfig, OuterState
+from trainer.network import allreduce
+from trainer.network.allreduce import average
+from trainer.network.coordination.heartbeat import StalledError, watching
 
 pytestmark = pytest.mark.distributed
 

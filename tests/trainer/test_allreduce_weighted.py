@@ -7,9 +7,10 @@ import hashlib
 import pytest
 import torch
 
+from reference.codec import WireFormat, quantize
+from reference.mean import simulate_average
 from tests.harness.distributed import run_workers
-from trainer.allreduce import average, simulate_average
-from trainer.codec import WireFormat, quantize
+from trainer.network.allreduce import average
 
 pytestmark = pytest.mark.distributed
 

@@ -8,17 +8,17 @@ from protocol.eip712 import Eip712Domain
 from protocol.hashing import hash_state_dict
 from protocol.keys import NodeKey
 from protocol.signing import verify_attestation
+from reference.checkpoint import CheckpointDir
+from reference.data import Corpus, ShardSpec
+from reference.inner import one_thread
+from reference.model import GPT, GPTConfig
 from tests.trainer.nodes import DEV_KEYS, RUN_ID
-from trainer.attest import Attester
-from trainer.checkpoint import CheckpointDir
-from trainer.data import Corpus, ShardSpec
-from trainer.diloco import DiLoCo
-from trainer.inner import one_thread
-from trainer.membership import MembershipConfig
-from trainer.model import GPT, GPTConfig
-from trainer.node import NodeRunner, NodeSettings
-from trainer.recovery import genesis_checkpoint, genesis_hash
-from trainer.runconfig import RunConfig, StaticConfig
+from trainer.network.membership import MembershipConfig
+from trainer.round.attest import Attester
+from trainer.round.diloco import DiLoCo
+from trainer.round.node import NodeRunner, NodeSettings
+from trainer.round.recovery import genesis_checkpoint, genesis_hash
+from trainer.round.runconfig import RunConfig, StaticConfig
 
 SMALL = GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32)
 
@@ -68,8 +68,8 @@ DEV_ADDRESS = NodeKey.from_private_key(bytes.fromhex(DEV_KEYS[4][2:])).address
 def test_a_ledger_outage_keeps_attestations_for_later_instead_of_stopping() -> None:
     import torch
 
-    from trainer.attest import WorkRecord
-    from trainer.ledger_client import LedgerClient, RetryPolicy
+    from trainer.network.ledger_client import LedgerClient, RetryPolicy
+    from trainer.round.attest import WorkRecord
 
     key = NodeKey.from_private_key(bytes.fromhex(DEV_KEYS[1][2:]))
     domain = Eip712Domain(chain_id=31337, verifying_contract=DEV_ADDRESS)

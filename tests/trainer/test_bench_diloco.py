@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 
 from bench.diloco import Setup, code_corpus, run_diloco, split_eval
-from trainer.data import Corpus
-from trainer.model import GPTConfig
-from trainer.outer import OuterConfig
+from reference.data import Corpus
+from reference.model import GPTConfig
+from reference.outer import OuterConfig
 
 SETUP = Setup(model=GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32), workers=2, rounds=3,
               inner_steps=2, batch=2, inner_lr=3e-3, outer=OuterConfig(), eval_rows=16)  # fmt: skip

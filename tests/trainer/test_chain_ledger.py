@@ -24,6 +24,7 @@ from protocol.errors import (
     LedgerUnavailableError,
 )
 from protocol.keys import NodeKey
+from reference.model import GPTConfig
 from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     ADMIN,
     client,
@@ -34,13 +35,12 @@ from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     settings_for,
 )
 from tests.ledger.helpers import domain_of, tick_until
-from trainer.attest import Attester
-from trainer.ledger_client import LedgerClient, RetryPolicy
-from trainer.membership import MembershipConfig
-from trainer.model import GPTConfig
-from trainer.node import NodeRunner, NodeSettings, RoundReport
-from trainer.recovery import Recovery, genesis_checkpoint, genesis_hash
-from trainer.runconfig import ChainConfig
+from trainer.network.ledger_client import LedgerClient, RetryPolicy
+from trainer.network.membership import MembershipConfig
+from trainer.round.attest import Attester
+from trainer.round.node import NodeRunner, NodeSettings, RoundReport
+from trainer.round.recovery import Recovery, genesis_checkpoint, genesis_hash
+from trainer.round.runconfig import ChainConfig
 
 pytestmark = [pytest.mark.anvil]
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from protocol.devnet import free_port
 from protocol.keys import create_keystore
-from trainer.checkpoint import CheckpointDir
+from reference.checkpoint import CheckpointDir
 from trainer.cli import _build, parse_run_id, run_command
 
 app = typer.Typer()

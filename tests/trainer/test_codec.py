@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from protocol.errors import ConfigError, TrainerError
-from trainer.codec import (
+from reference.codec import (
     Packet,
     WireFormat,
     decode,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.allreduce import simulate_average
-from trainer.codec.speed import averaged_errors, sample_pseudo_gradients
+from reference.codec.speed import averaged_errors, sample_pseudo_gradients
+from reference.mean import simulate_average
 
 NUMEL = 1 << 16
 

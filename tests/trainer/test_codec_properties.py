@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from trainer.codec import WireFormat, decode, encode
+from reference.codec import WireFormat, decode, encode
 
 finite_f32 = st.floats(
     min_value=-(2.0**100), max_value=2.0**100, allow_nan=False, allow_infinity=False, width=32

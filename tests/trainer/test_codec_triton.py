@@ -25,7 +25,7 @@ def check() -> dict[str, object]:
     """Compare every format and a few block sizes; return counts and any mismatches."""
     assert os.environ.get("TRITON_INTERPRET") == "1"
     from protocol.errors import TrainerError
-    from trainer.codec import WireFormat, decode, decode_into, encode, quantize
+    from reference.codec import WireFormat, decode, decode_into, encode, quantize
 
     gen = torch.Generator().manual_seed(11)
     cases = {

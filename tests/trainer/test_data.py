@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from protocol.errors import DataError
-from trainer.data import Corpus, ShardSpec
+from reference.data import Corpus, ShardSpec
 
 NODE_A = "0x" + "11" * 20
 NODE_B = "0x" + "22" * 20

@@ -10,8 +10,8 @@ import pytest
 from protocol.errors import CheckpointError
 from tests.harness.distributed import run_workers
 from tests.trainer.nodes import Plan, collect, start_nodes
-from trainer.comm import GroupAverager
-from trainer.membership import DivergedError, Members, RoundGroup
+from trainer.network.comm import GroupAverager
+from trainer.network.membership import DivergedError, Members, RoundGroup
 
 pytestmark = [pytest.mark.distributed]
 

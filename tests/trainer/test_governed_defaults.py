@@ -1,5 +1,5 @@
 """The governed defaults agree: a freshly deployed TrainingConfig holds the inner and outer
-settings the node runs without a chain and bench.diloco measures (trainer.runconfig)."""
+settings the node runs without a chain and bench.diloco measures (trainer.round.runconfig)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from eth_account import Account
 from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
-from trainer import runconfig
-from trainer.runconfig import ChainConfig, RunConfig
+from trainer.round import runconfig
+from trainer.round.runconfig import ChainConfig, RunConfig
 
 pytestmark = pytest.mark.anvil
 

@@ -10,9 +10,9 @@ from collections.abc import Callable
 import pytest
 
 from protocol.coordination import Kind
-from trainer.coordination.board import Board
-from trainer.coordination.heartbeat import Heartbeat, Liveness, StalledError, heartbeat_key
-from trainer.coordination.store import FailoverStore
+from trainer.network.coordination.board import Board
+from trainer.network.coordination.heartbeat import Heartbeat, Liveness, StalledError, heartbeat_key
+from trainer.network.coordination.store import FailoverStore
 
 TIMEOUT_S = 1.0
 

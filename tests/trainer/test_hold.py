@@ -1,5 +1,5 @@
 """`node run --hold-file`: a node holds at a round boundary (state and heartbeats kept) and goes on
-together with the others once the file is gone (trainer.hold)."""
+together with the others once the file is gone (trainer.round.hold)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from coloco_cli.node.run import read_events
 from protocol.errors import ConfigError
 from tests.trainer.nodes import Plan, collect, start_nodes
-from trainer.hold import hold_at_boundary, hold_from
+from trainer.round.hold import hold_at_boundary, hold_from
 
 
 def test_the_file_says_from_which_round_to_hold(tmp_path: Path) -> None:
@@ -46,7 +46,7 @@ def test_a_held_round_starts_once_the_file_is_gone(
     path.write_text("3")
     remover = threading.Timer(0.4, path.unlink)
     remover.start()
-    with caplog.at_level(logging.INFO, logger="trainer.hold"):
+    with caplog.at_level(logging.INFO, logger="trainer.round.hold"):
         held = hold_at_boundary(path, 4)
     remover.join()
     assert held >= 0.35

@@ -8,10 +8,10 @@ from __future__ import annotations
 import torch
 
 from bench.diloco import Setup
-from trainer.diloco import RoundSettings
-from trainer.inner import DEFAULT_BETAS, InnerConfig, InnerTrainer
-from trainer.model import GPT, GPTConfig
-from trainer.runconfig import RunConfig
+from reference.inner import DEFAULT_BETAS, InnerConfig, InnerTrainer
+from reference.model import GPT, GPTConfig
+from trainer.round.diloco import RoundSettings
+from trainer.round.runconfig import RunConfig
 
 SMALL = GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=16)
 CFG = InnerConfig(steps=4, lr=3e-3, batch_size=2, warmup_steps=3, schedule_steps=4)

@@ -18,8 +18,8 @@ import torch
 from protocol.eip712 import Eip712Domain
 from protocol.keys import NodeKey
 from tests.trainer.nodes import DEV_KEYS, RUN_ID
-from trainer.attest import Attester, WorkRecord
-from trainer.ledger_client import LedgerClient, RetryPolicy
+from trainer.network.ledger_client import LedgerClient, RetryPolicy
+from trainer.round.attest import Attester, WorkRecord
 
 BEHIND = {"error": {"code": "future_round", "message": "round 4 is in the future"}}
 

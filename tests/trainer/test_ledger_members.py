@@ -29,6 +29,7 @@ from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import free_port
 from protocol.types import RoundNumber, RunId
+from reference.model import GPTConfig
 from tests.ledger.conftest import ADMIN
 from tests.trainer.nodes import RUN_ID, collect, start_nodes
 from tests.trainer.rogue import (
@@ -40,8 +41,7 @@ from tests.trainer.rogue import (
     start_rogue,
     stop_rogue,
 )
-from trainer.model import GPTConfig
-from trainer.recovery import genesis_hash
+from trainer.round.recovery import genesis_hash
 
 pytestmark = [pytest.mark.distributed, pytest.mark.anvil]
 

@@ -9,13 +9,13 @@ import torch
 
 from protocol.errors import CheckpointError, ConfigError
 from protocol.hashing import hash_state_dict
-from trainer.checkpoint import CheckpointDir, RoundCheckpoint
-from trainer.data import Corpus, ShardSpec
-from trainer.inner import InnerConfig, InnerTrainer
-from trainer.model import GPT, GPTConfig, genesis_state
-from trainer.outer import OuterConfig, OuterState
-from trainer.recovery import genesis_hash
-from trainer.scoring import scoring_rows, usefulness
+from reference.checkpoint import CheckpointDir, RoundCheckpoint
+from reference.data import Corpus, ShardSpec
+from reference.inner import InnerConfig, InnerTrainer
+from reference.model import GPT, GPTConfig, genesis_state
+from reference.outer import OuterConfig, OuterState
+from reference.usefulness import scoring_rows, usefulness
+from trainer.round.recovery import genesis_hash
 
 SMALL = GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32)
 

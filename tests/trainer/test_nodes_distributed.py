@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from reference.checkpoint import CheckpointDir
 from tests.trainer.nodes import Plan, collect, start_nodes
-from trainer.checkpoint import CheckpointDir
 
 pytestmark = [pytest.mark.distributed]
 

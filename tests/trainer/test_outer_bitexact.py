@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from protocol.errors import ConfigError
-from trainer.outer import outer_step
+from reference.outer import outer_step
 
 REPO = Path(__file__).resolve().parents[2]
 N = 1_000_007  # odd size: vector bodies and scalar tails both run
@@ -26,7 +26,7 @@ LR, MU = 0.7, 0.9
 
 CHILD = r"""
 import hashlib, sys, torch
-from trainer.outer import outer_step, outer_step_
+from reference.outer import outer_step, outer_step_
 d = torch.load(sys.argv[1])
 mode = sys.argv[2]
 base, m = d["base"].clone(), torch.zeros_like(d["base"])

@@ -1,9 +1,10 @@
 """Checkpoints peer to peer: real server processes, one of them dishonest, a real fetch.
 
-Each peer is a separate Python process running :class:`trainer.peer_checkpoint.CheckpointServer`
-on a real socket. A dishonest peer serves the blob with one chunk altered (or a wrong digest list,
-or a chunk of the wrong length) under the honest manifest: the fetcher must drop it, take that
-chunk from another peer and return exactly the honest blob.
+Each peer is a separate Python process running
+:class:`trainer.network.peer_checkpoint.CheckpointServer` on a real socket. A dishonest peer serves
+the blob with one chunk altered (or a wrong digest list, or a chunk of the wrong length) under the
+honest manifest: the fetcher must drop it, take that chunk from another peer and return exactly the
+honest blob.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from protocol.errors import CheckpointError
-from trainer.peer_checkpoint import MIN_CHUNK_BYTES, Manifest, fetch
+from trainer.network.peer_checkpoint import MIN_CHUNK_BYTES, Manifest, fetch
 
 CHUNK = MIN_CHUNK_BYTES
 SIZE = 10 * CHUNK + 123  # 11 chunks, the last one short
@@ -26,7 +27,7 @@ ROUND = 7
 _SERVER = textwrap.dedent(
     """
     import hashlib, sys
-    from trainer.peer_checkpoint import CheckpointServer, Manifest
+    from trainer.network.peer_checkpoint import CheckpointServer, Manifest
     size, chunk, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     blob = bytearray(hashlib.shake_256(b"blob").digest(size))
     manifest, digests = Manifest.of(bytes(blob), bytes(32), chunk)
@@ -38,7 +39,7 @@ _SERVER = textwrap.dedent(
         blob = blob + b"x"
     server = CheckpointServer("127.0.0.1", 0)
     if mode == "long":
-        from trainer.peer_checkpoint import _Offer
+        from trainer.network.peer_checkpoint import _Offer
         server._offers[7] = _Offer(bytes(blob), digests, Manifest(manifest.weights_hash,
                                    size + 1, chunk, manifest.chunks_root))
     else:
@@ -173,7 +174,7 @@ def test_every_process_encodes_a_checkpoint_to_the_same_bytes() -> None:
     code = textwrap.dedent(
         """
         import hashlib, torch
-        from trainer.checkpoint import RoundCheckpoint
+        from reference.checkpoint import RoundCheckpoint
         w = {"a": torch.arange(10.0), "b": torch.ones(3)}
         blob = RoundCheckpoint(3, w, {k: v * 2 for k, v in w.items()}, b"\\x01" * 32).to_bytes()
         assert RoundCheckpoint.from_bytes(blob).momentum["b"].sum() == 6

@@ -1,6 +1,6 @@
-"""The time box of heterogeneous nodes (trainer.timebox): budgets from signed paces over a real
-TCPStore, the bound on a member that lies about its speed, and two real NodeRunner processes, one
-4x slower or more, where the slow one runs only the steps that fit and declares them."""
+"""The time box of heterogeneous nodes (trainer.round.timebox): budgets from signed paces over a
+real TCPStore, the bound on a member that lies about its speed, and two real NodeRunner processes,
+one 4x slower or more, where the slow one runs only the steps that fit and declares them."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from protocol.coordination import Kind
+from reference.inner import InnerResult
 from tests.trainer.nodes import Plan, collect, start_nodes
-from trainer import timebox
-from trainer.coordination.board import Board
-from trainer.coordination.store import FailoverStore
-from trainer.inner import InnerResult
+from trainer.network.coordination.board import Board
+from trainer.network.coordination.store import FailoverStore
+from trainer.round import timebox
 
 H = 8
 

@@ -10,14 +10,14 @@ import torch
 
 from protocol.blobs import blob_id, decode_blob
 from protocol.errors import ConfigError, EncodingError
-from trainer import commitment
-from trainer.allreduce import simulate_average
-from trainer.codec import decode, encode, wire_bytes
-from trainer.data import Corpus, ShardSpec
-from trainer.diloco import DiLoCo
-from trainer.inner import InnerConfig, InnerTrainer
-from trainer.model import GPT, GPTConfig
-from trainer.outer import OuterState
+from reference import commitment
+from reference.codec import decode, encode, wire_bytes
+from reference.data import Corpus, ShardSpec
+from reference.inner import InnerConfig, InnerTrainer
+from reference.mean import simulate_average
+from reference.model import GPT, GPTConfig
+from reference.outer import OuterState
+from trainer.round.diloco import DiLoCo
 
 SMALL = GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32)
 
@@ -76,8 +76,8 @@ def test_a_malformed_commitment_is_refused() -> None:
 
 
 def _settings(fmt: str):  # type: ignore[no-untyped-def]
-    from trainer.diloco import RoundSettings
-    from trainer.outer import OuterConfig
+    from reference.outer import OuterConfig
+    from trainer.round.diloco import RoundSettings
 
     return RoundSettings(InnerConfig(steps=3, lr=1e-3, batch_size=4), OuterConfig(), fmt)
 
@@ -86,8 +86,8 @@ def test_the_ledger_scores_a_commitment_decoded() -> None:
     """The ledger decodes commitments before judging them: a zero pseudo-gradient in int8 is
     still zero work (its scales and meta are not), an honest one decodes to the trainer's values
     laid out by the model's shapes, and a blob of the wrong size is refused with its reason."""
-    from ledger.judge import decode_pseudo_gradient
-    from ledger.quality import integrity
+    from ledger.judge.tensors import integrity
+    from ledger.judge.verdicts import decode_pseudo_gradient
 
     honest = commitment.tensors_of(encode(torch.randn(3000), None, "int8"))
     zero = commitment.tensors_of(encode(torch.zeros(3000), None, "int8"))

@@ -7,8 +7,7 @@ from fastapi.responses import Response
 
 from ledger.api.deps import LedgerDep
 from ledger.api.errors import error_response, json_response
-from ledger.intake import Outcome
-from ledger.schemas import (
+from ledger.api.schemas import (
     Accepted,
     AttestationIn,
     BatchIn,
@@ -16,6 +15,7 @@ from ledger.schemas import (
     BatchOut,
     ErrorResponse,
 )
+from ledger.intake.accept import Outcome
 from ledger.service import Ledger
 
 router = APIRouter(prefix="/attestations", tags=["attestations"])

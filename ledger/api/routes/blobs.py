@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
 from ledger.api.deps import LedgerDep
-from ledger.schemas import BlobOut, ErrorResponse
+from ledger.api.schemas import BlobOut, ErrorResponse
 from ledger.service import Ledger
 from protocol import blob_auth
 from protocol.eip712 import check_address

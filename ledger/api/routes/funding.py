@@ -1,6 +1,6 @@
 """GET /v1/funding/{run_id}/eth/{address}: what ``RunFunding.claimEth`` needs, and the run.
 
-Served from the indexed events only (ledger/receipts.py), as of the indexer's cursor block.
+Served from the indexed events only (ledger/reads/receipts.py), as of the indexer's cursor block.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path
 from web3 import Web3
 
 from ledger.api.deps import LedgerDep, SessionDep
-from ledger.receipts import as_of, latest_root, run_view
+from ledger.reads.receipts import as_of, latest_root, run_view
 from protocol.types import Address
 
 router = APIRouter(prefix="/funding", tags=["funding"])

@@ -13,10 +13,10 @@ from starlette.concurrency import run_in_threadpool
 
 from ledger.api.deps import LedgerDep, SessionDep
 from ledger.api.errors import json_response
-from ledger.models import FraudRecord, KeyValue, RoundState, utcnow
-from ledger.outer_step import momentum_key
-from ledger.schemas import AddressStr, Hex32, SignatureHex, Uint64
-from ledger.verify import reject
+from ledger.api.schemas import AddressStr, Hex32, SignatureHex, Uint64
+from ledger.core.models import FraudRecord, KeyValue, RoundState, utcnow
+from ledger.intake.verify import reject
+from ledger.judge.outer_step import momentum_key
 from protocol.errors import EncodingError, LedgerError
 from protocol.join import RoundJoin
 

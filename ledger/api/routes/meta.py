@@ -16,8 +16,8 @@ from starlette.concurrency import run_in_threadpool
 
 from ledger.api.deps import LedgerDep
 from ledger.api.errors import json_response
+from ledger.api.schemas import HealthOut, LiveOut
 from ledger.core.secrets import redact
-from ledger.schemas import HealthOut, LiveOut
 from ledger.service import Ledger
 from protocol.attestation import ATTESTATION_SPEC
 

@@ -1,4 +1,5 @@
-"""GET /metrics: the ledger's Prometheus metrics (ledger/metrics.py), text exposition format."""
+"""GET /metrics: the ledger's Prometheus metrics (ledger/reads/metrics.py), text exposition
+format."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from sqlalchemy import select as sa_select
 from ledger.api.deps import LedgerDep, SessionDep
 from ledger.api.errors import json_response
 from ledger.api.raw import Keyed
-from ledger.models import Attestation, Rejection
-from ledger.schemas import NodeOut
+from ledger.api.schemas import NodeOut
+from ledger.core.models import Attestation, Rejection
 from ledger.service import Ledger
 from protocol.eip712 import to_checksum_address
 

@@ -17,11 +17,11 @@ from sqlmodel import Session
 from ledger.api.deps import LedgerDep, SessionDep
 from ledger.api.errors import json_response
 from ledger.api.raw import Keyed, RawSelect
-from ledger.models import Attestation, ChainCommit, RoundState, Settlement
-from ledger.receipts import GATE_COLUMNS, Gate, other_kinds
-from ledger.schemas import RewardsOut
+from ledger.api.schemas import RewardsOut
+from ledger.chain.settlement import tree_of
+from ledger.core.models import Attestation, ChainCommit, RoundState, Settlement
+from ledger.reads.receipts import GATE_COLUMNS, Gate, other_kinds
 from ledger.service import Ledger
-from ledger.settlement import tree_of
 from protocol.eip712 import to_checksum_address
 from protocol.merkle import RewardsTree
 from protocol.types import Address

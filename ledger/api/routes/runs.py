@@ -16,8 +16,8 @@ from sqlmodel import Session, select
 from ledger.api.deps import AdminDep, LedgerDep, SessionDep
 from ledger.api.errors import json_response
 from ledger.api.raw import RawSelect
-from ledger.models import Attestation, AttestationPublic, RoundPublic, RoundState, Run, utcnow
-from ledger.schemas import RunCloseIn, RunIn, RunInfo, RunOut
+from ledger.api.schemas import RunCloseIn, RunIn, RunInfo, RunOut
+from ledger.core.models import Attestation, AttestationPublic, RoundPublic, RoundState, Run, utcnow
 from ledger.service import Ledger
 from protocol.errors import LedgerError
 from protocol.types import RoundNumber, RunId

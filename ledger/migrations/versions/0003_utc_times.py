@@ -8,7 +8,7 @@ The first schema made naive ``timestamp`` columns while the ledger writes aware 
 PostgreSQL converted them through the session's TimeZone, so with a database in
 America/New_York a round opened "five hours ago" and closed at once. Existing values were
 written as UTC wall times, so they are read back ``AT TIME ZONE 'UTC'``. SQLite has no zoned
-type (ledger.models.UtcDateTime keeps UTC there): nothing to change.
+type (ledger.core.models.UtcDateTime keeps UTC there): nothing to change.
 """
 
 from __future__ import annotations

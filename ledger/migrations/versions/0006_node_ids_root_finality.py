@@ -18,7 +18,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    # filled by the indexer: it re-reads every known key once (ledger/indexer.py, backfill)
+    # filled by the indexer: it re-reads every known key once (ledger/chain/indexer.py, backfill)
     with op.batch_alter_table("node") as batch:
         batch.add_column(sa.Column("node_id", sa.BigInteger(), nullable=True))
         batch.create_index("ix_node_node_id", ["node_id"])

@@ -1,0 +1,229 @@
+"""ETH for compute: after a round's commit is on chain, commit the run's cumulative ETH root.
+
+Backers' deposits in ``RunFunding`` pay compute contributors per verified work. For each round
+the ContributionLedger has committed (and that paid compute rewards), the ledger commits one ETH
+root: round ``r`` pays ``min(ethPerRound, deposits not yet committed)`` wei, split in proportion
+to the round's compute rewards per payout address (floor, like the token rewards). The tree is
+cumulative, like the rewards tree, and claims go against any root past its dispute window.
+
+Nothing here is stored: the per-round ETH totals are on chain (``EthRootCommitted`` events carry
+each root's cumulative total) and the per-round rewards are in the ledger's database, so the
+tree of any committed round is rebuilt deterministically. A crash between sending and mining
+only repeats the same root, which the contract refuses (``InvalidRoot``/``RoundNotIncreasing``).
+Requests build the tree from the indexed events (:meth:`FundingSettler.tree`, no RPC); the
+settler itself reads the chain, which is ahead of the indexer's confirmation depth.
+
+One sender: ETH roots are sent with the committer key that commits rounds. An ETH root is sent
+only under the round settler's lock and only while no commitRound is signed or in flight, so its
+nonce can never be one a recorded commit holds (the settler signs with the pending nonce, which
+counts an ETH root already sent; ``transact`` waits for its receipt).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Engine, func
+from sqlmodel import Session, col, select
+
+from ledger.chain.client import LedgerChain
+from ledger.core.models import Attestation, RoundState, Settlement
+from ledger.judge.rules import split_rewards
+from ledger.reads.receipts import eth_history
+from protocol.errors import ColocoError
+from protocol.merkle import RewardsTree
+from protocol.types import Address
+
+if TYPE_CHECKING:
+    from ledger.chain.settlement import Settler
+
+log = logging.getLogger(__name__)
+
+CONTRACT = "RunFunding"
+_SETTLED = ("committed", "final")
+
+
+@dataclass(frozen=True)
+class RunFundingState:
+    """``RunFunding.runOf(runId)``, by field name."""
+
+    funding_end: int
+    cancelled_at: int
+    last_round: int
+    has_round: bool
+    total_deposited: int
+    eth_committed: int
+    eth_paid: int
+    capital_pool: int
+    eth_per_round: int
+
+    @classmethod
+    def from_tuple(cls, t: tuple[int, ...] | list[int]) -> RunFundingState:
+        return cls(
+            funding_end=int(t[0]),
+            cancelled_at=int(t[1]),
+            last_round=int(t[2]),
+            has_round=bool(t[3]),
+            total_deposited=int(t[4]),
+            eth_committed=int(t[6]),
+            eth_paid=int(t[7]),
+            capital_pool=int(t[8]),
+            eth_per_round=int(t[9]),
+        )
+
+
+def round_rewards(session: Session, run_id: str, rnd: int) -> dict[str, int]:
+    """Compute rewards of one round, per payout address."""
+    rows = session.exec(
+        select(Attestation.payout, Attestation.reward).where(
+            Attestation.run_id == run_id,
+            Attestation.round == rnd,
+            col(Attestation.payout).is_not(None),
+        )
+    ).all()
+    out: dict[str, int] = {}
+    for payout, reward in rows:
+        if payout is not None and reward is not None and int(reward) > 0:
+            out[payout] = out.get(payout, 0) + int(reward)
+    return out
+
+
+def eth_amounts(session: Session, run_id: str, per_round: list[tuple[int, int]]) -> dict[str, int]:
+    """Cumulative wei per payout after the rounds ``per_round`` = [(round, wei of that round)]."""
+    out: dict[str, int] = {}
+    for rnd, wei in per_round:
+        rewards = round_rewards(session, run_id, rnd)
+        payouts = sorted(rewards)
+        shares = split_rewards(wei, {i: rewards[p] for i, p in enumerate(payouts)})
+        for i, p in enumerate(payouts):
+            if shares[i] > 0:
+                out[p] = out.get(p, 0) + shares[i]
+    return out
+
+
+class FundingSettler:
+    """Commits one ETH root per committed round of every funded run; a step of the worker."""
+
+    def __init__(
+        self, engine: Engine, chain: LedgerChain, settler: Settler, *, poll_s: float = 2.0
+    ) -> None:
+        self.engine = engine
+        self.chain = chain
+        self.settler = settler  # the other sender of the committer key: one queue (see above)
+        self.enabled = CONTRACT in chain.deployment.contracts
+        self.poll_s = poll_s  # ETH roots are not urgent: keep the worker's tick light
+        self._polled_at = float("-inf")
+        self._settled: dict[str, int] = {}  # run -> highest ledger round already looked at
+        # the latest indexed tree per run, by its root (requests): (root, tree, amounts, round)
+        self._trees: dict[str, tuple[tuple[int, int], RewardsTree | None, dict[str, int], int]] = {}
+
+    def state(self, run_id: str) -> RunFundingState:
+        raw = self.chain.client.call(CONTRACT, "runOf", bytes.fromhex(run_id[2:]))
+        return RunFundingState.from_tuple(tuple(raw))
+
+    def chain_history(self, run_id: str) -> list[tuple[int, int]]:
+        """[(round, wei paid by that round)] of the run's ETH roots on chain now, oldest first
+        (the settler's view; requests use the indexed :func:`ledger.reads.receipts.eth_history`)."""
+        event = self.chain.client.contract(CONTRACT).events.EthRootCommitted
+        logs = event.get_logs(
+            from_block=self.chain.deployment_block,
+            argument_filters={"runId": bytes.fromhex(run_id[2:])},
+        )
+        out: list[tuple[int, int]] = []
+        previous = 0
+        for entry in sorted(logs, key=lambda e: (e["blockNumber"], e["logIndex"])):
+            total = int(entry["args"]["totalWei"])
+            out.append((int(entry["args"]["round"]), total - previous))
+            previous = total
+        return out
+
+    def tree(
+        self, session: Session, run_id: str
+    ) -> tuple[RewardsTree | None, dict[str, int], int | None]:
+        """The tree of the run's latest indexed ETH root, its amounts and its round: from the
+        database only, built once per root."""
+        history = eth_history(session, run_id)
+        if not history:
+            return None, {}, None
+        key = (history[-1][0], sum(w for _, w in history))
+        cached = self._trees.get(run_id)
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2], cached[3]
+        amounts = eth_amounts(session, run_id, history)
+        tree = RewardsTree.build(sorted((Address(a), v) for a, v in amounts.items()))
+        built = tree if amounts else None
+        self._trees[run_id] = (key, built, amounts, history[-1][0])
+        return built, amounts, history[-1][0]
+
+    def commits_in_flight(self) -> int:
+        """commitRound transactions signed or sent and not yet mined (they hold nonces)."""
+        with Session(self.engine) as session:
+            return int(
+                session.exec(
+                    select(func.count())
+                    .select_from(Settlement)
+                    .where(col(Settlement.status).in_(("signed", "sent")))
+                ).one()
+            )
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self._polled_at < self.poll_s:
+            return
+        self._polled_at = now
+        with Session(self.engine) as session:
+            rounds = session.exec(
+                select(RoundState.run_id, RoundState.round)
+                .where(col(RoundState.state).in_(_SETTLED), RoundState.round > 0)
+                .order_by(col(RoundState.run_id), col(RoundState.round))
+            ).all()
+        by_run: dict[str, list[int]] = {}
+        for run_id, rnd in rounds:
+            by_run.setdefault(run_id, []).append(int(rnd))
+        for run_id, settled in by_run.items():
+            if self._settled.get(run_id) == settled[-1]:
+                continue  # no newly committed round since the last look
+            try:
+                if self._settle_run(run_id, settled):
+                    self._settled[run_id] = settled[-1]
+            except ColocoError as exc:
+                log.warning("ETH settlement of run %s: %s (retried next tick)", run_id, exc)
+
+    def _settle_run(self, run_id: str, settled: list[int]) -> bool:
+        """Commits the next ETH root of the run; True when nothing is left to commit."""
+        st = self.state(run_id)
+        if st.funding_end == 0 or st.cancelled_at != 0:
+            return True  # not funded (yet: looked at again after the next commit) or cancelled
+        todo = [r for r in settled if not st.has_round or r > st.last_round]
+        if not todo:
+            return True
+        history = self.chain_history(run_id)
+        for rnd in todo:
+            with Session(self.engine) as session:
+                rewards = round_rewards(session, run_id, rnd)
+                wei = min(st.eth_per_round, st.total_deposited - st.eth_committed)
+                if not rewards or wei <= 0:
+                    continue  # nothing new to pay for this round (no work, or no ETH left)
+                amounts = eth_amounts(session, run_id, [*history, (rnd, wei)])
+            tree = RewardsTree.build(sorted((Address(a), v) for a, v in amounts.items()))
+            total = st.eth_committed + wei
+            with self.settler.lock:  # one sender of the committer key at a time
+                if self.commits_in_flight():
+                    log.info("ETH root of run %s round %d waits for a commitRound", run_id, rnd)
+                    return False
+                self.chain.client.transact(
+                    CONTRACT, "commitEthRoot", bytes.fromhex(run_id[2:]), rnd, tree.root, total
+                )
+            log.info(
+                "ETH root of run %s round %d: %d wei this round, %d in total, %d payouts",
+                run_id,
+                rnd,
+                wei,
+                total,
+                len(amounts),
+            )
+            return rnd == todo[-1]
+        return True

@@ -1,0 +1,332 @@
+"""Database tables (SQLModel) and the public shapes the API returns.
+
+Bytes are stored as lowercase 0x-hex strings, addresses checksummed. uint64 values that can exceed
+a signed 64-bit column (tokens, config version) are only stored once verification bounded them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Column, DateTime, Dialect, Index, Text, UniqueConstraint, text
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import Field, SQLModel
+
+from ledger.api.schemas import Uint64Out
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A point in time, always timezone-aware UTC in Python, whatever the database session's zone.
+
+    PostgreSQL stores ``timestamptz`` (an instant; a naive ``timestamp`` column would convert an
+    aware value through the session's TimeZone and shift it by hours); SQLite stores the UTC
+    wall time and gets its zone back here. A naive value is taken as UTC (``utcnow()`` everywhere).
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        moment = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return moment.replace(tzinfo=None) if dialect.name == "sqlite" else moment
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+# --- attestations ---------------------------------------------------------------------------------
+
+
+class AttestationBase(SQLModel):
+    run_id: str = Field(max_length=66)  # indexed by uq_attestation_slot's first column
+    round: int = Field(sa_type=BigInteger)
+    node: str = Field(max_length=42)  # indexed with the id: ix_attestation_node_id
+    config_version: int = Field(sa_type=BigInteger)
+    base_checkpoint: str = Field(max_length=66)
+    pseudo_gradient: str = Field(max_length=66, index=True)  # blob visibility (BlobStore.hidden)
+    data_shard: str = Field(max_length=66)
+    inner_steps: int = Field(sa_type=BigInteger)
+    tokens: int = Field(sa_type=BigInteger)
+    result_checkpoint: str = Field(max_length=66)
+
+
+class Attestation(AttestationBase, table=True):
+    """An attestation that passed level 0; levels 1-2 fill the score columns at round close."""
+
+    __table_args__ = (
+        UniqueConstraint("run_id", "round", "node", name="uq_attestation_slot"),
+        # a node's or a payout's newest rows read from the index in id order, not all of its
+        # rows sorted (their cost grew with history), and a node's rounds worked counted from
+        # an index of verified rows only (migration 0009)
+        Index("ix_attestation_node_id", "node", "id"),
+        Index("ix_attestation_payout_id", "payout", "id"),
+        Index(
+            "ix_attestation_node_verified",
+            "node",
+            postgresql_where=text("verified IS TRUE"),
+            sqlite_where=text("verified IS TRUE"),
+        ),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    digest: str = Field(max_length=66, unique=True)
+    signature: str = Field(max_length=132)
+    members: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    received_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    payout: str | None = Field(default=None, max_length=42)  # ix_attestation_payout_id
+    verified: bool | None = None
+    verified_tokens: int | None = Field(default=None, sa_type=BigInteger)
+    quality: float | None = None
+    reward: str | None = Field(default=None, max_length=80)
+    reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class AttestationPublic(AttestationBase):
+    round: Uint64Out
+    config_version: Uint64Out
+    tokens: Uint64Out
+    id: int
+    digest: str
+    received_at: datetime
+    verified: bool | None
+    verified_tokens: Uint64Out | None
+    quality: float | None
+    reward: str | None
+    reason: str | None
+
+
+class Rejection(SQLModel, table=True):
+    """Audit trail: every attestation refused, with the check that refused it."""
+
+    __table_args__ = (Index("ix_rejection_node_id", "node", "id"),)  # a node's newest
+
+    id: int | None = Field(default=None, primary_key=True)
+    node: str | None = Field(default=None, max_length=42)
+    run_id: str | None = Field(default=None, max_length=66)
+    round: str | None = Field(default=None, max_length=24)
+    code: str = Field(max_length=64)
+    message: str = Field(sa_column=Column(Text, nullable=False))
+    digest: str | None = Field(default=None, max_length=66)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class RejectionPublic(SQLModel):
+    run_id: str | None
+    round: str | None
+    code: str
+    message: str
+    digest: str | None
+    created_at: datetime
+
+
+class Join(SQLModel, table=True):
+    """A node's signed join of a round, recorded before the round started (its membership)."""
+
+    __tablename__ = "round_join"
+    __table_args__ = (UniqueConstraint("run_id", "round", "node", name="uq_round_join"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=66, index=True)
+    round: int = Field(sa_type=BigInteger)
+    node: str = Field(max_length=42)
+    signature: str = Field(max_length=132)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class FraudRecord(SQLModel, table=True):
+    """A failed replay audit: the evidence, and the reward it withheld (never claimable)."""
+
+    __tablename__ = "fraud_record"
+    __table_args__ = (UniqueConstraint("run_id", "round", "node", name="uq_fraud_record"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=66, index=True)
+    round: int = Field(sa_type=BigInteger)
+    node: str = Field(max_length=42, index=True)
+    digest: str = Field(max_length=66)
+    evidence_hash: str = Field(max_length=66)
+    evidence: str = Field(sa_column=Column(Text, nullable=False))
+    withheld: str = Field(default="0", max_length=80)
+    slash_tx: str | None = Field(default=None, max_length=66)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+# --- runs and rounds ------------------------------------------------------------------------------
+
+ROUND_STATES = ("open", "closing", "scored", "committed", "final")
+
+
+class Run(SQLModel, table=True):
+    run_id: str = Field(primary_key=True, max_length=66)
+    genesis_checkpoint: str = Field(max_length=66)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class RoundState(SQLModel, table=True):
+    """A round of a run as the ledger sees it: open -> closing -> scored -> committed -> final."""
+
+    __tablename__ = "ledger_round"
+    __table_args__ = (UniqueConstraint("run_id", "round", name="uq_round"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=66)  # indexed by uq_round's first column
+    round: int = Field(sa_type=BigInteger)
+    state: str = Field(default="open", max_length=16, index=True)
+    opened_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    deadline_at: datetime = Field(sa_type=UtcDateTime)
+    closed_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    expected: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    checkpoint: str | None = Field(default=None, max_length=66)
+    total_work: str | None = Field(default=None, max_length=80)
+    rewards_root: str | None = Field(default=None, max_length=66)
+    attestations_root: str | None = Field(default=None, max_length=66)
+    reward_per_round: str | None = Field(default=None, max_length=80)
+    tx_hash: str | None = Field(default=None, max_length=66)
+    block_number: int | None = Field(default=None, sa_type=BigInteger)
+    note: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class RoundPublic(SQLModel):
+    run_id: str
+    round: Uint64Out
+    state: str
+    opened_at: datetime
+    deadline_at: datetime
+    closed_at: datetime | None
+    members: list[str]
+    expected: list[str]
+    checkpoint: str | None
+    total_work: str | None
+    rewards_root: str | None
+    attestations_root: str | None
+    tx_hash: str | None
+    block_number: int | None
+    note: str | None
+    scores: list[AttestationPublic]
+
+
+class Settlement(SQLModel, table=True):
+    """Intent to commit a round, written before the transaction is sent (crash-safe resend)."""
+
+    __table_args__ = (UniqueConstraint("run_id", "round", name="uq_settlement"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=66)
+    round: int = Field(sa_type=BigInteger)
+    rewards_root: str = Field(max_length=66)
+    checkpoint: str = Field(max_length=66)
+    total_work: str = Field(max_length=80)
+    attestations_root: str = Field(max_length=66)
+    tree: str = Field(sa_column=Column(Text, nullable=False))
+    nonce: int | None = Field(default=None, sa_type=BigInteger)
+    tx_hash: str | None = Field(default=None, max_length=66)
+    raw_tx: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    block_number: int | None = Field(default=None, sa_type=BigInteger)
+    status: str = Field(default="intent", max_length=16)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+# --- chain index ----------------------------------------------------------------------------------
+
+
+class Node(SQLModel, table=True):
+    """A StakeManager node key as of the indexer's last refresh. ``node_id`` is the contract's
+    stable node identity: a key rotation gives the node a new key (a new row) under the same id,
+    and retires the old key (``registered`` false, its history kept under the same id)."""
+
+    address: str = Field(primary_key=True, max_length=42)
+    operator: str = Field(max_length=42)
+    payout: str = Field(max_length=42)
+    staked: str = Field(max_length=80)
+    unbonding: str = Field(max_length=80, default="0")
+    registered: bool = True
+    updated_block: int = Field(sa_type=BigInteger)
+    node_id: int | None = Field(default=None, sa_type=BigInteger, index=True)
+
+
+class ChainCommit(SQLModel, table=True):
+    """A RoundCommitted event seen on chain."""
+
+    __table_args__ = (UniqueConstraint("run_id", "round", name="uq_chain_commit"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=66)  # indexed by uq_chain_commit's first column
+    round: int = Field(sa_type=BigInteger)
+    rewards_root: str = Field(max_length=66)
+    checkpoint: str = Field(max_length=66)
+    total_work: str = Field(max_length=80)
+    attestations_root: str = Field(max_length=66)
+    block_number: int = Field(sa_type=BigInteger)
+    tx_hash: str = Field(max_length=66)
+    # the root's finality: claimable from ``finalized_at`` (unix seconds, the end of its dispute
+    # window) unless revoked first (``revoked_block``: the RootRevoked event's block)
+    finalized_at: int | None = Field(default=None, sa_type=BigInteger)
+    revoked_block: int | None = Field(default=None, sa_type=BigInteger)
+
+
+class KeyValue(SQLModel, table=True):
+    """Small durable state: the indexer cursor, the cached TrainingConfig."""
+
+    key: str = Field(primary_key=True, max_length=64)
+    value: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class Blob(SQLModel, table=True):
+    hash: str = Field(primary_key=True, max_length=66)
+    size: int = Field(sa_type=BigInteger)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    uploader: str | None = Field(default=None, max_length=42, index=True)  # counts on its quota
+
+
+class PayoutTotal(SQLModel, table=True):
+    """Everything scored so far per payout address (wei, as a decimal string): the rewards
+    tree's amounts, kept up to date by scoring so a settlement never re-reads the history."""
+
+    __tablename__ = "payout_total"
+
+    payout: str = Field(primary_key=True, max_length=42)
+    amount: str = Field(max_length=80)
+
+
+class FundingEvent(SQLModel, table=True):
+    """A RunFunding or CodeRegistry event seen on chain (ledger/chain/funding_index.py): receipts of
+    the capital and code kinds and the ETH roots are served from these rows, never over RPC.
+
+    ``run_id``, ``account`` (backer, contributor, claimant), ``ref`` (a contribution id or an ETH
+    root) and ``amount`` are lifted out of the event for lookups; ``args`` holds every argument.
+    ``running`` is a per-run running sum kept at insert, in chain order: for ``Deposited`` the
+    run's sum of amount x block time (the capital weight), for ``EthClaimed`` the run's wei paid.
+    """
+
+    __tablename__ = "funding_event"
+    __table_args__ = (
+        UniqueConstraint("tx_hash", "log_index", name="uq_funding_event"),
+        Index("ix_funding_event_run_name", "run_id", "name"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    contract: str = Field(max_length=32)
+    name: str = Field(max_length=40)
+    run_id: str | None = Field(default=None, max_length=66)
+    account: str | None = Field(default=None, max_length=42, index=True)
+    ref: str | None = Field(default=None, max_length=80, index=True)
+    amount: str | None = Field(default=None, max_length=80)
+    running: str | None = Field(default=None, max_length=100)
+    args: str = Field(sa_column=Column(Text, nullable=False))
+    block_number: int = Field(sa_type=BigInteger, index=True)
+    block_time: int = Field(sa_type=BigInteger)
+    log_index: int
+    tx_hash: str = Field(max_length=66)

@@ -1,0 +1,126 @@
+"""Replay one node's inner steps deterministically on CPU and compare with its pseudo-gradient.
+
+The inputs are public: the committed base weights, the node's shard (rebuilt from run, round,
+node, tokens and the governed data mixture: its id must be the attested ``dataShard``) and the
+governed inner settings (steps, lr; batch = tokens / (steps x seq_len)). The inner optimizer starts
+fresh (``InnerTrainer(keep_state=False)``): a round is a pure function of those inputs. The
+verdict compares the relative L2 distance of the submitted pseudo-gradient to the replayed one
+with a tolerance measured on honest nodes (docs/ledger.md, "Replay audit").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from protocol.hashing import hash_state_dict
+
+Tensors = Mapping[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ReplayInputs:
+    run_id: bytes
+    round: int
+    node: str
+    tokens: int
+    inner_steps: int
+    inner_lr: float
+    mixture: tuple[int, ...]
+    preset: str
+    shard_tokens: int = 0  # the shard drawn (a time-boxed node's planned one); 0: ``tokens``
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": "0x" + self.run_id.hex(),
+            "round": self.round,
+            "node": self.node,
+            "tokens": self.tokens,
+            "inner_steps": self.inner_steps,
+            "inner_lr": self.inner_lr,
+            "mixture": list(self.mixture),
+            "model_preset": self.preset,
+            "shard_tokens": self.shard_tokens or self.tokens,
+        }
+
+
+@dataclass(frozen=True)
+class ReplayVerdict:
+    passed: bool
+    rel_error: float
+    replayed_hash: str
+    cpu_seconds: float
+    reason: str
+
+
+def replay_pseudo_gradient(
+    base: Tensors, inputs: ReplayInputs, corpus: Any
+) -> dict[str, torch.Tensor]:
+    """``base - local`` after the node's inner steps, recomputed here."""
+    from reference.checkpoint import load_weights_into
+    from reference.data import ShardSpec
+    from reference.inner import InnerConfig, InnerTrainer
+    from reference.model import GPT, GPTConfig
+
+    cfg = GPTConfig.preset(inputs.preset)
+    batch = inputs.tokens // (inputs.inner_steps * cfg.seq_len)
+    shard = inputs.shard_tokens or inputs.tokens
+    spec = ShardSpec.for_node(inputs.run_id, inputs.round, inputs.node, shard, inputs.mixture)
+    rows = corpus.shard_rows(spec, cfg.seq_len)
+    model = GPT(cfg)
+    load_weights_into(model, {n: t.float() for n, t in base.items()})
+    inner = InnerConfig(steps=inputs.inner_steps, lr=inputs.inner_lr, batch_size=batch)
+    InnerTrainer(model, inner, keep_state=False).train(rows)
+    local = dict(model.named_parameters())
+    return {n: (base[n].float() - local[n].detach()).contiguous() for n in base}
+
+
+def audit(
+    base: Tensors,
+    submitted: Tensors,
+    inputs: ReplayInputs,
+    corpus: Any,
+    *,
+    tolerance: float,
+    packet: Any = None,
+) -> ReplayVerdict:
+    """Replay and compare; ``packet``: the node committed its all-reduce packet (int8 codes),
+    so the replay is encoded the same way before comparing."""
+    from reference.inner import one_thread
+
+    start = time.process_time()
+    with one_thread():  # the node's kernels, where it trained on one thread: bit for bit
+        replayed = replay_pseudo_gradient(base, inputs, corpus)
+    if packet is not None:
+        from reference.codec import decode, quantize
+        from reference.outer import FlatLayout
+
+        layout = FlatLayout({n: t.shape for n, t in base.items()})
+        coded = quantize(layout.flatten(replayed), packet.fmt, block_size=packet.block_size)
+        replayed = layout.unflatten(decode(coded))
+    seconds = time.process_time() - start
+    names = sorted(replayed)
+    if sorted(submitted) != names or any(submitted[n].shape != replayed[n].shape for n in names):
+        return ReplayVerdict(
+            False,
+            float("inf"),
+            "0x" + hash_state_dict(replayed).hex(),
+            seconds,
+            "tensors differ in names or shapes from the model",
+        )
+    sub = torch.cat([submitted[n].double().reshape(-1) for n in names])
+    rep = torch.cat([replayed[n].double().reshape(-1) for n in names])
+    denom = float(rep.norm()) or 1.0
+    rel = float((sub - rep).norm()) / denom if torch.isfinite(sub).all() else float("inf")
+    passed = rel <= tolerance
+    why = (
+        f"replay matches (relative L2 error {rel:.2e} <= {tolerance:g})"
+        if passed
+        else f"replay of {inputs.inner_steps} inner steps on the declared shard differs from the "
+        f"submitted pseudo-gradient: relative L2 error {rel:.3g} > tolerance {tolerance:g}"
+    )
+    return ReplayVerdict(passed, rel, "0x" + hash_state_dict(replayed).hex(), seconds, why)

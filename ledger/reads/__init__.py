@@ -1,0 +1,3 @@
+"""The read model: receipts from the indexed tables (:mod:`.receipts`) and the operators' metrics
+(:mod:`.metrics`).
+"""

@@ -1,0 +1,126 @@
+"""C source of the native CPU codec kernels (built by `reference.codec.native`).
+
+One pass per block: the difference `base - local` goes to a stack buffer while the block's absmax
+is taken as an integer max over the bit patterns of |d| (for non-negative floats bit order is value
+order, NaN and Inf sort above every finite value, and the loop vectorizes without -ffast-math).
+Rounding is the same `(y + 1.5 * 2**23) - 1.5 * 2**23` round-half-even trick the Triton kernel
+uses; the build disables FMA contraction so every product is rounded before the next add.
+"""
+
+C_SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+
+#define ABS_MASK 0x7fffffffu
+#define NONFINITE 0x7f800000u
+#define MAGIC 12582912.0f          /* 1.5 * 2^23: adding and subtracting rounds half to even */
+#define TINY 7.888609052210118e-31f /* 2^-100, see reference/codec/formats.py */
+#define MAX_BLOCK 4096
+
+static inline uint32_t fbits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static inline float bitsf(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+
+/* returns the number of blocks holding NaN/Inf (0 when the packet is valid) */
+int64_t coloco_enc_i8(const float *restrict base, const float *restrict local, int64_t n,
+                      int64_t bs, int8_t *restrict q, float *restrict scales) {
+    float tmp[MAX_BLOCK];
+    int64_t nb = (n + bs - 1) / bs, bad = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t s = b * bs, len = (n - s) < bs ? (n - s) : bs;
+        const float *pb = base + s;
+        uint32_t m = 0;
+        if (local) {
+            const float *pl = local + s;
+            for (int64_t i = 0; i < len; i++) {
+                float d = pb[i] - pl[i];
+                uint32_t u = fbits(d) & ABS_MASK;
+                tmp[i] = d;
+                m = u > m ? u : m;
+            }
+        } else {
+            for (int64_t i = 0; i < len; i++) {
+                float d = pb[i];
+                uint32_t u = fbits(d) & ABS_MASK;
+                tmp[i] = d;
+                m = u > m ? u : m;
+            }
+        }
+        for (int64_t i = len; i < bs; i++) tmp[i] = 0.0f;
+        int8_t *pq = q + s;
+        if (m >= NONFINITE) {
+            bad++;
+            memset(pq, 0, (size_t)bs);
+            scales[b] = 0.0f;
+            continue;
+        }
+        float amax = bitsf(m), inv = 0.0f, sc = 0.0f;
+        if (amax >= TINY) { inv = 127.0f / amax; sc = amax / 127.0f; }
+        for (int64_t i = 0; i < bs; i++) {
+            float y = tmp[i] * inv;
+            y = (y + MAGIC) - MAGIC;
+            pq[i] = (int8_t)(int32_t)y;
+        }
+        scales[b] = sc;
+    }
+    return bad;
+}
+
+void coloco_dec_i8(const int8_t *restrict q, const float *restrict scales, int64_t n,
+                   int64_t bs, float *restrict out, int accumulate) {
+    int64_t nb = (n + bs - 1) / bs;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t s = b * bs, len = (n - s) < bs ? (n - s) : bs;
+        const int8_t *pq = q + s;
+        float *po = out + s, sc = scales[b];
+        if (accumulate) {
+            for (int64_t i = 0; i < len; i++) po[i] += (float)pq[i] * sc;
+        } else {
+            for (int64_t i = 0; i < len; i++) po[i] = (float)pq[i] * sc;
+        }
+    }
+}
+
+static inline uint16_t to_bf16(float x) {
+    uint32_t u = fbits(x);
+    if ((u & ABS_MASK) > NONFINITE) return 0x7fc0;                  /* NaN, as torch */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);       /* round half to even */
+}
+
+/* fmt 0: fp32 out (float*), fmt 1: bf16 out (uint16_t*); returns 1 if any value is NaN/Inf */
+int64_t coloco_enc_dense(const float *restrict base, const float *restrict local, int64_t n,
+                         int fmt, void *restrict out) {
+    uint32_t m = 0;
+    const int64_t chunk = 4096;
+    for (int64_t s = 0; s < n; s += chunk) {
+        int64_t len = (n - s) < chunk ? (n - s) : chunk;
+        const float *pb = base + s;
+        const float *pl = local ? local + s : 0;
+        if (fmt == 0) {
+            float *po = (float *)out + s;
+            for (int64_t i = 0; i < len; i++) {
+                float d = pl ? pb[i] - pl[i] : pb[i];
+                uint32_t u = fbits(d) & ABS_MASK;
+                po[i] = d;
+                m = u > m ? u : m;
+            }
+        } else {
+            uint16_t *po = (uint16_t *)out + s;
+            for (int64_t i = 0; i < len; i++) {
+                float d = pl ? pb[i] - pl[i] : pb[i];
+                uint32_t u = fbits(d) & ABS_MASK;
+                po[i] = to_bf16(d);
+                m = u > m ? u : m;
+            }
+        }
+    }
+    return m >= NONFINITE ? 1 : 0;
+}
+
+void coloco_dec_bf16(const uint16_t *restrict in, int64_t n, float *restrict out,
+                     int accumulate) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = bitsf((uint32_t)in[i] << 16);
+        if (accumulate) out[i] += v; else out[i] = v;
+    }
+}
+"""

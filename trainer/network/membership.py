@@ -1,0 +1,567 @@
+"""Elastic membership at round boundaries, over an untrusted ``torch.distributed.TCPStore``.
+
+Every value a node acts on is a signed coordination message checked by
+:class:`~trainer.network.coordination.board.Board` (unsigned, foreign, stale or replayed ones are
+refused and logged). For round ``r`` (attempt ``a`` after a member died or sat out):
+
+- each node posts a signed ``JOIN`` (its chain head, its successor endpoint) in a slot of
+  ``members/r/a``; it re-posts if its join disappears or is overwritten;
+- once every expected node joined and the join window passed (or at the timeout), a member posts
+  the signed ``ROUND_OPEN`` under ``members/r/a/open`` with ``compare_set``: the members' signed
+  joins themselves, and the block at which everyone reads TrainingConfig (at least every member's
+  join head). A reader accepts it only if the closer is a member and every embedded join verifies;
+  an invalid value there is refused and replaced. The same message goes to ``current_round``;
+- expected = last round's members minus those that posted a signed ``LEAVE`` (round 1:
+  ``min_nodes``).
+
+Ranks are positions in the sorted address list; each list gets a fresh gloo/NCCL process group.
+After a round every member posts a signed ``CHECKPOINT`` (the weights hash it holds, and the
+manifest and address of the blob it serves peer to peer: :mod:`trainer.network.peer_checkpoint`). A
+joiner accepts a blob only if it matches the hash committed on chain or, for a round not committed
+yet, the hash signed by a majority of that round's members (:mod:`trainer.round.recovery`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from protocol.coordination import Kind, SignedMessage
+from protocol.eip712 import Eip712Domain
+from protocol.errors import (
+    CheckpointError,
+    CollectiveError,
+    ConfigError,
+    ProtocolError,
+    TrainerError,
+)
+from protocol.keys import NodeKey
+from trainer.network.comm import GroupAverager, SoloAverager
+from trainer.network.coordination.board import Board
+from trainer.network.coordination.heartbeat import Liveness, wait_work
+from trainer.network.coordination.ledger_view import LedgerMembers
+from trainer.network.coordination.registry import Registry
+from trainer.network.coordination.store import (
+    Endpoint,
+    FailoverStore,
+    endpoint_text,
+    parse_endpoint,
+)
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.05
+_REPOST_S = 0.5
+MAX_SLOTS = 1024
+"""Join slots read per round attempt: a rogue bumping the counter cannot make readers loop."""
+MAX_ATTEMPTS = 8
+
+
+@dataclass(frozen=True)
+class MembershipConfig:
+    min_nodes: int = 1
+    join_window_s: float = 1.0
+    rendezvous_timeout_s: float = 60.0
+    collective_timeout_s: float = 30.0
+    connect_timeout_s: float = 20.0
+    config_wait_s: float = 10.0
+    """How long a node waits for its chain to reach the round's config block (and for the other
+    members' config read-outs) before it sits the round out."""
+    failover_wait_s: float = 30.0
+    heartbeat_interval_s: float = 0.5
+    heartbeat_timeout_s: float = 5.0
+    """A member whose heartbeat has not advanced for this long is dropped from the collective
+    and the round re-forms without it (well before ``collective_timeout_s``); 0 disables."""
+    backend: str = "auto"
+    """"auto": NCCL when the node trains on CUDA, else gloo; or "gloo" / "nccl"."""
+
+
+@dataclass(frozen=True)
+class Members:
+    round: int
+    attempt: int
+    addresses: tuple[str, ...]
+    config_block: int = 0
+    endpoints: tuple[str, ...] = field(default=(), compare=False)
+
+    def rank_of(self, address: str) -> int:
+        return self.addresses.index(address)
+
+
+class DivergedError(CheckpointError):
+    """This node's weights differ from those of a strict majority of the round's members."""
+
+
+class RoundGroup:
+    """The process group of one closed member list; torn down before the next is formed."""
+
+    def __init__(self, members: Members, rank: int, averager: GroupAverager | SoloAverager) -> None:
+        self.members = members
+        self.rank = rank
+        self.averager = averager
+        self.divergent: tuple[str, ...] = ()
+
+    @property
+    def world_size(self) -> int:
+        return len(self.members.addresses)
+
+    def check_same(self, digest: bytes, timeout: timedelta) -> tuple[str, ...]:
+        """Compare the resulting checkpoint hash across members; majority rules.
+
+        Returns the members that diverge from a strict majority holding this node's
+        ``digest`` (evicted: they recover from a peer, the run goes on). Raises
+        CheckpointError when this node is outside a strict majority (it is the divergent one,
+        or there is no majority, e.g. 1 against 1)."""
+        self.divergent = ()
+        if self.world_size == 1:
+            return ()
+        device = getattr(self.averager, "device", torch.device("cpu"))
+        mine = torch.tensor(list(digest), dtype=torch.uint8, device=device)
+        gathered = [torch.empty_like(mine) for _ in range(self.world_size)]
+        try:
+            work = dist.all_gather(gathered, mine, async_op=True)
+            wait_work(work, timeout)
+        except (RuntimeError, dist.DistBackendError) as exc:
+            raise CollectiveError(f"hash check over {self.world_size} nodes failed: {exc}") from exc
+        held = {a: bytes(g.cpu().tolist()) for a, g in zip(self.members.addresses, gathered,
+                                                            strict=True)}  # fmt: skip
+        agree = [a for a, h in held.items() if h == digest]
+        others = tuple(a for a in self.members.addresses if held[a] != digest)
+        if others and 2 * len(agree) <= self.world_size:
+            addr = others[0]
+            counts = Counter(held.values())
+            majority = any(2 * n > self.world_size for n in counts.values())
+            raise (DivergedError if majority else CheckpointError)(
+                f"after round {self.members.round} node {addr} holds weights 0x"
+                f"{held[addr].hex()[:16]}.. but this node 0x{digest.hex()[:16]}.. and this "
+                f"node is not in a strict majority ({len(agree)} of {self.world_size}): the "
+                "nodes diverged (different code, torch version or hardware?)"
+            )
+        if others:
+            log.warning("round %d: %s diverged from the majority (%d of %d): evicted, they "
+                        "recover from a peer", self.members.round, list(others), len(agree),
+                        self.world_size)  # fmt: skip
+        self.divergent = others
+        return others
+
+    @property
+    def publisher(self) -> bool:
+        """Whether this node publishes the round's checkpoint: the lowest-ranked member of the
+        majority (rank 0 unless rank 0 diverged)."""
+        honest = [a for a in self.members.addresses if a not in self.divergent]
+        return bool(honest) and honest[0] == self.members.addresses[self.rank]
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class Rendezvous:
+    """One node's signed handle on the shared store."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        key: NodeKey,
+        domain: Eip712Domain,
+        run_id: bytes,
+        registry: Registry,
+        cfg: MembershipConfig | None = None,
+        is_host: bool = False,
+        own_endpoint: str | None = None,
+        head: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.address = str(key.address)
+        self.cfg = cfg or MembershipConfig()
+        self.own_endpoint = own_endpoint or ""
+        self.head = head
+        self.store = FailoverStore(
+            (host, port), host=is_host,
+            own_endpoint=parse_endpoint(own_endpoint) if own_endpoint else None,
+            connect_timeout_s=self.cfg.connect_timeout_s,
+            op_timeout_s=self.cfg.rendezvous_timeout_s, failover_wait_s=self.cfg.failover_wait_s,
+        )  # fmt: skip
+        self.store.successors = self.successors
+        self.store.on_failover.append(self._republish)
+        self.board = Board(self.store, key, domain, run_id, registry)
+        self.ledger: LedgerMembers | None = None
+        """The ledger's accepted joins of a round (:mod:`trainer.network.coordination.ledger_view`);
+        None: no ledger, membership is the rendezvous's own rule."""
+        self.liveness: Liveness | None = None
+        """Heartbeats read while waiting for expected members: a silent one is not waited for."""
+        self.timeouts: list[tuple[int, int, tuple[str, ...]]] = []
+        """(round, attempt, missing) of member lists this node opened at the rendezvous timeout."""
+        self.last: Members | None = None
+        self._outsiders: set[tuple[str, tuple[str, ...]]] = set()
+        self._joins: dict[tuple[int, int], dict[str, SignedMessage]] = {}
+        self._published: dict[str, bytes] = {}
+
+    @property
+    def refusals(self) -> list:  # type: ignore[type-arg]
+        return self.board.refusals
+
+    # --- membership -------------------------------------------------------------------------
+
+    def _prefix(self, round: int, attempt: int) -> str:
+        return f"members/{round}/{attempt}"
+
+    def _post_join(self, round: int, attempt: int) -> None:
+        prefix = self._prefix(round, attempt)
+        slot = self.store.add(f"{prefix}/n", 1) - 1
+        self.board.post(f"{prefix}/slot/{slot}", Kind.JOIN, round, attempt,
+                        {"head": int(self.head()), "endpoint": self.own_endpoint})  # fmt: skip
+
+    def valid_joins(self, round: int, attempt: int) -> dict[str, SignedMessage]:
+        """Signed joins of (round, attempt) seen so far (kept once verified), by signer."""
+        prefix = self._prefix(round, attempt)
+        seen = self._joins.setdefault((round, attempt), {})
+        n = self.store.add(f"{prefix}/n", 0)
+        if n > MAX_SLOTS:
+            self.board.refuse("flood", f"{prefix}/n", f"{n} slots; reading the first {MAX_SLOTS}")
+        for i in range(min(n, MAX_SLOTS)):
+            key = f"{prefix}/slot/{i}"
+            if not self.store.check([key]):
+                continue
+            msg = self.board.verify(self.store.get(key), key, Kind.JOIN, round, attempt)
+            if msg is not None and msg.message.node not in seen:
+                seen[msg.message.node] = msg
+        return seen
+
+    def _leaving(self, round: int, addresses: set[str]) -> set[str]:
+        return {
+            a for a in addresses
+            if self.board.read(f"leave/{round}/{a}", Kind.LEAVE, round, 0, signer=a) is not None
+        }  # fmt: skip
+
+    def _expected(self, round: int, attempt: int) -> set[str] | int:
+        if attempt > 0:
+            before = self.opened(round, attempt - 1)
+            if before is None and self.last is not None and self.last.round == round:
+                before = self.last
+            if before is not None:
+                return set(before.addresses)
+        last = self.last
+        latest = self.latest_open()
+        if latest is not None and (last is None or latest.round > last.round):
+            last = latest
+        if last is not None and last.round < round:
+            members = set(last.addresses)
+            return members - self._leaving(round, members)
+        return self.cfg.min_nodes
+
+    def _members_of(self, msg: SignedMessage, key: str) -> Members | None:
+        """The member list a verified ROUND_OPEN carries, if every embedded join verifies."""
+        m = msg.message
+        try:
+            body = msg.body()
+            joins_raw, block = body["joins"], body["config_block"]
+            if not isinstance(joins_raw, list) or not isinstance(block, int) or block < 0:
+                raise ValueError("joins must be a list and config_block a block number")
+            joins = [self.board.verify(str(j).encode(), f"{key}#join", Kind.JOIN, m.round,
+                                       m.attempt) for j in joins_raw]  # fmt: skip
+        except (ProtocolError, KeyError, ValueError) as exc:
+            self.board.refuse("invalid", key, f"round-open by {m.node} is malformed: {exc}")
+            return None
+        if any(j is None for j in joins):
+            self.board.refuse("invalid", key, f"round-open by {m.node} embeds a refused join")
+            return None
+        by_node = {j.message.node: j.body() for j in joins if j is not None}
+        if len(by_node) != len(joins) or m.node not in by_node:
+            self.board.refuse("invalid", key, f"round-open by {m.node}: duplicate joins, or the "
+                              "closer is not a member")  # fmt: skip
+            return None
+        heads = [int(b.get("head", 0)) for b in by_node.values()]
+        if block < max(heads):
+            self.board.refuse("config_block", key, f"round-open by {m.node} sets config block "
+                              f"{block}, below a member's join head {max(heads)}")  # fmt: skip
+            return None
+        addresses = tuple(sorted(by_node))
+        endpoints = tuple(str(by_node[a].get("endpoint", "")) for a in addresses)
+        return Members(m.round, m.attempt, addresses, block, endpoints)
+
+    def opened(self, round: int, attempt: int = 0) -> Members | None:
+        key = f"{self._prefix(round, attempt)}/open"
+        msg = self.board.read(key, Kind.ROUND_OPEN, round, attempt)
+        members = None if msg is None else self._members_of(msg, key)
+        if members is not None and not self._admitted(members, key):
+            members = None
+        if msg is not None and members is not None and (self.last is None
+                                                        or round >= self.last.round):  # fmt: skip
+            # re-posted at a successor host if this one dies (the new store starts empty); the
+            # round before is kept too: its members vouch for the checkpoint a joiner adopts
+            self.keep(key, msg.to_wire(), "members/", round)
+        return members
+
+    def _admitted(self, members: Members, key: str) -> bool:
+        """With a ledger: every member's join of the round was accepted there (a registered
+        node that skipped the ledger's join and closed a list with itself in it would be in the
+        all-reduce but not in the ledger's outer step). The ledger's members only grow, so a
+        list an honest node closed passes for every later reader."""
+        if self.ledger is None:
+            return True
+        view = self.ledger(members.round)
+        if view is not None and set(members.addresses) <= view.members:
+            return True
+        view = self.ledger(members.round, fresh=True)
+        if view is None:
+            return True  # the ledger does not answer: its joins cannot be checked
+        outside = tuple(sorted(set(members.addresses) - view.members))
+        if not outside:
+            return True
+        if (key, outside) not in self._outsiders:
+            self._outsiders.add((key, outside))
+            self.board.refuse("not_admitted", key, f"round-open of round {members.round} lists "
+                              f"{list(outside)}, whose join the ledger did not accept")  # fmt: skip
+        return False
+
+    def keep(self, key: str, value: bytes, family: str, round: int) -> None:
+        """Remember ``key`` to re-post at a successor host; ``family`` keys of rounds before
+        ``round - 1`` are forgotten (the store of a long run does not grow)."""
+
+        def recent(k: str) -> bool:
+            if not k.startswith(family):
+                return True
+            r = k[len(family) :].split("/", 1)[0]
+            return not r.isdigit() or int(r) >= round - 1
+
+        self._published = {k: v for k, v in self._published.items() if recent(k)}
+        self._published[key] = value
+
+    def latest_open(self) -> Members | None:
+        """The verified round-open under ``current_round`` (a hint: the latest round opened)."""
+        msg = self.board.read("current_round", Kind.ROUND_OPEN, None, None)
+        return None if msg is None else self._members_of(msg, "current_round")
+
+    def join(
+        self,
+        round: int,
+        attempt: int = 0,
+        *,
+        window_s: float | None = None,
+        timeout_s: float | None = None,
+        expect: set[str] | None = None,
+    ) -> Members:
+        """Post a signed join for ``round`` and wait until its member list opens; return it."""
+        if not self.board.registry.admits(self.address):
+            raise ConfigError(
+                f"node {self.address} is not registered and active on chain, so no member will "
+                "accept its joins: register and stake it first (StakeManager)"
+            )
+        self._post_join(round, attempt)
+        posted = time.monotonic()
+        window = self.cfg.join_window_s if window_s is None else window_s
+        timeout = self.cfg.rendezvous_timeout_s if timeout_s is None else timeout_s
+        start = time.monotonic()
+        watched: dict[str, bool] = {}
+        while True:
+            members = self.opened(round, attempt)
+            if members is not None:
+                self.last = members
+                return members
+            waited = time.monotonic() - start
+            joins = self.valid_joins(round, attempt)
+            if self.address not in joins and time.monotonic() - posted > _REPOST_S:
+                log.warning("round %d: this node's join is missing from the store; re-posting",
+                            round)  # fmt: skip
+                self._post_join(round, attempt)
+                posted = time.monotonic()
+            # read after the joins: an honest node posts its join only once the ledger took its
+            # own, so every join read above is in this view already
+            ledger = self.ledger(round) if self.ledger is not None else None
+            if ledger is not None:  # only joins the ledger accepted make the member list
+                joins = {a: j for a, j in joins.items() if a in ledger.members}
+                if ledger.started and self.address not in ledger.members:
+                    log.warning("round %d: the ledger's members are final without this node; "
+                                "it trains from the next round", round)  # fmt: skip
+                    return Members(round, attempt, ())
+            present = set(joins)
+            expected = expect if expect is not None else self._expected(round, attempt)
+            final = ledger is not None and ledger.started and expect is None and attempt == 0
+            if ledger is not None and final:  # the ledger's members are fixed: exactly those
+                expected = set(ledger.members) - self._leaving(round, set(ledger.members))
+            elif ledger is not None and isinstance(expected, set):
+                expected = expected | ledger.members  # and those it took so far are coming
+            expected = self._alive(expected, present, watched)
+            complete = (
+                len(present) >= expected and (ledger is None or ledger.members <= present)
+                if isinstance(expected, int) else expected <= present
+            )  # fmt: skip
+            ready = complete and (final or waited >= window) and self.address in present
+            if ready or waited >= timeout:
+                if not complete:
+                    missing = (tuple(sorted(expected - present)) if isinstance(expected, set)
+                               else (f"{expected - len(present)} more nodes",))  # fmt: skip
+                    log.warning("round %d: opening at the timeout without %s", round, missing)
+                    self.timeouts.append((round, attempt, missing))
+                self._try_open(round, attempt, joins)
+            time.sleep(_POLL_S)
+
+    def _alive(self, expected: set[str] | int, present: set[str], watched: dict[str, bool]
+               ) -> set[str] | int:  # fmt: skip
+        """``expected`` less the members whose heartbeat stopped (dead or stalled) while this
+        node waited for them: each gets the heartbeat timeout from when it is first awaited.
+        ``watched``: address -> whether it was found silent (logged once)."""
+        if self.liveness is None or self.liveness.timeout_s <= 0 or not isinstance(expected, set):
+            return expected
+        awaited = tuple(sorted(expected - present - {self.address}))
+        new = tuple(a for a in awaited if a not in watched)
+        if new:
+            self.liveness.reset(new)
+            watched.update(dict.fromkeys(new, False))
+        silent = set(self.liveness.stalled(awaited)) if awaited else set()
+        for a in sorted(silent):
+            if not watched[a]:
+                watched[a] = True
+                log.warning("round boundary: not waiting for %s, no heartbeat for %.1fs", a,
+                            self.liveness.timeout_s)  # fmt: skip
+        return expected - silent
+
+    def _try_open(self, round: int, attempt: int, joins: dict[str, SignedMessage]) -> None:
+        if self.address not in joins:
+            return  # only a member may open the round
+        heads = [int(j.body().get("head", 0)) for j in joins.values()]
+        block = max([int(self.head()), *heads])
+        wires = [joins[a].to_wire().decode() for a in sorted(joins)]
+        opening = self.board.sign(Kind.ROUND_OPEN, round, attempt,
+                                  {"joins": wires, "config_block": block}).to_wire()  # fmt: skip
+        key = f"{self._prefix(round, attempt)}/open"
+        winner = self.store.compare_set(key, "", opening)
+        if winner != opening and self.opened(round, attempt) is None:
+            log.warning("round %d: replacing a refused value under %s", round, key)
+            winner = self.store.compare_set(key, winner, opening)
+        if winner == opening:
+            self.store.set("current_round", opening)
+            self._published["current_round"] = opening
+            log.info("round %d members opened: %s (config block %d)", round, sorted(joins), block)
+
+    def announce_leave(self, next_round: int) -> None:
+        """Tell the others not to wait for this node in ``next_round`` (signed)."""
+        self.board.post(f"leave/{next_round}/{self.address}", Kind.LEAVE, next_round, 0, {})
+
+    def current_round(self) -> int:
+        """The latest round whose signed member list opened (0 if none is readable)."""
+        latest = self.latest_open()
+        return 0 if latest is None else latest.round
+
+    # --- failover ---------------------------------------------------------------------------
+
+    def successors(self) -> list[Endpoint]:
+        """Where the members meet when the host dies: the last members' advertised endpoints,
+        in address order (the same list on every member)."""
+        if self.last is None:
+            return []
+        return [parse_endpoint(e) for e in self.last.endpoints if e]
+
+    def _republish(self) -> None:
+        for key, value in list(self._published.items()):  # may run in the heartbeat thread
+            self.store.set(key, value)
+        log.info("re-posted %d coordination values at %s", len(self._published),
+                 endpoint_text(self.store.endpoint))  # fmt: skip
+
+    # --- process group ----------------------------------------------------------------------
+
+    def form_group(self, members: Members, device: torch.device) -> RoundGroup:
+        """A fresh process group over ``members`` (this node must be one of them)."""
+        if self.address not in members.addresses:
+            raise TrainerError(f"{self.address} is not a member of round {members.round}")
+        rank = members.rank_of(self.address)
+        timeout = timedelta(seconds=self.cfg.collective_timeout_s)
+        if len(members.addresses) == 1:
+            return RoundGroup(members, 0, SoloAverager())
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        backend = self.cfg.backend
+        if backend == "auto":
+            backend = "nccl" if device.type == "cuda" else "gloo"
+        prefix = f"pg/{members.round}/{members.attempt}/{endpoint_text(self.store.endpoint)}"
+        try:
+            dist.init_process_group(
+                backend,
+                store=dist.PrefixStore(prefix, self.store.store),  # type: ignore[attr-defined]
+                rank=rank,
+                world_size=len(members.addresses),
+                timeout=timeout,
+            )
+        except (RuntimeError, dist.DistBackendError, dist.DistStoreError) as exc:
+            raise CollectiveError(
+                f"forming the process group of round {members.round} failed: {exc}"
+            ) from exc
+        wire_device = device if backend == "nccl" else torch.device("cpu")
+        return RoundGroup(members, rank, GroupAverager(None, timeout, wire_device))
+
+    # --- checkpoints ------------------------------------------------------------------------
+
+    def publish_checkpoint(
+        self,
+        round: int,
+        attempt: int,
+        rank: int,
+        weights_hash: bytes,
+        offer: dict[str, Any] | None = None,
+    ) -> None:
+        """Sign the hash this node holds after ``round`` and, in ``offer``, the manifest of the
+        blob it serves peer to peer and where (:mod:`trainer.network.peer_checkpoint`); no blob goes
+        through the store."""
+        signed = self.board.post(f"ckpt/{round}/sig/{self.address}", Kind.CHECKPOINT, round,
+                                 attempt, (offer or {}) | {"hash": weights_hash.hex()})  # fmt: skip
+        self.keep(f"ckpt/{round}/sig/{self.address}", signed.to_wire(), "ckpt/", round)
+        if rank == 0:
+            self.store.set("ckpt/latest", signed.to_wire())
+            self._published["ckpt/latest"] = signed.to_wire()
+
+    def latest_checkpoint_round(self) -> int | None:
+        """The round of the signed ``ckpt/latest`` (a hint; the hash is checked separately)."""
+        msg = self.board.read("ckpt/latest", Kind.CHECKPOINT, None, None)
+        return None if msg is None else msg.message.round
+
+    def round_members(self, round: int) -> Members | None:
+        """The latest opened attempt of ``round`` that the store holds (a member that finished
+        the round in a re-formed attempt, e.g. after a failover, is followed there), else this
+        node's own list of that round."""
+        for attempt in reversed(range(MAX_ATTEMPTS)):
+            if self.store.check([f"{self._prefix(round, attempt)}/open"]):
+                found = self.opened(round, attempt)
+                if found is not None:
+                    return found
+        if self.last is not None and self.last.round == round:
+            return self.last
+        return None
+
+    def checkpoint_offers(self, round: int) -> list[tuple[str, dict[str, Any]]]:
+        """(address, signed body) of each member of ``round`` that signed a ``CHECKPOINT``."""
+        members = self.round_members(round)
+        if members is None:
+            return []
+        out = []
+        for addr in members.addresses:
+            msg = self.board.read(f"ckpt/{round}/sig/{addr}", Kind.CHECKPOINT, round,
+                                  members.attempt, signer=addr)  # fmt: skip
+            if msg is not None:
+                out.append((addr, msg.body()))
+        return out
+
+    def signed_checkpoint_hash(self, round: int) -> bytes | None:
+        """The weights hash signed by a strict majority of ``round``'s members, or None."""
+        members = self.round_members(round)
+        if members is None:
+            return None
+        votes = Counter(str(body.get("hash", "")) for _, body in self.checkpoint_offers(round))
+        if not votes:
+            return None
+        best, count = votes.most_common(1)[0]
+        if 2 * count <= len(members.addresses):
+            return None
+        try:
+            return bytes.fromhex(best)
+        except ValueError:
+            return None

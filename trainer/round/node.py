@@ -1,0 +1,496 @@
+"""The node operator's loop: recover, then per round join, read config, train, sync, attest, save.
+
+:class:`NodeRunner` is the pure-Python entry point (tests, the demo and ``coloco node run`` all
+drive it). Each round reads as verbs::
+
+    members = join(r)            # signed joins, signed round-open (elastic membership)
+    config  = read_config(r)     # TrainingConfig read by this node at the round's agreed block
+    local   = train_local(r)     # H inner AdamW steps on this node's shard
+    outcome = synchronize(local) # average + outer Nesterov step, re-forming the group on failure
+    save / publish / attest      # checkpoint on disk, served to peers, signed attestation
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from protocol.eip712 import Eip712Domain, to_checksum_address
+from protocol.errors import CollectiveError, LedgerUnavailableError, TrainerError
+from protocol.types import Address
+from reference.checkpoint import CheckpointDir, RoundCheckpoint
+from reference.data import Corpus, ShardSpec
+from reference.inner import StepInfo, one_thread
+from reference.model import GPT, GPTConfig, evaluate
+from trainer.network.coordination.agreement import ConfigAgreement
+from trainer.network.coordination.heartbeat import Heartbeat, Liveness, StalledError, watching
+from trainer.network.coordination.ledger_view import LedgerMembers
+from trainer.network.coordination.registry import AnyKeyRegistry, ChainRegistry, Registry
+from trainer.network.membership import (
+    DivergedError,
+    Members,
+    MembershipConfig,
+    Rendezvous,
+    RoundGroup,
+)
+from trainer.network.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manifest
+from trainer.round import timebox
+from trainer.round.attest import Attester, Signed, WorkRecord
+from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
+from trainer.round.hold import hold_at_boundary
+from trainer.round.overlap import Overlap
+from trainer.round.recovery import Recovery
+from trainer.round.runconfig import ConfigSource, RunConfig
+from trainer.round.strategy import Strategy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    run_id: bytes
+    model: GPTConfig
+    rendezvous_host: str = "127.0.0.1"
+    rendezvous_port: int = 29400
+    host_rendezvous: bool = False
+    own_endpoint: str | None = None
+    """HOST:PORT where this node hosts the rendezvous if it becomes the successor."""
+    serve_host: str = "127.0.0.1"
+    serve_port: int = 0
+    """Where this node serves its checkpoints to joiners (trainer.network.peer_checkpoint); 0: any
+    port."""
+    checkpoint_chunk_bytes: int = CHUNK_BYTES
+    membership: MembershipConfig = field(default_factory=MembershipConfig)
+    seed: int = 0
+    device: str = "cpu"
+    data_path: str | None = None
+    checkpoint_dir: Path | None = None
+    max_rounds: int | None = None
+    leave_after_round: int | None = None
+    eval_rows: int = 64
+    max_collective_retries: int = 2
+    hold_file: Path | None = None
+    """While this file exists the node does not start a round (trainer.round.hold); it keeps its
+    state and heartbeats and starts the round once the file is gone."""
+    overlap: bool = False
+    """One-round delayed outer step (trainer.round.overlap): round r's all-reduce runs in the
+    background during round r+1's compute; round r's attestation follows at the end of round r+1."""
+    time_box: bool = False
+    """Heterogeneous nodes (trainer.round.timebox): run only the inner steps that fit H + 1 steps
+    at the fastest member's pace of the round before, and declare them (weighted and paid by
+    tokens)."""
+
+
+@dataclass
+class RoundReport:
+    round: int
+    members: tuple[str, ...]
+    rank: int
+    attempts: int
+    config: RunConfig
+    shard_id: bytes
+    steps: int
+    tokens: int
+    final_loss: float
+    bytes_sent: int
+    base_hash: bytes
+    result_hash: bytes
+    eval_loss: float | None
+    signed: Signed
+    groups_formed: int = 0  # process groups this node has built so far (kept while unchanged)
+
+
+ProgressFn = Callable[[int, StepInfo], None]
+
+
+def offline_domain(run_id: bytes) -> Eip712Domain:
+    """The coordination domain of a run without a chain (the same on every node of the run)."""
+    contract = Address(to_checksum_address(run_id[:20]))
+    return Eip712Domain(chain_id=31337, verifying_contract=contract)
+
+
+class _SitOut(TrainerError):
+    """This node's config read does not agree with the round's (or its chain is behind)."""
+
+    def __init__(self, round: int) -> None:
+        super().__init__(f"round {round}: this node sits the round out")
+
+
+class _LeftOut(TrainerError):
+    """This node's re-formed round closed without it."""
+
+    def __init__(self, round: int) -> None:
+        super().__init__(f"round {round} was re-formed without this node")
+
+
+class NodeRunner:
+    """One node. ``run()`` returns the reports of the rounds it worked."""
+
+    def __init__(
+        self,
+        settings: NodeSettings,
+        attester: Attester,
+        config_source: ConfigSource,
+        *,
+        corpus: Corpus | None = None,
+        recovery: Recovery | None = None,
+        on_step: ProgressFn | None = None,
+        on_round: Callable[[RoundReport], None] | None = None,
+        registry: Registry | None = None,
+        strategy: Strategy | None = None,
+    ) -> None:
+        self.s = settings
+        self.strategy = strategy or Strategy()  # honest; the red team plugs cheaters in here
+        self.attester = attester
+        self.address = attester.address
+        self.config_source = config_source
+        self.corpus = corpus or Corpus.load(settings.data_path)
+        self.device = torch.device(settings.device)
+        self.on_step = on_step
+        self.on_round = on_round
+        self.recovery = recovery or Recovery(settings.run_id, settings.model, settings.seed)
+        chain = self.recovery.chain
+        if registry is None:
+            registry = ChainRegistry(chain) if chain is not None else AnyKeyRegistry()
+        run = settings.run_id
+        domain = chain.attestation_domain() if chain is not None else offline_domain(run)
+        self.rdv = Rendezvous(
+            settings.rendezvous_host, settings.rendezvous_port,
+            key=attester.key, domain=domain, run_id=settings.run_id, registry=registry,
+            cfg=settings.membership, is_host=settings.host_rendezvous,
+            own_endpoint=settings.own_endpoint, head=config_source.head,
+        )  # fmt: skip
+        ms = settings.membership
+        self.round_now = 0
+        self.heartbeat = Heartbeat(
+            self.rdv.board, lambda: self.rdv.store.endpoint, interval_s=ms.heartbeat_interval_s,
+            round=lambda: self.round_now, probe=lambda: self.rdv.store.check(["rendezvous/ready"]),
+        )  # fmt: skip
+        self.liveness = Liveness(self.rdv.board, ms.heartbeat_timeout_s)
+        self.rdv.liveness = self.liveness  # a silent member is not waited for at a round boundary
+        if attester.ledger is not None:  # the member lists close from the joins it accepted
+            self.rdv.ledger = LedgerMembers(attester.ledger, settings.run_id)
+        self.stalled: list[tuple[int, tuple[str, ...]]] = []
+        """(round, members) dropped from a collective because their heartbeat stopped."""
+        self.agreement = ConfigAgreement(self.rdv, config_source,
+                                         settings.membership.config_wait_s)  # fmt: skip
+        self.disk = CheckpointDir(settings.checkpoint_dir) if settings.checkpoint_dir else None
+        self.server = CheckpointServer(settings.serve_host, settings.serve_port)
+        self.model = GPT(settings.model, seed=settings.seed).to(self.device)
+        self.diloco: DiLoCo | None = None
+        self.state_round = -1
+        self._last_members: tuple[str, ...] = ()
+        self._group: RoundGroup | None = None
+        self.groups_formed = 0
+        self.overlap = Overlap(self) if settings.overlap else None
+        self.eval_rows = (
+            self.corpus.eval_rows(settings.model.seq_len, settings.eval_rows, seed=7)
+            if settings.eval_rows
+            else None
+        )
+
+    # --- verbs ------------------------------------------------------------------------------
+
+    def adopt(self, ckpt: RoundCheckpoint) -> None:
+        self.diloco = DiLoCo(self.model, ckpt.to_state())
+        self.state_round = ckpt.round
+        log.info("%s holds the state after round %d (0x%s..)", self.address, ckpt.round,
+                 ckpt.weights_hash.hex()[:12])  # fmt: skip
+
+    def join(self, r: int) -> Members:
+        return self.rdv.join(r)
+
+    def read_config(self, members: Members) -> tuple[RunConfig, Members]:
+        """This node's own read of TrainingConfig at the round's block, once the members agree.
+
+        Members whose read differs (or whose chain is behind) drop out: the round re-forms with
+        the agreeing majority; a node outside any majority sits the round out (``_SitOut``).
+        """
+        r = members.round
+        while True:
+            verdict = self.agreement.settle(members)
+            if verdict.config is None:
+                raise _SitOut(r)
+            if verdict.agree == set(members.addresses):
+                return verdict.config, members
+            window = 2 * self.s.membership.config_wait_s + 2.0
+            members = self.rdv.join(r, members.attempt + 1, window_s=0.0, timeout_s=window,
+                                    expect=set(verdict.agree))  # fmt: skip
+            if self.address not in members.addresses:
+                raise _SitOut(r)
+
+    def train_local(
+        self,
+        r: int,
+        config: RunConfig,
+        members: Members | None = None,
+        start: torch.Tensor | None = None,
+    ) -> tuple[ShardSpec, LocalWork]:
+        """This node's inner phase of round ``r``. With ``time_box`` on and the round's
+        ``members`` given, only the steps that fit the budget agreed from the members' paces of
+        round r - 1 (trainer.round.timebox), and this node's pace posted for round r + 1's box."""
+        assert self.diloco is not None
+        inner = config.settings.inner
+        spec = ShardSpec.for_node(self.s.run_id, r, self.address,
+                                  inner.tokens(self.s.model.seq_len), config.mixture)  # fmt: skip
+        rows = self.corpus.shard_rows(spec, self.s.model.seq_len)
+        rows = self.strategy.rows(self, r, spec, rows)
+        hook = self.on_step
+        on_step = None if hook is None else (lambda info: hook(r, info))
+        settings = self.strategy.settings(r, config.settings)
+        boxed = members if self.s.time_box else None
+        box = None
+        if boxed is not None:
+            box = timebox.budget(self.rdv.board, r, boxed.addresses, settings.inner.steps)
+        with one_thread():  # the protocol's reference kernels: what the ledger's replay runs
+            local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start)
+        if boxed is not None:
+            timebox.post_pace(self.rdv.board, r, local.inner)
+        return spec, self.strategy.local_work(self, r, rows, local)
+
+    def synchronize(
+        self, r: int, group: RoundGroup, local: LocalWork, config: RunConfig
+    ) -> tuple[RoundOutcome, RoundGroup]:
+        """Average and step; if a member dies, re-form the group with the survivors and retry."""
+        assert self.diloco is not None
+        timeout = group.averager.timeout if hasattr(group.averager, "timeout") else None
+        for retry in range(self.s.max_collective_retries + 1):
+            snapshot = (self.diloco.state.base.clone(), self.diloco.state.momentum.clone())
+            try:
+                with self._watched(group):
+                    outcome = self.diloco.finish_round(local, group.averager, config.settings)
+                    if timeout is not None:
+                        group.check_same(outcome.result_hash, timeout)
+                return outcome, group
+            except CollectiveError as exc:
+                self.diloco.state.base.copy_(snapshot[0])
+                self.diloco.state.momentum.copy_(snapshot[1])
+                self.diloco.sync_inner_model()
+                group.close()
+                if retry == self.s.max_collective_retries:
+                    raise
+                log.warning("round %d: %s; re-forming the group without the lost nodes", r, exc)
+                window = self.s.membership.collective_timeout_s + 2.0
+                attempt = group.members.attempt + 1
+                expect = None
+                if isinstance(exc, StalledError):  # no need to wait for those: open without them
+                    self.stalled.append((r, exc.stalled))
+                    expect = set(group.members.addresses) - set(exc.stalled)
+                members = self.rdv.join(r, attempt, window_s=0.0, timeout_s=window, expect=expect)
+                if self.address not in members.addresses:
+                    raise _LeftOut(r) from exc
+                group = self.form_group(members)
+                timeout = getattr(group.averager, "timeout", None)
+        raise TrainerError("unreachable")
+
+    def _watched(self, group: RoundGroup) -> AbstractContextManager[None]:
+        """While the collective runs, a peer whose heartbeat stops ends it (StalledError)."""
+        peers = tuple(a for a in group.members.addresses if a != self.address)
+        if self.s.membership.heartbeat_timeout_s <= 0 or not peers:
+            return nullcontext()
+        self.liveness.reset(peers)
+        return watching(lambda: self.liveness.check(peers))
+
+    def form_group(self, members: Members) -> RoundGroup:
+        """The round's process group; if forming it fails (a member vanished, the rendezvous
+        host died), the round re-forms with whoever joins its next attempt."""
+        for retry in range(self.s.max_collective_retries + 1):
+            try:
+                return self.rdv.form_group(members, self.device)
+            except CollectiveError as exc:
+                if retry == self.s.max_collective_retries:
+                    raise
+                log.warning("round %d: %s; re-forming", members.round, exc.message)
+                window = self.s.membership.collective_timeout_s + 2.0
+                members = self.rdv.join(members.round, members.attempt + 1, window_s=0.0,
+                                        timeout_s=window)  # fmt: skip
+                if self.address not in members.addresses:
+                    raise _LeftOut(members.round) from exc
+        raise TrainerError("unreachable")
+
+    def save_and_publish(self, r: int, group: RoundGroup) -> RoundCheckpoint:
+        assert self.diloco is not None
+        ckpt = RoundCheckpoint.of(self.diloco.state, r, self.s.run_id)
+        self.state_round = r
+        if self.disk is not None:
+            self.disk.save(ckpt)
+        # every member signs the hash it holds and serves the blob peer to peer (from memory, in
+        # a background thread: a joiner fetches while the members train the next round)
+        honest = [a for a in group.members.addresses if a not in getattr(group, "divergent", ())]
+        blob = ckpt.to_bytes()
+        manifest, digests = Manifest.of(blob, ckpt.weights_hash, self.s.checkpoint_chunk_bytes)
+        self.server.offer(r, blob, digests, manifest)
+        self.rdv.publish_checkpoint(r, group.members.attempt, honest.index(self.address),
+                                    ckpt.weights_hash,
+                                    manifest.body() | {"serve": self.server.endpoint})  # fmt: skip
+        # the publisher (rank 0, or the first majority member if rank 0 diverged) gives the ledger
+        # the weights when membership changes or the node leaves, not every round (4 B/param):
+        # the round's commitments let it replay the rest
+        changed = group.members.addresses != self._last_members or r == self._last_round()
+        if group.publisher and changed:
+            self.recovery.upload(ckpt)
+        self._last_members = group.members.addresses
+        return ckpt
+
+    def _last_round(self) -> int | None:
+        last = self.s.max_rounds
+        if self.s.leave_after_round is not None:
+            last = min(last or self.s.leave_after_round, self.s.leave_after_round)
+        return last
+
+    # --- loop -------------------------------------------------------------------------------
+
+    def first_round(self) -> int:
+        ckpt = self.recovery.initial(self.rdv, self.disk)
+        self.adopt(ckpt)
+        return max(ckpt.round + 1, self.rdv.current_round() + 1)
+
+    def group_for(self, members: Members) -> RoundGroup:
+        """The process group of ``members``: the last round's group while the member list is the
+        same (and nobody diverged), else a new one. Every member decides the same way from the
+        same closed lists, so they keep or rebuild together."""
+        kept, self._group = self._group, None
+        if kept is not None and kept.members.addresses == members.addresses:
+            kept.members = members
+            return kept
+        if kept is not None:
+            kept.close()
+        self.groups_formed += 1
+        return self.form_group(members)
+
+    def drop_group(self) -> None:
+        if self._group is not None:
+            self._group.close()
+            self._group = None
+
+    def run_round(self, r: int) -> RoundReport | None:
+        if not self.strategy.takes_part(self, r):
+            self.rdv.announce_leave(r)  # the members do not wait for it
+            self.strategy.off_round(self, r)
+            self.drop_group()
+            return None
+        if not self.attester.join(r):  # the ledger's members: signed joins before the round
+            # not a member of round r anywhere: the rendezvous closes r from the ledger's joins
+            # and does not wait for it; it joins r + 1 (fetching round r's checkpoint from a peer)
+            log.info("round %d started at the ledger without this node; trying the next one", r)
+            self.drop_group()
+            return None
+        members = self.join(r)
+        if self.address not in members.addresses:
+            log.info("round %d closed without this node; trying the next one", r)
+            self.drop_group()
+            return None
+        try:
+            config, members = self.read_config(members)
+        except _SitOut:
+            log.warning("round %d: sat out (config not agreed at the round's block)", r)
+            self.drop_group()
+            return None
+        if self.state_round != r - 1:  # a joiner fetches while the members train; groups form after
+            self.adopt(self.recovery.from_peer(self.rdv, r - 1))
+        spec, local = self.train_local(r, config, members)
+        kept = False
+        try:
+            group = self.group_for(members)
+        except _LeftOut:
+            log.warning("round %d re-formed without this node; rejoining next round", r)
+            return None
+        try:
+            outcome, group = self.synchronize(r, group, local, config)
+            self.save_and_publish(r, group)
+            if not group.divergent:  # kept for the next round (an evicted node rebuilds it)
+                self._group, kept = group, True
+        except _LeftOut:
+            # The survivors re-formed the round without this node (its collective failed later
+            # than theirs): its work of round r is lost; it rejoins at r + 1 from a peer.
+            log.warning("round %d finished without this node; rejoining next round", r)
+            return None
+        except DivergedError as exc:
+            # This node's weights differ from the majority's: it is evicted from the round (its
+            # work is lost), drops its state and rejoins at r + 1 from a peer's checkpoint.
+            log.error("round %d: %s; evicted by the majority, recovering from a peer", r, exc)
+            self.state_round = -1
+            return None
+        finally:
+            if not kept:
+                group.close()
+        return self.report(r, group, local, spec, config, outcome=outcome)
+
+    def report(
+        self,
+        r: int,
+        group: RoundGroup,
+        local: LocalWork,
+        spec: ShardSpec,
+        config: RunConfig,
+        *,
+        outcome: RoundOutcome,
+    ) -> RoundReport:
+        """Evaluate the model (holding round r's result), sign and publish the attestation."""
+        eval_loss = evaluate(self.model, self.eval_rows) if self.eval_rows is not None else None
+        work = WorkRecord(
+            round=r,
+            config_version=config.version,
+            base_checkpoint=local.base_hash,
+            pseudo_gradient=local.commitment(),  # the all-reduce's packet (reference.commitment)
+            data_shard=spec.id,
+            inner_steps=local.inner.steps,
+            tokens=local.inner.tokens,
+            result_checkpoint=outcome.result_hash,
+        )
+        signed = self.strategy.publish(self, work, group.members.addresses)
+        return RoundReport(
+            round=r, members=group.members.addresses, rank=group.rank,
+            attempts=group.members.attempt + 1, config=config, shard_id=spec.id,
+            steps=local.inner.steps, tokens=local.inner.tokens,
+            final_loss=local.inner.final_loss, bytes_sent=outcome.bytes_sent,
+            base_hash=local.base_hash, result_hash=outcome.result_hash,
+            eval_loss=eval_loss, signed=signed, groups_formed=self.groups_formed,
+        )  # fmt: skip
+
+    def run(self) -> list[RoundReport]:
+        self.heartbeat.start()
+        try:
+            return self._run()
+        finally:
+            self.heartbeat.stop()
+
+    def _reported(self, report: RoundReport | None, reports: list[RoundReport]) -> None:
+        if report is not None:
+            reports.append(report)
+            if self.on_round is not None:
+                self.on_round(report)
+
+    def _run(self) -> list[RoundReport]:
+        reports: list[RoundReport] = []
+        try:
+            r = self.first_round()
+            last = self._last_round()
+            while last is None or r <= last:
+                if self.s.hold_file is not None:
+                    hold_at_boundary(self.s.hold_file, r)
+                self.round_now = r
+                report = self.run_round(r) if self.overlap is None else self.overlap.run_round(r)
+                self._reported(report, reports)
+                r += 1
+            if self.overlap is not None:  # the last round's average lands before leaving
+                self._reported(self.overlap.drain(), reports)
+        finally:
+            self.server.close()
+        self.drop_group()
+        self.rdv.announce_leave(r)
+        log.info("%s leaves before round %d", self.address, r)
+        if self.attester.ledger is not None and self.attester.backlog:
+            self.attester.drain()
+            if self.attester.backlog:
+                rounds = [p.attestation.round for p in self.attester.backlog]
+                raise LedgerUnavailableError(
+                    f"the ledger never accepted the attestations of rounds {rounds}; they stay "
+                    "uncredited: check --ledger-url and that the ledger is running"
+                )
+        return reports

@@ -1,0 +1,225 @@
+"""Where a node's starting state comes from, and the checks it must pass.
+
+Order at start-up: the newest of (a peer's published checkpoint, this node's checkpoint folder);
+else the committed weights from the ledger's blob store; else the genesis weights of the run's
+seed. A checkpoint from peers is fetched peer to peer (chunked, every chunk hash-checked, from
+several members at once: :mod:`trainer.network.peer_checkpoint`) and used only if its weights hash
+is the one committed on chain (``ContributionLedger.checkpointOf(run, r)``) or, for a round not
+committed yet, the one signed by a strict majority of that round's members (signed ``CHECKPOINT``
+messages). A peer that serves a bad chunk is refused (logged, kept in the rendezvous' refusals) and
+its chunk fetched from another member.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+
+from protocol.blobs import decode_blob, encode_blob
+from protocol.errors import CheckpointError
+from protocol.types import Bytes32, RoundNumber, RunId
+from reference.checkpoint import MAX_CHECKPOINT_BYTES, CheckpointDir, RoundCheckpoint
+from reference.model import GPTConfig, genesis_state
+from trainer.network.ledger_client import LedgerClient
+from trainer.network.membership import Rendezvous
+from trainer.network.peer_checkpoint import FetchError, Manifest, PeerFault, fetch
+
+log = logging.getLogger(__name__)
+
+ZERO = bytes(32)
+
+
+def genesis_checkpoint(cfg: GPTConfig, seed: int, run_id: bytes = ZERO) -> RoundCheckpoint:
+    """Round 0: the seed's weights, zero momentum. Its hash is what the run commits as round 0."""
+    weights = genesis_state(cfg, seed)
+    return RoundCheckpoint(0, weights, {n: torch.zeros_like(t) for n, t in weights.items()}, run_id)
+
+
+def genesis_hash(cfg: GPTConfig, seed: int) -> bytes:
+    return genesis_checkpoint(cfg, seed).weights_hash
+
+
+class Recovery:
+    """Finds, fetches and verifies checkpoints for one node."""
+
+    def __init__(
+        self,
+        run_id: bytes,
+        model: GPTConfig,
+        seed: int,
+        *,
+        chain: Any | None = None,
+        ledger: LedgerClient | None = None,
+        peer_timeout_s: float = 120.0,
+        chunk_timeout_s: float = 30.0,
+    ) -> None:
+        self.run_id = run_id
+        self.model = model
+        self.seed = seed
+        self.chain = chain
+        self.ledger = ledger
+        self.peer_timeout_s = peer_timeout_s
+        self.chunk_timeout_s = chunk_timeout_s
+        self._bad_peers: set[tuple[int, str]] = set()
+
+    def committed(self, round: int) -> bytes | None:
+        """The on-chain checkpoint hash of ``round``, or None (no chain, or not committed yet)."""
+        if self.chain is None:
+            return None
+        if round > int(self.chain.last_round(RunId(self.run_id))) or (
+            round == 0 and not self.chain.has_committed(RunId(self.run_id))
+        ):
+            return None
+        value = bytes(self.chain.checkpoint_of(RunId(self.run_id), RoundNumber(round)))
+        return None if value == ZERO else value
+
+    def verify(self, ckpt: RoundCheckpoint, source: str) -> RoundCheckpoint:
+        expected = self.committed(ckpt.round)
+        actual = ckpt.weights_hash
+        if expected is None:
+            log.info("checkpoint of round %d from %s: not committed on chain yet, hash 0x%s..",
+                     ckpt.round, source, actual.hex()[:12])  # fmt: skip
+        elif expected != actual:
+            raise CheckpointError(
+                f"checkpoint of round {ckpt.round} from {source} hashes to 0x{actual.hex()}, but "
+                f"the chain committed 0x{expected.hex()}: refusing it (wrong run, corrupt, or a "
+                "dishonest peer); delete the local checkpoint or fetch from another source"
+            )
+        return ckpt
+
+    def expected_hash(self, rdv: Rendezvous, round: int) -> tuple[bytes, str] | None:
+        """The hash a checkpoint of ``round`` must have, and who vouches for it."""
+        committed = self.committed(round)
+        if committed is not None:
+            return committed, "the chain"
+        signed = rdv.signed_checkpoint_hash(round)
+        return None if signed is None else (signed, "a majority of the round's members")
+
+    def from_peer(self, rdv: Rendezvous, round: int) -> RoundCheckpoint:
+        """The verified checkpoint of ``round``, fetched peer to peer from the members serving it.
+
+        The members' signed offers are grouped by manifest, most signers first, among those whose
+        weights hash is the vouched-for one; each group's servers are fetched from in parallel,
+        chunk by chunk (:func:`trainer.network.peer_checkpoint.fetch`), and the whole blob checked
+        again."""
+        if round == 0:
+            return self.verify(genesis_checkpoint(self.model, self.seed, self.run_id), "genesis")
+        deadline = time.monotonic() + self.peer_timeout_s
+        while True:
+            expected = self.expected_hash(rdv, round)
+            if expected is not None:
+                for manifest, peers in self._offers(rdv, round, expected[0]):
+                    found = self._try_fetch(rdv, round, manifest, peers, expected)
+                    if found is not None:
+                        return found
+            if time.monotonic() > deadline:
+                raise CheckpointError(
+                    f"no copy of round {round}'s checkpoint matching a hash committed on chain or "
+                    f"signed by a majority of its members within {self.peer_timeout_s:.0f}s "
+                    f"(hash known: {expected is not None}); retry, or start from the ledger"
+                )
+            time.sleep(0.2)
+
+    def _offers(
+        self, rdv: Rendezvous, round: int, expected: bytes
+    ) -> list[tuple[Manifest, dict[str, str]]]:
+        """(manifest, {address: endpoint}) per distinct manifest of ``expected``, most signed
+        first; peers that served this node a bad chunk of this round are left out."""
+        groups: dict[Manifest, dict[str, str]] = {}
+        for addr, body in rdv.checkpoint_offers(round):
+            serve = body.get("serve")
+            if not isinstance(serve, str) or (round, addr) in self._bad_peers:
+                continue
+            try:
+                manifest = Manifest.from_body(body)
+            except CheckpointError as exc:
+                rdv.board.refuse("invalid", f"ckpt/{round}/sig/{addr}", exc.message)
+                continue
+            if manifest.weights_hash == expected:
+                groups.setdefault(manifest, {})[addr] = serve
+        return sorted(groups.items(), key=lambda kv: -len(kv[1]))
+
+    def _try_fetch(
+        self,
+        rdv: Rendezvous,
+        round: int,
+        manifest: Manifest,
+        peers: dict[str, str],
+        vouched: tuple[bytes, str],
+    ) -> RoundCheckpoint | None:
+        expected, by = vouched
+        by_endpoint = {e: a for a, e in peers.items()}
+        try:
+            blob, faults = fetch(round, manifest, list(by_endpoint), timeout_s=self.chunk_timeout_s)
+        except FetchError as exc:
+            log.warning("round %d checkpoint fetch failed: %s", round, exc.message)
+            self._refuse_peers(rdv, round, by_endpoint, exc.faults)
+            return None
+        self._refuse_peers(rdv, round, by_endpoint, faults)
+        try:
+            ckpt = RoundCheckpoint.from_bytes(blob, expect_hash=expected)
+            if ckpt.round != round:
+                raise CheckpointError(f"blob holds round {ckpt.round}, not {round}")
+        except CheckpointError as exc:
+            # every chunk matched a manifest its signers vouched for, yet the whole does not hash
+            # to the vouched-for weights: those signers lied together; never use them again
+            self._bad_peers.update((round, a) for a in peers)
+            rdv.board.refuse("hash_mismatch", f"ckpt/{round}/{sorted(peers)}",
+                             f"{exc.message} (hash vouched for by {by})")  # fmt: skip
+            return None
+        log.info("checkpoint of round %d from %d peers (%d dropped) matches the hash vouched for "
+                 "by %s", round, len(peers), len(faults), by)  # fmt: skip
+        return self.verify(ckpt, f"peers {sorted(peers)}")
+
+    def _refuse_peers(
+        self, rdv: Rendezvous, round: int, by_endpoint: dict[str, str], faults: list[PeerFault]
+    ) -> None:
+        for fault in faults:
+            addr = by_endpoint.get(fault.peer, fault.peer)
+            self._bad_peers.add((round, addr))
+            rdv.board.refuse("hash_mismatch" if "digest" in fault.reason else "peer_fault",
+                             f"ckpt/{round}/{addr}#chunk{fault.chunk}",
+                             f"{fault.reason}; fetching from another member")  # fmt: skip
+
+    def from_ledger(self, round: int) -> RoundCheckpoint | None:
+        """Committed weights from the ledger's blob store (momentum restarts at zero)."""
+        if self.ledger is None:
+            return None
+        expected = self.committed(round)
+        if expected is None:
+            return None
+        data = self.ledger.get_blob(expected)
+        if data is None:
+            return None
+        weights = decode_blob(data, max_bytes=MAX_CHECKPOINT_BYTES)
+        ckpt = RoundCheckpoint(round, weights, {n: torch.zeros_like(t) for n, t in weights.items()},
+                               self.run_id)  # fmt: skip
+        log.warning(
+            "recovered round %d weights from the ledger; outer momentum restarts at 0", round
+        )
+        return self.verify(ckpt, "the ledger")
+
+    def initial(self, rdv: Rendezvous, disk: CheckpointDir | None) -> RoundCheckpoint:
+        peer = rdv.latest_checkpoint_round()
+        local = disk.latest() if disk is not None else None
+        if peer is not None and (local is None or peer > local.round):
+            return self.from_peer(rdv, peer)
+        if local is not None:
+            return self.verify(local, f"{disk.path if disk else 'disk'}")
+        if self.chain is not None:
+            last = int(self.chain.last_round(RunId(self.run_id)))
+            if last > 0:
+                found = self.from_ledger(last)
+                if found is not None:
+                    return found
+        genesis = self.verify(genesis_checkpoint(self.model, self.seed, self.run_id), "genesis")
+        self.upload(genesis)  # round 1's base, so the ledger can score round 1 (idempotent)
+        return genesis
+
+    def upload(self, ckpt: RoundCheckpoint) -> None:
+        """Rank 0 puts the round's weights in the ledger's blob store (id = checkpoint hash)."""
+        if self.ledger is not None:
+            self.ledger.put_blob(Bytes32(ckpt.weights_hash), encode_blob(ckpt.weights))

@@ -1,0 +1,142 @@
+"""Where a round's hyper-parameters come from: the chain's TrainingConfig, or a fixed value.
+
+A node reads its :class:`RunConfig` at the start of every round, at the block its signed round-open
+names (trainer/network/coordination/agreement.py), so a governance change executed before round r
+opened is what round r trains with (and its ``configVersion`` is what the node attests).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from protocol.errors import ConfigError
+from reference.inner import InnerConfig
+from reference.outer import OuterConfig
+from trainer.network.comm import check_format
+from trainer.round.diloco import RoundSettings
+
+# The governed defaults: what TrainingConfig's constructor sets (contracts/src/TrainingConfig.sol,
+# checked by tests/trainer/test_governed_defaults.py), what a node runs without a chain and what
+# bench.diloco measures (chosen there on the validation half: docs/trainer.md, "Benchmark").
+INNER_STEPS = 50
+INNER_LR = 3e-3
+OUTER_LR = 0.9
+OUTER_MOMENTUM = 0.9
+# Rows per inner step: a node's own setting, not governed (it depends on the node's memory), and
+# what `coloco node run --batch-size` and bench.network default to.
+NODE_BATCH_SIZE = 8
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One round's settings as read from the run's TrainingConfig."""
+
+    version: int
+    settings: RoundSettings
+    mixture: tuple[int, ...]
+
+    def to_json(self) -> str:
+        s = self.settings
+        return json.dumps(
+            {
+                "version": self.version,
+                "inner_steps": s.inner.steps,
+                "inner_lr": s.inner.lr,
+                "batch_size": s.inner.batch_size,
+                "outer_lr": s.outer.lr,
+                "outer_momentum": s.outer.momentum,
+                "wire_format": s.wire_format,
+                "mixture": list(self.mixture),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RunConfig:
+        d: dict[str, Any] = json.loads(text)
+        return cls.make(
+            version=int(d["version"]),
+            inner_steps=int(d["inner_steps"]),
+            inner_lr=float(d["inner_lr"]),
+            batch_size=int(d["batch_size"]),
+            outer_lr=float(d["outer_lr"]),
+            outer_momentum=float(d["outer_momentum"]),
+            wire_format=str(d["wire_format"]),
+            mixture=tuple(int(b) for b in d["mixture"]),
+        )
+
+    @classmethod
+    def make(
+        cls,
+        *,
+        version: int = 0,
+        inner_steps: int = 10,
+        inner_lr: float = INNER_LR,
+        batch_size: int = NODE_BATCH_SIZE,
+        outer_lr: float = OUTER_LR,
+        outer_momentum: float = OUTER_MOMENTUM,
+        wire_format: str = "fp32",
+        mixture: tuple[int, ...] = (10_000,),
+    ) -> RunConfig:
+        settings = RoundSettings(
+            inner=InnerConfig(steps=inner_steps, lr=inner_lr, batch_size=batch_size),
+            outer=OuterConfig(lr=outer_lr, momentum=outer_momentum),
+            wire_format=check_format(wire_format),
+        )
+        if sum(mixture) != 10_000:
+            raise ConfigError(f"data mixture must sum to 10000 bps, got {list(mixture)}")
+        return cls(version, settings, tuple(mixture))
+
+
+class ConfigSource(Protocol):
+    def head(self) -> int:
+        """The newest block this source can read (0 for a fixed config)."""
+        ...
+
+    def read(self, block: int | None = None) -> RunConfig:
+        """The config in force at ``block`` (None: the newest)."""
+        ...
+
+
+class StaticConfig:
+    """A fixed config (tests, offline runs)."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+
+    def head(self) -> int:
+        return 0
+
+    def read(self, block: int | None = None) -> RunConfig:
+        return self.config
+
+
+class ChainConfig:
+    """``TrainingConfig`` on chain, through :class:`protocol.chain.ChainClient`.
+
+    The per-node batch size is not governed on chain (it depends on the node's memory); it is the
+    node's own setting. Everything else comes from the chain.
+    """
+
+    def __init__(self, chain: Any, *, batch_size: int) -> None:
+        self.chain = chain
+        self.batch_size = batch_size
+
+    def head(self) -> int:
+        return int(self.chain.block_number())
+
+    def read(self, block: int | None = None) -> RunConfig:
+        view = self.chain.training_config(block="latest" if block is None else block)
+        if view.inner_steps <= 0:
+            raise ConfigError(f"TrainingConfig.innerSteps is {view.inner_steps}: must be positive")
+        return RunConfig.make(
+            version=int(view.version),
+            inner_steps=int(view.inner_steps),
+            inner_lr=view.inner_lr,
+            batch_size=self.batch_size,
+            outer_lr=view.outer_lr,
+            outer_momentum=view.outer_momentum,
+            wire_format=str(view.wire_format),
+            mixture=tuple(view.data_mixture_bps) or (10_000,),
+        )
