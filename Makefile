@@ -28,7 +28,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make demo       run the whole network on this machine (anvil, ledger, trainers, claims, a vote)"
-	@echo "make test       everything CI runs: ruff, mypy, forge fmt/test, pytest (quick mode)"
+	@echo "make test       everything CI runs: ruff, lint-imports, mypy, forge fmt/test, pytest (quick mode)"
 	@echo "make test-full  the same with slow suites and full fuzz/invariant profiles"
 	@echo "make bench      run the benchmarks (python -m bench.NAME)"
 
@@ -83,6 +83,7 @@ lint: setup
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --no-cache --check .
 	$(FORGE) fmt --check
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: setup
 	$(VENV)/bin/mypy
