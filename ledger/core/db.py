@@ -18,7 +18,7 @@ from protocol.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 # a pooled PostgreSQL connection idle longer than this is pinged before use; one returned more
 # recently is handed out as is (a ping per checkout is a round trip per request under load)
 PING_IDLE_S = 1.0
