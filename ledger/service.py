@@ -1,7 +1,8 @@
 """The ledger's parts wired together, and the background worker that drives them.
 
 One :class:`Ledger` per process: the database engine, the chain door, the indexer (and its
-in-memory snapshot), intake, the blob store, the round keeper and the settler. The worker thread
+in-memory snapshot), the round book (the rounds' states this process knows, and the lock over
+changing them), intake, the blob store, the round keeper and the settler. The worker thread
 runs ``index -> close -> score -> settle -> checkpoint`` every ``lifecycle_poll_s``. Each step
 fails on its own (an RPC outage stops indexing and settling, never closing or the WAL checkpoint),
 and inside a step each round and settlement fails on its own (:mod:`ledger.core.retry`): what failed
@@ -30,6 +31,7 @@ from ledger.core.leader import Leadership
 from ledger.core.models import RoundState, Settlement, utcnow
 from ledger.core.request_id import request_id
 from ledger.core.retry import Backoff, describe
+from ledger.core.round_book import RoundBook
 from ledger.intake.accept import Intake
 from ledger.intake.membership import Membership
 from ledger.judge.tensors import UsefulnessFn
@@ -74,7 +76,8 @@ class Ledger:
             chunk_blocks=settings.indexer_chunk_blocks,
             depth=max(0, settings.confirmations - 1),  # 1 confirmation = the head itself
         )
-        self.intake = Intake(self.engine, self.indexer, settings)
+        self.round_book = RoundBook()  # one owner: intake, keeper and routes share it
+        self.intake = Intake(self.engine, self.indexer, settings, self.round_book)
         self.membership = Membership(
             self.engine, self.indexer, join_window_s=settings.join_window_s
         )
@@ -92,7 +95,7 @@ class Ledger:
             usefulness = self._trainer_usefulness()
         self.keeper = RoundKeeper(
             self.engine,
-            self.intake,
+            self.round_book,
             self.indexer,
             self.blobs,
             settings,
@@ -161,12 +164,12 @@ class Ledger:
         self.indexer.load()
         self.closures.load()
         with Session(self.engine) as session:
-            for run_id, round_, state in session.exec(
+            unfinished = session.exec(
                 select(RoundState.run_id, RoundState.round, RoundState.state).where(
                     RoundState.state != "final"
                 )
-            ):
-                self.intake.round_states[(run_id, round_)] = state
+            ).all()
+        self.round_book.load(unfinished)
         self.refresh_chain_view()
         if background if background is not None else self.settings.run_background:
             self._thread = threading.Thread(target=self._run, name="ledger-worker", daemon=True)

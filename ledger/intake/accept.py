@@ -5,8 +5,9 @@ then one short transaction per group of requests: on PostgreSQL one statement op
 new to this process, share-locks the others and inserts every new row of an open round, ON
 CONFLICT DO NOTHING RETURNING (slots already taken are looked up only when some were skipped);
 on SQLite one SELECT for the slots already taken, then one multi-row INSERT .. RETURNING; one
-INSERT for the rejections. The lock serialises "is the round still open? insert" against the
-lifecycle closing rounds, so no attestation slips into a round after it was scored. A refusal
+INSERT for the rejections. The round book's lock (:mod:`ledger.core.round_book`) serialises
+"is the round still open? insert" against the lifecycle closing rounds, so no attestation slips
+into a round after it was scored. A refusal
 is stored (the audit trail of ``GET /v1/nodes/{address}``) only once the sender's signature
 verified, so nobody can fill another node's list; unknown senders are refused before any
 signature work; retention is bounded (:mod:`ledger.rounds.retention`).
@@ -16,10 +17,8 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,7 +39,9 @@ from ledger.api.schemas import AttestationIn
 from ledger.chain.indexer import ChainSnapshot, Indexer
 from ledger.core.config import Settings
 from ledger.core.models import Attestation, Rejection, RoundState, utcnow
+from ledger.core.round_book import RoundBook
 from ledger.intake.group_writer import GroupWriter
+from ledger.intake.jobs import Job, Outcome, Slot
 from ledger.intake.membership import Membership
 from ledger.intake.verify import (
     Checked,
@@ -105,41 +106,15 @@ _GROUP_OPEN_WRITE = (
 _STATEMENT_TRIES = 3  # a round another writer opened after the statement's snapshot: once more
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """Result of one submission: an id (accepted) or an error code and message."""
-
-    status: int
-    id: int | None = None
-    code: str | None = None
-    message: str | None = None
-
-
-Slot = tuple[str, int, str]
-
-
-@dataclass
-class Job:
-    """One request's items and their outcomes (an int outcome refers to an earlier item)."""
-
-    items: list[AttestationIn]
-    out: list[Outcome | int] = field(default_factory=list)
-    rejections: list[dict[str, Any]] = field(default_factory=list)
-    checked: list[tuple[int, Checked]] = field(default_factory=list)
-
-    def results(self) -> list[Outcome]:
-        return [_resolve(self.out, o) for o in self.out]
-
-
 class Intake:
-    def __init__(self, engine: Engine, indexer: Indexer, settings: Settings) -> None:
+    def __init__(
+        self, engine: Engine, indexer: Indexer, settings: Settings, book: RoundBook
+    ) -> None:
         self.engine = engine
         self.indexer = indexer
         self.settings = settings
-        self.lock = threading.Lock()
-        self.round_states: dict[tuple[str, int], str] = {}
-        self.dirty: set[tuple[str, int]] = set()  # rounds with new attestations (see rounds.py)
-        self.writer = GroupWriter(self)
+        self.book = book  # the rounds' states and the lock over writes (ledger.core.round_book)
+        self.writer = GroupWriter(self.store)
         self.membership: Membership | None = None  # set by the service (ledger.intake.membership)
         self.closures: RunClosures | None = None  # set by the service (ledger.rounds.closing)
         self._conn: Connection | None = None  # the writer's own (PostgreSQL: _autocommit)
@@ -180,8 +155,7 @@ class Intake:
     def submit(self, items: list[AttestationIn]) -> list[Outcome]:
         """Verify and store ``items`` (one transaction); an outcome per item, in order."""
         job = self.check(items)
-        with self.lock:
-            self.write(job)
+        self.store(job)
         return job.results()
 
     async def submit_async(self, items: list[AttestationIn]) -> list[Outcome]:
@@ -191,8 +165,13 @@ class Intake:
             await self.writer.write(job)
         return job.results()
 
+    def store(self, job: Job) -> None:
+        """Store a checked job under the round book's lock (:meth:`write`)."""
+        with self.book.locked():
+            self.write(job)
+
     def write(self, job: Job) -> None:
-        """Store a checked job (the caller holds :attr:`lock`).
+        """Store a checked job (the caller holds the round book's lock).
 
         SQLite: the slots already taken are read first, then the new rows inserted. PostgreSQL:
         the rows go in one statement that opens their rounds new to this process (in the same
@@ -203,8 +182,8 @@ class Intake:
         one. On PostgreSQL each statement commits on its own (autocommit: no ``BEGIN`` and
         ``COMMIT`` round trips around a group that is one statement in the usual case): the
         insert is atomic and holds its rounds' locks until it commits, and rejection rows are
-        an audit trail of their own. The round-state cache and the dirty set change only once
-        what they describe committed.
+        an audit trail of their own. The round book changes only once what it describes
+        committed.
         """
         items, out, rejections = job.items, job.out, job.rejections
         states: dict[tuple[str, int], str] = {}  # what the group is checked against
@@ -215,7 +194,7 @@ class Intake:
             taken = {} if postgres else self._taken(conn, [c for _, c in job.checked])
             keys = {(c.run_hex, int(c.attestation.round)) for _, c in job.checked}
             if postgres:  # the database decides in the insert itself (see _insert)
-                states = {k: self.round_states.get(k, "open") for k in keys}
+                states = {k: self.book.state(k) or "open" for k in keys}
             if self.membership is not None:  # the joins of rounds new here, in one query
                 self.membership.prime(conn, keys)
             seen: dict[Slot, tuple[int, str]] = {}
@@ -237,27 +216,25 @@ class Intake:
                 else:
                     out[index] = placed
             if rows:
-                opening = sorted(k for k in keys if k not in self.round_states) if postgres else []
+                opening = sorted(k for k in keys if self.book.state(k) is None) if postgres else []
                 deadline_s = self.settings.round_deadline_s
                 ids, found = self._insert(conn, rows, opening, deadline_s=deadline_s)
                 states.update(found)
                 known.update(found)
                 dirty = self._outcomes(conn, job, rows, row_index, ids=ids, states=states)
-                if postgres:  # committed: whatever follows, the caches say what is stored
-                    self.round_states.update(known)
-                    self.dirty |= dirty
+                if postgres:  # committed: whatever follows, the book says what is stored
+                    self.book.stored(known, dirty)
             if rejections:
                 conn.execute(insert(_REJ), rejections)
-        self.round_states.update(known if postgres else states)
-        self.dirty |= dirty
+        self.book.stored(known if postgres else states, dirty)
 
     @contextmanager
     def _autocommit(self) -> Iterator[Connection]:
-        """The writer's own connection (PostgreSQL; used under :attr:`lock`), whose statements
-        commit on their own. It is kept from one group to the next: a pooled checkout, its ping
-        and its return cost about 320 us of the writer's CPU a group (1,240 in all, at 3.8
-        attestations a group), and the group statement stays prepared on it. Any error closes
-        it (a broken one leaves the pool); the next group opens another."""
+        """The writer's own connection (PostgreSQL; used under the round book's lock), whose
+        statements commit on their own. It is kept from one group to the next: a pooled
+        checkout, its ping and its return cost about 320 us of the writer's CPU a group (1,240
+        in all, at 3.8 attestations a group), and the group statement stays prepared on it. Any
+        error closes it (a broken one leaves the pool); the next group opens another."""
         conn = self._conn
         if conn is None:
             conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
@@ -270,7 +247,7 @@ class Intake:
             raise
 
     def _release(self) -> None:
-        """Give back the writer's connection (the caller holds :attr:`lock`)."""
+        """Give back the writer's connection (the caller holds the round book's lock)."""
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
@@ -278,7 +255,7 @@ class Intake:
     def close(self) -> None:
         """Stop the writer and give back its connection."""
         self.writer.close()
-        with self.lock:
+        with self.book.locked():
             self._release()
 
     def _outcomes(
@@ -436,7 +413,7 @@ class Intake:
         key = (run, int(att.round))
         if self.closures is not None:
             self.closures.check(run, key[1])
-        state = states.get(key) or self.round_states.get(key)
+        state = states.get(key) or self.book.state(key)
         if state is None:
             state = states[key] = self._open_round(conn, run, att.round)
         if state != "open":
@@ -512,12 +489,6 @@ def _conflict(row: dict[str, Any]) -> AttestationRejected:
 
 def _refusal(exc: AttestationRejected) -> Outcome:
     return Outcome(http_status(exc.code), code=exc.code, message=exc.message)
-
-
-def _resolve(out: list[Outcome | int], o: Outcome | int) -> Outcome:
-    while isinstance(o, int):
-        o = out[o]
-    return o
 
 
 def _rejection(item: AttestationIn, exc: AttestationRejected, checked: Checked) -> dict[str, Any]:

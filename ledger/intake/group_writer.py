@@ -12,23 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 from ledger.core.request_id import request_id
-
-if TYPE_CHECKING:
-    from ledger.intake.accept import Intake, Job
+from ledger.intake.jobs import Job
 
 log = logging.getLogger(__name__)
 
-Group = list[tuple["Job", "asyncio.Future[None]"]]
+Group = list[tuple[Job, "asyncio.Future[None]"]]
 MAX_GROUP_ITEMS = 2000  # one transaction's worth; the rest waits for the next write
 
 
 class GroupWriter:
-    def __init__(self, intake: Intake) -> None:
-        self.intake = intake
+    """Groups jobs and hands each group to ``store`` (the intake's locked write) in its thread."""
+
+    def __init__(self, store: Callable[[Job], None]) -> None:
+        self.store = store
         self._pending: Group = []
         self._busy = False
         self._writes = 0
@@ -62,8 +62,6 @@ class GroupWriter:
         if not group:
             self._busy = False
             return
-        from ledger.intake.accept import Job
-
         merged = Job(items=[])
         offsets = []
         for job, _ in group:
@@ -79,8 +77,7 @@ class GroupWriter:
     def _write(self, merged: Job) -> None:
         self._writes += 1
         request_id.set(f"write-{self._writes}")  # one group serves many requests
-        with self.intake.lock:
-            self.intake.write(merged)
+        self.store(merged)
 
     def _finish(
         self,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 if TYPE_CHECKING:
-    from ledger.intake.accept import Outcome
+    from ledger.intake.jobs import Outcome
     from ledger.service import Ledger
 
 

@@ -26,7 +26,7 @@ from ledger.core.blobstore import BlobStore
 from ledger.core.config import Settings
 from ledger.core.models import Attestation, RoundState, Run, utcnow
 from ledger.core.retry import Backoff
-from ledger.intake.accept import Intake
+from ledger.core.round_book import RoundBook
 from ledger.intake.membership import Membership
 from ledger.judge.rules import attestations_root
 from ledger.judge.tensors import UsefulnessFn
@@ -42,7 +42,7 @@ class RoundKeeper:
     def __init__(
         self,
         engine: Engine,
-        intake: Intake,
+        book: RoundBook,
         indexer: Indexer,
         blobs: BlobStore,
         settings: Settings,
@@ -51,7 +51,7 @@ class RoundKeeper:
         membership: Membership | None = None,
     ) -> None:
         self.engine = engine
-        self.intake = intake
+        self.book = book  # the rounds' states this process knows (ledger.core.round_book)
         self.indexer = indexer
         self.blobs = blobs
         self.settings = settings
@@ -71,19 +71,19 @@ class RoundKeeper:
 
         Only rounds past their deadline or with new attestations are looked at: the joins of
         those before their deadline in one query, then one query for the attestations of each
-        round that has joins or is overdue. New attestations: this process's (``Intake.dirty``,
-        taken *before* the open rounds are read, so a round opened and completed in between is
-        seen on the next pass, not only at its deadline); on PostgreSQL also other workers', as
-        the rounds of rows above the highest attestation id seen last pass, and every
+        round that has joins or is overdue. New attestations: this process's
+        (:meth:`RoundBook.take_written`, taken *before* the open rounds are read, so a round
+        opened and completed in between is seen on the next pass, not only at its deadline); on
+        PostgreSQL also other workers', as the rounds of rows above the highest attestation id
+        seen last pass, and every
         :data:`FULL_SCAN_S` the open rounds whose count of attestations changed (a row whose id
         was drawn before that mark but committed after it).
         Each round closes in its own transaction (an ``UPDATE`` of its row, which waits for the
-        groups writing into it, see ``Intake._lock_rounds``), and the cache changes only after
+        groups writing into it, see ``Intake._insert``), and the round book changes only after
         the commit.
         """
         now = now or utcnow()
-        with self.intake.lock:
-            dirty, self.intake.dirty = self.intake.dirty, set()
+        dirty = self.book.take_written()
         shared = self.engine.dialect.name != "sqlite"  # other workers may write
         with Session(self.engine) as session:
             open_rounds = session.exec(
@@ -149,7 +149,7 @@ class RoundKeeper:
         return changed
 
     def _close(self, row_id: int | None, expected: set[str], why: str, now: datetime) -> bool:
-        with self.intake.lock, Session(self.engine) as session:
+        with self.book.locked(), Session(self.engine) as session:
             row = session.get(RoundState, row_id, with_for_update=True)
             if row is None or row.state != "open":
                 return False
@@ -158,7 +158,7 @@ class RoundKeeper:
             session.add(row)
             session.commit()
             key = (row.run_id, row.round)
-            self.intake.round_states[key] = "closing"
+            self.book.closing(key)
             log.info("round %d of run %s closing: %s", key[1], key[0], why)
         return True
 

@@ -15,7 +15,7 @@ from ledger.api.schemas import (
     BatchOut,
     ErrorResponse,
 )
-from ledger.intake.accept import Outcome
+from ledger.intake.jobs import Outcome
 from ledger.service import Ledger
 
 router = APIRouter(prefix="/attestations", tags=["attestations"])

@@ -49,7 +49,7 @@ async def post_join(body: JoinIn, ledger: LedgerDep) -> Any:
         raise reject("invalid_field", str(exc)) from None
     run = "0x" + join.run_id.hex()
     ledger.closures.check(run, int(join.round))
-    state = ledger.intake.round_states.get((run, int(join.round)))
+    state = ledger.round_book.state((run, int(join.round)))
     members = await run_in_threadpool(
         ledger.membership.join,
         join,

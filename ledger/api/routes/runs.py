@@ -148,7 +148,7 @@ def create_run(body: RunIn, ledger: LedgerDep, _admin: AdminDep) -> RunOut:
 
 def _genesis_rows(ledger: Ledger, run: str, genesis: str, *, onchain: bool) -> RoundState:
     """The run's row and its scored round 0 (stored once; what is there already stands)."""
-    with ledger.intake.lock, Session(ledger.engine, expire_on_commit=False) as session:
+    with ledger.round_book.locked(), Session(ledger.engine, expire_on_commit=False) as session:
         if session.get(Run, run) is None:
             session.add(Run(run_id=run, genesis_checkpoint=genesis))
         rnd = session.exec(
@@ -207,6 +207,6 @@ def close_run(
         raise LedgerError(
             f"run {run} has no genesis commit on chain: nothing to close", code="unknown_run"
         )
-    with ledger.intake.lock:
+    with ledger.round_book.locked():
         ledger.closures.close(run, last, body.final_round if body is not None else None)
     return _info(ledger, session, run)
