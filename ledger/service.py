@@ -36,11 +36,11 @@ from ledger.intake.accept import Intake
 from ledger.intake.membership import Membership
 from ledger.judge.tensors import UsefulnessFn
 from ledger.reads.metrics import Metrics
+from ledger.reads.trees import EthTrees, RewardsTrees
 from ledger.rounds.closing import RunClosures
 from ledger.rounds.lifecycle import RoundKeeper
 from ledger.rounds.retention import prune_rejections
 from protocol.errors import SettlementError
-from protocol.merkle import RewardsTree
 
 log = logging.getLogger(__name__)
 
@@ -106,16 +106,16 @@ class Ledger:
             self.engine, self.chain, confirmations=settings.confirmations, fault_hook=fault_hook
         )
         self.funding = FundingSettler(self.engine, self.chain, self.settler)  # ETH roots
+        self.eth_trees = EthTrees(enabled=self.funding.enabled)  # their trees, for requests
         self.slasher = self._slasher()  # failed audits -> slash proposals (None: no key)
-        self.metrics = Metrics(self)
+        self.metrics = Metrics(self.intake.writer, self.indexer, self)
         self.keeper.observe_scoring = self.metrics.scoring_seconds.observe
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.leadership = Leadership(self.engine)
         self.leading = False
         self.step_errors: dict[str, str] = {}
-        # the latest committed settlement's amounts and tree (GET /v1/rewards), by settlement id
-        self.tree_cache: dict[int, tuple[dict[str, int], RewardsTree | None]] = {}
+        self.rewards_trees = RewardsTrees()  # the latest settlement's tree (GET /v1/rewards)
         self.intents = Backoff("settlement intent of (run, round)")
         self._indexed_at = float("-inf")
         self._pruned_at = float("-inf")

@@ -17,6 +17,11 @@ id or an address, no query or only a ``limit`` in range) runs the route's own fu
 request session, in the API's thread pool, after waiting for a session slot on the event loop
 exactly as :func:`ledger.api.deps.get_db` does; any other form goes to FastAPI, which answers
 it (and its errors) as before.
+
+Without FastAPI's dependency solving, the handlers get their parts here, from the service, the
+same ones the routes get through :mod:`ledger.api.deps` (the two places that know the service):
+the intake and the metrics; the chain snapshot (read in the request's thread, as the route's
+own dependency reads it just before the route) and the rewards and ETH trees.
 """
 
 from __future__ import annotations
@@ -38,32 +43,57 @@ from ledger.api.errors import (
     json_response,
     too_large_response,
 )
-from ledger.api.routes import nodes, rewards, runs
-from ledger.api.routes.attestations import accept_batch, accept_one
+from ledger.api.routes import attestations, nodes, rewards, runs
 from ledger.api.routes.runs import ROUNDS_LIMIT, ROUNDS_LIMIT_MAX
 from ledger.api.schemas import AttestationIn, BatchIn
 from ledger.core.request_id import id_of, request_id
+from ledger.service import Ledger
+
+
+async def _accept_one(ledger: Ledger, body: AttestationIn) -> Response:
+    return await attestations.accept_one(ledger.intake, ledger.metrics, body)
+
+
+async def _accept_batch(ledger: Ledger, body: BatchIn) -> Response:
+    limit = ledger.settings.max_batch_items
+    return await attestations.accept_batch(ledger.intake, ledger.metrics, body, limit=limit)
+
 
 _ROUTES: dict[str, tuple[type[BaseModel], Any]] = {
-    "/v1/attestations": (AttestationIn, accept_one),
-    "/v1/attestations/batch": (BatchIn, accept_batch),
+    "/v1/attestations": (AttestationIn, _accept_one),
+    "/v1/attestations/batch": (BatchIn, _accept_batch),
 }
 
 
 _LIMIT = re.compile(rb"limit=([1-9][0-9]{0,3})")
 
 
-def _read_rounds(ledger: Any, conn: Connection, run_id: str, limit: int) -> Any:
+def _read_rounds(ledger: Ledger, conn: Connection, run_id: str, limit: int) -> Any:
     return runs.rounds_json(conn, run_id, limit)
 
 
-Read = Callable[[Any, Connection, str, int], Any]  # (ledger, connection, key, limit) -> data
+def _read_node(ledger: Ledger, conn: Connection, address: str, limit: int) -> Any:
+    return nodes.node_json(ledger.indexer.snapshot, conn, address, limit)
+
+
+def _read_rewards(ledger: Ledger, conn: Connection, address: str, limit: int) -> Any:
+    return rewards.rewards_json(
+        conn,
+        address,
+        limit,
+        snap=ledger.indexer.snapshot,
+        settled=ledger.rewards_trees,
+        eth=ledger.eth_trees,
+    )
+
+
+Read = Callable[[Ledger, Connection, str, int], Any]  # (ledger, connection, key, limit) -> data
 _RUN, _ADDRESS = r"(0x[0-9a-fA-F]{64})", r"(0x[0-9a-fA-F]{40})"
 # the polled reads: path (its one parameter), the route's default and largest limit, the handler
 _READS: tuple[tuple[re.Pattern[str], int, int, Read], ...] = (
     (re.compile(f"/v1/runs/{_RUN}/rounds"), ROUNDS_LIMIT, ROUNDS_LIMIT_MAX, _read_rounds),
-    (re.compile(f"/v1/nodes/{_ADDRESS}"), nodes.LIMIT, nodes.LIMIT_MAX, nodes.node_json),
-    (re.compile(f"/v1/rewards/{_ADDRESS}"), rewards.LIMIT, rewards.LIMIT_MAX, rewards.rewards_json),
+    (re.compile(f"/v1/nodes/{_ADDRESS}"), nodes.LIMIT, nodes.LIMIT_MAX, _read_node),
+    (re.compile(f"/v1/rewards/{_ADDRESS}"), rewards.LIMIT, rewards.LIMIT_MAX, _read_rewards),
 )
 
 
@@ -85,7 +115,7 @@ def _read_request(scope: Scope) -> tuple[Read, str, int] | None:
     return None
 
 
-def _read(ledger: Any, handler: Read, key: str, limit: int) -> Response:
+def _read(ledger: Ledger, handler: Read, key: str, limit: int) -> Response:
     with ledger.read_engine.connect() as conn:  # autocommit: the statements alone
         data = handler(ledger, conn, key, limit)
     return json_response(data)

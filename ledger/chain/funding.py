@@ -10,8 +10,9 @@ Nothing here is stored: the per-round ETH totals are on chain (``EthRootCommitte
 each root's cumulative total) and the per-round rewards are in the ledger's database, so the
 tree of any committed round is rebuilt deterministically. A crash between sending and mining
 only repeats the same root, which the contract refuses (``InvalidRoot``/``RoundNotIncreasing``).
-Requests build the tree from the indexed events (:meth:`FundingSettler.tree`, no RPC); the
-settler itself reads the chain, which is ahead of the indexer's confirmation depth.
+Requests build the tree from the indexed events (:class:`ledger.reads.trees.EthTrees`, with
+:func:`eth_amounts`, no RPC); the settler itself reads the chain, which is ahead of the
+indexer's confirmation depth.
 
 One sender: ETH roots are sent with the committer key that commits rounds. An ETH root is sent
 only under the round settler's lock and only while no commitRound is signed or in flight, so its
@@ -32,7 +33,6 @@ from sqlmodel import Session, col, select
 from ledger.chain.client import LedgerChain
 from ledger.core.models import Attestation, RoundState, Settlement
 from ledger.judge.rules import split_rewards
-from ledger.reads.receipts import eth_history
 from protocol.errors import ColocoError
 from protocol.merkle import RewardsTree
 from protocol.types import Address
@@ -117,8 +117,6 @@ class FundingSettler:
         self.poll_s = poll_s  # ETH roots are not urgent: keep the worker's tick light
         self._polled_at = float("-inf")
         self._settled: dict[str, int] = {}  # run -> highest ledger round already looked at
-        # the latest indexed tree per run, by its root (requests): (root, tree, amounts, round)
-        self._trees: dict[str, tuple[tuple[int, int], RewardsTree | None, dict[str, int], int]] = {}
 
     def state(self, run_id: str) -> RunFundingState:
         raw = self.chain.client.call(CONTRACT, "runOf", bytes.fromhex(run_id[2:]))
@@ -126,7 +124,7 @@ class FundingSettler:
 
     def chain_history(self, run_id: str) -> list[tuple[int, int]]:
         """[(round, wei paid by that round)] of the run's ETH roots on chain now, oldest first
-        (the settler's view; requests use the indexed :func:`ledger.reads.receipts.eth_history`)."""
+        (the settler's view; requests use the indexed :func:`ledger.reads.trees.eth_history`)."""
         event = self.chain.client.contract(CONTRACT).events.EthRootCommitted
         logs = event.get_logs(
             from_block=self.chain.deployment_block,
@@ -139,24 +137,6 @@ class FundingSettler:
             out.append((int(entry["args"]["round"]), total - previous))
             previous = total
         return out
-
-    def tree(
-        self, session: Session, run_id: str
-    ) -> tuple[RewardsTree | None, dict[str, int], int | None]:
-        """The tree of the run's latest indexed ETH root, its amounts and its round: from the
-        database only, built once per root."""
-        history = eth_history(session, run_id)
-        if not history:
-            return None, {}, None
-        key = (history[-1][0], sum(w for _, w in history))
-        cached = self._trees.get(run_id)
-        if cached is not None and cached[0] == key:
-            return cached[1], cached[2], cached[3]
-        amounts = eth_amounts(session, run_id, history)
-        tree = RewardsTree.build(sorted((Address(a), v) for a, v in amounts.items()))
-        built = tree if amounts else None
-        self._trees[run_id] = (key, built, amounts, history[-1][0])
-        return built, amounts, history[-1][0]
 
     def commits_in_flight(self) -> int:
         """commitRound transactions signed or sent and not yet mined (they hold nonces)."""

@@ -3,23 +3,21 @@ receipts, from the ledger's indexed tables only (ledger/reads/receipts.py; no RP
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
 from ledger.core.models import FundingEvent
 from ledger.reads.receipts import as_of, capital_receipts, code_receipts
 
-if TYPE_CHECKING:
-    from ledger.service import Ledger
-
 _KIND_OF = {"Deposited": "capital", "Submitted": "code"}
 
 
-def contributors(ledger: Ledger) -> dict[str, Any]:
+def contributors(engine: Engine) -> dict[str, Any]:
     """Every backer and code contributor with its totals: wei deposited, contributions
     submitted, approved and their tokens."""
-    with Session(ledger.engine) as session:
+    with Session(engine) as session:
         rows = session.exec(
             select(FundingEvent.account, FundingEvent.name)
             .where(col(FundingEvent.name).in_(tuple(_KIND_OF)))
@@ -52,9 +50,9 @@ def _summary(session: Session, address: str) -> dict[str, Any]:
     }
 
 
-def contributor_detail(ledger: Ledger, address: str) -> dict[str, Any]:
+def contributor_detail(engine: Engine, address: str) -> dict[str, Any]:
     """One address's capital receipts (per run backed) and code receipts (per contribution)."""
-    with Session(ledger.engine) as session:
+    with Session(engine) as session:
         block, when = as_of(session)
         return {
             "address": address,

@@ -1,22 +1,25 @@
-"""The dashboard's routes: HTML by default, the same data as JSON with `?format=json`."""
+"""The dashboard's routes: HTML by default, the same data as JSON with `?format=json`.
+
+Each page takes what it reads through the API's dependencies (:mod:`ledger.api.deps`): the
+database engine (pages open their own sessions), the chain door, and for the run page the
+model cache below.
+"""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from web3 import Web3
 
+from ledger.api.deps import BlobsDep, ChainDep, EngineDep, SettingsDep
 from ledger.dashboard import contributors, views
 from protocol.eip712 import wallet_safe
-
-if TYPE_CHECKING:
-    from ledger.service import Ledger
 
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
@@ -34,19 +37,18 @@ router = APIRouter(include_in_schema=False)
 FormatQ = Annotated[str, Query(pattern="^(html|json)$")]
 
 
-def _ledger(request: Request) -> Ledger:
-    ledger: Ledger = request.app.state.ledger
-    return ledger
-
-
-def _cache(request: Request) -> views.ModelCache:
+async def get_models(request: Request, settings: SettingsDep, blobs: BlobsDep) -> views.ModelCache:
+    """The app's one model cache (losses and samples of checkpoints), made on first use."""
     app = request.app
     cache: views.ModelCache | None = getattr(app.state, "dashboard_models", None)
     if cache is None:
-        preset = _ledger(request).settings.usefulness_model or "tiny"
-        cache = views.ModelCache(preset)
+        preset = settings.usefulness_model or "tiny"
+        cache = views.ModelCache(preset, blobs, max_bytes=settings.max_blob_bytes)
         app.state.dashboard_models = cache
     return cache
+
+
+ModelsDep = Annotated[views.ModelCache, Depends(get_models)]
 
 
 def _page(template: str, fmt: str, context: dict[str, Any], root: str = "") -> Response:
@@ -57,18 +59,19 @@ def _page(template: str, fmt: str, context: dict[str, Any], root: str = "") -> R
 
 
 @router.get("/")
-def index(request: Request, format: FormatQ = "html") -> Response:
+def index(engine: EngineDep, format: FormatQ = "html") -> Response:
     """Runs and their latest rounds (kept live by static/live.js)."""
-    ledger = _ledger(request)
-    return _page("index.html", format, {"runs": views.runs(ledger)})
+    return _page("index.html", format, {"runs": views.runs(engine)})
 
 
 @router.get("/runs/{run_id}")
-def run_page(request: Request, run_id: str, format: FormatQ = "html") -> Response:
+def run_page(
+    run_id: str, engine: EngineDep, models: ModelsDep, format: FormatQ = "html"
+) -> Response:
     """One run: rounds, the loss curve, the nodes, a sample from the latest checkpoint."""
     if not RUN_ID.match(run_id):
         raise HTTPException(404, "a run id is 0x + 64 hex digits")
-    detail = views.run_detail(_ledger(request), run_id, _cache(request))
+    detail = views.run_detail(engine, run_id, models)
     if detail is None:
         raise HTTPException(404, f"run {run_id} is unknown to this ledger")
     context = {"run": detail, "curve_svg": curve_svg(detail["loss_curve"])}
@@ -76,44 +79,46 @@ def run_page(request: Request, run_id: str, format: FormatQ = "html") -> Respons
 
 
 @router.get("/nodes")
-def nodes_page(request: Request, format: FormatQ = "html") -> Response:
+def nodes_page(engine: EngineDep, chain: ChainDep, format: FormatQ = "html") -> Response:
     """Every node: stake, active, rounds worked, rewarded."""
-    return _page("nodes.html", format, {"nodes": views.nodes(_ledger(request))})
+    return _page("nodes.html", format, {"nodes": views.nodes(engine, chain)})
 
 
 @router.get("/nodes/{address}")
-def node_page(request: Request, address: str, format: FormatQ = "html") -> Response:
+def node_page(
+    address: str, engine: EngineDep, chain: ChainDep, format: FormatQ = "html"
+) -> Response:
     """One node's receipts: why it earned what it earned."""
     if not ADDRESS.match(address):
         raise HTTPException(404, "a node is a 0x + 40 hex digit address")
-    return _page("node.html", format, views.node_detail(_ledger(request), address), root="../")
+    return _page("node.html", format, views.node_detail(engine, chain, address), root="../")
 
 
 @router.get("/contributors")
-def contributors_page(request: Request, format: FormatQ = "html") -> Response:
+def contributors_page(engine: EngineDep, format: FormatQ = "html") -> Response:
     """Backers and code contributors, with their totals (ledger/dashboard/contributors.py)."""
-    return _page("contributors.html", format, contributors.contributors(_ledger(request)))
+    return _page("contributors.html", format, contributors.contributors(engine))
 
 
 @router.get("/contributors/{address}")
-def contributor_page(request: Request, address: str, format: FormatQ = "html") -> Response:
+def contributor_page(address: str, engine: EngineDep, format: FormatQ = "html") -> Response:
     """One backer's or developer's capital and code receipts."""
     if not ADDRESS.match(address):
         raise HTTPException(404, "a contributor is a 0x + 40 hex digit address")
-    detail = contributors.contributor_detail(_ledger(request), Web3.to_checksum_address(address))
+    detail = contributors.contributor_detail(engine, Web3.to_checksum_address(address))
     return _page("contributor.html", format, detail, root="../")
 
 
 @router.get("/proposals")
-def proposals_page(request: Request, format: FormatQ = "html") -> Response:
+def proposals_page(chain: ChainDep, format: FormatQ = "html") -> Response:
     """Governance proposals with their state and votes."""
-    return _page("proposals.html", format, {"proposals": views.proposals(_ledger(request))})
+    return _page("proposals.html", format, {"proposals": views.proposals(chain)})
 
 
 @router.get("/how-to")
-def how_to_page(request: Request, format: FormatQ = "html") -> Response:
+def how_to_page(chain: ChainDep, format: FormatQ = "html") -> Response:
     """How to claim and vote, with the typed data a wallet signs."""
-    return _page("howto.html", format, views.how_to(_ledger(request)))
+    return _page("howto.html", format, views.how_to(chain))
 
 
 def curve_svg(points: list[dict[str, Any]], width: int = 600, height: int = 220) -> str:

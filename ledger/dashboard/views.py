@@ -10,15 +10,15 @@ import json
 import logging
 import threading
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from sqlalchemy import Engine
 from sqlmodel import Session, col, func, select
 
+from ledger.chain.client import LedgerChain
+from ledger.core.blobstore import BlobStore
 from ledger.core.models import Attestation, RoundState, Run
 from protocol.eip712 import wallet_safe
-
-if TYPE_CHECKING:
-    from ledger.service import Ledger
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +41,10 @@ def _round_row(rnd: RoundState, members: list[str]) -> dict[str, Any]:
     }
 
 
-def runs(ledger: Ledger, limit: int = ROUNDS_SHOWN) -> list[dict[str, Any]]:
+def runs(engine: Engine, limit: int = ROUNDS_SHOWN) -> list[dict[str, Any]]:
     """Every run with its latest rounds (newest first) and the last committed round."""
     out = []
-    with Session(ledger.engine) as session:
+    with Session(engine) as session:
         for run in session.exec(select(Run).order_by(col(Run.created_at))).all():
             rounds = session.exec(
                 select(RoundState)
@@ -74,38 +74,41 @@ def runs(ledger: Ledger, limit: int = ROUNDS_SHOWN) -> list[dict[str, Any]]:
 
 
 class ModelCache:
-    """Held-out loss and a sample per checkpoint, computed once from the ledger's blob store."""
+    """Held-out loss and a sample per checkpoint, computed once from the ledger's blob store
+    (checkpoints of the model ``preset``, blobs of at most ``max_bytes``)."""
 
-    def __init__(self, preset: str) -> None:
+    def __init__(self, preset: str, blobs: BlobStore, *, max_bytes: int) -> None:
         self.preset = preset
+        self.blobs = blobs
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._loss: dict[str, float | None] = {}
         self._sample: dict[str, str | None] = {}
 
-    def _model(self, ledger: Ledger, checkpoint: str) -> Any:
+    def _model(self, checkpoint: str) -> Any:
         from protocol.blobs import decode_blob
         from reference.model import GPT, GPTConfig
 
-        data = ledger.blobs.get_bytes(checkpoint)
+        data = self.blobs.get_bytes(checkpoint)
         if data is None:
             return None
         model = GPT(GPTConfig.preset(self.preset))
-        model.load_state_dict(decode_blob(data, max_bytes=ledger.settings.max_blob_bytes))
+        model.load_state_dict(decode_blob(data, max_bytes=self.max_bytes))
         model.eval()
         return model
 
-    def loss(self, ledger: Ledger, checkpoint: str) -> float | None:
+    def loss(self, checkpoint: str) -> float | None:
         with self._lock:
             if checkpoint not in self._loss:
-                self._loss[checkpoint] = self._compute_loss(ledger, checkpoint)
+                self._loss[checkpoint] = self._compute_loss(checkpoint)
             return self._loss[checkpoint]
 
-    def _compute_loss(self, ledger: Ledger, checkpoint: str) -> float | None:
+    def _compute_loss(self, checkpoint: str) -> float | None:
         from reference.data import Corpus
         from reference.model import evaluate
 
         try:
-            model = self._model(ledger, checkpoint)
+            model = self._model(checkpoint)
             if model is None:
                 return None
             rows = Corpus.load(None).eval_rows(model.cfg.seq_len, EVAL_ROWS, seed=0)
@@ -114,17 +117,17 @@ class ModelCache:
             log.info("no held-out loss for %s: %s", checkpoint, exc)
             return None
 
-    def sample(self, ledger: Ledger, checkpoint: str) -> str | None:
+    def sample(self, checkpoint: str) -> str | None:
         with self._lock:
             if checkpoint not in self._sample:
-                self._sample[checkpoint] = self._compute_sample(ledger, checkpoint)
+                self._sample[checkpoint] = self._compute_sample(checkpoint)
             return self._sample[checkpoint]
 
-    def _compute_sample(self, ledger: Ledger, checkpoint: str) -> str | None:
+    def _compute_sample(self, checkpoint: str) -> str | None:
         import torch
 
         try:
-            model = self._model(ledger, checkpoint)
+            model = self._model(checkpoint)
         except Exception as exc:
             log.info("no sample from %s: %s", checkpoint, exc)
             return None
@@ -138,10 +141,10 @@ class ModelCache:
         return bytes(idx[0].tolist()).decode("utf-8", errors="replace")
 
 
-def run_detail(ledger: Ledger, run_id: str, cache: ModelCache) -> dict[str, Any] | None:
+def run_detail(engine: Engine, run_id: str, cache: ModelCache) -> dict[str, Any] | None:
     """One run: its rounds, the loss curve of its committed checkpoints, a sample of the last."""
     run_id = run_id.lower()
-    with Session(ledger.engine) as session:
+    with Session(engine) as session:
         run = session.get(Run, run_id)
         if run is None:
             return None
@@ -156,7 +159,7 @@ def run_detail(ledger: Ledger, run_id: str, cache: ModelCache) -> dict[str, Any]
     curve = []
     for rnd in rounds:
         if rnd.checkpoint and rnd.state in ("committed", "final"):
-            loss = cache.loss(ledger, rnd.checkpoint)
+            loss = cache.loss(rnd.checkpoint)
             if loss is not None:
                 curve.append({"round": rnd.round, "eval_loss": loss})
     committed = [r for r in rounds if r.checkpoint and r.state in ("committed", "final")]
@@ -173,16 +176,16 @@ def run_detail(ledger: Ledger, run_id: str, cache: ModelCache) -> dict[str, Any]
         "sample": {
             "checkpoint": latest,
             "prompt": SAMPLE_PROMPT,
-            "text": cache.sample(ledger, latest) if latest else None,
+            "text": cache.sample(latest) if latest else None,
         },
     }
 
 
-def nodes(ledger: Ledger) -> list[dict[str, Any]]:
+def nodes(engine: Engine, chain: LedgerChain) -> list[dict[str, Any]]:
     """Every node that attested: stake (chain), rounds worked and rewards (ledger)."""
     from protocol.types import Address
 
-    with Session(ledger.engine) as session:
+    with Session(engine) as session:
         rows = session.exec(
             select(Attestation.node, Attestation.payout, Attestation.round, Attestation.reward)
         ).all()
@@ -196,9 +199,9 @@ def nodes(ledger: Ledger) -> list[dict[str, Any]]:
     out = []
     for node, entry in sorted(by_node.items()):
         try:
-            info = ledger.chain.client.node_info(Address(node))
+            info = chain.client.node_info(Address(node))
             stake: int | None = int(info.staked)
-            active: bool | None = bool(ledger.chain.client.is_active(Address(node)))
+            active: bool | None = bool(chain.client.is_active(Address(node)))
         except Exception as exc:  # the chain may be away: show what the ledger knows
             log.info("no stake for %s: %s", node, exc)
             stake, active = None, None
@@ -215,9 +218,9 @@ def nodes(ledger: Ledger) -> list[dict[str, Any]]:
     return out
 
 
-def node_detail(ledger: Ledger, address: str) -> dict[str, Any]:
+def node_detail(engine: Engine, chain: LedgerChain, address: str) -> dict[str, Any]:
     """One node's receipts: per round, claimed vs verified tokens, quality, reward and why."""
-    with Session(ledger.engine) as session:
+    with Session(engine) as session:
         atts = session.exec(
             select(Attestation)
             .where(func.lower(Attestation.node) == address.lower())
@@ -236,18 +239,18 @@ def node_detail(ledger: Ledger, address: str) -> dict[str, Any]:
         }
         for a in atts
     ]
-    stake = next((n for n in nodes(ledger) if n["node"].lower() == address.lower()), None)
+    stake = next((n for n in nodes(engine, chain) if n["node"].lower() == address.lower()), None)
     return {"node": address, "summary": stake, "receipts": receipts}
 
 
-def proposals(ledger: Ledger) -> list[dict[str, Any]]:
+def proposals(chain: LedgerChain) -> list[dict[str, Any]]:
     """Governor proposals (ProposalCreated logs, read in chunks) with state and votes."""
-    client = ledger.chain.client
+    client = chain.client
     try:
         head = client.block_number()
         event = client.contract("ModelGovernor").events.ProposalCreated
         logs: list[Any] = []
-        start = ledger.chain.deployment_block
+        start = chain.deployment_block
         while start <= head:
             end = min(start + LOG_CHUNK - 1, head)
             fetch = partial(event.get_logs, from_block=start, to_block=end)
@@ -275,12 +278,12 @@ def proposals(ledger: Ledger) -> list[dict[str, Any]]:
         return []
 
 
-def how_to(ledger: Ledger) -> dict[str, Any]:
+def how_to(chain: LedgerChain) -> dict[str, Any]:
     """How to claim and vote: the contracts, the commands, the typed data a wallet signs."""
     from protocol.attestation import ATTESTATION_SPEC
 
-    dep = ledger.chain.deployment
-    typed = ATTESTATION_SPEC.signing_schema(ledger.chain.domain)
+    dep = chain.deployment
+    typed = ATTESTATION_SPEC.signing_schema(chain.domain)
     return {
         "chain_id": int(dep.chain_id),
         "contracts": {name: str(addr) for name, addr in sorted(dep.contracts.items())},

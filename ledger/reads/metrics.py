@@ -8,17 +8,26 @@ background worker's tick; the others are read when scraped.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-if TYPE_CHECKING:
-    from ledger.intake.jobs import Outcome
-    from ledger.service import Ledger
+from ledger.chain.indexer import Indexer
+from ledger.intake.group_writer import GroupWriter
+from ledger.intake.jobs import Outcome
+
+
+class WorkerStatus(Protocol):
+    """What the background worker (:class:`ledger.service.Ledger`) says of itself: whether it
+    leads, and every step, round or settlement failing now with its error."""
+
+    leading: bool
+
+    def problems(self) -> dict[str, str]: ...
 
 
 class Metrics:
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, writer: GroupWriter, indexer: Indexer, worker: WorkerStatus) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.accepted = Counter(
             "coloco_ledger_attestations_accepted", "Attestations answered 202.", registry=r
@@ -46,17 +55,17 @@ class Metrics:
         queue = Gauge(
             "coloco_ledger_write_queue_depth", "Attestations waiting for the writer.", registry=r
         )
-        queue.set_function(lambda: ledger.intake.writer.queue_depth)
+        queue.set_function(lambda: writer.queue_depth)
         lag = Gauge(
             "coloco_ledger_indexer_lag_blocks", "Chain head minus indexed block.", registry=r
         )
-        lag.set_function(lambda: _indexer_lag(ledger))
+        lag.set_function(lambda: _indexer_lag(indexer))
         failing = Gauge(
             "coloco_ledger_failing", "Steps, rounds and settlements failing now.", registry=r
         )
-        failing.set_function(lambda: len(ledger.problems()))
+        failing.set_function(lambda: len(worker.problems()))
         leader = Gauge("coloco_ledger_leader", "1 when this worker leads.", registry=r)
-        leader.set_function(lambda: 1.0 if ledger.leading else 0.0)
+        leader.set_function(lambda: 1.0 if worker.leading else 0.0)
 
     def count(self, outcomes: list[Outcome]) -> None:
         accepted = 0
@@ -72,8 +81,8 @@ class Metrics:
         return bytes(generate_latest(self.registry))
 
 
-def _indexer_lag(ledger: Ledger) -> float:
-    snap = ledger.indexer.snapshot
+def _indexer_lag(indexer: Indexer) -> float:
+    snap = indexer.snapshot
     if snap.head is None or snap.indexed_block is None:
         return float("nan")
     return float(snap.head - snap.indexed_block)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import bindparam
 from sqlalchemy import select as sa_select
@@ -21,9 +21,7 @@ from sqlmodel import Session, col, select
 
 from ledger.chain.indexer import CURSOR_KEY, CURSOR_TIME_KEY
 from ledger.core.models import Attestation, FundingEvent, KeyValue
-
-if TYPE_CHECKING:
-    from ledger.service import Ledger
+from ledger.reads.trees import EthTrees
 
 CODE_STATUS = ("none", "pending", "approved", "rejected", "claimed")
 
@@ -168,23 +166,6 @@ def as_of(session: Session) -> tuple[int | None, int | None]:
     return _moment(*session.execute(_AS_OF).one())
 
 
-def eth_history(session: Session, run_id: str) -> list[tuple[int, int]]:
-    """[(round, wei paid by that round)] of the run's indexed ETH roots, oldest first."""
-    rows = session.exec(
-        select(FundingEvent)
-        .where(FundingEvent.run_id == run_id, FundingEvent.name == "EthRootCommitted")
-        .order_by(col(FundingEvent.block_number), col(FundingEvent.log_index))
-    ).all()
-    out: list[tuple[int, int]] = []
-    previous = 0
-    for row in rows:
-        args = _args(row)
-        total = int(args["totalWei"])
-        out.append((int(args["round"]), total - previous))
-        previous = total
-    return out
-
-
 def latest_root(session: Session, run_id: str) -> dict[str, Any] | None:
     """The run's latest indexed ETH root: root, round, total, when it pays, whether revoked."""
     row = _latest(session, run_id, "EthRootCommitted")
@@ -325,16 +306,16 @@ def _latest_of(session: Session, run_id: str, name: str, account: str) -> Fundin
     ).first()
 
 
-def eth_receipts(ledger: Ledger, session: Session, account: str) -> list[dict[str, Any]]:
+def eth_receipts(trees: EthTrees, session: Session, account: str) -> list[dict[str, Any]]:
     """Per funded run ``account`` worked in: its cumulative wei under the latest indexed ETH root
-    and what it claimed so far."""
+    (``trees``) and what it claimed so far."""
     funded = session.execute(_ETH_RUNS).scalars().all()
     if not funded:
         return []
     worked = session.execute(_WORKED_IN, {"account": account, "runs": funded}).scalars().all()
     out = []
     for run_id in worked:
-        _, amounts, rnd = ledger.funding.tree(session, run_id)
+        _, amounts, rnd = trees.tree(session, run_id)
         if account not in amounts:
             continue
         claimed = _latest_of(session, run_id, "EthClaimed", account)
@@ -352,7 +333,7 @@ def eth_receipts(ledger: Ledger, session: Session, account: str) -> list[dict[st
 
 
 def other_kinds(
-    ledger: Ledger, session: Session, account: str, gate: Gate | None = None
+    trees: EthTrees, session: Session, account: str, gate: Gate | None = None
 ) -> dict[str, Any]:
     """{"code": [...], "capital": [...], "eth_for_compute": [...], "as_of": {...}} of
     ``account``, from the indexed tables only; ``gate`` (one row, read here if not given) says
@@ -362,6 +343,6 @@ def other_kinds(
     return {
         "code": code_receipts(session, account) if gate.code else [],
         "capital": capital_receipts(session, account) if gate.capital else [],
-        "eth_for_compute": eth_receipts(ledger, session, account) if gate.eth else [],
+        "eth_for_compute": eth_receipts(trees, session, account) if gate.eth else [],
         "as_of": {"block": gate.block, "time": gate.time},
     }

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import Response
 
-from ledger.api.deps import LedgerDep
+from ledger.api.deps import IntakeDep, MetricsDep, SettingsDep
 from ledger.api.errors import error_response, json_response
 from ledger.api.schemas import (
     Accepted,
@@ -15,8 +15,9 @@ from ledger.api.schemas import (
     BatchOut,
     ErrorResponse,
 )
+from ledger.intake.accept import Intake
 from ledger.intake.jobs import Outcome
-from ledger.service import Ledger
+from ledger.reads.metrics import Metrics
 
 router = APIRouter(prefix="/attestations", tags=["attestations"])
 
@@ -37,27 +38,27 @@ def _error(outcome: Outcome) -> Response:
     return error_response(outcome.status, outcome.code or "rejected", outcome.message or "")
 
 
-async def accept_one(ledger: Ledger, body: AttestationIn) -> Response:
+async def accept_one(intake: Intake, metrics: Metrics, body: AttestationIn) -> Response:
     """Verify and store one attestation: 202 with its id, or the refusal."""
-    outcomes = await ledger.intake.submit_async([body])
-    ledger.metrics.count(outcomes)
+    outcomes = await intake.submit_async([body])
+    metrics.count(outcomes)
     outcome = outcomes[0]
     if outcome.status != 202:
         return _error(outcome)
     return json_response({"id": outcome.id, "status": "accepted"}, 202)
 
 
-async def accept_batch(ledger: Ledger, body: BatchIn) -> Response:
-    """Verify and store a batch: 202 with one result per item, in order."""
-    limit = ledger.settings.max_batch_items
+async def accept_batch(intake: Intake, metrics: Metrics, body: BatchIn, *, limit: int) -> Response:
+    """Verify and store a batch of at most ``limit`` items: 202 with one result per item, in
+    order."""
     if len(body.items) > limit:
         return _error(
             Outcome(413, code="batch_too_large", message=f"at most {limit} items per batch")
         )
     results = []
     accepted = 0
-    outcomes = await ledger.intake.submit_async(body.items)
-    ledger.metrics.count(outcomes)
+    outcomes = await intake.submit_async(body.items)
+    metrics.count(outcomes)
     for index, outcome in enumerate(outcomes):
         if outcome.status == 202:
             accepted += 1
@@ -81,15 +82,17 @@ async def accept_batch(ledger: Ledger, body: BatchIn) -> Response:
 # JSON bodies reach these two handlers through ledger.api.fast_path (no FastAPI machinery);
 # these routes document them (OpenAPI) and serve the other content types
 @router.post("", status_code=202, response_model=Accepted, responses=_ERRORS)  # type: ignore[arg-type]
-async def post_attestation(body: AttestationIn, request: Request) -> Response:
+async def post_attestation(body: AttestationIn, intake: IntakeDep, metrics: MetricsDep) -> Response:
     """Submit one signed ComputeAttestation. Re-posting the same one answers the same id."""
-    return await accept_one(request.app.state.ledger, body)
+    return await accept_one(intake, metrics, body)
 
 
 @router.post("/batch", status_code=202, response_model=BatchOut, responses=_ERRORS)  # type: ignore[arg-type]
-async def post_batch(body: BatchIn, ledger: LedgerDep) -> Response:
+async def post_batch(
+    body: BatchIn, intake: IntakeDep, metrics: MetricsDep, settings: SettingsDep
+) -> Response:
     """Submit many attestations in one request; one result per item, in order."""
-    return await accept_batch(ledger, body)
+    return await accept_batch(intake, metrics, body, limit=settings.max_batch_items)
 
 
 __all__ = ["BatchItemResult", "router"]

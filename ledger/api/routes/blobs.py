@@ -15,11 +15,12 @@ from fastapi.responses import FileResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
-from ledger.api.deps import LedgerDep
+from ledger.api.deps import BlobsDep, DomainDep, SnapshotDep
 from ledger.api.schemas import BlobOut, ErrorResponse
-from ledger.service import Ledger
+from ledger.chain.indexer import ChainSnapshot
+from ledger.core.blobstore import BlobStore
 from protocol import blob_auth
-from protocol.eip712 import check_address
+from protocol.eip712 import Eip712Domain, check_address
 from protocol.errors import EncodingError, LedgerError, SignatureError
 
 router = APIRouter(prefix="/blobs", tags=["blobs"])
@@ -33,11 +34,18 @@ _AUTH_HELP = (
 )
 
 
-def authorise(ledger: Ledger, headers: Headers, blob: str) -> str | None:
+def authorise(
+    headers: Headers,
+    blob: str,
+    *,
+    store: BlobStore,
+    snapshot: ChainSnapshot,
+    domain: Eip712Domain,
+) -> str | None:
     """The uploading node (it pays the quota), or None for a checkpoint a run already names."""
     node_h, expires_h, sig_h = (headers.get(name) for name in blob_auth.HEADERS)
     if node_h is None and expires_h is None and sig_h is None:
-        if ledger.blobs.wanted(blob):
+        if store.wanted(blob):
             return None
         raise LedgerError(f"anonymous blob upload refused: {_AUTH_HELP}", code="unauthorized")
     if node_h is None or expires_h is None or sig_h is None:
@@ -47,7 +55,6 @@ def authorise(ledger: Ledger, headers: Headers, blob: str) -> str | None:
         expires = blob_auth.parse_expires(expires_h, now=time.time())
     except (EncodingError, SignatureError) as exc:
         raise LedgerError(f"{exc}; {_AUTH_HELP}", code="unauthorized") from None
-    snapshot = ledger.indexer.snapshot
     if node not in snapshot.nodes or not snapshot.nodes[node].registered:
         raise LedgerError(
             f"node {node} is not registered in StakeManager: register it before uploading",
@@ -56,7 +63,7 @@ def authorise(ledger: Ledger, headers: Headers, blob: str) -> str | None:
     if not snapshot.is_active(node):
         raise LedgerError(f"node {node} has less than the minimum stake", code="not_staked")
     try:
-        signer = blob_auth.recover_uploader(ledger.chain.domain, node, blob, expires, sig_h)
+        signer = blob_auth.recover_uploader(domain, node, blob, expires, sig_h)
     except SignatureError as exc:
         raise LedgerError(f"upload signature: {exc}", code="unauthorized") from None
     if signer != node:
@@ -64,7 +71,7 @@ def authorise(ledger: Ledger, headers: Headers, blob: str) -> str | None:
             f"upload signed by {signer}, not by {node}: sign with the node's hot key",
             code="signer_mismatch",
         )
-    return None if ledger.blobs.wanted(blob) else node
+    return None if store.wanted(blob) else node
 
 
 @router.put(
@@ -87,13 +94,20 @@ def authorise(ledger: Ledger, headers: Headers, blob: str) -> str | None:
         }
     },
 )
-async def put_blob(hash: HashPath, request: Request, ledger: LedgerDep) -> BlobOut:
+async def put_blob(
+    hash: HashPath,
+    request: Request,
+    store: BlobsDep,
+    snapshot: SnapshotDep,
+    domain: DomainDep,
+) -> BlobOut:
     """Upload a checkpoint or pseudo-gradient (safetensors); it must hash to ``hash``."""
     blob = hash.lower()
-    store = ledger.blobs
     if store.exists(blob):
         return BlobOut(hash=blob, size=store.path(blob).stat().st_size)
-    uploader = await run_in_threadpool(authorise, ledger, request.headers, blob)
+    uploader = await run_in_threadpool(
+        authorise, request.headers, blob, store=store, snapshot=snapshot, domain=domain
+    )
     length = request.headers.get("content-length")
     declared = int(length) if length is not None and length.isdigit() else None
     upload = await run_in_threadpool(store.begin, blob, uploader=uploader, declared=declared)
@@ -116,14 +130,14 @@ async def put_blob(hash: HashPath, request: Request, ledger: LedgerDep) -> BlobO
     response_class=Response,
     responses={200: {"content": {"application/octet-stream": {}}}, 404: {"model": ErrorResponse}},
 )
-def get_blob(hash: HashPath, ledger: LedgerDep) -> Response:
+def get_blob(hash: HashPath, store: BlobsDep) -> Response:
     """A blob; a pseudo-gradient of a round still open or closing is not readable (no copying)."""
-    if ledger.blobs.hidden(hash):
+    if store.hidden(hash):
         raise LedgerError(
             f"blob {hash} is a pseudo-gradient of a round not scored yet: readable once it closes",
             code="not_yet_public",
         )
-    path = ledger.blobs.path(hash)
+    path = store.path(hash)
     if not path.is_file():
         raise LedgerError(
             f"no blob {hash}: upload it with PUT /v1/blobs/{{hash}}", code="not_found"

@@ -1,6 +1,7 @@
 """GET /v1/funding/{run_id}/eth/{address}: what ``RunFunding.claimEth`` needs, and the run.
 
-Served from the indexed events only (ledger/reads/receipts.py), as of the indexer's cursor block.
+Served from the indexed events only (ledger/reads/receipts.py, ledger/reads/trees.py), as of the
+indexer's cursor block.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from web3 import Web3
 
-from ledger.api.deps import LedgerDep, SessionDep
+from ledger.api.deps import EthTreesDep, SessionDep
 from ledger.reads.receipts import as_of, latest_root, run_view
 from protocol.types import Address
 
@@ -25,17 +26,16 @@ def get_eth_claim(
     run_id: Annotated[str, Path(pattern=_HEX32)],
     address: Annotated[str, Path(pattern=_ADDRESS)],
     session: SessionDep,
-    ledger: LedgerDep,
+    trees: EthTreesDep,
 ) -> dict[str, Any]:
     """The cumulative wei ``address`` earned for compute in ``run_id`` under the latest indexed
     ETH root, its proof and that root (claimable once its dispute window has passed)."""
     account = Web3.to_checksum_address(address)
     run_id = run_id.lower()
-    funding = ledger.funding
-    if not funding.enabled:
+    if not trees.enabled:
         return {"run_id": run_id, "account": account, "funded": False}
     run = run_view(session, run_id)
-    tree, amounts, rnd = funding.tree(session, run_id)
+    tree, amounts, rnd = trees.tree(session, run_id)
     amount = amounts.get(account, 0)
     proof = ["0x" + p.hex() for p in tree.proof(Address(account))] if tree and amount else []
     root = latest_root(session, run_id)

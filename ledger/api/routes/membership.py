@@ -11,7 +11,15 @@ from pydantic import BaseModel, ConfigDict
 from sqlmodel import col, select
 from starlette.concurrency import run_in_threadpool
 
-from ledger.api.deps import LedgerDep, SessionDep
+from ledger.api.deps import (
+    ClosuresDep,
+    DomainDep,
+    MembershipDep,
+    RoundBookDep,
+    SessionDep,
+    SettingsDep,
+    SnapshotDep,
+)
 from ledger.api.errors import json_response
 from ledger.api.schemas import AddressStr, Hex32, SignatureHex, Uint64
 from ledger.core.models import FraudRecord, KeyValue, RoundState, utcnow
@@ -41,22 +49,31 @@ class JoinIn(BaseModel):
 
 
 @router.post("/joins", status_code=202)
-async def post_join(body: JoinIn, ledger: LedgerDep) -> Any:
+async def post_join(
+    body: JoinIn,
+    *,
+    closures: ClosuresDep,
+    book: RoundBookDep,
+    membership: MembershipDep,
+    domain: DomainDep,
+    snapshot: SnapshotDep,
+    settings: SettingsDep,
+) -> Any:
     """Join a round before it starts: its members are the nodes whose join was recorded."""
     try:
         join = RoundJoin.from_json(body.join.model_dump())
     except EncodingError as exc:
         raise reject("invalid_field", str(exc)) from None
     run = "0x" + join.run_id.hex()
-    ledger.closures.check(run, int(join.round))
-    state = ledger.round_book.state((run, int(join.round)))
+    closures.check(run, int(join.round))
+    state = book.state((run, int(join.round)))
     members = await run_in_threadpool(
-        ledger.membership.join,
+        membership.join,
         join,
         body.signature,
-        ledger.chain.domain,
-        ledger.indexer.snapshot,
-        round_window=ledger.settings.round_window,
+        domain,
+        snapshot,
+        round_window=settings.round_window,
         round_state=state,
     )
     return json_response(
@@ -72,11 +89,11 @@ async def post_join(body: JoinIn, ledger: LedgerDep) -> Any:
 
 @router.get("/runs/{run_id}/rounds/{round}/members")
 def get_members(
-    run_id: RunIdPath, round: Annotated[int, Path(ge=0, lt=1 << 63)], ledger: LedgerDep
+    run_id: RunIdPath, round: Annotated[int, Path(ge=0, lt=1 << 63)], membership: MembershipDep
 ) -> Any:
     """The nodes whose join of ``round`` was recorded; ``started``: the members are final (the
     ledger's own clock, so a trainer never compares ``starts_at`` with a clock of its own)."""
-    state = ledger.membership.state(run_id.lower(), round)
+    state = membership.state(run_id.lower(), round)
     return {
         "members": sorted(state.joined),
         "starts_at": state.starts_at.isoformat() if state.starts_at else None,

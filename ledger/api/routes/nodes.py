@@ -9,12 +9,12 @@ from fastapi.responses import Response
 from sqlalchemy import Connection, bindparam, func, text
 from sqlalchemy import select as sa_select
 
-from ledger.api.deps import LedgerDep, SessionDep
+from ledger.api.deps import SessionDep, SnapshotDep
 from ledger.api.errors import json_response
 from ledger.api.raw import Keyed
 from ledger.api.schemas import NodeOut
+from ledger.chain.indexer import ChainSnapshot
 from ledger.core.models import Attestation, Rejection
-from ledger.service import Ledger
 from protocol.eip712 import to_checksum_address
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
@@ -63,16 +63,15 @@ AddressPath = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{40}$")]
 def get_node(
     address: AddressPath,
     session: SessionDep,
-    ledger: LedgerDep,
+    snapshot: SnapshotDep,
     limit: Annotated[int, Query(ge=1, le=LIMIT_MAX)] = LIMIT,
 ) -> Response:
-    return json_response(node_json(ledger, session.connection(), address, limit))
+    return json_response(node_json(snapshot, session.connection(), address, limit))
 
 
-def node_json(ledger: Ledger, conn: Connection, address: str, limit: int) -> dict[str, object]:
+def node_json(snap: ChainSnapshot, conn: Connection, address: str, limit: int) -> dict[str, object]:
     """``NodeOut`` as plain data (no ORM objects, no validation): three statements built once."""
     addr = to_checksum_address(address)
-    snap = ledger.indexer.snapshot
     node = snap.nodes.get(addr)
     keys = snap.keys_of(addr)  # a rotated node's history stays whole under its node id
     atts = _ROUNDS.rows(conn, keys, {"limit": limit})

@@ -5,7 +5,6 @@ claimable, or revoked) and from when it pays; each receipt says the same of its 
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
@@ -14,16 +13,15 @@ from sqlalchemy import ColumnElement, Connection, Select, bindparam, or_, union
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
-from ledger.api.deps import LedgerDep, SessionDep
+from ledger.api.deps import EthTreesDep, RewardsTreesDep, SessionDep, SnapshotDep
 from ledger.api.errors import json_response
 from ledger.api.raw import Keyed, RawSelect
 from ledger.api.schemas import RewardsOut
-from ledger.chain.settlement import tree_of
+from ledger.chain.indexer import ChainSnapshot
 from ledger.core.models import Attestation, ChainCommit, RoundState, Settlement
 from ledger.reads.receipts import GATE_COLUMNS, Gate, other_kinds
-from ledger.service import Ledger
+from ledger.reads.trees import EthTrees, RewardsTrees
 from protocol.eip712 import to_checksum_address
-from protocol.merkle import RewardsTree
 from protocol.types import Address
 
 router = APIRouter(prefix="/rewards", tags=["rewards"])
@@ -96,46 +94,44 @@ def _receipts(nodes: ColumnElement[bool]) -> Select[Any]:
 _RECEIPTS = Keyed(_ATT.c.node, _receipts)
 
 
-def _tree(
-    conn: Connection, ledger: Ledger, settlement_id: int
-) -> tuple[dict[str, int], RewardsTree | None]:
-    """The amounts and tree of a committed settlement, built once per settlement (not per
-    request): a settlement's tree never changes once written."""
-    cache = ledger.tree_cache
-    cached = cache.get(settlement_id)
-    if cached is None:
-        (text,) = _TREE.one(conn, {"id": settlement_id})
-        amounts = {a: int(v) for a, v in json.loads(text)}
-        cached = (amounts, tree_of(amounts))
-        cache.clear()  # only the latest is asked for
-        cache[settlement_id] = cached
-    return cached
-
-
 @router.get("/{address}", response_model=RewardsOut)
 def get_rewards(
     address: Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{40}$")],
+    *,
     session: SessionDep,
-    ledger: LedgerDep,
+    snapshot: SnapshotDep,
+    settled: RewardsTreesDep,
+    eth: EthTreesDep,
     limit: Annotated[
         int, Query(ge=1, le=LIMIT_MAX, description="newest receipts returned")
     ] = LIMIT,
 ) -> Response:
     """What ``RewardDistributor.claim(account, cumulative_amount, proof)`` needs, and why."""
-    return json_response(rewards_json(ledger, session.connection(), address, limit))
+    conn = session.connection()
+    return json_response(
+        rewards_json(conn, address, limit, snap=snapshot, settled=settled, eth=eth)
+    )
 
 
-def rewards_json(ledger: Ledger, conn: Connection, address: str, limit: int) -> dict[str, Any]:
-    """``RewardsOut`` as plain data (no model per row): statements built once."""
+def rewards_json(
+    conn: Connection,
+    address: str,
+    limit: int,
+    *,
+    snap: ChainSnapshot,
+    settled: RewardsTrees,
+    eth: EthTrees,
+) -> dict[str, Any]:
+    """``RewardsOut`` as plain data (no model per row): statements built once. ``settled``:
+    the committed settlements' trees; ``eth``: the funded runs' ETH trees (other kinds)."""
     account = to_checksum_address(address)
     latest_id, root, *gate = _HEAD.one(conn, {"account": account})
     amount, proof = 0, []
     if latest_id is not None:
-        amounts, tree = _tree(conn, ledger, latest_id)
+        amounts, tree = settled.of(latest_id, lambda: str(_TREE.one(conn, {"id": latest_id})[0]))
         if tree is not None and account in amounts:
             amount = amounts[account]
             proof = ["0x" + p.hex() for p in tree.proof(Address(account))]
-    snap = ledger.indexer.snapshot
     root_state, claimable_at = snap.root_state(root)
     nodes = [n.address for n in snap.nodes.values() if n.payout == account]
     atts = _RECEIPTS.rows(conn, nodes or [account], {"account": account, "limit": limit})
@@ -163,7 +159,7 @@ def rewards_json(ledger: Ledger, conn: Connection, address: str, limit: int) -> 
             }
         )
     with Session(bind=conn) as orm:  # the other kinds' lookups (most accounts: none) are ORM
-        kinds = other_kinds(ledger, orm, account, Gate.of(gate))
+        kinds = other_kinds(eth, orm, account, Gate.of(gate))
     return {
         "account": account,
         "cumulative_amount": str(amount),

@@ -8,17 +8,29 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
-from sqlalchemy import Connection, bindparam
+from sqlalchemy import Connection, Engine, bindparam
 from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from ledger.api.deps import AdminDep, LedgerDep, SessionDep
+from ledger.api.deps import (
+    AdminDep,
+    ChainDep,
+    ClosuresDep,
+    EngineDep,
+    RoundBookDep,
+    SessionDep,
+    SettlerDep,
+    SnapshotDep,
+    WorkerDep,
+)
 from ledger.api.errors import json_response
 from ledger.api.raw import RawSelect
 from ledger.api.schemas import RunCloseIn, RunIn, RunInfo, RunOut
+from ledger.chain.indexer import ChainSnapshot
 from ledger.core.models import Attestation, AttestationPublic, RoundPublic, RoundState, Run, utcnow
-from ledger.service import Ledger
+from ledger.core.round_book import RoundBook
+from ledger.rounds.closing import RunClosures
 from protocol.errors import LedgerError
 from protocol.types import RoundNumber, RunId
 
@@ -116,28 +128,37 @@ def get_round(
 
 
 @router.post("/runs", response_model=RunOut, status_code=201)
-def create_run(body: RunIn, ledger: LedgerDep, _admin: AdminDep) -> RunOut:
+def create_run(
+    body: RunIn,
+    *,
+    chain: ChainDep,
+    book: RoundBookDep,
+    engine: EngineDep,
+    settler: SettlerDep,
+    worker: WorkerDep,
+    _admin: AdminDep,
+) -> RunOut:
     """Admin: start a run by committing its genesis checkpoint as round 0 (if not yet on chain)."""
     run = body.run_id.lower()
     genesis = body.genesis_checkpoint.lower()
     if int(genesis, 16) == 0:
         raise LedgerError("genesis_checkpoint must not be zero", code="invalid_field")
     run_bytes = RunId(bytes.fromhex(run[2:]))
-    last = ledger.chain.last_round(run_bytes)
+    last = chain.last_round(run_bytes)
     if last is not None:
-        onchain = "0x" + ledger.chain.client.checkpoint_of(run_bytes, RoundNumber(0)).hex()
+        onchain = "0x" + chain.client.checkpoint_of(run_bytes, RoundNumber(0)).hex()
         if onchain != genesis:
             raise LedgerError(
                 f"run {run} already has genesis checkpoint {onchain} on chain, not {genesis}",
                 code="conflicting_genesis",
             )
     try:
-        rnd = _genesis_rows(ledger, run, genesis, onchain=last is not None)
+        rnd = _genesis_rows(book, engine, run, genesis, onchain=last is not None)
     except IntegrityError:  # another worker stored them at the same moment: theirs stand
-        rnd = _genesis_rows(ledger, run, genesis, onchain=last is not None)
-    ledger.settler.record_intent(rnd)
-    settlement = ledger.settle_now(run, 0)
-    ledger.refresh_chain_view()
+        rnd = _genesis_rows(book, engine, run, genesis, onchain=last is not None)
+    settler.record_intent(rnd)
+    settlement = worker.settle_now(run, 0)
+    worker.refresh_chain_view()
     return RunOut(
         run_id=run,
         genesis_checkpoint=genesis,
@@ -146,9 +167,12 @@ def create_run(body: RunIn, ledger: LedgerDep, _admin: AdminDep) -> RunOut:
     )
 
 
-def _genesis_rows(ledger: Ledger, run: str, genesis: str, *, onchain: bool) -> RoundState:
-    """The run's row and its scored round 0 (stored once; what is there already stands)."""
-    with ledger.round_book.locked(), Session(ledger.engine, expire_on_commit=False) as session:
+def _genesis_rows(
+    book: RoundBook, engine: Engine, run: str, genesis: str, *, onchain: bool
+) -> RoundState:
+    """The run's row and its scored round 0 (stored once; what is there already stands), under
+    the round book's lock (as every change of a round's state)."""
+    with book.locked(), Session(engine, expire_on_commit=False) as session:
         if session.get(Run, run) is None:
             session.add(Run(run_id=run, genesis_checkpoint=genesis))
         rnd = session.exec(
@@ -173,23 +197,25 @@ def _genesis_rows(ledger: Ledger, run: str, genesis: str, *, onchain: bool) -> R
     return rnd
 
 
-def _info(ledger: Ledger, session: Session, run: str) -> RunInfo:
+def _info(session: Session, run: str, closures: RunClosures, snapshot: ChainSnapshot) -> RunInfo:
     known = session.get(Run, run)
-    final = ledger.closures.final.get(run)
+    final = closures.final.get(run)
     return RunInfo(
         run_id=run,
         genesis_checkpoint=known.genesis_checkpoint if known is not None else None,
-        last_committed=ledger.indexer.snapshot.last_round.get(run),
+        last_committed=snapshot.last_round.get(run),
         closed=final is not None,
         final_round=final,
     )
 
 
 @router.get("/runs/{run_id}", response_model=RunInfo)
-def get_run(run_id: RunIdPath, ledger: LedgerDep, session: SessionDep) -> RunInfo:
+def get_run(
+    run_id: RunIdPath, session: SessionDep, closures: ClosuresDep, snapshot: SnapshotDep
+) -> RunInfo:
     """A run as this ledger knows it: genesis, last committed round, closed or not."""
     run = run_id.lower()
-    info = _info(ledger, session, run)
+    info = _info(session, run, closures, snapshot)
     if info.genesis_checkpoint is None and info.last_committed is None:
         raise LedgerError(f"run {run} is unknown to this ledger", code="not_found")
     return info
@@ -197,16 +223,22 @@ def get_run(run_id: RunIdPath, ledger: LedgerDep, session: SessionDep) -> RunInf
 
 @router.post("/runs/{run_id}/close", response_model=RunInfo)
 def close_run(
-    run_id: RunIdPath, ledger: LedgerDep, session: SessionDep, _admin: AdminDep,
+    run_id: RunIdPath,
+    *,
+    session: SessionDep,
+    book: RoundBookDep,
+    closures: ClosuresDep,
+    snapshot: SnapshotDep,
+    _admin: AdminDep,
     body: RunCloseIn | None = None,
-) -> RunInfo:  # fmt: skip
+) -> RunInfo:
     """Admin: close a run; rounds in flight finish, later ones are refused (`run_closed`)."""
     run = run_id.lower()
-    last = ledger.indexer.snapshot.last_round.get(run)
+    last = snapshot.last_round.get(run)
     if last is None:
         raise LedgerError(
             f"run {run} has no genesis commit on chain: nothing to close", code="unknown_run"
         )
-    with ledger.round_book.locked():
-        ledger.closures.close(run, last, body.final_round if body is not None else None)
-    return _info(ledger, session, run)
+    with book.locked():  # no attestation is checked against the run while it closes
+        closures.close(run, last, body.final_round if body is not None else None)
+    return _info(session, run, closures, snapshot)
