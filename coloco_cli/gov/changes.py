@@ -15,7 +15,7 @@ from typing import Any
 
 from coloco_cli.common import parse_amount
 from protocol.errors import ConfigError
-from protocol.types import WIRE_FORMATS
+from reference.settings import WireFormat
 
 _OWNABLE = {"transferOwnership", "renounceOwnership"}
 
@@ -38,8 +38,8 @@ def _e6(text: str, name: str) -> int:
 
 
 def _wire(text: str, name: str) -> int:
-    if text in WIRE_FORMATS:
-        return WIRE_FORMATS.index(text)
+    if text in WireFormat.labels():
+        return int(WireFormat.parse(text))
     return _int(text, name)
 
 
