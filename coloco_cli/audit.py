@@ -31,6 +31,7 @@ from coloco_cli.run.ops import parse_run_id
 from ledger.core.config import AUDIT_TOLERANCE
 from protocol.blobs import decode_blob
 from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
+from reference.settings import TrainingSettings
 
 
 def audit_rounds(
@@ -153,7 +154,7 @@ def audit_command(  # noqa: PLR0917 - typer options
         raise ConfigError(f"--fraction {fraction} is not a share: pass a number from 0 to 1")
     ep = resolve(rpc_url, ledger_url, deployment)
     if inner_lr is None or mixture is None or inner_steps is None:  # as the chain has them now
-        cfg = open_chain(ep).training_config()
+        cfg = TrainingSettings.read(open_chain(ep))
         inner_lr = cfg.inner_lr if inner_lr is None else inner_lr
         mixture = ",".join(map(str, cfg.data_mixture_bps)) if mixture is None else mixture
         inner_steps = cfg.inner_steps if inner_steps is None else inner_steps

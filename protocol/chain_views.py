@@ -1,7 +1,9 @@
 """Typed helpers over the raw calls of :class:`protocol.chain.ChainClient`.
 
 Each method is one contract function with Python types in and out, so callers never index
-into web3's tuples. Field orders follow docs/interfaces.md.
+into web3's tuples. Field orders follow docs/interfaces.md. Each contract's other views are
+reached by its name in snake case (``chain.run_funding``: protocol.views); the governed training
+settings are typed above this layer, by reference.settings.TrainingSettings.
 """
 
 from __future__ import annotations
@@ -18,45 +20,22 @@ from protocol.eip712 import (
     to_checksum_address,
 )
 from protocol.node_key_proof import NodeKeyProof
-from protocol.types import Address, Bytes32, RoundNumber, RunId, TokenUnits, Wei, WireFormat
+from protocol.types import Address, Bytes32, RoundNumber, RunId, TokenUnits, Wei
+from protocol.views import (
+    CodeRegistryView,
+    ModelGovernorView,
+    ModelShareTokenView,
+    RunFundingView,
+    StakeManagerView,
+    TrainingConfigView,
+)
 
 if TYPE_CHECKING:
     from web3.types import TxReceipt
 
     from protocol.deployment import Deployment
 
-_WIRE: tuple[WireFormat, ...] = ("fp32", "bf16", "int8")
 ZERO_ADDRESS = Address("0x" + "00" * 20)
-
-
-@dataclass(frozen=True)
-class TrainingConfigView:
-    """``TrainingConfig.current()`` plus ``version()``, with Python names and types."""
-
-    version: int
-    inner_steps: int
-    inner_lr_e6: int
-    outer_lr_e6: int
-    outer_momentum_e6: int
-    wire_format: WireFormat
-    max_nodes: int
-    min_stake: Wei
-    reward_per_round: TokenUnits
-    data_mixture_bps: tuple[int, ...]
-    released_checkpoint: Bytes32
-    released_checkpoint_uri: str
-
-    @property
-    def inner_lr(self) -> float:
-        return self.inner_lr_e6 / 1e6
-
-    @property
-    def outer_lr(self) -> float:
-        return self.outer_lr_e6 / 1e6
-
-    @property
-    def outer_momentum(self) -> float:
-        return self.outer_momentum_e6 / 1e6
 
 
 @dataclass(frozen=True)
@@ -121,27 +100,34 @@ class ChainViews:
     ) -> TxReceipt:
         raise NotImplementedError
 
-    # --- TrainingConfig / StakeManager --------------------------------------------------------
+    # --- each contract's views, typed (protocol.views) ---------------------------------------
 
-    def training_config(self, *, block: int | str = "latest") -> TrainingConfigView:
-        """The live config, or the one in force at ``block`` (a number, or a tag like "latest")."""
-        version = int(self.call("TrainingConfig", "version", block=block))
-        c = self.call("TrainingConfig", "current", block=block)
-        wire = int(c[4])
-        return TrainingConfigView(
-            version=version,
-            inner_steps=int(c[0]),
-            inner_lr_e6=int(c[1]),
-            outer_lr_e6=int(c[2]),
-            outer_momentum_e6=int(c[3]),
-            wire_format=_WIRE[wire] if wire < len(_WIRE) else "fp32",
-            max_nodes=int(c[5]),
-            min_stake=Wei(int(c[6])),
-            reward_per_round=TokenUnits(int(c[7])),
-            data_mixture_bps=tuple(int(x) for x in c[8]),
-            released_checkpoint=Bytes32(bytes(c[9])),
-            released_checkpoint_uri=str(c[10]),
-        )
+    @property
+    def model_share_token(self) -> ModelShareTokenView:
+        return ModelShareTokenView(self)
+
+    @property
+    def model_governor(self) -> ModelGovernorView:
+        return ModelGovernorView(self)
+
+    @property
+    def training_config(self) -> TrainingConfigView:
+        """The config's views; reference.settings.TrainingSettings.read decodes the settings."""
+        return TrainingConfigView(self)
+
+    @property
+    def stake_manager(self) -> StakeManagerView:
+        return StakeManagerView(self)
+
+    @property
+    def run_funding(self) -> RunFundingView:
+        return RunFundingView(self)
+
+    @property
+    def code_registry(self) -> CodeRegistryView:
+        return CodeRegistryView(self)
+
+    # --- StakeManager -------------------------------------------------------------------------
 
     def node_info(self, node: Address, *, block: int | str = "latest") -> NodeInfo:
         """The node's record now, or as it stood at ``block``."""
@@ -187,7 +173,7 @@ class ChainViews:
     ) -> TxReceipt:
         """``register`` as ``operator`` (the sender), with the node key's proof of possession,
         valid ``lifetime_s`` seconds from the latest block."""
-        now = int(self.call("ModelShareToken", "clock"))
+        now = self.model_share_token.clock()
         node, proof, sig = self.sign_node_key_proof(node_key, operator, payout, now + lifetime_s)
         return self.transact(
             "StakeManager", "register", node, check_address("payout", payout), proof.deadline, sig

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, NewType
+from typing import NewType
 
 Address = NewType("Address", str)
 """A checksummed 0x-prefixed 20-byte address."""
@@ -23,7 +23,3 @@ Wei = NewType("Wei", int)
 
 TokenUnits = NewType("TokenUnits", int)
 """An amount of ModelShareToken in its smallest unit (18 decimals)."""
-
-WireFormat = Literal["fp32", "bf16", "int8"]
-WIRE_FORMATS: tuple[WireFormat, ...] = ("fp32", "bf16", "int8")
-"""Index i is the on-chain code of the format (TrainingConfig.wireFormat)."""

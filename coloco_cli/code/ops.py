@@ -49,15 +49,15 @@ def submit(
 
 
 def show(chain: ChainClient, cid: int) -> dict[str, Any]:
-    c, run = chain.call("CodeRegistry", "contributionOf", cid)
-    if int(c[1]) == 0:
+    c, run = chain.code_registry.contribution_of(cid)
+    if c.status == 0:
         raise ConfigError(f"no code contribution has id {cid}: see `coloco code list`")
     return {
         "id": cid,
         "run_id": "0x" + bytes(run).hex(),
-        "contributor": c[0],
-        "status": STATUS[int(c[1])],
-        "amount": str(c[2]),
+        "contributor": c.contributor,
+        "status": STATUS[c.status],
+        "amount": str(c.amount),
     }
 
 

@@ -28,6 +28,7 @@ from coloco_cli.demo.shell import Secret
 from coloco_cli.fund import ops as fund
 from coloco_cli.gov.ops import proposal_state
 from protocol.errors import ColocoError
+from protocol.types import Address
 
 if TYPE_CHECKING:
     from coloco_cli.demo.actors import Actor
@@ -219,7 +220,7 @@ def _vote_code(
     viewer = net.chain()
     voters: list[dict[str, str]] = []
     for kind, key, address in kinds:
-        votes = int(viewer.call("ModelShareToken", "getVotes", address))
+        votes = int(viewer.model_share_token.get_votes(Address(address)))
         if votes == 0:
             continue
         shell.json(
@@ -227,7 +228,7 @@ def _vote_code(
             "--reason", f"demo: a {kind} contributor pays for good code", "--private-key", key,
         )  # fmt: skip
         # what the voter holds and how it earned it: its kind is a fact of the chain
-        balance = int(viewer.call("ModelShareToken", "balanceOf", address))
+        balance = int(viewer.token_balance(Address(address)))
         voters.append(
             {"kind": kind, "address": address, "votes": str(votes), "balance": str(balance),
              "earned_by": _earned_by(viewer, kind, address, cap, run_id)}
@@ -239,13 +240,13 @@ def _vote_code(
     shell.json("gov", "queue", pid, "--private-key", proposer)
     _pass(net, int(gov.get("timelock_delay", 1)) + 1)
     shell.json("gov", "execute", pid, "--private-key", proposer)
-    against, for_, _ = viewer.call("ModelGovernor", "proposalVotes", int(pid))
+    tally = viewer.model_governor.proposal_votes(int(pid))
     return {
         "proposal_id": pid,
         "description": description,
         "state": proposal_state(viewer, int(pid)),
-        "votes_for": str(for_),
-        "votes_against": str(against),
+        "votes_for": str(tally.for_votes),
+        "votes_against": str(tally.against_votes),
         "voters": voters,
         "kinds_voting": sorted({v["kind"] for v in voters}),
     }
@@ -254,17 +255,17 @@ def _vote_code(
 def _earned_by(chain: Any, kind: str, address: str, cap: Capital, run_id: bytes) -> str:
     """Where a voter's tokens came from, read from the contract that paid them."""
     if kind == "capital":
-        claimed = int(chain.call("RunFunding", "capitalClaimed", run_id, address))
+        claimed = int(chain.run_funding.capital_claimed(run_id, Address(address)))
         return f"RunFunding.capitalClaimed {claimed}"
     if kind == "code":
         paid = [
-            f"#{cid} {int(c[2])}"
+            f"#{cid} {int(c.amount)}"
             for cid in cap.code_ids
-            for c in [chain.call("CodeRegistry", "contributionOf", cid)[0]]
-            if str(c[0]) == address and int(c[1]) == 4  # Status.Claimed
+            for c in [chain.code_registry.contribution_of(cid)[0]]
+            if str(c.contributor) == address and c.status == 4  # Status.Claimed
         ]
         return "CodeRegistry claimed " + ", ".join(paid)
-    return f"RewardDistributor.claimed {int(chain.call('RewardDistributor', 'claimed', address))}"
+    return f"RewardDistributor.claimed {int(chain.claimed(Address(address)))}"
 
 
 def _report(
@@ -273,7 +274,7 @@ def _report(
     viewer = net.chain()
 
     def balance(address: str) -> int:
-        return int(viewer.call("ModelShareToken", "balanceOf", address))
+        return int(viewer.token_balance(Address(address)))
 
     st = fund.status(viewer, rid, cap.backer.address)
     head = viewer.block_number()

@@ -73,7 +73,7 @@ def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
         expected = list(range(first, last + 1)) if first else []
         got = sorted(credited.get(node.actor.node_address.lower(), set()))
         owed = fetch_owed(net.ledger_url, node.actor.payout_address)
-        balance = int(chain.call("ModelShareToken", "balanceOf", node.actor.payout_address))
+        balance = int(chain.token_balance(Address(node.actor.payout_address)))
         # the ledger's amount is what the chain committed: its proof opens the on-chain root
         # committed on chain (index > 0), never revoked, and the proof opens it
         root_status = chain.root_status(Bytes32(owed.root))
@@ -116,7 +116,7 @@ def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
         "plan": run.plan.describe(),
         "nodes": nodes,
         "claims": run.claims,
-        "tokens_minted": str(int(chain.call("ModelShareToken", "totalSupply"))),
+        "tokens_minted": str(int(chain.model_share_token.total_supply())),
         "balances_equal_committed_rewards": all(
             n["balance_equals_owed"] and n["owed_in_committed_root"] for n in nodes
         ),

@@ -16,6 +16,8 @@ from coloco_cli.demo.actors import payout_key
 from coloco_cli.gov.ops import proposal_state
 from coloco_cli.rewards.ops import fetch_owed
 from protocol.errors import ColocoError
+from protocol.types import Address
+from reference.settings import TrainingSettings
 
 if TYPE_CHECKING:
     from coloco_cli.demo.actors import Actor
@@ -60,7 +62,7 @@ def claim_all(net: DemoNet, shell: Shell, actors: list[Actor]) -> list[dict[str,
     claims = []
     for actor in actors:
         owed = fetch_owed(net.ledger_url, actor.payout_address)
-        already = int(net.chain().call("RewardDistributor", "claimed", actor.payout_address))
+        already = int(net.chain().claimed(Address(actor.payout_address)))
         if owed.cumulative_amount <= already:
             continue
         result = shell.json(
@@ -93,8 +95,8 @@ def govern(net: DemoNet, shell: Shell, holders: list[Actor], sets: list[str]) ->
     voting_period = int(gov.get("voting_period", 20))
     timelock_delay = int(gov.get("timelock_delay", 1))
     viewer = net.chain()
-    before = int(viewer.call("TrainingConfig", "version"))
-    inner_before = int(viewer.training_config().inner_steps)
+    before = viewer.training_config.version()
+    inner_before = TrainingSettings.read(viewer).inner_steps
 
     delegations = []
     if len(holders) >= 3:  # the last holder lends its votes to the first (`coloco gov delegate`)
@@ -114,7 +116,7 @@ def govern(net: DemoNet, shell: Shell, holders: list[Actor], sets: list[str]) ->
     shell.run("devnet", "mine", "1", "--seconds", str(voting_delay + 1))
     voters = []
     for holder in holders:
-        if int(viewer.call("ModelShareToken", "getVotes", holder.payout_address)) == 0:
+        if viewer.model_share_token.get_votes(Address(holder.payout_address)) == 0:
             continue
         shell.run(
             "gov", "vote", str(proposal_id), "--support", "for",
@@ -129,19 +131,19 @@ def govern(net: DemoNet, shell: Shell, holders: list[Actor], sets: list[str]) ->
     shell.run("gov", "queue", str(proposal_id), "--private-key", payout_key(holders[0]))
     shell.run("devnet", "mine", "1", "--seconds", str(timelock_delay + 1))
     shell.run("gov", "execute", str(proposal_id), "--private-key", payout_key(holders[0]))
-    against, for_, _ = viewer.call("ModelGovernor", "proposalVotes", proposal_id)
+    tally = viewer.model_governor.proposal_votes(proposal_id)
     return GovOutcome(
         proposal_id=proposal_id,
         description=description,
         change=sets,
         state=proposal_state(viewer, proposal_id),
-        votes_for=int(for_),
-        votes_against=int(against),
+        votes_for=int(tally.for_votes),
+        votes_against=int(tally.against_votes),
         voters=voters,
         delegations=delegations,
         config_version_before=before,
-        config_version_after=int(viewer.call("TrainingConfig", "version")),
+        config_version_after=viewer.training_config.version(),
         inner_steps_before=inner_before,
-        inner_steps_after=int(viewer.training_config().inner_steps),
+        inner_steps_after=TrainingSettings.read(viewer).inner_steps,
         executed_block=viewer.block_number(),
     )

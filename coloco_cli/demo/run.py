@@ -126,7 +126,7 @@ class DemoRun:
 
     def configure(self) -> None:
         net = self.require_net()
-        self.config_version_start = net.chain().training_config().version
+        self.config_version_start = net.chain().training_config.version()
         opened = self.shell.json(
             "run", "open", "0x" + self.run_id.hex(), "--model", MODEL, "--seed", SEED,
             "--admin-token", Secret(ADMIN_TOKEN, "COLOCO_LEDGER_ADMIN_TOKEN"),

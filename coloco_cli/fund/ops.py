@@ -16,6 +16,7 @@ import httpx
 from coloco_cli.node.ops import checksum
 from coloco_cli.tx import tx_hex
 from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
+from protocol.types import Address
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
@@ -58,30 +59,30 @@ def deposit(chain: ChainClient, run_id: str, wei: int) -> str:
 def status(chain: ChainClient, run_id: str, backer: str | None = None) -> dict[str, Any]:
     """The run's accounting, and a backer's deposit, entitlement, vested and claimed capital."""
     run = run_bytes(run_id)
-    t = chain.call("RunFunding", "runOf", run)
+    t = chain.run_funding.run_of(run)
     out: dict[str, Any] = {
         "run_id": "0x" + run.hex(),
-        "funding_end": int(t[0]),
-        "cancelled_at": int(t[1]),
-        "last_eth_round": int(t[2]) if t[3] else None,
-        "total_deposited_wei": str(t[4]),
-        "eth_committed_wei": str(t[6]),
-        "eth_paid_to_compute_wei": str(t[7]),
-        "capital_pool": str(t[8]),
-        "eth_per_round_wei": str(t[9]),
-        "refund_pool_wei": str(t[10]),
-        "refunded_wei": str(t[11]),
-        "held_wei": str(int(t[4]) - int(t[7]) - int(t[11])),
+        "funding_end": t.funding_end,
+        "cancelled_at": t.cancelled_at,
+        "last_eth_round": t.last_round if t.has_round else None,
+        "total_deposited_wei": str(t.total_deposited),
+        "eth_committed_wei": str(t.eth_committed),
+        "eth_paid_to_compute_wei": str(t.eth_paid),
+        "capital_pool": str(t.capital_pool),
+        "eth_per_round_wei": str(t.eth_per_round),
+        "refund_pool_wei": str(t.refund_pool),
+        "refunded_wei": str(t.refunded),
+        "held_wei": str(t.total_deposited - t.eth_paid - t.refunded),
     }
     if backer is not None:
-        who = checksum(backer, what="--backer")
-        b = chain.call("RunFunding", "backerOf", run, who)
+        who = Address(checksum(backer, what="--backer"))
+        funding = chain.run_funding
         out["backer"] = {
             "address": who,
-            "deposited_wei": str(b[0]),
-            "entitlement": str(chain.call("RunFunding", "entitlement", run, who)),
-            "vested": str(chain.call("RunFunding", "vested", run, who)),
-            "claimed": str(chain.call("RunFunding", "capitalClaimed", run, who)),
+            "deposited_wei": str(funding.backer_of(run, who).deposited),
+            "entitlement": str(funding.entitlement(run, who)),
+            "vested": str(funding.vested(run, who)),
+            "claimed": str(funding.capital_claimed(run, who)),
         }
     return out
 
@@ -105,7 +106,7 @@ def claim_eth(chain: ChainClient, ledger_url: str, run_id: str, account: str) ->
     who = checksum(account, what="--account")
     owed = fetch_eth_claim(ledger_url, run_id, who)
     cumulative = int(owed.get("cumulative_wei") or 0)
-    already = int(chain.call("RunFunding", "ethClaimed", run_bytes(run_id), who))
+    already = int(chain.run_funding.eth_claimed(run_bytes(run_id), Address(who)))
     if cumulative <= already or not owed.get("root"):
         return {"account": who, "eth_paid_wei": "0", "cumulative_wei": str(cumulative)}
     proof = [bytes.fromhex(p[2:]) for p in owed["proof"]]
@@ -130,9 +131,9 @@ def claim_vested(chain: ChainClient, run_id: str, backer: str) -> dict[str, Any]
     """Pays `backer` its vested, unclaimed capital-pool tokens."""
     who = checksum(backer, what="--backer")
     run = run_bytes(run_id)
-    before = int(chain.call("RunFunding", "capitalClaimed", run, who))
+    before = chain.run_funding.capital_claimed(run, Address(who))
     receipt = chain.transact("RunFunding", "claimVested", run, who)
-    after = int(chain.call("RunFunding", "capitalClaimed", run, who))
+    after = chain.run_funding.capital_claimed(run, Address(who))
     return {"backer": who, "capital_paid": str(after - before), "tx": tx_hex(receipt)}
 
 

@@ -1,21 +1,27 @@
 """Turn `--set inner-steps=30 --set outer-lr=0.5` into TrainingConfig setter calls.
 
-Each name is a TrainingConfig field in kebab case (`inner-steps` = `innerSteps`); the learning
-rates and momentum also accept plain numbers (`inner-lr=0.001` = `innerLrE6=1000`). The setter
-that holds a field is found in the contract's ABI by its parameter names, and the setter's other
-parameters keep their current on-chain values, so one `--set` changes exactly one thing.
+Each name is a TrainingConfig field in kebab case (`inner-steps` = `innerSteps`), derived from
+the one field list (reference.settings.TrainingSettings); the learning rates and momentum also
+accept plain numbers (`inner-lr=0.001` = `innerLrE6=1000`), the mixture its name without
+`-bps`. The setter that holds a field is found in the contract's ABI by its parameter names, and
+the setter's other parameters keep their current on-chain values, so one `--set` changes exactly
+one thing.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from functools import cache
 from typing import Any
 
 from coloco_cli.common import parse_amount
+from protocol.abi_struct import outputs, snake_case
 from protocol.errors import ConfigError
-from protocol.types import WIRE_FORMATS
+from protocol.types import TokenUnits, Wei
+from reference.settings import TrainingSettings, WireFormat, to_e6
 
 _OWNABLE = {"transferOwnership", "renounceOwnership"}
 
@@ -28,18 +34,12 @@ def _int(text: str, name: str) -> int:
 
 
 def _e6(text: str, name: str) -> int:
-    try:
-        value = Decimal(text) * 1_000_000
-    except InvalidOperation as exc:
-        raise ConfigError(f"--set {name}={text!r}: expected a number like 0.001") from exc
-    if value != value.to_integral_value():
-        raise ConfigError(f"--set {name}={text!r}: at most 6 decimal places")
-    return int(value)
+    return to_e6(text, name=f"--set {name}")
 
 
 def _wire(text: str, name: str) -> int:
-    if text in WIRE_FORMATS:
-        return WIRE_FORMATS.index(text)
+    if text in WireFormat.labels():
+        return int(WireFormat.parse(text))
     return _int(text, name)
 
 
@@ -61,24 +61,44 @@ def _bytes32(text: str, name: str) -> bytes:
     return raw
 
 
-# kebab name -> (struct field, parser)
-FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
-    "inner-steps": ("innerSteps", _int),
-    "inner-lr": ("innerLrE6", _e6),
-    "inner-lr-e6": ("innerLrE6", _int),
-    "outer-lr": ("outerLrE6", _e6),
-    "outer-lr-e6": ("outerLrE6", _int),
-    "outer-momentum": ("outerMomentumE6", _e6),
-    "outer-momentum-e6": ("outerMomentumE6", _int),
-    "wire-format": ("wireFormat", _wire),
-    "max-nodes": ("maxNodes", _int),
-    "min-stake": ("minStake", _tokens),
-    "reward-per-round": ("rewardPerRound", _tokens),
-    "data-mixture": ("dataMixtureBps", _mixture),
-    "data-mixture-bps": ("dataMixtureBps", _mixture),
-    "released-checkpoint": ("releasedCheckpoint", _bytes32),
-    "released-checkpoint-uri": ("releasedCheckpointURI", lambda text, name: text),
-}
+Parser = Callable[[str, str], Any]
+# unit suffixes a field also answers to without: inner-lr (a real number) beside inner-lr-e6
+_SHORT = {"_e6": _e6, "_bps": _mixture}
+
+
+def _parser(hint: Any) -> Parser:
+    base = getattr(hint, "__supertype__", hint)
+    if hint is WireFormat:
+        return _wire
+    if hint in (Wei, TokenUnits):
+        return _tokens
+    if typing.get_origin(base) is tuple:
+        return _mixture
+    if base is bytes:
+        return _bytes32
+    if base is str:
+        return lambda text, name: text
+    return _int
+
+
+@cache
+def known_fields() -> dict[str, tuple[str, Parser]]:
+    """kebab name -> (struct field, parser): every member of TrainingConfig's struct, from the
+    one field list (reference.settings.TrainingSettings: its types choose the parser) and the
+    ABI's own spelling of each member (the setters' parameters are matched against it)."""
+    (config,) = outputs("TrainingConfig", "current")
+    member = {snake_case(c["name"]): str(c["name"]) for c in config["components"]}
+    hints = typing.get_type_hints(TrainingSettings)
+    fields: dict[str, tuple[str, Parser]] = {}
+    for f in dataclasses.fields(TrainingSettings):
+        if f.name not in member:  # version(): not a member, set by every setter
+            continue
+        kebab = f.name.replace("_", "-")
+        for suffix, parser in _SHORT.items():
+            if f.name.endswith(suffix):
+                fields[kebab.removesuffix(suffix.replace("_", "-"))] = (member[f.name], parser)
+        fields[kebab] = (member[f.name], _parser(hints[f.name]))
+    return fields
 
 
 @dataclass(frozen=True)
@@ -104,11 +124,12 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
         name = name.strip().lower().replace("_", "-")
         if not sep or not value.strip():
             raise ConfigError(f"--set {item!r}: write NAME=VALUE, e.g. --set inner-steps=30")
-        if name not in FIELDS:
+        known = known_fields()
+        if name not in known:
             raise ConfigError(
-                f"--set {item!r}: unknown setting {name!r}; known: {', '.join(FIELDS)}"
+                f"--set {item!r}: unknown setting {name!r}; known: {', '.join(known)}"
             )
-        field, parser = FIELDS[name]
+        field, parser = known[name]
         if field in changes:
             raise ConfigError(f"--set {item!r}: {field} is set twice")
         changes[field] = parser(value.strip(), name)

@@ -23,9 +23,11 @@ from coloco_cli.gov.ops import (
     proposal_state,
     propose_change,
     queue_proposal,
+    sender_of,
 )
 from coloco_cli.node.ops import checksum
 from coloco_cli.tx import TxOptions, reads, send_and_report, sends
+from protocol.types import Address
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
@@ -55,8 +57,8 @@ def delegate(
 
     def send(chain: ChainClient) -> dict[str, Any]:
         delegate_votes(chain, to)
-        who = checksum(to) if to else chain.account_address
-        return {"delegate": who, "votes": int(chain.call("ModelShareToken", "getVotes", who))}
+        who = checksum(to) if to else sender_of(chain)
+        return {"delegate": who, "votes": int(chain.model_share_token.get_votes(Address(who)))}
 
     send_and_report(
         opts, send, lambda o: f"delegated; votes of the delegate now {fmt_units(o['votes'])} CMS"
@@ -114,7 +116,8 @@ def vote(
 
     def send(chain: ChainClient) -> dict[str, Any]:
         cast_vote(chain, pid, support.lower(), reason)
-        against, for_, abstain = chain.call("ModelGovernor", "proposalVotes", pid)
+        v = chain.model_governor.proposal_votes(pid)
+        against, for_, abstain = v.against_votes, v.for_votes, v.abstain_votes
         return {"proposal_id": str(pid), "support": support.lower(), "for": for_,
                 "against": against, "abstain": abstain}  # fmt: skip
 
@@ -139,7 +142,7 @@ def queue(proposal: ProposalArg, *, opts: TxOptions) -> None:
 
     def send(chain: ChainClient) -> dict[str, Any]:
         queue_proposal(chain, pid, int(chain.deployment.deployment_block))
-        eta = int(chain.call("ModelGovernor", "proposalEta", pid))
+        eta = chain.model_governor.proposal_eta(pid)
         return {"proposal_id": str(pid), "state": "Queued", "eta": eta}
 
     send_and_report(opts, send, lambda o: f"queued {pid}; executable from timestamp {o['eta']}")
@@ -156,7 +159,7 @@ def execute(proposal: ProposalArg, *, opts: TxOptions) -> None:
 
     def send(chain: ChainClient) -> dict[str, Any]:
         execute_proposal(chain, pid, int(chain.deployment.deployment_block))
-        version = int(chain.call("TrainingConfig", "version"))
+        version = chain.training_config.version()
         return {"proposal_id": str(pid), "state": "Executed", "config_version": version}
 
     send_and_report(
@@ -177,7 +180,8 @@ def status(proposal: ProposalArg, *, opts: TxOptions) -> None:
     start = int(chain.deployment.deployment_block)
     pid = parse_proposal_id(proposal)
     p = find_proposal(chain, pid, start)
-    against, for_, abstain = chain.call("ModelGovernor", "proposalVotes", pid)
+    v = chain.model_governor.proposal_votes(pid)
+    against, for_, abstain = v.against_votes, v.for_votes, v.abstain_votes
     if opts.json_out:
         emit_json({"proposal_id": str(pid), "description": p.description,
                    "state": proposal_state(chain, pid), "for": for_, "against": against,
@@ -195,7 +199,7 @@ def status(proposal: ProposalArg, *, opts: TxOptions) -> None:
     table.add_row("voting", f"unix time {p.vote_start}..{p.vote_end} (now {now})")
     table.add_row(
         "quorum",
-        fmt_units(int(chain.call("ModelGovernor", "quorum", p.vote_start)))
+        fmt_units(chain.model_governor.quorum(p.vote_start))
         if now > p.vote_start
         else "set at vote start",
     )
@@ -210,9 +214,10 @@ def list_(*, opts: TxOptions) -> None:
     Example: coloco gov list
     """
     chain = opts.chain(signed=False)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for p in list_proposals(chain, int(chain.deployment.deployment_block)):
-        against, for_, abstain = chain.call("ModelGovernor", "proposalVotes", p.proposal_id)
+        v = chain.model_governor.proposal_votes(p.proposal_id)
+        against, for_, abstain = v.against_votes, v.for_votes, v.abstain_votes
         rows.append({"proposal_id": str(p.proposal_id), "description": p.description,
                      "state": proposal_state(chain, p.proposal_id), "for": for_,
                      "against": against, "abstain": abstain})  # fmt: skip

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 from eth_utils.crypto import keccak
 
 from coloco_cli.common import fmt_units
-from coloco_cli.gov.changes import SetterCall, config_as_dict, parse_sets, setter_calls
+from coloco_cli.gov.changes import SetterCall, parse_sets, setter_calls
 from coloco_cli.logs import event_logs
 from coloco_cli.node.ops import checksum
 from protocol.errors import ConfigError
+from protocol.types import Address
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
@@ -55,7 +56,7 @@ def parse_proposal_id(text: str) -> int:
 
 
 def proposal_state(chain: ChainClient, proposal_id: int) -> str:
-    return STATES[int(chain.call("ModelGovernor", "state", proposal_id))]
+    return STATES[chain.model_governor.state(proposal_id)]
 
 
 def list_proposals(chain: ChainClient, from_block: int = 0) -> list[Proposal]:
@@ -102,7 +103,7 @@ def propose_change(chain: ChainClient, sets: list[str], description: str | None 
     """Propose TrainingConfig changes (`['inner-steps=30']`); returns the created proposal."""
     config = chain.contract("TrainingConfig")
     abi = config.abi
-    current = config_as_dict(abi, chain.call("TrainingConfig", "current"))
+    current = chain.training_config.current()
     calls: list[SetterCall] = setter_calls(abi, current, parse_sets(sets))
     targets: list[str] = [str(config.address)] * len(calls)
     calldatas = [bytes.fromhex(config.encode_abi(c.function, args=list(c.args))[2:]) for c in calls]
@@ -117,17 +118,15 @@ def propose_calls(
     refused early when the sender's votes are below the proposal threshold."""
     values = [0] * len(targets)
     sender = sender_of(chain)
-    votes = int(chain.call("ModelShareToken", "getVotes", sender))
-    threshold = int(chain.call("ModelGovernor", "proposalThreshold"))
+    votes = chain.model_share_token.get_votes(Address(sender))
+    threshold = chain.model_governor.proposal_threshold()
     if votes < threshold:
         raise ConfigError(
             f"{sender} has {fmt_units(votes)} votes, the Governor needs "
             f"{fmt_units(threshold)} to propose: claim rewards and `coloco gov delegate` first"
         )
-    proposal_id = int(
-        chain.call(
-            "ModelGovernor", "hashProposal", targets, values, calldatas, keccak(text=description)
-        )
+    proposal_id = chain.model_governor.hash_proposal(
+        targets, values, calldatas, keccak(text=description)
     )
     chain.transact("ModelGovernor", "propose", targets, values, calldatas, description)
     return Proposal(
@@ -137,8 +136,8 @@ def propose_calls(
         values=values,
         calldatas=calldatas,
         description=description,
-        vote_start=int(chain.call("ModelGovernor", "proposalSnapshot", proposal_id)),
-        vote_end=int(chain.call("ModelGovernor", "proposalDeadline", proposal_id)),
+        vote_start=chain.model_governor.proposal_snapshot(proposal_id),
+        vote_end=chain.model_governor.proposal_deadline(proposal_id),
     )
 
 
@@ -148,7 +147,7 @@ def cast_vote(chain: ChainClient, proposal_id: int, support: str, reason: str = 
         raise ConfigError(f"--support {support!r}: choose one of {', '.join(SUPPORT)}")
     state = proposal_state(chain, proposal_id)
     if state == "Pending":
-        start = int(chain.call("ModelGovernor", "proposalSnapshot", proposal_id))
+        start = chain.model_governor.proposal_snapshot(proposal_id)
         raise ConfigError(
             f"proposal {proposal_id} is Pending: voting opens after unix time {start} (now "
             f"{chain.w3.eth.get_block('latest')['timestamp']}; the governor's clock is in "
@@ -167,7 +166,7 @@ def queue_proposal(chain: ChainClient, proposal_id: int, from_block: int = 0) ->
     """Queue a Succeeded proposal in the Timelock."""
     state = proposal_state(chain, proposal_id)
     if state != "Succeeded":
-        end = int(chain.call("ModelGovernor", "proposalDeadline", proposal_id))
+        end = chain.model_governor.proposal_deadline(proposal_id)
         hint = f" (voting ends after block {end})" if state in {"Pending", "Active"} else ""
         raise ConfigError(f"proposal {proposal_id} is {state}, only Succeeded can be queued{hint}")
     p = find_proposal(chain, proposal_id, from_block)
@@ -186,7 +185,7 @@ def execute_proposal(chain: ChainClient, proposal_id: int, from_block: int = 0) 
             if state == "Succeeded"
             else f"proposal {proposal_id} is {state}, only Queued proposals execute"
         )
-    eta = int(chain.call("ModelGovernor", "proposalEta", proposal_id))
+    eta = chain.model_governor.proposal_eta(proposal_id)
     now = int(chain.w3.eth.get_block("latest")["timestamp"])
     if now < eta:
         raise ConfigError(

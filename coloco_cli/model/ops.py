@@ -42,9 +42,10 @@ def expected_hash(
 ) -> tuple[bytes, int | None]:
     """The hash the chain names: the released checkpoint (run_id None) or a committed round's."""
     from protocol.types import RoundNumber, RunId
+    from reference.settings import TrainingSettings
 
     if run_id is None:
-        released = bytes(chain.training_config().released_checkpoint)
+        released = bytes(TrainingSettings.read(chain).released_checkpoint)
         if not any(released):
             raise ConfigError(
                 "no checkpoint is released yet (TrainingConfig.releasedCheckpoint is zero): pull a "

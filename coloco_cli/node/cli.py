@@ -25,6 +25,7 @@ from coloco_cli.node.ops import (
 )
 from coloco_cli.tx import TxOptions, reads, send_and_report, sends, tx_hex
 from protocol.errors import ConfigError
+from protocol.types import Address
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
@@ -76,7 +77,7 @@ def register(
 
     def send(chain: ChainClient) -> dict[str, Any]:
         receipt = register_node(chain, node_key, payout)
-        node_id = int(chain.call("StakeManager", "nodeIdOf", node_key.address))
+        node_id = chain.stake_manager.node_id_of(Address(node_key.address))
         return {"node": node_key.address, "node_id": node_id, "payout": checksum(payout),
                 "tx": tx_hex(receipt)}  # fmt: skip
 

@@ -107,9 +107,9 @@ def node_status(chain: ChainClient, node: str) -> NodeStatus:
         unbonding=info.unbonding,
         unbonding_ready_at=info.unbonding_ready_at,
         active=chain.is_active(info.node),
-        min_stake=int(chain.call("TrainingConfig", "minStake")),
-        node_id=int(chain.call("StakeManager", "nodeIdOf", info.node)),
-        retired=bool(chain.call("StakeManager", "retired", info.node)),
+        min_stake=chain.training_config.min_stake(),
+        node_id=chain.stake_manager.node_id_of(info.node),
+        retired=chain.stake_manager.retired(info.node),
     )
 
 

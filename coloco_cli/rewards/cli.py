@@ -18,6 +18,7 @@ from rich.table import Table
 from coloco_cli.common import console, emit_json, fmt_units
 from coloco_cli.rewards.ops import Owed, claim_rewards, fetch_owed
 from coloco_cli.tx import TxOptions, reads, send_and_report, sends
+from protocol.types import Address
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
@@ -74,8 +75,8 @@ def show(
     """
     owed = fetch_owed(opts.endpoints().ledger_url, address)
     chain = opts.chain(signed=False)
-    claimed = int(chain.call("RewardDistributor", "claimed", owed.account))
-    balance = int(chain.call("ModelShareToken", "balanceOf", owed.account))
+    claimed = int(chain.claimed(Address(owed.account)))
+    balance = int(chain.token_balance(Address(owed.account)))
     now = _claimable_now(owed, claimed)
     if opts.json_out:
         emit_json({"account": owed.account, "owed": owed.cumulative_amount, "claimed": claimed,

@@ -22,6 +22,7 @@ import httpx
 from coloco_cli.common import fmt_units
 from coloco_cli.node.ops import checksum
 from protocol.errors import ConfigError, ContractRevertError, LedgerError, LedgerUnavailableError
+from protocol.types import Address
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
@@ -136,7 +137,7 @@ def claim_rewards(
         owed = fetch_owed(ledger_url, account)
         if owed.cumulative_amount == 0:
             raise ConfigError(f"{owed.account} is owed nothing yet: its node has no settled rounds")
-        already = int(chain.call("RewardDistributor", "claimed", owed.account))
+        already = int(chain.claimed(Address(owed.account)))
         if already >= owed.cumulative_amount:
             raise ConfigError(
                 f"{owed.account} already claimed all {fmt_units(already)} CMS it is owed: "
@@ -177,7 +178,7 @@ def claim_rewards(
                     raise
                 log.info("claim for %s refused (%s); retrying", owed.account, exc.error_name)
             else:
-                balance = int(chain.call("ModelShareToken", "balanceOf", owed.account))
+                balance = int(chain.token_balance(Address(owed.account)))
                 paid = owed.cumulative_amount - already
                 return ClaimResult(owed.account, owed.cumulative_amount, paid, balance)
         if attempt + 1 < attempts:

@@ -137,13 +137,11 @@ class SlashStatus:
 
 
 def slash_status(chain: ChainClient, slash_id: int) -> SlashStatus:
-    node_id, executable_at, status, reporter, amount, evidence = chain.call(
-        "StakeManager", "slashProposal", slash_id
-    )
-    if int(status) == 0:
-        count = int(chain.call("StakeManager", "proposalCount"))
+    p = chain.stake_manager.slash_proposal(slash_id)
+    if p.status == 0:
+        count = chain.stake_manager.proposal_count()
         raise ConfigError(f"no slash proposal {slash_id}: ids run from 1 to {count}")
     return SlashStatus(
-        slash_id, int(node_id), STATUS[int(status)], int(executable_at), str(reporter),
-        int(amount), bytes(evidence),
+        slash_id, p.node_id, STATUS[p.status], p.executable_at, str(p.reporter), int(p.amount),
+        bytes(p.evidence_hash),
     )  # fmt: skip

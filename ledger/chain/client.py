@@ -21,11 +21,11 @@ from web3.exceptions import BlockNotFound, TransactionNotFound, Web3RPCError
 from web3.types import FilterParams, Nonce, TxParams, Wei
 
 from protocol.chain import ChainClient, RetryPolicy
-from protocol.chain_views import TrainingConfigView
 from protocol.deployment import Deployment, abi
 from protocol.eip712 import Eip712Domain
 from protocol.errors import ChainError, DeploymentError
 from protocol.types import RunId
+from reference.settings import TrainingSettings
 
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
@@ -37,33 +37,13 @@ INDEXED_CONTRACTS = ("StakeManager", "ContributionLedger", "TrainingConfig")
 FUNDING_CONTRACTS = ("RunFunding", "CodeRegistry")
 
 
-@dataclass(frozen=True)
-class ConfigView:
-    """The TrainingConfig fields the ledger uses; stored as JSON by the indexer (keep the names)."""
+class ConfigView(TrainingSettings):
+    """The ledger's view of the governed settings: :class:`reference.settings.TrainingSettings`
+    itself (its JSON form is what the indexer stores), plus the name the judge reads."""
 
-    version: int
-    min_stake: int
-    reward_per_round: int
-    inner_steps: int
-    outer_lr_e6: int
-    data_mixture: tuple[int, ...] = (10_000,)
-    inner_lr_e6: int = 0
-    outer_momentum_e6: int = 900_000
-    wire_format: str = "fp32"
-
-    @classmethod
-    def from_view(cls, view: TrainingConfigView) -> ConfigView:
-        return cls(
-            version=view.version,
-            min_stake=int(view.min_stake),
-            reward_per_round=int(view.reward_per_round),
-            inner_steps=view.inner_steps,
-            outer_lr_e6=view.outer_lr_e6,
-            data_mixture=view.data_mixture_bps,
-            inner_lr_e6=view.inner_lr_e6,
-            outer_momentum_e6=view.outer_momentum_e6,
-            wire_format=str(view.wire_format),
-        )
+    @property
+    def data_mixture(self) -> tuple[int, ...]:
+        return self.data_mixture_bps
 
 
 @dataclass(frozen=True)
@@ -228,7 +208,7 @@ class LedgerChain:
     def reward_per_round(self) -> int:
         """The governed cap on one commit's reward total: the compute pool per round
         (TrainingConfig.poolRewards()[0], rewardPerRound times the compute share)."""
-        return int(self.client.call("TrainingConfig", "poolRewards")[0])
+        return int(self.client.training_config.pool_rewards()[0])
 
     def send_raw(self, raw_tx: str) -> None:
         eth = self.client.w3.eth

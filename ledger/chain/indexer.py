@@ -35,6 +35,7 @@ from web3.exceptions import BlockNotFound
 from ledger.chain import funding_index
 from ledger.chain.client import ConfigView, LedgerChain
 from ledger.core.models import ChainCommit, KeyValue, Node
+from protocol.errors import ConfigError
 from protocol.types import Address, Bytes32
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,17 @@ def _finality(commit: ChainCommit) -> RootFinality:
 
 
 def _config_to_json(cfg: ConfigView) -> str:
-    return json.dumps(cfg.__dict__)
+    return json.dumps(cfg.to_json())
+
+
+def _config_from_json(text: str) -> ConfigView | None:
+    """The stored settings; None for a form this ledger no longer reads (the next step then
+    reads them from the chain again)."""
+    try:
+        return ConfigView.from_json(json.loads(text))
+    except ConfigError as exc:
+        log.info("stored training settings not read (%s): reading them from the chain", exc)
+        return None
 
 
 class Indexer:
@@ -149,9 +160,7 @@ class Indexer:
             snap.indexed_block = int(cursor.value) if cursor else None
             cfg = session.get(KeyValue, CONFIG_KEY)
             if cfg is not None:
-                data = json.loads(cfg.value)
-                data["data_mixture"] = tuple(data.get("data_mixture", (10_000,)))
-                snap.config = ConfigView(**data)
+                snap.config = _config_from_json(cfg.value)
         snap.head = self.snapshot.head
         snap.chain_time = self.snapshot.chain_time
         self.snapshot = snap
@@ -213,12 +222,12 @@ class Indexer:
             refresh.update(a for a, n in snap.nodes.items() if n.node_id in node_ids)
             # state at the latest block: correct now, and no archive node needed
             records = [client.node_info(Address(addr)) for addr in sorted(refresh)]
-            ids = {r.node: int(client.call("StakeManager", "nodeIdOf", r.node)) for r in records}
+            ids = {r.node: client.stake_manager.node_id_of(r.node) for r in records}
             for commit in commits:
                 status = client.root_status(Bytes32(bytes.fromhex(commit.rewards_root[2:])))
                 commit.finalized_at = status.finalized_at
             chain_time = self._block_time(end)
-            config = ConfigView.from_view(client.training_config()) if config_changed else None
+            config = ConfigView.read(client) if config_changed else None
             with Session(self.engine, expire_on_commit=False) as session:
                 for rec in records:
                     row = session.get(Node, rec.node) or Node(
@@ -312,8 +321,7 @@ class Indexer:
 
     def _slashed_node(self, proposal_id: int) -> int:
         """The node id a slash proposal names (SlashVetoed carries only the proposal id)."""
-        proposal = self.chain.client.call("StakeManager", "slashProposal", proposal_id)
-        return int(proposal[0])
+        return self.chain.client.stake_manager.slash_proposal(proposal_id).node_id
 
     def _block_time(self, number: int) -> int | None:
         eth = self.chain.client.w3.eth

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from ledger.chain.client import LedgerChain
+from protocol.types import TokenUnits
 
 log = logging.getLogger(__name__)
 
@@ -21,12 +22,11 @@ BPS = 10_000
 def ownership_split(chain: LedgerChain) -> tuple[int, int, int]:
     """(compute, code, capital) basis points in force; all compute on a deployment without it."""
     try:
-        c, code, cap = chain.client.call("TrainingConfig", "ownershipSplit")
+        return chain.client.training_config.ownership_split()
     except (ValueError, AttributeError):  # an older TrainingConfig ABI without the split
         return BPS, 0, 0
-    return int(c), int(code), int(cap)
 
 
-def compute_reward(chain: LedgerChain, reward_per_round: int) -> int:
+def compute_reward(chain: LedgerChain, reward_per_round: int) -> TokenUnits:
     """The compute pool's share of one round's reward."""
-    return reward_per_round * ownership_split(chain)[0] // BPS
+    return TokenUnits(reward_per_round * ownership_split(chain)[0] // BPS)

@@ -83,7 +83,7 @@ class FraudSlasher:
         return sent
 
     def _propose(self, record: FraudRecord) -> str | None:
-        node_id = int(self.client.call("StakeManager", "nodeIdOf", record.node))
+        node_id = self.client.stake_manager.node_id_of(Address(record.node))
         if node_id == 0:
             log.warning("fraud record %s: node %s is not registered", record.id, record.node)
             return None

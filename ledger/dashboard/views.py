@@ -259,15 +259,15 @@ def proposals(chain: LedgerChain) -> list[dict[str, Any]]:
         out = []
         for ev in logs:
             pid = int(ev.args.proposalId)
-            against, for_, abstain = client.call("ModelGovernor", "proposalVotes", pid)
+            votes = client.model_governor.proposal_votes(pid)
             out.append(
                 {
                     "proposal_id": str(pid),
                     "description": str(ev.args.description),
-                    "state": STATES[int(client.call("ModelGovernor", "state", pid))],
-                    "for": int(for_),
-                    "against": int(against),
-                    "abstain": int(abstain),
+                    "state": STATES[client.model_governor.state(pid)],
+                    "for": int(votes.for_votes),
+                    "against": int(votes.against_votes),
+                    "abstain": int(votes.abstain_votes),
                     "vote_start": int(ev.args.voteStart),
                     "vote_end": int(ev.args.voteEnd),
                 }

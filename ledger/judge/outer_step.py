@@ -22,6 +22,7 @@ from ledger.core.blobstore import BlobStore
 from ledger.core.models import KeyValue
 from protocol.blobs import encode_blob
 from protocol.hashing import hash_state_dict
+from reference.settings import WireFormat
 
 Tensors = Mapping[str, torch.Tensor]
 
@@ -53,7 +54,7 @@ def outer_step(
     *,
     lr: float,
     mu: float,
-    wire_format: str,
+    wire_format: WireFormat | str,
     weights: Sequence[int] | None = None,
 ) -> OuterResult:
     """``pseudo_gradients``: named tensors or ``reference.codec.Packet`` (a node's commitment)."""

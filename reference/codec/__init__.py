@@ -36,7 +36,8 @@ from reference.codec.dispatch import (
     resolve_backend,
     unflatten,
 )
-from reference.codec.formats import DEFAULT_BLOCK_SIZE, Packet, WireFormat, wire_bytes
+from reference.codec.formats import DEFAULT_BLOCK_SIZE, Packet, wire_bytes
+from reference.settings import WireFormat
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",

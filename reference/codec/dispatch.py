@@ -16,7 +16,8 @@ import torch
 
 from protocol.errors import ConfigError, TrainerError
 from reference.codec import native, pure
-from reference.codec.formats import DEFAULT_BLOCK_SIZE, Packet, WireFormat, check_block_size
+from reference.codec.formats import DEFAULT_BLOCK_SIZE, Packet, check_block_size
+from reference.settings import WireFormat
 
 BACKENDS = ("torch", "native", "triton")
 

@@ -1,9 +1,11 @@
 """Wire formats and the `Packet` that carries one encoded pseudo-gradient.
 
-Formats match `TrainingConfig.wireFormat` on chain (0 fp32, 1 bf16, 2 int8). int8 stores one fp32
-absmax scale per block of `block_size` values (a power of two); the payload is padded with zeros
-to a whole number of blocks. Every implementation (torch reference, native C, Triton) produces
-bit-identical packets and bit-identical decodes, so ranks that run different backends still agree.
+Formats match `TrainingConfig.wireFormat` on chain (0 fp32, 1 bf16, 2 int8): `WireFormat` is
+defined once, with the governed settings (reference.settings), and re-exported here. int8 stores
+one fp32 absmax scale per block of `block_size` values (a power of two); the payload is padded
+with zeros to a whole number of blocks. Every implementation (torch reference, native C, Triton)
+produces bit-identical packets and bit-identical decodes, so ranks that run different backends
+still agree.
 
 Quantization rule (int8), per block of values `d` (the padded tail counts as zeros):
     amax  = max |d|                      (NaN/Inf anywhere is refused)
@@ -16,11 +18,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import IntEnum
 
 import torch
 
 from protocol.errors import ConfigError, TrainerError
+from reference.settings import WireFormat
 
 DEFAULT_BLOCK_SIZE = 256
 MIN_BLOCK_SIZE = 32
@@ -31,44 +33,12 @@ a subnormal value times `127 / amax` is below 2**-19, so it rounds to 0 whether 
 flushes subnormals (GPUs may): all backends agree on every input."""
 
 
-class WireFormat(IntEnum):
-    """How a pseudo-gradient travels on the wire (values equal `TrainingConfig.wireFormat`)."""
-
-    FP32 = 0
-    BF16 = 1
-    INT8 = 2
-
-    @classmethod
-    def parse(cls, value: WireFormat | int | str) -> WireFormat:
-        """Accept a `WireFormat`, its chain number (0/1/2) or its name ("fp32", "bf16", "int8")."""
-        if isinstance(value, WireFormat):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls[value.strip().upper()]
-            except KeyError:
-                raise ConfigError(
-                    f"unknown wire format {value!r}: use one of fp32, bf16, int8"
-                ) from None
-        if isinstance(value, int) and not isinstance(value, bool):
-            try:
-                return cls(value)
-            except ValueError:
-                raise ConfigError(
-                    f"unknown wire format number {value}: TrainingConfig.wireFormat must be "
-                    "0 (fp32), 1 (bf16) or 2 (int8)"
-                ) from None
-        raise ConfigError(
-            f"wire format must be a WireFormat, int or str, got {type(value).__name__}"
-        )
-
-    @property
-    def payload_dtype(self) -> torch.dtype:
-        return {
-            WireFormat.FP32: torch.float32,
-            WireFormat.BF16: torch.bfloat16,
-            WireFormat.INT8: torch.int8,
-        }[self]
+PAYLOAD_DTYPE: dict[WireFormat, torch.dtype] = {
+    WireFormat.FP32: torch.float32,
+    WireFormat.BF16: torch.bfloat16,
+    WireFormat.INT8: torch.int8,
+}
+"""The dtype of a packet's payload in each format (int8: the codes; their scales are fp32)."""
 
 
 def check_block_size(block_size: int) -> int:
@@ -106,9 +76,9 @@ class Packet:
     block_size: int = DEFAULT_BLOCK_SIZE
 
     def __post_init__(self) -> None:
-        if self.payload.dtype != self.fmt.payload_dtype or self.payload.dim() != 1:
+        if self.payload.dtype != PAYLOAD_DTYPE[self.fmt] or self.payload.dim() != 1:
             raise TrainerError(
-                f"{self.fmt.name} packet needs a 1-D {self.fmt.payload_dtype} payload, got "
+                f"{self.fmt.name} packet needs a 1-D {PAYLOAD_DTYPE[self.fmt]} payload, got "
                 f"{self.payload.dim()}-D {self.payload.dtype}"
             )
         if self.fmt is WireFormat.INT8:

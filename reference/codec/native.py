@@ -22,9 +22,10 @@ from pathlib import Path
 import torch
 
 from protocol.errors import ConfigError
-from reference.codec.formats import WireFormat, num_blocks
+from reference.codec.formats import PAYLOAD_DTYPE, num_blocks
 from reference.codec.native_src import C_SOURCE
 from reference.codec.pure import nonfinite_error
+from reference.settings import WireFormat
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ def encode(
         if bad:
             raise nonfinite_error("the pseudo-gradient")
         return q, scales
-    out = torch.empty(n, dtype=fmt.payload_dtype)
+    out = torch.empty(n, dtype=PAYLOAD_DTYPE[fmt])
     if lib.coloco_enc_dense(_ptr(base), _ptr(local), n, int(fmt), _ptr(out)):
         raise nonfinite_error("the pseudo-gradient")
     return out, None

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 
 from protocol.errors import TrainerError
-from reference.codec.formats import TINY_AMAX, WireFormat, num_blocks
+from reference.codec.formats import TINY_AMAX, num_blocks
+from reference.settings import WireFormat
 
 
 def nonfinite_error(what: str) -> TrainerError:

@@ -15,7 +15,7 @@ import torch
 
 from protocol.errors import ConfigError
 from reference.codec.dispatch import decode_into, encode
-from reference.codec.formats import WireFormat
+from reference.settings import WireFormat
 
 
 def _one_thread_ns(fn: object, numel: int, repeats: int) -> float:

@@ -15,8 +15,9 @@ import torch
 import triton
 import triton.language as tl
 
-from reference.codec.formats import TINY_AMAX, WireFormat, num_blocks
+from reference.codec.formats import PAYLOAD_DTYPE, TINY_AMAX, num_blocks
 from reference.codec.pure import nonfinite_error
+from reference.settings import WireFormat
 
 ROWS = 16
 DENSE_BLOCK = 4096
@@ -115,7 +116,7 @@ def encode(
         if bool((scales < 0).any()):
             raise nonfinite_error("the pseudo-gradient")
         return q, scales
-    out = torch.empty(n, dtype=fmt.payload_dtype, device=base.device)
+    out = torch.empty(n, dtype=PAYLOAD_DTYPE[fmt], device=base.device)
     programs = triton.cdiv(n, DENSE_BLOCK)
     flags = torch.empty(max(programs, 1), dtype=torch.int32, device=base.device)
     if n:

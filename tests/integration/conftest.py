@@ -22,6 +22,7 @@ from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.merkle import RewardsTree
 from protocol.types import Address, Bytes32, RoundNumber, RunId
+from reference.settings import TrainingSettings
 
 
 @pytest.fixture
@@ -65,7 +66,7 @@ def holders(chain: AnvilProcess, deployment: Deployment) -> list[Holder]:
     )
     committer = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[1][1]))
     run_id = RunId(os.urandom(32))
-    per_round = committer.training_config().reward_per_round
+    per_round = TrainingSettings.read(committer).reward_per_round
     for round_ in range(-(-sum(amounts) // per_round)):
         committer.commit_round(
             run_id,

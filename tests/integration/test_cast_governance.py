@@ -17,6 +17,7 @@ from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.toolchain import foundry_bin
+from reference.settings import TrainingSettings
 from tests.integration.conftest import Holder
 
 pytestmark = [pytest.mark.integration, pytest.mark.anvil]
@@ -85,7 +86,7 @@ def test_cast_proposes_votes_queues_and_executes(
     cast("send", gov, EXECUTE, targets, values, datas, desc_hash, "--private-key", bob.key, *rpc)
     assert cast("call", gov, "state(uint256)(uint8)", pid, *rpc) == "7"  # Executed
 
-    assert ChainClient(chain.rpc_url, deployment).training_config().max_nodes == 12
+    assert TrainingSettings.read(ChainClient(chain.rpc_url, deployment)).max_nodes == 12
     # and coloco's own CLI reads what cast did
     listing = CliRunner().invoke(app, ["gov", "list"])
     assert listing.exit_code == 0, listing.exception

@@ -108,11 +108,11 @@ def test_fund_and_code_commands(
     claimed = _json("code", "claim", str(first), "--private-key", backer_key)  # anyone may send it
     assert claimed["amount"] == str(5 * 10**18)
     assert _json("code", "show", str(first))["status"] == "claimed"
-    assert int(viewer.call("ModelShareToken", "balanceOf", dev_addr)) == 5 * 10**18
+    assert int(viewer.token_balance(dev_addr)) == 5 * 10**18
 
     # above the committee's threshold: a governance vote pays it (`coloco code propose`)
     third = _json("code", "submit", RUN, *args, "--private-key", dev_key)["id"]
-    pool = int(viewer.call("CodeRegistry", "codePool", bytes.fromhex(RUN[2:]))) - 5 * 10**18
+    pool = int(viewer.code_registry.code_pool(bytes.fromhex(RUN[2:]))) - 5 * 10**18
     alice = holders[0]
     prop = _json("code", "propose", str(third), f"{pool}wei", "--private-key", alice.key)
     assert prop["id"] == third and f"#{third}" in prop["description"]
@@ -125,7 +125,7 @@ def test_fund_and_code_commands(
     assert _json("gov", "execute", pid, "--private-key", alice.key)["state"] == "Executed"
     assert _json("code", "show", str(third))["status"] == "approved"
     assert _json("code", "claim", str(third), "--private-key", dev_key)["amount"] == str(pool)
-    assert int(viewer.call("ModelShareToken", "balanceOf", dev_addr)) == 5 * 10**18 + pool
+    assert int(viewer.token_balance(dev_addr)) == 5 * 10**18 + pool
     unknown = runner.invoke(app, ["code", "propose", "99", "1", "--private-key", alice.key])
     assert isinstance(unknown.exception, ConfigError) and "no code contribution" in str(
         unknown.exception

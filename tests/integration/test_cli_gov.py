@@ -16,6 +16,7 @@ from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.errors import ConfigError
+from reference.settings import TrainingSettings
 from tests.integration.conftest import Holder
 
 pytestmark = [pytest.mark.integration, pytest.mark.anvil]
@@ -39,7 +40,7 @@ def test_holders_change_the_inner_steps_through_the_timelock(
     cli_env: Path, chain: AnvilProcess, deployment: Deployment, holders: list[Holder]
 ) -> None:
     viewer = ChainClient(chain.rpc_url, deployment)
-    before = viewer.training_config()
+    before = TrainingSettings.read(viewer)
     alice, bob = holders
 
     out = _ok("gov", "propose", "--set", "inner-steps=30", "--private-key", alice.key)
@@ -57,7 +58,8 @@ def test_holders_change_the_inner_steps_through_the_timelock(
     chain.increase_time(2)
     _ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
     _ok("gov", "vote", pid, "--support", "against", "--private-key", bob.key)
-    against, for_, _ = viewer.call("ModelGovernor", "proposalVotes", int(pid))
+    votes = viewer.model_governor.proposal_votes(int(pid))
+    against, for_ = votes.against_votes, votes.for_votes
     assert (for_, against) == (alice.amount, bob.amount)
 
     exc = _err("gov", "queue", pid, "--private-key", alice.key)
@@ -70,7 +72,7 @@ def test_holders_change_the_inner_steps_through_the_timelock(
     out = _ok("gov", "execute", pid, "--private-key", bob.key)
     assert f"version is now {before.version + 1}" in out
 
-    after = viewer.training_config()
+    after = TrainingSettings.read(viewer)
     assert after.inner_steps == 30
     assert after.inner_lr_e6 == before.inner_lr_e6  # the other field of setInnerLoop is kept
     assert after.version == before.version + 1
@@ -88,8 +90,8 @@ def test_delegate_moves_votes(
     sender = ChainClient(chain.rpc_url, deployment, Account.from_key(bob.key))
     sender.transact("ModelShareToken", "transfer", alice.address, 1)
     _ok("gov", "delegate", "--to", bob.address, "--private-key", alice.key)
-    assert viewer.call("ModelShareToken", "getVotes", bob.address) == alice.amount + bob.amount
-    assert viewer.call("ModelShareToken", "getVotes", alice.address) == 0
+    assert viewer.model_share_token.get_votes(bob.address) == alice.amount + bob.amount
+    assert viewer.model_share_token.get_votes(alice.address) == 0
 
 
 def test_set_parsing_names_what_is_wrong() -> None:
@@ -141,6 +143,6 @@ def test_holders_release_a_checkpoint(
     _ok("gov", "queue", pid, "--private-key", alice.key)
     chain.increase_time(2)
     _ok("gov", "execute", pid, "--private-key", alice.key)
-    cfg = ChainClient(chain.rpc_url, deployment).training_config()
+    cfg = TrainingSettings.read(ChainClient(chain.rpc_url, deployment))
     assert "0x" + bytes(cfg.released_checkpoint).hex() == checkpoint
     assert cfg.released_checkpoint_uri == "https://example.org/final.safetensors"

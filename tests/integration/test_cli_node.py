@@ -77,7 +77,7 @@ def test_register_stake_status_unstake_withdraw(
 
     code, out, exc = _invoke("node", "status", "--node", node)
     assert code == 0 and "yes" in out and "1 ETH" in out
-    node_id = int(viewer.call("StakeManager", "nodeIdOf", node))
+    node_id = viewer.stake_manager.node_id_of(node)
     assert node_id > 0 and re.search(rf"node id\s*│\s*{node_id}\s", out), out
     result = runner.invoke(app, ["node", "status", "--node", node, "--json"])
     st = json.loads(result.stdout)

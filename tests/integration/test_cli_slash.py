@@ -123,9 +123,9 @@ def test_governance_slash_freezes_then_veto_or_execute(
         _ok("gov", "execute", pid, "--private-key", alice.key)
 
     viewer = ChainClient(chain.rpc_url, deployment)
-    assert viewer.call("StakeManager", "isFrozen", node)
+    assert viewer.stake_manager.is_frozen(node)
     assert "pending" in _ok("slash", "status", "1")
-    node_id = int(viewer.call("StakeManager", "nodeIdOf", node))
+    node_id = viewer.stake_manager.node_id_of(node)
     st = _json("slash", "status", "1")
     assert st["state"] == "pending" and st["node_id"] == node_id and node_id > 0
     assert st["amount_wei"] == str(5 * 10**17)  # above 2^53: a decimal string for JavaScript
@@ -141,7 +141,7 @@ def test_governance_slash_freezes_then_veto_or_execute(
     chain.increase_time(deployment.governance["slash_dispute_window"])
     assert "0.5 ETH taken" in _ok("slash", "execute", "2", "--private-key", alice.key)
     assert viewer.node_info(node).staked == 15 * 10**17
-    assert not viewer.call("StakeManager", "isFrozen", node)
+    assert not viewer.stake_manager.is_frozen(node)
     exc = _err("slash", "status", "9")
     assert isinstance(exc, ConfigError) and "ids run from 1 to 2" in exc.message
     assert runner.invoke(app, ["slash", "status", "0"]).exit_code == 2  # a usage error

@@ -19,6 +19,7 @@ from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.types import RunId
+from reference.settings import TrainingSettings
 from tests.integration.conftest import DEMO_INNER_STEPS, DEMO_NODES, DEMO_ROUNDS
 from tests.integration.pids import alive as _alive
 
@@ -65,11 +66,11 @@ def test_chain_state_matches_the_report(
     chain = ChainClient(anvil.rpc_url, deployment)
     run_id = RunId(bytes.fromhex(report["run_id"][2:]))
     assert chain.last_round(run_id) == ROUNDS
-    config = chain.training_config()
+    config = TrainingSettings.read(chain)
     assert config.version == report["config_version_after"]
     assert config.inner_steps == report["governance"]["inner_steps_after"]
-    assert chain.call("ModelGovernor", "state", int(report["governance"]["proposal_id"])) == 7
-    supply = chain.call("ModelShareToken", "totalSupply")
+    assert chain.model_governor.state(int(report["governance"]["proposal_id"])) == 7
+    supply = chain.model_share_token.total_supply()
     assert str(supply) == report["tokens_minted"]
     balances = 0
     for node in report["nodes"]:
@@ -81,7 +82,7 @@ def test_chain_state_matches_the_report(
     # the rest of the supply is the code and capital pools' (paid by their own contracts)
     assert balances + int(report["tokens_outside_compute"]) == supply
     # every round's committed compute budget (the compute pool) was paid out, to within dust
-    compute_pool = int(chain.call("TrainingConfig", "poolRewards")[0])
+    compute_pool = int(chain.training_config.pool_rewards()[0])
     assert abs(balances - ROUNDS * compute_pool) <= ROUNDS * NODES
 
 

@@ -19,9 +19,16 @@ from eth_account import Account
 from protocol.chain import ChainClient, RetryPolicy
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
-from protocol.errors import ChainError, ContractRevertError, DeploymentError, RpcUnavailableError
+from protocol.errors import (
+    ChainError,
+    ConfigError,
+    ContractRevertError,
+    DeploymentError,
+    RpcUnavailableError,
+)
 from protocol.signing import address_of_private_key
 from protocol.types import Address, Bytes32, RoundNumber, RunId
+from reference.settings import TrainingSettings
 from tests.vectors.generate import vector_address, vector_bytes32, vector_key
 
 pytestmark = pytest.mark.anvil
@@ -52,11 +59,11 @@ def commit(client: ChainClient, round_: int, run: RunId = RUN) -> Any:
 
 
 def test_typed_reads(committer: ChainClient) -> None:
-    config = committer.training_config()
+    config = TrainingSettings.read(committer)
     assert config.version >= 1
     assert config.inner_steps > 0
     assert sum(config.data_mixture_bps) == 10000
-    assert config.wire_format in ("fp32", "bf16", "int8")
+    assert config.wire_format.label in ("fp32", "bf16", "int8")
     stranger = vector_address("chain-test/stranger")
     info = committer.node_info(stranger)
     assert not info.registered and info.staked == 0
@@ -120,6 +127,23 @@ def test_view_revert_is_decoded(committer: ChainClient) -> None:
     assert info.value.error_name == "InvalidProof"
 
 
+def test_an_unknown_wire_format_on_chain_is_an_error_naming_it(
+    chain: AnvilProcess, committer: ChainClient
+) -> None:
+    """A TrainingConfig holding a wire format this coloco does not know (a newer contract's
+    code 7, written into its storage) is refused with the code and the known ones, never read
+    as fp32."""
+    config = committer.deployment.address("TrainingConfig")
+    # Ownable's owner is slot 0; Config's first members share slot 1, low bytes first:
+    # innerSteps, innerLrE6, outerLrE6, outerMomentumE6 (4 bytes each), then wireFormat (1).
+    slot = int(chain.call("eth_getStorageAt", [config, "0x1", "latest"]), 16)
+    assert slot & 0xFFFFFFFF == TrainingSettings.read(committer).inner_steps
+    slot = slot & ~(0xFF << 128) | (7 << 128)
+    chain.call("anvil_setStorageAt", [config, "0x1", "0x" + slot.to_bytes(32, "big").hex()])
+    with pytest.raises(ConfigError, match=r"wireFormat is 7.*0 \(fp32\), 1 \(bf16\) or 2 \(int8\)"):
+        TrainingSettings.read(committer)
+
+
 def test_reads_at_a_past_block(chain: AnvilProcess, deployment: Deployment) -> None:
     operator = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[6][1]))
     node_key = vector_key("chain-test/past-block-node")
@@ -133,7 +157,7 @@ def test_reads_at_a_past_block(chain: AnvilProcess, deployment: Deployment) -> N
     then = operator.node_info(node, block=before)
     assert not then.registered and then.staked == 0
     assert operator.node_info(node, block="latest") == now
-    assert operator.training_config(block=before) == operator.training_config()
+    assert TrainingSettings.read(operator, block=before) == TrainingSettings.read(operator)
 
 
 def test_many_sends_without_waiting_use_consecutive_nonces(committer: ChainClient) -> None:

@@ -23,6 +23,7 @@ from protocol.errors import ContractRevertError
 from protocol.node_key_proof import NodeKeyProof
 from protocol.signing import SECP256K1_N, sign_attestation
 from protocol.types import Address, Bytes32, RoundNumber, RunId
+from reference.settings import TrainingSettings
 from tests.vectors import generate
 
 pytestmark = pytest.mark.anvil
@@ -92,7 +93,7 @@ def test_distributor_accepts_vector_proofs(
 ) -> None:
     run = RunId(generate.vector_bytes32(f"onchain/{len(tree['values'])}"))
     root = Bytes32(bytes.fromhex(tree["root"][2:]))
-    budget = committer.training_config().reward_per_round
+    budget = TrainingSettings.read(committer).reward_per_round
     committer.commit_round(
         run, RoundNumber(0), rewards_root=root, checkpoint_hash=Bytes32(b"\x01" * 32),
         total_work=1, attestations_root=Bytes32(bytes(32)), reward_total=budget,

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
+from reference.settings import TrainingSettings
+
 ROGUE_KEY = "0x" + "66" * 32  # never registered on chain
 
 
@@ -312,7 +314,7 @@ def on_chain(chain: Any, deployment: Any, tmp_path: Any, *, inner_steps: int = 3
     nodes = [new_node(chain.w3, deployment, chain.accounts[2 + i][0], seed=bytes([0x31 + i]) * 32)
              for i in range(4)]  # fmt: skip
     _as_timelock(chain, deployment, "setInnerLoop", inner_steps, 3000)
-    view = ChainClient(chain.rpc_url, deployment).training_config()
+    view = TrainingSettings.read(ChainClient(chain.rpc_url, deployment))
     return OnChain(
         rpc_url=chain.rpc_url, deployment=str(path), keys=["0x" + n.key.hex() for n in nodes],
         addresses=[str(n.address) for n in nodes], chain_id=int(deployment.chain_id),

@@ -9,6 +9,7 @@ from eth_account import Account
 from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
+from reference.settings import TrainingSettings
 from trainer.round import runconfig
 from trainer.round.runconfig import ChainConfig, RunConfig
 
@@ -19,7 +20,7 @@ def test_a_fresh_deployment_governs_the_defaults_the_node_and_the_benchmark_use(
     chain: AnvilProcess, deployment: Deployment
 ) -> None:
     client = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[0][1]))
-    view = client.training_config()
+    view = TrainingSettings.read(client)
     assert (view.inner_steps, view.inner_lr, view.outer_lr, view.outer_momentum) == (
         runconfig.INNER_STEPS,
         runconfig.INNER_LR,

@@ -19,10 +19,11 @@ from torch import Tensor
 
 from protocol.errors import CollectiveError, ColocoError, ConfigError
 from reference.codec import Packet
+from reference.settings import WireFormat
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("fp32", "bf16", "int8")
+FORMATS = WireFormat.labels()
 
 
 def check_format(fmt: str) -> str:

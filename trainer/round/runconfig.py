@@ -7,13 +7,14 @@ opened is what round r trains with (and its ``configVersion`` is what the node a
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from protocol.errors import ConfigError
 from reference.inner import InnerConfig
 from reference.outer import OuterConfig
+from reference.settings import TrainingSettings
 from trainer.network.comm import check_format
 from trainer.round.diloco import RoundSettings
 
@@ -27,6 +28,8 @@ OUTER_MOMENTUM = 0.9
 # Rows per inner step: a node's own setting, not governed (it depends on the node's memory), and
 # what `coloco node run --batch-size` and bench.network default to.
 NODE_BATCH_SIZE = 8
+# Fields of the round's settings that each node chooses for itself (left out of the governed hash)
+_NODE_LOCAL = {"settings": ("keep_inner_state",), "inner": ("batch_size",)}
 
 
 @dataclass(frozen=True)
@@ -37,33 +40,33 @@ class RunConfig:
     settings: RoundSettings
     mixture: tuple[int, ...]
 
-    def to_json(self) -> str:
-        s = self.settings
-        return json.dumps(
-            {
-                "version": self.version,
-                "inner_steps": s.inner.steps,
-                "inner_lr": s.inner.lr,
-                "batch_size": s.inner.batch_size,
-                "outer_lr": s.outer.lr,
-                "outer_momentum": s.outer.momentum,
-                "wire_format": s.wire_format,
-                "mixture": list(self.mixture),
-            }
-        )
+    def governed(self) -> dict[str, Any]:
+        """What the round trains with, minus what is the node's own (its batch size, whether it
+        keeps its inner AdamW state): the values round members compare by hash
+        (reference.settings.governed_hash). Derived from the fields, never listed."""
+        values = dataclasses.asdict(self)
+        for name in _NODE_LOCAL["settings"]:
+            values["settings"].pop(name)
+        for name in _NODE_LOCAL["inner"]:
+            values["settings"]["inner"].pop(name)
+        return values
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> RunConfig:
-        d: dict[str, Any] = json.loads(text)
+    def from_settings(cls, governed: TrainingSettings, *, batch_size: int) -> RunConfig:
+        """The round's settings from the chain's (real values of the ``*_e6`` fields)."""
+        if governed.inner_steps <= 0:
+            raise ConfigError(
+                f"TrainingConfig.innerSteps is {governed.inner_steps}: must be positive"
+            )
         return cls.make(
-            version=int(d["version"]),
-            inner_steps=int(d["inner_steps"]),
-            inner_lr=float(d["inner_lr"]),
-            batch_size=int(d["batch_size"]),
-            outer_lr=float(d["outer_lr"]),
-            outer_momentum=float(d["outer_momentum"]),
-            wire_format=str(d["wire_format"]),
-            mixture=tuple(int(b) for b in d["mixture"]),
+            version=governed.version,
+            inner_steps=governed.inner_steps,
+            inner_lr=governed.inner_lr,
+            batch_size=batch_size,
+            outer_lr=governed.outer_lr,
+            outer_momentum=governed.outer_momentum,
+            wire_format=governed.wire_format.label,
+            mixture=governed.data_mixture_bps or (10_000,),
         )
 
     @classmethod
@@ -127,16 +130,5 @@ class ChainConfig:
         return int(self.chain.block_number())
 
     def read(self, block: int | None = None) -> RunConfig:
-        view = self.chain.training_config(block="latest" if block is None else block)
-        if view.inner_steps <= 0:
-            raise ConfigError(f"TrainingConfig.innerSteps is {view.inner_steps}: must be positive")
-        return RunConfig.make(
-            version=int(view.version),
-            inner_steps=int(view.inner_steps),
-            inner_lr=view.inner_lr,
-            batch_size=self.batch_size,
-            outer_lr=view.outer_lr,
-            outer_momentum=view.outer_momentum,
-            wire_format=str(view.wire_format),
-            mixture=tuple(view.data_mixture_bps) or (10_000,),
-        )
+        governed = TrainingSettings.read(self.chain, block="latest" if block is None else block)
+        return RunConfig.from_settings(governed, batch_size=self.batch_size)

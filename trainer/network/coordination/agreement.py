@@ -19,8 +19,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from protocol.coordination import Kind, SignedMessage, canonical_json
-from protocol.eip712 import keccak256
+from protocol.coordination import Kind, SignedMessage
+from reference import settings
 from trainer.network.membership import Members, Rendezvous
 from trainer.round.runconfig import ConfigSource, RunConfig
 
@@ -36,18 +36,8 @@ def _polls(seconds: float) -> int:
 
 
 def governed_hash(config: RunConfig) -> str:
-    """keccak256 of the governed settings (the node-local batch size left out), as hex."""
-    s = config.settings
-    fields = {
-        "version": config.version,
-        "inner_steps": s.inner.steps,
-        "inner_lr": s.inner.lr,
-        "outer_lr": s.outer.lr,
-        "outer_momentum": s.outer.momentum,
-        "wire_format": s.wire_format,
-        "mixture": list(config.mixture),
-    }
-    return keccak256(canonical_json(fields)).hex()
+    """keccak256 of the governed settings (the node's own batch size left out), as hex."""
+    return settings.governed_hash(config.governed())
 
 
 @dataclass(frozen=True)
