@@ -147,8 +147,8 @@ class Ledger:
             preset=self.settings.usefulness_model,
             corpus_dir=self.settings.usefulness_corpus,
             rows=self.settings.usefulness_rows,
-            mixture_of=lambda: config().data_mixture,
-            outer_lr_of=lambda: config().outer_lr_e6 / 1e6,
+            mixture_of=lambda: config().data_mixture_bps,
+            outer_lr_of=lambda: config().outer_lr,
             inner_steps_of=lambda: config().inner_steps,
         )
 
