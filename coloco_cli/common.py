@@ -28,8 +28,6 @@ from protocol.errors import ConfigError, ContractRevertError, DeploymentError
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
 
-    from coloco_cli.tx import TxOptions
-    from protocol.chain import ChainClient
     from protocol.deployment import Deployment
 
 console = Console()
@@ -274,18 +272,6 @@ def load_signer(
         "this command sends a transaction and needs a sender: pass --account NAME (create one "
         "with `coloco keys new --name NAME`), --keystore PATH or, on a devnet, --private-key 0x..."
     )
-
-
-def open_chain(
-    ep: Endpoints, account: LocalAccount | None = None, tx: TxOptions | None = None
-) -> ChainClient:
-    """A chain client for the deployment, optionally able to send transactions as `account`.
-
-    Its transactions print their hash at once and progress until confirmed (`coloco_cli.tx`).
-    """
-    from coloco_cli.tx import TxOptions, cli_chain
-
-    return cli_chain(ep.rpc_url, ep.deployment(), account, tx or TxOptions())
 
 
 @contextlib.contextmanager
