@@ -24,10 +24,10 @@ from coloco_cli.common import (
     LedgerUrlOpt,
     RpcUrlOpt,
     emit_json,
-    open_chain,
     resolve,
 )
 from coloco_cli.run.ops import parse_run_id
+from coloco_cli.tx import open_chain
 from ledger.core.config import AUDIT_TOLERANCE
 from protocol.blobs import decode_blob
 from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError

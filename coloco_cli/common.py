@@ -4,8 +4,9 @@ Each value comes from, in order: the command-line flag, the environment (`COLOCO
 `COLOCO_LEDGER_URL`, `COLOCO_DEPLOYMENT`, `COLOCO_KEYSTORE`, `COLOCO_PASSWORD_FILE`,
 `COLOCO_PRIVATE_KEY`), a TOML config file (`$COLOCO_CONFIG`, else `./coloco.toml`, else
 `~/.config/coloco/config.toml`; keys `rpc_url`, `ledger_url`, `deployment`, `keystore`,
-`password_file`), then the defaults: the RPC URL `coloco devnet up` recorded, the deployment for
-the connected chain id (the devnet's, else `deployments/<chainId>.json`), the local ledger.
+`password_file`), then the defaults: the RPC URL `coloco devnet up` recorded while that devnet
+runs (coloco_cli/devnet/state.py), the deployment for the connected chain id (the devnet's, else
+`deployments/<chainId>.json`), the local ledger.
 `COLOCO_KEYSTORE` is always the keystore of a transaction's sender; a node's hot key for
 `coloco node run` is `COLOCO_NODE_KEYSTORE`.
 """
@@ -23,21 +24,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
+from coloco_cli.devnet.state import DEVNET_DEPLOYMENT, devnet_rpc_url
 from protocol.errors import ConfigError, ContractRevertError, DeploymentError
 
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
 
-    from coloco_cli.tx import TxOptions
-    from protocol.chain import ChainClient
     from protocol.deployment import Deployment
 
 console = Console()
 
 DEFAULT_RPC_URL = "http://127.0.0.1:8545"
 DEFAULT_LEDGER_URL = "http://127.0.0.1:8000"
-DEVNET_DIR = Path(".coloco") / "devnet"
-DEVNET_DEPLOYMENT = DEVNET_DIR / "deployment.json"
 CONFIG_KEYS = frozenset({"rpc_url", "ledger_url", "deployment", "keystore", "password_file"})
 
 RpcUrlOpt = Annotated[
@@ -180,22 +178,11 @@ def default_deployment(rpc_url: str) -> Path:
     return shipped if shipped.is_file() else local
 
 
-def devnet_rpc_url() -> str | None:
-    """The RPC URL `coloco devnet up` recorded in this folder, if it wrote one."""
-    import json
-
-    state = DEVNET_DIR / "devnet.json"
-    try:
-        return str(json.loads(state.read_text())["rpc_url"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def resolve(
     rpc_url: str | None = None, ledger_url: str | None = None, deployment: Path | None = None
 ) -> Endpoints:
     """One resolution for every command: the flag, then the environment (typer merges the two),
-    then the config file, then the defaults: the devnet's recorded RPC URL (else
+    then the config file, then the defaults: the running devnet's recorded RPC URL (else
     http://127.0.0.1:8545), the deployment for the connected chain id, the local ledger."""
     cfg = load_config()
     dep = deployment or (Path(cfg["deployment"]) if "deployment" in cfg else None)
@@ -274,18 +261,6 @@ def load_signer(
         "this command sends a transaction and needs a sender: pass --account NAME (create one "
         "with `coloco keys new --name NAME`), --keystore PATH or, on a devnet, --private-key 0x..."
     )
-
-
-def open_chain(
-    ep: Endpoints, account: LocalAccount | None = None, tx: TxOptions | None = None
-) -> ChainClient:
-    """A chain client for the deployment, optionally able to send transactions as `account`.
-
-    Its transactions print their hash at once and progress until confirmed (`coloco_cli.tx`).
-    """
-    from coloco_cli.tx import TxOptions, cli_chain
-
-    return cli_chain(ep.rpc_url, ep.deployment(), account, tx or TxOptions())
 
 
 @contextlib.contextmanager

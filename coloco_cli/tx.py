@@ -42,7 +42,6 @@ from coloco_cli.common import (
     emit_json,
     explained_revert,
     load_signer,
-    open_chain,
     resolve,
 )
 from protocol.errors import ChainError
@@ -182,6 +181,16 @@ def _lines(out: Mapping[str, Any]) -> str:
 def tx_hex(receipt: Any) -> str:
     """The 0x transaction hash of a web3 receipt."""
     return "0x" + bytes(receipt["transactionHash"]).hex()
+
+
+def open_chain(
+    ep: Endpoints, account: LocalAccount | None = None, tx: TxOptions | None = None
+) -> ChainClient:
+    """A chain client for the deployment, optionally able to send transactions as `account`.
+
+    Its transactions print their hash at once, then progress until confirmed (module docstring).
+    """
+    return cli_chain(ep.rpc_url, ep.deployment(), account, tx or TxOptions())
 
 
 def cli_chain(

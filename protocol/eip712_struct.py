@@ -9,8 +9,10 @@ its ``SPEC``. Only static field types are supported: ``bytes32``, ``address`` an
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from typing import Any, ClassVar, Final, Self, cast
 
 from protocol.eip712 import (
@@ -61,22 +63,79 @@ def _codec(
     raise ValueError(f"unsupported EIP-712 field type {sol!r} (bytes32, address and uintN only)")
 
 
-def sol_of(f: Field) -> str:
-    return f[2]
-
-
-def _inline_word(sol: str, value: str, index: int) -> str:
-    """One field's 32-byte word in ``hashStruct`` as an expression on ``value``, the same
-    bytes as that type's encoder (``encode{index}``) without a Python call per field: a
-    field was checked when the struct was built (a bytes32 is 32 bytes, an address 0x + 40
-    hex digits, a uint in range)."""
+def _word_layout(sol: str) -> tuple[str, Callable[[Any], bytes] | None]:
+    """One field's 32-byte word in ``hashStruct`` as a :mod:`struct` format, and the conversion
+    its value needs before packing (None: it packs as is). The same bytes as that type's
+    encoder in :func:`_codec`, since a field was checked when the struct was built: a bytes32 is
+    32 bytes, a uint of up to 64 bits fits a big-endian ``Q`` behind 24 zero bytes, an address
+    is 12 zero bytes and the 20 bytes of its hex digits, a wider uint is ``to_bytes(32)``."""
     if sol == "bytes32":
-        return value
+        return "32s", None
     if sol == "address":
-        return f"b'\\x00' * 12 + bytes.fromhex({value}[2:])"
-    if sol.startswith("uint"):
-        return f"{value}.to_bytes(32, 'big')"
-    return f"encode{index}({value})"  # pragma: no cover - _codec refuses other types
+        return "12x20s", _address_bytes
+    if _uint_bits(sol) <= 64:
+        return "24xQ", None
+    return "32s", encode_uint
+
+
+def _address_bytes(value: str) -> bytes:
+    return bytes.fromhex(value[2:])
+
+
+def _tuple_getter(
+    getter: Callable[..., Callable[[Any], Any]], keys: tuple[str, ...]
+) -> Callable[[Any], tuple[Any, ...]]:
+    """``keys`` of an object in one C call (``attrgetter`` or ``itemgetter``), as a tuple even
+    for a single key (for which both return the bare value)."""
+    get = getter(*keys)
+    if len(keys) > 1:
+        return get
+    return lambda obj: (get(obj),)
+
+
+def _struct_hasher(typehash: bytes, fields: tuple[Field, ...]) -> Callable[[object], bytes]:
+    """``hashStruct`` for one field list, laid out once: every attribute read by one
+    ``attrgetter``, typehash and words packed by one precompiled :class:`struct.Struct`, and a
+    Python call only for the fields whose value must be converted first (an address, a uint
+    above 64 bits). The ledger hashes every attestation it receives; this is about as fast as
+    one unrolled expression and needs no generated source."""
+    layouts = [_word_layout(sol) for _, _, sol in fields]
+    pack = struct.Struct(">32s" + "".join(fmt for fmt, _ in layouts)).pack
+    converts = tuple((i, convert) for i, (_, convert) in enumerate(layouts) if convert)
+    attrs = _tuple_getter(attrgetter, tuple(attr for attr, _, _ in fields))
+
+    def hash_struct(obj: object) -> bytes:
+        values = attrs(obj)
+        if not converts:
+            return keccak256(pack(typehash, *values))
+        words = list(values)
+        for i, convert in converts:
+            words[i] = convert(words[i])
+        return keccak256(pack(typehash, *words))
+
+    return hash_struct
+
+
+def _field_parser(
+    fields: tuple[Field, ...], parsers: tuple[Callable[..., Any], ...]
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The field parsers of :meth:`StructSpec.parse_json` for one field list, in field order
+    (the first bad field is the one named). An exact ``int`` in range for a uint field is taken
+    as is; anything else (a decimal string, a bool, out of range) goes to its parser, which
+    converts or refuses."""
+    limits = [1 << _uint_bits(sol) if sol.startswith("uint") else 0 for _, _, sol in fields]
+    rows = tuple(
+        zip((a for a, _, _ in fields), (n for _, n, _ in fields), parsers, limits, strict=True)
+    )
+    items = _tuple_getter(itemgetter, tuple(name for _, name, _ in fields))
+
+    def parse_fields(data: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for (attr, name, parse, limit), value in zip(rows, items(data), strict=False):
+            out[attr] = value if type(value) is int and 0 <= value < limit else parse(name, value)
+        return out
+
+    return parse_fields
 
 
 @dataclass(frozen=True)
@@ -101,57 +160,16 @@ class StructSpec:
 
     def __post_init__(self) -> None:
         type_string = f"{self.primary}({','.join(f'{sol} {n}' for _, n, sol in self.fields)})"
+        typehash = keccak256(type_string.encode())
+        codecs = tuple(_codec(sol) for _, _, sol in self.fields)
         object.__setattr__(self, "type_string", type_string)
-        object.__setattr__(self, "typehash", keccak256(type_string.encode()))
+        object.__setattr__(self, "typehash", typehash)
         object.__setattr__(self, "names", tuple(n for _, n, _ in self.fields))
         object.__setattr__(self, "_name_set", frozenset(self.names))
-        object.__setattr__(self, "_codecs", tuple(_codec(sol) for _, _, sol in self.fields))
-        object.__setattr__(self, "_hash", self._compile_hash())
-        object.__setattr__(self, "_parse", self._compile_parse())
-
-    def _compile_hash(self) -> Callable[[object], bytes]:
-        """``hashStruct`` unrolled once for this field list: one expression that calls each
-        field's encoder on its attribute (the same codecs as :meth:`check` and
-        :meth:`parse_json`), without the loop, the zips and the getattr calls of a generic
-        walk (the ledger hashes every attestation it receives)."""
-        env: dict[str, Any] = {"keccak256": keccak256, "typehash": self.typehash}
-        words = []
-        for index, ((attr, _, _), (_, encode, _)) in enumerate(
-            zip(self.fields, self._codecs, strict=True)
-        ):
-            if not attr.isidentifier():  # pragma: no cover - dataclass fields always are
-                raise ValueError(f"field {attr!r} is not an identifier")
-            env[f"encode{index}"] = encode
-            words.append(_inline_word(sol_of(self.fields[index]), f"obj.{attr}", index))
-        body = f"keccak256(b''.join((typehash, {', '.join(words)})))"
-        source = f"def hash_struct(obj):\n    return {body}\n"
-        exec(compile(source, f"<hashStruct {self.primary}>", "exec"), env)
-        hash_struct: Callable[[object], bytes] = env["hash_struct"]
-        return hash_struct
-
-    def _compile_parse(self) -> Callable[[dict[str, Any]], dict[str, Any]]:
-        """The field parsers of :meth:`parse_json` unrolled once for this field list, in
-        field order (the first bad field is the one named, as in a loop)."""
-        env: dict[str, Any] = {}
-        items = []
-        for index, ((attr, name, _), (_, _, parse)) in enumerate(
-            zip(self.fields, self._codecs, strict=True)
-        ):
-            env[f"parse{index}"] = parse
-            sol = sol_of(self.fields[index])
-            if sol.startswith("uint"):  # an exact int in range as is; anything else (a decimal
-                # string, a bool, out of range) goes to the parser, which converts or refuses
-                env[f"limit{index}"] = 1 << _uint_bits(sol)
-                items.append(
-                    f"{attr!r}: (v{index} if type(v{index} := data[{name!r}]) is int "
-                    f"and 0 <= v{index} < limit{index} else parse{index}({name!r}, v{index}))"
-                )
-            else:
-                items.append(f"{attr!r}: parse{index}({name!r}, data[{name!r}])")
-        source = f"def parse_fields(data):\n    return {{{', '.join(items)}}}\n"
-        exec(compile(source, f"<parseJson {self.primary}>", "exec"), env)
-        parse_fields: Callable[[dict[str, Any]], dict[str, Any]] = env["parse_fields"]
-        return parse_fields
+        object.__setattr__(self, "_codecs", codecs)
+        object.__setattr__(self, "_hash", _struct_hasher(typehash, self.fields))
+        parsers = tuple(parse for _, _, parse in codecs)
+        object.__setattr__(self, "_parse", _field_parser(self.fields, parsers))
 
     def check(self, obj: object) -> None:
         """Validate every field of ``obj`` (EncodingError naming the field)."""

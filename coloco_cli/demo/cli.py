@@ -74,7 +74,7 @@ def demo(
     from coloco_cli.demo.plan import DemoPlan
     from coloco_cli.demo.report import print_summary, write_report
     from coloco_cli.demo.run import DemoRun
-    from coloco_cli.devnet.cli import ACCOUNTS_FILE
+    from coloco_cli.devnet.state import ACCOUNTS_FILE
 
     console = Console()
     if logging.getLogger().level > logging.DEBUG:  # the step lines say it all; -v shows more

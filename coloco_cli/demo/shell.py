@@ -76,7 +76,7 @@ class Shell:
         """Run `coloco ARGS` in this process; returns what it printed on stdout."""
         from typer.main import get_command
 
-        from coloco_cli.main import app
+        from coloco_cli.app import app
 
         self.say(show(args))
         out, err = io.StringIO(), io.StringIO()

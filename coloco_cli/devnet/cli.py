@@ -1,57 +1,36 @@
 """`coloco devnet up | down | deploy | status`: a local anvil chain for trying coloco out.
 
-State lives under `.coloco/devnet/` in the current directory: `anvil.pid`, `anvil.log`,
-`anvil-accounts.json` (anvil's funded dev keys), `devnet.json` (RPC URL, port, chain id) and,
-after `deploy`, `deployment.json`.
+State lives under `.coloco/devnet/` in the current directory (coloco_cli/devnet/state.py):
+`anvil.pid`, `anvil.log`, `anvil-accounts.json` (anvil's funded dev keys), `devnet.json` (RPC
+URL, port, chain id) and, after `deploy`, `deployment.json`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from coloco_cli.common import DEVNET_DEPLOYMENT, DEVNET_DIR, JsonOpt, RpcUrlOpt, console, emit_json
+from coloco_cli.common import JsonOpt, RpcUrlOpt, console, emit_json
+from coloco_cli.devnet.state import (
+    ACCOUNTS_FILE,
+    DEVNET_DEPLOYMENT,
+    DEVNET_DIR,
+    PID_FILE,
+    STATE_FILE,
+    devnet_rpc_url,
+    running_pid,
+)
 from coloco_cli.procs import port_open
 from protocol.errors import ChainError, ConfigError
 
 log = logging.getLogger(__name__)
 
 app = typer.Typer(no_args_is_help=True)
-
-PID_FILE = DEVNET_DIR / "anvil.pid"
-STATE_FILE = DEVNET_DIR / "devnet.json"
-ACCOUNTS_FILE = DEVNET_DIR / "anvil-accounts.json"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def running_pid() -> int | None:
-    """The pid of the devnet's anvil if it is running, else None (stale pid files are removed)."""
-    if not PID_FILE.is_file():
-        return None
-    try:
-        pid = int(PID_FILE.read_text().strip())
-    except ValueError:
-        PID_FILE.unlink(missing_ok=True)
-        return None
-    if _pid_alive(pid):
-        return pid
-    PID_FILE.unlink(missing_ok=True)
-    return None
 
 
 def devnet_accounts(workdir: Path = DEVNET_DIR) -> list[tuple[str, str]]:
@@ -61,13 +40,6 @@ def devnet_accounts(workdir: Path = DEVNET_DIR) -> list[tuple[str, str]]:
         raise ConfigError(f"no devnet accounts at {path}: start the devnet with `coloco devnet up`")
     cfg = json.loads(path.read_text())
     return list(zip(cfg["available_accounts"], cfg["private_keys"], strict=True))
-
-
-def devnet_rpc_url() -> str | None:
-    """The RPC URL recorded by `coloco devnet up`, if the devnet is running."""
-    if running_pid() is None or not STATE_FILE.is_file():
-        return None
-    return str(json.loads(STATE_FILE.read_text())["rpc_url"])
 
 
 @app.command()

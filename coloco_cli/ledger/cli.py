@@ -169,7 +169,7 @@ def _overrides(rpc_url: str | None, deployment: Path | None) -> dict[str, Any]:
 
 
 def _is_devnet(deployment: Path) -> bool:
-    from coloco_cli.common import DEVNET_DEPLOYMENT
+    from coloco_cli.devnet.state import DEVNET_DEPLOYMENT
 
     accounts = DEVNET_DEPLOYMENT.parent / "anvil-accounts.json"
     try:

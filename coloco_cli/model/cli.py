@@ -12,13 +12,8 @@ from typing import Annotated
 
 import typer
 
-from coloco_cli.common import (
-    JsonOpt,
-    console,
-    emit_json,
-    open_chain,
-)
-from coloco_cli.tx import TxOptions, reads
+from coloco_cli.common import JsonOpt, console, emit_json
+from coloco_cli.tx import TxOptions, open_chain, reads
 
 app = typer.Typer(no_args_is_help=True)
 

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from coloco_cli.common import console, emit_json, open_chain
+from coloco_cli.common import console, emit_json
 from coloco_cli.run.ops import (
     close_run,
     genesis,
@@ -19,7 +19,7 @@ from coloco_cli.run.ops import (
     parse_run_id,
     run_status,
 )
-from coloco_cli.tx import TxOptions, reads
+from coloco_cli.tx import TxOptions, open_chain, reads
 
 app = typer.Typer(no_args_is_help=True)
 

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from coloco_cli.common import DEFAULT_RPC_URL, resolve
+from coloco_cli.devnet.state import DEVNET_DIR, PID_FILE, STATE_FILE, devnet_rpc_url
 from coloco_cli.main import app
 from coloco_cli.procs import free_port, port_open
 from protocol.deployment import CONTRACT_NAMES, Deployment
@@ -91,3 +96,34 @@ def test_deploy_without_a_devnet_says_how_to_start_one(
     result = runner.invoke(app, ["devnet", "deploy"])
     assert isinstance(result.exception, ConfigError)
     assert "coloco devnet up" in result.exception.message
+
+
+def test_every_command_and_the_devnet_group_agree_whether_a_devnet_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`coloco devnet up` recorded a URL, then its anvil died without `coloco devnet down`.
+    There used to be two `devnet_rpc_url`: every other command's default RPC (`resolve`) kept
+    the dead devnet's URL while `coloco devnet status` said the devnet was down. Now both read
+    one (coloco_cli/devnet/state.py): no devnet, so the documented default; while the pid lives,
+    both take the recorded URL."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COLOCO_RPC_URL", raising=False)
+    monkeypatch.setenv("COLOCO_CONFIG", str(tmp_path / "coloco.toml"))
+    (tmp_path / "coloco.toml").write_text("")  # no config file's rpc_url in the way
+    recorded = f"http://127.0.0.1:{free_port()}"
+    DEVNET_DIR.mkdir(parents=True)
+    STATE_FILE.write_text(json.dumps({"rpc_url": recorded, "port": 1, "chain_id": 31337}))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])  # a pid that no longer runs
+    gone.wait()
+    PID_FILE.write_text(str(gone.pid))
+
+    assert devnet_rpc_url() is None
+    assert resolve().rpc_url == DEFAULT_RPC_URL  # was `recorded`: a chain nobody runs
+    down = runner.invoke(app, ["devnet", "status"])
+    assert isinstance(down.exception, ChainError) and "devnet is down" in down.exception.message
+
+    PID_FILE.write_text(str(os.getpid()))  # a live pid: the devnet counts as up
+    STATE_FILE.write_text(json.dumps({"rpc_url": recorded, "port": 1, "chain_id": 31337}))
+    assert devnet_rpc_url() == recorded and resolve().rpc_url == recorded
+    STATE_FILE.write_text("{not json")  # an unreadable record: no devnet URL, no traceback
+    assert devnet_rpc_url() is None and resolve().rpc_url == DEFAULT_RPC_URL
