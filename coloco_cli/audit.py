@@ -52,9 +52,10 @@ def audit_rounds(
     ``inner_steps`` (the governed H) lets a time-boxed node's planned shard be found, as the
     ledger's own audit does (``ledger.judge.usefulness.matching_shard``); None: the attested
     tokens."""
+    from ledger.judge.audits import sampled
+    from ledger.judge.pseudo_gradients import decode_pseudo_gradient
     from ledger.judge.replay import ReplayInputs, audit
     from ledger.judge.usefulness import corpus_of, matching_shard
-    from ledger.judge.verdicts import decode_pseudo_gradient, sampled
 
     resp = http.get(f"/v1/runs/{run_id}/rounds", params={"limit": limit})
     if resp.status_code != 200:

@@ -32,6 +32,8 @@ ATTESTATION_FIELDS: Final[tuple[tuple[str, str, str], ...]] = (
     ("result_checkpoint", "resultCheckpoint", "bytes32"),
 )
 ATTESTATION_SPEC: Final = StructSpec(PRIMARY_TYPE, ATTESTATION_FIELDS, what="attestation")
+ATTESTATION_ATTRS: Final = tuple(attr for attr, _, _ in ATTESTATION_FIELDS)
+"""The Python attribute names in struct order: the ledger's columns and the judge's evidence."""
 ATTESTATION_TYPE: Final = ATTESTATION_SPEC.type_string
 ATTESTATION_TYPEHASH: Final = ATTESTATION_SPEC.typehash
 

@@ -1,6 +1,6 @@
 """A failed audit ends in a slash proposal: the ledger's slasher key proposes it on chain.
 
-Each fraud record (``ledger.judge.verdicts``: a replay that did not match, with its evidence and the
+Each fraud record (``ledger.judge.fraud``: a replay that did not match, with its evidence and the
 reward it withheld) is sent once as ``StakeManager.proposeSlash(node, amount, evidenceHash,
 reporter=0)``: ``evidenceHash`` is the record's keccak of its evidence JSON (``GET /v1/frauds``
 serves the evidence, so anyone can check the hash and replay it), ``amount`` is ``SLASH_BPS`` of

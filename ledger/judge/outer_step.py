@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from sqlmodel import Session
@@ -23,6 +23,9 @@ from ledger.core.models import KeyValue
 from protocol.blobs import encode_blob
 from protocol.hashing import hash_state_dict
 from reference.settings import WireFormat
+
+if TYPE_CHECKING:
+    from reference.codec import Packet
 
 Tensors = Mapping[str, torch.Tensor]
 
@@ -50,7 +53,7 @@ def load_momentum(session: Session, blobs: BlobStore, run_id: str, round_: int) 
 def outer_step(
     base: Tensors,
     momentum: Tensors | None,
-    pseudo_gradients: Sequence[Tensors | Any],
+    pseudo_gradients: Sequence[Tensors | Packet],
     *,
     lr: float,
     mu: float,

@@ -13,11 +13,15 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from protocol.hashing import hash_state_dict
+
+if TYPE_CHECKING:
+    from reference.codec import Packet
+    from reference.data import Corpus
 
 Tensors = Mapping[str, torch.Tensor]
 
@@ -58,7 +62,7 @@ class ReplayVerdict:
 
 
 def replay_pseudo_gradient(
-    base: Tensors, inputs: ReplayInputs, corpus: Any
+    base: Tensors, inputs: ReplayInputs, corpus: Corpus
 ) -> dict[str, torch.Tensor]:
     """``base - local`` after the node's inner steps, recomputed here."""
     from reference.checkpoint import load_weights_into
@@ -83,10 +87,10 @@ def audit(
     base: Tensors,
     submitted: Tensors,
     inputs: ReplayInputs,
-    corpus: Any,
+    corpus: Corpus,
     *,
     tolerance: float,
-    packet: Any = None,
+    packet: Packet | None = None,
 ) -> ReplayVerdict:
     """Replay and compare; ``packet``: the node committed its all-reduce packet (int8 codes),
     so the replay is encoded the same way before comparing."""

@@ -5,7 +5,8 @@ Copies are found on *residuals*: each pseudo-gradient minus its projection on th
 direction (the component every honest node shares), compared by cosine. A cosine is blind to
 rescaling; noise lowers it only as much as the noise outweighs the residual; and tensors are laid
 out by (shape, norm) rather than by name, so renaming (swapping same-shape tensors) does not hide
-a copy either. Pure functions; :mod:`ledger.judge.verdicts` applies them to a round.
+a copy either. Pure functions; :mod:`ledger.judge.pseudo_gradients` and
+:mod:`ledger.judge.comparisons` apply them to a round.
 """
 
 from __future__ import annotations

@@ -17,24 +17,27 @@ import logging
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ledger.core.blobstore import BlobStore
 from ledger.core.models import Attestation
 from ledger.judge.tensors import Measured, ShardMismatch, Tensors, UsefulnessFn
+
+if TYPE_CHECKING:
+    from reference.data import Corpus
 
 log = logging.getLogger(__name__)
 
 USEFUL_FLOOR = 0.25
 
 
-def corpus_of(corpus_dir: Path | None) -> Any:
+def corpus_of(corpus_dir: Path | None) -> Corpus:
     """The run's corpus (loaded once per folder)."""
     return _corpus(str(corpus_dir) if corpus_dir is not None else None)
 
 
 @cache
-def _corpus(folder: str | None) -> Any:
+def _corpus(folder: str | None) -> Corpus:
     from reference.data import Corpus
 
     return Corpus.from_folder(folder) if folder is not None else Corpus.stdlib()

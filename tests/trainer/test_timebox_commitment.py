@@ -86,8 +86,8 @@ def test_the_ledger_scores_a_commitment_decoded() -> None:
     """The ledger decodes commitments before judging them: a zero pseudo-gradient in int8 is
     still zero work (its scales and meta are not), an honest one decodes to the trainer's values
     laid out by the model's shapes, and a blob of the wrong size is refused with its reason."""
+    from ledger.judge.pseudo_gradients import decode_pseudo_gradient
     from ledger.judge.tensors import integrity
-    from ledger.judge.verdicts import decode_pseudo_gradient
 
     honest = commitment.tensors_of(encode(torch.randn(3000), None, "int8"))
     zero = commitment.tensors_of(encode(torch.zeros(3000), None, "int8"))

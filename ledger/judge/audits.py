@@ -1,0 +1,127 @@
+"""Level 3, the replay audit: which (node, round) pairs are replayed, and the replay of each.
+
+A pair is replayed when its draw falls in the sampled fraction (:func:`sampled`: keccak of its
+digest, fixed once the attestation is signed) or when an earlier check marked it suspicious (a
+copy's residual cosine, an odd norm or direction, the first-step probe, a node new to the run:
+probation). A replay that does not match fails the entry with a fraud record: the evidence,
+enough for anyone to re-run the replay (:mod:`ledger.judge.fraud` stores it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from sqlmodel import Session, col, select
+
+from ledger.core.models import Attestation, RoundState
+from ledger.judge.entries import Context, Entry, Fraud
+from ledger.judge.replay import ReplayInputs, audit
+from ledger.judge.tensors import Tensors
+from protocol.attestation import ATTESTATION_ATTRS
+from protocol.eip712 import keccak256
+from protocol.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+
+def sampled(digest: str, fraction: float) -> bool:
+    """The audit draw of an attestation: keccak of its digest, below ``fraction`` of 2**256."""
+    if fraction <= 0:
+        return False
+    draw = int.from_bytes(keccak256(bytes.fromhex(digest[2:]) + b"coloco-audit"), "big")
+    return draw < int(fraction * (1 << 256))
+
+
+def track_records(session: Session, rnd: RoundState, nodes: list[str]) -> dict[str, int]:
+    """How many earlier rounds of this run each node was verified in."""
+    rows = session.exec(
+        select(Attestation.node).where(
+            Attestation.run_id == rnd.run_id,
+            Attestation.round < rnd.round,
+            col(Attestation.verified).is_(True),
+            col(Attestation.node).in_(nodes),
+        )
+    ).all()
+    out: dict[str, int] = {}
+    for node in rows:
+        out[str(node)] = out.get(str(node), 0) + 1
+    return out
+
+
+def replay_audits(
+    session: Session, entries: list[Entry], ctx: Context, rnd: RoundState, base: Tensors
+) -> float:
+    """Replay the sampled and the suspicious entries (nodes with the shortest track record
+    first); a mismatch fails the entry with its fraud evidence. Returns the replays' CPU
+    seconds."""
+    if ctx.settings.audit_fraction <= 0 or ctx.settings.usefulness_model is None:
+        return 0.0
+    from ledger.judge.usefulness import corpus_of, matching_shard
+
+    cpu = 0.0
+    track = track_records(session, rnd, [e.att.node for e in entries])
+    for e in entries:  # nodes joining a running run (round 1's founders: the sample only)
+        new = track.get(e.att.node, 0) < ctx.settings.audit_probation_rounds
+        if e.ok and new and rnd.round > 1:
+            e.suspicious.append("new to the run (probation)")
+    cleared: set[str] = set()  # nodes whose copy partner failed: the pair is explained
+    for e in sorted(entries, key=lambda x: (track.get(x.att.node, 0), x.id)):
+        if not e.ok or e.tensors is None:
+            continue
+        reasons = [w for w in e.suspicious if not (e.att.node in cleared and "cosine" in w)]
+        if not (reasons or sampled(e.att.digest, ctx.settings.audit_fraction)):
+            continue
+        inputs = ReplayInputs(
+            run_id=bytes.fromhex(rnd.run_id[2:]),
+            round=rnd.round,
+            node=e.att.node,
+            tokens=e.att.tokens,
+            inner_steps=e.att.inner_steps,
+            inner_lr=ctx.config.inner_lr_e6 / 1e6,
+            mixture=tuple(ctx.config.data_mixture),
+            preset=ctx.settings.usefulness_model,
+            shard_tokens=matching_shard(
+                e.att, tuple(ctx.config.data_mixture), ctx.config.inner_steps
+            )
+            or 0,
+        )
+        try:
+            verdict = audit(
+                base,
+                e.tensors,
+                inputs,
+                corpus_of(ctx.settings.usefulness_corpus),
+                tolerance=ctx.settings.audit_tolerance,
+                packet=e.packet,
+            )
+        except CheckpointError as exc:  # the ledger's preset is not this run's model
+            log.error("replay audit does not fit the run's model: %s", exc)
+            e.reason += "; not audited: the ledger's model preset does not fit this run"
+            continue
+        cpu += verdict.cpu_seconds
+        why = "sampled" if not reasons else "suspicious: " + "; ".join(reasons)
+        if verdict.passed:
+            e.replayed = True
+            e.reason += f"; audited ({why}): {verdict.reason}"
+            continue
+        evidence = {
+            "attestation": {k: getattr(e.att, k) for k in ATTESTATION_ATTRS},
+            "digest": e.att.digest,
+            "signature": e.att.signature,
+            "replay_inputs": inputs.to_json(),
+            "base_checkpoint": ctx.base,
+            "submitted": e.att.pseudo_gradient,
+            "replayed": verdict.replayed_hash,
+            "relative_error": verdict.rel_error,
+            "tolerance": ctx.settings.audit_tolerance,
+            "selected": why,
+        }
+        text = json.dumps(evidence, sort_keys=True, default=str)
+        e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
+        cleared.update(w.rsplit(" ", 1)[-1] for w in e.suspicious if "cosine" in w)
+        e.fail(
+            "audit_failed",
+            f"{verdict.reason}; fraud record {e.fraud.evidence_hash} (selected: {why})",
+        )
+    return cpu

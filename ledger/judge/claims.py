@@ -1,0 +1,68 @@
+"""Level 1 on what the attestation claims, before any tensor is read: the node joined the round,
+its result checkpoint is not zero, its base is the committed checkpoint, its work is derived from
+the governed settings; and it signed no second, different attestation for the round.
+"""
+
+from __future__ import annotations
+
+from sqlmodel import Session, col, select
+
+from ledger.core.models import Rejection, RoundState
+from ledger.judge.entries import Context, Entry
+
+ZERO = "0x" + "00" * 32
+
+
+def check_claims(entries: list[Entry], ctx: Context) -> None:
+    """Membership, zero result checkpoint, base checkpoint, work (the first that fails)."""
+    tps = ctx.settings.tokens_per_step
+    for e in entries:
+        a = e.att
+        if ctx.members is not None and a.node not in ctx.members:
+            e.fail("not_a_member", f"node did not join round {a.round} before it started")
+        elif a.result_checkpoint == ZERO:
+            e.fail("zero_checkpoint", "resultCheckpoint is zero: no model has that hash")
+        elif a.base_checkpoint != ctx.base:
+            e.fail(
+                "stale_base",
+                f"base checkpoint {a.base_checkpoint} is not the committed "
+                f"checkpoint {ctx.base} of round {ctx.last_round}",
+            )
+        elif not 1 <= a.inner_steps <= ctx.config.inner_steps:
+            e.fail(
+                "work_mismatch",
+                f"innerSteps {a.inner_steps} is outside 1..TrainingConfig.innerSteps "
+                f"{ctx.config.inner_steps} (a time-boxed node declares the steps it ran)",
+            )
+        elif tps is not None and a.tokens != a.inner_steps * tps:
+            e.fail(
+                "work_mismatch",
+                f"tokens {a.tokens} are not innerSteps x batch x seqLen = "
+                f"{a.inner_steps} x {tps} = {a.inner_steps * tps}",
+            )
+        elif tps is None and (a.inner_steps == 0 or a.tokens % a.inner_steps):
+            e.fail(
+                "work_mismatch",
+                f"tokens {a.tokens} are not a whole number of {a.inner_steps} inner steps",
+            )
+
+
+def check_equivocation(entries: list[Entry], session: Session, rnd: RoundState) -> None:
+    """A second, different attestation signed by the node for this round (refused at intake as
+    ``conflicting_attestation``, its signature checked): the node equivocated."""
+    rows = session.exec(
+        select(Rejection.node, Rejection.digest).where(
+            Rejection.run_id == rnd.run_id,
+            Rejection.round == str(rnd.round),
+            Rejection.code == "conflicting_attestation",
+            col(Rejection.digest).is_not(None),
+        )
+    ).all()
+    other = {str(n): str(d) for n, d in rows}
+    for e in entries:
+        if e.att.node in other and other[e.att.node] != e.att.digest:
+            e.fail(
+                "equivocation",
+                f"the node signed two different attestations for round {rnd.round}: "
+                f"{e.att.digest} and {other[e.att.node]}",
+            )

@@ -1,0 +1,94 @@
+"""What the verdicts of a round share: one :class:`Entry` per attestation (the check that failed
+it, its evidence, its tensors, quality, credited tokens and reward), the round's
+:class:`Context` (settings, blobs, the governed config, the committed base) and the
+:class:`Judgement` the entry point returns (:func:`ledger.judge.verdicts.judge_round`).
+
+Each stage of :mod:`ledger.judge.verdicts` takes the entries and marks them: the first failed
+check is the one a receipt names (:meth:`Entry.fail`), later checks skip failed entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import torch
+
+from ledger.chain.client import ConfigView
+from ledger.core.blobstore import BlobStore
+from ledger.core.config import Settings
+from ledger.core.models import Attestation
+from ledger.judge.tensors import Tensors, UsefulnessFn
+
+if TYPE_CHECKING:
+    from reference.codec import Packet
+
+
+@dataclass
+class Fraud:
+    """A failed replay audit (:mod:`ledger.judge.audits`): its evidence as canonical JSON, the
+    keccak of that text, and the reward it would have earned (:mod:`ledger.judge.rewards`)."""
+
+    evidence: str
+    evidence_hash: str
+    withheld: str = "0"
+
+
+@dataclass
+class Entry:
+    att: Attestation
+    check: str | None = None
+    reason: str = ""
+    tensors: Tensors | None = None
+    flat: torch.Tensor | None = None
+    quality: float = 0.0
+    tokens: int = 0
+    suspicious: list[str] = field(default_factory=list)
+    packet: Packet | None = (
+        None  # the all-reduce packet of a commitment blob (reference.commitment)
+    )
+    unhelpful: str | None = None  # usefulness <= 0 while the audit can replay: it decides
+    replayed: bool = False  # the replay audit matched
+    reward: int = 0
+    fraud: Fraud | None = None
+
+    def fail(self, check: str, reason: str) -> None:
+        if self.check is None:
+            self.check, self.reason = check, f"[{check}] {reason}"
+
+    @property
+    def ok(self) -> bool:
+        return self.check is None
+
+    @property
+    def id(self) -> int:
+        return self.att.id or 0
+
+
+@dataclass
+class Judgement:
+    entries: list[Entry]
+    checkpoint: str | None
+    note: str
+    audit_cpu_s: float = 0.0
+    probe_cpu_s: float = 0.0  # the first-step probe (level 2; a replay is audit_cpu_s)
+
+
+@dataclass
+class Context:
+    settings: Settings
+    blobs: BlobStore
+    config: ConfigView
+    base: str
+    last_round: int
+    members: frozenset[str] | None
+    usefulness: UsefulnessFn | None
+    start_of: Callable[[Attestation], datetime]  # when the node could start the round's work
+    model: Tensors | None = None  # the base checkpoint's tensors (set by judge_round)
+
+
+def can_audit(ctx: Context) -> bool:
+    """Whether replays can run: a sampled fraction and the model preset to replay with."""
+    return ctx.settings.audit_fraction > 0 and ctx.settings.usefulness_model is not None
