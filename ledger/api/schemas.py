@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -12,7 +12,11 @@ from pydantic import (
     Field,
     StringConstraints,
     WithJsonSchema,
+    create_model,
 )
+
+from protocol.attestation import ATTESTATION_SPEC
+from protocol.eip712_struct import StructSpec
 
 Hex32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$")]
 AddressStr = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$")]
@@ -58,21 +62,49 @@ Uint64Out = Annotated[int, _wallet_int(64)]
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
 
-class AttestationFields(BaseModel):
-    """The ComputeAttestation in its camelCase wire form (docs/interfaces.md)."""
+_UINTS: dict[int, Any] = {32: Uint32, 64: Uint64, 256: Uint256}
+
+
+def wire_type(sol: str) -> Any:
+    """The request type of a signed field of Solidity type ``sol``: a bytes32 as 0x + 64 hex
+    digits, an address as 0x + 40, a uintN as an integer in range or its decimal string."""
+    if sol == "bytes32":
+        return Hex32
+    if sol == "address":
+        return AddressStr
+    bits = int(sol.removeprefix("uint") or "256") if sol.startswith("uint") else 0
+    if bits not in _UINTS:
+        raise TypeError(f"no request type for the Solidity type {sol!r}: add one to _UINTS")
+    return _UINTS[bits]
+
+
+class WireStruct(BaseModel):
+    """A signed struct in its camelCase wire form: one field per field of its
+    :class:`~protocol.eip712_struct.StructSpec`, named (EIP-712 names) and typed
+    (:func:`wire_type`) from it by :func:`wire_model`. Strict: exact types, unknown fields
+    refused; the protocol's parser checks them again (``ledger.intake.verify.check_form``)."""
 
     model_config = _STRICT
 
-    runId: Hex32  # noqa: N815 - wire names are the EIP-712 field names
-    round: Uint64
-    node: AddressStr
-    configVersion: Uint64  # noqa: N815
-    baseCheckpoint: Hex32  # noqa: N815
-    pseudoGradient: Hex32  # noqa: N815
-    dataShard: Hex32  # noqa: N815
-    innerSteps: Uint32  # noqa: N815
-    tokens: Uint64
-    resultCheckpoint: Hex32  # noqa: N815
+    if TYPE_CHECKING:  # the fields come from the spec: the type checker reads them by name
+
+        def __getattr__(self, name: str) -> Any: ...
+
+
+def wire_model(name: str, spec: StructSpec, doc: str) -> type[WireStruct]:
+    """The request model of ``spec``'s struct: its fields in struct order."""
+    fields: dict[str, Any] = {n: (wire_type(sol), ...) for _, n, sol in spec.fields}
+    return create_model(name, __base__=WireStruct, __doc__=doc, __module__=__name__, **fields)
+
+
+if TYPE_CHECKING:
+    AttestationFields = WireStruct
+else:
+    AttestationFields = wire_model(
+        "AttestationFields",
+        ATTESTATION_SPEC,
+        "The ComputeAttestation in its camelCase wire form (docs/interfaces.md).",
+    )
 
 
 class DomainIn(BaseModel):

@@ -74,7 +74,7 @@ def check_sender(item: AttestationIn, snap: ChainSnapshot) -> None:
         raise reject(
             "chain_not_indexed", "the ledger has not indexed the chain yet: retry in a moment"
         )
-    node = item.attestation.node
+    node: str = item.attestation.node  # a wire field (ledger.api.schemas.WireStruct)
     record = snap.nodes.get(node)
     if record is None or not record.registered:
         if to_checksum_address(node) != node:
