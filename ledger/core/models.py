@@ -9,11 +9,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import WithJsonSchema
 from sqlalchemy import BigInteger, Column, DateTime, Dialect, Index, Text, UniqueConstraint, text
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
-from ledger.api.schemas import Uint64Out
+from ledger.api.schemas import JS_SAFE_MAX, Uint64Out
+from protocol.attestation import ATTESTATION_SPEC, ComputeAttestation
+from protocol.eip712_struct import StructSpec
 
 
 def utcnow() -> datetime:
@@ -47,20 +50,84 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC)
 
 
+# --- signed fields as columns ---------------------------------------------------------------------
+
+HEX_LENGTH = {"bytes32": 66, "address": 42}
+"""Characters of a stored bytes32 (0x + 64 lowercase hex digits) and address (checksummed)."""
+
+
+def signed_column(spec: StructSpec, attr: str, **options: Any) -> Any:
+    """The column of field ``attr`` of ``spec``, typed by its Solidity type: a bytes32 or an
+    address as its 0x-hex string (:data:`HEX_LENGTH`), a uint as BIGINT (a uint64 is stored only
+    once the intake bounded it below 2^63). ``options``: an index, for example."""
+    sol = next(sol for a, _, sol in spec.fields if a == attr)
+    if sol in HEX_LENGTH:
+        return Field(max_length=HEX_LENGTH[sol], **options)
+    return Field(sa_type=BigInteger, **options)
+
+
+def check_signed_columns(model: type[SQLModel], table: Any, spec: StructSpec) -> None:
+    """``model`` declares ``spec``'s fields first, in struct order, each with the Python type of
+    its Solidity type (a uint that can pass 2^53 with the wallet-safe JSON type
+    :data:`~ledger.api.schemas.Uint64Out`), and ``table`` has their columns. The fields are
+    written out for the type checker; this holds them to the one definition at import."""
+    declared = list(model.model_fields.items())[: len(spec.fields)]
+    expected = [attr for attr, _, _ in spec.fields]
+    if [name for name, _ in declared] != expected:
+        raise TypeError(
+            f"{model.__name__} declares {[name for name, _ in declared]} first: declare "
+            f"{spec.primary}'s fields {expected}, in that order"
+        )
+    for (attr, _, sol), (_, info) in zip(spec.fields, declared, strict=True):
+        kind = str if sol in HEX_LENGTH else int
+        wallet = kind is int and (1 << int(sol.removeprefix("uint") or "256")) - 1 > JS_SAFE_MAX
+        column = table.c[attr].type
+        if (
+            info.annotation is not kind
+            or wallet != any(isinstance(m, WithJsonSchema) for m in info.metadata)
+            or (kind is str and getattr(column, "length", None) != HEX_LENGTH[sol])
+            or (kind is int and not isinstance(column, BigInteger))
+        ):
+            raise TypeError(
+                f"{model.__name__}.{attr} is {spec.primary}'s {sol}: declare it "
+                f"{'Uint64Out' if wallet else kind.__name__} = signed_column(spec, {attr!r})"
+            )
+
+
+_STORED = tuple((attr, sol == "bytes32") for attr, _, sol in ATTESTATION_SPEC.fields)
+
+
+def stored_fields(att: ComputeAttestation) -> dict[str, Any]:
+    """The signed fields of ``att`` as the attestation table stores them: bytes32 as
+    lowercase 0x-hex, the address and the integers as they are (the intake's rows)."""
+    row: dict[str, Any] = {}
+    for attr, hexed in _STORED:
+        value = getattr(att, attr)
+        row[attr] = "0x" + value.hex() if hexed else value
+    return row
+
+
 # --- attestations ---------------------------------------------------------------------------------
 
 
+def _signed(attr: str, **options: Any) -> Any:
+    return signed_column(ATTESTATION_SPEC, attr, **options)
+
+
 class AttestationBase(SQLModel):
-    run_id: str = Field(max_length=66)  # indexed by uq_attestation_slot's first column
-    round: int = Field(sa_type=BigInteger)
-    node: str = Field(max_length=42)  # indexed with the id: ix_attestation_node_id
-    config_version: int = Field(sa_type=BigInteger)
-    base_checkpoint: str = Field(max_length=66)
-    pseudo_gradient: str = Field(max_length=66, index=True)  # blob visibility (BlobStore.hidden)
-    data_shard: str = Field(max_length=66)
-    inner_steps: int = Field(sa_type=BigInteger)
-    tokens: int = Field(sa_type=BigInteger)
-    result_checkpoint: str = Field(max_length=66)
+    """The ComputeAttestation's signed fields, one column each, in ``ATTESTATION_SPEC``'s order
+    and typed by it (held to it at import: :func:`check_signed_columns`)."""
+
+    run_id: str = _signed("run_id")  # indexed by uq_attestation_slot's first column
+    round: Uint64Out = _signed("round")
+    node: str = _signed("node")  # indexed with the id: ix_attestation_node_id
+    config_version: Uint64Out = _signed("config_version")
+    base_checkpoint: str = _signed("base_checkpoint")
+    pseudo_gradient: str = _signed("pseudo_gradient", index=True)  # BlobStore.hidden
+    data_shard: str = _signed("data_shard")
+    inner_steps: int = _signed("inner_steps")
+    tokens: Uint64Out = _signed("tokens")
+    result_checkpoint: str = _signed("result_checkpoint")
 
 
 class Attestation(AttestationBase, table=True):
@@ -94,10 +161,10 @@ class Attestation(AttestationBase, table=True):
     reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
 
 
+check_signed_columns(AttestationBase, Attestation.__table__, ATTESTATION_SPEC)  # type: ignore[attr-defined]
+
+
 class AttestationPublic(AttestationBase):
-    round: Uint64Out
-    config_version: Uint64Out
-    tokens: Uint64Out
     id: int
     digest: str
     received_at: datetime

@@ -33,12 +33,13 @@ from sqlalchemy import (
     insert,
     select,
 )
+from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from ledger.api.schemas import AttestationIn
 from ledger.chain.indexer import ChainSnapshot, Indexer
 from ledger.core.config import Settings
-from ledger.core.models import Attestation, Rejection, RoundState, utcnow
+from ledger.core.models import Attestation, Rejection, RoundState, stored_fields, utcnow
 from ledger.core.round_book import RoundBook
 from ledger.intake.group_writer import GroupWriter
 from ledger.intake.jobs import Job, Outcome, Slot
@@ -55,6 +56,7 @@ from ledger.intake.verify import (
     reject,
 )
 from ledger.rounds.closing import RunClosures
+from protocol.attestation import ATTESTATION_ATTRS
 from protocol.errors import AttestationRejected
 
 log = logging.getLogger(__name__)
@@ -63,14 +65,20 @@ _ATT = Attestation.__table__  # type: ignore[attr-defined]
 _REJ = Rejection.__table__  # type: ignore[attr-defined]
 _ROUND = RoundState.__table__  # type: ignore[attr-defined]
 _INT63 = 1 << 63
-_GROUP_TYPES = {
-    "run_id": "varchar", "round": "bigint", "node": "varchar", "config_version": "bigint",
-    "base_checkpoint": "varchar", "pseudo_gradient": "varchar", "data_shard": "varchar",
-    "inner_steps": "bigint", "tokens": "bigint", "result_checkpoint": "varchar",
-    "digest": "varchar", "signature": "varchar", "members": "text",
-    "received_at": "timestamptz",
-}  # fmt: skip
-_GROUP_COLUMNS = tuple(_GROUP_TYPES)
+# the columns an accepted attestation fills: its signed fields (ATTESTATION_SPEC's order), then
+# what the intake adds; each declared in json_to_recordset as the table's PostgreSQL type
+_GROUP_COLUMNS = (*ATTESTATION_ATTRS, "digest", "signature", "members", "received_at")
+
+
+def _pg_types(columns: tuple[str, ...]) -> dict[str, str]:
+    """Each column's PostgreSQL type without its length (``varchar``, ``bigint``, ...)."""
+    pg = registry.load("postgresql")()
+    kinds = {c: str(_ATT.c[c].type.compile(dialect=pg)).lower() for c in columns}
+    short = {"timestamp with time zone": "timestamptz"}
+    return {c: short.get(k, k.split("(")[0]) for c, k in kinds.items()}
+
+
+_GROUP_TYPES = _pg_types(_GROUP_COLUMNS)
 # a PostgreSQL group in one statement (sent as driver SQL: no SQLAlchemy compile or cache key;
 # psycopg prepares it server-side after a few runs): open the group's rounds this process has
 # not seen (ON CONFLICT DO NOTHING), share-lock the group's existing round rows, insert the rows
@@ -436,22 +444,14 @@ class Intake:
         if att.tokens >= _INT63 or att.config_version >= _INT63:
             raise reject("invalid_field", "tokens/configVersion: implausibly large (>= 2**63)")
         seen[slot] = (index, digest)
-        return {
-            "run_id": run,
-            "round": att.round,
-            "node": att.node,
-            "config_version": att.config_version,
-            "base_checkpoint": "0x" + att.base_checkpoint.hex(),
-            "pseudo_gradient": "0x" + att.pseudo_gradient.hex(),
-            "data_shard": "0x" + att.data_shard.hex(),
-            "inner_steps": att.inner_steps,
-            "tokens": att.tokens,
-            "result_checkpoint": "0x" + att.result_checkpoint.hex(),
-            "digest": digest,
-            "signature": "0x" + c.signature.hex(),
-            "members": json.dumps(list(c.members)) if c.members is not None else None,
-            "received_at": now,
-        }
+        row = stored_fields(att)
+        row.update(
+            digest=digest,
+            signature="0x" + c.signature.hex(),
+            members=json.dumps(list(c.members)) if c.members is not None else None,
+            received_at=now,
+        )
+        return row
 
     def _open_round(self, conn: Connection, run: str, round_: int) -> str:
         state = conn.execute(
