@@ -29,6 +29,7 @@ from coloco_cli.common import (
 from coloco_cli.run.ops import parse_run_id
 from coloco_cli.tx import open_chain
 from ledger.core.config import AUDIT_TOLERANCE
+from protocol.attestation import ATTESTATION_ATTRS
 from protocol.blobs import decode_blob
 from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
 from reference.settings import TrainingSettings
@@ -76,7 +77,7 @@ def audit_rounds(
                 out.append({"round": rnd["round"], "node": s["node"], "verdict": "unavailable"})
                 continue
             tensors, packet, bad = decode_pseudo_gradient(raw, base)
-            att = SimpleNamespace(**{k: s[k] for k in _ATT_FIELDS})
+            att = SimpleNamespace(**{k: s[k] for k in ATTESTATION_ATTRS})  # a round's score row
             inputs = ReplayInputs(
                 run_id=bytes.fromhex(run_id[2:]),
                 round=rnd["round"],
@@ -110,9 +111,6 @@ def audit_rounds(
                 }
             )
     return out
-
-
-_ATT_FIELDS = ("run_id", "round", "node", "tokens", "inner_steps", "data_shard")
 
 
 def _tensors(http: httpx.Client, hash_hex: str) -> Any:

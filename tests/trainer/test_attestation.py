@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
+from protocol.attestation import ATTESTATION_ATTRS
 from protocol.eip712 import Eip712Domain
 from protocol.hashing import hash_state_dict
 from protocol.keys import NodeKey
@@ -14,7 +16,7 @@ from reference.inner import one_thread
 from reference.model import GPT, GPTConfig
 from tests.trainer.nodes import DEV_KEYS, RUN_ID
 from trainer.network.membership import MembershipConfig
-from trainer.round.attest import Attester
+from trainer.round.attest import WORK_FIELDS, Attester, WorkRecord
 from trainer.round.diloco import DiLoCo
 from trainer.round.node import NodeRunner, NodeSettings
 from trainer.round.recovery import genesis_checkpoint, genesis_hash
@@ -82,3 +84,9 @@ def test_a_ledger_outage_keeps_attestations_for_later_instead_of_stopping() -> N
     attester.publish(WorkRecord(2, 0, bytes(32), {"w": torch.ones(3)}, bytes(32), 1, 32,
                                 bytes(32)), [key.address])  # fmt: skip
     assert [p.attestation.round for p in attester.backlog] == [1, 2], "kept in round order"
+
+
+def test_a_work_record_carries_the_attestations_fields_less_the_attesters() -> None:
+    """WorkRecord is written out (its pseudo-gradient is tensors); its fields are the spec's."""
+    assert tuple(f.name for f in fields(WorkRecord)) == WORK_FIELDS
+    assert tuple(a for a in ATTESTATION_ATTRS if a not in ("run_id", "node")) == WORK_FIELDS

@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from torch import Tensor
 
-from protocol.attestation import ComputeAttestation
+from protocol.attestation import ATTESTATION_ATTRS, ComputeAttestation
 from protocol.blob_auth import UploadSigner
 from protocol.blobs import encode_blob
 from protocol.eip712 import Eip712Domain
@@ -36,7 +37,10 @@ LEDGER_BEHIND = "future_round"
 
 @dataclass(frozen=True)
 class WorkRecord:
-    """What a node did in one round: exactly the numbers the attestation carries."""
+    """What a node did in one round: exactly the numbers the attestation carries, less the run
+    and the node (the attester's own), with the pseudo-gradient as tensors (hashed when signed).
+
+    The fields are ``ATTESTATION_SPEC``'s, in struct order (checked below, at import)."""
 
     round: int
     config_version: int
@@ -46,6 +50,12 @@ class WorkRecord:
     inner_steps: int
     tokens: int
     result_checkpoint: bytes
+
+
+_ATTESTER_FIELDS = ("run_id", "node")  # the attester's, not the round's work
+WORK_FIELDS = tuple(a for a in ATTESTATION_ATTRS if a not in _ATTESTER_FIELDS)
+if tuple(f.name for f in fields(WorkRecord)) != WORK_FIELDS:
+    raise TypeError(f"WorkRecord's fields must be the attestation's {WORK_FIELDS}, in order")
 
 
 @dataclass(frozen=True)
@@ -83,18 +93,9 @@ class Attester:
         return str(self.key.address)
 
     def attestation(self, work: WorkRecord) -> ComputeAttestation:
-        return ComputeAttestation(
-            run_id=RunId(self.run_id),
-            round=RoundNumber(work.round),
-            node=self.key.address,
-            config_version=work.config_version,
-            base_checkpoint=Bytes32(work.base_checkpoint),
-            pseudo_gradient=Bytes32(bytes(hash_state_dict(work.pseudo_gradient))),
-            data_shard=Bytes32(work.data_shard),
-            inner_steps=work.inner_steps,
-            tokens=work.tokens,
-            result_checkpoint=Bytes32(work.result_checkpoint),
-        )
+        values: dict[str, Any] = {name: getattr(work, name) for name in WORK_FIELDS}
+        values["pseudo_gradient"] = Bytes32(bytes(hash_state_dict(work.pseudo_gradient)))
+        return ComputeAttestation(run_id=RunId(self.run_id), node=self.key.address, **values)
 
     def join(self, round: int) -> bool:
         """Sign and post this node's join of ``round`` (the ledger's membership). False when the
