@@ -39,11 +39,7 @@ FUNDING_CONTRACTS = ("RunFunding", "CodeRegistry")
 
 class ConfigView(TrainingSettings):
     """The ledger's view of the governed settings: :class:`reference.settings.TrainingSettings`
-    itself (its JSON form is what the indexer stores), plus the name the judge reads."""
-
-    @property
-    def data_mixture(self) -> tuple[int, ...]:
-        return self.data_mixture_bps
+    itself (its JSON form is what the indexer stores)."""
 
 
 @dataclass(frozen=True)

@@ -78,11 +78,11 @@ def replay_audits(
             node=e.att.node,
             tokens=e.att.tokens,
             inner_steps=e.att.inner_steps,
-            inner_lr=ctx.config.inner_lr_e6 / 1e6,
-            mixture=tuple(ctx.config.data_mixture),
+            inner_lr=ctx.config.inner_lr,
+            mixture=tuple(ctx.config.data_mixture_bps),
             preset=ctx.settings.usefulness_model,
             shard_tokens=matching_shard(
-                e.att, tuple(ctx.config.data_mixture), ctx.config.inner_steps
+                e.att, tuple(ctx.config.data_mixture_bps), ctx.config.inner_steps
             )
             or 0,
         )

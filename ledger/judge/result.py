@@ -43,8 +43,8 @@ def members_step(
         momentum,
         [fed(e) for e in group],
         weights=[allreduce_weight(e, ctx) for e in group],
-        lr=ctx.config.outer_lr_e6 / 1e6,
-        mu=ctx.config.outer_momentum_e6 / 1e6,
+        lr=ctx.config.outer_lr,
+        mu=ctx.config.outer_momentum,
         wire_format=ctx.config.wire_format,
     )
 

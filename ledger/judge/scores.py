@@ -69,7 +69,7 @@ def probe_inner_steps(entries: list[Entry], ctx: Context, base: Tensors | None) 
     from ledger.judge.usefulness import corpus_of, matching_shard
     from reference.data import ShardSpec
 
-    lr = ctx.config.inner_lr_e6 / 1e6
+    lr = ctx.config.inner_lr
     # per declared step (a time-boxed node ran fewer): about lr for every honest node
     tops = {
         e.id: linf_ratio(steps_linf(e.tensors), lr, e.att.inner_steps)
@@ -92,7 +92,7 @@ def probe_inner_steps(entries: list[Entry], ctx: Context, base: Tensors | None) 
         log.error("first-step probe does not fit the run's model: %s", exc)
         return 0.0
     corpus = corpus_of(ctx.settings.usefulness_corpus)
-    mixture = tuple(ctx.config.data_mixture)
+    mixture = tuple(ctx.config.data_mixture_bps)
     seq_len = probe.config.seq_len
     for e in live:
         a = e.att
