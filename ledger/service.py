@@ -19,7 +19,7 @@ from collections.abc import Callable
 from sqlalchemy import Engine, exists, func
 from sqlmodel import Session, col, select
 
-from ledger.chain.client import ConfigView, LedgerChain
+from ledger.chain.client import LedgerChain
 from ledger.chain.funding import FundingSettler
 from ledger.chain.indexer import Indexer
 from ledger.chain.settlement import FaultHook, Settler
@@ -33,14 +33,15 @@ from ledger.core.request_id import request_id
 from ledger.core.retry import Backoff, describe
 from ledger.core.round_book import RoundBook
 from ledger.intake.accept import Intake
+from ledger.intake.closing import RunClosures
 from ledger.intake.membership import Membership
 from ledger.judge.tensors import UsefulnessFn
 from ledger.reads.metrics import Metrics
 from ledger.reads.trees import EthTrees, RewardsTrees
-from ledger.rounds.closing import RunClosures
 from ledger.rounds.lifecycle import RoundKeeper
 from ledger.rounds.retention import prune_rejections
 from protocol.errors import SettlementError
+from reference.settings import TrainingSettings
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class Ledger:
     def _trainer_usefulness(self) -> UsefulnessFn:
         from ledger.judge.usefulness import trainer_usefulness
 
-        def config() -> ConfigView:
+        def config() -> TrainingSettings:
             cfg = self.indexer.snapshot.config
             if cfg is None:
                 raise SettlementError("TrainingConfig not indexed yet")

@@ -28,10 +28,10 @@ from ledger.core.config import Settings
 from ledger.core.models import Settlement
 from ledger.core.round_book import RoundBook
 from ledger.intake.accept import Intake
+from ledger.intake.closing import RunClosures
 from ledger.intake.membership import Membership
 from ledger.reads.metrics import Metrics, WorkerStatus
 from ledger.reads.trees import EthTrees, RewardsTrees
-from ledger.rounds.closing import RunClosures
 from ledger.service import Ledger
 from protocol.eip712 import Eip712Domain
 from protocol.errors import LedgerError

@@ -45,8 +45,8 @@ from ledger.api.errors import (
 )
 from ledger.api.routes import attestations, nodes, rewards, runs
 from ledger.api.routes.runs import ROUNDS_LIMIT, ROUNDS_LIMIT_MAX
-from ledger.api.schemas import AttestationIn, BatchIn
 from ledger.core.request_id import id_of, request_id
+from ledger.core.schemas import AttestationIn, BatchIn
 from ledger.service import Ledger
 
 

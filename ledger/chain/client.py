@@ -25,7 +25,6 @@ from protocol.deployment import Deployment, abi
 from protocol.eip712 import Eip712Domain
 from protocol.errors import ChainError, DeploymentError
 from protocol.types import RunId
-from reference.settings import TrainingSettings
 
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
@@ -35,11 +34,6 @@ log = logging.getLogger(__name__)
 INDEXED_CONTRACTS = ("StakeManager", "ContributionLedger", "TrainingConfig")
 # indexed too when the deployment has them (ledger/chain/funding_index.py)
 FUNDING_CONTRACTS = ("RunFunding", "CodeRegistry")
-
-
-class ConfigView(TrainingSettings):
-    """The ledger's view of the governed settings: :class:`reference.settings.TrainingSettings`
-    itself (its JSON form is what the indexer stores)."""
 
 
 @dataclass(frozen=True)

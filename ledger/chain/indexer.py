@@ -33,10 +33,11 @@ from sqlmodel import Session, col, select
 from web3.exceptions import BlockNotFound
 
 from ledger.chain import funding_index
-from ledger.chain.client import ConfigView, LedgerChain
+from ledger.chain.client import LedgerChain
 from ledger.core.models import ChainCommit, KeyValue, Node
 from protocol.errors import ConfigError
 from protocol.types import Address, Bytes32
+from reference.settings import TrainingSettings
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class ChainSnapshot:
     """What the indexer knows, for lock-free reads by the API (replaced, never half-updated)."""
 
     nodes: dict[str, Node] = field(default_factory=dict)
-    config: ConfigView | None = None
+    config: TrainingSettings | None = None
     last_round: dict[str, int] = field(default_factory=dict)
     checkpoints: dict[tuple[str, int], str] = field(default_factory=dict)
     indexed_block: int | None = None
@@ -113,15 +114,15 @@ def _finality(commit: ChainCommit) -> RootFinality:
     return RootFinality(commit.finalized_at, commit.revoked_block is not None)
 
 
-def _config_to_json(cfg: ConfigView) -> str:
+def _config_to_json(cfg: TrainingSettings) -> str:
     return json.dumps(cfg.to_json())
 
 
-def _config_from_json(text: str) -> ConfigView | None:
+def _config_from_json(text: str) -> TrainingSettings | None:
     """The stored settings; None for a form this ledger no longer reads (the next step then
     reads them from the chain again)."""
     try:
-        return ConfigView.from_json(json.loads(text))
+        return TrainingSettings.from_json(json.loads(text))
     except ConfigError as exc:
         log.info("stored training settings not read (%s): reading them from the chain", exc)
         return None
@@ -227,7 +228,7 @@ class Indexer:
                 status = client.root_status(Bytes32(bytes.fromhex(commit.rewards_root[2:])))
                 commit.finalized_at = status.finalized_at
             chain_time = self._block_time(end)
-            config = ConfigView.read(client) if config_changed else None
+            config = TrainingSettings.read(client) if config_changed else None
             with Session(self.engine, expire_on_commit=False) as session:
                 for rec in records:
                     row = session.get(Node, rec.node) or Node(

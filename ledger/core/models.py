@@ -14,7 +14,7 @@ from sqlalchemy import BigInteger, Column, DateTime, Dialect, Index, Text, Uniqu
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
-from ledger.api.schemas import JS_SAFE_MAX, Uint64Out
+from ledger.core.schemas import JS_SAFE_MAX, Uint64Out
 from protocol.attestation import ATTESTATION_SPEC, ComputeAttestation
 from protocol.eip712_struct import StructSpec
 
@@ -69,7 +69,7 @@ def signed_column(spec: StructSpec, attr: str, **options: Any) -> Any:
 def check_signed_columns(model: type[SQLModel], table: Any, spec: StructSpec) -> None:
     """``model`` declares ``spec``'s fields first, in struct order, each with the Python type of
     its Solidity type (a uint that can pass 2^53 with the wallet-safe JSON type
-    :data:`~ledger.api.schemas.Uint64Out`), and ``table`` has their columns. The fields are
+    :data:`~ledger.core.schemas.Uint64Out`), and ``table`` has their columns. The fields are
     written out for the type checker; this holds them to the one definition at import."""
     declared = list(model.model_fields.items())[: len(spec.fields)]
     expected = [attr for attr, _, _ in spec.fields]

@@ -1,3 +1,4 @@
-"""Stage 1, intake: level-0 checks (:mod:`.verify`), signed joins (:mod:`.membership`), and the
-group-committed write of each accepted attestation (:mod:`.accept`, :mod:`.group_writer`).
+"""Stage 1, intake: level-0 checks (:mod:`.verify`), signed joins (:mod:`.membership`), closed
+runs (:mod:`.closing`), and the group-committed write of each accepted attestation
+(:mod:`.accept`, :mod:`.group_writer`, :mod:`.jobs`).
 """

@@ -36,11 +36,12 @@ from sqlalchemy import (
 from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from ledger.api.schemas import AttestationIn
 from ledger.chain.indexer import ChainSnapshot, Indexer
 from ledger.core.config import Settings
 from ledger.core.models import Attestation, Rejection, RoundState, stored_fields, utcnow
 from ledger.core.round_book import RoundBook
+from ledger.core.schemas import AttestationIn
+from ledger.intake.closing import RunClosures
 from ledger.intake.group_writer import GroupWriter
 from ledger.intake.jobs import Job, Outcome, Slot
 from ledger.intake.membership import Membership
@@ -55,7 +56,6 @@ from ledger.intake.verify import (
     recover_signers,
     reject,
 )
-from ledger.rounds.closing import RunClosures
 from protocol.attestation import ATTESTATION_ATTRS
 from protocol.errors import AttestationRejected
 
@@ -124,7 +124,7 @@ class Intake:
         self.book = book  # the rounds' states and the lock over writes (ledger.core.round_book)
         self.writer = GroupWriter(self.store)
         self.membership: Membership | None = None  # set by the service (ledger.intake.membership)
-        self.closures: RunClosures | None = None  # set by the service (ledger.rounds.closing)
+        self.closures: RunClosures | None = None  # set by the service (ledger.intake.closing)
         self._conn: Connection | None = None  # the writer's own (PostgreSQL: _autocommit)
 
     @property

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.api.schemas import AttestationIn
+from ledger.core.schemas import AttestationIn
 from ledger.intake.verify import Checked
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from eth_utils.address import to_checksum_address
 
-from ledger.api.schemas import AttestationIn
 from ledger.chain.indexer import ChainSnapshot
+from ledger.core.schemas import AttestationIn
 from protocol.attestation import ComputeAttestation
 from protocol.eip712 import Eip712Domain, check_address
 from protocol.eip712 import to_checksum_address as checksum
@@ -74,7 +74,7 @@ def check_sender(item: AttestationIn, snap: ChainSnapshot) -> None:
         raise reject(
             "chain_not_indexed", "the ledger has not indexed the chain yet: retry in a moment"
         )
-    node: str = item.attestation.node  # a wire field (ledger.api.schemas.WireStruct)
+    node: str = item.attestation.node  # a wire field (ledger.core.schemas.WireStruct)
     record = snap.nodes.get(node)
     if record is None or not record.registered:
         if to_checksum_address(node) != node:

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ledger.chain.client import ConfigView
 from ledger.core.blobstore import BlobStore
 from ledger.core.config import Settings
 from ledger.core.models import Attestation
 from ledger.judge.tensors import Tensors, UsefulnessFn
+from reference.settings import TrainingSettings
 
 if TYPE_CHECKING:
     from reference.codec import Packet
@@ -80,7 +80,7 @@ class Judgement:
 class Context:
     settings: Settings
     blobs: BlobStore
-    config: ConfigView
+    config: TrainingSettings
     base: str
     last_round: int
     members: frozenset[str] | None

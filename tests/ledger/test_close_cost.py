@@ -14,9 +14,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event
 
-from ledger.api.schemas import AttestationIn
 from ledger.core.config import Settings
 from ledger.core.models import utcnow
+from ledger.core.schemas import AttestationIn
 from ledger.main import create_app
 from ledger.service import Ledger
 from tests.ledger.conftest import ADMIN, GENESIS

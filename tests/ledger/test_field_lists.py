@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 from sqlmodel import SQLModel
 
-from ledger.api.schemas import AttestationFields, Uint64Out
 from ledger.core.models import (
     Attestation,
     AttestationPublic,
@@ -15,6 +14,7 @@ from ledger.core.models import (
     signed_column,
     stored_fields,
 )
+from ledger.core.schemas import AttestationFields, Uint64Out
 from ledger.intake import accept
 from protocol.attestation import ATTESTATION_ATTRS, ATTESTATION_SPEC
 from protocol.keys import NodeKey

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from ledger.api.errors import WalletSafeJSON
-from ledger.api.schemas import AttestationFields
 from ledger.core.config import Settings
+from ledger.core.schemas import AttestationFields
 from ledger.main import create_app
 
 BIG = (1 << 64) - 1  # the vectors' tokens: JSON.parse would read 18446744073709552000

@@ -93,8 +93,8 @@ def test_a_round_another_worker_opens_during_the_group_statement(
 
     from sqlalchemy import text
 
-    from ledger.api.schemas import AttestationIn
     from ledger.core.models import RoundState, utcnow
+    from ledger.core.schemas import AttestationIn
 
     table = RoundState.__table__.name  # type: ignore[attr-defined]
     att = attestation(nodes[0], run_id=started_run, round_=2, base=GENESIS, result=h("o"))

@@ -7,7 +7,7 @@ from fastapi.responses import Response
 
 from ledger.api.deps import IntakeDep, MetricsDep, SettingsDep
 from ledger.api.errors import error_response, json_response
-from ledger.api.schemas import (
+from ledger.core.schemas import (
     Accepted,
     AttestationIn,
     BatchIn,

@@ -16,9 +16,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
 from ledger.api.deps import BlobsDep, DomainDep, SnapshotDep
-from ledger.api.schemas import BlobOut, ErrorResponse
 from ledger.chain.indexer import ChainSnapshot
 from ledger.core.blobstore import BlobStore
+from ledger.core.schemas import BlobOut, ErrorResponse
 from protocol import blob_auth
 from protocol.eip712 import Eip712Domain, check_address
 from protocol.errors import EncodingError, LedgerError, SignatureError

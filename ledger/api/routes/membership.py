@@ -21,8 +21,8 @@ from ledger.api.deps import (
     SnapshotDep,
 )
 from ledger.api.errors import json_response
-from ledger.api.schemas import AddressStr, Hex32, SignatureHex, Uint64
 from ledger.core.models import FraudRecord, KeyValue, RoundState, utcnow
+from ledger.core.schemas import AddressStr, Hex32, SignatureHex, Uint64
 from ledger.intake.verify import reject
 from ledger.judge.outer_step import momentum_key
 from protocol.errors import EncodingError, LedgerError

@@ -16,8 +16,8 @@ from starlette.concurrency import run_in_threadpool
 
 from ledger.api.deps import DomainDep, EngineDep, SnapshotDep, StatusDep
 from ledger.api.errors import json_response
-from ledger.api.schemas import HealthOut, LiveOut
 from ledger.chain.indexer import ChainSnapshot
+from ledger.core.schemas import HealthOut, LiveOut
 from ledger.core.secrets import redact
 from ledger.reads.metrics import WorkerStatus
 from protocol.attestation import ATTESTATION_SPEC

@@ -12,9 +12,9 @@ from sqlalchemy import select as sa_select
 from ledger.api.deps import SessionDep, SnapshotDep
 from ledger.api.errors import json_response
 from ledger.api.raw import Keyed
-from ledger.api.schemas import NodeOut
 from ledger.chain.indexer import ChainSnapshot
 from ledger.core.models import Attestation, Rejection
+from ledger.core.schemas import NodeOut
 from protocol.eip712 import to_checksum_address
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])

@@ -16,9 +16,9 @@ from sqlmodel import Session
 from ledger.api.deps import EthTreesDep, RewardsTreesDep, SessionDep, SnapshotDep
 from ledger.api.errors import json_response
 from ledger.api.raw import Keyed, RawSelect
-from ledger.api.schemas import RewardsOut
 from ledger.chain.indexer import ChainSnapshot
 from ledger.core.models import Attestation, ChainCommit, RoundState, Settlement
+from ledger.core.schemas import RewardsOut
 from ledger.reads.receipts import GATE_COLUMNS, Gate, other_kinds
 from ledger.reads.trees import EthTrees, RewardsTrees
 from protocol.eip712 import to_checksum_address

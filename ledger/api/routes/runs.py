@@ -26,11 +26,11 @@ from ledger.api.deps import (
 )
 from ledger.api.errors import json_response
 from ledger.api.raw import RawSelect
-from ledger.api.schemas import RunCloseIn, RunIn, RunInfo, RunOut
 from ledger.chain.indexer import ChainSnapshot
 from ledger.core.models import Attestation, AttestationPublic, RoundPublic, RoundState, Run, utcnow
 from ledger.core.round_book import RoundBook
-from ledger.rounds.closing import RunClosures
+from ledger.core.schemas import RunCloseIn, RunIn, RunInfo, RunOut
+from ledger.intake.closing import RunClosures
 from protocol.errors import LedgerError
 from protocol.types import RoundNumber, RunId
 
