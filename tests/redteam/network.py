@@ -23,6 +23,7 @@ import torch
 from eth_account import Account
 from fastapi.testclient import TestClient
 
+from bench.harness.nodes import NodeKey, domain_of, h, new_node
 from ledger.core.config import Settings
 from ledger.main import create_app
 from ledger.service import Ledger
@@ -31,7 +32,6 @@ from protocol.deployment import Deployment, abi
 from protocol.devnet import AnvilProcess
 from protocol.errors import AttestationRejected
 from reference.model import GPTConfig
-from tests.ledger.helpers import NodeKey, domain_of, h, new_node
 from tests.redteam.node import Node
 from trainer.network.ledger_client import LedgerClient, RetryPolicy
 from trainer.round.recovery import genesis_checkpoint

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from bench.harness.nodes import NodeKey
 from protocol.attestation import ComputeAttestation
 from protocol.blob_auth import UploadSigner
 from protocol.blobs import encode_blob
@@ -24,7 +25,6 @@ from reference.inner import InnerConfig, InnerTrainer
 from reference.mean import simulate_average
 from reference.model import GPT
 from reference.outer import FlatLayout, OuterConfig, OuterState
-from tests.ledger.helpers import NodeKey
 from trainer.round.strategy import RoundView, Strategy, Tensors
 
 if TYPE_CHECKING:

@@ -29,6 +29,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import uvicorn
 
+from bench.harness.nodes import NodeKey, h, new_node
 from coloco_cli.procs import free_port
 from ledger.core.config import Settings
 from ledger.main import create_app
@@ -37,7 +38,6 @@ from protocol.blobs import encode_blob
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from reference.model import GPTConfig
-from tests.ledger.helpers import NodeKey, h, new_node
 from tests.redteam.cheats import JumpAhead, SybilPrimary, SybilShared
 from tests.redteam.network import ADMIN, NetConfig, configure_chain
 from tests.redteam.procs import NodePlan, node_main
