@@ -1,6 +1,7 @@
 """The in-process red-team network's driver (``tests/redteam/network.py``): ledger-level tests of
 the slash path and of the usefulness/audit interplay, in one process and without the trainer's
-collective. The red team proper runs real nodes (``tests/redteam/realnet.py``, ``bench.redteam``).
+collective. The red team proper runs real nodes (``bench/redteam/realnet.py``,
+``python -m bench.redteam``).
 
 Round 1 is a warm-up (honest nodes, plus the cheaters that need an earlier round of their own);
 then each strategy gets a round with a fresh cheating node.
