@@ -6,7 +6,7 @@ momentum from the ledger, trains its inner steps on its shard (tiny model, CPU, 
 round is replayable), the members average their pseudo-gradients (``simulate_average``: the
 all-reduce's exact result, in one process) and take the outer step, then each uploads its blob
 and posts its signed attestation. The ledger closes, judges, audits and commits the round on
-chain. A :class:`trainer.round.strategy.Strategy` decides, hook by hook, how a node deviates.
+chain. A :class:`tests.redteam.strategies.SimStrategy` decides, hook by hook, how a node deviates.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from protocol.devnet import AnvilProcess
 from protocol.errors import AttestationRejected
 from reference.model import GPTConfig
 from tests.redteam.node import Node
+from tests.redteam.strategies import SimStrategy
 from trainer.network.ledger_client import LedgerClient, RetryPolicy
 from trainer.round.recovery import genesis_checkpoint
-from trainer.round.strategy import Strategy
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +112,11 @@ class Network:
         self.lc.put_blob(ckpt.weights_hash, encode_blob(ckpt.weights))
         self.ledger.indexer.catch_up()
 
-    def add_node(self, strategy: Strategy | None = None, *, label: str = "") -> Node:
+    def add_node(self, strategy: SimStrategy | None = None, *, label: str = "") -> Node:
         operator = self.anvil.accounts[2 + self._operator % 8][0]
         self._operator += 1
         key: NodeKey = new_node(self.anvil.w3, self.dep, operator)
-        node = Node(key, self, strategy or Strategy(), label=label or f"node{len(self.nodes)}")
+        node = Node(key, self, strategy or SimStrategy(), label=label or f"node{len(self.nodes)}")
         self.nodes.append(node)
         self.ledger.indexer.catch_up()
         return node

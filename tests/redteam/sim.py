@@ -14,8 +14,7 @@ from typing import Any
 
 from tests.redteam.network import Network
 from tests.redteam.node import Node
-from tests.redteam.strategies import ALL, JumpAhead, SybilShared
-from trainer.round.strategy import Strategy
+from tests.redteam.strategies import ALL, JumpAhead, SimStrategy, SybilShared
 
 log = logging.getLogger(__name__)
 HONEST = 4
@@ -23,7 +22,7 @@ HONEST = 4
 
 def run(net: Network, *, extra_honest_rounds: int, only: list[str] | None = None) -> dict[str, Any]:
     honest = [net.add_node(label=f"honest{i}") for i in range(HONEST)]
-    plans: list[tuple[Strategy, list[Node]]] = []
+    plans: list[tuple[SimStrategy, list[Node]]] = []
     for cls in ALL:
         if only and cls.name not in only:
             continue
@@ -39,7 +38,7 @@ def run(net: Network, *, extra_honest_rounds: int, only: list[str] | None = None
     r = 1
     real = {c.address: c.strategy for c in warm}
     for c in warm:  # an honest first round: something of its own to resend later
-        c.strategy = Strategy()
+        c.strategy = SimStrategy()
     net.play_round(r, honest + warm)
     for c in warm:
         c.strategy = real[c.address]
