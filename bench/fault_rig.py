@@ -2,8 +2,8 @@
 (`coloco ledger serve`), a switchable RPC proxy, a resilient load generator and the checks
 (accepted vs stored, commits per round counted from the chain's blocks).
 
-Load reuses the bench's pieces: nodes from :func:`tests.ledger.helpers.new_node`, server start-up
-from :func:`bench.ledger._start_server`, attestations from :func:`tests.ledger.helpers.attestation`.
+Load reuses the bench's pieces: nodes from :func:`bench.harness.nodes.new_node`, server start-up
+from :func:`bench.ledger._start_server`, attestations from :func:`bench.harness.nodes.attestation`.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import orjson
 import requests
 from sqlalchemy import create_engine, text
 
+from bench.harness.nodes import NodeKey, attestation, gradient_blob, h
 from bench.ledger import ADMIN, _start_server
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess, free_port, stop_pid
 from protocol.eip712 import Eip712Domain
 from protocol.signing import sign_attestation
-from tests.ledger.helpers import NodeKey, attestation, gradient_blob, h
 
 log = logging.getLogger("bench.faults")
 
@@ -45,7 +45,7 @@ class Rig:
     nodes: list[NodeKey]
     domain: Eip712Domain
     quick: bool
-    pg: Any = None  # tests.harness.postgres.PostgresServer, started on first use
+    pg: Any = None  # bench.harness.postgres.PostgresServer, started on first use
 
     def load(self, url: str, work: list[Work], **kw: Any) -> Load:
         """A load whose retries give up after 120 s in quick mode (300 s otherwise), so a
@@ -54,7 +54,7 @@ class Rig:
 
     def postgres_url(self, name: str) -> str:
         if self.pg is None:
-            from tests.harness.postgres import PostgresServer
+            from bench.harness.postgres import PostgresServer
 
             self.pg = PostgresServer.start()
         return str(self.pg.create_database(name))

@@ -50,12 +50,12 @@ from bench.fault_rig import (
     result_of,
     wait_for,
 )
+from bench.harness.nodes import domain_of, new_node
 from protocol.blob_auth import UploadSigner
 from protocol.blobs import encode_blob
 from protocol.deploy import deploy
 from protocol.devnet import AnvilProcess
 from protocol.hashing import hash_state_dict
-from tests.ledger.helpers import domain_of, new_node
 
 log = logging.getLogger("bench.faults")
 NODES = 8
@@ -116,13 +116,13 @@ def kill9(rig: Rig) -> dict[str, Any]:
 def _pg_restart(rig: Rig) -> None:
     """`pg_ctl restart` (fast shutdown): the server's output to its log, never to our pipes,
     which the new postmaster would hold open."""
-    from tests.harness.postgres import _as_postgres, _pg_bin
+    from bench.harness.postgres import as_postgres, pg_bin
 
     datadir = rig.pg.datadir
-    argv = [_pg_bin("pg_ctl"), "-D", str(datadir), "-l", str(datadir.parent / "server.log"),
+    argv = [pg_bin("pg_ctl"), "-D", str(datadir), "-l", str(datadir.parent / "server.log"),
             "-m", "fast", "-w", "-t", "60", "restart"]  # fmt: skip
     subprocess.run(
-        _as_postgres(argv),
+        as_postgres(argv),
         check=True,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -390,8 +390,8 @@ def _soak_batches(rig: Rig, run: str, *, total: int, size: int) -> list[list[Wor
     starts and cut into batches of ``size``: the load generator, not the ledger, was the limit
     when each batch was signed on the fly (a torch pseudo-gradient and a signature per item in
     the bench's threads). The soak scores no blob, so its pseudo-gradients are plain hashes."""
+    from bench.harness.nodes import attestation
     from protocol.signing import sign_attestation
-    from tests.ledger.helpers import attestation
 
     items: list[Work] = []
     rnd = 0

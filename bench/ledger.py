@@ -41,12 +41,12 @@ from typing import Any
 import httpx
 import orjson
 
+from bench.harness.nodes import attestation, domain_of, h, new_node
 from bench.ledger_client import run_phase
 from protocol.deploy import deploy
 from protocol.devnet import AnvilProcess, free_port, stop_pid
 from protocol.signing import sign_attestation
 from protocol.toolchain import REPO_ROOT
-from tests.ledger.helpers import attestation, domain_of, h, new_node
 
 log = logging.getLogger("bench.ledger")
 ADMIN = "bench-admin-token-0123456789abcdef"
@@ -191,7 +191,7 @@ def main() -> None:
         )
         nodes = [new_node(anvil.w3, dep, anvil.accounts[2 + i % 8][0]) for i in range(NODES)]
         if args.database == "postgres":
-            from tests.harness.postgres import PostgresServer
+            from bench.harness.postgres import PostgresServer
 
             pg = PostgresServer.start(durable=True)
             db_url = pg.create_database("bench_ledger")

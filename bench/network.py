@@ -2,7 +2,7 @@
 
     python -m bench.network [--quick] [--rounds R] [--inner-steps H] [--rate-mbit 100]
 
-Each node is a process in its own network namespace (tests/harness/netns.py) behind a
+Each node is a process in its own network namespace (bench/harness/netns.py) behind a
 ``tbf rate 100mbit`` link both ways; the rendezvous store and the ledger's blob intake live in a
 hub namespace (bench/network_hub.py). Nodes run bench/network_node.py: the real trainer pieces
 (rendezvous, a gloo group kept across rounds, time-boxed inner AdamW on the ``cpu10m`` preset of
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import emit, network_ckpt
-from tests.harness.netns import Netns, unavailable
+from bench.harness.netns import Netns, unavailable
 from trainer.round.runconfig import INNER_LR, NODE_BATCH_SIZE, OUTER_LR, OUTER_MOMENTUM
 
 log = logging.getLogger("bench.network")

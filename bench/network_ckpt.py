@@ -2,7 +2,7 @@
 
     python -m bench.network_ckpt [--preset cpu10m] [--rate-mbit 100] [--peers 2]
 
-``--peers`` members, each in its own network namespace (tests/harness/netns.py), serve the same
+``--peers`` members, each in its own network namespace (bench/harness/netns.py), serve the same
 round checkpoint (genesis weights + zero momentum of the preset: about 8 B per parameter) with the
 real :class:`trainer.network.peer_checkpoint.CheckpointServer` while they keep running AdamW steps
 in their main thread; a joiner in another namespace runs the real
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.harness.netns import Netns, unavailable
+from bench.harness.netns import Netns, unavailable
 
 log = logging.getLogger("bench.network_ckpt")
 REPO = Path(__file__).resolve().parents[1]

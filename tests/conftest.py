@@ -71,7 +71,7 @@ def sqlite_url(tmp_path: Path) -> str:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[object]:
-    from tests.harness.postgres import PostgresServer
+    from bench.harness.postgres import PostgresServer
 
     server = PostgresServer.start()
     try:
@@ -83,7 +83,7 @@ def postgres_server() -> Iterator[object]:
 @pytest.fixture
 def postgres_url(postgres_server: object, request: pytest.FixtureRequest) -> str:
     """A fresh database on the session's real PostgreSQL server."""
-    from tests.harness.postgres import PostgresServer
+    from bench.harness.postgres import PostgresServer
 
     assert isinstance(postgres_server, PostgresServer)
     name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:50]

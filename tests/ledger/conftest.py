@@ -13,12 +13,12 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
+from bench.harness.nodes import NodeKey, domain_of, h, new_node
 from ledger.core.config import Settings
 from ledger.main import create_app
 from ledger.service import Ledger
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess, free_port
-from tests.ledger.helpers import NodeKey, domain_of, h, new_node
 
 ADMIN = "test-admin-token-0123456789"
 

@@ -19,6 +19,7 @@ import torch
 import uvicorn
 from sqlmodel import Session, select
 
+from bench.harness.nodes import attestation, gradient_blob, h
 from ledger.core.blobstore import BlobStore
 from ledger.core.models import Blob, RoundState, utcnow
 from ledger.main import create_app
@@ -29,7 +30,7 @@ from protocol.devnet import free_port
 from protocol.errors import LedgerError
 from protocol.hashing import hash_state_dict
 from tests.ledger.conftest import GENESIS
-from tests.ledger.helpers import attestation, body, gradient_blob, h, upload_headers
+from tests.ledger.helpers import body, upload_headers
 
 
 def big_blob(mib: int, seed: int = 0) -> tuple[str, bytes]:

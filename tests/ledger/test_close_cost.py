@@ -14,13 +14,14 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event
 
+from bench.harness.nodes import NodeKey, attestation, h
 from ledger.core.config import Settings
 from ledger.core.models import utcnow
 from ledger.core.schemas import AttestationIn
 from ledger.main import create_app
 from ledger.service import Ledger
 from tests.ledger.conftest import ADMIN, GENESIS
-from tests.ledger.helpers import NodeKey, attestation, body, h, join
+from tests.ledger.helpers import body, join
 
 
 @contextmanager

@@ -12,10 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from bench.harness.nodes import NodeKey, attestation, h
 from ledger.core.config import Settings
 from ledger.service import Ledger
 from tests.ledger.conftest import ADMIN, GENESIS, serving
-from tests.ledger.helpers import NodeKey, attestation, body, h
+from tests.ledger.helpers import body
 
 
 @pytest.mark.parametrize(
@@ -55,7 +56,7 @@ def test_postgres_down_answers_503_and_recovers(
     """While PostgreSQL is down, reads and writes answer 503 database_unavailable (retry), not
     500; the URL (and its password) is in no answer; once it is back, the same requests pass
     (the writer's connection, cut by the restart, is replaced)."""
-    from tests.harness.postgres import PostgresServer
+    from bench.harness.postgres import PostgresServer
 
     pg = PostgresServer.start()
     try:

@@ -13,9 +13,10 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
+from bench.harness.nodes import NodeKey, attestation, h
 from ledger.api import fast_path
 from tests.ledger.conftest import GENESIS
-from tests.ledger.helpers import NodeKey, attestation, body, h
+from tests.ledger.helpers import body
 
 FAST, ROUTED = "application/json", "application/x-test+json"
 

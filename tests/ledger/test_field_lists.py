@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlmodel import SQLModel
 
+from bench.harness.nodes import attestation, h
 from ledger.core.models import (
     Attestation,
     AttestationPublic,
@@ -18,7 +19,6 @@ from ledger.core.schemas import AttestationFields, Uint64Out
 from ledger.intake import accept
 from protocol.attestation import ATTESTATION_ATTRS, ATTESTATION_SPEC
 from protocol.keys import NodeKey
-from tests.ledger.helpers import attestation, h
 
 TABLE = Attestation.__table__  # type: ignore[attr-defined]
 SPEC = ATTESTATION_SPEC

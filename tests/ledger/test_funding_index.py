@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sqlmodel import Session, func, select
 
+from bench.harness.nodes import contract, h, send
 from ledger.chain.client import LedgerChain
 from ledger.chain.indexer import CURSOR_KEY, Indexer
 from ledger.core.models import Attestation, FundingEvent, KeyValue
@@ -16,7 +17,6 @@ from ledger.reads.receipts import capital_receipts, code_receipts, run_view
 from protocol.devnet import AnvilProcess
 from protocol.merkle import RewardsTree
 from protocol.types import Address
-from tests.ledger.helpers import _send, contract, h
 
 pytestmark = pytest.mark.anvil
 
@@ -27,7 +27,7 @@ def _as(chain: AnvilProcess, who: str, fn: Any) -> None:
     """Sent as `who`, impersonated (the Timelock executing a vote)."""
     chain.call("anvil_impersonateAccount", [who])
     chain.call("anvil_setBalance", [who, hex(10**19)])
-    _send(chain.w3, fn, who)
+    send(chain.w3, fn, who)
     chain.call("anvil_stopImpersonatingAccount", [who])
 
 
@@ -53,14 +53,14 @@ class Actors:
         fn = self.ledger.functions.commitRound(
             self.run, rnd, bytes(31) + b"\x01", bytes([rnd + 1]) * 32, 1, bytes(32), 0
         )
-        _send(self.chain.w3, fn, self.committer)
+        send(self.chain.w3, fn, self.committer)
 
     def deposit(self, who: str, wei: int) -> None:
-        _send(self.chain.w3, self.funding.functions.deposit(self.run), who, value=wei)
+        send(self.chain.w3, self.funding.functions.deposit(self.run), who, value=wei)
 
     def open(self, seconds: int = 600) -> None:
         end = self.chain.w3.eth.get_block("latest")["timestamp"] + seconds
-        _send(self.chain.w3, self.funding.functions.openRun(self.run, end, 10**17), self.committer)
+        send(self.chain.w3, self.funding.functions.openRun(self.run, end, 10**17), self.committer)
 
 
 def test_receipts_of_all_kinds_without_rpc(client, ledger, chain, deployment) -> None:  # type: ignore[no-untyped-def]
@@ -74,10 +74,10 @@ def test_receipts_of_all_kinds_without_rpc(client, ledger, chain, deployment) ->
     a.commit_round(1)
     submit = a.registry.functions.submit
     for i in range(3):
-        _send(chain.w3, submit(a.run, f"https://example.org/r{i}.git", h(f"c{i}"), "d"), a.dev)
-    _send(chain.w3, a.registry.functions.approve(1, 10**18), a.reviewer)
-    _send(chain.w3, a.registry.functions.reject(2, "duplicate of #1"), a.reviewer)
-    _send(chain.w3, a.registry.functions.claim(1), a.dev)
+        send(chain.w3, submit(a.run, f"https://example.org/r{i}.git", h(f"c{i}"), "d"), a.dev)
+    send(chain.w3, a.registry.functions.approve(1, 10**18), a.reviewer)
+    send(chain.w3, a.registry.functions.reject(2, "duplicate of #1"), a.reviewer)
+    send(chain.w3, a.registry.functions.claim(1), a.dev)
     # an ETH root for round 1 that pays one compute payout, as the ledger's settler would
     payout = chain.accounts[9][0]
     with Session(ledger.engine) as s:
@@ -89,7 +89,7 @@ def test_receipts_of_all_kinds_without_rpc(client, ledger, chain, deployment) ->
         s.commit()
     tree = RewardsTree.build([(Address(payout), 10**17)])
     commit_eth = a.funding.functions.commitEthRoot(a.run, 1, tree.root, 10**17)
-    _send(chain.w3, commit_eth, a.committer)
+    send(chain.w3, commit_eth, a.committer)
     chain.increase_time(600)  # past the funding end and the 60 s vesting period's first half
     ledger.prepare_database()
     ledger.indexer.catch_up()

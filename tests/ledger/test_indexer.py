@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session
 
+from bench.harness.nodes import ETHER, contract, new_node
 from ledger.chain.client import LedgerChain
 from ledger.chain.indexer import CURSOR_KEY, Indexer
 from ledger.core.models import KeyValue
 from ledger.service import Ledger
-from tests.ledger.helpers import ETHER, contract, new_node
 
 
 @pytest.mark.parametrize(

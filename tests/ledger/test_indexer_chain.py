@@ -12,11 +12,11 @@ import pytest
 import requests
 from sqlmodel import Session, select
 
+from bench.harness.nodes import contract, h, new_node
 from ledger.chain.client import LedgerChain
 from ledger.chain.indexer import Indexer
 from ledger.core.models import ChainCommit
 from protocol.devnet import AnvilProcess
-from tests.ledger.helpers import contract, h, new_node
 
 
 class PrunedNode:

@@ -9,11 +9,12 @@ from eth_account import Account
 from fastapi.testclient import TestClient
 from sqlmodel import Session, func, select
 
+from bench.harness.nodes import NodeKey, attestation, h, new_node
 from ledger.core.models import Attestation, Rejection
 from ledger.service import Ledger
 from protocol.signing import SECP256K1_N
 from tests.ledger.conftest import GENESIS
-from tests.ledger.helpers import NodeKey, attestation, body, h, new_node
+from tests.ledger.helpers import body
 
 
 def _count(ledger: Ledger, model: type) -> int:

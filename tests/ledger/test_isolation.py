@@ -12,6 +12,7 @@ from collections.abc import Callable
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
+from bench.harness.nodes import NodeKey, attestation, gradient_blob, h
 from ledger.chain.client import LedgerChain
 from ledger.core.config import Settings
 from ledger.core.models import RoundState, Settlement
@@ -20,16 +21,7 @@ from ledger.service import Ledger
 from protocol.chain import RetryPolicy
 from protocol.devnet import AnvilProcess
 from tests.ledger.conftest import ADMIN, GENESIS
-from tests.ledger.helpers import (
-    NodeKey,
-    attestation,
-    body,
-    gradient_blob,
-    h,
-    join,
-    tick_until,
-    upload_headers,
-)
+from tests.ledger.helpers import body, join, tick_until, upload_headers
 
 
 def _start_run(client: TestClient, ledger: Ledger, label: str) -> str:

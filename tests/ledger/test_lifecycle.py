@@ -8,19 +8,11 @@ import pytest
 from fastapi.testclient import TestClient
 from web3 import Web3
 
+from bench.harness.nodes import attestation, contract, gradient_blob, h
 from ledger.core.models import utcnow
 from ledger.service import Ledger
 from tests.ledger.conftest import GENESIS
-from tests.ledger.helpers import (
-    attestation,
-    body,
-    contract,
-    gradient_blob,
-    h,
-    join,
-    tick_until,
-    upload_headers,
-)
+from tests.ledger.helpers import body, join, tick_until, upload_headers
 
 
 def _upload(client: TestClient, seed: int, by: tuple, scale: float = 1.0) -> str:  # type: ignore[type-arg]

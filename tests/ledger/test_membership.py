@@ -9,10 +9,11 @@ from datetime import timedelta
 import pytest
 from fastapi.testclient import TestClient
 
+from bench.harness.nodes import NodeKey, attestation, h
 from ledger.core.models import utcnow
 from ledger.service import Ledger
 from tests.ledger.conftest import GENESIS
-from tests.ledger.helpers import NodeKey, attestation, body, h, join
+from tests.ledger.helpers import body, join
 
 
 def _state(client: TestClient, run: str, round_: int) -> str:

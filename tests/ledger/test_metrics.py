@@ -9,9 +9,10 @@ import pytest
 from eth_account import Account
 from fastapi.testclient import TestClient
 
+from bench.harness.nodes import NodeKey, attestation, h
 from ledger.service import Ledger
 from tests.ledger.conftest import ADMIN, GENESIS
-from tests.ledger.helpers import NodeKey, attestation, body, h
+from tests.ledger.helpers import body
 
 
 def _sample(text: str, name: str) -> float:

@@ -15,6 +15,7 @@ from eth_account import Account
 from fastapi.testclient import TestClient
 from web3 import Web3
 
+from bench.harness.nodes import ETHER, NodeKey, attestation, contract, h
 from ledger.chain.indexer import Indexer
 from ledger.service import Ledger
 from protocol.attestation import ComputeAttestation
@@ -26,10 +27,10 @@ from protocol.node_key_proof import NodeKeyProof
 from protocol.signing import sign_attestation, sign_digest
 from protocol.types import Address, Bytes32
 from tests.ledger.conftest import GENESIS
-from tests.ledger.helpers import ETHER, NodeKey, attestation, body, contract, h, join
+from tests.ledger.helpers import body, join
 
 
-def _send(w3: Web3, fn: Any, sender: str) -> None:
+def send(w3: Web3, fn: Any, sender: str) -> None:
     rcpt = w3.eth.wait_for_transaction_receipt(fn.transact({"from": sender}))
     assert rcpt["status"] == 1, rcpt
 
@@ -51,7 +52,7 @@ def _rotate(chain: AnvilProcess, deployment: Deployment, node: NodeKey) -> NodeK
     )
     signature = sign_digest(proof.digest(domain), key)
     fn = sm.functions.rotateNodeKey(node.address, new, proof.deadline, signature)
-    _send(chain.w3, fn, node.operator)
+    send(chain.w3, fn, node.operator)
     return NodeKey(key=key, address=new, payout=node.payout, operator=node.operator)
 
 
@@ -125,7 +126,7 @@ def test_a_slash_naming_only_the_node_id_refreshes_the_current_key(
         return attestation_tuple(att), sign_attestation(att, domain, old.key)
 
     (ta, sa), (tb, sb) = signed(a), signed(b)
-    _send(chain.w3, sm.functions.reportEquivocation(ta, sa, tb, sb), chain.accounts[8][0])
+    send(chain.w3, sm.functions.reportEquivocation(ta, sa, tb, sb), chain.accounts[8][0])
     staked = int(sm.functions.nodes(new.address).call()[2])
     assert staked < 2 * ETHER  # the node lost stake on chain
     ledger.indexer.catch_up()
@@ -147,7 +148,7 @@ def test_roots_are_pending_then_finalized_or_revoked(
 
     def at(ts: int, fn: Any, sender: str) -> None:
         chain.call("evm_setNextBlockTimestamp", [ts])
-        _send(chain.w3, fn, sender)
+        send(chain.w3, fn, sender)
 
     def commit(round_: int, root: bytes, ts: int) -> None:
         fn = cl.functions.commitRound(run, round_, root, roots[0], 1, roots[0], 1)

@@ -9,9 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlmodel import Session, func, select
 
+from bench.harness.nodes import attestation, h
 from ledger.core.models import Attestation
 from tests.ledger.conftest import GENESIS
-from tests.ledger.helpers import attestation, body, h
+from tests.ledger.helpers import body
 
 SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

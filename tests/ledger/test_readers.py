@@ -15,10 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.harness.nodes import NodeKey, attestation, h
 from ledger.core.config import Settings
 from ledger.service import Ledger
 from tests.ledger.conftest import ADMIN, GENESIS, serving
-from tests.ledger.helpers import NodeKey, attestation, body, h
+from tests.ledger.helpers import body
 
 WRITERS, READERS = 8, 16
 

@@ -9,11 +9,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func
 from sqlmodel import Session, select
 
+from bench.harness.nodes import NodeKey, attestation, h
 from ledger.core.models import Rejection
 from ledger.rounds.retention import prune_rejections
 from ledger.service import Ledger
 from tests.ledger.conftest import GENESIS
-from tests.ledger.helpers import NodeKey, attestation, body, h
+from tests.ledger.helpers import body
 
 
 def _rejections(client: TestClient, node: str) -> list[dict]:

@@ -7,10 +7,11 @@ from collections.abc import Callable
 
 from fastapi.testclient import TestClient
 
+from bench.harness.nodes import NodeKey, attestation, h
 from ledger.core.config import Settings
 from ledger.service import Ledger
 from tests.ledger.conftest import ADMIN, GENESIS
-from tests.ledger.helpers import NodeKey, attestation, body, h, join
+from tests.ledger.helpers import body, join
 
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 from fastapi.testclient import TestClient
 
+from bench.harness.nodes import h
 from ledger.chain.client import LedgerChain
 from ledger.core.config import Settings
 from ledger.main import create_app
@@ -15,7 +16,6 @@ from ledger.service import Ledger
 from protocol.chain import RetryPolicy
 from protocol.devnet import AnvilProcess
 from tests.ledger.conftest import ADMIN, GENESIS
-from tests.ledger.helpers import h
 
 PROVIDER_KEY = "pk-live-0123456789abcdef"
 

@@ -11,21 +11,13 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session, select
 
+from bench.harness.nodes import attestation, contract, gradient_blob, h
 from ledger.core.config import Settings
 from ledger.core.models import RoundState, Settlement, utcnow
 from ledger.service import Ledger
 from protocol.toolchain import REPO_ROOT
 from tests.ledger.conftest import GENESIS
-from tests.ledger.helpers import (
-    attestation,
-    body,
-    contract,
-    gradient_blob,
-    h,
-    join,
-    tick_until,
-    upload_headers,
-)
+from tests.ledger.helpers import body, join, tick_until, upload_headers
 
 
 class Crash(BaseException):

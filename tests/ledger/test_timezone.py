@@ -13,12 +13,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, inspect, text
 
+from bench.harness.nodes import NodeKey, attestation, h
 from ledger.core.config import Settings
 from ledger.core.models import utcnow
 from ledger.main import create_app
 from ledger.service import Ledger
 from tests.ledger.conftest import ADMIN, GENESIS
-from tests.ledger.helpers import NodeKey, attestation, body, h
+from tests.ledger.helpers import body
 
 
 @pytest.mark.postgres

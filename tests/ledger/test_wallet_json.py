@@ -8,10 +8,11 @@ import json
 import orjson
 from fastapi.testclient import TestClient
 
+from bench.harness.nodes import NodeKey, attestation, h
 from ledger.api.errors import WalletSafeJSON
 from protocol.eip712 import JS_SAFE_MAX
 from tests.ledger.conftest import GENESIS
-from tests.ledger.helpers import NodeKey, attestation, body, h
+from tests.ledger.helpers import body
 
 BIG = JS_SAFE_MAX + 2  # 2^53 + 1: the first integer a JavaScript number cannot hold
 

@@ -10,11 +10,12 @@ from collections.abc import Callable
 import pytest
 from fastapi.testclient import TestClient
 
+from bench.harness.nodes import NodeKey, attestation, h
 from ledger.core.config import Settings
 from ledger.service import Ledger
 from protocol.toolchain import REPO_ROOT
 from tests.ledger.conftest import GENESIS
-from tests.ledger.helpers import NodeKey, attestation, body, h
+from tests.ledger.helpers import body
 
 pytestmark = pytest.mark.postgres
 

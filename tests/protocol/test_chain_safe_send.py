@@ -15,11 +15,11 @@ import pytest
 import requests
 from eth_account import Account
 
+from bench.harness.nodes import new_node
 from protocol.chain import ChainClient, RetryPolicy
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.types import Address
-from tests.ledger.helpers import new_node
 
 pytestmark = pytest.mark.anvil
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.redteam.config import NetConfig
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
-from tests.redteam.network import NetConfig, Network
+from tests.redteam.network import Network
 
 
 @contextmanager

@@ -6,7 +6,7 @@ momentum from the ledger, trains its inner steps on its shard (tiny model, CPU, 
 round is replayable), the members average their pseudo-gradients (``simulate_average``: the
 all-reduce's exact result, in one process) and take the outer step, then each uploads its blob
 and posts its signed attestation. The ledger closes, judges, audits and commits the round on
-chain. A :class:`trainer.round.strategy.Strategy` decides, hook by hook, how a node deviates.
+chain. A :class:`tests.redteam.strategies.SimStrategy` decides, hook by hook, how a node deviates.
 """
 
 from __future__ import annotations
@@ -20,60 +20,26 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from eth_account import Account
 from fastapi.testclient import TestClient
 
+from bench.harness.nodes import NodeKey, domain_of, h, new_node
+from bench.redteam.config import ADMIN, NetConfig, configure_chain
 from ledger.core.config import Settings
 from ledger.main import create_app
 from ledger.service import Ledger
 from protocol.blobs import decode_blob
-from protocol.deployment import Deployment, abi
+from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.errors import AttestationRejected
 from reference.model import GPTConfig
-from tests.ledger.helpers import NodeKey, domain_of, h, new_node
 from tests.redteam.node import Node
+from tests.redteam.strategies import SimStrategy
 from trainer.network.ledger_client import LedgerClient, RetryPolicy
 from trainer.round.recovery import genesis_checkpoint
-from trainer.round.strategy import Strategy
 
 log = logging.getLogger(__name__)
 
-ADMIN = "redteam-admin-token-0123456789"
 PRESET = "tiny"
-
-
-@dataclass(frozen=True)
-class NetConfig:
-    inner_steps: int = 8
-    inner_lr_e6: int = 1000
-    batch: int = 4
-    audit_fraction: float = 0.1
-    join_window_s: float = 1.5
-    seed: int = 0
-    slasher_key: str | None = None  # the ledger's SLASHER_ROLE key (granted by the Timelock)
-
-
-def configure_chain(anvil: AnvilProcess, dep: Deployment, cfg: NetConfig) -> None:
-    """Set H and the inner lr as the Timelock (what an executed vote does)."""
-    timelock = dep.address("TimelockController")
-    anvil.call("anvil_impersonateAccount", [timelock])
-    anvil.call("anvil_setBalance", [timelock, hex(10**19)])
-    tc = anvil.w3.eth.contract(  # type: ignore[call-overload]
-        address=dep.address("TrainingConfig"), abi=abi("TrainingConfig")
-    )
-    tx = tc.functions.setInnerLoop(cfg.inner_steps, cfg.inner_lr_e6).transact({"from": timelock})
-    assert anvil.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
-    if cfg.slasher_key is not None:  # governance grants the ledger's key SLASHER_ROLE
-        slasher = Account.from_key(cfg.slasher_key).address
-        anvil.call("anvil_setBalance", [slasher, hex(10**19)])
-        sm = anvil.w3.eth.contract(  # type: ignore[call-overload]
-            address=dep.address("StakeManager"), abi=abi("StakeManager")
-        )
-        role = sm.functions.SLASHER_ROLE().call()
-        tx = sm.functions.grantRole(role, slasher).transact({"from": timelock})
-        assert anvil.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
-    anvil.call("anvil_stopImpersonatingAccount", [timelock])
 
 
 @dataclass
@@ -146,11 +112,11 @@ class Network:
         self.lc.put_blob(ckpt.weights_hash, encode_blob(ckpt.weights))
         self.ledger.indexer.catch_up()
 
-    def add_node(self, strategy: Strategy | None = None, *, label: str = "") -> Node:
+    def add_node(self, strategy: SimStrategy | None = None, *, label: str = "") -> Node:
         operator = self.anvil.accounts[2 + self._operator % 8][0]
         self._operator += 1
         key: NodeKey = new_node(self.anvil.w3, self.dep, operator)
-        node = Node(key, self, strategy or Strategy(), label=label or f"node{len(self.nodes)}")
+        node = Node(key, self, strategy or SimStrategy(), label=label or f"node{len(self.nodes)}")
         self.nodes.append(node)
         self.ledger.indexer.catch_up()
         return node
@@ -252,4 +218,4 @@ class Network:
         return str(resp.json()["error"]["code"])
 
 
-__all__ = ["ADMIN", "AttestationRejected", "NetConfig", "Network", "RoundLog"]
+__all__ = ["AttestationRejected", "Network", "RoundLog"]

@@ -1,5 +1,5 @@
-"""One node of the red-team network: the same code for honest and cheating nodes; its
-:class:`trainer.round.strategy.Strategy` decides every deviation."""
+"""One node of the in-process red-team network: the same code for honest and cheating nodes; its
+:class:`tests.redteam.strategies.SimStrategy` decides every deviation."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from bench.harness.nodes import NodeKey
 from protocol.attestation import ComputeAttestation
 from protocol.blob_auth import UploadSigner
 from protocol.blobs import encode_blob
@@ -24,8 +25,7 @@ from reference.inner import InnerConfig, InnerTrainer
 from reference.mean import simulate_average
 from reference.model import GPT
 from reference.outer import FlatLayout, OuterConfig, OuterState
-from tests.ledger.helpers import NodeKey
-from trainer.round.strategy import RoundView, Strategy, Tensors
+from tests.redteam.strategies import RoundView, SimStrategy, Tensors
 
 if TYPE_CHECKING:
     from tests.redteam.network import Network
@@ -56,7 +56,7 @@ class Work:
 
 
 class Node:
-    def __init__(self, key: NodeKey, net: Network, strategy: Strategy, *, label: str) -> None:
+    def __init__(self, key: NodeKey, net: Network, strategy: SimStrategy, *, label: str) -> None:
         self.key, self.net, self.strategy, self.label = key, net, strategy, label
         self.address = key.address
         self.signer = SigningKey.from_private_key(key.key)

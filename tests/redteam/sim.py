@@ -1,6 +1,7 @@
 """The in-process red-team network's driver (``tests/redteam/network.py``): ledger-level tests of
 the slash path and of the usefulness/audit interplay, in one process and without the trainer's
-collective. The red team proper runs real nodes (``tests/redteam/realnet.py``, ``bench.redteam``).
+collective. The red team proper runs real nodes (``bench/redteam/realnet.py``,
+``python -m bench.redteam``).
 
 Round 1 is a warm-up (honest nodes, plus the cheaters that need an earlier round of their own);
 then each strategy gets a round with a fresh cheating node.
@@ -13,8 +14,7 @@ from typing import Any
 
 from tests.redteam.network import Network
 from tests.redteam.node import Node
-from tests.redteam.strategies import ALL, JumpAhead, SybilShared
-from trainer.round.strategy import Strategy
+from tests.redteam.strategies import ALL, JumpAhead, SimStrategy, SybilShared
 
 log = logging.getLogger(__name__)
 HONEST = 4
@@ -22,7 +22,7 @@ HONEST = 4
 
 def run(net: Network, *, extra_honest_rounds: int, only: list[str] | None = None) -> dict[str, Any]:
     honest = [net.add_node(label=f"honest{i}") for i in range(HONEST)]
-    plans: list[tuple[Strategy, list[Node]]] = []
+    plans: list[tuple[SimStrategy, list[Node]]] = []
     for cls in ALL:
         if only and cls.name not in only:
             continue
@@ -38,7 +38,7 @@ def run(net: Network, *, extra_honest_rounds: int, only: list[str] | None = None
     r = 1
     real = {c.address: c.strategy for c in warm}
     for c in warm:  # an honest first round: something of its own to resend later
-        c.strategy = Strategy()
+        c.strategy = SimStrategy()
     net.play_round(r, honest + warm)
     for c in warm:
         c.strategy = real[c.address]

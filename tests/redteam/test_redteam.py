@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
+from bench.redteam.cheats import NAMES
+from bench.redteam.config import NetConfig
+from bench.redteam.realnet import RealNet, run
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
-from tests.redteam.cheats import NAMES
-from tests.redteam.network import NetConfig, Network
-from tests.redteam.realnet import RealNet, run
+from tests.redteam.network import Network
 from tests.redteam.sim import run as run_sim
 
 pytestmark = [pytest.mark.anvil]

@@ -17,6 +17,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from bench.harness.nodes import domain_of
 from ledger.core.config import Settings
 from ledger.main import create_app
 from ledger.service import Ledger
@@ -32,7 +33,7 @@ from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     nodes,
     settings_for,
 )
-from tests.ledger.helpers import domain_of, tick_until
+from tests.ledger.helpers import tick_until
 from tests.trainer.conftest import corpus_dir, store_port  # noqa: F401 - pytest fixtures
 from trainer.network.ledger_client import LedgerClient
 from trainer.network.membership import MembershipConfig

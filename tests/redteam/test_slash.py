@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, select
 
+from bench.redteam.config import NetConfig
+from bench.redteam.realnet import RealNet
+from bench.redteam.realnet import run as run_real
 from ledger.core.models import FraudRecord
 from protocol.deployment import Deployment, abi
 from protocol.devnet import AnvilProcess
 from protocol.eip712 import keccak256
-from tests.redteam.network import NetConfig, Network
-from tests.redteam.realnet import RealNet
-from tests.redteam.realnet import run as run_real
+from tests.redteam.network import Network
 from tests.redteam.sim import run
 
 pytestmark = [pytest.mark.anvil]

@@ -305,8 +305,8 @@ class OnChain:
 
 
 def on_chain(chain: Any, deployment: Any, tmp_path: Any, *, inner_steps: int = 3) -> OnChain:
+    from bench.harness.nodes import new_node
     from protocol.chain import ChainClient
-    from tests.ledger.helpers import new_node
     from tests.trainer.test_chain_ledger import _as_timelock
 
     path = tmp_path / "deployment.json"

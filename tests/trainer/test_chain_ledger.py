@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from bench.harness.nodes import domain_of
 from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
@@ -35,7 +36,7 @@ from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     nodes,
     settings_for,
 )
-from tests.ledger.helpers import domain_of, tick_until
+from tests.ledger.helpers import tick_until
 from trainer.network.ledger_client import LedgerClient, RetryPolicy
 from trainer.network.membership import MembershipConfig
 from trainer.round.attest import Attester

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.harness.netns import Netns, unavailable
+from bench.harness.netns import Netns, unavailable
 
 REASON = unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no network namespaces: {REASON}")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from bench.harness.netns import unavailable
 from bench.network_ckpt import run
-from tests.harness.netns import unavailable
 
 REASON = unavailable()
 pytestmark = [

@@ -4,7 +4,7 @@ committing rounds), a rendezvous store, and one process per node running
 :class:`trainer.round.node.NodeRunner` with real gloo all-reduces, signed joins and attestations.
 
 Honest nodes and cheaters run the same code; each cheater is honest except in the rounds it
-attacks (:class:`tests.redteam.cheats.Scheduled`). :func:`run` tries the given strategies one
+attacks (:class:`bench.redteam.cheats.Scheduled`). :func:`run` tries the given strategies one
 round each (round 1 is honest: every cheater has earlier work of its own to resend), then scores
 the run from the ledger's public round views: a strategy is *caught* when its cheater earned at
 most 1% of an honest node in the rounds it touched, those rounds were committed, and every honest
@@ -29,18 +29,17 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import uvicorn
 
-from coloco_cli.procs import free_port
+from bench.harness.nodes import NodeKey, h, new_node
+from bench.redteam.cheats import JumpAhead, SybilPrimary, SybilShared
+from bench.redteam.config import ADMIN, NetConfig, configure_chain
+from bench.redteam.procs import NodePlan, node_main
 from ledger.core.config import Settings
 from ledger.main import create_app
 from ledger.service import Ledger
 from protocol.blobs import encode_blob
 from protocol.deployment import Deployment
-from protocol.devnet import AnvilProcess
+from protocol.devnet import AnvilProcess, free_port
 from reference.model import GPTConfig
-from tests.ledger.helpers import NodeKey, h, new_node
-from tests.redteam.cheats import JumpAhead, SybilPrimary, SybilShared
-from tests.redteam.network import ADMIN, NetConfig, configure_chain
-from tests.redteam.procs import NodePlan, node_main
 from trainer.round.recovery import genesis_checkpoint
 
 log = logging.getLogger(__name__)
@@ -216,10 +215,18 @@ def run(net: RealNet, names: list[str], *, honest_between: int = 0,
     wall = time.monotonic() - start
     net.wait_settled(plan.last_round)
     views = net.rounds()
-    return score(net, plan, views, reports, honest_keys, cheater_keys, wall)
+    return score(
+        net,
+        plan,
+        views=views,
+        reports=reports,
+        honest_keys=honest_keys,
+        cheater_keys=cheater_keys,
+        wall=wall,
+    )
 
 
-def score(net: RealNet, plan: Schedule, views: dict[int, dict[str, Any]],
+def score(net: RealNet, plan: Schedule, *, views: dict[int, dict[str, Any]],
           reports: dict[str, Any], honest_keys: list[NodeKey], cheater_keys: list[NodeKey],
           wall: float) -> dict[str, Any]:  # fmt: skip
     def scores(r: int) -> dict[str, dict[str, Any]]:

@@ -1,5 +1,5 @@
-"""Red team: every cheating strategy of tests/redteam as a real node, against anvil, the ledger and
-4 honest nodes (each node its own process running trainer.round.node.NodeRunner).
+"""Red team: every cheating strategy of bench/redteam/cheats.py as a real node, against anvil, the
+ledger and 4 honest nodes (each node its own process running trainer.round.node.NodeRunner).
 
 Round 1 is honest; then each strategy gets a round, played by one of 3 cheating nodes (honest in
 every other round; the sybil pair uses two of them); ``--quick`` and the full run both try every
@@ -32,17 +32,17 @@ from pathlib import Path
 
 import torch
 
+from bench.redteam.cheats import NAMES
+from bench.redteam.config import NetConfig
+from bench.redteam.realnet import RealNet, run
 from protocol.deploy import deploy
 from protocol.devnet import AnvilProcess
-from tests.redteam.cheats import NAMES
-from tests.redteam.network import NetConfig
-from tests.redteam.realnet import RealNet, run
 
 log = logging.getLogger("bench.redteam")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.redteam", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="no honest rounds between attacks")
     parser.add_argument("--audit-fraction", type=float, default=0.1)
     parser.add_argument("--only", nargs="*", help="strategy names (default: all)")

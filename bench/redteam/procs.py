@@ -1,5 +1,5 @@
 """One red-team node process: a :class:`trainer.round.node.NodeRunner` (the code ``coloco node run``
-runs) with a :class:`tests.redteam.cheats.Scheduled` strategy, against the network's anvil,
+runs) with a :class:`bench.redteam.cheats.Scheduled` strategy, against the network's anvil,
 ledger (HTTP) and rendezvous store. Importable on its own: ``spawn`` starts it."""
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ def node_main(plan: NodePlan) -> None:
     fmt = "%(asctime)s %(name)s %(levelname)s %(message)s"
     logging.basicConfig(filename=f"{plan.log_dir}/{plan.label}.log", level=logging.INFO,
                         format=fmt, force=True)  # fmt: skip
+    from bench.redteam.cheats import Scheduled, make
     from protocol.chain import ChainClient
     from protocol.deployment import Deployment
     from protocol.keys import NodeKey
     from reference.data import Corpus
     from reference.model import GPTConfig
-    from tests.redteam.cheats import Scheduled, make
     from trainer.network.ledger_client import LedgerClient
     from trainer.network.membership import MembershipConfig
     from trainer.round.attest import Attester

@@ -1,4 +1,5 @@
-"""A real, throwaway PostgreSQL server for tests: initdb in a temp folder, a free loopback port.
+"""A real, throwaway PostgreSQL server for tests and benchmarks: initdb in a temp folder, a free
+loopback port.
 
 initdb refuses to run as root, so as root it runs as the `postgres` user (runuser). The server
 listens on 127.0.0.1 only, with fsync off (test data is disposable) unless started ``durable``
@@ -18,7 +19,8 @@ from pathlib import Path
 from protocol.devnet import free_port
 
 
-def _pg_bin(name: str) -> str:
+def pg_bin(name: str) -> str:
+    """The path of PostgreSQL's program ``name``: on PATH, else Debian's newest server folder."""
     found = shutil.which(name)
     if found:
         return found
@@ -31,7 +33,8 @@ def _pg_bin(name: str) -> str:
     return str(candidates[-1])
 
 
-def _as_postgres(argv: list[str]) -> list[str]:
+def as_postgres(argv: list[str]) -> list[str]:
+    """``argv`` run as the `postgres` user when we are root (initdb and the server refuse root)."""
     if os.geteuid() == 0:
         return ["runuser", "-u", "postgres", "--", *argv]
     return argv
@@ -58,9 +61,9 @@ class PostgresServer:
             shutil.chown(root, "postgres")
             shutil.chown(datadir, "postgres")
         subprocess.run(
-            _as_postgres(
+            as_postgres(
                 [
-                    _pg_bin("initdb"),
+                    pg_bin("initdb"),
                     "-D",
                     str(datadir),
                     "-U",
@@ -83,9 +86,9 @@ class PostgresServer:
         )
         opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 {safety}"
         subprocess.run(
-            _as_postgres(
+            as_postgres(
                 [
-                    _pg_bin("pg_ctl"),
+                    pg_bin("pg_ctl"),
                     "-D",
                     str(datadir),
                     "-o",
@@ -138,7 +141,7 @@ class PostgresServer:
     def halt(self) -> None:
         """Shut the server down (fast: sessions are cut) and keep its data: :meth:`resume`."""
         subprocess.run(
-            _as_postgres([_pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"]),
+            as_postgres([pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"]),
             check=True,
             capture_output=True,
         )
@@ -147,7 +150,7 @@ class PostgresServer:
         """Start the halted server again on the same port and data."""
         root = self.datadir.parent
         subprocess.run(
-            _as_postgres([_pg_bin("pg_ctl"), "-D", str(self.datadir), "-o", self.opts,
+            as_postgres([pg_bin("pg_ctl"), "-D", str(self.datadir), "-o", self.opts,
                           "-l", str(root / "server.log"), "-w", "-t", "60", "start"]),
             check=True,
             stdin=subprocess.DEVNULL,
@@ -158,8 +161,8 @@ class PostgresServer:
 
     def stop(self) -> None:
         subprocess.run(
-            _as_postgres(
-                [_pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", "immediate", "-w", "stop"]
+            as_postgres(
+                [pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", "immediate", "-w", "stop"]
             ),
             check=False,
             capture_output=True,
