@@ -94,7 +94,7 @@ class Node:
         model = GPT(net.model)
         load_weights_into(model, {n: t.clone() for n, t in start_base.items()})
         steps = self.strategy.inner_steps(cfg.inner_steps)
-        inner = InnerConfig(steps=steps, lr=cfg.inner_lr_e6 / 1e6, batch_size=cfg.batch)
+        inner = InnerConfig(steps=steps, lr=cfg.inner_lr, batch_size=cfg.batch)
         t0 = time.process_time()
         InnerTrainer(model, inner, keep_state=False).train(rows)
         cpu = time.process_time() - t0
@@ -141,9 +141,7 @@ class Node:
         assert snap is not None
         flats = [layout.flatten(pg) for pg in pgs]
         avg = simulate_average(flats, snap.wire_format, weights=weights)
-        state.step(
-            avg, OuterConfig(lr=snap.outer_lr_e6 / 1e6, momentum=snap.outer_momentum_e6 / 1e6)
-        )
+        state.step(avg, OuterConfig(lr=snap.outer_lr, momentum=snap.outer_momentum))
         return bytes(hash_state_dict(state.weights()))
 
     def attest(self, r: int, work: Work, result: bytes, group: list[str]) -> list[str]:
