@@ -31,13 +31,9 @@ from trainer.network.coordination.agreement import ConfigAgreement
 from trainer.network.coordination.heartbeat import Heartbeat, Liveness, StalledError, watching
 from trainer.network.coordination.ledger_view import LedgerMembers
 from trainer.network.coordination.registry import AnyKeyRegistry, ChainRegistry, Registry
-from trainer.network.membership import (
-    DivergedError,
-    Members,
-    MembershipConfig,
-    Rendezvous,
-    RoundGroup,
-)
+from trainer.network.group import DivergedError, RoundGroup
+from trainer.network.members import Members
+from trainer.network.membership import MembershipConfig, Rendezvous
 from trainer.network.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manifest
 from trainer.round import timebox
 from trainer.round.attest import Attester, Signed, WorkRecord
@@ -325,9 +321,9 @@ class NodeRunner:
         blob = ckpt.to_bytes()
         manifest, digests = Manifest.of(blob, ckpt.weights_hash, self.s.checkpoint_chunk_bytes)
         self.server.offer(r, blob, digests, manifest)
-        self.rdv.publish_checkpoint(r, group.members.attempt, honest.index(self.address),
-                                    ckpt.weights_hash,
-                                    manifest.body() | {"serve": self.server.endpoint})  # fmt: skip
+        self.rdv.checkpoints.publish(r, group.members.attempt, honest.index(self.address),
+                                     ckpt.weights_hash,
+                                     manifest.body() | {"serve": self.server.endpoint})  # fmt: skip
         # the publisher (rank 0, or the first majority member if rank 0 diverged) gives the ledger
         # the weights when membership changes or the node leaves, not every round (4 B/param):
         # the round's commitments let it replay the rest
@@ -346,7 +342,7 @@ class NodeRunner:
     # --- loop -------------------------------------------------------------------------------
 
     def first_round(self) -> int:
-        ckpt = self.recovery.initial(self.rdv, self.disk)
+        ckpt = self.recovery.initial(self.rdv.checkpoints, self.disk)
         self.adopt(ckpt)
         return max(ckpt.round + 1, self.rdv.current_round() + 1)
 
@@ -392,7 +388,7 @@ class NodeRunner:
             self.drop_group()
             return None
         if self.state_round != r - 1:  # a joiner fetches while the members train; groups form after
-            self.adopt(self.recovery.from_peer(self.rdv, r - 1))
+            self.adopt(self.recovery.from_peer(self.rdv.checkpoints, r - 1))
         spec, local = self.train_local(r, config, members)
         kept = False
         try:

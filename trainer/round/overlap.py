@@ -41,7 +41,7 @@ from protocol.errors import CollectiveError
 
 if TYPE_CHECKING:
     from reference.data import ShardSpec
-    from trainer.network.membership import RoundGroup
+    from trainer.network.group import RoundGroup
     from trainer.round.diloco import LocalWork
     from trainer.round.node import NodeRunner, RoundReport
     from trainer.round.runconfig import RunConfig
@@ -135,7 +135,7 @@ class Overlap:
             self.inflight.start()  # round r-1's all-reduce, during this round's compute
         held = n.state_round if self.inflight is None else self.inflight.round
         if held != r - 1:  # a joiner fetches while the members train; groups form after
-            n.adopt(n.recovery.from_peer(n.rdv, r - 1))
+            n.adopt(n.recovery.from_peer(n.rdv.checkpoints, r - 1))
             self.start = None
         spec, local = n.train_local(r, config, members, start=self.start)
         try:
@@ -166,7 +166,7 @@ class Overlap:
     def land(self) -> RoundReport | None:
         """Wait for the in-flight average, take the outer step, check the members agree,
         publish the checkpoint and attest the round; None if this node lost the round."""
-        from trainer.network.membership import DivergedError
+        from trainer.network.group import DivergedError
         from trainer.round.diloco import RoundOutcome
         from trainer.round.node import _LeftOut
 
