@@ -129,7 +129,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     if plan.events:
         import logging
 
-        from coloco_cli.node.run import EventsWriter
+        from coloco_cli.node.events import EventsWriter
 
         logging.getLogger("trainer").setLevel(logging.INFO)
         logging.getLogger("trainer").addHandler(EventsWriter(Path(plan.events)))
