@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from coloco_cli.node.run import read_events
+from coloco_cli.node.events import read_events
 from coloco_cli.procs import Child, ProcessManager, free_port, port_open, wait_until
 from protocol.errors import ColocoError, LedgerError, TrainerError
 

@@ -1,7 +1,7 @@
 """`coloco node register | stake | unstake | withdraw | status | run`: what a node operator does.
 
 The commands parse options and print; the work is in `coloco_cli.node.ops` (which `coloco demo`
-calls too). `run` is the trainer's command (`trainer/cli.py: run_command`).
+calls too). `run` is the trainer's command with the CLI's settings (`coloco_cli/node/run.py`).
 """
 
 from __future__ import annotations

@@ -74,6 +74,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     from trainer.network.membership import MembershipConfig
     from trainer.round.attest import Attester
     from trainer.round.node import NodeRunner, NodeSettings
+    from trainer.round.overlap import Overlap
     from trainer.round.progress import round_record
     from trainer.round.recovery import Recovery
     from trainer.round.runconfig import ChainConfig, ConfigSource, RunConfig, StaticConfig
@@ -128,7 +129,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     if plan.events:
         import logging
 
-        from coloco_cli.node.run import EventsWriter
+        from coloco_cli.node.events import EventsWriter
 
         logging.getLogger("trainer").setLevel(logging.INFO)
         logging.getLogger("trainer").addHandler(EventsWriter(Path(plan.events)))
@@ -155,7 +156,8 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         if plan.step_sleep_s:
             time.sleep(plan.step_sleep_s)
         if plan.die_in_round == r and info.step == 2:
-            inflight = runner.overlap.inflight if runner.overlap is not None else None
+            schedule = runner.schedule
+            inflight = schedule.inflight if isinstance(schedule, Overlap) else None
             if plan.die_after_mean and inflight is not None:
                 inflight.done.wait(60)  # the peers got their mean: the hash check is what fails
             os._exit(17)  # a crash mid-round: no goodbye, sockets just close

@@ -40,9 +40,10 @@ from tests.ledger.helpers import tick_until
 from trainer.network.ledger_client import LedgerClient, RetryPolicy
 from trainer.network.membership import MembershipConfig
 from trainer.round.attest import Attester
-from trainer.round.node import NodeRunner, NodeSettings, RoundReport
+from trainer.round.node import NodeRunner, NodeSettings
 from trainer.round.recovery import Recovery, genesis_checkpoint, genesis_hash
 from trainer.round.runconfig import ChainConfig
+from trainer.round.schedule import RoundReport
 
 pytestmark = [pytest.mark.anvil]
 

@@ -12,7 +12,9 @@ from typer.testing import CliRunner
 from protocol.devnet import free_port
 from protocol.keys import create_keystore
 from reference.checkpoint import CheckpointDir
-from trainer.cli import _build, parse_run_id, run_command
+from trainer.cli import build, parse_run_id, run_command
+from trainer.flags import fill, parameters
+from trainer.options import Identity, Network, NodeOptions
 
 app = typer.Typer()
 app.command()(run_command)
@@ -80,11 +82,8 @@ def test_heartbeat_timeout_flag_reaches_the_node(keystore: tuple[Path, Path]) ->
     """`--heartbeat-timeout` sets how long a silent peer is waited for (collectives and round
     boundaries); a negative value is refused by the parser."""
     port = free_port()
-    opts = {p.name: p.default for p in inspect.signature(run_command).parameters.values()}
-    opts |= {"run_id": "cli-test", "keystore": keystore[0], "password_file": keystore[1],
-             "host_rendezvous": True, "rendezvous": f"127.0.0.1:{port}",
-             "heartbeat_timeout": 2.5}  # fmt: skip
-    runner = _build(**opts)
+    network = Network(rendezvous=f"127.0.0.1:{port}", host_rendezvous=True, heartbeat_timeout=2.5)
+    runner = build(NodeOptions("cli-test", Identity(keystore[0], keystore[1]), network=network))
     try:
         assert runner.s.membership.heartbeat_timeout_s == 2.5
         assert runner.liveness.timeout_s == 2.5 and runner.rdv.liveness is runner.liveness
@@ -92,3 +91,14 @@ def test_heartbeat_timeout_flag_reaches_the_node(keystore: tuple[Path, Path]) ->
         runner.server.close()
     result = CliRunner().invoke(app, _args(keystore, "--heartbeat-timeout", "-1"))
     assert result.exit_code == 2 and "heartbeat-timeout" in result.output, result.output
+
+
+def test_the_flags_are_the_leaves_of_the_options_tree() -> None:
+    """Each leaf of NodeOptions is one flag of the command, with its default, and the parsed
+    flags fill the same tree back (trainer.flags)."""
+    leaves = parameters(NodeOptions)
+    assert [p.name for p in leaves] == list(inspect.signature(run_command).parameters)
+    defaults = {p.name: p.default for p in leaves if p.default is not inspect.Parameter.empty}
+    flags = defaults | {"run_id": "r", "keystore": Path("k.json"), "min_nodes": 3}
+    expected = NodeOptions("r", Identity(Path("k.json")), network=Network(min_nodes=3))
+    assert fill(NodeOptions, flags) == expected

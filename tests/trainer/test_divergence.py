@@ -11,7 +11,8 @@ from protocol.errors import CheckpointError
 from tests.harness.distributed import run_workers
 from tests.trainer.nodes import Plan, collect, start_nodes
 from trainer.network.comm import GroupAverager
-from trainer.network.membership import DivergedError, Members, RoundGroup
+from trainer.network.group import DivergedError, RoundGroup
+from trainer.network.members import Members
 
 pytestmark = [pytest.mark.distributed]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from coloco_cli.node.run import read_events
+from coloco_cli.node.events import read_events
 from protocol.errors import ConfigError
 from tests.trainer.nodes import Plan, collect, start_nodes
 from trainer.round.hold import hold_at_boundary, hold_from

@@ -14,47 +14,35 @@ refused and logged). For round ``r`` (attempt ``a`` after a member died or sat o
 - expected = last round's members minus those that posted a signed ``LEAVE`` (round 1:
   ``min_nodes``).
 
-Ranks are positions in the sorted address list; each list gets a fresh gloo/NCCL process group.
-After a round every member posts a signed ``CHECKPOINT`` (the weights hash it holds, and the
-manifest and address of the blob it serves peer to peer: :mod:`trainer.network.peer_checkpoint`). A
-joiner accepts a blob only if it matches the hash committed on chain or, for a round not committed
-yet, the hash signed by a majority of that round's members (:mod:`trainer.round.recovery`).
+The closed list is a :class:`~trainer.network.members.Members`. :class:`Rendezvous` is one node's
+handle on the store and holds the parts that meet there: the process group of each list
+(:mod:`trainer.network.group`), the checkpoint board (:mod:`trainer.network.checkpoint_board`,
+``Rendezvous.checkpoints``) and what is re-posted at a successor host when the host dies
+(:mod:`trainer.network.failover`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
 from protocol.coordination import Kind, SignedMessage
 from protocol.eip712 import Eip712Domain
-from protocol.errors import (
-    CheckpointError,
-    CollectiveError,
-    ConfigError,
-    ProtocolError,
-    TrainerError,
-)
+from protocol.errors import ConfigError, ProtocolError
 from protocol.keys import NodeKey
-from trainer.network.comm import GroupAverager, SoloAverager
-from trainer.network.coordination.board import Board
-from trainer.network.coordination.heartbeat import Liveness, wait_work
+from trainer.network.checkpoint_board import CheckpointBoard
+from trainer.network.coordination.board import Board, Refusal
+from trainer.network.coordination.heartbeat import Liveness
 from trainer.network.coordination.ledger_view import LedgerMembers
 from trainer.network.coordination.registry import Registry
-from trainer.network.coordination.store import (
-    Endpoint,
-    FailoverStore,
-    endpoint_text,
-    parse_endpoint,
-)
+from trainer.network.coordination.store import FailoverStore, parse_endpoint
+from trainer.network.failover import KeptValues, successors
+from trainer.network.group import RoundGroup, form_group
+from trainer.network.members import Members
 
 log = logging.getLogger(__name__)
 
@@ -84,86 +72,6 @@ class MembershipConfig:
     """"auto": NCCL when the node trains on CUDA, else gloo; or "gloo" / "nccl"."""
 
 
-@dataclass(frozen=True)
-class Members:
-    round: int
-    attempt: int
-    addresses: tuple[str, ...]
-    config_block: int = 0
-    endpoints: tuple[str, ...] = field(default=(), compare=False)
-
-    def rank_of(self, address: str) -> int:
-        return self.addresses.index(address)
-
-
-class DivergedError(CheckpointError):
-    """This node's weights differ from those of a strict majority of the round's members."""
-
-
-class RoundGroup:
-    """The process group of one closed member list; torn down before the next is formed."""
-
-    def __init__(self, members: Members, rank: int, averager: GroupAverager | SoloAverager) -> None:
-        self.members = members
-        self.rank = rank
-        self.averager = averager
-        self.divergent: tuple[str, ...] = ()
-
-    @property
-    def world_size(self) -> int:
-        return len(self.members.addresses)
-
-    def check_same(self, digest: bytes, timeout: timedelta) -> tuple[str, ...]:
-        """Compare the resulting checkpoint hash across members; majority rules.
-
-        Returns the members that diverge from a strict majority holding this node's
-        ``digest`` (evicted: they recover from a peer, the run goes on). Raises
-        CheckpointError when this node is outside a strict majority (it is the divergent one,
-        or there is no majority, e.g. 1 against 1)."""
-        self.divergent = ()
-        if self.world_size == 1:
-            return ()
-        device = getattr(self.averager, "device", torch.device("cpu"))
-        mine = torch.tensor(list(digest), dtype=torch.uint8, device=device)
-        gathered = [torch.empty_like(mine) for _ in range(self.world_size)]
-        try:
-            work = dist.all_gather(gathered, mine, async_op=True)
-            wait_work(work, timeout)
-        except (RuntimeError, dist.DistBackendError) as exc:
-            raise CollectiveError(f"hash check over {self.world_size} nodes failed: {exc}") from exc
-        held = {a: bytes(g.cpu().tolist()) for a, g in zip(self.members.addresses, gathered,
-                                                            strict=True)}  # fmt: skip
-        agree = [a for a, h in held.items() if h == digest]
-        others = tuple(a for a in self.members.addresses if held[a] != digest)
-        if others and 2 * len(agree) <= self.world_size:
-            addr = others[0]
-            counts = Counter(held.values())
-            majority = any(2 * n > self.world_size for n in counts.values())
-            raise (DivergedError if majority else CheckpointError)(
-                f"after round {self.members.round} node {addr} holds weights 0x"
-                f"{held[addr].hex()[:16]}.. but this node 0x{digest.hex()[:16]}.. and this "
-                f"node is not in a strict majority ({len(agree)} of {self.world_size}): the "
-                "nodes diverged (different code, torch version or hardware?)"
-            )
-        if others:
-            log.warning("round %d: %s diverged from the majority (%d of %d): evicted, they "
-                        "recover from a peer", self.members.round, list(others), len(agree),
-                        self.world_size)  # fmt: skip
-        self.divergent = others
-        return others
-
-    @property
-    def publisher(self) -> bool:
-        """Whether this node publishes the round's checkpoint: the lowest-ranked member of the
-        majority (rank 0 unless rank 0 diverged)."""
-        honest = [a for a in self.members.addresses if a not in self.divergent]
-        return bool(honest) and honest[0] == self.members.addresses[self.rank]
-
-    def close(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
 class Rendezvous:
     """One node's signed handle on the shared store."""
 
@@ -191,9 +99,12 @@ class Rendezvous:
             connect_timeout_s=self.cfg.connect_timeout_s,
             op_timeout_s=self.cfg.rendezvous_timeout_s, failover_wait_s=self.cfg.failover_wait_s,
         )  # fmt: skip
-        self.store.successors = self.successors
-        self.store.on_failover.append(self._republish)
+        self.store.successors = lambda: successors(self.last)
+        self.kept = KeptValues(self.store)
+        """The signed values re-posted at a successor host when the host dies."""
         self.board = Board(self.store, key, domain, run_id, registry)
+        self.checkpoints = CheckpointBoard(self.board, self.kept, self.round_members)
+        """Who holds which weights after a round, and where they serve them."""
         self.ledger: LedgerMembers | None = None
         """The ledger's accepted joins of a round (:mod:`trainer.network.coordination.ledger_view`);
         None: no ledger, membership is the rendezvous's own rule."""
@@ -204,10 +115,9 @@ class Rendezvous:
         self.last: Members | None = None
         self._outsiders: set[tuple[str, tuple[str, ...]]] = set()
         self._joins: dict[tuple[int, int], dict[str, SignedMessage]] = {}
-        self._published: dict[str, bytes] = {}
 
     @property
-    def refusals(self) -> list:  # type: ignore[type-arg]
+    def refusals(self) -> list[Refusal]:
         return self.board.refusals
 
     # --- membership -------------------------------------------------------------------------
@@ -325,17 +235,8 @@ class Rendezvous:
         return False
 
     def keep(self, key: str, value: bytes, family: str, round: int) -> None:
-        """Remember ``key`` to re-post at a successor host; ``family`` keys of rounds before
-        ``round - 1`` are forgotten (the store of a long run does not grow)."""
-
-        def recent(k: str) -> bool:
-            if not k.startswith(family):
-                return True
-            r = k[len(family) :].split("/", 1)[0]
-            return not r.isdigit() or int(r) >= round - 1
-
-        self._published = {k: v for k, v in self._published.items() if recent(k)}
-        self._published[key] = value
+        """Re-post ``key`` at a successor host if this one dies (:meth:`KeptValues.keep`)."""
+        self.kept.keep(key, value, family, round)
 
     def latest_open(self) -> Members | None:
         """The verified round-open under ``current_round`` (a hint: the latest round opened)."""
@@ -440,8 +341,7 @@ class Rendezvous:
             log.warning("round %d: replacing a refused value under %s", round, key)
             winner = self.store.compare_set(key, winner, opening)
         if winner == opening:
-            self.store.set("current_round", opening)
-            self._published["current_round"] = opening
+            self.kept.set("current_round", opening)
             log.info("round %d members opened: %s (config block %d)", round, sorted(joins), block)
 
     def announce_leave(self, next_round: int) -> None:
@@ -452,77 +352,6 @@ class Rendezvous:
         """The latest round whose signed member list opened (0 if none is readable)."""
         latest = self.latest_open()
         return 0 if latest is None else latest.round
-
-    # --- failover ---------------------------------------------------------------------------
-
-    def successors(self) -> list[Endpoint]:
-        """Where the members meet when the host dies: the last members' advertised endpoints,
-        in address order (the same list on every member)."""
-        if self.last is None:
-            return []
-        return [parse_endpoint(e) for e in self.last.endpoints if e]
-
-    def _republish(self) -> None:
-        for key, value in list(self._published.items()):  # may run in the heartbeat thread
-            self.store.set(key, value)
-        log.info("re-posted %d coordination values at %s", len(self._published),
-                 endpoint_text(self.store.endpoint))  # fmt: skip
-
-    # --- process group ----------------------------------------------------------------------
-
-    def form_group(self, members: Members, device: torch.device) -> RoundGroup:
-        """A fresh process group over ``members`` (this node must be one of them)."""
-        if self.address not in members.addresses:
-            raise TrainerError(f"{self.address} is not a member of round {members.round}")
-        rank = members.rank_of(self.address)
-        timeout = timedelta(seconds=self.cfg.collective_timeout_s)
-        if len(members.addresses) == 1:
-            return RoundGroup(members, 0, SoloAverager())
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        backend = self.cfg.backend
-        if backend == "auto":
-            backend = "nccl" if device.type == "cuda" else "gloo"
-        prefix = f"pg/{members.round}/{members.attempt}/{endpoint_text(self.store.endpoint)}"
-        try:
-            dist.init_process_group(
-                backend,
-                store=dist.PrefixStore(prefix, self.store.store),  # type: ignore[attr-defined]
-                rank=rank,
-                world_size=len(members.addresses),
-                timeout=timeout,
-            )
-        except (RuntimeError, dist.DistBackendError, dist.DistStoreError) as exc:
-            raise CollectiveError(
-                f"forming the process group of round {members.round} failed: {exc}"
-            ) from exc
-        wire_device = device if backend == "nccl" else torch.device("cpu")
-        return RoundGroup(members, rank, GroupAverager(None, timeout, wire_device))
-
-    # --- checkpoints ------------------------------------------------------------------------
-
-    def publish_checkpoint(
-        self,
-        round: int,
-        attempt: int,
-        rank: int,
-        weights_hash: bytes,
-        offer: dict[str, Any] | None = None,
-    ) -> None:
-        """Sign the hash this node holds after ``round`` and, in ``offer``, the manifest of the
-        blob it serves peer to peer and where (:mod:`trainer.network.peer_checkpoint`); no blob goes
-        through the store."""
-        signed = self.board.post(f"ckpt/{round}/sig/{self.address}", Kind.CHECKPOINT, round,
-                                 attempt, (offer or {}) | {"hash": weights_hash.hex()})  # fmt: skip
-        self.keep(f"ckpt/{round}/sig/{self.address}", signed.to_wire(), "ckpt/", round)
-        if rank == 0:
-            self.store.set("ckpt/latest", signed.to_wire())
-            self._published["ckpt/latest"] = signed.to_wire()
-
-    def latest_checkpoint_round(self) -> int | None:
-        """The round of the signed ``ckpt/latest`` (a hint; the hash is checked separately)."""
-        msg = self.board.read("ckpt/latest", Kind.CHECKPOINT, None, None)
-        return None if msg is None else msg.message.round
 
     def round_members(self, round: int) -> Members | None:
         """The latest opened attempt of ``round`` that the store holds (a member that finished
@@ -537,31 +366,10 @@ class Rendezvous:
             return self.last
         return None
 
-    def checkpoint_offers(self, round: int) -> list[tuple[str, dict[str, Any]]]:
-        """(address, signed body) of each member of ``round`` that signed a ``CHECKPOINT``."""
-        members = self.round_members(round)
-        if members is None:
-            return []
-        out = []
-        for addr in members.addresses:
-            msg = self.board.read(f"ckpt/{round}/sig/{addr}", Kind.CHECKPOINT, round,
-                                  members.attempt, signer=addr)  # fmt: skip
-            if msg is not None:
-                out.append((addr, msg.body()))
-        return out
+    # --- process group ---------------------------------------------------------------------
 
-    def signed_checkpoint_hash(self, round: int) -> bytes | None:
-        """The weights hash signed by a strict majority of ``round``'s members, or None."""
-        members = self.round_members(round)
-        if members is None:
-            return None
-        votes = Counter(str(body.get("hash", "")) for _, body in self.checkpoint_offers(round))
-        if not votes:
-            return None
-        best, count = votes.most_common(1)[0]
-        if 2 * count <= len(members.addresses):
-            return None
-        try:
-            return bytes.fromhex(best)
-        except ValueError:
-            return None
+    def form_group(self, members: Members, device: torch.device) -> RoundGroup:
+        """A fresh process group over ``members`` (this node must be one of them)."""
+        timeout_s, backend = self.cfg.collective_timeout_s, self.cfg.backend
+        return form_group(self.store, members, self.address, device, timeout_s=timeout_s,
+                          backend=backend)  # fmt: skip

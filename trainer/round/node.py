@@ -8,6 +8,10 @@ drive it). Each round reads as verbs::
     local   = train_local(r)     # H inner AdamW steps on this node's shard
     outcome = synchronize(local) # average + outer Nesterov step, re-forming the group on failure
     save / publish / attest      # checkpoint on disk, served to peers, signed attestation
+
+:meth:`NodeRunner.run_round` is that round, written once; when its all-reduce and outer step run
+is its schedule's (:mod:`trainer.round.schedule`): :class:`~trainer.round.schedule.Lockstep`, or
+the one-round delayed outer step (:class:`trainer.round.overlap.Overlap`, ``NodeSettings.overlap``).
 """
 
 from __future__ import annotations
@@ -31,21 +35,18 @@ from trainer.network.coordination.agreement import ConfigAgreement
 from trainer.network.coordination.heartbeat import Heartbeat, Liveness, StalledError, watching
 from trainer.network.coordination.ledger_view import LedgerMembers
 from trainer.network.coordination.registry import AnyKeyRegistry, ChainRegistry, Registry
-from trainer.network.membership import (
-    DivergedError,
-    Members,
-    MembershipConfig,
-    Rendezvous,
-    RoundGroup,
-)
+from trainer.network.group import RoundGroup
+from trainer.network.members import Members
+from trainer.network.membership import MembershipConfig, Rendezvous
 from trainer.network.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manifest
 from trainer.round import timebox
-from trainer.round.attest import Attester, Signed, WorkRecord
+from trainer.round.attest import Attester, WorkRecord
 from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.round.hold import hold_at_boundary
 from trainer.round.overlap import Overlap
 from trainer.round.recovery import Recovery
 from trainer.round.runconfig import ConfigSource, RunConfig
+from trainer.round.schedule import LeftOut, Lockstep, RoundReport, RoundWork, SatOut, Schedule
 from trainer.round.strategy import Strategy
 
 log = logging.getLogger(__name__)
@@ -86,25 +87,6 @@ class NodeSettings:
     tokens)."""
 
 
-@dataclass
-class RoundReport:
-    round: int
-    members: tuple[str, ...]
-    rank: int
-    attempts: int
-    config: RunConfig
-    shard_id: bytes
-    steps: int
-    tokens: int
-    final_loss: float
-    bytes_sent: int
-    base_hash: bytes
-    result_hash: bytes
-    eval_loss: float | None
-    signed: Signed
-    groups_formed: int = 0  # process groups this node has built so far (kept while unchanged)
-
-
 ProgressFn = Callable[[int, StepInfo], None]
 
 
@@ -112,20 +94,6 @@ def offline_domain(run_id: bytes) -> Eip712Domain:
     """The coordination domain of a run without a chain (the same on every node of the run)."""
     contract = Address(to_checksum_address(run_id[:20]))
     return Eip712Domain(chain_id=31337, verifying_contract=contract)
-
-
-class _SitOut(TrainerError):
-    """This node's config read does not agree with the round's (or its chain is behind)."""
-
-    def __init__(self, round: int) -> None:
-        super().__init__(f"round {round}: this node sits the round out")
-
-
-class _LeftOut(TrainerError):
-    """This node's re-formed round closed without it."""
-
-    def __init__(self, round: int) -> None:
-        super().__init__(f"round {round} was re-formed without this node")
 
 
 class NodeRunner:
@@ -187,7 +155,7 @@ class NodeRunner:
         self._last_members: tuple[str, ...] = ()
         self._group: RoundGroup | None = None
         self.groups_formed = 0
-        self.overlap = Overlap(self) if settings.overlap else None
+        self.schedule: Schedule = Overlap(self) if settings.overlap else Lockstep(self)
         self.eval_rows = (
             self.corpus.eval_rows(settings.model.seq_len, settings.eval_rows, seed=7)
             if settings.eval_rows
@@ -209,20 +177,20 @@ class NodeRunner:
         """This node's own read of TrainingConfig at the round's block, once the members agree.
 
         Members whose read differs (or whose chain is behind) drop out: the round re-forms with
-        the agreeing majority; a node outside any majority sits the round out (``_SitOut``).
+        the agreeing majority; a node outside any majority sits the round out (``SatOut``).
         """
         r = members.round
         while True:
             verdict = self.agreement.settle(members)
             if verdict.config is None:
-                raise _SitOut(r)
+                raise SatOut(r)
             if verdict.agree == set(members.addresses):
                 return verdict.config, members
             window = 2 * self.s.membership.config_wait_s + 2.0
             members = self.rdv.join(r, members.attempt + 1, window_s=0.0, timeout_s=window,
                                     expect=set(verdict.agree))  # fmt: skip
             if self.address not in members.addresses:
-                raise _SitOut(r)
+                raise SatOut(r)
 
     def train_local(
         self,
@@ -283,7 +251,7 @@ class NodeRunner:
                     expect = set(group.members.addresses) - set(exc.stalled)
                 members = self.rdv.join(r, attempt, window_s=0.0, timeout_s=window, expect=expect)
                 if self.address not in members.addresses:
-                    raise _LeftOut(r) from exc
+                    raise LeftOut(r) from exc
                 group = self.form_group(members)
                 timeout = getattr(group.averager, "timeout", None)
         raise TrainerError("unreachable")
@@ -310,7 +278,7 @@ class NodeRunner:
                 members = self.rdv.join(members.round, members.attempt + 1, window_s=0.0,
                                         timeout_s=window)  # fmt: skip
                 if self.address not in members.addresses:
-                    raise _LeftOut(members.round) from exc
+                    raise LeftOut(members.round) from exc
         raise TrainerError("unreachable")
 
     def save_and_publish(self, r: int, group: RoundGroup) -> RoundCheckpoint:
@@ -325,9 +293,9 @@ class NodeRunner:
         blob = ckpt.to_bytes()
         manifest, digests = Manifest.of(blob, ckpt.weights_hash, self.s.checkpoint_chunk_bytes)
         self.server.offer(r, blob, digests, manifest)
-        self.rdv.publish_checkpoint(r, group.members.attempt, honest.index(self.address),
-                                    ckpt.weights_hash,
-                                    manifest.body() | {"serve": self.server.endpoint})  # fmt: skip
+        self.rdv.checkpoints.publish(r, group.members.attempt, honest.index(self.address),
+                                     ckpt.weights_hash,
+                                     manifest.body() | {"serve": self.server.endpoint})  # fmt: skip
         # the publisher (rank 0, or the first majority member if rank 0 diverged) gives the ledger
         # the weights when membership changes or the node leaves, not every round (4 B/param):
         # the round's commitments let it replay the rest
@@ -346,7 +314,7 @@ class NodeRunner:
     # --- loop -------------------------------------------------------------------------------
 
     def first_round(self) -> int:
-        ckpt = self.recovery.initial(self.rdv, self.disk)
+        ckpt = self.recovery.initial(self.rdv.checkpoints, self.disk)
         self.adopt(ckpt)
         return max(ckpt.round + 1, self.rdv.current_round() + 1)
 
@@ -363,75 +331,68 @@ class NodeRunner:
         self.groups_formed += 1
         return self.form_group(members)
 
+    def keep_group(self, group: RoundGroup) -> None:
+        """Keep ``group`` for the next round (:meth:`group_for` reuses it while the member list
+        is the same)."""
+        self._group = group
+
     def drop_group(self) -> None:
         if self._group is not None:
             self._group.close()
             self._group = None
 
+    def drop_state(self) -> None:
+        """This node's state is not its round's (evicted, or the round finished without it): the
+        next round starts from a peer's checkpoint."""
+        self.state_round = -1
+
     def run_round(self, r: int) -> RoundReport | None:
+        """Round ``r``: the opening gates, then the inner phase and the group; the schedule does
+        the rest. Returns the report of the round that landed in it (lockstep: round r; the
+        delayed outer step: round r - 1), if any."""
         if not self.strategy.takes_part(self, r):
             self.rdv.announce_leave(r)  # the members do not wait for it
-            self.strategy.off_round(self, r)
-            self.drop_group()
-            return None
+            return self._outside(r, off_round=True)
         if not self.attester.join(r):  # the ledger's members: signed joins before the round
             # not a member of round r anywhere: the rendezvous closes r from the ledger's joins
             # and does not wait for it; it joins r + 1 (fetching round r's checkpoint from a peer)
             log.info("round %d started at the ledger without this node; trying the next one", r)
-            self.drop_group()
-            return None
+            return self._outside(r)
         members = self.join(r)
         if self.address not in members.addresses:
             log.info("round %d closed without this node; trying the next one", r)
-            self.drop_group()
-            return None
+            return self._outside(r)
         try:
             config, members = self.read_config(members)
-        except _SitOut:
+        except SatOut:
             log.warning("round %d: sat out (config not agreed at the round's block)", r)
-            self.drop_group()
-            return None
-        if self.state_round != r - 1:  # a joiner fetches while the members train; groups form after
-            self.adopt(self.recovery.from_peer(self.rdv, r - 1))
-        spec, local = self.train_local(r, config, members)
-        kept = False
+            return self._outside(r)
+        landed = self.schedule.opened(members)
+        if self.schedule.holds(self.state_round) != r - 1:
+            # a joiner fetches while the members train; groups form after
+            self.adopt(self.recovery.from_peer(self.rdv.checkpoints, r - 1))
+            self.schedule.restart()
+        spec, local = self.train_local(r, config, members, start=self.schedule.start)
         try:
             group = self.group_for(members)
-        except _LeftOut:
+        except LeftOut:
             log.warning("round %d re-formed without this node; rejoining next round", r)
-            return None
-        try:
-            outcome, group = self.synchronize(r, group, local, config)
-            self.save_and_publish(r, group)
-            if not group.divergent:  # kept for the next round (an evicted node rebuilds it)
-                self._group, kept = group, True
-        except _LeftOut:
-            # The survivors re-formed the round without this node (its collective failed later
-            # than theirs): its work of round r is lost; it rejoins at r + 1 from a peer.
-            log.warning("round %d finished without this node; rejoining next round", r)
-            return None
-        except DivergedError as exc:
-            # This node's weights differ from the majority's: it is evicted from the round (its
-            # work is lost), drops its state and rejoins at r + 1 from a peer's checkpoint.
-            log.error("round %d: %s; evicted by the majority, recovering from a peer", r, exc)
-            self.state_round = -1
-            return None
-        finally:
-            if not kept:
-                group.close()
-        return self.report(r, group, local, spec, config, outcome=outcome)
+            self.schedule.restart()
+            return landed or self.schedule.drain()
+        return self.schedule.worked(RoundWork(r, config, spec, local), group) or landed
 
-    def report(
-        self,
-        r: int,
-        group: RoundGroup,
-        local: LocalWork,
-        spec: ShardSpec,
-        config: RunConfig,
-        *,
-        outcome: RoundOutcome,
-    ) -> RoundReport:
-        """Evaluate the model (holding round r's result), sign and publish the attestation."""
+    def _outside(self, r: int, *, off_round: bool = False) -> RoundReport | None:
+        """This node works no part of round ``r``: what is in flight lands first (in the last
+        round's group), then the group goes (the members of round r form theirs without it)."""
+        landed = self.schedule.drain()
+        if off_round:
+            self.strategy.off_round(self, r)
+        self.drop_group()
+        return landed
+
+    def report(self, done: RoundWork, group: RoundGroup, outcome: RoundOutcome) -> RoundReport:
+        """Evaluate the model (holding the round's result), sign and publish the attestation."""
+        r, config, spec, local = done.round, done.config, done.spec, done.local
         eval_loss = evaluate(self.model, self.eval_rows) if self.eval_rows is not None else None
         work = WorkRecord(
             round=r,
@@ -475,11 +436,9 @@ class NodeRunner:
                 if self.s.hold_file is not None:
                     hold_at_boundary(self.s.hold_file, r)
                 self.round_now = r
-                report = self.run_round(r) if self.overlap is None else self.overlap.run_round(r)
-                self._reported(report, reports)
+                self._reported(self.run_round(r), reports)
                 r += 1
-            if self.overlap is not None:  # the last round's average lands before leaving
-                self._reported(self.overlap.drain(), reports)
+            self._reported(self.schedule.drain(), reports)  # what is in flight lands before leaving
         finally:
             self.server.close()
         self.drop_group()

@@ -1,4 +1,4 @@
-"""The overlap option of :class:`trainer.round.node.NodeRunner`: a one-round delayed outer step.
+"""The overlap schedule of :class:`trainer.round.node.NodeRunner`: a one-round delayed outer step.
 
 Round r's all-reduce runs in a background thread while the node computes round r+1, so the
 communication hides behind compute (streaming DiLoCo's idea, with the whole model as one
@@ -24,8 +24,13 @@ round r from it. A failed background all-reduce (a peer died, or was evicted by 
 and left the group) falls back to the synchronous re-form-and-retry path of
 ``NodeRunner.synchronize`` for that round, and so does a hash check that fails because a peer
 died after the mean (during this node's compute; the step is undone first). The background
-collective is not heartbeat-watched: a
-dead peer closes its sockets (found at once), a stalled one is found by the collective timeout.
+collective is not heartbeat-watched: a dead peer closes its sockets (found at once), a stalled
+one is found by the collective timeout.
+
+The round itself (its opening gates, the inner phase, the group) is the node's one round
+procedure (:meth:`trainer.round.node.NodeRunner.run_round`); :class:`Overlap` is the
+:class:`~trainer.round.schedule.Schedule` it plugs in, next to
+:class:`~trainer.round.schedule.Lockstep`.
 """
 
 from __future__ import annotations
@@ -38,13 +43,13 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 from protocol.errors import CollectiveError
+from trainer.network.group import DivergedError
+from trainer.round.diloco import RoundOutcome
+from trainer.round.schedule import LeftOut, RoundReport, RoundWork, Runner
 
 if TYPE_CHECKING:
-    from reference.data import ShardSpec
-    from trainer.network.membership import RoundGroup
-    from trainer.round.diloco import LocalWork
-    from trainer.round.node import NodeRunner, RoundReport
-    from trainer.round.runconfig import RunConfig
+    from trainer.network.group import RoundGroup
+    from trainer.network.members import Members
 
 log = logging.getLogger(__name__)
 
@@ -53,27 +58,29 @@ log = logging.getLogger(__name__)
 class InFlight:
     """One round whose all-reduce runs in the background."""
 
-    round: int
+    work: RoundWork
     group: RoundGroup
-    local: LocalWork
-    spec: ShardSpec
-    config: RunConfig
     thread: threading.Thread | None = None
     result: tuple[Tensor, int] | None = None
     error: Exception | None = None
     done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def round(self) -> int:
+        return self.work.round
 
     def start(self) -> None:
         """Start the all-reduce (once; at the next round's start, after its join and config
         read, whose small messages would otherwise queue behind the packet on the uplink)."""
         if self.thread is not None:
             return
-        settings = self.config.settings
-        vector = self.local.packet if self.local.packet is not None else self.local.pseudo_gradient
+        local = self.work.local
+        settings = self.work.config.settings
+        vector = local.packet if local.packet is not None else local.pseudo_gradient
 
         def run() -> None:
             try:
-                tokens = self.local.inner.tokens
+                tokens = local.inner.tokens
                 self.result = self.group.averager.average(vector, settings.wire_format, tokens)
             except Exception as exc:  # reported where the round lands, in the main thread
                 self.error = exc
@@ -95,99 +102,83 @@ class InFlight:
 
 
 class Overlap:
-    """Runs a :class:`NodeRunner`'s rounds with the one-round delayed outer step."""
+    """The one-round delayed outer step: round r lands during round r+1."""
 
-    def __init__(self, node: NodeRunner) -> None:
+    def __init__(self, node: Runner) -> None:
         self.node = node
         self.inflight: InFlight | None = None
-        self.start: Tensor | None = None
-        """Where the next inner phase starts (None: from the base weights)."""
+        self._start: Tensor | None = None
 
-    def run_round(self, r: int) -> RoundReport | None:
-        """Work round r; returns the report of round r-1 (landed during this round), if any."""
-        from trainer.round.node import _LeftOut, _SitOut
+    @property
+    def start(self) -> Tensor | None:
+        """Where the next inner phase starts: the newest base minus this node's own progress in
+        flight (None: from the base weights)."""
+        return self._start
 
-        n = self.node
-        if not n.strategy.takes_part(n, r):
-            landed = self.drain()
-            n.strategy.off_round(n, r)
-            n.drop_group()
-            return landed
-        if not n.attester.join(r):
-            log.info("round %d started at the ledger without this node; trying the next one", r)
+    def restart(self) -> None:
+        self._start = None
+
+    def opened(self, members: Members) -> RoundReport | None:
+        """Round r-1's all-reduce starts now, during round r's compute; if the member list
+        changed it lands first instead (publishing round r-1's checkpoint: a joiner fetches it)."""
+        if self.inflight is None:
+            return None
+        if self.inflight.group.members.addresses != members.addresses:
             return self.drain()
-        members = n.join(r)
-        if n.address not in members.addresses:
-            landed = self.drain()
-            n.drop_group()
-            return landed
-        try:
-            config, members = n.read_config(members)
-        except _SitOut:
-            log.warning("round %d: sat out (config not agreed at the round's block)", r)
-            landed = self.drain()
-            n.drop_group()
-            return landed
+        self.inflight.start()
+        return None
+
+    def holds(self, state_round: int) -> int:
+        return state_round if self.inflight is None else self.inflight.round
+
+    def worked(self, work: RoundWork, group: RoundGroup) -> RoundReport | None:
+        """Land round r-1, then queue round r's all-reduce (the same packet: it starts after
+        round r+1's join) and start round r+1 from the newest base less round r's progress."""
         landed = None
-        if self.inflight is not None and self.inflight.group.members.addresses != members.addresses:
-            landed = self.drain()  # publishes round r-1's checkpoint: a joiner fetches it
-        elif self.inflight is not None:
-            self.inflight.start()  # round r-1's all-reduce, during this round's compute
-        held = n.state_round if self.inflight is None else self.inflight.round
-        if held != r - 1:  # a joiner fetches while the members train; groups form after
-            n.adopt(n.recovery.from_peer(n.rdv, r - 1))
-            self.start = None
-        spec, local = n.train_local(r, config, members, start=self.start)
-        try:
-            group = n.group_for(members)
-        except _LeftOut:
-            log.warning("round %d re-formed without this node; rejoining next round", r)
-            self.start = None
-            return landed or self.drain()
         if self.inflight is not None:
-            landed = self.land()
-            if landed is None:  # evicted or left out while landing: round r's work is lost too
-                n.drop_group()
+            done = self._land()
+            if done is None:  # evicted or left out while landing: round r's work is lost too
+                self.node.drop_group()
                 return None
-            group = n._group or group  # re-formed with the survivors if a peer was lost
-        assert n.diloco is not None
-        n._group = group  # kept: round r's all-reduce runs in it
-        self.inflight = InFlight(r, group, local, spec, config)  # started at round r+1's start
-        self.start = n.diloco.state.base - local.pseudo_gradient
+            landed, group = done  # re-formed with the survivors if a peer was lost
+        diloco = self.node.diloco
+        assert diloco is not None
+        self.node.keep_group(group)  # kept: round r's all-reduce runs in it
+        self.inflight = InFlight(work, group)  # started at round r+1's start
+        self._start = diloco.state.base - work.local.pseudo_gradient
         return landed
 
     def drain(self) -> RoundReport | None:
         """Land the round in flight now (before a membership change, a sit-out or leaving)."""
-        self.start = None
+        self._start = None
         if self.inflight is None:
             return None
-        return self.land()
+        done = self._land()
+        return None if done is None else done[0]
 
-    def land(self) -> RoundReport | None:
+    def _land(self) -> tuple[RoundReport, RoundGroup] | None:
         """Wait for the in-flight average, take the outer step, check the members agree,
-        publish the checkpoint and attest the round; None if this node lost the round."""
-        from trainer.network.membership import DivergedError
-        from trainer.round.diloco import RoundOutcome
-        from trainer.round.node import _LeftOut
-
+        publish the checkpoint and attest the round; its report and the group it finished in
+        (kept for the next round), or None if this node lost the round."""
         f, self.inflight = self.inflight, None
         assert f is not None
         n = self.node
-        assert n.diloco is not None
-        local = f.local
-        local.base_hash = n.diloco.base_hash()  # the committed checkpoint the mean steps from
+        diloco = n.diloco
+        assert diloco is not None
+        r, local, config = f.round, f.work.local, f.work.config
+        local.base_hash = diloco.base_hash()  # the committed checkpoint the mean steps from
         got = f.wait()
         group = f.group
         try:
             if got is None:  # a peer died mid-collective: the synchronous re-form-and-retry path
-                outcome, group = n.synchronize(f.round, f.group, local, f.config)
+                outcome, group = n.synchronize(r, f.group, local, config)
             else:
                 mean, sent = got
-                state = n.diloco.state
+                state = diloco.state
                 before = (state.base.clone(), state.momentum.clone())
-                n.diloco.outer_step(mean, f.config.settings)
-                n.diloco.sync_inner_model()
-                outcome = RoundOutcome(local, n.diloco.base_hash(), sent, group.world_size)
+                diloco.outer_step(mean, config.settings)
+                diloco.sync_inner_model()
+                outcome = RoundOutcome(local, diloco.base_hash(), sent, group.world_size)
                 timeout = getattr(group.averager, "timeout", None)
                 try:
                     if timeout is not None:
@@ -195,24 +186,21 @@ class Overlap:
                 except CollectiveError as exc:  # a peer died after the mean, before the check
                     # (during this node's compute): undo the step, and the survivors average
                     # the round again without it, as when a peer dies mid-all-reduce
-                    log.warning("round %d: hash check failed (%s); re-forming", f.round, exc)
+                    log.warning("round %d: hash check failed (%s); re-forming", r, exc)
                     state.base.copy_(before[0])
                     state.momentum.copy_(before[1])
-                    n.diloco.sync_inner_model()
-                    outcome, group = n.synchronize(f.round, f.group, local, f.config)
-            n.save_and_publish(f.round, group)
-        except (_LeftOut, CollectiveError) as exc:
-            log.warning("round %d finished without this node (%s); rejoining", f.round, exc)
-            self.start = None
-            n.state_round = -1
+                    diloco.sync_inner_model()
+                    outcome, group = n.synchronize(r, f.group, local, config)
+            n.save_and_publish(r, group)
+        except (LeftOut, CollectiveError) as exc:
+            log.warning("round %d finished without this node (%s); rejoining", r, exc)
+            self._start = None
+            n.drop_state()
             return None
         except DivergedError as exc:
-            log.error("round %d: %s; evicted by the majority, recovering from a peer", f.round,
-                      exc)  # fmt: skip
-            self.start = None
-            n.state_round = -1
+            log.error("round %d: %s; evicted by the majority, recovering from a peer", r, exc)
+            self._start = None
+            n.drop_state()
             return None
-        n._group = (
-            group  # the round's group, re-formed if a peer was lost (the next one runs in it)
-        )
-        return n.report(f.round, group, local, f.spec, f.config, outcome=outcome)
+        n.keep_group(group)  # the round's group, re-formed if a peer was lost
+        return n.report(f.work, group, outcome), group

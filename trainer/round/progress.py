@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.table import Table
 
 from reference.inner import StepInfo
-from trainer.round.node import RoundReport
+from trainer.round.schedule import RoundReport
 
 log = logging.getLogger("trainer.round.progress")
 

@@ -6,8 +6,8 @@ seed. A checkpoint from peers is fetched peer to peer (chunked, every chunk hash
 several members at once: :mod:`trainer.network.peer_checkpoint`) and used only if its weights hash
 is the one committed on chain (``ContributionLedger.checkpointOf(run, r)``) or, for a round not
 committed yet, the one signed by a strict majority of that round's members (signed ``CHECKPOINT``
-messages). A peer that serves a bad chunk is refused (logged, kept in the rendezvous' refusals) and
-its chunk fetched from another member.
+messages: :mod:`trainer.network.checkpoint_board`). A peer that serves a bad chunk is refused
+(logged, kept in the board's refusals) and its chunk fetched from another member.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from protocol.errors import CheckpointError
 from protocol.types import Bytes32, RoundNumber, RunId
 from reference.checkpoint import MAX_CHECKPOINT_BYTES, CheckpointDir, RoundCheckpoint
 from reference.model import GPTConfig, genesis_state
+from trainer.network.checkpoint_board import CheckpointBoard
 from trainer.network.ledger_client import LedgerClient
-from trainer.network.membership import Rendezvous
 from trainer.network.peer_checkpoint import FetchError, Manifest, PeerFault, fetch
 
 log = logging.getLogger(__name__)
@@ -90,15 +90,15 @@ class Recovery:
             )
         return ckpt
 
-    def expected_hash(self, rdv: Rendezvous, round: int) -> tuple[bytes, str] | None:
+    def expected_hash(self, board: CheckpointBoard, round: int) -> tuple[bytes, str] | None:
         """The hash a checkpoint of ``round`` must have, and who vouches for it."""
         committed = self.committed(round)
         if committed is not None:
             return committed, "the chain"
-        signed = rdv.signed_checkpoint_hash(round)
+        signed = board.signed_hash(round)
         return None if signed is None else (signed, "a majority of the round's members")
 
-    def from_peer(self, rdv: Rendezvous, round: int) -> RoundCheckpoint:
+    def from_peer(self, board: CheckpointBoard, round: int) -> RoundCheckpoint:
         """The verified checkpoint of ``round``, fetched peer to peer from the members serving it.
 
         The members' signed offers are grouped by manifest, most signers first, among those whose
@@ -109,10 +109,10 @@ class Recovery:
             return self.verify(genesis_checkpoint(self.model, self.seed, self.run_id), "genesis")
         deadline = time.monotonic() + self.peer_timeout_s
         while True:
-            expected = self.expected_hash(rdv, round)
+            expected = self.expected_hash(board, round)
             if expected is not None:
-                for manifest, peers in self._offers(rdv, round, expected[0]):
-                    found = self._try_fetch(rdv, round, manifest, peers, expected)
+                for manifest, peers in self._offers(board, round, expected[0]):
+                    found = self._try_fetch(board, round, manifest, peers, expected)
                     if found is not None:
                         return found
             if time.monotonic() > deadline:
@@ -124,19 +124,19 @@ class Recovery:
             time.sleep(0.2)
 
     def _offers(
-        self, rdv: Rendezvous, round: int, expected: bytes
+        self, board: CheckpointBoard, round: int, expected: bytes
     ) -> list[tuple[Manifest, dict[str, str]]]:
         """(manifest, {address: endpoint}) per distinct manifest of ``expected``, most signed
         first; peers that served this node a bad chunk of this round are left out."""
         groups: dict[Manifest, dict[str, str]] = {}
-        for addr, body in rdv.checkpoint_offers(round):
+        for addr, body in board.offers(round):
             serve = body.get("serve")
             if not isinstance(serve, str) or (round, addr) in self._bad_peers:
                 continue
             try:
                 manifest = Manifest.from_body(body)
             except CheckpointError as exc:
-                rdv.board.refuse("invalid", f"ckpt/{round}/sig/{addr}", exc.message)
+                board.refuse("invalid", f"ckpt/{round}/sig/{addr}", exc.message)
                 continue
             if manifest.weights_hash == expected:
                 groups.setdefault(manifest, {})[addr] = serve
@@ -144,7 +144,7 @@ class Recovery:
 
     def _try_fetch(
         self,
-        rdv: Rendezvous,
+        board: CheckpointBoard,
         round: int,
         manifest: Manifest,
         peers: dict[str, str],
@@ -156,9 +156,9 @@ class Recovery:
             blob, faults = fetch(round, manifest, list(by_endpoint), timeout_s=self.chunk_timeout_s)
         except FetchError as exc:
             log.warning("round %d checkpoint fetch failed: %s", round, exc.message)
-            self._refuse_peers(rdv, round, by_endpoint, exc.faults)
+            self._refuse_peers(board, round, by_endpoint, exc.faults)
             return None
-        self._refuse_peers(rdv, round, by_endpoint, faults)
+        self._refuse_peers(board, round, by_endpoint, faults)
         try:
             ckpt = RoundCheckpoint.from_bytes(blob, expect_hash=expected)
             if ckpt.round != round:
@@ -167,7 +167,7 @@ class Recovery:
             # every chunk matched a manifest its signers vouched for, yet the whole does not hash
             # to the vouched-for weights: those signers lied together; never use them again
             self._bad_peers.update((round, a) for a in peers)
-            rdv.board.refuse("hash_mismatch", f"ckpt/{round}/{sorted(peers)}",
+            board.refuse("hash_mismatch", f"ckpt/{round}/{sorted(peers)}",
                              f"{exc.message} (hash vouched for by {by})")  # fmt: skip
             return None
         log.info("checkpoint of round %d from %d peers (%d dropped) matches the hash vouched for "
@@ -175,12 +175,16 @@ class Recovery:
         return self.verify(ckpt, f"peers {sorted(peers)}")
 
     def _refuse_peers(
-        self, rdv: Rendezvous, round: int, by_endpoint: dict[str, str], faults: list[PeerFault]
+        self,
+        board: CheckpointBoard,
+        round: int,
+        by_endpoint: dict[str, str],
+        faults: list[PeerFault],
     ) -> None:
         for fault in faults:
             addr = by_endpoint.get(fault.peer, fault.peer)
             self._bad_peers.add((round, addr))
-            rdv.board.refuse("hash_mismatch" if "digest" in fault.reason else "peer_fault",
+            board.refuse("hash_mismatch" if "digest" in fault.reason else "peer_fault",
                              f"ckpt/{round}/{addr}#chunk{fault.chunk}",
                              f"{fault.reason}; fetching from another member")  # fmt: skip
 
@@ -202,11 +206,11 @@ class Recovery:
         )
         return self.verify(ckpt, "the ledger")
 
-    def initial(self, rdv: Rendezvous, disk: CheckpointDir | None) -> RoundCheckpoint:
-        peer = rdv.latest_checkpoint_round()
+    def initial(self, board: CheckpointBoard, disk: CheckpointDir | None) -> RoundCheckpoint:
+        peer = board.latest_round()
         local = disk.latest() if disk is not None else None
         if peer is not None and (local is None or peer > local.round):
-            return self.from_peer(rdv, peer)
+            return self.from_peer(board, peer)
         if local is not None:
             return self.verify(local, f"{disk.path if disk else 'disk'}")
         if self.chain is not None:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from protocol.coordination import Kind, SignedMessage
 from reference import settings
-from trainer.network.membership import Members, Rendezvous
+from trainer.network.members import Members
+from trainer.network.membership import Rendezvous
 from trainer.round.runconfig import ConfigSource, RunConfig
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,88 @@
+"""The checkpoint board: who holds which weights after a round, and where to fetch them.
+
+After a round every member posts a signed ``CHECKPOINT`` under ``ckpt/<round>/sig/<address>``:
+the weights hash it holds, and the manifest and address of the blob it serves peer to peer
+(:mod:`trainer.network.peer_checkpoint`); no blob goes through the store. Rank 0 also posts it
+under ``ckpt/latest``, the hint a starting node reads first. A joiner accepts a blob only if it
+matches the hash committed on chain or, for a round not committed yet, the hash signed by a
+strict majority of that round's members (:meth:`CheckpointBoard.signed_hash`;
+:mod:`trainer.round.recovery` does the fetching and checking).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from protocol.coordination import Kind
+from trainer.network.coordination.board import Board
+from trainer.network.failover import KeptValues
+from trainer.network.members import Members
+
+MembersOf = Callable[[int], Members | None]
+"""The member list of a round (its latest opened attempt), as the rendezvous reads it."""
+
+
+class CheckpointBoard:
+    """One node's signed checkpoint offers, and its reads of the others'."""
+
+    def __init__(self, board: Board, kept: KeptValues, members_of: MembersOf) -> None:
+        self.board = board
+        self.kept = kept
+        self.members_of = members_of
+
+    def refuse(self, check: str, key: str, detail: str) -> None:
+        """Log and keep a refusal (a bad offer or chunk) beside the board's other refusals."""
+        self.board.refuse(check, key, detail)
+
+    def publish(
+        self,
+        round: int,
+        attempt: int,
+        rank: int,
+        weights_hash: bytes,
+        offer: dict[str, Any] | None = None,
+    ) -> None:
+        """Sign the hash this node holds after ``round`` and, in ``offer``, the manifest of the
+        blob it serves peer to peer and where (:mod:`trainer.network.peer_checkpoint`)."""
+        key = f"ckpt/{round}/sig/{self.board.address}"
+        signed = self.board.post(key, Kind.CHECKPOINT, round, attempt,
+                                 (offer or {}) | {"hash": weights_hash.hex()})  # fmt: skip
+        self.kept.keep(key, signed.to_wire(), "ckpt/", round)
+        if rank == 0:
+            self.kept.set("ckpt/latest", signed.to_wire())
+
+    def latest_round(self) -> int | None:
+        """The round of the signed ``ckpt/latest`` (a hint; the hash is checked separately)."""
+        msg = self.board.read("ckpt/latest", Kind.CHECKPOINT, None, None)
+        return None if msg is None else msg.message.round
+
+    def offers(self, round: int) -> list[tuple[str, dict[str, Any]]]:
+        """(address, signed body) of each member of ``round`` that signed a ``CHECKPOINT``."""
+        members = self.members_of(round)
+        if members is None:
+            return []
+        out = []
+        for addr in members.addresses:
+            msg = self.board.read(f"ckpt/{round}/sig/{addr}", Kind.CHECKPOINT, round,
+                                  members.attempt, signer=addr)  # fmt: skip
+            if msg is not None:
+                out.append((addr, msg.body()))
+        return out
+
+    def signed_hash(self, round: int) -> bytes | None:
+        """The weights hash signed by a strict majority of ``round``'s members, or None."""
+        members = self.members_of(round)
+        if members is None:
+            return None
+        votes = Counter(str(body.get("hash", "")) for _, body in self.offers(round))
+        if not votes:
+            return None
+        best, count = votes.most_common(1)[0]
+        if 2 * count <= len(members.addresses):
+            return None
+        try:
+            return bytes.fromhex(best)
+        except ValueError:
+            return None
