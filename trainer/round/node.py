@@ -31,7 +31,6 @@ from reference.checkpoint import CheckpointDir, RoundCheckpoint
 from reference.data import Corpus, ShardSpec
 from reference.inner import StepInfo, one_thread
 from reference.model import GPT, GPTConfig, evaluate
-from trainer.network.coordination.agreement import ConfigAgreement
 from trainer.network.coordination.heartbeat import Heartbeat, Liveness, StalledError, watching
 from trainer.network.coordination.ledger_view import LedgerMembers
 from trainer.network.coordination.registry import AnyKeyRegistry, ChainRegistry, Registry
@@ -40,6 +39,7 @@ from trainer.network.members import Members
 from trainer.network.membership import MembershipConfig, Rendezvous
 from trainer.network.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manifest
 from trainer.round import timebox
+from trainer.round.agreement import ConfigAgreement
 from trainer.round.attest import Attester, WorkRecord
 from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.round.hold import hold_at_boundary

@@ -1,7 +1,7 @@
 """Where a round's hyper-parameters come from: the chain's TrainingConfig, or a fixed value.
 
 A node reads its :class:`RunConfig` at the start of every round, at the block its signed round-open
-names (trainer/network/coordination/agreement.py), so a governance change executed before round r
+names (trainer/round/agreement.py), so a governance change executed before round r
 opened is what round r trains with (and its ``configVersion`` is what the node attests).
 """
 
