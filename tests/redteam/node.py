@@ -25,6 +25,7 @@ from reference.inner import InnerConfig, InnerTrainer
 from reference.mean import simulate_average
 from reference.model import GPT
 from reference.outer import FlatLayout, OuterConfig, OuterState
+from reference.settings import from_e6
 from tests.redteam.strategies import RoundView, SimStrategy, Tensors
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class Node:
         model = GPT(net.model)
         load_weights_into(model, {n: t.clone() for n, t in start_base.items()})
         steps = self.strategy.inner_steps(cfg.inner_steps)
-        inner = InnerConfig(steps=steps, lr=cfg.inner_lr, batch_size=cfg.batch)
+        inner = InnerConfig(steps=steps, lr=from_e6(cfg.inner_lr_e6), batch_size=cfg.batch)
         t0 = time.process_time()
         InnerTrainer(model, inner, keep_state=False).train(rows)
         cpu = time.process_time() - t0
