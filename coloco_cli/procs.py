@@ -66,13 +66,6 @@ class Child:
         return data.decode("utf-8", errors="replace")
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def port_open(host: str, port: int) -> bool:
     """True when something accepts TCP connections on host:port."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

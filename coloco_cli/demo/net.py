@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from coloco_cli.procs import Child, ProcessManager, free_port, wait_until
+from coloco_cli.procs import Child, ProcessManager, wait_until
+from protocol.devnet import free_port
 from protocol.errors import ConfigError, LedgerError
 
 if TYPE_CHECKING:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from coloco_cli.node.events import read_events
-from coloco_cli.procs import Child, ProcessManager, free_port, port_open, wait_until
+from coloco_cli.procs import Child, ProcessManager, port_open, wait_until
+from protocol.devnet import free_port
 from protocol.errors import ColocoError, LedgerError, TrainerError
 
 if TYPE_CHECKING:

@@ -13,12 +13,11 @@ import uvicorn
 from typer.testing import CliRunner
 
 from coloco_cli.main import app
-from coloco_cli.procs import free_port
 from ledger.core.config import Settings
 from ledger.main import create_app
 from ledger.service import Ledger
 from protocol.deployment import Deployment
-from protocol.devnet import AnvilProcess
+from protocol.devnet import AnvilProcess, free_port
 from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
 
 pytestmark = [pytest.mark.integration, pytest.mark.anvil]

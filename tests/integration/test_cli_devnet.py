@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 from coloco_cli.common import DEFAULT_RPC_URL, resolve
 from coloco_cli.devnet.state import DEVNET_DIR, PID_FILE, STATE_FILE, devnet_rpc_url
 from coloco_cli.main import app
-from coloco_cli.procs import free_port, port_open
+from coloco_cli.procs import port_open
 from protocol.deployment import CONTRACT_NAMES, Deployment
+from protocol.devnet import free_port
 from protocol.errors import ChainError, ConfigError
 from tests.integration.pids import alive
 

@@ -11,7 +11,7 @@ from typing import Any
 from typer.main import get_command
 
 from coloco_cli.main import app
-from coloco_cli.procs import free_port
+from protocol.devnet import free_port
 
 # long-running: they report through logs, `node run --events PATH` and `demo --report PATH`
 SERVERS = {"demo", "node run", "ledger serve", "rendezvous serve"}

@@ -15,10 +15,10 @@ import pytest
 from coloco_cli.procs import (
     InterruptedBySignalError,
     ProcessManager,
-    free_port,
     port_open,
     wait_until,
 )
+from protocol.devnet import free_port
 from protocol.errors import ColocoError
 from tests.integration.pids import alive as _alive
 from tests.integration.pids import wait_gone as _wait_gone

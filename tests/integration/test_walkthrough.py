@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from coloco_cli.procs import free_port
+from protocol.devnet import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.anvil, pytest.mark.timeout(1200)]
 
