@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import uuid
 from pathlib import Path
 
 from eth_account import Account
 from eth_utils.address import is_address, to_checksum_address
 
+from protocol.broadcast import Limits, run_watched
 from protocol.deployment import Deployment
 from protocol.errors import DeploymentError
 from protocol.toolchain import REPO_ROOT, foundry_bin
@@ -21,8 +21,10 @@ SCRIPT = "contracts/script/Deploy.s.sol:Deploy"
 # forge only writes JSON under ./deployments (foundry.toml fs_permissions); the script writes a
 # scratch file there that is read back, validated, and saved wherever the caller asked.
 _SCRATCH_DIR = REPO_ROOT / "deployments"
-_STDERR_TAIL = 4000
-_TIMEOUT_S = 600
+
+
+# anvil mines a transaction as it arrives: 20 s without one means it will not come
+DEVNET_LIMITS = Limits(total_s=300.0, idle_s=20.0, stall_s=5.0)
 
 
 def _checked_address(value: str, what: str) -> str:
@@ -50,6 +52,7 @@ def deploy(
     grant_limit: int | None = None,
     proposal_threshold: int | None = None,
     initial_inner_steps: int | None = None,
+    limits: Limits | None = None,
 ) -> Deployment:
     """Deploys everything as `deployer_key`, writes the deployment JSON to `out_path`, returns it.
 
@@ -61,7 +64,9 @@ def deploy(
     seconds (the token and governor use a timestamp clock); None keeps the profile's default
     (contracts/script/Deploy.s.sol). `quorum_fraction` is in percent, `grant_limit` in token
     units per 30 days. `initial_inner_steps` sets the run's genesis H before the Timelock takes
-    TrainingConfig over (None keeps the contract default).
+    TrainingConfig over (None keeps the contract default). `limits` bound how long the broadcast
+    may go without progress (:mod:`protocol.broadcast`); None is DEVNET_LIMITS on the devnet
+    profile (anvil mines each transaction at once) and the patient defaults in production.
     """
     if profile not in ("devnet", "production"):
         raise DeploymentError(f"profile {profile!r} must be 'devnet' or 'production'")
@@ -129,6 +134,8 @@ def deploy(
         "--skip",
         "test",
         "--broadcast",
+        # one transaction in flight at a time: a lost one cannot leave later nonces queued
+        "--slow",
         "--rpc-url",
         rpc_url,
         "--private-key",
@@ -142,28 +149,20 @@ def deploy(
         committer,
     )
     try:
-        proc = subprocess.run(
+        run_watched(
             cmd,
-            check=False,
             cwd=REPO_ROOT,
             env=env,
-            capture_output=True,
-            text=True,
-            timeout=_TIMEOUT_S,
+            rpc_url=rpc_url,
+            sender=deployer,
+            label=f"forge script {SCRIPT}",
+            limits=limits or (DEVNET_LIMITS if profile == "devnet" else Limits()),
         )
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip() or proc.stdout.strip())[-_STDERR_TAIL:]
-            raise DeploymentError(
-                f"forge script {SCRIPT} failed (exit {proc.returncode}) against {rpc_url}; "
-                f"check the RPC URL and that the deployer is funded. forge said:\n{tail}"
-            )
         if not scratch.is_file():
             raise DeploymentError(
                 f"forge script {SCRIPT} succeeded but wrote no deployment JSON at {scratch}"
             )
         deployment = Deployment.load(scratch)
-    except subprocess.TimeoutExpired as exc:
-        raise DeploymentError(f"forge script {SCRIPT} did not finish in {_TIMEOUT_S} s") from exc
     finally:
         scratch.unlink(missing_ok=True)
     deployment.save(out_path)
