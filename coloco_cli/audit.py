@@ -30,7 +30,6 @@ from coloco_cli.run.ops import parse_run_id
 from coloco_cli.tx import open_chain
 from ledger.core.config import AUDIT_TOLERANCE
 from protocol.attestation import ATTESTATION_ATTRS
-from protocol.blobs import decode_blob
 from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
 from reference.settings import TrainingSettings
 
@@ -114,6 +113,8 @@ def audit_rounds(
 
 
 def _tensors(http: httpx.Client, hash_hex: str) -> Any:
+    from protocol.blobs import decode_blob  # torch: imported when a replay runs, not at start
+
     resp = http.get(f"/v1/blobs/{hash_hex}")
     if resp.status_code != 200:
         return None

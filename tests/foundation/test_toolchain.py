@@ -19,6 +19,14 @@ def test_coloco_help_lists_command_groups() -> None:
         assert group in out, f"`coloco --help` does not list {group}"
 
 
+def test_the_command_tree_loads_without_torch() -> None:
+    """torch costs about 1.2 s of every `coloco` start; only the commands that compute import it
+    (node run, audit's replay, model, run open), when they run."""
+    probe = "import sys, coloco_cli.main; print(sorted(m for m in sys.modules if m == 'torch'))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", "the command tree imports torch at start-up"
+
+
 def test_cli_usage_error_is_a_message_and_exit_2_not_a_traceback() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "coloco_cli", "node", "stake"],
