@@ -26,9 +26,9 @@ from typing import Any
 
 import httpx
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import uvicorn
 
+from bench.harness import forked
 from bench.harness.nodes import NodeKey, h, new_node
 from bench.redteam.cheats import JumpAhead, SybilPrimary, SybilShared
 from bench.redteam.config import ADMIN, NetConfig, configure_chain
@@ -191,8 +191,8 @@ def run(net: RealNet, names: list[str], *, honest_between: int = 0,
         net.plan(f"cheater{i}", k, plan.last_round, plan.attacks[i], n)
         for i, k in enumerate(cheater_keys)
     ]
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=node_main, args=(p,), name=p.label, daemon=True) for p in plans]
+    forked.context("bench.redteam.procs")
+    procs = [forked.process(node_main, (p,), name=p.label, daemon=True) for p in plans]
     start = time.monotonic()
     for p in procs:
         p.start()

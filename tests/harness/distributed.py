@@ -15,8 +15,8 @@ from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from bench.harness import forked
 from protocol.devnet import free_port
 
 
@@ -58,12 +58,11 @@ def run_workers(
     init_group: bool = True,
 ) -> list[Any]:
     """Run `fn(rank, world_size, *args)` in `world_size` real processes; return their results."""
-    ctx = mp.get_context("spawn")
-    with ctx.Manager() as manager:
+    with forked.context().Manager() as manager:
         results = manager.dict()
         port = free_port()
         procs = [
-            ctx.Process(target=_entry, args=(r, world_size, port, fn, args, results, init_group))
+            forked.process(_entry, (r, world_size, port, fn, args, results, init_group))
             for r in range(world_size)
         ]
         for p in procs:

@@ -1,4 +1,4 @@
-"""Real trainer nodes in real processes for the trainer tests (importable: spawn needs it).
+"""Real trainer nodes in real processes for the trainer tests (imported by each forked node).
 
 `start_nodes(plans, port)` starts one process per plan, each running a full
 :class:`trainer.round.node.NodeRunner` (rendezvous over the parent's TCPStore, gloo process groups,
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch.multiprocessing as mp
+from bench.harness import forked
 
 # anvil's well-known development keys (public test keys, never real funds).
 DEV_KEYS = [
@@ -236,10 +236,9 @@ def _wait_for_round(port: int, round: int) -> None:
 
 
 def start_nodes(plans: list[Plan], port: int, data_dir: Path) -> tuple[list[Any], Any, Any]:
-    ctx = mp.get_context("spawn")
-    manager = ctx.Manager()
+    manager = forked.context().Manager()
     results = manager.dict()
-    procs = [ctx.Process(target=_node_main, args=(p, port, str(data_dir), results)) for p in plans]
+    procs = [forked.process(_node_main, (p, port, str(data_dir), results)) for p in plans]
     for p in procs:
         p.start()
     return procs, results, manager

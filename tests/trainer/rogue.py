@@ -18,8 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch.multiprocessing as mp
-
+from bench.harness import forked
 from reference.settings import TrainingSettings
 
 ROGUE_KEY = "0x" + "66" * 32  # never registered on chain
@@ -264,8 +263,7 @@ def _rogue_host(port: int, info: RogueInfo) -> None:
 
 
 def start_rogue(attack: str, port: int, info: RogueInfo) -> Any:
-    ctx = mp.get_context("spawn")
-    proc = ctx.Process(target=_rogue_main, args=(attack, port, info), name=f"rogue-{attack}")
+    proc = forked.process(_rogue_main, (attack, port, info), name=f"rogue-{attack}")
     proc.start()
     return proc
 
