@@ -20,8 +20,10 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PIP_SOURCES := $(if $(wildcard $(TORCH_WHEELS)),--find-links $(TORCH_WHEELS),--extra-index-url $(TORCH_INDEX))
 
 # CI runs the quick mode; `make test-full` runs every slow suite and the long fuzz profile.
+# The tests run on every core (pytest-xdist; JOBS=0 runs them in this process).
 QUICK ?= 1
 FORGE_PROFILE ?= ci
+JOBS ?= auto
 PYTEST_ARGS ?=
 
 .PHONY: help setup demo-setup demo test test-full lint typecheck contracts-test pytest js-test bench snapshot clean lock
@@ -32,10 +34,14 @@ help:
 	@echo "make test-full  the same with slow suites and full fuzz/invariant profiles"
 	@echo "make bench      run the benchmarks (python -m bench.NAME)"
 
-setup: node_modules/.installed $(VENV)/.installed out/.built .coloco/postgres.checked .coloco/chromium.checked
+# The parts install side by side (-j): forge compiles the contracts while pip fills the venv.
+SETUP_PARTS := node_modules/.installed $(VENV)/.installed out/.built
+setup:
+	@$(MAKE) --no-print-directory -j3 $(SETUP_PARTS) .coloco/postgres.checked .coloco/chromium.checked
 
 # `make demo` needs neither PostgreSQL nor a browser.
-demo-setup: node_modules/.installed $(VENV)/.installed out/.built
+demo-setup:
+	@$(MAKE) --no-print-directory -j3 $(SETUP_PARTS)
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -54,11 +60,15 @@ lock: $(VENV)/.installed
 		$(if $(wildcard $(TORCH_WHEELS)),--find-links $(TORCH_WHEELS)) --index-url https://pypi.org/simple \
 		-o requirements.lock.txt
 
-# forge's artifacts, and the deployed contracts' ABIs copied into protocol/abi (package data)
-out/.built: node_modules/.installed $(VENV)/.installed foundry.toml $(SOL_SOURCES)
+# forge's artifacts (built while the venv installs), then the deployed contracts' ABIs copied
+# into protocol/abi (package data)
+out/.forge-built: node_modules/.installed foundry.toml $(SOL_SOURCES)
 	$(FORGE) build --quiet
-	$(PY) -c "from protocol.deployment import export_abis; export_abis()"
 	@mkdir -p out && touch $@
+
+out/.built: out/.forge-built $(VENV)/.installed
+	$(PY) -c "from protocol.deployment import export_abis; export_abis()"
+	@touch $@
 
 # PostgreSQL 15 server binaries are part of this machine image; install them if a machine lacks them.
 .coloco/postgres.checked:
@@ -69,7 +79,8 @@ out/.built: node_modules/.installed $(VENV)/.installed foundry.toml $(SOL_SOURCE
 	@mkdir -p .coloco && touch $@
 
 # The dashboard's browser test drives Debian's chromium; Playwright never downloads a browser.
-.coloco/chromium.checked:
+# (after PostgreSQL's check: two apt-get at once would fight over dpkg's lock)
+.coloco/chromium.checked: | .coloco/postgres.checked
 	@if [ ! -x $(CHROMIUM) ]; then \
 		echo "chromium not found: installing it from Debian's packages"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
@@ -92,7 +103,7 @@ contracts-test: setup
 	FOUNDRY_PROFILE=$(FORGE_PROFILE) $(FORGE) test
 
 pytest: setup
-	COLOCO_QUICK=$(QUICK) TRITON_INTERPRET=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(VENV)/bin/pytest $(PYTEST_ARGS)
+	COLOCO_QUICK=$(QUICK) TRITON_INTERPRET=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(VENV)/bin/pytest -n $(JOBS) $(PYTEST_ARGS)
 
 # JavaScript wallets (eth-sig-util, ethers) against the golden vectors: node's own test runner
 js-test: node_modules/.installed

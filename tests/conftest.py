@@ -5,15 +5,86 @@ Quick mode (COLOCO_QUICK=1, what `make test` uses in CI) skips tests marked `slo
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from bench.harness import forked
 from protocol.devnet import AnvilProcess
+from tests.harness import reaper
 
 QUICK = os.environ.get("COLOCO_QUICK", "0") == "1"
+log = logging.getLogger(__name__)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """What this process starts carries its tag, so that a test's leftovers can be found; the
+    processes the tests fork start with the node and the tests' harness imported."""
+    reaper.tag_this_process()
+    if hasattr(config, "workerinput"):  # an xdist worker shares the cores with the others
+        import torch
+
+        torch.set_num_threads(1)  # tests that need more threads set them, and put them back
+    forked.context(
+        "tests.harness.distributed", "tests.trainer.nodes", "tests.trainer.rogue",
+        "bench.redteam.procs",
+    )  # fmt: skip
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """Whatever the test did, no process born while it ran outlives it (fixtures' included)."""
+    item.stash[_BEFORE_CALL] = reaper.tagged()
+    try:
+        return (yield)
+    finally:
+        left = reaper.stop_new(item.stash[_BEFORE_CALL])
+        if left:
+            log.warning("%s left %d process(es) running; stopped: %s", item.nodeid, len(left), left)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[object]:
+    item.stash[_BEFORE_CALL] = reaper.tagged()  # fixtures set up: theirs are kept
+    return (yield)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if session.config.pluginmanager.has_plugin("dsession"):
+        return  # an xdist controller: its children are its workers, which xdist stops
+    left = reaper.stop_all()
+    if left:
+        log.warning("the session left %d process(es) running; stopped: %s", len(left), left)
+
+
+_BEFORE_CALL = pytest.StashKey[set[tuple[int, int]]]()
+
+# Modules whose tests share a session fixture too costly to build twice: one xdist worker runs
+# them all. Every other module is a unit of its own (its module fixtures are built once).
+_SHARED_SESSION = {
+    "tests/integration/test_demo.py": "the shortened demo (demo_run)",
+    "tests/integration/test_dashboard.py": "the shortened demo (demo_run)",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`make test` runs the tests on every core (pytest-xdist), one module per worker at a time.
+
+    xdist's own `--dist loadgroup` cannot group here: it renames node ids through an attribute
+    pytest 9 no longer reads, so the groups are named by module in `_SHARED_SESSION` instead.
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return _SHARED_SESSION.get(module, module)
+
+    return ByModule(config, log)  # type: ignore[arg-type]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

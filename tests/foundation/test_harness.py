@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -10,7 +12,9 @@ import torch
 import torch.distributed as dist
 
 from protocol.devnet import AnvilProcess, stop_pid
+from tests.harness import reaper
 from tests.harness.distributed import run_workers
+from tests.integration.pids import alive, wait_gone
 
 
 def test_anvil_snapshot_revert_undoes_state(anvil: AnvilProcess) -> None:
@@ -88,3 +92,18 @@ def _failing_rank(rank: int, world_size: int) -> None:
 def test_gloo_worker_failure_is_reported() -> None:
     with pytest.raises(RuntimeError, match="rank one fails on purpose"):
         run_workers(_failing_rank, 2)
+
+
+def test_a_process_orphaned_during_a_test_is_found_and_stopped(tmp_path: Path) -> None:
+    """The harness's guarantee behind every test: what a test started, however deep, is stopped
+    after it, here a grandchild whose parent exited (init adopted it)."""
+    before = reaper.tagged()
+    pid_file = tmp_path / "pid"
+    subprocess.run(["bash", "-c", f"sleep 300 & echo $! > {pid_file}"], check=True)
+    pid = int(pid_file.read_text())
+    assert alive(pid)
+    assert pid in {p for p, _ in reaper.tagged() - before}
+    stopped = reaper.stop_new(before)
+    assert [s for s in stopped if s.startswith("sleep 300")], stopped
+    assert wait_gone(pid, timeout=5)
+    assert reaper.stop_new(before) == []  # nothing else of this test is left
