@@ -17,8 +17,6 @@ things bound that:
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -26,10 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.devnet import rpc_call
+from protocol.devnet import rpc_call, stop_pid
 from protocol.errors import ChainError, DeploymentError
 
 _POLL_S = 0.25
+_GRACE_S = 5.0
 _TAIL = 4000
 
 
@@ -76,7 +75,9 @@ def run_watched(
         try:
             problem = _watch(proc, rpc_url, sender, limits)
         finally:
-            _stop_group(proc)
+            # forge and anything it started (its own process group): TERM, then KILL
+            stop_pid(proc.pid, timeout=_GRACE_S)
+            proc.wait()
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
@@ -130,16 +131,3 @@ def _look(seen: _Seen, rpc_url: str, sender: str, now: float) -> None:
         seen.gap_since = seen.gap_since if seen.gap_since is not None else now
     else:
         seen.gap_since = None
-
-
-def _stop_group(proc: subprocess.Popen[str], grace_s: float = 5.0) -> None:
-    """Stop forge and anything it started (its own process group), then reap it."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if proc.poll() is not None:
-            break
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace_s)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # children left behind by a forge that exited

@@ -18,6 +18,7 @@ from tests.harness import reaper
 
 QUICK = os.environ.get("COLOCO_QUICK", "0") == "1"
 log = logging.getLogger(__name__)
+_BEFORE_CALL = pytest.StashKey[set[tuple[int, int]]]()  # the tagged processes a test found
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -59,8 +60,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if left:
         log.warning("the session left %d process(es) running; stopped: %s", len(left), left)
 
-
-_BEFORE_CALL = pytest.StashKey[set[tuple[int, int]]]()
 
 # Modules whose tests share a session fixture too costly to build twice: one xdist worker runs
 # them all. Every other module is a unit of its own (its module fixtures are built once).

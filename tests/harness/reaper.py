@@ -35,14 +35,14 @@ def tagged() -> set[Proc]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
+        pid = int(entry.name)
         try:
             environ = (entry / "environ").read_bytes()
-            stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-        if fields[0] != "Z" and tag in environ.split(b"\0"):
-            out.add((int(entry.name), int(fields[19])))
+        stat = _stat(pid)
+        if stat is not None and stat[0] != "Z" and tag in environ.split(b"\0"):
+            out.add((pid, int(stat[19])))
     return out
 
 
@@ -59,10 +59,10 @@ def stop_all() -> list[str]:
 def _stop(procs: list[Proc], grace_s: float = 5.0) -> list[str]:
     names = [_cmdline(pid).replace(b"\0", b" ").decode(errors="replace")[:200] for pid, _ in procs]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid, _ in procs:
-            if _running(pid, _):
+        for proc in procs:
+            if _running(*proc):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
+                    os.kill(proc[0], sig)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and any(_running(*p) for p in procs):
             time.sleep(0.05)
@@ -74,12 +74,17 @@ def _stop(procs: list[Proc], grace_s: float = 5.0) -> list[str]:
 
 def _running(pid: int, started: int) -> bool:
     """Is this incarnation of `pid` still there and not a zombie?"""
+    stat = _stat(pid)
+    return stat is not None and int(stat[19]) == started and stat[0] != "Z"
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after "pid (comm) ": [0] is the state, [19] the start time."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19]) == started and fields[0] != "Z"
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
 
 
 def _cmdline(pid: int) -> bytes:
