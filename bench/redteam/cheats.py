@@ -46,16 +46,19 @@ PHANTOM = "0xABaBaBaBABabABabAbAbABAbABabababaBaBABaB"  # unregistered
 # --- what a node can do and see ------------------------------------------------------------------
 
 
-def post(node: NodeRunner, work: WorkRecord, members: Sequence[str]) -> tuple[Signed, str]:
-    """Sign ``work`` with the node's key, upload its blob, submit: (signed, "accepted" or the
-    ledger's refusal code). Unlike ``Attester.publish`` a refusal is returned, not raised."""
+def post(
+    node: NodeRunner, work: WorkRecord, members: Sequence[str], commits: Sequence[str] = ()
+) -> tuple[Signed, str]:
+    """Sign ``work`` with the node's key, upload its blob, submit (with the members' signed packet
+    commitments ``commits``): (signed, "accepted" or the ledger's refusal code). Unlike
+    ``Attester.publish`` a refusal is returned, not raised."""
     a = node.attester
     assert a.ledger is not None
     att = a.attestation(work)
     sig = a.key.sign_attestation(att, a.domain)
     try:
         a.ledger.put_blob(att.pseudo_gradient, encode_blob(work.pseudo_gradient))
-        ledger_id = a.ledger.submit_attestation(att, sig, members)
+        ledger_id = a.ledger.submit_attestation(att, sig, members, commits)
     except ColocoError as exc:
         return Signed(att, sig, None), str(getattr(exc, "code", type(exc).__name__))
     return Signed(att, sig, ledger_id), "accepted"
@@ -151,8 +154,10 @@ class Cheat(Strategy):
         )
         return dataclasses.replace(local, inner=inner)
 
-    def publish(self, node: NodeRunner, work: WorkRecord, members: Sequence[str]) -> Signed:
-        signed, code = post(node, self.work(work), self.members(node, members))
+    def publish(
+        self, node: NodeRunner, work: WorkRecord, members: Sequence[str], commits: Sequence[str]
+    ) -> Signed:
+        signed, code = post(node, self.work(work), self.members(node, members), commits)
         self.note(work.round, code)
         return signed
 
@@ -351,11 +356,13 @@ class Equivocation(Cheat):
 
     name = "equivocation"
 
-    def publish(self, node: NodeRunner, work: WorkRecord, members: Sequence[str]) -> Signed:
-        signed, code = post(node, work, members)
+    def publish(
+        self, node: NodeRunner, work: WorkRecord, members: Sequence[str], commits: Sequence[str]
+    ) -> Signed:
+        signed, code = post(node, work, members, commits)
         self.note(work.round, code)
         _, code = post(node, dataclasses.replace(work, result_checkpoint=bytes([0xE1]) * 32),
-                       members)  # fmt: skip
+                       members, commits)  # fmt: skip
         self.note(work.round, code)
         return signed
 
@@ -481,9 +488,11 @@ class Scheduled(Strategy):
             self.packets.append(local.packet)
         return out
 
-    def publish(self, node: NodeRunner, work: WorkRecord, members: Sequence[str]) -> Signed:
+    def publish(
+        self, node: NodeRunner, work: WorkRecord, members: Sequence[str], commits: Sequence[str]
+    ) -> Signed:
         s = self.at(work.round)
-        signed = s.publish(node, work, members)
+        signed = s.publish(node, work, members, commits)
         if s is HONEST:
             self.signed.append((signed, list(members)))
         return signed

@@ -130,13 +130,17 @@ class LedgerClient:
         attestation: ComputeAttestation,
         signature: bytes,
         round_members: Sequence[str],
+        input_commits: Sequence[str] = (),
     ) -> int:
-        """POST a signed attestation; returns the ledger's id (the same id on a re-post)."""
-        body = {
+        """POST a signed attestation, with the members' signed packet commitments the node
+        checked (evidence); returns the ledger's id (the same id on a re-post)."""
+        body: dict[str, Any] = {
             "attestation": attestation.to_json(),
             "signature": "0x" + signature.hex(),
             "round_members": list(round_members),
         }
+        if input_commits:
+            body["input_commits"] = list(input_commits)
         resp = self._request(
             "POST",
             "/v1/attestations",

@@ -25,7 +25,12 @@ from pathlib import Path
 import torch
 
 from protocol.eip712 import Eip712Domain, to_checksum_address
-from protocol.errors import CollectiveError, LedgerUnavailableError, TrainerError
+from protocol.errors import (
+    CollectiveError,
+    ForgedPacketError,
+    LedgerUnavailableError,
+    TrainerError,
+)
 from protocol.types import Address
 from reference.checkpoint import CheckpointDir, RoundCheckpoint
 from reference.data import Corpus, ShardSpec
@@ -41,6 +46,7 @@ from trainer.network.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manif
 from trainer.round import timebox
 from trainer.round.agreement import ConfigAgreement
 from trainer.round.attest import Attester, WorkRecord
+from trainer.round.commits import PacketCheck, post_commit
 from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.round.hold import hold_at_boundary
 from trainer.round.overlap import Overlap
@@ -145,6 +151,11 @@ class NodeRunner:
             self.rdv.ledger = LedgerMembers(attester.ledger, settings.run_id)
         self.stalled: list[tuple[int, tuple[str, ...]]] = []
         """(round, members) dropped from a collective because their heartbeat stopped."""
+        self.forged: list[tuple[int, tuple[str, ...]]] = []
+        """(round, members) dropped from a collective because their packet was not the one they
+        committed to."""
+        self.commits: dict[int, PacketCheck] = {}
+        """Per round in flight, the members' signed packet commitments this node checked."""
         self.agreement = ConfigAgreement(self.rdv, config_source,
                                          settings.membership.config_wait_s)  # fmt: skip
         self.disk = CheckpointDir(settings.checkpoint_dir) if settings.checkpoint_dir else None
@@ -230,8 +241,10 @@ class NodeRunner:
         for retry in range(self.s.max_collective_retries + 1):
             snapshot = (self.diloco.state.base.clone(), self.diloco.state.momentum.clone())
             try:
+                check = self.packet_check(group, local)
                 with self._watched(group):
-                    outcome = self.diloco.finish_round(local, group.averager, config.settings)
+                    outcome = self.diloco.finish_round(local, group.averager, config.settings,
+                                                       check)  # fmt: skip
                     if timeout is not None:
                         group.check_same(outcome.result_hash, timeout)
                 return outcome, group
@@ -249,12 +262,28 @@ class NodeRunner:
                 if isinstance(exc, StalledError):  # no need to wait for those: open without them
                     self.stalled.append((r, exc.stalled))
                     expect = set(group.members.addresses) - set(exc.stalled)
+                elif isinstance(exc, ForgedPacketError):  # nor for a member whose packet lied
+                    self.forged.append((r, exc.offenders))
+                    expect = set(group.members.addresses) - set(exc.offenders)
                 members = self.rdv.join(r, attempt, window_s=0.0, timeout_s=window, expect=expect)
                 if self.address not in members.addresses:
                     raise LeftOut(r) from exc
                 group = self.form_group(members)
                 timeout = getattr(group.averager, "timeout", None)
         raise TrainerError("unreachable")
+
+    def packet_check(self, group: RoundGroup, local: LocalWork) -> PacketCheck | None:
+        """Post this node's signed commitment to its packet for the group's attempt; the check
+        that holds every peer's packet to that peer's (trainer.round.commits). The commits read
+        go to the ledger with the round's attestation."""
+        if group.world_size == 1 or local.packet is None:
+            return None
+        packet = self.strategy.exchanged_packet(self, group.members.round, local.packet)
+        mine = post_commit(self.rdv, group.members, packet, local.inner.tokens)
+        check = PacketCheck(self.rdv, group.members, self.s.membership.collective_timeout_s)
+        check.evidence[self.address] = mine
+        self.commits[group.members.round] = check
+        return check
 
     def _watched(self, group: RoundGroup) -> AbstractContextManager[None]:
         """While the collective runs, a peer whose heartbeat stops ends it (StalledError)."""
@@ -404,7 +433,10 @@ class NodeRunner:
             tokens=local.inner.tokens,
             result_checkpoint=outcome.result_hash,
         )
-        signed = self.strategy.publish(self, work, group.members.addresses)
+        check = self.commits.pop(r, None)
+        self.commits = {k: v for k, v in self.commits.items() if k > r}
+        commits = check.wires() if check is not None else []
+        signed = self.strategy.publish(self, work, group.members.addresses, commits)
         return RoundReport(
             round=r, members=group.members.addresses, rank=group.rank,
             attempts=group.members.attempt + 1, config=config, shard_id=spec.id,
