@@ -185,6 +185,35 @@ class GaussianNoise(Cheat):
         return self.with_pg(node, local, noise_like(local.pseudo_gradient, r))
 
 
+class ReducerLie(Cheat):
+    """Security review F6, the lying reducer, against the checked all-gather: it commits to its
+    true packet, sends its peers another (its codes nudged by one step, its own copy kept true),
+    so that every honest member would average a wrong mean while its own stays the ledger's.
+    Each peer holds the packet to the signed commitment: the liar is named and the round
+    re-forms without it."""
+
+    name = "reducer_lie"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.true: Packet | None = None
+
+    def local_work(self, node: NodeRunner, r: int, rows: Tensor, local: LocalWork) -> LocalWork:
+        assert local.packet is not None
+        self.true = local.packet
+        payload = local.packet.payload.clone()
+        flat = payload.view(-1)
+        if payload.dtype == torch.int8:
+            flat[::2] = torch.where(flat[::2] > 0, flat[::2] - 1, flat[::2] + 1)
+        else:
+            flat[::2] *= 1.5
+        lie = dataclasses.replace(local.packet, payload=payload)
+        return dataclasses.replace(local, packet=lie)
+
+    def exchanged_packet(self, node: NodeRunner, r: int, packet: Packet) -> Packet:
+        return self.true if self.true is not None else packet
+
+
 class CopyExact(Cheat):
     """Another node's latest public update, byte for byte."""
 
@@ -481,6 +510,9 @@ class Scheduled(Strategy):
         self._t0 = time.process_time()
         return self.at(r).rows(node, r, spec, rows)
 
+    def exchanged_packet(self, node: NodeRunner, r: int, packet: Packet) -> Packet:
+        return self.at(r).exchanged_packet(node, r, packet)
+
     def local_work(self, node: NodeRunner, r: int, rows: Tensor, local: LocalWork) -> LocalWork:
         out = self.at(r).local_work(node, r, rows, local)
         self.train_cpu_s += time.process_time() - self._t0
@@ -507,7 +539,7 @@ ATTACKS: list[type[Cheat]] = [
     ZeroUpdate, GaussianNoise, TinyJunk, HugeScale, CopyExact, CopyNoise, PreviousMean,
     ResendOwn, StaleBase, InflatedTokens, FewerSteps, HalfStepsScaled, OtherData, RoundTakeover,
     JumpAhead, PhantomMember, CheckpointHijack, ZeroCheckpoint, ReplayAttestation, SybilShared,
-    Equivocation,
+    Equivocation, ReducerLie,
 ]  # fmt: skip
 NAMES = [c.name for c in ATTACKS]
 

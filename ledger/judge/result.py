@@ -78,6 +78,8 @@ def check_results(
             e.reason += (
                 f"; resultCheckpoint not confirmed (ledger computed {result.checkpoint}; {why})"
             )
+            if e.excused is not None:
+                e.reason += f": {e.excused}"
         return [e.att.node for e in members], result
     for e in entries:
         if e.att.result_checkpoint == result.checkpoint:

@@ -117,6 +117,19 @@ class LedgerClient:
                 return None
             raise
 
+    def outer(self, run_id: bytes, round: int) -> dict[str, Any] | None:
+        """The weights (``checkpoint``) and outer momentum (``momentum``) blob hashes the ledger
+        committed for ``round``, or None when it has not judged that round yet."""
+        try:
+            resp = self._request(
+                "GET", f"/v1/runs/{_hex(run_id)}/outer/{round}", f"round {round}'s outer state"
+            )
+        except LedgerError as exc:
+            if exc.code == "not_found":
+                return None
+            raise
+        return dict(resp.json())
+
     def join_round(self, join: Any, signature: bytes) -> dict[str, Any]:
         """POST a signed RoundJoin: membership of a round, before it starts."""
         body = {"join": join.to_json(), "signature": "0x" + signature.hex()}

@@ -154,6 +154,8 @@ class NodeRunner:
         self.forged: list[tuple[int, tuple[str, ...]]] = []
         """(round, members) dropped from a collective because their packet was not the one they
         committed to."""
+        self.resyncs: list[int] = []
+        """Rounds whose committed state this node adopted from the ledger (:meth:`resync`)."""
         self.commits: dict[int, PacketCheck] = {}
         """Per round in flight, the members' signed packet commitments this node checked."""
         self.agreement = ConfigAgreement(self.rdv, config_source,
@@ -397,6 +399,7 @@ class NodeRunner:
             log.warning("round %d: sat out (config not agreed at the round's block)", r)
             return self._outside(r)
         landed = self.schedule.opened(members)
+        self.resync()
         if self.schedule.holds(self.state_round) != r - 1:
             # a joiner fetches while the members train; groups form after
             self.adopt(self.recovery.from_peer(self.rdv.checkpoints, r - 1))
@@ -409,6 +412,30 @@ class NodeRunner:
             self.schedule.restart()
             return landed or self.schedule.drain()
         return self.schedule.worked(RoundWork(r, config, spec, local), group) or landed
+
+    def resync(self) -> bool:
+        """Adopt the ledger's committed state of the round this node holds when it differs from
+        this node's (the ledger left an update out, or a member equivocated on its packet: the
+        node's own step is not the run's). True when it did. Nothing in flight is touched (the
+        delayed outer step resyncs once its round has landed)."""
+        r = self.state_round
+        if self.diloco is None or r < 1 or self.schedule.holds(r) != r:
+            return False
+        committed = self.recovery.ledger_outer(r)
+        if committed is None or committed == self.diloco.base_hash():
+            return False
+        ckpt = self.recovery.resync(r)
+        if ckpt is None:
+            return False
+        log.warning("round %d: this node's weights 0x%s.. are not the ledger's 0x%s..: resyncing "
+                    "from the ledger", r, self.diloco.base_hash().hex()[:12],
+                    committed.hex()[:12])  # fmt: skip
+        self.adopt(ckpt)
+        self.schedule.restart()
+        if self.disk is not None:
+            self.disk.save(ckpt)
+        self.resyncs.append(r)
+        return True
 
     def _outside(self, r: int, *, off_round: bool = False) -> RoundReport | None:
         """This node works no part of round ``r``: what is in flight lands first (in the last
