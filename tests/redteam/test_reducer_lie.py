@@ -18,6 +18,7 @@ with the step over Y. Two bounds, each a test:
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from protocol.attestation import ComputeAttestation
@@ -136,6 +137,13 @@ def test_a_member_attesting_another_packet_than_it_committed_fails_on_its_signat
     assert liar["reason"].startswith("[equivocation]"), liar
     assert "signed a commitment to packet" in liar["reason"], liar
     assert int(liar["reward"]) == 0
+    frauds = network.client.get("/v1/frauds").json()
+    (fraud,) = [f for f in frauds if f["node"] == liar["node"]]  # a slash proposal, self-proving
+    assert fraud["evidence"]["kind"] == "commit_equivocation", fraud
+    assert (
+        fraud["evidence"]["attestation"]["pseudo_gradient"]
+        != json.loads(fraud["evidence"]["commit"]["payload"])["pseudoGradient"]
+    )
     for label in ("honest0", "honest1"):
         s = scores[label]
         assert s["verified"] and int(s["reward"]) > 0, s

@@ -154,6 +154,8 @@ class NodeRunner:
         self.forged: list[tuple[int, tuple[str, ...]]] = []
         """(round, members) dropped from a collective because their packet was not the one they
         committed to."""
+        self.held: dict[int, bytes] = {}
+        """The weights hash this node held after each of its last rounds (resync compares)."""
         self.resyncs: list[int] = []
         """Rounds whose committed state this node adopted from the ledger (:meth:`resync`)."""
         self.commits: dict[int, PacketCheck] = {}
@@ -180,6 +182,7 @@ class NodeRunner:
     def adopt(self, ckpt: RoundCheckpoint) -> None:
         self.diloco = DiLoCo(self.model, ckpt.to_state())
         self.state_round = ckpt.round
+        self.held[ckpt.round] = ckpt.weights_hash
         log.info("%s holds the state after round %d (0x%s..)", self.address, ckpt.round,
                  ckpt.weights_hash.hex()[:12])  # fmt: skip
 
@@ -264,8 +267,9 @@ class NodeRunner:
                 if isinstance(exc, StalledError):  # no need to wait for those: open without them
                     self.stalled.append((r, exc.stalled))
                     expect = set(group.members.addresses) - set(exc.stalled)
-                elif isinstance(exc, ForgedPacketError):  # nor for a member whose packet lied
+                elif isinstance(exc, ForgedPacketError):  # nor with a member whose packet lied
                     self.forged.append((r, exc.offenders))
+                    self.rdv.exclude(r, exc.offenders)
                     expect = set(group.members.addresses) - set(exc.offenders)
                 members = self.rdv.join(r, attempt, window_s=0.0, timeout_s=window, expect=expect)
                 if self.address not in members.addresses:
@@ -316,6 +320,7 @@ class NodeRunner:
         assert self.diloco is not None
         ckpt = RoundCheckpoint.of(self.diloco.state, r, self.s.run_id)
         self.state_round = r
+        self.held = {k: v for k, v in self.held.items() if k >= r - 2} | {r: ckpt.weights_hash}
         if self.disk is not None:
             self.disk.save(ckpt)
         # every member signs the hash it holds and serves the blob peer to peer (from memory, in
@@ -399,7 +404,7 @@ class NodeRunner:
             log.warning("round %d: sat out (config not agreed at the round's block)", r)
             return self._outside(r)
         landed = self.schedule.opened(members)
-        self.resync()
+        self.resync(r)
         if self.schedule.holds(self.state_round) != r - 1:
             # a joiner fetches while the members train; groups form after
             self.adopt(self.recovery.from_peer(self.rdv.checkpoints, r - 1))
@@ -413,29 +418,38 @@ class NodeRunner:
             return landed or self.schedule.drain()
         return self.schedule.worked(RoundWork(r, config, spec, local), group) or landed
 
-    def resync(self) -> bool:
-        """Adopt the ledger's committed state of the round this node holds when it differs from
-        this node's (the ledger left an update out, or a member equivocated on its packet: the
-        node's own step is not the run's). True when it did. Nothing in flight is touched (the
-        delayed outer step resyncs once its round has landed)."""
-        r = self.state_round
-        if self.diloco is None or r < 1 or self.schedule.holds(r) != r:
+    def resync(self, r: int) -> bool:
+        """Before round ``r``: adopt the ledger's committed state when this node's lineage left
+        it (the ledger left an update out, or a member equivocated on its packet and the ledger's
+        step is not the group's). The ledger may be a round behind (the join window), so the
+        newest round it judged among the last two this node held is compared; on a difference
+        the node trains round ``r`` from the ledger's state, the base the ledger will expect.
+        True when it resynced. Nothing in flight is touched (the delayed outer step resyncs once
+        its round has landed)."""
+        held = self.state_round
+        if self.diloco is None or held < 1 or self.schedule.holds(held) != held:
             return False
-        committed = self.recovery.ledger_outer(r)
-        if committed is None or committed == self.diloco.base_hash():
-            return False
-        ckpt = self.recovery.resync(r)
-        if ckpt is None:
-            return False
-        log.warning("round %d: this node's weights 0x%s.. are not the ledger's 0x%s..: resyncing "
-                    "from the ledger", r, self.diloco.base_hash().hex()[:12],
-                    committed.hex()[:12])  # fmt: skip
-        self.adopt(ckpt)
-        self.schedule.restart()
-        if self.disk is not None:
-            self.disk.save(ckpt)
-        self.resyncs.append(r)
-        return True
+        for c in (held, held - 1):
+            mine = self.held.get(c)
+            if mine is None or c < 1:
+                continue
+            committed = self.recovery.ledger_outer(c)
+            if committed is None:
+                continue
+            if committed == mine:
+                return False
+            ckpt = self.recovery.resync(c)
+            if ckpt is None:
+                return False
+            log.warning("round %d: this node held 0x%s.. after round %d, the ledger committed "
+                        "0x%s..: training from the ledger's state", r, mine.hex()[:12], c,
+                        committed.hex()[:12])  # fmt: skip
+            self.adopt(ckpt)
+            self.state_round = r - 1  # the ledger's newest state is the base it expects
+            self.schedule.restart()
+            self.resyncs.append(c)
+            return True
+        return False
 
     def _outside(self, r: int, *, off_round: bool = False) -> RoundReport | None:
         """This node works no part of round ``r``: what is in flight lands first (in the last
