@@ -314,6 +314,8 @@ class Rendezvous:
             elif ledger is not None and isinstance(expected, set):
                 expected = expected | ledger.members  # and those it took so far are coming
             expected = self._alive(expected, present, watched)
+            if caught and isinstance(expected, set):  # nor for a member caught forging
+                expected = expected - caught
             complete = (
                 len(present) >= expected and (ledger is None or ledger.members <= present)
                 if isinstance(expected, int) else expected <= present
