@@ -23,11 +23,15 @@ contract CodeRegistryTest is ColocoTest {
         codeRegistry.setCommitteeBudget(50e18, 1 days);
         codeRegistry.setVoteThreshold(20e18);
         vm.stopPrank();
-        for (uint64 r; r <= 10; ++r) {
+        (uint256 compute,,) = config.poolRewards();
+        vm.prank(committer);
+        ledger.commitRound(RUN, 0, bytes32(0), keccak256("genesis"), 1, bytes32(0), 0);
+        for (uint64 r = 1; r <= 10; ++r) {
+            bytes32 root = keccak256(abi.encode("root", r));
             vm.prank(committer);
-            ledger.commitRound(RUN, r, bytes32(0), keccak256(abi.encode(r)), 1, bytes32(0), 0);
+            ledger.commitRound(RUN, r, root, keccak256(abi.encode(r)), 1, bytes32(0), compute);
         }
-        assertEq(codeRegistry.codePool(RUN), 100e18);
+        assertEq(codeRegistry.codePool(RUN), 100e18); // 10 rounds that paid the compute pool
     }
 
     function _submit() internal returns (uint256 id) {
