@@ -41,4 +41,34 @@ contract DeployTest is Test {
         try d.funding.commitEthRoot(run, 0, keccak256("all to me"), 100 ether) {} catch {}
         assertLe(d.funding.runOf(run).ethCommitted, 10 ether, "one root committed it all");
     }
+
+    /// F2: each bound of RunFunding's production settings refuses a weak value.
+    function test_checkProfile_boundsFundingInProduction() public {
+        Deploy deployer = new Deploy();
+        Deploy.Params memory p = deployer.productionParams();
+        p.committer = committer;
+        p.treasury = makeAddr("treasury");
+        p.guardian = makeAddr("guardian");
+        p.funding.disputeWindow = 2;
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                Deploy.ProductionBound.selector, "fundingDisputeWindow", 2, 1 days
+            )
+        );
+        deployer.checkProfile(p, address(this));
+        p.funding.disputeWindow = 1 days;
+        p.funding.vestingPeriod = 60;
+        vm.expectRevert(
+            abi.encodeWithSelector(Deploy.ProductionBound.selector, "vestingPeriod", 60, 1 days)
+        );
+        deployer.checkProfile(p, address(this));
+        p.funding.vestingPeriod = 1 days;
+        p.funding.maxEthPerRootBps = 10_000;
+        vm.expectRevert(
+            abi.encodeWithSelector(Deploy.ProductionCap.selector, "maxEthPerRootBps", 10_000, 1000)
+        );
+        deployer.checkProfile(p, address(this));
+        p.funding.maxEthPerRootBps = 1000;
+        deployer.checkProfile(p, address(this));
+    }
 }

@@ -268,4 +268,36 @@ contract RunFundingAttackTest is FundingBase {
         // the same capital per wei spent for both
         assertEq(funding.entitlement(RUN, alice) * bobSpent, funding.entitlement(RUN, bob) * aliceSpent);
     }
+
+    /// F5: refunds wait for the latest-finalizing root even when governance shortened the
+    /// window after it was committed.
+    function test_refund_waitsForTheLatestFinalizingRoot() public {
+        _deposit(alice, 2 ether);
+        vm.prank(address(timelock));
+        funding.setDisputeWindow(1 days);
+        bytes32 slow = _commitEth(0, 0.1 ether, 0)[0];
+        vm.prank(address(timelock));
+        funding.setDisputeWindow(1 hours);
+        _commitEth(1, 0.2 ether, 0);
+        vm.prank(address(timelock));
+        funding.cancelRun(RUN);
+        uint64 until = funding.rootOf(RUN, slow).finalizesAt;
+        vm.warp(block.timestamp + 1 hours);
+        vm.expectRevert(abi.encodeWithSelector(IRunFunding.RefundPending.selector, RUN, until));
+        funding.refund(RUN, alice);
+        vm.warp(until);
+        funding.refund(RUN, alice);
+    }
+
+    /// With no compute share there is no compute budget to size capital by: nothing accrues.
+    function test_accrueCapital_nothingWithoutAComputeShare() public {
+        _deposit(alice, 1 ether);
+        bytes32 root = _commitEth(0, 1, 0)[0];
+        vm.prank(address(timelock));
+        config.setOwnershipSplit(0, 5000, 5000);
+        vm.warp(block.timestamp + funding.disputeWindow());
+        vm.expectRevert(abi.encodeWithSelector(IRunFunding.NoCapitalToAccrue.selector, RUN, 0, 0));
+        funding.accrueCapital(RUN, root);
+        assertEq(codeRegistry.codePool(RUN), 0);
+    }
 }
