@@ -25,6 +25,7 @@ from coloco_cli.rendezvous.cli import app as rendezvous_app
 from coloco_cli.rewards.cli import app as rewards_app
 from coloco_cli.run.cli import app as run_app
 from coloco_cli.slash.cli import app as slash_app
+from coloco_cli.watch.cli import app as watch_app
 
 app = typer.Typer(
     name="coloco",
@@ -42,6 +43,7 @@ app.add_typer(
 )
 app.add_typer(gov_app, name="gov", help="Delegate, propose, vote, queue and execute governance.")
 app.add_typer(slash_app, name="slash", help="Report equivocation; propose, veto, execute slashes.")
+app.add_typer(watch_app, name="watch", help="Recompute committed roots from public data (anyone).")
 app.add_typer(devnet_app, name="devnet", help="Local anvil devnet: up, down, deploy, status.")
 app.add_typer(ledger_app, name="ledger", help="Run the ledger service.")
 app.add_typer(rendezvous_app, name="rendezvous", help="Host a run's rendezvous store (organisers).")

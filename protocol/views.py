@@ -204,6 +204,8 @@ class FundedRun:
     eth_per_round: Wei
     refund_pool: Wei
     refunded: Wei
+    pending_until: int
+    """When the run's last ETH root stops being revocable (a cancelled run refunds from then)."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import httpx
 
 from coloco_cli.node.ops import checksum
 from coloco_cli.tx import tx_hex
-from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
+from protocol.errors import ConfigError, ContractRevertError, LedgerError, LedgerUnavailableError
 from protocol.types import Address
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ HINTS = {
     "NothingToRefund": "no deposit to refund, or already refunded",
     "RootPending": "the ETH root is in its dispute window: try again once it has passed",
     "NothingToClaim": "everything this account earned in ETH so far is already paid",
+    "RefundPending": "an ETH root of this run can still be revoked: refunds open when it is final",
+    "EnforcedPause": "the guardian paused RunFunding: only governance resumes it",
 }
 
 
@@ -127,10 +129,43 @@ def claim_eth(chain: ChainClient, ledger_url: str, run_id: str, account: str) ->
     }
 
 
+# why accrueCapital may refuse a root another caller (the ledger's settler) is handling
+_ACCRUAL_SKIPS = frozenset(
+    {"CapitalAlreadyAccrued", "NoCapitalToAccrue", "RootPending", "RootRevoked"}
+)
+
+
+def accrue(chain: ChainClient, run_id: str) -> list[str]:
+    """Accrues the capital share of each final, unrevoked ETH root of `run_id` not accrued yet
+    (the ledger's settler does the same; anyone may). Returns the transaction hashes."""
+    run = run_bytes(run_id)
+    functions = chain.contract("RunFunding").functions
+    event = chain.contract("RunFunding").events.EthRootCommitted
+    logs = event.get_logs(
+        from_block=chain.deployment.deployment_block, argument_filters={"runId": run}
+    )
+    now = int(chain.w3.eth.get_block("latest")["timestamp"])
+    sent = []
+    for entry in logs:
+        root = bytes(entry["args"]["root"])
+        finalizes_at, revoked, accrued = functions.rootOf(run, root).call()[:3]
+        if revoked or accrued or int(finalizes_at) > now:
+            continue
+        try:
+            sent.append(tx_hex(chain.transact("RunFunding", "accrueCapital", run, root)))
+        except ContractRevertError as exc:
+            if exc.error_name not in _ACCRUAL_SKIPS:
+                raise
+            log.info("capital of root 0x%s not accrued: %s", root.hex(), exc.error_name)
+    return sent
+
+
 def claim_vested(chain: ChainClient, run_id: str, backer: str) -> dict[str, Any]:
-    """Pays `backer` its vested, unclaimed capital-pool tokens."""
+    """Accrues the run's final ETH roots' capital, then pays `backer` its vested, unclaimed
+    capital-pool tokens."""
     who = checksum(backer, what="--backer")
     run = run_bytes(run_id)
+    accrue(chain, run_id)
     before = chain.run_funding.capital_claimed(run, Address(who))
     receipt = chain.transact("RunFunding", "claimVested", run, who)
     after = chain.run_funding.capital_claimed(run, Address(who))

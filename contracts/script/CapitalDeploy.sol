@@ -13,10 +13,19 @@ import {IModelShareToken} from "../src/interfaces/IModelShareToken.sol";
 /// @notice The capital and code part of the deploy (RunFunding, CodeRegistry, the genesis
 /// ownership split), kept beside Deploy.s.sol, which calls it. Parameters from env vars (devnet
 /// defaults in brackets): COLOCO_OWNERSHIP_SPLIT [10000,0,0: compute, code, capital bps],
-/// COLOCO_VESTING_PERIOD [60 s], COLOCO_FUNDING_DISPUTE_WINDOW [2 s],
 /// COLOCO_CODE_COMMITTEE [none: governance appoints], COLOCO_CODE_BUDGET [1,000 CMS per period],
-/// COLOCO_CODE_BUDGET_PERIOD [1 day], COLOCO_CODE_VOTE_THRESHOLD [100 CMS].
+/// COLOCO_CODE_BUDGET_PERIOD [1 day], COLOCO_CODE_VOTE_THRESHOLD [100 CMS]. RunFunding's
+/// durations and limits are the profile's (`Funding`, in Deploy.Params, bounded by checkProfile).
 abstract contract CapitalDeploy is Script {
+    /// @notice RunFunding's governed durations and limits (see RunFunding.Init).
+    struct Funding {
+        uint64 vestingPeriod;
+        uint64 disputeWindow;
+        uint16 maxEthPerRootBps;
+        uint208 capitalLimit;
+        uint48 capitalPeriod;
+    }
+
     /// @dev Sets the genesis split while the deployer still owns TrainingConfig.
     function _genesisSplit(TrainingConfig config) internal {
         uint256[] memory none = new uint256[](0);
@@ -36,18 +45,24 @@ abstract contract CapitalDeploy is Script {
         TrainingConfig config,
         address timelock,
         address committer,
-        address guardian
+        address guardian,
+        Funding memory f
     ) internal returns (RunFunding funding, CodeRegistry registry) {
         address[] memory noone = new address[](0);
         funding = new RunFunding(
-            IERC20(address(token)),
-            ledger,
-            config,
-            timelock,
-            committer,
-            guardian,
-            uint64(vm.envOr("COLOCO_VESTING_PERIOD", uint256(60))),
-            uint64(vm.envOr("COLOCO_FUNDING_DISPUTE_WINDOW", uint256(2)))
+            RunFunding.Init({
+                token: IERC20(address(token)),
+                ledger: ledger,
+                config: config,
+                admin: timelock,
+                committer: committer,
+                guardian: guardian,
+                vestingPeriod: f.vestingPeriod,
+                disputeWindow: f.disputeWindow,
+                maxEthPerRootBps: f.maxEthPerRootBps,
+                capitalLimit: f.capitalLimit,
+                capitalPeriod: f.capitalPeriod
+            })
         );
         registry = new CodeRegistry(
             token,

@@ -27,9 +27,14 @@ import {TrainingConfig} from "../src/TrainingConfig.sol";
 /// COLOCO_SLASH_DISPUTE_WINDOW [10 | 3 days], COLOCO_UNBONDING_DELAY [60 | 21 days],
 /// COLOCO_MAX_ROUND_SKIP [1000], COLOCO_REPORTER_SHARE_BPS [1000], COLOCO_EQUIVOCATION_SLASH_BPS
 /// [1000], COLOCO_INITIAL_INNER_STEPS [0: the contract default], COLOCO_DEPLOY_OUT
-/// [deployments/<chainId>.json; must lie under ./deployments].
+/// [deployments/<chainId>.json; must lie under ./deployments]; RunFunding's
+/// COLOCO_VESTING_PERIOD [60 | 30 days], COLOCO_FUNDING_DISPUTE_WINDOW [2 | 1 day],
+/// COLOCO_MAX_ETH_PER_ROOT_BPS [10,000 | 1,000: one ETH root adds at most this share of a run's
+/// deposits], COLOCO_CAPITAL_LIMIT [1,000,000 CMS | 100,000 CMS] per COLOCO_CAPITAL_PERIOD
+/// [30 days].
 /// Production also requires: proposal threshold > 0, voting delay and period >= 1 hour, vote
-/// extension >= 1 hour, timelock >= 1 day, dispute windows >= 1 hour.
+/// extension >= 1 hour, timelock >= 1 day, dispute windows >= 1 hour, RunFunding's dispute window
+/// and vesting period >= 1 day, ETH per root <= 1,000 bps of the deposits.
 /// @dev Roles after `deploy`: ledger COMMITTER -> committer, GUARDIAN -> guardian; distributor,
 /// StakeManager and RunFunding GUARDIAN -> guardian; token MINTER -> distributor (fixed, created with the
 /// token), RunFunding and CodeRegistry (MINTER_ROLE, bounded by their own budgets); GRANTER -> Timelock,
@@ -59,6 +64,7 @@ contract Deploy is Script, CapitalDeploy {
         uint16 reporterShareBps;
         uint16 equivocationSlashBps;
         uint32 initialInnerSteps; // zero: TrainingConfig's default
+        Funding funding; // RunFunding's durations and limits
     }
 
     struct Deployed {
@@ -79,6 +85,8 @@ contract Deploy is Script, CapitalDeploy {
     error MissingRole(string role);
     /// @notice A production parameter is below its floor.
     error ProductionBound(string name, uint256 value, uint256 minimum);
+    /// @notice A production parameter is above its ceiling.
+    error ProductionCap(string name, uint256 value, uint256 maximum);
 
     /// @notice Reads the parameters from env, deploys as the broadcasting key, writes the JSON.
     function run() external returns (Deployed memory d) {
@@ -113,6 +121,13 @@ contract Deploy is Script, CapitalDeploy {
         p.maxRoundSkip = 1000;
         p.reporterShareBps = 1000;
         p.equivocationSlashBps = 1000;
+        p.funding = Funding({
+            vestingPeriod: 60,
+            disputeWindow: 2,
+            maxEthPerRootBps: 10_000,
+            capitalLimit: 1_000_000e18,
+            capitalPeriod: 30 days
+        });
     }
 
     /// @notice The production defaults (roles still required).
@@ -132,6 +147,13 @@ contract Deploy is Script, CapitalDeploy {
         p.maxRoundSkip = 1000;
         p.reporterShareBps = 1000;
         p.equivocationSlashBps = 1000;
+        p.funding = Funding({
+            vestingPeriod: 30 days,
+            disputeWindow: 1 days,
+            maxEthPerRootBps: 1000,
+            capitalLimit: 100_000e18,
+            capitalPeriod: 30 days
+        });
     }
 
     /// @notice The parameters from env vars over the profile's defaults.
@@ -160,6 +182,14 @@ contract Deploy is Script, CapitalDeploy {
         p.equivocationSlashBps =
             uint16(vm.envOr("COLOCO_EQUIVOCATION_SLASH_BPS", uint256(p.equivocationSlashBps)));
         p.initialInnerSteps = uint32(vm.envOr("COLOCO_INITIAL_INNER_STEPS", uint256(0)));
+        Funding memory f = p.funding;
+        f.vestingPeriod = uint64(vm.envOr("COLOCO_VESTING_PERIOD", uint256(f.vestingPeriod)));
+        f.disputeWindow =
+            uint64(vm.envOr("COLOCO_FUNDING_DISPUTE_WINDOW", uint256(f.disputeWindow)));
+        f.maxEthPerRootBps =
+            uint16(vm.envOr("COLOCO_MAX_ETH_PER_ROOT_BPS", uint256(f.maxEthPerRootBps)));
+        f.capitalLimit = uint208(vm.envOr("COLOCO_CAPITAL_LIMIT", uint256(f.capitalLimit)));
+        f.capitalPeriod = uint48(vm.envOr("COLOCO_CAPITAL_PERIOD", uint256(f.capitalPeriod)));
     }
 
     /// @notice Refuses the devnet profile off anvil and weak production settings; fills devnet
@@ -184,11 +214,18 @@ contract Deploy is Script, CapitalDeploy {
         _atLeast("timelockDelay", p.timelockDelay, 1 days);
         _atLeast("disputeWindow", p.disputeWindow, 1 hours);
         _atLeast("slashDisputeWindow", p.slashDisputeWindow, 1 hours);
+        _atLeast("fundingDisputeWindow", p.funding.disputeWindow, 1 days);
+        _atLeast("vestingPeriod", p.funding.vestingPeriod, 1 days);
+        _atMost("maxEthPerRootBps", p.funding.maxEthPerRootBps, 1000);
         return p;
     }
 
     function _atLeast(string memory name, uint256 value, uint256 minimum) private pure {
         if (value < minimum) revert ProductionBound(name, value, minimum);
+    }
+
+    function _atMost(string memory name, uint256 value, uint256 maximum) private pure {
+        if (value > maximum) revert ProductionCap(name, value, maximum);
     }
 
     function _deploy(Params memory p, address deployer) internal returns (Deployed memory d) {
@@ -238,7 +275,9 @@ contract Deploy is Script, CapitalDeploy {
         _handOver(address(d.distributor), timelock, deployer);
         d.token.grantRole(d.token.GRANTER_ROLE(), timelock);
         (d.funding, d.codeRegistry) =
-            _deployCapital(d.token, d.ledger, d.config, timelock, p.committer, p.guardian);
+            _deployCapital(
+            d.token, d.ledger, d.config, timelock, p.committer, p.guardian, p.funding
+        );
         d.token.grantRole(d.token.MINTER_ROLE(), address(d.funding));
         d.token.grantRole(d.token.MINTER_ROLE(), address(d.codeRegistry));
         d.token.renounceRole(bytes32(0), deployer);

@@ -2,6 +2,7 @@
 pragma solidity ^0.8.28;
 
 import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
+import {Math} from "@openzeppelin/contracts/utils/math/Math.sol";
 import {RateLimiter} from "@openzeppelin/contracts/utils/RateLimiter.sol";
 import {IContributionLedger} from "./interfaces/IContributionLedger.sol";
 import {ICodeRegistry} from "./interfaces/ICodeRegistry.sol";
@@ -97,6 +98,8 @@ contract CodeRegistry is ICodeRegistry, AccessControl {
 
     /// @inheritdoc ICodeRegistry
     function approve(uint256 id, uint256 amount) external onlyRole(COMMITTEE_ROLE) {
+        // a member never decides its own submission: another member or a vote does
+        if (_contributions[id].contributor == msg.sender) revert SelfApproval(id, msg.sender);
         uint256 threshold = voteThreshold;
         if (amount > threshold) revert AmountNeedsVote(amount, threshold);
         if (!_budget.tryConsume(_BUDGET, amount)) {
@@ -148,9 +151,11 @@ contract CodeRegistry is ICodeRegistry, AccessControl {
 
     /// @inheritdoc ICodeRegistry
     function codePool(bytes32 runId) public view returns (uint256) {
-        if (!ledger.hasCommitted(runId)) return 0;
-        (, uint256 perRound,) = config.poolRewards();
-        return uint256(ledger.lastRound(runId)) * perRound; // round 0 is genesis: no rewards
+        (uint256 compute, uint256 code,) = config.poolRewards();
+        if (compute == 0) return 0;
+        // the compute budget the ledger committed for the run, times code/compute: round
+        // numbers (which the committer moves by up to maxRoundSkip a commit) never count
+        return Math.mulDiv(ledger.runBudget(runId), code, compute);
     }
 
     /// @notice Contribution `id`: contributor, status, approved amount and run.

@@ -37,10 +37,12 @@ contract ContributionLedger is IContributionLedger, AccessControl, EIP712, Pausa
     /// @notice Upper bound on `maxRoundSkip`.
     uint32 public constant MAX_ROUND_SKIP_LIMIT = 1_000_000;
 
-    /// @dev Packed in one slot: the last committed round and whether any commit exists.
+    /// @dev Packed in one slot: the last committed round, whether any commit exists and the
+    /// compute budget committed for the run (what the code and capital pools are sized by).
     struct RunState {
         uint64 lastRound;
         bool committed;
+        uint128 budget;
     }
 
     /// @notice Where the governed `rewardPerRound` is read.
@@ -105,23 +107,31 @@ contract ContributionLedger is IContributionLedger, AccessControl, EIP712, Pausa
             if (rewardTotal > perRound) revert RewardAboveBudget(rewardTotal, perRound);
             if (rewardsRoot == bytes32(0)) revert RewardWithoutRoot(rewardTotal);
         }
-        _runs[runId] = RunState({lastRound: round, committed: true});
+        // rewardTotal <= rewardPerRound <= 1e24: SafeCast reverts long before a real overflow.
+        _runs[runId] = RunState({
+            lastRound: round,
+            committed: true,
+            budget: SafeCast.toUint128(run.budget + rewardTotal)
+        });
         _checkpoints[runId][round] = checkpointHash;
         if (rewardsRoot != bytes32(0)) {
             RootInfo memory info = _roots[rewardsRoot];
             if (info.revoked) revert RootIsRevoked(rewardsRoot);
-            // rewardTotal <= rewardPerRound <= 1e24: SafeCast reverts long before a real overflow.
-            uint128 budget = SafeCast.toUint128(_totalBudget + rewardTotal);
             if (info.index == 0) {
+                uint128 budget = SafeCast.toUint128(_totalBudget + rewardTotal);
                 uint32 index = _rootCount + 1;
                 _rootCount = index;
                 info.index = index;
                 // forge-lint: disable-next-line(block-timestamp)
                 info.finalizedAt = uint64(block.timestamp) + _disputeWindow;
+                info.budget = budget;
+                _roots[rewardsRoot] = info;
+                if (rewardTotal != 0) _totalBudget = budget;
+            } else if (rewardTotal != 0) {
+                // a repeated root pays the same tree: new budget needs a new, pending root
+                revert RepeatedRootWithBudget(rewardsRoot, rewardTotal);
             }
-            info.budget = budget;
-            _roots[rewardsRoot] = info;
-            if (rewardTotal != 0) _totalBudget = budget;
+            // a repeated root (a round that added no reward) keeps its finality and budget
         }
         emit RoundCommitted(
             runId, round, rewardsRoot, checkpointHash, totalWork, attestationsRoot, rewardTotal
@@ -197,6 +207,11 @@ contract ContributionLedger is IContributionLedger, AccessControl, EIP712, Pausa
     /// @inheritdoc IContributionLedger
     function lastRound(bytes32 runId) external view returns (uint64) {
         return _runs[runId].lastRound;
+    }
+
+    /// @inheritdoc IContributionLedger
+    function runBudget(bytes32 runId) external view returns (uint256) {
+        return _runs[runId].budget;
     }
 
     /// @inheritdoc IContributionLedger

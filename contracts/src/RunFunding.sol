@@ -2,6 +2,8 @@
 pragma solidity ^0.8.28;
 
 import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
+import {Pausable} from "@openzeppelin/contracts/utils/Pausable.sol";
+import {RateLimiter} from "@openzeppelin/contracts/utils/RateLimiter.sol";
 import {Math} from "@openzeppelin/contracts/utils/math/Math.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 import {MerkleProof} from "@openzeppelin/contracts/utils/cryptography/MerkleProof.sol";
@@ -16,22 +18,28 @@ import {IRunFunding} from "./interfaces/IRunFunding.sol";
 /// @title RunFunding
 /// @notice Capital for training runs: ETH deposits that pay verified compute, and the capital
 /// pool's ownership for the backers. One funding account per run, all in this contract.
-/// @dev The capital pool is minted into this contract as it accrues (one round's capital share
-/// of `rewardPerRound` with each ETH root, MINTER_ROLE), held in escrow, and paid out by transfer
-/// as it vests. The escrow delegates to nobody, so unvested ownership does not vote, and a vested
-/// claim writes only the backer's vote checkpoint.
+/// @dev The capital pool is minted into this contract as it accrues (MINTER_ROLE), held in
+/// escrow, and paid out by transfer as it vests. It accrues by `accrueCapital` (anyone), one
+/// round's capital share of `rewardPerRound` per ETH root once that root is final and not
+/// revoked, never past the run's compute budget on the ContributionLedger times capital/compute
+/// (so a round that paid no compute adds no capital), and within a governed rate limit (an
+/// OpenZeppelin RateLimiter bucket, like the token's grants). The escrow delegates to nobody, so
+/// unvested ownership does not vote, and a vested claim writes only the backer's vote checkpoint.
 /// @dev Roles: DEFAULT_ADMIN_ROLE is governance (the Timelock): cancels runs, sets the vesting
-/// period, the dispute window and a run's ETH per round, appoints the guardian. COMMITTER_ROLE
-/// (the ledger operator) opens runs and commits ETH roots. GUARDIAN_ROLE can only revoke a
-/// pending root: it never moves funds. ETH leaves only after every state change
-/// (checks-effects-interactions), so a re-entering recipient finds nothing more to take.
+/// period, the dispute window, the capital rate limit, the cap on ETH per root (basis points of
+/// the run's deposits) and a run's ETH per round, appoints the guardian, unpauses.
+/// COMMITTER_ROLE (the ledger operator) opens runs and commits ETH roots within those bounds.
+/// GUARDIAN_ROLE revokes a pending root and pauses deposits, roots, accruals and claims: it never
+/// moves funds (refunds of a cancelled run are never paused). ETH leaves only after every state
+/// change (checks-effects-interactions), so a re-entering recipient finds nothing more to take.
 ///
 /// Capital weight: a deposit `a` at time `t` weighs `a * (end - t)`, `end` the run's funding end
 /// (or its cancellation, if earlier). Kept as two sums per backer and per run (deposits `D` and
 /// `S = sum(a * t)`), so a backer's weight is `D_b * end - S_b` in O(1) whatever its deposits.
-contract RunFunding is IRunFunding, AccessControl {
+contract RunFunding is IRunFunding, AccessControl, Pausable {
     using SafeCast for uint256;
     using SafeERC20 for IERC20;
+    using RateLimiter for RateLimiter.RefillingBucket;
 
     /// @notice The role that opens runs and commits ETH roots (the ledger operator).
     bytes32 public constant COMMITTER_ROLE = keccak256("COMMITTER_ROLE");
@@ -43,9 +51,14 @@ contract RunFunding is IRunFunding, AccessControl {
     uint64 public constant MAX_VESTING_PERIOD = 4 * 365 days;
     /// @notice Upper bound on the dispute window of ETH roots.
     uint64 public constant MAX_DISPUTE_WINDOW = 30 days;
+    /// @notice Basis points: 10,000 = all of a run's deposits.
+    uint16 public constant BPS = 10_000;
+    /// @dev The capital mints' one shared bucket.
+    bytes32 private constant _CAPITAL = bytes32(0);
 
-    /// @dev One run's accounting, in five packed slots. `ethCommitted` is the total of the last
-    /// committed root (never above `totalDeposited`); `ethPaid` what compute claims paid.
+    /// @dev One run's accounting, in six packed slots. `ethCommitted` is the total of the last
+    /// committed root not revoked (never above `totalDeposited`); `ethPaid` what compute claims
+    /// paid; `pendingUntil` when the run's last committed root stops being revocable.
     struct Run {
         uint64 fundingEnd; // slot 0
         uint64 cancelledAt;
@@ -59,6 +72,7 @@ contract RunFunding is IRunFunding, AccessControl {
         uint128 ethPerRound;
         uint128 refundPool; // slot 4
         uint128 refunded;
+        uint64 pendingUntil; // slot 5
     }
 
     /// @dev A backer's deposits in one run: their sum and sum(amount * depositTime).
@@ -67,10 +81,35 @@ contract RunFunding is IRunFunding, AccessControl {
         uint128 weightedTime;
     }
 
-    /// @dev A committed ETH root: claimable from `finalizesAt` unless revoked.
+    /// @dev A committed ETH root: claimable from `finalizesAt` unless revoked; `accrued` once its
+    /// capital share was minted; `previousTotal` and `total` the run's committed ETH before and
+    /// after it (revoking the run's latest root brings `ethCommitted` back to `previousTotal`).
     struct Root {
         uint64 finalizesAt;
         bool revoked;
+        bool accrued;
+        uint128 previousTotal;
+        uint128 total;
+    }
+
+    /// @notice Constructor parameters.
+    /// @param admin Governance (the Timelock): DEFAULT_ADMIN_ROLE.
+    /// @param committer The ledger operator: COMMITTER_ROLE.
+    /// @param guardian May revoke pending roots and pause (zero: none yet; governance appoints).
+    /// @param maxEthPerRootBps Most of a run's deposits one root may add, in basis points.
+    /// @param capitalLimit Most capital tokens minted per `capitalPeriod` seconds, all runs.
+    struct Init {
+        IERC20 token;
+        IContributionLedger ledger;
+        IOwnershipSplit config;
+        address admin;
+        address committer;
+        address guardian;
+        uint64 vestingPeriod;
+        uint64 disputeWindow;
+        uint16 maxEthPerRootBps;
+        uint208 capitalLimit;
+        uint48 capitalPeriod;
     }
 
     /// @notice The ownership token this contract holds in escrow and pays vested capital in.
@@ -80,10 +119,14 @@ contract RunFunding is IRunFunding, AccessControl {
     /// @notice The governed ownership split (capital basis points of the reward per round).
     IOwnershipSplit public immutable config;
 
+    // Declared first so they share Pausable's slot: a commit reads the pause flag, the window
+    // and the cap on ETH per root with one SLOAD.
     /// @notice How long capital ownership vests after a run's funding ends (seconds).
     uint64 public vestingPeriod;
     /// @notice How long an ETH root stays revocable before it pays (seconds).
     uint64 public disputeWindow;
+    /// @notice Most of a run's deposits one ETH root may add (basis points; governance's).
+    uint16 public maxEthPerRootBps;
 
     mapping(bytes32 runId => Run) private _runs;
     mapping(bytes32 runId => mapping(address backer => Backer)) private _backers;
@@ -94,29 +137,25 @@ contract RunFunding is IRunFunding, AccessControl {
     mapping(bytes32 runId => mapping(address backer => uint256)) public capitalClaimed;
     /// @notice Whether a backer of a cancelled run took its refund.
     mapping(bytes32 runId => mapping(address backer => bool)) public refunded;
+    RateLimiter.RefillingBucket private _capitalBucket;
 
-    /// @param admin Governance (the Timelock): DEFAULT_ADMIN_ROLE.
-    /// @param committer The ledger operator: COMMITTER_ROLE.
-    /// @param guardian May revoke pending roots (zero: none yet; governance may appoint one).
-    constructor(
-        IERC20 token_,
-        IContributionLedger ledger_,
-        IOwnershipSplit config_,
-        address admin,
-        address committer,
-        address guardian,
-        uint64 vestingPeriod_,
-        uint64 disputeWindow_
-    ) {
-        token = token_;
-        ledger = ledger_;
-        config = config_;
-        IVotes(address(token_)).delegate(address(0)); // escrowed tokens carry no votes
-        _grantRole(DEFAULT_ADMIN_ROLE, admin);
-        _grantRole(COMMITTER_ROLE, committer);
-        if (guardian != address(0)) _grantRole(GUARDIAN_ROLE, guardian);
-        _setVestingPeriod(vestingPeriod_);
-        _setDisputeWindow(disputeWindow_);
+    constructor(Init memory init) {
+        token = init.token;
+        ledger = init.ledger;
+        config = init.config;
+        IVotes(address(init.token)).delegate(address(0)); // escrowed tokens carry no votes
+        _grantRole(DEFAULT_ADMIN_ROLE, init.admin);
+        _grantRole(COMMITTER_ROLE, init.committer);
+        if (init.guardian != address(0)) _grantRole(GUARDIAN_ROLE, init.guardian);
+        _setVestingPeriod(init.vestingPeriod);
+        _setDisputeWindow(init.disputeWindow);
+        _setMaxEthPerRootBps(init.maxEthPerRootBps);
+        _setCapitalLimit(init.capitalLimit, init.capitalPeriod);
+    }
+
+    modifier onlyGuardianOrAdmin() {
+        if (!hasRole(GUARDIAN_ROLE, msg.sender)) _checkRole(DEFAULT_ADMIN_ROLE);
+        _;
     }
 
     // ------------------------------------------------------------------ runs and deposits
@@ -136,7 +175,7 @@ contract RunFunding is IRunFunding, AccessControl {
     }
 
     /// @inheritdoc IRunFunding
-    function deposit(bytes32 runId) external payable {
+    function deposit(bytes32 runId) external payable whenNotPaused {
         Run storage run = _runs[runId];
         uint64 fundingEnd = run.fundingEnd;
         if (fundingEnd == 0) revert UnknownRun(runId);
@@ -163,6 +202,7 @@ contract RunFunding is IRunFunding, AccessControl {
     function commitEthRoot(bytes32 runId, uint64 round, bytes32 root, uint256 totalWei)
         external
         onlyRole(COMMITTER_ROLE)
+        whenNotPaused
     {
         Run storage run = _runs[runId];
         if (run.fundingEnd == 0) revert UnknownRun(runId);
@@ -175,35 +215,73 @@ contract RunFunding is IRunFunding, AccessControl {
         }
         Root storage r = _roots[runId][root];
         if (root == bytes32(0) || r.finalizesAt != 0) revert InvalidRoot(root);
-        uint256 previous = run.ethCommitted;
-        if (totalWei < previous) revert TotalDecreased(totalWei, previous);
-        if (totalWei - previous > run.ethPerRound) {
-            revert EthPerRoundExceeded(totalWei - previous, run.ethPerRound);
-        }
-        if (totalWei > run.totalDeposited) revert EthBudgetExceeded(totalWei, run.totalDeposited);
-        (,, uint256 capitalReward) = config.poolRewards();
-        uint256 pool = run.capitalPool + capitalReward;
+        uint128 previous = run.ethCommitted;
+        if (totalWei <= previous) revert TotalDecreased(totalWei, previous);
+        uint256 deposited = run.totalDeposited;
+        // the committer's ethPerRound, never above governance's share of the deposits
+        uint256 limit = Math.min(run.ethPerRound, deposited * maxEthPerRootBps / BPS);
+        if (totalWei - previous > limit) revert EthPerRoundExceeded(totalWei - previous, limit);
+        if (totalWei > deposited) revert EthBudgetExceeded(totalWei, deposited);
         run.lastRound = round;
         run.hasRound = true;
         run.ethCommitted = uint128(totalWei); // <= totalDeposited, a uint128
-        run.capitalPool = pool.toUint128();
-        if (capitalReward != 0) {
-            IModelShareToken(address(token)).mint(address(this), capitalReward);
-        }
         uint64 finalizesAt = uint64(block.timestamp) + disputeWindow;
+        if (finalizesAt > run.pendingUntil) run.pendingUntil = finalizesAt;
         r.finalizesAt = finalizesAt;
-        emit EthRootCommitted(runId, round, root, totalWei, pool, finalizesAt);
+        r.previousTotal = previous;
+        r.total = uint128(totalWei);
+        emit EthRootCommitted(runId, round, root, totalWei, run.capitalPool, finalizesAt);
     }
 
     /// @inheritdoc IRunFunding
-    function revokeEthRoot(bytes32 runId, bytes32 root) external {
-        if (!hasRole(GUARDIAN_ROLE, msg.sender)) _checkRole(DEFAULT_ADMIN_ROLE);
+    function accrueCapital(bytes32 runId, bytes32 root)
+        external
+        whenNotPaused
+        returns (uint256 amount)
+    {
+        Root storage r = _roots[runId][root];
+        uint64 finalizesAt = r.finalizesAt;
+        if (finalizesAt == 0) revert UnknownRoot(runId, root);
+        if (r.revoked) revert RootRevoked(root);
+        if (block.timestamp < finalizesAt) revert RootPending(root, finalizesAt);
+        if (r.accrued) revert CapitalAlreadyAccrued(runId, root);
+        Run storage run = _runs[runId];
+        uint256 pool = run.capitalPool;
+        (uint256 computeReward,, uint256 capitalReward) = config.poolRewards();
+        // capital in proportion to the compute budget the ledger committed for this run
+        uint256 cap =
+            computeReward == 0 ? 0 : Math.mulDiv(ledger.runBudget(runId), capitalReward, computeReward);
+        amount = cap > pool ? Math.min(capitalReward, cap - pool) : 0;
+        if (amount == 0) revert NoCapitalToAccrue(runId, pool, cap);
+        if (!_capitalBucket.tryConsume(_CAPITAL, amount)) {
+            revert CapitalRateExceeded(amount, _capitalBucket.available(_CAPITAL));
+        }
+        r.accrued = true;
+        pool += amount;
+        run.capitalPool = pool.toUint128();
+        emit CapitalAccrued(runId, root, amount, pool);
+        IModelShareToken(address(token)).mint(address(this), amount);
+    }
+
+    /// @inheritdoc IRunFunding
+    function revokeEthRoot(bytes32 runId, bytes32 root) external onlyGuardianOrAdmin {
         Root storage r = _roots[runId][root];
         uint64 finalizesAt = r.finalizesAt;
         if (finalizesAt == 0) revert UnknownRoot(runId, root);
         if (r.revoked) revert RootRevoked(root);
         if (block.timestamp >= finalizesAt) revert RootAlreadyFinal(root, finalizesAt);
         r.revoked = true;
+        Run storage run = _runs[runId];
+        uint128 total = r.total;
+        if (total == run.ethCommitted) {
+            // the run's latest root: what it added is no longer committed (F5), except what
+            // older final roots already paid (a tree may promise more than its own total)
+            uint128 previous = r.previousTotal;
+            uint128 paid = run.ethPaid;
+            uint128 kept = previous > paid ? previous : paid;
+            run.ethCommitted = kept;
+            if (run.cancelledAt != 0) run.refundPool += total - kept;
+        }
         emit EthRootRevoked(runId, root, msg.sender);
     }
 
@@ -214,11 +292,12 @@ contract RunFunding is IRunFunding, AccessControl {
         uint256 cumulativeWei,
         bytes32 root,
         bytes32[] calldata proof
-    ) external returns (uint256 amount) {
-        Root memory r = _roots[runId][root];
-        if (r.finalizesAt == 0) revert UnknownRoot(runId, root);
+    ) external whenNotPaused returns (uint256 amount) {
+        Root storage r = _roots[runId][root];
+        uint64 finalizesAt = r.finalizesAt;
+        if (finalizesAt == 0) revert UnknownRoot(runId, root);
         if (r.revoked) revert RootRevoked(root);
-        if (block.timestamp < r.finalizesAt) revert RootPending(root, r.finalizesAt);
+        if (block.timestamp < finalizesAt) revert RootPending(root, finalizesAt);
         // OpenZeppelin StandardMerkleTree leaf: double hash of the ABI encoding.
         bytes32 leaf = keccak256(bytes.concat(keccak256(abi.encode(account, cumulativeWei))));
         if (!MerkleProof.verifyCalldata(proof, root, leaf)) {
@@ -242,7 +321,11 @@ contract RunFunding is IRunFunding, AccessControl {
     // ------------------------------------------------------------------ capital ownership
 
     /// @inheritdoc IRunFunding
-    function claimVested(bytes32 runId, address backer) external returns (uint256 amount) {
+    function claimVested(bytes32 runId, address backer)
+        external
+        whenNotPaused
+        returns (uint256 amount)
+    {
         uint256 vested_ = _vested(runId, backer, true);
         uint256 claimed = capitalClaimed[runId][backer];
         if (vested_ <= claimed) revert NothingVested(backer, vested_, claimed);
@@ -290,6 +373,8 @@ contract RunFunding is IRunFunding, AccessControl {
     function refund(bytes32 runId, address backer) external returns (uint256 amount) {
         Run storage run = _runs[runId];
         if (run.cancelledAt == 0) revert RunNotCancelled(runId);
+        // a root still revocable may yet return its ETH to the pool: refunds wait for it
+        if (block.timestamp < run.pendingUntil) revert RefundPending(runId, run.pendingUntil);
         uint256 deposited = _backers[runId][backer].deposited;
         if (deposited == 0 || refunded[runId][backer]) revert NothingToRefund(runId, backer);
         // rounds down: the sum of refunds never exceeds refundPool
@@ -310,6 +395,38 @@ contract RunFunding is IRunFunding, AccessControl {
     /// @notice Sets the dispute window of ETH roots. Only governance.
     function setDisputeWindow(uint64 disputeWindow_) external onlyRole(DEFAULT_ADMIN_ROLE) {
         _setDisputeWindow(disputeWindow_);
+    }
+
+    /// @notice Sets the most of a run's deposits one ETH root may add (basis points, 1..10,000).
+    /// Only governance.
+    function setMaxEthPerRootBps(uint16 bps) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        _setMaxEthPerRootBps(bps);
+    }
+
+    /// @notice Sets the capital rate limit: at most `capacity` tokens minted per `period`
+    /// seconds, all runs together (0 stops capital accrual). Only governance.
+    function setCapitalLimit(uint208 capacity, uint48 period)
+        external
+        onlyRole(DEFAULT_ADMIN_ROLE)
+    {
+        _capitalBucket.sync(_CAPITAL);
+        _setCapitalLimit(capacity, period);
+    }
+
+    /// @notice Stops deposits, ETH roots, capital accrual and claims (never refunds). The
+    /// guardian or governance.
+    function pause() external onlyGuardianOrAdmin {
+        _pause();
+    }
+
+    /// @notice Resumes what `pause` stopped. Only governance.
+    function unpause() external onlyRole(DEFAULT_ADMIN_ROLE) {
+        _unpause();
+    }
+
+    /// @notice Capital tokens that may be minted now within the rate limit.
+    function capitalAvailable() external view returns (uint256) {
+        return _capitalBucket.available(_CAPITAL);
     }
 
     /// @notice Sets the most wei one round of `runId` may pay compute. Only governance.
@@ -379,8 +496,20 @@ contract RunFunding is IRunFunding, AccessControl {
     }
 
     function _setDisputeWindow(uint64 w) private {
-        if (w > MAX_DISPUTE_WINDOW) revert InvalidDuration("disputeWindow", w);
+        if (w == 0 || w > MAX_DISPUTE_WINDOW) revert InvalidDuration("disputeWindow", w);
         disputeWindow = w;
         emit DisputeWindowSet(w);
+    }
+
+    function _setMaxEthPerRootBps(uint16 bps) private {
+        if (bps == 0 || bps > BPS) revert InvalidBps(bps);
+        maxEthPerRootBps = bps;
+        emit MaxEthPerRootBpsSet(bps);
+    }
+
+    function _setCapitalLimit(uint208 capacity, uint48 period) private {
+        if (period == 0) revert InvalidDuration("capitalPeriod", period);
+        _capitalBucket.updateSettings(period, capacity);
+        emit CapitalLimitSet(capacity, period);
     }
 }

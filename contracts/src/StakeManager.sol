@@ -491,9 +491,13 @@ contract StakeManager is IStakeManager, AccessControl, Pausable, ReentrancyGuard
         emit ParameterSet("equivocationSlashBps", bps);
     }
 
-    /// @dev The treasury never holds the slasher or admin role: slashing never pays the slasher.
+    /// @dev The treasury never holds the slasher, guardian or admin role: slashing never pays
+    /// whoever decides or vetoes a slash.
     function _grantRole(bytes32 role, address account) internal override returns (bool) {
-        if (account == treasury && (role == SLASHER_ROLE || role == DEFAULT_ADMIN_ROLE)) {
+        if (
+            account == treasury
+                && (role == SLASHER_ROLE || role == DEFAULT_ADMIN_ROLE || role == GUARDIAN_ROLE)
+        ) {
             revert InvalidTreasury(account);
         }
         return super._grantRole(role, account);

@@ -23,11 +23,15 @@ contract CodeRegistryTest is ColocoTest {
         codeRegistry.setCommitteeBudget(50e18, 1 days);
         codeRegistry.setVoteThreshold(20e18);
         vm.stopPrank();
-        for (uint64 r; r <= 10; ++r) {
+        (uint256 compute,,) = config.poolRewards();
+        vm.prank(committer);
+        ledger.commitRound(RUN, 0, bytes32(0), keccak256("genesis"), 1, bytes32(0), 0);
+        for (uint64 r = 1; r <= 10; ++r) {
+            bytes32 root = keccak256(abi.encode("root", r));
             vm.prank(committer);
-            ledger.commitRound(RUN, r, bytes32(0), keccak256(abi.encode(r)), 1, bytes32(0), 0);
+            ledger.commitRound(RUN, r, root, keccak256(abi.encode(r)), 1, bytes32(0), compute);
         }
-        assertEq(codeRegistry.codePool(RUN), 100e18);
+        assertEq(codeRegistry.codePool(RUN), 100e18); // 10 rounds that paid the compute pool
     }
 
     function _submit() internal returns (uint256 id) {
@@ -225,5 +229,27 @@ contract CodeRegistryTest is ColocoTest {
         );
         vm.prank(reviewer);
         codeRegistry.setVoteThreshold(1e30);
+    }
+
+    /// F4: the code pool was `lastRound x code share`, and the committer moves `lastRound` by up
+    /// to `maxRoundSkip` per commit with no compute paid: one skip opened a 10,000 CMS pool.
+    /// The pool grows only with compute budget the ledger committed for the run.
+    function test_attack_roundSkipsWithoutComputeOpenNoCodePool() public {
+        bytes32 run = keccak256("skipped run");
+        vm.startPrank(committer);
+        ledger.commitRound(run, 0, bytes32(0), keccak256("g"), 1, bytes32(0), 0);
+        ledger.commitRound(run, 1000, bytes32(0), keccak256("s"), 1, bytes32(0), 0);
+        vm.stopPrank();
+        assertEq(codeRegistry.codePool(run), 0, "a round skip opened a code pool");
+    }
+
+    /// F4: a committee member approved its own submission (100 CMS self-approved and claimed).
+    function test_attack_committeeMemberCannotApproveOwnSubmission() public {
+        vm.prank(reviewer);
+        uint256 id = codeRegistry.submit(RUN, REPO, COMMIT, DESC);
+        vm.prank(reviewer);
+        try codeRegistry.approve(id, 10e18) {} catch {}
+        (CodeRegistry.Contribution memory c,) = codeRegistry.contributionOf(id);
+        assertEq(uint8(c.status), uint8(ICodeRegistry.Status.Pending), "self-approved");
     }
 }

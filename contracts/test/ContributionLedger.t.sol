@@ -68,15 +68,24 @@ contract ContributionLedgerTest is ColocoTest {
         assertEq(ledger.checkpointOf(DEFAULT_RUN, 2), bytes32(0));
     }
 
-    function test_commitRound_repeatedRootKeepsItsFinalityAndAddsBudget() public {
+    /// A repeated root (a round that added no reward) keeps its finality and its budget; new
+    /// budget under it is refused (F3: it would pay at once).
+    function test_commitRound_repeatedRootKeepsItsFinalityAndBudget() public {
         _commitAt(DEFAULT_RUN, 0, keccak256("r"), REWARD);
         vm.warp(block.timestamp + 10);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IContributionLedger.RepeatedRootWithBudget.selector, keccak256("r"), 1
+            )
+        );
         _commitAt(DEFAULT_RUN, 1, keccak256("r"), 1);
+        _commitAt(DEFAULT_RUN, 1, keccak256("r"), 0);
         IContributionLedger.RootInfo memory info = ledger.rootInfo(keccak256("r"));
         assertEq(info.index, 1);
         assertEq(info.finalizedAt, block.timestamp - 10 + DISPUTE);
-        assertEq(info.budget, REWARD + 1);
-        assertEq(ledger.totalBudget(), REWARD + 1);
+        assertEq(info.budget, REWARD);
+        assertEq(ledger.totalBudget(), REWARD);
+        assertEq(ledger.runBudget(DEFAULT_RUN), REWARD);
     }
 
     function test_commitRound_runsAreIndependent() public {

@@ -33,6 +33,8 @@ contract FundingHandler is Test {
     uint256 public ghostInflatedPaid; // paid for a leaf that is not in the root: must stay 0
     uint256 public ghostRevokedPaid; // paid against a revoked root: must stay 0
     uint256 public ghostMinted;
+    uint256 public ghostAccrued; // capital minted into escrow
+    uint256 public ghostRevokedAccrued; // capital accrued for a revoked root: must stay 0
     mapping(bytes32 => bool) internal revokedRoot;
     mapping(bytes4 => uint256) public calls;
 
@@ -64,7 +66,12 @@ contract FundingHandler is Test {
 
     function commitRoot(uint256 seed) external {
         vm.startPrank(committer);
-        ledger.commitRound(RUN, round, bytes32(0), keccak256(abi.encode(round)), 1, bytes32(0), 0);
+        // every other round carries the compute budget (the capital pool's bound)
+        uint256 budget = round % 2 == 0 ? 80e18 : 0;
+        bytes32 rewardsRoot = budget == 0 ? bytes32(0) : keccak256(abi.encode("rewards", round));
+        ledger.commitRound(
+            RUN, round, rewardsRoot, keccak256(abi.encode(round)), 1, bytes32(0), budget
+        );
         RunFunding.Run memory run = funding.runOf(RUN);
         uint256 room = run.totalDeposited - run.ethCommitted;
         if (room > run.ethPerRound) room = run.ethPerRound;
@@ -74,6 +81,10 @@ contract FundingHandler is Test {
             uint256 add = room == 0 ? 0 : uint256(keccak256(abi.encode(seed, i))) % (room / N + 1);
             allocated[i] += add;
             total += add;
+            if (i == 0 && room != 0) {
+                allocated[0] += 1; // a root always adds ETH
+                total += 1;
+            }
             leaves[i] = StandardMerkleTree.leaf(actors[i], allocated[i]);
         }
         bytes32[] memory t = StandardMerkleTree.build(leaves);
@@ -110,6 +121,15 @@ contract FundingHandler is Test {
             if (revokedRoot[latestRoot]) ghostRevokedPaid += paid;
             if (actors[i].balance - before != paid) ghostInflatedPaid += 1;
             ++calls[this.claimEth.selector];
+        } catch {}
+    }
+
+    function accrue() external {
+        if (latestRoot == bytes32(0)) return;
+        try funding.accrueCapital(RUN, latestRoot) returns (uint256 amount) {
+            ghostAccrued += amount;
+            if (revokedRoot[latestRoot]) ghostRevokedAccrued += amount;
+            ++calls[this.accrue.selector];
         } catch {}
     }
 
@@ -182,6 +202,10 @@ contract RunFundingInvariantTest is ColocoTest {
     function invariant_capitalWithinPool() public view {
         RunFunding.Run memory run = funding.runOf(handler.RUN());
         assertLe(handler.ghostMinted(), run.capitalPool);
+        assertEq(run.capitalPool, handler.ghostAccrued());
+        assertEq(handler.ghostRevokedAccrued(), 0);
+        // never more capital than the run's compute budget times capital/compute (10/80)
+        assertLe(run.capitalPool, ledger.runBudget(handler.RUN()) / 8);
         assertEq(token.balanceOf(address(funding)), run.capitalPool - handler.ghostMinted());
         uint256 sum;
         uint256 held;
@@ -205,6 +229,7 @@ contract RunFundingInvariantTest is ColocoTest {
         handler.commitRoot(1);
         handler.commitRoot(2);
         handler.warp(1 hours);
+        handler.accrue();
         handler.claimEth(0, 0);
         handler.commitRoot(3);
         handler.revokeLatest();
@@ -213,7 +238,7 @@ contract RunFundingInvariantTest is ColocoTest {
         handler.claimVested(0);
         handler.cancel(0);
         handler.refund(0);
-        bytes4[8] memory paths = [
+        bytes4[9] memory paths = [
             FundingHandler.deposit.selector,
             FundingHandler.commitRoot.selector,
             FundingHandler.warp.selector,
@@ -221,7 +246,8 @@ contract RunFundingInvariantTest is ColocoTest {
             FundingHandler.revokeLatest.selector,
             FundingHandler.claimVested.selector,
             FundingHandler.cancel.selector,
-            FundingHandler.refund.selector
+            FundingHandler.refund.selector,
+            FundingHandler.accrue.selector
         ];
         for (uint256 i; i < paths.length; ++i) {
             assertGt(handler.calls(paths[i]), 0, vm.toString(paths[i]));

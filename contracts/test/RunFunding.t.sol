@@ -7,6 +7,7 @@ import {IRunFunding} from "../src/interfaces/IRunFunding.sol";
 import {IOwnershipSplit} from "../src/interfaces/IOwnershipSplit.sol";
 import {ITrainingConfig} from "../src/interfaces/ITrainingConfig.sol";
 import {RunFunding} from "../src/RunFunding.sol";
+import {Math} from "@openzeppelin/contracts/utils/math/Math.sol";
 import {ColocoTest} from "./utils/ColocoTest.sol";
 import {StandardMerkleTree} from "./utils/StandardMerkleTree.sol";
 
@@ -33,16 +34,27 @@ abstract contract FundingBase is ColocoTest {
         vm.deal(bob, 100 ether);
     }
 
-    /// @dev Commits ledger round `round` of RUN and an ETH root paying (alice, bob) cumulatively.
+    /// @dev Commits ledger round `round` of RUN with the full compute budget and an ETH root
+    /// paying (alice, bob) cumulatively.
     function _commitEth(uint64 round, uint256 toAlice, uint256 toBob)
         internal
         returns (bytes32[] memory tree)
     {
+        (uint256 compute,,) = config.poolRewards();
+        bytes32 rewardsRoot = keccak256(abi.encode("rewards", round));
         vm.prank(committer);
-        ledger.commitRound(RUN, round, bytes32(0), keccak256(abi.encode(round)), 1, bytes32(0), 0);
+        ledger.commitRound(
+            RUN, round, rewardsRoot, keccak256(abi.encode(round)), 1, bytes32(0), compute
+        );
         tree = _tree(toAlice, toBob);
         vm.prank(committer);
         funding.commitEthRoot(RUN, round, tree[0], toAlice + toBob);
+    }
+
+    /// @dev Lets `root`'s dispute window pass and accrues its capital share.
+    function _accrue(bytes32 root) internal returns (uint256) {
+        vm.warp(Math.max(block.timestamp, funding.rootOf(RUN, root).finalizesAt));
+        return funding.accrueCapital(RUN, root);
     }
 
     function _tree(uint256 toAlice, uint256 toBob) internal view returns (bytes32[] memory) {
@@ -296,11 +308,13 @@ contract RunFundingTest is FundingBase {
     function test_claimEth_revertsWhenRootsOverpay() public {
         _deposit(alice, 3 ether);
         bytes32[] memory first = _commitEth(0, 1 ether, 0);
-        bytes32[] memory second = _commitEth(1, 0, 1 ether);
+        bytes32[] memory second = _commitEth(1, 0.5 ether, 1 ether); // alice's 1 ETH cut to 0.5
         vm.warp(block.timestamp + funding.disputeWindow());
         funding.claimEth(RUN, alice, 1 ether, first[0], _proof(first, alice, 1 ether));
         bytes32[] memory proof = _proof(second, bob, 1 ether);
-        vm.expectRevert(abi.encodeWithSelector(IRunFunding.EthOverpaid.selector, 2 ether, 1 ether));
+        vm.expectRevert(
+            abi.encodeWithSelector(IRunFunding.EthOverpaid.selector, 2 ether, 1.5 ether)
+        );
         funding.claimEth(RUN, bob, 1 ether, second[0], proof);
     }
 
@@ -334,7 +348,7 @@ contract RunFundingTest is FundingBase {
 
     function test_claimVested_revertsBeforeRunEnds() public {
         _deposit(alice, 1 ether);
-        _commitEth(0, 0, 0);
+        _commitEth(0, 1, 0);
         vm.expectRevert(
             abi.encodeWithSelector(
                 IRunFunding.VestingNotStarted.selector, RUN, fundingEnd, uint64(block.timestamp)
@@ -345,7 +359,7 @@ contract RunFundingTest is FundingBase {
 
     function test_claimVested_revertsWhenNothingVestedYet() public {
         _deposit(alice, 1 ether);
-        _commitEth(0, 0, 0);
+        _commitEth(0, 1, 0);
         vm.warp(fundingEnd);
         vm.expectRevert(abi.encodeWithSelector(IRunFunding.NothingVested.selector, alice, 0, 0));
         funding.claimVested(RUN, alice);
@@ -356,8 +370,11 @@ contract RunFundingTest is FundingBase {
         _deposit(alice, 1 ether);
         vm.warp(block.timestamp + DURATION / 2);
         _deposit(bob, 1 ether);
-        _commitEth(0, 0, 0);
-        _commitEth(1, 1 ether, 0);
+        bytes32 first = _commitEth(0, 1, 0)[0];
+        bytes32 second = _commitEth(1, 1 ether, 0)[0];
+        assertEq(funding.runOf(RUN).capitalPool, 0); // nothing before the roots are final
+        _accrue(first);
+        _accrue(second);
         uint256 pool = funding.runOf(RUN).capitalPool;
         assertEq(pool, 20e18); // two rounds x 10% of 100 CMS
         assertEq(funding.entitlement(RUN, alice), pool * 2 / 3);
@@ -392,6 +409,12 @@ contract RunFundingTest is FundingBase {
         emit IRunFunding.RunCancelled(RUN, 3 ether);
         vm.prank(address(timelock));
         funding.cancelRun(RUN);
+        uint64 pendingUntil = funding.rootOf(RUN, tree[0]).finalizesAt;
+        vm.expectRevert(
+            abi.encodeWithSelector(IRunFunding.RefundPending.selector, RUN, pendingUntil)
+        );
+        funding.refund(RUN, alice);
+        vm.warp(pendingUntil); // the root can no longer be revoked: refunds open
         uint256 a0 = alice.balance;
         funding.refund(RUN, alice);
         assertEq(alice.balance - a0, 2.25 ether);
@@ -401,7 +424,6 @@ contract RunFundingTest is FundingBase {
         funding.refund(RUN, stranger);
         funding.refund(RUN, bob);
         // work already committed is still paid
-        vm.warp(block.timestamp + funding.disputeWindow());
         funding.claimEth(RUN, alice, 0.5 ether, tree[0], _proof(tree, alice, 0.5 ether));
         funding.claimEth(RUN, bob, 0.5 ether, tree[0], _proof(tree, bob, 0.5 ether));
         assertEq(address(funding).balance, 0);
@@ -441,6 +463,10 @@ contract RunFundingTest is FundingBase {
             )
         );
         funding.setDisputeWindow(tooLong);
+        vm.expectRevert(
+            abi.encodeWithSelector(IRunFunding.InvalidDuration.selector, bytes32("disputeWindow"), 0)
+        );
+        funding.setDisputeWindow(0); // F2: a root always waits for its window
         funding.setEthPerRound(RUN, 5 ether);
         vm.stopPrank();
         assertEq(funding.runOf(RUN).ethPerRound, 5 ether);

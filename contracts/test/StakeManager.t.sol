@@ -631,6 +631,16 @@ contract StakeManagerTest is ColocoTest {
         stakeManager.grantRole(bytes32(0), treasury);
     }
 
+    /// F15: governance could grant the treasury GUARDIAN_ROLE (docs said it never can): the
+    /// treasury would then veto the slashes that pay it or pause withdrawals.
+    function test_attack_treasuryCannotBeGrantedGuardian() public {
+        bytes32 role = stakeManager.GUARDIAN_ROLE();
+        vm.expectRevert(abi.encodeWithSelector(IStakeManager.InvalidTreasury.selector, treasury));
+        vm.prank(address(timelock));
+        stakeManager.grantRole(role, treasury);
+        assertFalse(stakeManager.hasRole(role, treasury));
+    }
+
     function _init() internal view returns (StakeManager.Init memory) {
         return StakeManager.Init({
             admin: address(timelock),

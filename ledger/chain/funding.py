@@ -10,6 +10,14 @@ Nothing here is stored: the per-round ETH totals are on chain (``EthRootCommitte
 each root's cumulative total) and the per-round rewards are in the ledger's database, so the
 tree of any committed round is rebuilt deterministically. A crash between sending and mining
 only repeats the same root, which the contract refuses (``InvalidRoot``/``RoundNotIncreasing``).
+A root revoked while it was the run's latest no longer counts (the contract uncommits its ETH and
+the next root builds on the one before): :func:`fold_history` drops it, in chain order, for the
+settler and for the indexed reads alike.
+
+Capital: once an ETH root is final and not revoked, the settler calls ``accrueCapital`` for it
+(anyone may), which mints the round's capital share into RunFunding's escrow within the run's
+compute budget and the governed rate limit; a refusal (``NoCapitalToAccrue``,
+``CapitalRateExceeded``) is logged and the root is tried again on a later tick.
 Requests build the tree from the indexed events (:class:`ledger.reads.trees.EthTrees`, with
 :func:`eth_amounts`, no RPC); the settler itself reads the chain, which is ahead of the
 indexer's confirmation depth.
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -91,6 +100,25 @@ def round_rewards(session: Session, run_id: str, rnd: int) -> dict[str, int]:
     return out
 
 
+def fold_history(events: Iterable[tuple[str, str, int, int]]) -> list[tuple[int, int]]:
+    """[(round, wei paid by that round)] of a run's ETH roots that count, from its
+    ``(event name, root, round, totalWei)`` in chain order: ``EthRootCommitted`` appends a root,
+    ``EthRootRevoked`` of the latest counted root drops it (RunFunding uncommits its ETH then);
+    revoking an older root changes nothing (a later root built on it pays)."""
+    kept: list[tuple[str, int, int]] = []
+    for name, root, rnd, total in events:
+        if name == "EthRootCommitted":
+            kept.append((root, rnd, total))
+        elif name == "EthRootRevoked" and kept and kept[-1][0] == root:
+            kept.pop()
+    out: list[tuple[int, int]] = []
+    previous = 0
+    for _, rnd, total in kept:
+        out.append((rnd, total - previous))
+        previous = total
+    return out
+
+
 def eth_amounts(session: Session, run_id: str, per_round: list[tuple[int, int]]) -> dict[str, int]:
     """Cumulative wei per payout after the rounds ``per_round`` = [(round, wei of that round)]."""
     out: dict[str, int] = {}
@@ -117,26 +145,71 @@ class FundingSettler:
         self.poll_s = poll_s  # ETH roots are not urgent: keep the worker's tick light
         self._polled_at = float("-inf")
         self._settled: dict[str, int] = {}  # run -> highest ledger round already looked at
+        self._accrued: set[tuple[str, str]] = set()  # (run, root) accrued or never to accrue
 
     def state(self, run_id: str) -> RunFundingState:
         raw = self.chain.client.call(CONTRACT, "runOf", bytes.fromhex(run_id[2:]))
         return RunFundingState.from_tuple(tuple(raw))
 
-    def chain_history(self, run_id: str) -> list[tuple[int, int]]:
-        """[(round, wei paid by that round)] of the run's ETH roots on chain now, oldest first
-        (the settler's view; requests use the indexed :func:`ledger.reads.trees.eth_history`)."""
-        event = self.chain.client.contract(CONTRACT).events.EthRootCommitted
-        logs = event.get_logs(
-            from_block=self.chain.deployment_block,
-            argument_filters={"runId": bytes.fromhex(run_id[2:])},
-        )
-        out: list[tuple[int, int]] = []
-        previous = 0
+    def root_events(self, run_id: str) -> list[tuple[str, str, int, int]]:
+        """The run's ETH root events on chain now, in chain order: (name, root, round, totalWei)."""
+        events = self.chain.client.contract(CONTRACT).events
+        logs = []
+        for event in (events.EthRootCommitted, events.EthRootRevoked):
+            logs += event.get_logs(
+                from_block=self.chain.deployment_block,
+                argument_filters={"runId": bytes.fromhex(run_id[2:])},
+            )
+        out = []
         for entry in sorted(logs, key=lambda e: (e["blockNumber"], e["logIndex"])):
-            total = int(entry["args"]["totalWei"])
-            out.append((int(entry["args"]["round"]), total - previous))
-            previous = total
+            args = entry["args"]
+            out.append(
+                (
+                    str(entry["event"]),
+                    "0x" + bytes(args["root"]).hex(),
+                    int(args.get("round", 0)),
+                    int(args.get("totalWei", 0)),
+                )
+            )
         return out
+
+    def chain_history(self, run_id: str) -> list[tuple[int, int]]:
+        """[(round, wei paid by that round)] of the run's counted ETH roots on chain now, oldest
+        first (the settler's view; requests use the indexed
+        :func:`ledger.reads.trees.eth_history`)."""
+        return fold_history(self.root_events(run_id))
+
+    def accrue(self, run_id: str) -> None:
+        """Accrues the capital share of each final, unrevoked ETH root of the run not yet
+        accrued (one transaction per root, under the settler's lock like ETH roots)."""
+        funding = self.chain.client.contract(CONTRACT).functions
+        now = int(self.chain.client.w3.eth.get_block("latest")["timestamp"])
+        for name, root, _, _ in self.root_events(run_id):
+            if name != "EthRootCommitted" or (run_id, root) in self._accrued:
+                continue
+            raw = bytes.fromhex(root[2:])
+            finalizes_at, revoked, accrued = funding.rootOf(bytes.fromhex(run_id[2:]), raw).call()[
+                :3
+            ]
+            if revoked or accrued:
+                self._accrued.add((run_id, root))
+                continue
+            if int(finalizes_at) > now:
+                return  # later roots finalize later still
+            with self.settler.lock:
+                if self.commits_in_flight():
+                    return
+                try:
+                    self.chain.client.transact(
+                        CONTRACT, "accrueCapital", bytes.fromhex(run_id[2:]), raw
+                    )
+                except ColocoError as exc:
+                    log.info("capital of ETH root %s of run %s: %s", root, run_id, exc)
+                    if "NoCapitalToAccrue" in str(exc):
+                        self._accrued.add((run_id, root))
+                    return
+            self._accrued.add((run_id, root))
+            log.info("capital of ETH root %s of run %s accrued", root, run_id)
 
     def commits_in_flight(self) -> int:
         """commitRound transactions signed or sent and not yet mined (they hold nonces)."""
@@ -164,11 +237,10 @@ class FundingSettler:
         for run_id, rnd in rounds:
             by_run.setdefault(run_id, []).append(int(rnd))
         for run_id, settled in by_run.items():
-            if self._settled.get(run_id) == settled[-1]:
-                continue  # no newly committed round since the last look
             try:
-                if self._settle_run(run_id, settled):
+                if self._settled.get(run_id) != settled[-1] and self._settle_run(run_id, settled):
                     self._settled[run_id] = settled[-1]
+                self.accrue(run_id)
             except ColocoError as exc:
                 log.warning("ETH settlement of run %s: %s (retried next tick)", run_id, exc)
 

@@ -169,6 +169,7 @@ check_signed_columns(AttestationBase, Attestation.__table__, ATTESTATION_SPEC)  
 class AttestationPublic(AttestationBase):
     id: int
     digest: str
+    payout: str | None  # public on chain (StakeManager); lets anyone rebuild the rewards trees
     received_at: datetime
     verified: bool | None
     verified_tokens: Uint64Out | None

@@ -145,6 +145,7 @@ def run_view(session: Session, run_id: str) -> RunView | None:
     cancelled = _latest(session, run_id, "RunCancelled")
     deposit = _latest(session, run_id, "Deposited")
     root = _latest(session, run_id, "EthRootCommitted")
+    pool = _latest(session, run_id, "EthRootCommitted", "CapitalAccrued")
     paid = _latest(session, run_id, "EthClaimed")
     root_args = _args(root) if root is not None else {}
     return RunView(
@@ -155,7 +156,7 @@ def run_view(session: Session, run_id: str) -> RunView | None:
         weighted_time=int(deposit.running or 0) if deposit is not None else 0,
         eth_committed=int(root_args.get("totalWei", 0)),
         eth_paid=int(paid.running or 0) if paid is not None else 0,
-        capital_pool=int(root_args.get("capitalPool", 0)),
+        capital_pool=int(_args(pool).get("capitalPool", 0)) if pool is not None else 0,
         last_round=int(root_args["round"]) if root is not None else None,
         refund_pool=int(cancelled.amount or 0) if cancelled is not None else 0,
     )

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from sqlmodel import Session, col, select
 
-from ledger.chain.funding import eth_amounts
+from ledger.chain.funding import eth_amounts, fold_history
 from ledger.chain.settlement import tree_of
 from ledger.core.models import FundingEvent
 from protocol.merkle import RewardsTree
@@ -49,20 +49,23 @@ class RewardsTrees:
 
 
 def eth_history(session: Session, run_id: str) -> list[tuple[int, int]]:
-    """[(round, wei paid by that round)] of the run's indexed ETH roots, oldest first."""
+    """[(round, wei paid by that round)] of the run's indexed ETH roots that count (a root
+    revoked while latest does not: :func:`ledger.chain.funding.fold_history`), oldest first."""
     rows = session.exec(
         select(FundingEvent)
-        .where(FundingEvent.run_id == run_id, FundingEvent.name == "EthRootCommitted")
+        .where(
+            FundingEvent.run_id == run_id,
+            col(FundingEvent.name).in_(("EthRootCommitted", "EthRootRevoked")),
+        )
         .order_by(col(FundingEvent.block_number), col(FundingEvent.log_index))
     ).all()
-    out: list[tuple[int, int]] = []
-    previous = 0
+    events = []
     for row in rows:
         args = json.loads(row.args)
-        total = int(args["totalWei"])
-        out.append((int(args["round"]), total - previous))
-        previous = total
-    return out
+        events.append(
+            (row.name, row.ref or "", int(args.get("round", 0)), int(args.get("totalWei", 0)))
+        )
+    return fold_history(events)
 
 
 class EthTrees:

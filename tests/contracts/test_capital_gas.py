@@ -32,6 +32,7 @@ LIMITS = {
     "fund_deposit": 80_000,
     "fund_claimVested": 110_000,
     "fund_claimEth_1024": 80_000,
+    "fund_accrueCapital": 200_000,  # the first accrual: fresh escrow balance and checkpoints
     "code_submit": 90_000,
     "code_approve": 80_000,
 }
@@ -70,9 +71,10 @@ def _as_timelock(
 
 
 def _commit_round(w3: Web3, committer: LocalAccount, ledger: Contract, run: bytes, r: int) -> None:
-    """ContributionLedger.commitRound of round `r` (later versions carry a reward total: 0)."""
-    extra = len(ledger.get_function_by_name("commitRound").abi["inputs"]) - 6
-    args = [run, r, b"\0" * 32, bytes([r + 1]) * 32, 1, b"\0" * 32, *([0] * extra)]
+    """ContributionLedger.commitRound of round `r` paying the whole compute pool (80 CMS with the
+    80/10/10 split) under a fresh rewards root: the code and capital pools grow with it."""
+    root = bytes([0x40 + r]) * 32
+    args = [run, r, root, bytes([r + 1]) * 32, 1, b"\0" * 32, 80 * 10**18]
     _send(w3, committer, ledger.functions.commitRound(*args))
 
 
@@ -115,6 +117,7 @@ def test_funding_gas(deployment: Deployment, chain: AnvilProcess) -> None:
     _send(w3, committer, funding.functions.commitEthRoot(RUN, 0, tree.root, total))
     chain.increase_time(int(funding.functions.disputeWindow().call()) + 1)
     chain.mine()
+    accrue = _send(w3, worker, funding.functions.accrueCapital(RUN, tree.root))
     me = Address(worker.address)
     claim_eth = _send(
         w3,
@@ -133,12 +136,13 @@ def test_funding_gas(deployment: Deployment, chain: AnvilProcess) -> None:
     later = _send(w3, alice, funding.functions.claimVested(RUN, alice.address))
     measured = {
         "fund_deposit": deposit,
+        "fund_accrueCapital": accrue,
         "fund_claimEth_1024": claim_eth,
         "fund_claimVested_first": first,
         "fund_claimVested": later,
     }
     log.info("RunFunding tx gas: %s", measured)
-    keys = ["fund_deposit", "fund_claimEth_1024"]
+    keys = ["fund_deposit", "fund_claimEth_1024", "fund_accrueCapital"]
     # A vested claim is a transfer out of the escrow: within the limit when the token lets the
     # escrow keep `delegate(address(0))` (then only the backer's vote checkpoint is written).
     token_abi = abi("ModelShareToken")

@@ -189,6 +189,28 @@ def test_production_profile_deploys_hours_and_days(chain: AnvilProcess, tmp_path
     funding = _contract(chain.w3, dep, "RunFunding")
     guardian_role = funding.functions.GUARDIAN_ROLE().call()
     assert funding.functions.hasRole(guardian_role, dep.guardian).call()
+    # F2: backers' ETH waits a day before a root pays (was 2 s), capital vests over 30 days
+    # (was 60 s), and one root adds at most 10 % of a run's deposits
+    assert funding.functions.disputeWindow().call() >= 86400
+    assert funding.functions.vestingPeriod().call() >= 86400
+    assert funding.functions.maxEthPerRootBps().call() <= 1000
+
+
+def test_production_profile_refuses_a_two_second_funding_window(
+    chain: AnvilProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """F2: the production profile's RunFunding dispute window is at least a day."""
+    monkeypatch.setenv("COLOCO_FUNDING_DISPUTE_WINDOW", "2")
+    with pytest.raises(DeploymentError, match="ProductionBound"):
+        deploy(
+            chain.rpc_url,
+            chain.accounts[2][1],
+            committer=chain.accounts[3][0],
+            treasury=chain.accounts[5][0],
+            guardian=chain.accounts[6][0],
+            out_path=tmp_path / "x.json",
+            profile="production",
+        )
 
 
 def test_devnet_profile_refused_off_anvil_chain_id(tmp_path: Path) -> None:

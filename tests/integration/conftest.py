@@ -52,8 +52,9 @@ class Holder:
 def holders(chain: AnvilProcess, deployment: Deployment) -> list[Holder]:
     """Two fresh accounts that claimed ModelShareTokens through a real committed rewards root.
 
-    The committer (anvil account 1) commits rounds whose root pays 600 and 400 CMS, carrying a
-    budget of rewardPerRound each (ten rounds cover the 1,000 CMS); after the root's dispute
+    The committer (anvil account 1) commits rounds carrying a budget of rewardPerRound each (ten
+    rounds cover the 1,000 CMS), the last one under the root that pays 600 and 400 CMS (each
+    round's root is new: a repeated root may carry no new budget); after the root's dispute
     window each holder claims with its proof, which mints and auto-delegates; a second passes so
     the votes count (timestamp clock).
     """
@@ -67,11 +68,12 @@ def holders(chain: AnvilProcess, deployment: Deployment) -> list[Holder]:
     committer = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[1][1]))
     run_id = RunId(os.urandom(32))
     per_round = TrainingSettings.read(committer).reward_per_round
-    for round_ in range(-(-sum(amounts) // per_round)):
+    rounds = -(-sum(amounts) // per_round)
+    for round_ in range(rounds):
         committer.commit_round(
             run_id,
             RoundNumber(round_),
-            rewards_root=tree.root,
+            rewards_root=tree.root if round_ == rounds - 1 else Bytes32(os.urandom(32)),
             checkpoint_hash=Bytes32(os.urandom(32)),
             total_work=1,
             attestations_root=Bytes32(b"\x00" * 32),

@@ -39,11 +39,13 @@ def _as(chain: AnvilProcess, who: str, contract: Any, fn: str, *args: Any) -> No
 
 
 def _commit_rounds(committer: ChainClient, rounds: int) -> None:
-    fn = committer.contract("ContributionLedger").get_function_by_name("commitRound")
-    extra = len(fn.abi["inputs"]) - 6  # later versions carry the round's reward total too
+    """Rounds 1..`rounds` each pay the whole compute pool under a new rewards root (the code
+    pool grows with the compute budget committed, never with round numbers)."""
+    compute = committer.training_config.pool_rewards()[0]
     for r in range(rounds + 1):
-        args = [bytes.fromhex(RUN[2:]), r, b"\0" * 32, bytes([r + 1]) * 32, 1, b"\0" * 32]
-        committer.transact("ContributionLedger", "commitRound", *args, *([0] * extra))
+        root, reward = (bytes([0x40 + r]) * 32, compute) if r else (b"\0" * 32, 0)
+        args = [bytes.fromhex(RUN[2:]), r, root, bytes([r + 1]) * 32, 1, b"\0" * 32, reward]
+        committer.transact("ContributionLedger", "commitRound", *args)
 
 
 def test_fund_and_code_commands(

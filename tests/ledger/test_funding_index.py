@@ -50,8 +50,15 @@ class Actors:
         self.run = bytes.fromhex(RUN[2:])
 
     def commit_round(self, rnd: int) -> None:
+        # the whole compute pool (80 CMS) under a fresh root: the code and capital pools grow
         fn = self.ledger.functions.commitRound(
-            self.run, rnd, bytes(31) + b"\x01", bytes([rnd + 1]) * 32, 1, bytes(32), 0
+            self.run,
+            rnd,
+            bytes(31) + bytes([rnd + 1]),
+            bytes([rnd + 1]) * 32,
+            1,
+            bytes(32),
+            80 * 10**18,
         )
         send(self.chain.w3, fn, self.committer)
 
@@ -91,6 +98,7 @@ def test_receipts_of_all_kinds_without_rpc(client, ledger, chain, deployment) ->
     commit_eth = a.funding.functions.commitEthRoot(a.run, 1, tree.root, 10**17)
     send(chain.w3, commit_eth, a.committer)
     chain.increase_time(600)  # past the funding end and the 60 s vesting period's first half
+    send(chain.w3, a.funding.functions.accrueCapital(a.run, tree.root), a.backer)  # final now
     ledger.prepare_database()
     ledger.indexer.catch_up()
 
@@ -127,7 +135,8 @@ def test_receipts_of_all_kinds_without_rpc(client, ledger, chain, deployment) ->
     assert "duplicate of #1" in page and 'class="state-claimed"' in page
     run = a.funding.functions.runOf(a.run).call()
     assert claim["run"]["total_deposited_wei"] == str(run[4])
-    assert claim["run"]["capital_pool"] == str(run[8]) and claim["run"]["last_round"] == 1
+    assert claim["run"]["capital_pool"] == str(run[8]) == str(10 * 10**18)  # from CapitalAccrued
+    assert claim["run"]["last_round"] == 1
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,10 @@ pragma solidity ^0.8.28;
 /// approves an amount of ownership tokens from the run's code pool, within a budget per period
 /// and up to a threshold, or rejects it with a reason; amounts above the threshold need a full
 /// governance vote. An approved contributor claims its tokens. Every decision is an event with
-/// the contribution's id. The code pool of a run grows by TrainingConfig's code share of
-/// `rewardPerRound` for each round after genesis the ContributionLedger has committed for it.
+/// the contribution's id. The code pool of a run is the compute budget the ContributionLedger
+/// committed for it (`runBudget`) times code/compute (TrainingConfig's `poolRewards()`): one
+/// round's code share per round that paid the full compute pool, nothing for skipped rounds or
+/// rounds without rewards. A member never approves its own submission (`SelfApproval`).
 interface ICodeRegistry {
     /// @notice Where a contribution stands.
     enum Status {
@@ -62,6 +64,9 @@ interface ICodeRegistry {
     error InvalidReason(uint256 length);
     /// @notice Contribution `id` is not approved-and-unclaimed (`status`).
     error NotClaimable(uint256 id, Status status);
+    /// @notice Committee member `approver` submitted contribution `id`: another member or a
+    /// governance vote must approve it.
+    error SelfApproval(uint256 id, address approver);
     /// @notice A committee budget needs a non-zero period.
     error InvalidBudget(uint256 capacity, uint48 period);
 
@@ -75,7 +80,8 @@ interface ICodeRegistry {
     ) external returns (uint256 id);
 
     /// @notice Approves `amount` tokens for contribution `id`. Only COMMITTEE_ROLE, at most the
-    /// vote threshold, within the committee's budget and the run's code pool.
+    /// vote threshold, within the committee's budget and the run's code pool; never the
+    /// submission's own contributor.
     function approve(uint256 id, uint256 amount) external;
 
     /// @notice Approves `amount` tokens for contribution `id` after a governance vote. Only

@@ -27,7 +27,11 @@ struct ComputeAttestation {
 ///   paid exceed that root's budget, so the total paid never exceeds the committed budget. A
 ///   revoked root's budget stays committed: the honest replacement root carries the same work.
 /// - Finality: a rewards root is pending for `disputeWindow` seconds after its first commit; the
-///   guardian (GUARDIAN_ROLE) or governance (DEFAULT_ADMIN_ROLE) may revoke it while pending.
+///   guardian (GUARDIAN_ROLE) or governance (DEFAULT_ADMIN_ROLE) may revoke it while pending. A
+///   root committed again keeps its finality and its budget and may carry no new reward
+///   (`RepeatedRootWithBudget`): new budget always waits behind a new, pending root.
+/// - Per run: `runBudget(runId)` sums the run's committed reward totals; the code and capital
+///   pools of a run are sized by it, never by its round numbers.
 ///   `claimable(root)` reverts unless the root is finalized and not revoked.
 /// - Pause: the guardian can pause commits (never move funds); only governance unpauses.
 interface IContributionLedger {
@@ -35,8 +39,8 @@ interface IContributionLedger {
     /// @param index 1-based order of first commit (0: unknown root).
     /// @param finalizedAt When the root becomes claimable (unix seconds).
     /// @param revoked Whether the root was revoked while pending (it never pays).
-    /// @param budget `totalBudget` after this root's latest commit: what all claims together may
-    /// reach when paying against this root.
+    /// @param budget `totalBudget` after this root's first commit (a repeat never changes it):
+    /// what all claims together may reach when paying against this root.
     struct RootInfo {
         uint32 index;
         uint64 finalizedAt;
@@ -81,6 +85,9 @@ interface IContributionLedger {
     error RewardAboveBudget(uint256 rewardTotal, uint256 rewardPerRound);
     /// @notice Rewards were committed without a rewards root to pay them.
     error RewardWithoutRoot(uint256 rewardTotal);
+    /// @notice `root` was committed before: it keeps its finality and budget, so it may not
+    /// carry `rewardTotal` again. Commit the new reward under the new cumulative root.
+    error RepeatedRootWithBudget(bytes32 root, uint256 rewardTotal);
     /// @notice `root` was never committed.
     error UnknownRoot(bytes32 root);
     /// @notice `root` is still in its dispute window until `finalizedAt`.
@@ -112,7 +119,8 @@ interface IContributionLedger {
     /// @notice Commits round `round` of `runId`. Only COMMITTER_ROLE, not while paused. A run's
     /// first commit must be round 0; later rounds increase by 1..`maxRoundSkip`. `rewardTotal`
     /// (<= the compute pool per round) joins `totalBudget`. A non-zero `rewardsRoot` not seen
-    /// before becomes pending for `disputeWindow` seconds; a repeated one keeps its finality.
+    /// before becomes pending for `disputeWindow` seconds; a repeated one keeps its finality and
+    /// budget and must carry `rewardTotal` 0 (`RepeatedRootWithBudget`).
     function commitRound(
         bytes32 runId,
         uint64 round,
@@ -160,6 +168,9 @@ interface IContributionLedger {
 
     /// @notice The last committed round of `runId` (0 if none: check `hasCommitted`).
     function lastRound(bytes32 runId) external view returns (uint64);
+
+    /// @notice The compute budget committed for `runId`: the sum of its commits' reward totals.
+    function runBudget(bytes32 runId) external view returns (uint256);
 
     /// @notice Whether `runId` has at least one commit.
     function hasCommitted(bytes32 runId) external view returns (bool);

@@ -6,12 +6,18 @@ pragma solidity ^0.8.28;
 /// pays compute contributors per verified work through cumulative Merkle roots (leaf: OpenZeppelin
 /// StandardMerkleTree of (address account, uint256 cumulativeWei)) that the ledger committer
 /// publishes once per ledger-committed round and that pay only after a dispute window, during
-/// which the guardian or governance may revoke them. Each such round adds the run's share of newly
-/// issued ownership (TrainingConfig's capital basis points of `rewardPerRound`) to the run's
-/// capital pool; after the run ends backers earn that pool in proportion to deposit x time funded,
-/// vesting linearly over `vestingPeriod`. If governance cancels a run, the ETH not yet promised to
-/// compute is refundable pro rata to deposits. Invariant, per run and in total:
-/// ETH paid out (compute + refunds) + ETH held == ETH deposited.
+/// which the guardian or governance may revoke them. Each such root, once final and not revoked,
+/// adds the run's share of newly issued ownership (TrainingConfig's capital basis points of
+/// `rewardPerRound`) to the run's capital pool (`accrueCapital`), never beyond the run's compute
+/// budget on the ContributionLedger times capital/compute and within a governed rate limit;
+/// after the run ends backers earn that pool in proportion to deposit x time funded, vesting
+/// linearly over `vestingPeriod`. If governance cancels a run, the ETH not yet promised to
+/// compute (revoked roots excluded) is refundable pro rata to deposits. Invariant, per run and in
+/// total: ETH paid out (compute + refunds) + ETH held == ETH deposited.
+/// @dev Trust bounds: one root adds at most min(the run's `ethPerRound`, `maxEthPerRootBps` of
+/// its deposits) and pays after `disputeWindow` (>= 1 day on the production profile); capital
+/// never accrues for a round without compute budget, before its root is final, or faster than
+/// the rate limit; the guardian may pause everything but refunds.
 interface IRunFunding {
     /// @notice The run organiser (committer) opened `runId` for deposits until `fundingEnd`.
     /// @param ethPerRound The most ETH (wei) one round may pay compute contributors.
@@ -52,6 +58,13 @@ interface IRunFunding {
     event DisputeWindowSet(uint64 disputeWindow);
     /// @notice Governance set the most wei one round of `runId` may pay compute.
     event EthPerRoundSet(bytes32 indexed runId, uint128 ethPerRound);
+    /// @notice Governance set the most of a run's deposits one ETH root may add (basis points).
+    event MaxEthPerRootBpsSet(uint16 bps);
+    /// @notice Governance set the capital rate limit: `capacity` tokens per `period` seconds.
+    event CapitalLimitSet(uint208 capacity, uint48 period);
+    /// @notice The final ETH root `root` of `runId` accrued `amount` capital tokens (minted into
+    /// escrow); `capitalPool` is the run's pool after it.
+    event CapitalAccrued(bytes32 indexed runId, bytes32 indexed root, uint256 amount, uint256 capitalPool);
 
     /// @notice `runId` was already opened.
     error RunAlreadyOpen(bytes32 runId);
@@ -103,6 +116,19 @@ interface IRunFunding {
     error EthTransferFailed(address to, uint256 amount);
     /// @notice A governed duration outside its bounds.
     error InvalidDuration(bytes32 field, uint64 value);
+    /// @notice Basis points outside 1..10,000.
+    error InvalidBps(uint16 bps);
+    /// @notice `root` of `runId` already accrued its capital share.
+    error CapitalAlreadyAccrued(bytes32 runId, bytes32 root);
+    /// @notice The run's capital pool `pool` already reaches `cap`, its compute budget on the
+    /// ContributionLedger times capital/compute: a round without compute budget adds no capital.
+    error NoCapitalToAccrue(bytes32 runId, uint256 pool, uint256 cap);
+    /// @notice Minting `amount` capital tokens now exceeds the rate limit (`available` left):
+    /// try again later, when the bucket has refilled.
+    error CapitalRateExceeded(uint256 amount, uint256 available);
+    /// @notice A root of the cancelled `runId` is revocable until `pendingUntil`; its ETH may
+    /// yet return to the refund pool, so refunds open then.
+    error RefundPending(bytes32 runId, uint64 pendingUntil);
 
     /// @notice Opens `runId` for deposits until `fundingEnd`, paying compute at most `ethPerRound`
     /// wei a round. Only COMMITTER_ROLE (the run organiser) or governance; once per run.
@@ -112,11 +138,18 @@ interface IRunFunding {
     function deposit(bytes32 runId) external payable;
 
     /// @notice Publishes the cumulative ETH rewards root of `runId` after ledger round `round`,
-    /// paying `totalWei` in all; accrues (mints into escrow) the round's capital pool. Only
-    /// COMMITTER_ROLE.
+    /// paying `totalWei` in all: more than the previous root, by at most min(`ethPerRound`,
+    /// `maxEthPerRootBps` of the deposits). Only COMMITTER_ROLE, not while paused.
     function commitEthRoot(bytes32 runId, uint64 round, bytes32 root, uint256 totalWei) external;
 
-    /// @notice Revokes a pending root. Only GUARDIAN_ROLE or governance.
+    /// @notice Mints the round's capital share into escrow for the final, unrevoked `root`, once
+    /// per root, within the run's compute budget (times capital/compute) and the rate limit.
+    /// Anyone may call, not while paused.
+    /// @return amount The tokens added to the run's capital pool.
+    function accrueCapital(bytes32 runId, bytes32 root) external returns (uint256 amount);
+
+    /// @notice Revokes a pending root; if it is the run's latest, its ETH is no longer committed
+    /// (and joins a cancelled run's refund pool). Only GUARDIAN_ROLE or governance.
     function revokeEthRoot(bytes32 runId, bytes32 root) external;
 
     /// @notice Pays `account` its `cumulativeWei - claimed` against a finalized, unrevoked `root`.
@@ -139,8 +172,9 @@ interface IRunFunding {
     /// Only governance.
     function cancelRun(bytes32 runId) external;
 
-    /// @notice Refunds `backer`'s pro rata share of the cancelled run's unspent ETH. Anyone may
-    /// call; the ETH goes to `backer`.
+    /// @notice Refunds `backer`'s pro rata share of the cancelled run's unspent ETH, once no root
+    /// of the run can be revoked any more (`RefundPending`). Anyone may call; the ETH goes to
+    /// `backer`. Never paused.
     function refund(bytes32 runId, address backer) external returns (uint256 amount);
 
     /// @notice Capital-pool tokens `backer` is entitled to in total (vested or not).

@@ -21,7 +21,8 @@ interface IGovernanceLatency {
 /// - Slashing is optimistic: SLASHER_ROLE proposes (the node's stake freezes at once), anyone
 ///   executes after `slashDisputeWindow` unless the guardian or governance vetoes. Equivocation
 ///   (two signed attestations of one key for one (runId, round)) is slashed by anyone at once.
-/// - Slashed funds go to `treasury`, which can never hold SLASHER_ROLE or be the admin.
+/// - Slashed funds go to `treasury`, which can never hold SLASHER_ROLE or GUARDIAN_ROLE or be the
+///   admin.
 /// - The guardian can pause `withdraw` and veto slashes, never move funds.
 interface IStakeManager {
     /// @notice What a node key signs (EIP-712, domain "coloco"/"1" of this contract) to prove it
@@ -116,7 +117,8 @@ interface IStakeManager {
     error NotEquivocation();
     /// @notice Node `nodeId` was already slashed for equivocating in (`runId`, `round`).
     error EquivocationAlreadySlashed(uint64 nodeId, bytes32 runId, uint64 round);
-    /// @notice The treasury may not be `account` (the admin/executor, a slasher or zero).
+    /// @notice The treasury may not be `account` (the admin/executor, a slasher, the guardian or
+    /// zero).
     error InvalidTreasury(address account);
     /// @notice `caller` is neither the guardian nor governance.
     error NotGuardian(address caller);
