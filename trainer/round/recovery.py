@@ -24,8 +24,9 @@ from protocol.types import Bytes32, RoundNumber, RunId
 from reference.checkpoint import MAX_CHECKPOINT_BYTES, CheckpointDir, RoundCheckpoint
 from reference.model import GPTConfig, genesis_state
 from trainer.network.checkpoint_board import CheckpointBoard
+from trainer.network.checkpoint_fetch import FetchError, PeerFault, fetch
+from trainer.network.checkpoint_manifest import Manifest
 from trainer.network.ledger_client import LedgerClient
-from trainer.network.peer_checkpoint import FetchError, Manifest, PeerFault, fetch
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,8 @@ class Recovery:
             expected = self.expected_hash(board, round)
             if expected is not None:
                 for manifest, peers in self._offers(board, round, expected[0]):
-                    found = self._try_fetch(board, round, manifest, peers, expected)
+                    found = self._try_fetch(board, round, manifest, peers, expected,
+                                            deadline=deadline)  # fmt: skip
                     if found is not None:
                         return found
             if time.monotonic() > deadline:
@@ -149,11 +151,17 @@ class Recovery:
         manifest: Manifest,
         peers: dict[str, str],
         vouched: tuple[bytes, str],
+        *,
+        deadline: float,
     ) -> RoundCheckpoint | None:
         expected, by = vouched
         by_endpoint = {e: a for a, e in peers.items()}
-        try:
-            blob, faults = fetch(round, manifest, list(by_endpoint), timeout_s=self.chunk_timeout_s)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        try:  # the fetch itself ends at the recovery's deadline, whatever the peers do
+            blob, faults = fetch(round, manifest, list(by_endpoint),
+                                 timeout_s=self.chunk_timeout_s, deadline_s=left)  # fmt: skip
         except FetchError as exc:
             log.warning("round %d checkpoint fetch failed: %s", round, exc.message)
             self._refuse_peers(board, round, by_endpoint, exc.faults)
