@@ -16,7 +16,11 @@ from another peer. The caller then checks the whole blob against the weights has
 committed or a majority of the round signed (:mod:`trainer.round.recovery`).
 
 Threat model. The server is read-only, serves only blobs this node offered itself, answers at most
-``max_concurrent`` requests at a time (others get 503) and drops idle sockets after ``timeout_s``.
+``max_concurrent`` requests at a time and ``per_client`` from one address (others get 503), keeps
+``per_client_connections`` connections per address, answers ``max_requests_per_connection``
+pipelined requests on one, closes a connection whose response is not written within
+``write_deadline_s`` (a reader that never reads) and drops idle sockets after ``timeout_s``
+(tests/trainer/test_checkpoint_server_limits.py).
 The client reads at most the announced chunk length from a peer, cuts every request off at its
 deadline, ends the whole fetch at its own, and trusts no byte it did not hash: a bad peer wastes
 at most one chunk per connection (``per_peer``) of a joiner's bandwidth, and one chunk deadline of
@@ -27,6 +31,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -45,6 +51,8 @@ __all__ = ["CHUNK_BYTES", "MAX_BLOB_BYTES", "MAX_CHUNK_BYTES", "MIN_CHUNK_BYTES"
 
 log = logging.getLogger(__name__)
 
+_PIECE = 1 << 16
+
 
 @dataclass(frozen=True)
 class _Offer:
@@ -53,10 +61,30 @@ class _Offer:
     manifest: Manifest
 
 
+class _HTTPServer(ThreadingHTTPServer):
+    """Refuses a connection beyond ``per_client_connections`` open ones from one address."""
+
+    daemon_threads = True
+    owner: CheckpointServer
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        return self.owner._connect(request, str(client_address[0]))
+
+    def shutdown_request(self, request: Any) -> None:
+        self.owner._disconnect(request)
+        super().shutdown_request(request)
+
+
 class CheckpointServer:
     """Serves this node's last ``keep`` checkpoints over HTTP, from a daemon thread.
 
     ``GET /v1/ckpt/<round>/<chunks_root>/digests`` and ``.../chunk/<i>``; anything else is 404.
+    Bounds (a client that never reads, pipelines requests, or opens many connections): at most
+    ``max_concurrent`` requests served at once and ``per_client`` of them from one address
+    (others get 503), ``per_client_connections`` open connections per address (more are
+    closed at once), ``max_requests_per_connection`` requests on one connection (the last is
+    answered with ``Connection: close``), each response written within ``write_deadline_s`` or
+    the connection is closed, and an idle connection dropped after ``timeout_s``.
     """
 
     def __init__(
@@ -66,16 +94,26 @@ class CheckpointServer:
         *,
         keep: int = 2,
         max_concurrent: int = 16,
+        per_client: int = 4,
+        per_client_connections: int = 8,
+        max_requests_per_connection: int = 64,
+        write_deadline_s: float = 30.0,
         timeout_s: float = 30.0,
     ) -> None:
         self.keep = keep
+        self.per_client = per_client
+        self.per_client_connections = per_client_connections
+        self.max_requests_per_connection = max_requests_per_connection
+        self.write_deadline_s = write_deadline_s
         self._offers: dict[int, _Offer] = {}
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_concurrent)
+        self._busy: Counter[str] = Counter()
+        self._open: dict[Any, str] = {}
         self.bytes_served = 0
         handler = type("Handler", (_Handler,), {"owner": self, "timeout": timeout_s})
-        self._httpd = ThreadingHTTPServer((host, port), handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _HTTPServer((host, port), handler)
+        self._httpd.owner = self
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="ckpt-server",
                                         daemon=True)  # fmt: skip
         self._thread.start()
@@ -94,6 +132,36 @@ class CheckpointServer:
             offer = self._offers.get(round)
         return offer if offer is not None and offer.manifest.chunks_root.hex() == root_hex else None
 
+    def _connect(self, request: Any, client: str) -> bool:
+        with self._lock:
+            if sum(1 for c in self._open.values() if c == client) >= self.per_client_connections:
+                log.info("ckpt server: refusing a connection from %s: %d open already", client,
+                         self.per_client_connections)  # fmt: skip
+                return False
+            self._open[request] = client
+            return True
+
+    def _disconnect(self, request: Any) -> None:
+        with self._lock:
+            self._open.pop(request, None)
+
+    def _acquire(self, client: str) -> bool:
+        """A request slot for ``client``, if one is free for it (never blocks)."""
+        with self._lock:
+            if self._busy[client] >= self.per_client:
+                return False
+            if not self._slots.acquire(blocking=False):
+                return False
+            self._busy[client] += 1
+            return True
+
+    def _release(self, client: str) -> None:
+        with self._lock:
+            self._busy[client] -= 1
+            if self._busy[client] <= 0:
+                del self._busy[client]
+            self._slots.release()
+
     def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
@@ -102,15 +170,18 @@ class CheckpointServer:
 class _Handler(BaseHTTPRequestHandler):
     owner: CheckpointServer
     protocol_version = "HTTP/1.1"
+    requests_here = 0
 
     def do_GET(self) -> None:
-        if not self.owner._slots.acquire(blocking=False):
+        self.requests_here += 1
+        client = str(self.client_address[0])
+        if not self.owner._acquire(client):
             self._send(503, b"busy: retry later or fetch from another member")
             return
         try:
             self._serve()
         finally:
-            self.owner._slots.release()
+            self.owner._release(client)
 
     def _serve(self) -> None:
         parts = self.path.strip("/").split("/")
@@ -134,14 +205,40 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"not a checkpoint path")
 
     def _send(self, status: int, body: bytes) -> None:
+        """The response, written within the write deadline or the connection is closed."""
+        last = self.requests_here >= self.owner.max_requests_per_connection
+        deadline = time.monotonic() + self.owner.write_deadline_s
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Content-Type", "application/octet-stream")
-        self.end_headers()
-        self.wfile.write(body)
+        if last:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        try:
+            self._time_left(deadline)
+            self.end_headers()
+            view = memoryview(body)
+            for i in range(0, len(body), _PIECE):
+                self._time_left(deadline)
+                self.connection.sendall(view[i : i + _PIECE])
+        except OSError as exc:  # too slow a reader (or gone): free the slot, drop the socket
+            log.info("ckpt server: closing %s: response not written within %.0fs (%s)",
+                     self.client_address[0], self.owner.write_deadline_s, exc)  # fmt: skip
+            self.close_connection = True
+            return
+        finally:
+            self.connection.settimeout(self.timeout)
         if status == 200:
             with self.owner._lock:
                 self.owner.bytes_served += len(body)
+
+    def _time_left(self, deadline: float) -> None:
+        """The socket's next write may take what is left until ``deadline`` (sendall's timeout
+        bounds the whole call); none left: TimeoutError."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("write deadline passed")
+        self.connection.settimeout(left)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("ckpt server: " + format, *args)
