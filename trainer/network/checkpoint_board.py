@@ -3,7 +3,10 @@
 After a round every member posts a signed ``CHECKPOINT`` under ``ckpt/<round>/sig/<address>``:
 the weights hash it holds, and the manifest and address of the blob it serves peer to peer
 (:mod:`trainer.network.peer_checkpoint`); no blob goes through the store. Rank 0 also posts it
-under ``ckpt/latest``, the hint a starting node reads first. A joiner accepts a blob only if it
+under ``ckpt/latest``, the hint a starting node reads first: it believes it only when signed by
+a member of that round's signed round-open, and, with a chain, for a round no later than the
+chain's last committed round plus the ledger's round window (:meth:`Recovery.initial`).
+A joiner accepts a blob only if it
 matches the hash committed on chain or, for a round not committed yet, the hash signed by a
 strict majority of that round's members (:meth:`CheckpointBoard.signed_hash`;
 :mod:`trainer.round.recovery` does the fetching and checking).
@@ -54,9 +57,19 @@ class CheckpointBoard:
             self.kept.set("ckpt/latest", signed.to_wire())
 
     def latest_round(self) -> int | None:
-        """The round of the signed ``ckpt/latest`` (a hint; the hash is checked separately)."""
+        """The round of the signed ``ckpt/latest`` (a hint; the hash is checked separately),
+        taken only from a member of that round's signed round-open (a registered node cannot
+        point joiners at a round it was not in; the caller bounds the round by the chain)."""
         msg = self.board.read("ckpt/latest", Kind.CHECKPOINT, None, None)
-        return None if msg is None else msg.message.round
+        if msg is None:
+            return None
+        m = msg.message
+        members = self.members_of(m.round)
+        if members is None or m.node not in members.addresses:
+            self.refuse("not_member", "ckpt/latest", f"signed by {m.node} for round {m.round}, "
+                        "of which it is no member (no signed round-open lists it)")  # fmt: skip
+            return None
+        return m.round
 
     def offers(self, round: int) -> list[tuple[str, dict[str, Any]]]:
         """(address, signed body) of each member of ``round`` that signed a ``CHECKPOINT``."""

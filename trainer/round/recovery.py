@@ -31,6 +31,9 @@ from trainer.network.ledger_client import LedgerClient
 log = logging.getLogger(__name__)
 
 ZERO = bytes(32)
+ROUND_WINDOW = 2
+"""Rounds past the chain's last committed one that a run may be in (the ledger's default
+``round_window``): a ``ckpt/latest`` further ahead is refused."""
 
 
 def genesis_checkpoint(cfg: GPTConfig, seed: int, run_id: bytes = ZERO) -> RoundCheckpoint:
@@ -56,6 +59,7 @@ class Recovery:
         ledger: LedgerClient | None = None,
         peer_timeout_s: float = 120.0,
         chunk_timeout_s: float = 30.0,
+        round_window: int = ROUND_WINDOW,
     ) -> None:
         self.run_id = run_id
         self.model = model
@@ -64,6 +68,7 @@ class Recovery:
         self.ledger = ledger
         self.peer_timeout_s = peer_timeout_s
         self.chunk_timeout_s = chunk_timeout_s
+        self.round_window = round_window
         self._bad_peers: set[tuple[int, str]] = set()
 
     def committed(self, round: int) -> bytes | None:
@@ -215,7 +220,7 @@ class Recovery:
         return self.verify(ckpt, "the ledger")
 
     def initial(self, board: CheckpointBoard, disk: CheckpointDir | None) -> RoundCheckpoint:
-        peer = board.latest_round()
+        peer = self._latest(board)
         local = disk.latest() if disk is not None else None
         if peer is not None and (local is None or peer > local.round):
             return self.from_peer(board, peer)
@@ -230,6 +235,21 @@ class Recovery:
         genesis = self.verify(genesis_checkpoint(self.model, self.seed, self.run_id), "genesis")
         self.upload(genesis)  # round 1's base, so the ledger can score round 1 (idempotent)
         return genesis
+
+    def _latest(self, board: CheckpointBoard) -> int | None:
+        """The round of ``ckpt/latest`` if a member of that round signed it and, with a chain,
+        it is at most ``round_window`` past the last committed round; else None (the node then
+        starts from its disk or the chain's latest committed round)."""
+        peer = board.latest_round()
+        if peer is None or self.chain is None:
+            return peer
+        last = int(self.chain.last_round(RunId(self.run_id)))
+        if peer > last + self.round_window:
+            board.refuse("future_round", "ckpt/latest", f"round {peer} is more than "
+                         f"{self.round_window} past the chain's last committed round {last}: "
+                         "starting from the chain's latest instead")  # fmt: skip
+            return None
+        return peer
 
     def upload(self, ckpt: RoundCheckpoint) -> None:
         """Rank 0 puts the round's weights in the ledger's blob store (id = checkpoint hash)."""

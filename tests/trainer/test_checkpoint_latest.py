@@ -1,0 +1,85 @@
+"""A far-future ``ckpt/latest`` cannot stop a starting node (F9 of issue 25).
+
+``ckpt/latest`` is the hint a starting node reads first. It was accepted from any registered
+signer for any round: one signed for round 10^12 made the node wait for that round's checkpoint
+until its recovery deadline, then exit 6. Now a reader takes it only from a member of that round's
+signed round-open, and, with a chain, only for a round no later than the chain's last committed
+round plus ``round_window``; else it starts from the chain's latest committed round. Real
+TCPStore, real signed messages, a real anvil chain for the window.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from protocol.chain import ChainClient
+from protocol.keys import NodeKey
+from reference.model import GPTConfig
+from trainer.network.coordination.registry import StaticRegistry
+from trainer.network.membership import MembershipConfig, Rendezvous
+from trainer.round.node import offline_domain
+from trainer.round.recovery import Recovery
+
+FAR = 10**12
+RUN = bytes.fromhex("ab" * 32)
+MODEL = GPTConfig(vocab_size=64, seq_len=8, n_layer=1, n_head=1, d_model=8)
+
+
+def _keys() -> tuple[NodeKey, NodeKey]:
+    return NodeKey.from_private_key(b"\x51" * 32), NodeKey.from_private_key(b"\x52" * 32)
+
+
+def _node(port: int, key: NodeKey, registry: StaticRegistry, domain: Any) -> Rendezvous:
+    cfg = MembershipConfig(rendezvous_timeout_s=5.0, join_window_s=0.0)
+    return Rendezvous("127.0.0.1", port, key=key, domain=domain, run_id=RUN, registry=registry,
+                      cfg=cfg)  # fmt: skip
+
+
+def _start(recovery: Recovery, joiner: Rendezvous) -> tuple[Any, float]:
+    started = time.monotonic()
+    try:
+        ckpt = recovery.initial(joiner.checkpoints, None)
+    except Exception as exc:
+        return exc, time.monotonic() - started
+    return ckpt, time.monotonic() - started
+
+
+def test_a_far_future_latest_from_a_non_member_cannot_stop_a_joiner(store_port: int) -> None:
+    """F9: a registered node that is no member of round 10^12 signs ``ckpt/latest`` for it; the
+    joiner waited its whole recovery deadline (3 s here, 120 s by default) and failed."""
+    rogue_key, joiner_key = _keys()
+    registry = StaticRegistry({str(rogue_key.address), str(joiner_key.address)})
+    domain = offline_domain(RUN)
+    rogue = _node(store_port, rogue_key, registry, domain)
+    rogue.checkpoints.publish(FAR, 0, 0, bytes(32), {"serve": "127.0.0.1:1"})
+    joiner = _node(store_port, joiner_key, registry, domain)
+    got, took = _start(Recovery(RUN, MODEL, 0, peer_timeout_s=3.0), joiner)
+    assert not isinstance(got, BaseException), f"{got!r} after {took:.1f}s"
+    assert got.round == 0 and took < 2.0, (got.round, took)
+    assert "not_member" in {r.check for r in joiner.refusals if r.key == "ckpt/latest"}
+
+
+@pytest.mark.anvil
+def test_a_far_future_latest_from_a_self_opened_round_is_bounded_by_the_chain(
+    store_port: int, chain: Any, deployment: Any
+) -> None:
+    """F9: a registered node opens round 10^12 alone (its own signed join and round-open, both
+    valid) and signs ``ckpt/latest`` as its only member; the chain's last committed round plus
+    the window (2) bounds what a joiner believes: it starts from the chain's latest instead."""
+    rogue_key, joiner_key = _keys()
+    registry = StaticRegistry({str(rogue_key.address), str(joiner_key.address)})
+    client = ChainClient(chain.rpc_url, deployment)
+    domain = client.attestation_domain()
+    rogue = _node(store_port, rogue_key, registry, domain)
+    members = rogue.join(FAR, timeout_s=5.0)
+    assert members.addresses == (str(rogue_key.address),), "the rogue's round opened"
+    rogue.checkpoints.publish(FAR, 0, 0, bytes(32), {"serve": "127.0.0.1:1"})
+    joiner = _node(store_port, joiner_key, registry, domain)
+    assert joiner.checkpoints.latest_round() == FAR, "a member of that round signed it"
+    got, took = _start(Recovery(RUN, MODEL, 0, chain=client, peer_timeout_s=3.0), joiner)
+    assert not isinstance(got, BaseException), f"{got!r} after {took:.1f}s"
+    assert got.round == 0 and took < 2.0, (got.round, took)
+    assert "future_round" in {r.check for r in joiner.refusals if r.key == "ckpt/latest"}
