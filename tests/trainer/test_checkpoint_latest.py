@@ -83,3 +83,24 @@ def test_a_far_future_latest_from_a_self_opened_round_is_bounded_by_the_chain(
     assert not isinstance(got, BaseException), f"{got!r} after {took:.1f}s"
     assert got.round == 0 and took < 2.0, (got.round, took)
     assert "future_round" in {r.check for r in joiner.refusals if r.key == "ckpt/latest"}
+
+
+def test_an_offer_larger_than_the_model_is_refused_before_any_allocation(store_port: int) -> None:
+    """F17: a member of the round signs an offer claiming 8 GiB (within the manifest's absolute
+    bound) for a model whose checkpoint is a few KB; the joiner allocated ``bytearray(size)``
+    and downloaded it before the hash check. The size is now bounded by the model's."""
+    member_key, joiner_key = _keys()
+    registry = StaticRegistry({str(member_key.address), str(joiner_key.address)})
+    domain = offline_domain(RUN)
+    member = _node(store_port, member_key, registry, domain)
+    member.join(1, timeout_s=5.0)
+    weights = bytes(32)
+    member.checkpoints.publish(1, 0, 0, weights, {"serve": "127.0.0.1:1", "size": 8 * 1024**3,
+                                                  "chunk_bytes": 1 << 26,
+                                                  "chunks_root": "11" * 32})  # fmt: skip
+    joiner = _node(store_port, joiner_key, registry, domain)
+    recovery = Recovery(RUN, MODEL, 0, peer_timeout_s=1.0)
+    assert recovery.max_blob_bytes < 2 << 20
+    assert recovery._offers(joiner.checkpoints, 1, weights) == [], "the 8 GiB offer was kept"
+    refused = [r.detail for r in joiner.refusals if r.key == f"ckpt/1/sig/{member_key.address}"]
+    assert refused and "largest checkpoint" in refused[0], joiner.refusals

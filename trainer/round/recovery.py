@@ -31,6 +31,8 @@ from trainer.network.ledger_client import LedgerClient
 log = logging.getLogger(__name__)
 
 ZERO = bytes(32)
+HEADER_ROOM = 1 << 20
+"""Bytes allowed for a checkpoint blob's header and metadata beside its tensors."""
 ROUND_WINDOW = 2
 """Rounds past the chain's last committed one that a run may be in (the ledger's default
 ``round_window``): a ``ckpt/latest`` further ahead is refused."""
@@ -70,6 +72,18 @@ class Recovery:
         self.chunk_timeout_s = chunk_timeout_s
         self.round_window = round_window
         self._bad_peers: set[tuple[int, str]] = set()
+        self._max_blob: int | None = None
+
+    @property
+    def max_blob_bytes(self) -> int:
+        """The largest checkpoint blob of this run's model: its weights and outer momentum, plus
+        room for the header. A signed offer claiming more is refused before anything is
+        allocated or fetched (a member could claim 8 GiB for a model of a few MB)."""
+        if self._max_blob is None:
+            weights = genesis_state(self.model, self.seed)
+            tensors = sum(t.numel() * t.element_size() for t in weights.values())
+            self._max_blob = 2 * tensors + HEADER_ROOM
+        return self._max_blob
 
     def committed(self, round: int) -> bytes | None:
         """The on-chain checkpoint hash of ``round``, or None (no chain, or not committed yet)."""
@@ -141,7 +155,7 @@ class Recovery:
             if not isinstance(serve, str) or (round, addr) in self._bad_peers:
                 continue
             try:
-                manifest = Manifest.from_body(body)
+                manifest = Manifest.from_body(body, max_size=self.max_blob_bytes)
             except CheckpointError as exc:
                 board.refuse("invalid", f"ckpt/{round}/sig/{addr}", exc.message)
                 continue
