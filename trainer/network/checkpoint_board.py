@@ -34,6 +34,9 @@ class CheckpointBoard:
         self.board = board
         self.kept = kept
         self.members_of = members_of
+        self.serving = ""
+        """Where this node serves its checkpoints (the ``serve`` of its last offer): its next
+        joins announce it, and joiners fetch its blobs from nowhere else."""
 
     def refuse(self, check: str, key: str, detail: str) -> None:
         """Log and keep a refusal (a bad offer or chunk) beside the board's other refusals."""
@@ -52,6 +55,9 @@ class CheckpointBoard:
         key = f"ckpt/{round}/sig/{self.board.address}"
         signed = self.board.post(key, Kind.CHECKPOINT, round, attempt,
                                  (offer or {}) | {"hash": weights_hash.hex()})  # fmt: skip
+        serve = (offer or {}).get("serve")
+        if isinstance(serve, str):
+            self.serving = serve
         self.kept.keep(key, signed.to_wire(), "ckpt/", round)
         if rank == 0:
             self.kept.set("ckpt/latest", signed.to_wire())
@@ -83,6 +89,33 @@ class CheckpointBoard:
             if msg is not None:
                 out.append((addr, msg.body()))
         return out
+
+    def endpoint_of(self, round: int, address: str, body: dict[str, Any]) -> str | None:
+        """Where ``address`` serves its checkpoint of ``round``: the offer's ``serve`` when it is
+        the endpoint that member announced in its signed join of the round (its ``serve``; in a
+        join that announced none, the host of its successor ``endpoint``), else None (refused
+        as ``wrong_endpoint``: a signed offer cannot point joiners at any other host and port).
+        A join that announced neither (a node's first round, without a successor endpoint)
+        leaves the offer's own ``serve``."""
+        serve = body.get("serve")
+        members = self.members_of(round)
+        if not isinstance(serve, str) or members is None or address not in members.addresses:
+            return None
+        i = members.rank_of(address)
+        announced = members.serves[i] if i < len(members.serves) else ""
+        endpoint = members.endpoints[i] if i < len(members.endpoints) else ""
+        if announced:
+            ok, named = serve == announced, f"announced {announced!r}"
+        elif endpoint:
+            host = endpoint.rpartition(":")[0]
+            ok, named = serve.rpartition(":")[0] == host, f"announced host {host!r}"
+        else:
+            return serve
+        if not ok:
+            self.refuse("wrong_endpoint", f"ckpt/{round}/sig/{address}", f"offer serves from "
+                        f"{serve!r}, but its signed join of round {round} {named}")  # fmt: skip
+            return None
+        return serve
 
     def signed_hash(self, round: int) -> bytes | None:
         """The weights hash signed by a strict majority of ``round``'s members, or None."""

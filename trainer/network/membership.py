@@ -4,7 +4,8 @@ Every value a node acts on is a signed coordination message checked by
 :class:`~trainer.network.coordination.board.Board` (unsigned, foreign, stale or replayed ones are
 refused and logged). For round ``r`` (attempt ``a`` after a member died or sat out):
 
-- each node posts a signed ``JOIN`` (its chain head, its successor endpoint) in a slot of
+- each node posts a signed ``JOIN`` (its chain head, its successor endpoint and, once it serves
+  checkpoints, where) in a slot of
   ``members/r/a``; it re-posts if its join disappears or is overwritten;
 - once every expected node joined and the join window passed (or at the timeout), a member posts
   the signed ``ROUND_OPEN`` under ``members/r/a/open`` with ``compare_set``: the members' signed
@@ -128,8 +129,10 @@ class Rendezvous:
     def _post_join(self, round: int, attempt: int) -> None:
         prefix = self._prefix(round, attempt)
         slot = self.store.add(f"{prefix}/n", 1) - 1
-        self.board.post(f"{prefix}/slot/{slot}", Kind.JOIN, round, attempt,
-                        {"head": int(self.head()), "endpoint": self.own_endpoint})  # fmt: skip
+        payload: dict[str, object] = {"head": int(self.head()), "endpoint": self.own_endpoint}
+        if self.checkpoints.serving:  # where it serves checkpoints: joiners fetch only there
+            payload["serve"] = self.checkpoints.serving
+        self.board.post(f"{prefix}/slot/{slot}", Kind.JOIN, round, attempt, payload)
 
     def valid_joins(self, round: int, attempt: int) -> dict[str, SignedMessage]:
         """Signed joins of (round, attempt) seen so far (kept once verified), by signer."""
@@ -197,7 +200,8 @@ class Rendezvous:
             return None
         addresses = tuple(sorted(by_node))
         endpoints = tuple(str(by_node[a].get("endpoint", "")) for a in addresses)
-        return Members(m.round, m.attempt, addresses, block, endpoints)
+        serves = tuple(str(by_node[a].get("serve", "")) for a in addresses)
+        return Members(m.round, m.attempt, addresses, block, endpoints, serves)
 
     def opened(self, round: int, attempt: int = 0) -> Members | None:
         key = f"{self._prefix(round, attempt)}/open"

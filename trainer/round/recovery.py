@@ -151,8 +151,10 @@ class Recovery:
         first; peers that served this node a bad chunk of this round are left out."""
         groups: dict[Manifest, dict[str, str]] = {}
         for addr, body in board.offers(round):
-            serve = body.get("serve")
-            if not isinstance(serve, str) or (round, addr) in self._bad_peers:
+            if (round, addr) in self._bad_peers:
+                continue
+            serve = board.endpoint_of(round, addr, body)
+            if serve is None:
                 continue
             try:
                 manifest = Manifest.from_body(body, max_size=self.max_blob_bytes)

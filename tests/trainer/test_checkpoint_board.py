@@ -18,6 +18,7 @@ import pytest
 from protocol.chain import ChainClient
 from protocol.keys import NodeKey
 from reference.model import GPTConfig
+from trainer.network.checkpoint_manifest import Manifest
 from trainer.network.coordination.registry import StaticRegistry
 from trainer.network.membership import MembershipConfig, Rendezvous
 from trainer.round.node import offline_domain
@@ -104,3 +105,31 @@ def test_an_offer_larger_than_the_model_is_refused_before_any_allocation(store_p
     assert recovery._offers(joiner.checkpoints, 1, weights) == [], "the 8 GiB offer was kept"
     refused = [r.detail for r in joiner.refusals if r.key == f"ckpt/1/sig/{member_key.address}"]
     assert refused and "largest checkpoint" in refused[0], joiner.refusals
+
+
+def test_an_offer_cannot_point_joiners_at_another_host_or_port(store_port: int) -> None:
+    """F17: the ``serve`` field of a member's signed offer was taken as it came, so a member could
+    send every joiner's requests to any host and port. A joiner now fetches only from the
+    endpoint the member announced in its signed join of the round (its ``serve``, announced
+    once it served a checkpoint; in its first join, the host of its successor endpoint)."""
+    member_key, joiner_key = _keys()
+    registry = StaticRegistry({str(member_key.address), str(joiner_key.address)})
+    domain = offline_domain(RUN)
+    member = _node(store_port, member_key, registry, domain)
+    member.own_endpoint = "127.0.0.1:29999"
+    joiner = _node(store_port, joiner_key, registry, domain)
+    recovery = Recovery(RUN, MODEL, 0, peer_timeout_s=1.0)
+    blob = b"x" * 5000
+    manifest = Manifest.of(blob, bytes(32), 4096)[0].body()
+    member.join(1, timeout_s=5.0)  # announces no serve yet: its successor host bounds round 1
+    member.checkpoints.publish(1, 0, 0, bytes(32), manifest | {"serve": "10.9.9.9:80"})
+    assert recovery._offers(joiner.checkpoints, 1, bytes(32)) == [], "another host was kept"
+    member.checkpoints.publish(1, 0, 0, bytes(32), manifest | {"serve": "127.0.0.1:4001"})
+    assert [p for _, p in recovery._offers(joiner.checkpoints, 1, bytes(32))] == [
+        {str(member_key.address): "127.0.0.1:4001"}
+    ]
+    member.join(2, timeout_s=5.0)  # its join of round 2 announces 127.0.0.1:4001
+    member.checkpoints.publish(2, 0, 0, bytes(32), manifest | {"serve": "127.0.0.1:22"})
+    assert recovery._offers(joiner.checkpoints, 2, bytes(32)) == [], "another port was kept"
+    refused = {r.check for r in joiner.refusals if r.key.startswith("ckpt/")}
+    assert refused == {"wrong_endpoint"}, joiner.refusals
