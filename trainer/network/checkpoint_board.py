@@ -5,11 +5,12 @@ the weights hash it holds, and the manifest and address of the blob it serves pe
 (:mod:`trainer.network.peer_checkpoint`); no blob goes through the store. Rank 0 also posts it
 under ``ckpt/latest``, the hint a starting node reads first: it believes it only when signed by
 a member of that round's signed round-open, and, with a chain, for a round no later than the
-chain's last committed round plus the ledger's round window (:meth:`Recovery.initial`).
-A joiner accepts a blob only if it
-matches the hash committed on chain or, for a round not committed yet, the hash signed by a
-strict majority of that round's members (:meth:`CheckpointBoard.signed_hash`;
-:mod:`trainer.round.recovery` does the fetching and checking).
+chain's last committed round plus the ledger's round window (:meth:`Recovery.initial`). A joiner
+accepts a blob only if it matches the hash committed on chain or, for a round not committed yet,
+the hash signed by a strict majority of that round's members (:meth:`CheckpointBoard.signed_hash`;
+:mod:`trainer.round.recovery` does the fetching and checking), and fetches a member's blob only
+from the endpoint that member announced in its signed join of the round
+(:meth:`CheckpointBoard.endpoint_of`).
 """
 
 from __future__ import annotations
