@@ -10,6 +10,13 @@ exclude another (a member counts as needed when most attested members declare it
 that does not attest by the deadline is simply absent. A round nobody
 joined keeps open membership and closes at its deadline only.
 
+A no-show pays: a node that joined a round which closed without its attestation may not join
+the next ``NO_SHOW_ROUNDS`` rounds for each such round among its last ``NO_SHOW_HISTORY``
+(``no_show``). Registered nodes that join at the ledger and never train (never coming to the
+rendezvous either) kept every round from closing early when they were half the members, round
+after round; now they hold only the rounds they had joined before their first no-show was
+known, for a number of rounds that shrinks as their penalty grows.
+
 The member sets live in memory (loaded per round from the database on first use) because intake
 consults them on its hot path; every join goes through this object, so the cache stays exact.
 """
@@ -23,12 +30,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, tuple_
+from sqlalchemy import Connection, Engine, and_, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from ledger.chain.indexer import ChainSnapshot, Indexer
-from ledger.core.models import Join, utcnow
+from ledger.core.models import Attestation, Join, RoundState, utcnow
 from ledger.intake.verify import reject
 from protocol.eip712 import Eip712Domain
 from protocol.errors import SignatureError
@@ -38,6 +45,10 @@ from protocol.signing import check_signature, recover_digest
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
+NO_SHOW_ROUNDS = 2
+"""Rounds a node may not join after each round it joined, that closed, and that it did not
+attest (within the last ``NO_SHOW_HISTORY`` rounds): the cost of a no-show."""
+NO_SHOW_HISTORY = 64
 _CHUNK = 500  # rounds per query of Membership.refresh (bound parameters stay few)
 
 
@@ -199,6 +210,7 @@ class Membership:
                 f"join signature recovers to {signer}, not to node {join.node}: sign the "
                 "RoundJoin with the node's key (GET /v1/eip712 for the domain)",
             )
+        self._check_no_shows(run, int(join.round), join.node)
         if round_state is not None and round_state != "open":
             raise reject(
                 "round_closed", f"round {join.round} of run {run} is {round_state}: join the next"
@@ -225,6 +237,46 @@ class Membership:
         state = self.state(*key)
         log.info("node %s joined round %d of run %s", join.node, join.round, run)
         return state
+
+    def _check_no_shows(self, run: str, round_: int, node: str) -> None:
+        """Refuse ``node``'s join of ``round_`` while it pays for its no-shows: rounds it joined
+        that closed without its attestation (a node that joins at the ledger and never trains
+        held every such round open to its deadline when it was half the members)."""
+        att = Attestation.__table__  # type: ignore[attr-defined]
+        state = RoundState.__table__  # type: ignore[attr-defined]
+        query = (
+            select(_JOIN.c.round)
+            .join(state, and_(state.c.run_id == _JOIN.c.run_id, state.c.round == _JOIN.c.round))
+            .outerjoin(
+                att,
+                and_(
+                    att.c.run_id == _JOIN.c.run_id,
+                    att.c.round == _JOIN.c.round,
+                    att.c.node == _JOIN.c.node,
+                ),
+            )
+            .where(
+                _JOIN.c.run_id == run,
+                _JOIN.c.node == node,
+                state.c.state != "open",
+                _JOIN.c.round < round_,
+                _JOIN.c.round >= round_ - NO_SHOW_HISTORY,
+                att.c.id.is_(None),
+            )
+        )
+        with self.engine.connect() as conn:
+            missed = sorted(int(r) for (r,) in conn.execute(query))
+        if not missed:
+            return
+        until = missed[-1] + NO_SHOW_ROUNDS * len(missed)
+        if round_ <= until:
+            raise reject(
+                "no_show",
+                f"node {node} joined round{'s' if len(missed) > 1 else ''} "
+                f"{', '.join(map(str, missed))} of run {run} and did not attest "
+                f"{'them' if len(missed) > 1 else 'it'}: it may join again from round "
+                f"{until + 1} (each round joined and not attested costs {NO_SHOW_ROUNDS} rounds)",
+            )
 
     def due(self, now: datetime) -> set[Key]:
         """Rounds that started since the last call (the keeper re-checks whether they close)."""

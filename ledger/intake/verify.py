@@ -41,6 +41,7 @@ HTTP_STATUS: dict[str, int] = {
     "not_a_member": 403,
     "round_started": 409,
     "node_already_joined": 409,
+    "no_show": 403,
 }
 
 

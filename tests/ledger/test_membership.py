@@ -106,3 +106,33 @@ def test_joins_another_worker_recorded_are_read_from_the_database(
     found = membership.refresh([(started_run, 1), (started_run, 2)])
     assert sorted(found[(started_run, 1)]) == sorted([a.address, b.address])
     assert found[(started_run, 2)] == {}
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+def test_a_member_that_never_attests_cannot_join_the_next_rounds(
+    client: TestClient, ledger: Ledger, started_run: str, nodes: list[NodeKey], domain: object
+) -> None:
+    """F12: a registered node joined every round and never attested (a sybil that never came to
+    the rendezvous): with half the members such no-shows, no round could close before its
+    deadline (600 s by default), round after round. A member that did not attest a round that
+    closed now loses the join right for NO_SHOW_ROUNDS rounds per such round, so sybils hold
+    at most the rounds they had joined before their first no-show was known."""
+    from ledger.intake.membership import NO_SHOW_ROUNDS
+
+    a, b, c = nodes
+    for node in (a, b, c):
+        assert join(client, node, started_run, 1, domain).status_code == 202  # type: ignore[arg-type]
+    time.sleep(ledger.settings.join_window_s + 0.1)  # round 1 started: its members are fixed
+    members = [a.address, b.address]  # the rendezvous's list: c never came
+    for node in (a, b):
+        att = attestation(node, run_id=started_run, round_=1, base=GENESIS, result=h("r"))
+        r = client.post("/v1/attestations", json=body(att, node.key, domain, members))  # type: ignore[arg-type]
+        assert r.status_code == 202, r.text
+    ledger.keeper.close_due(now=utcnow() + timedelta(seconds=5))
+    assert _state(client, started_run, 1) == "closing"
+    r = join(client, c, started_run, 2, domain)  # type: ignore[arg-type]
+    assert r.status_code == 403 and r.json()["error"]["code"] == "no_show", r.text
+    assert "round 1" in r.json()["error"]["message"]
+    assert f"round {1 + NO_SHOW_ROUNDS + 1}" in r.json()["error"]["message"]
+    for node in (a, b):  # the members that attested join on
+        assert join(client, node, started_run, 2, domain).status_code == 202  # type: ignore[arg-type]

@@ -57,6 +57,7 @@ class Plan:
     ledger_url: str | None = None  # attestations, joins and member lists through this ledger
     late_first_join: bool = False  # its first ledger join waits until that round started there
     rendezvous_timeout_s: float = 60.0
+    no_show_s: float = 5.0  # MembershipConfig.no_show_s (F12)
     hold_file: str | None = None  # NodeSettings.hold_file (trainer.round.hold)
     events: str | None = None  # `node run --events`: the trainer's round_done and held records
     time_box: bool = False  # NodeSettings.time_box (trainer.round.timebox)
@@ -112,6 +113,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
             min_nodes=plan.min_nodes,
             join_window_s=plan.join_window_s,
             rendezvous_timeout_s=plan.rendezvous_timeout_s,
+            no_show_s=plan.no_show_s,
             collective_timeout_s=plan.collective_timeout_s,
             config_wait_s=plan.config_wait_s,
             failover_wait_s=plan.failover_wait_s,
@@ -151,6 +153,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         results[f"failovers/{plan.key}"] = list(runner.rdv.store.failovers)
         results[f"stalled/{plan.key}"] = [(r, list(s)) for r, s in runner.stalled]
         results[f"timeouts/{plan.key}"] = [(r, a, list(m)) for r, a, m in runner.rdv.timeouts]
+        results[f"no_shows/{plan.key}"] = list(runner.rdv.no_shows)
 
     def on_step(r: int, info: Any) -> None:
         if plan.step_sleep_s:
@@ -264,5 +267,7 @@ def collect(procs: list[Any], results: Any, manager: Any, timeout: float = 240.0
     stalled = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("stalled/")}
     timeouts = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("timeouts/")}
     refused = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("refused/")}
+    no_shows = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("no_shows/")}
     return {"results": out, "exit_codes": codes, "refusals": refusals, "failovers": failovers,
-            "stalled": stalled, "timeouts": timeouts, "refused_joins": refused}  # fmt: skip
+            "stalled": stalled, "timeouts": timeouts, "refused_joins": refused,
+            "no_shows": no_shows}  # fmt: skip

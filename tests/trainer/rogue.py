@@ -6,7 +6,8 @@ chain. It writes what the attack needs, over and over, until the test ends it. T
 the ones an unauthenticated store used to allow (issue 16): rewrite the round's config, add a
 phantom member, drop an honest one, move ``current_round``, serve a poisoned checkpoint with a
 matching unsigned hash, replay an old signed join, host the rendezvous and vanish mid-run, and
-keep a stalled node looking alive with replayed or forged heartbeats.
+keep a stalled node looking alive with replayed or forged heartbeats, and (with a registered key)
+join every round at the ledger but never at the rendezvous while heartbeating (a sybil).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class RogueInfo:
     die_after: str = "members/2/0/open"  # the "host" attack vanishes once this key exists
     die_delay_s: float = 0.5
     private_key: str = ""  # the rogue's key when it is a registered node (else ROGUE_KEY)
+    ledger_url: str = ""  # the "sybil" attack joins every round there
 
 
 def _store(port: int, *, host: bool = False) -> Any:
@@ -235,6 +237,32 @@ class _Rogue:
         if hasattr(self, "best"):
             values.append(self.best[1])
         self.store.set(key, values[self.turn % len(values)])
+
+    def sybil(self) -> None:
+        """A registered node that joins every round at the ledger once an honest node did,
+        never at the rendezvous, and keeps its heartbeat going, so that it looks alive to the
+        members waiting for it."""
+        import httpx
+
+        from protocol.join import RoundJoin
+        from protocol.types import RoundNumber, RunId
+
+        for r in range(1, self.info.rounds + 1):
+            if ("sybil", r) in self.done:
+                continue
+            seen = httpx.get(f"{self.info.ledger_url}/v1/runs/0x{self.info.run_id.hex()}/rounds/"
+                             f"{r}/members", timeout=5).json()  # fmt: skip
+            if not seen.get("members"):
+                continue  # joins right after an honest node (the round's window is theirs)
+            j = RoundJoin(RunId(self.info.run_id), RoundNumber(r), self.key.address)
+            sig = self.key.sign_digest(j.digest(self.domain))
+            signed = {"join": j.to_json(), "signature": "0x" + sig.hex()}
+            resp = httpx.post(f"{self.info.ledger_url}/v1/joins", json=signed, timeout=5)
+            if resp.status_code == 202:
+                self.done.add(("sybil", r))
+        self.seq = getattr(self, "seq", 0) + 1
+        self.store.set(f"hb/{self.key.address}",
+                       self.forged(6, 0, 0, {"seq": self.seq, "session": "sybil"}))  # fmt: skip
 
 
 def _rogue_main(attack: str, port: int, info: RogueInfo) -> None:

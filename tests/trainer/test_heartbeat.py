@@ -88,3 +88,42 @@ def test_a_reader_that_was_not_scheduled_does_not_blame_its_peers(
     assert live.stalled(who) == ()
     time.sleep(0.3)
     assert _wait_stalled(live, who, 3 * TIMEOUT_S) == who, "then silent for good: stalled"
+
+
+def test_a_restarted_node_cannot_read_as_stalled_to_old_or_new_peers(
+    store: FailoverStore, board_of: Callable[[int], Board]
+) -> None:
+    """F16: ``seq`` restarted at 0 in every process and counted only when higher than the
+    highest seen, so after a restart a peer that had seen seq 40 dropped the node until the new
+    process counted past 40 (about as long as it had been up); and a replay of one old high-seq
+    beat did the same to a peer that had never seen the node. Each process now signs a session
+    nonce beside its counter."""
+    node, old_peer, new_peer = board_of(0x48), board_of(0x49), board_of(0x4A)
+    who = (node.address,)
+    first = Heartbeat(node, lambda: store.endpoint)
+    for _ in range(40):  # the node was up a while
+        first.beat()
+    old_beat = store.get(heartbeat_key(node.address))
+    old = Liveness(old_peer, TIMEOUT_S)
+    old.reset(who)
+    old.poll(who)
+    restarted = Heartbeat(node, lambda: store.endpoint, interval_s=0.1)  # a new process: seq 0
+    store.set(heartbeat_key(node.address), old_beat)  # a rogue replays the old high-seq beat
+    new = Liveness(new_peer, TIMEOUT_S)
+    new.reset(who)
+    new.poll(who)  # the new peer's first read is the replay
+    restarted.start()
+    try:
+        assert _wait_stalled(old, who, 3 * TIMEOUT_S) == (), "an old peer dropped the restart"
+        assert _wait_stalled(new, who, 3 * TIMEOUT_S) == (), "a replay made a new peer drop it"
+    finally:
+        restarted.stop()
+    last_beat = store.get(heartbeat_key(node.address))
+    deadline = time.monotonic() + 5 * TIMEOUT_S
+    found: tuple[str, ...] = ()
+    while not found and time.monotonic() < deadline:  # dead now: replays of its beats, of
+        for value in (old_beat, last_beat):  # either session, in turn, revive nothing
+            store.set(heartbeat_key(node.address), value)
+            found = old.stalled(who)
+            time.sleep(0.1)
+    assert found == who, "alternating replays of two sessions kept a dead node alive"

@@ -164,3 +164,40 @@ def test_rogue_member_outside_the_ledger_is_refused(
     assert_agree(rounds)
     refused = [c for k in (0, 1) for c in out["refusals"][k]]
     assert "not_admitted" in checks(refused, "members/"), refused
+
+
+def test_a_sybil_that_joins_only_at_the_ledger_costs_a_round_seconds_not_the_timeout(
+    served: tuple[str, OnChain], corpus_dir: Path, store_port: int
+) -> None:
+    """F12: a registered, staked node joins every round at the ledger, never at the rendezvous,
+    and keeps heartbeating. The honest members waited for it until the rendezvous timeout
+    (every list opened at the timeout, 20 s here, 60 s by default); now they stop waiting for a
+    node the ledger took but which never joined here ``no_show_s`` (2 s) after they first saw it
+    missing, and count it as a no-show."""
+    url, run = served
+    sybil = run.addresses[3]
+    plans = [run.plan(i, rounds=2, min_nodes=2, ledger_url=url, rendezvous_timeout_s=20.0,
+                      no_show_s=2.0, collective_timeout_s=60.0) for i in range(2)]  # fmt: skip
+    info = run.info(rounds=2, private_key=run.keys[3], ledger_url=url)
+    rogue = start_rogue("sybil", store_port, info)
+    t0 = time.monotonic()
+    try:
+        out = collect(*start_nodes(plans, store_port, corpus_dir), timeout=300.0)
+    finally:
+        stop_rogue(rogue)
+    took = time.monotonic() - t0
+    assert out["exit_codes"] == [0, 0], out["exit_codes"]
+    ledger = {r: set(httpx.get(f"{url}/v1/runs/{RUN}/rounds/{r}/members").json()["members"])
+              for r in (1, 2)}  # fmt: skip
+    sybil_rounds = {r for r, m in ledger.items() if sybil in m}
+    assert sybil_rounds, "the sybil's ledger joins were accepted (it races a 0.2 s window)"
+    assert out["timeouts"] == {0: [], 1: []}, f"a list opened at the timeout: {out['timeouts']}"
+    rounds = by_round(out["results"])
+    assert sorted(rounds) == [1, 2]
+    for recs in rounds.values():
+        for rec in recs.values():
+            assert sybil not in rec["members"] and rec["attempts"] == 1, rec
+    assert_agree(rounds)
+    waited = {(r, a) for k in (0, 1) for r, a in out["no_shows"][k]}
+    assert {(r, sybil) for r in sybil_rounds} <= waited, out["no_shows"]
+    print(f"2 rounds beside a ledger-only sybil: {took:.1f}s (rendezvous timeout 20 s)")

@@ -22,6 +22,9 @@ class Members:
     """The block at which every member reads TrainingConfig (trainer.network.coordination)."""
     endpoints: tuple[str, ...] = field(default=(), compare=False)
     """Each member's successor endpoint (HOST:PORT, or empty), in address order."""
+    serves: tuple[str, ...] = field(default=(), compare=False)
+    """Where each member serves its checkpoints (HOST:PORT, or empty: not announced in its
+    join), in address order: the only address a joiner fetches that member's blob from."""
 
     def rank_of(self, address: str) -> int:
         return self.addresses.index(address)

@@ -4,7 +4,8 @@ Every value a node acts on is a signed coordination message checked by
 :class:`~trainer.network.coordination.board.Board` (unsigned, foreign, stale or replayed ones are
 refused and logged). For round ``r`` (attempt ``a`` after a member died or sat out):
 
-- each node posts a signed ``JOIN`` (its chain head, its successor endpoint) in a slot of
+- each node posts a signed ``JOIN`` (its chain head, its successor endpoint and, once it serves
+  checkpoints, where) in a slot of
   ``members/r/a``; it re-posts if its join disappears or is overwritten;
 - once every expected node joined and the join window passed (or at the timeout), a member posts
   the signed ``ROUND_OPEN`` under ``members/r/a/open`` with ``compare_set``: the members' signed
@@ -26,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +36,7 @@ from protocol.coordination import Kind, SignedMessage
 from protocol.eip712 import Eip712Domain
 from protocol.errors import ConfigError, ProtocolError
 from protocol.keys import NodeKey
+from trainer.network.awaiting import overdue, without_silent
 from trainer.network.checkpoint_board import CheckpointBoard
 from trainer.network.coordination.board import Board, Refusal
 from trainer.network.coordination.heartbeat import Liveness
@@ -68,6 +71,11 @@ class MembershipConfig:
     heartbeat_timeout_s: float = 5.0
     """A member whose heartbeat has not advanced for this long is dropped from the collective
     and the round re-forms without it (well before ``collective_timeout_s``); 0 disables."""
+    no_show_s: float = 5.0
+    """A node the ledger accepted for the round whose rendezvous join has not appeared this long
+    after this node first saw it there is not waited for (an honest node posts its rendezvous
+    join right after the ledger took its own): a registered node that joins only at the ledger
+    costs a round this much, not ``rendezvous_timeout_s``. Counted in ``Rendezvous.no_shows``."""
     backend: str = "auto"
     """"auto": NCCL when the node trains on CUDA, else gloo; or "gloo" / "nccl"."""
 
@@ -110,6 +118,8 @@ class Rendezvous:
         None: no ledger, membership is the rendezvous's own rule."""
         self.liveness: Liveness | None = None
         """Heartbeats read while waiting for expected members: a silent one is not waited for."""
+        self.no_shows: list[tuple[int, str]] = []
+        """(round, address) of nodes the ledger accepted that never joined here in time."""
         self.timeouts: list[tuple[int, int, tuple[str, ...]]] = []
         """(round, attempt, missing) of member lists this node opened at the rendezvous timeout."""
         self.last: Members | None = None
@@ -130,8 +140,10 @@ class Rendezvous:
     def _post_join(self, round: int, attempt: int) -> None:
         prefix = self._prefix(round, attempt)
         slot = self.store.add(f"{prefix}/n", 1) - 1
-        self.board.post(f"{prefix}/slot/{slot}", Kind.JOIN, round, attempt,
-                        {"head": int(self.head()), "endpoint": self.own_endpoint})  # fmt: skip
+        payload: dict[str, object] = {"head": int(self.head()), "endpoint": self.own_endpoint}
+        if self.checkpoints.serving:  # where it serves checkpoints: joiners fetch only there
+            payload["serve"] = self.checkpoints.serving
+        self.board.post(f"{prefix}/slot/{slot}", Kind.JOIN, round, attempt, payload)
 
     def valid_joins(self, round: int, attempt: int) -> dict[str, SignedMessage]:
         """Signed joins of (round, attempt) seen so far (kept once verified), by signer."""
@@ -199,7 +211,8 @@ class Rendezvous:
             return None
         addresses = tuple(sorted(by_node))
         endpoints = tuple(str(by_node[a].get("endpoint", "")) for a in addresses)
-        return Members(m.round, m.attempt, addresses, block, endpoints)
+        serves = tuple(str(by_node[a].get("serve", "")) for a in addresses)
+        return Members(m.round, m.attempt, addresses, block, endpoints, serves)
 
     def opened(self, round: int, attempt: int = 0) -> Members | None:
         key = f"{self._prefix(round, attempt)}/open"
@@ -283,6 +296,7 @@ class Rendezvous:
         timeout = self.cfg.rendezvous_timeout_s if timeout_s is None else timeout_s
         start = time.monotonic()
         watched: dict[str, bool] = {}
+        awaited_since: dict[str, float] = {}
         while True:
             members = self.opened(round, attempt)
             if members is not None:
@@ -313,12 +327,16 @@ class Rendezvous:
                 expected = set(ledger.members) - self._leaving(round, set(ledger.members))
             elif ledger is not None and isinstance(expected, set):
                 expected = expected | ledger.members  # and those it took so far are coming
-            expected = self._alive(expected, present, watched)
+            expected = without_silent(self.liveness, self.address, expected, present, watched)
             if caught and isinstance(expected, set):  # nor for a member caught forging
                 expected = expected - caught
+            absent = set() if ledger is None else self._no_show(round, ledger.members - present,
+                                                                awaited_since)  # fmt: skip
+            absent |= caught
             complete = (
-                len(present) >= expected and (ledger is None or ledger.members <= present)
-                if isinstance(expected, int) else expected <= present
+                len(present) >= expected
+                and (ledger is None or ledger.members - absent <= present)
+                if isinstance(expected, int) else expected - absent <= present
             )  # fmt: skip
             ready = complete and (final or waited >= window) and self.address in present
             if ready or waited >= timeout:
@@ -330,25 +348,11 @@ class Rendezvous:
                 self._try_open(round, attempt, joins)
             time.sleep(_POLL_S)
 
-    def _alive(self, expected: set[str] | int, present: set[str], watched: dict[str, bool]
-               ) -> set[str] | int:  # fmt: skip
-        """``expected`` less the members whose heartbeat stopped (dead or stalled) while this
-        node waited for them: each gets the heartbeat timeout from when it is first awaited.
-        ``watched``: address -> whether it was found silent (logged once)."""
-        if self.liveness is None or self.liveness.timeout_s <= 0 or not isinstance(expected, set):
-            return expected
-        awaited = tuple(sorted(expected - present - {self.address}))
-        new = tuple(a for a in awaited if a not in watched)
-        if new:
-            self.liveness.reset(new)
-            watched.update(dict.fromkeys(new, False))
-        silent = set(self.liveness.stalled(awaited)) if awaited else set()
-        for a in sorted(silent):
-            if not watched[a]:
-                watched[a] = True
-                log.warning("round boundary: not waiting for %s, no heartbeat for %.1fs", a,
-                            self.liveness.timeout_s)  # fmt: skip
-        return expected - silent
+    def _no_show(self, round: int, missing: AbstractSet[str], since: dict[str, float]
+                 ) -> set[str]:  # fmt: skip
+        gone = overdue(round, missing - {self.address}, since, self.cfg.no_show_s)
+        self.no_shows.extend((round, a) for a in sorted(gone) if (round, a) not in self.no_shows)
+        return gone
 
     def _try_open(self, round: int, attempt: int, joins: dict[str, SignedMessage]) -> None:
         if self.address not in joins:

@@ -8,89 +8,50 @@ signs that in its ``CHECKPOINT`` coordination message with the address of its
 :class:`CheckpointServer`, and serves the blob from memory in a background thread, so a joiner
 fetches while the members keep training. Nothing of the blob goes through the rendezvous store.
 
-:func:`fetch` (the joiner) first gets the digest list from any peer and checks it against the
-signed root, then pulls the chunks from all peers in parallel and checks each against its digest:
-a peer that serves a wrong chunk, or fails, is dropped for the rest of the fetch and its chunk is
-fetched from another peer. The caller then checks the whole blob against the weights hash the chain
+:func:`fetch` (the joiner, :mod:`trainer.network.checkpoint_fetch`) first gets the digest list
+from any peer and checks it against the signed root, then pulls the chunks from all peers in
+parallel and checks each against its digest: a peer that serves a wrong chunk, a wrong header, or
+nothing within the chunk deadline, is dropped for the rest of the fetch and its chunk is fetched
+from another peer. The caller then checks the whole blob against the weights hash the chain
 committed or a majority of the round signed (:mod:`trainer.round.recovery`).
 
 Threat model. The server is read-only, serves only blobs this node offered itself, answers at most
-``max_concurrent`` requests at a time (others get 503) and drops idle sockets after ``timeout_s``.
-The client reads at most the announced chunk length from a peer, times out, and trusts no byte it
-did not hash: a peer can waste one chunk's worth of a joiner's bandwidth before it is dropped.
+``max_concurrent`` requests at a time and ``per_client`` from one address (others get 503), keeps
+``per_client_connections`` connections per address, answers ``max_requests_per_connection``
+pipelined requests on one, closes a connection whose response is not written within
+``write_deadline_s`` (a reader that never reads) and drops idle sockets after ``timeout_s``
+(tests/trainer/test_checkpoint_server_limits.py).
+The client reads at most the announced chunk length from a peer, cuts every request off at its
+deadline, ends the whole fetch at its own, and trusts no byte it did not hash: a bad peer wastes
+at most one chunk per connection (``per_peer``) of a joiner's bandwidth, and one chunk deadline of
+its time, before it is dropped (tests/trainer/test_peer_checkpoint_faults.py).
 """
 
 from __future__ import annotations
 
-import hashlib
-import http.client
 import logging
 import threading
-from collections import deque
+import time
+from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from protocol.errors import CheckpointError
+from trainer.network.checkpoint_fetch import FetchError, PeerFault, fetch
+from trainer.network.checkpoint_manifest import (
+    CHUNK_BYTES,
+    MAX_BLOB_BYTES,
+    MAX_CHUNK_BYTES,
+    MIN_CHUNK_BYTES,
+    Manifest,
+)
+
+__all__ = ["CHUNK_BYTES", "MAX_BLOB_BYTES", "MAX_CHUNK_BYTES", "MIN_CHUNK_BYTES",
+           "CheckpointServer", "FetchError", "Manifest", "PeerFault", "fetch"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 1 << 20
-MIN_CHUNK_BYTES = 1 << 12
-MAX_CHUNK_BYTES = 1 << 26
-MAX_BLOB_BYTES = 8 * 1024**3
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What a member signs about the checkpoint blob it serves."""
-
-    weights_hash: bytes
-    size: int
-    chunk_bytes: int
-    chunks_root: bytes
-
-    @classmethod
-    def of(
-        cls, blob: bytes, weights_hash: bytes, chunk_bytes: int = CHUNK_BYTES
-    ) -> tuple[Manifest, bytes]:
-        """The manifest of ``blob`` and its concatenated chunk digests (32 bytes each)."""
-        digests = b"".join(
-            hashlib.sha256(blob[i : i + chunk_bytes]).digest()
-            for i in range(0, len(blob), chunk_bytes)
-        )
-        root = hashlib.sha256(digests).digest()
-        return cls(weights_hash, len(blob), chunk_bytes, root), digests
-
-    @property
-    def n_chunks(self) -> int:
-        return -(-self.size // self.chunk_bytes)
-
-    def span(self, i: int) -> tuple[int, int]:
-        start = i * self.chunk_bytes
-        return start, min(self.size, start + self.chunk_bytes)
-
-    def body(self) -> dict[str, Any]:
-        return {"hash": self.weights_hash.hex(), "size": self.size,
-                "chunk_bytes": self.chunk_bytes, "chunks_root": self.chunks_root.hex()}  # fmt: skip
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> Manifest:
-        """Parse a signed ``CHECKPOINT`` body; malformed or out-of-bounds values raise."""
-        try:
-            weights_hash = bytes.fromhex(str(body["hash"]))
-            root = bytes.fromhex(str(body["chunks_root"]))
-            size, chunk = body["size"], body["chunk_bytes"]
-        except (KeyError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint offer lacks a valid manifest: {exc}") from exc
-        if len(weights_hash) != 32 or len(root) != 32:
-            raise CheckpointError("checkpoint offer: hash and chunks_root must be 32 bytes")
-        if not isinstance(size, int) or not 0 < size <= MAX_BLOB_BYTES:
-            raise CheckpointError(f"checkpoint offer: size {size!r} outside 1..{MAX_BLOB_BYTES}")
-        if not isinstance(chunk, int) or not MIN_CHUNK_BYTES <= chunk <= MAX_CHUNK_BYTES:
-            raise CheckpointError(f"checkpoint offer: chunk_bytes {chunk!r} outside "
-                                  f"{MIN_CHUNK_BYTES}..{MAX_CHUNK_BYTES}")  # fmt: skip
-        return cls(weights_hash, size, chunk, root)
+_PIECE = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -100,10 +61,30 @@ class _Offer:
     manifest: Manifest
 
 
+class _HTTPServer(ThreadingHTTPServer):
+    """Refuses a connection beyond ``per_client_connections`` open ones from one address."""
+
+    daemon_threads = True
+    owner: CheckpointServer
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        return self.owner._connect(request, str(client_address[0]))
+
+    def shutdown_request(self, request: Any) -> None:
+        self.owner._disconnect(request)
+        super().shutdown_request(request)
+
+
 class CheckpointServer:
     """Serves this node's last ``keep`` checkpoints over HTTP, from a daemon thread.
 
     ``GET /v1/ckpt/<round>/<chunks_root>/digests`` and ``.../chunk/<i>``; anything else is 404.
+    Bounds (a client that never reads, pipelines requests, or opens many connections): at most
+    ``max_concurrent`` requests served at once and ``per_client`` of them from one address
+    (others get 503), ``per_client_connections`` open connections per address (more are
+    closed at once), ``max_requests_per_connection`` requests on one connection (the last is
+    answered with ``Connection: close``), each response written within ``write_deadline_s`` or
+    the connection is closed, and an idle connection dropped after ``timeout_s``.
     """
 
     def __init__(
@@ -113,16 +94,26 @@ class CheckpointServer:
         *,
         keep: int = 2,
         max_concurrent: int = 16,
+        per_client: int = 4,
+        per_client_connections: int = 8,
+        max_requests_per_connection: int = 64,
+        write_deadline_s: float = 30.0,
         timeout_s: float = 30.0,
     ) -> None:
         self.keep = keep
+        self.per_client = per_client
+        self.per_client_connections = per_client_connections
+        self.max_requests_per_connection = max_requests_per_connection
+        self.write_deadline_s = write_deadline_s
         self._offers: dict[int, _Offer] = {}
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_concurrent)
+        self._busy: Counter[str] = Counter()
+        self._open: dict[Any, str] = {}
         self.bytes_served = 0
         handler = type("Handler", (_Handler,), {"owner": self, "timeout": timeout_s})
-        self._httpd = ThreadingHTTPServer((host, port), handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _HTTPServer((host, port), handler)
+        self._httpd.owner = self
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="ckpt-server",
                                         daemon=True)  # fmt: skip
         self._thread.start()
@@ -141,6 +132,36 @@ class CheckpointServer:
             offer = self._offers.get(round)
         return offer if offer is not None and offer.manifest.chunks_root.hex() == root_hex else None
 
+    def _connect(self, request: Any, client: str) -> bool:
+        with self._lock:
+            if sum(1 for c in self._open.values() if c == client) >= self.per_client_connections:
+                log.info("ckpt server: refusing a connection from %s: %d open already", client,
+                         self.per_client_connections)  # fmt: skip
+                return False
+            self._open[request] = client
+            return True
+
+    def _disconnect(self, request: Any) -> None:
+        with self._lock:
+            self._open.pop(request, None)
+
+    def _acquire(self, client: str) -> bool:
+        """A request slot for ``client``, if one is free for it (never blocks)."""
+        with self._lock:
+            if self._busy[client] >= self.per_client:
+                return False
+            if not self._slots.acquire(blocking=False):
+                return False
+            self._busy[client] += 1
+            return True
+
+    def _release(self, client: str) -> None:
+        with self._lock:
+            self._busy[client] -= 1
+            if self._busy[client] <= 0:
+                del self._busy[client]
+            self._slots.release()
+
     def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
@@ -149,15 +170,18 @@ class CheckpointServer:
 class _Handler(BaseHTTPRequestHandler):
     owner: CheckpointServer
     protocol_version = "HTTP/1.1"
+    requests_here = 0
 
     def do_GET(self) -> None:
-        if not self.owner._slots.acquire(blocking=False):
+        self.requests_here += 1
+        client = str(self.client_address[0])
+        if not self.owner._acquire(client):
             self._send(503, b"busy: retry later or fetch from another member")
             return
         try:
             self._serve()
         finally:
-            self.owner._slots.release()
+            self.owner._release(client)
 
     def _serve(self) -> None:
         parts = self.path.strip("/").split("/")
@@ -181,160 +205,40 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"not a checkpoint path")
 
     def _send(self, status: int, body: bytes) -> None:
+        """The response, written within the write deadline or the connection is closed."""
+        last = self.requests_here >= self.owner.max_requests_per_connection
+        deadline = time.monotonic() + self.owner.write_deadline_s
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Content-Type", "application/octet-stream")
-        self.end_headers()
-        self.wfile.write(body)
+        if last:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        try:
+            self._time_left(deadline)
+            self.end_headers()
+            view = memoryview(body)
+            for i in range(0, len(body), _PIECE):
+                self._time_left(deadline)
+                self.connection.sendall(view[i : i + _PIECE])
+        except OSError as exc:  # too slow a reader (or gone): free the slot, drop the socket
+            log.info("ckpt server: closing %s: response not written within %.0fs (%s)",
+                     self.client_address[0], self.owner.write_deadline_s, exc)  # fmt: skip
+            self.close_connection = True
+            return
+        finally:
+            self.connection.settimeout(self.timeout)
         if status == 200:
             with self.owner._lock:
                 self.owner.bytes_served += len(body)
 
+    def _time_left(self, deadline: float) -> None:
+        """The socket's next write may take what is left until ``deadline`` (sendall's timeout
+        bounds the whole call); none left: TimeoutError."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("write deadline passed")
+        self.connection.settimeout(left)
+
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("ckpt server: " + format, *args)
-
-
-class FetchError(CheckpointError):
-    """No peer could serve some part of the checkpoint; ``faults`` names who failed how."""
-
-    def __init__(self, message: str, faults: list[PeerFault]) -> None:
-        super().__init__(message)
-        self.faults = faults
-
-
-@dataclass(frozen=True)
-class PeerFault:
-    """A peer dropped during a fetch: ``chunk`` is -1 for the digest list."""
-
-    peer: str
-    chunk: int
-    reason: str
-
-
-class _Peer:
-    def __init__(self, endpoint: str, timeout_s: float) -> None:
-        host, _, port = endpoint.rpartition(":")
-        if not host or not port.isdigit():
-            raise CheckpointError(f"peer endpoint {endpoint!r} is not HOST:PORT")
-        self.endpoint = endpoint
-        self.conn = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
-
-    def get(self, path: str, length: int) -> bytes:
-        """Exactly ``length`` bytes from ``path``, or an error naming what went wrong."""
-        try:
-            self.conn.request("GET", path)
-            resp = self.conn.getresponse()
-            announced = resp.getheader("Content-Length")
-            if resp.status != 200 or announced != str(length):
-                resp.read(min(int(announced or 0), 4096))
-                raise CheckpointError(f"HTTP {resp.status}, {announced} bytes for {length}")
-            data = resp.read(length)
-        except (OSError, http.client.HTTPException) as exc:
-            self.conn.close()
-            raise CheckpointError(f"{type(exc).__name__}: {exc}") from exc
-        if len(data) != length:
-            raise CheckpointError(f"short read: {len(data)} of {length} bytes")
-        return data
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-def _path(round: int, manifest: Manifest, tail: str) -> str:
-    return f"/v1/ckpt/{round}/{manifest.chunks_root.hex()}/{tail}"
-
-
-def _digests(
-    round: int, manifest: Manifest, peers: list[_Peer], faults: list[PeerFault]
-) -> tuple[list[bytes], set[str]]:
-    bad: set[str] = set()
-    n = manifest.n_chunks
-    for peer in peers:
-        try:
-            raw = peer.get(_path(round, manifest, "digests"), 32 * n)
-            if hashlib.sha256(raw).digest() != manifest.chunks_root:
-                raise CheckpointError("digest list does not hash to the signed chunks_root")
-            return [raw[32 * i : 32 * (i + 1)] for i in range(n)], bad
-        except CheckpointError as exc:
-            faults.append(PeerFault(peer.endpoint, -1, exc.message))
-            bad.add(peer.endpoint)
-    raise FetchError(f"no peer served round {round}'s chunk digests: {faults}", faults)
-
-
-def fetch(
-    round: int,
-    manifest: Manifest,
-    endpoints: list[str],
-    *,
-    per_peer: int = 2,
-    timeout_s: float = 30.0,
-) -> tuple[bytes, list[PeerFault]]:
-    """The blob ``manifest`` describes, from ``endpoints`` in parallel, every chunk hash-checked.
-
-    Returns the blob and the faults seen (peers dropped). Raises CheckpointError when some chunk
-    could not be had from any peer."""
-    faults: list[PeerFault] = []
-    probes = []
-    for e in endpoints:
-        try:
-            probes.append(_Peer(e, timeout_s))
-        except CheckpointError as exc:  # a member's signed offer names no usable address
-            faults.append(PeerFault(e, -1, exc.message))
-    if not probes:
-        raise FetchError(f"no usable peer offers round {round}'s checkpoint", faults)
-    endpoints = [p.endpoint for p in probes]
-    try:
-        digests, bad = _digests(round, manifest, probes, faults)
-    finally:
-        for p in probes:
-            p.close()
-    buf = bytearray(manifest.size)
-    todo: deque[int] = deque(range(manifest.n_chunks))
-    state = {"in_flight": 0}
-    cond = threading.Condition()
-
-    def worker(endpoint: str) -> None:
-        peer = _Peer(endpoint, timeout_s)
-        try:
-            while True:
-                with cond:
-                    while not todo and state["in_flight"] and endpoint not in bad:
-                        cond.wait()
-                    if not todo or endpoint in bad:
-                        return
-                    i = todo.popleft()
-                    state["in_flight"] += 1
-                start, end = manifest.span(i)
-                try:
-                    data = peer.get(_path(round, manifest, f"chunk/{i}"), end - start)
-                    if hashlib.sha256(data).digest() != digests[i]:
-                        raise CheckpointError(f"chunk {i} does not match its signed digest")
-                    buf[start:end] = data
-                    ok = True
-                except CheckpointError as exc:
-                    ok = False
-                    log.warning("checkpoint fetch: dropping peer %s: %s", endpoint, exc.message)
-                    with cond:
-                        faults.append(PeerFault(endpoint, i, exc.message))
-                        bad.add(endpoint)
-                with cond:
-                    state["in_flight"] -= 1
-                    if not ok:
-                        todo.appendleft(i)
-                    cond.notify_all()
-        finally:
-            peer.close()
-
-    threads = [threading.Thread(target=worker, args=(e,), daemon=True, name=f"ckpt-fetch-{e}")
-               for e in endpoints if e not in bad for _ in range(per_peer)]  # fmt: skip
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if todo:
-        raise FetchError(
-            f"round {round}'s checkpoint: {len(todo)} of {manifest.n_chunks} chunks could not be "
-            f"fetched from any of {len(endpoints)} peers ({[f.reason for f in faults]}); retry",
-            faults,
-        )
-    return bytes(buf), faults

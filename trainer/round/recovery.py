@@ -24,12 +24,18 @@ from protocol.types import Bytes32, RoundNumber, RunId
 from reference.checkpoint import MAX_CHECKPOINT_BYTES, CheckpointDir, RoundCheckpoint
 from reference.model import GPTConfig, genesis_state
 from trainer.network.checkpoint_board import CheckpointBoard
+from trainer.network.checkpoint_fetch import FetchError, PeerFault, fetch
+from trainer.network.checkpoint_manifest import Manifest
 from trainer.network.ledger_client import LedgerClient
-from trainer.network.peer_checkpoint import FetchError, Manifest, PeerFault, fetch
 
 log = logging.getLogger(__name__)
 
 ZERO = bytes(32)
+HEADER_ROOM = 1 << 20
+"""Bytes allowed for a checkpoint blob's header and metadata beside its tensors."""
+ROUND_WINDOW = 2
+"""Rounds past the chain's last committed one that a run may be in (the ledger's default
+``round_window``): a ``ckpt/latest`` further ahead is refused."""
 
 
 def genesis_checkpoint(cfg: GPTConfig, seed: int, run_id: bytes = ZERO) -> RoundCheckpoint:
@@ -55,6 +61,7 @@ class Recovery:
         ledger: LedgerClient | None = None,
         peer_timeout_s: float = 120.0,
         chunk_timeout_s: float = 30.0,
+        round_window: int = ROUND_WINDOW,
     ) -> None:
         self.run_id = run_id
         self.model = model
@@ -63,7 +70,20 @@ class Recovery:
         self.ledger = ledger
         self.peer_timeout_s = peer_timeout_s
         self.chunk_timeout_s = chunk_timeout_s
+        self.round_window = round_window
         self._bad_peers: set[tuple[int, str]] = set()
+        self._max_blob: int | None = None
+
+    @property
+    def max_blob_bytes(self) -> int:
+        """The largest checkpoint blob of this run's model: its weights and outer momentum, plus
+        room for the header. A signed offer claiming more is refused before anything is
+        allocated or fetched (a member could claim 8 GiB for a model of a few MB)."""
+        if self._max_blob is None:
+            weights = genesis_state(self.model, self.seed)
+            tensors = sum(t.numel() * t.element_size() for t in weights.values())
+            self._max_blob = 2 * tensors + HEADER_ROOM
+        return self._max_blob
 
     def committed(self, round: int) -> bytes | None:
         """The on-chain checkpoint hash of ``round``, or None (no chain, or not committed yet)."""
@@ -112,7 +132,8 @@ class Recovery:
             expected = self.expected_hash(board, round)
             if expected is not None:
                 for manifest, peers in self._offers(board, round, expected[0]):
-                    found = self._try_fetch(board, round, manifest, peers, expected)
+                    found = self._try_fetch(board, round, manifest, peers, expected,
+                                            deadline=deadline)  # fmt: skip
                     if found is not None:
                         return found
             if time.monotonic() > deadline:
@@ -130,11 +151,13 @@ class Recovery:
         first; peers that served this node a bad chunk of this round are left out."""
         groups: dict[Manifest, dict[str, str]] = {}
         for addr, body in board.offers(round):
-            serve = body.get("serve")
-            if not isinstance(serve, str) or (round, addr) in self._bad_peers:
+            if (round, addr) in self._bad_peers:
+                continue
+            serve = board.endpoint_of(round, addr, body)
+            if serve is None:
                 continue
             try:
-                manifest = Manifest.from_body(body)
+                manifest = Manifest.from_body(body, max_size=self.max_blob_bytes)
             except CheckpointError as exc:
                 board.refuse("invalid", f"ckpt/{round}/sig/{addr}", exc.message)
                 continue
@@ -149,11 +172,17 @@ class Recovery:
         manifest: Manifest,
         peers: dict[str, str],
         vouched: tuple[bytes, str],
+        *,
+        deadline: float,
     ) -> RoundCheckpoint | None:
         expected, by = vouched
         by_endpoint = {e: a for a, e in peers.items()}
-        try:
-            blob, faults = fetch(round, manifest, list(by_endpoint), timeout_s=self.chunk_timeout_s)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        try:  # the fetch itself ends at the recovery's deadline, whatever the peers do
+            blob, faults = fetch(round, manifest, list(by_endpoint),
+                                 timeout_s=self.chunk_timeout_s, deadline_s=left)  # fmt: skip
         except FetchError as exc:
             log.warning("round %d checkpoint fetch failed: %s", round, exc.message)
             self._refuse_peers(board, round, by_endpoint, exc.faults)
@@ -252,7 +281,7 @@ class Recovery:
         return self.verify(ckpt, "the ledger")
 
     def initial(self, board: CheckpointBoard, disk: CheckpointDir | None) -> RoundCheckpoint:
-        peer = board.latest_round()
+        peer = self._latest(board)
         local = disk.latest() if disk is not None else None
         if peer is not None and (local is None or peer > local.round):
             return self.from_peer(board, peer)
@@ -267,6 +296,21 @@ class Recovery:
         genesis = self.verify(genesis_checkpoint(self.model, self.seed, self.run_id), "genesis")
         self.upload(genesis)  # round 1's base, so the ledger can score round 1 (idempotent)
         return genesis
+
+    def _latest(self, board: CheckpointBoard) -> int | None:
+        """The round of ``ckpt/latest`` if a member of that round signed it and, with a chain,
+        it is at most ``round_window`` past the last committed round; else None (the node then
+        starts from its disk or the chain's latest committed round)."""
+        peer = board.latest_round()
+        if peer is None or self.chain is None:
+            return peer
+        last = int(self.chain.last_round(RunId(self.run_id)))
+        if peer > last + self.round_window:
+            board.refuse("future_round", "ckpt/latest", f"round {peer} is more than "
+                         f"{self.round_window} past the chain's last committed round {last}: "
+                         "starting from the chain's latest instead")  # fmt: skip
+            return None
+        return peer
 
     def upload(self, ckpt: RoundCheckpoint) -> None:
         """Rank 0 puts the round's weights in the ledger's blob store (id = checkpoint hash)."""

@@ -12,16 +12,22 @@ raises :class:`StalledError` naming it, the survivors drop the unfinished collec
 the round without it at once instead of waiting out the collective timeout.
 
 Threat model: ``hb/<address>`` is checked like every other value (signed by ``<address>``,
-registered and active, this run, kind ``HEARTBEAT``); a replayed old heartbeat has a counter that
-is not higher than one already seen and does not count, so nobody can keep a dead node looking
-alive without its key. Whoever can write the store can hide a live node's heartbeats (overwrite or
-delete them); that makes its peers drop it from a round, a delay bounded like every other denial
-of service on the store (it rejoins the next round), never a way to make a node accept anything.
+registered and active, this run, kind ``HEARTBEAT``). A beat carries the process's random
+``session`` beside its counter: it counts when its counter is higher than any seen in that
+session, or when its session is one this reader never saw (a restarted node counts at once, not
+after it has counted past its old process's counter). A replayed old heartbeat counts at most once
+per session, the first time a reader sees that session, so nobody can keep a dead node looking
+alive without its key, and no replay makes a restarted node look stalled.
+
+Whoever can write the store can hide a live node's heartbeats (overwrite or delete them); that
+makes its peers drop it from a round, a delay bounded like every other denial of service on the
+store (it rejoins the next round), never a way to make a node accept anything.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +44,8 @@ log = logging.getLogger(__name__)
 
 _POLL_S = 0.01
 _LIVENESS_POLL_S = 0.2
+MAX_SESSIONS = 64
+"""Sessions (processes) remembered per member: each old one revives a dead node at most once."""
 
 
 def heartbeat_key(address: str) -> str:
@@ -75,6 +83,9 @@ class Heartbeat:
         self.interval_s = interval_s
         self.round = round
         self.seq = 0
+        self.session = secrets.token_hex(8)
+        """A nonce of this process: its counter starts again at 0 in a new one (after a restart)
+        and readers follow it from there."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._client: Any = None
@@ -98,7 +109,8 @@ class Heartbeat:
             self._client = open_store(ep, host=False, timeout_s=2.0, op_timeout_s=5.0)
             self._client_ep = ep
         self.seq += 1
-        msg = self.board.sign(Kind.HEARTBEAT, max(0, int(self.round())), 0, {"seq": self.seq})
+        payload = {"seq": self.seq, "session": self.session}
+        msg = self.board.sign(Kind.HEARTBEAT, max(0, int(self.round())), 0, payload)
         self._client.set(heartbeat_key(self.board.address), msg.to_wire())
 
     def _loop(self) -> None:
@@ -127,7 +139,8 @@ class Liveness:
     def __init__(self, board: Board, timeout_s: float) -> None:
         self.board = board
         self.timeout_s = timeout_s
-        self._seq: dict[str, int] = {}
+        self._seq: dict[str, dict[str, int]] = {}
+        """member -> its sessions seen (oldest first, at most ``MAX_SESSIONS``) -> highest seq."""
         self._advanced: dict[str, float] = {}
         self._polled = 0.0
         self._raw: dict[str, bytes] = {}
@@ -157,11 +170,24 @@ class Liveness:
             msg = self.board.verify(raw, key, Kind.HEARTBEAT, None, 0, signer=m, cache=False)
             if msg is None:
                 continue
-            seq = msg.body().get("seq")
-            if isinstance(seq, int) and seq > self._seq.get(m, 0):
-                self._seq[m] = seq
+            if self._advances(m, msg.body()):
                 self._advanced[m] = now
         self._polled = now
+
+    def _advances(self, member: str, body: dict[str, Any]) -> bool:
+        """Whether a verified beat is news: a higher counter in a session already followed, or
+        the first beat of a session never seen (a restart; a replay of an old session counts at
+        most once, the first time this node sees it)."""
+        seq, session = body.get("seq"), body.get("session", "")
+        if not isinstance(seq, int) or not isinstance(session, str) or len(session) > 64:
+            return False
+        sessions = self._seq.setdefault(member, {})
+        if session in sessions and seq <= sessions[session]:
+            return False
+        sessions[session] = seq
+        while len(sessions) > MAX_SESSIONS:
+            del sessions[next(iter(sessions))]
+        return True
 
     def stalled(self, members: tuple[str, ...]) -> tuple[str, ...]:
         """Members whose counter has not advanced for ``timeout_s`` (polling first if due)."""
