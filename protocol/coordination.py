@@ -68,6 +68,11 @@ class Kind(IntEnum):
     PACE = 7
     """My pace in round r: ``step_s``, my inner phase's seconds per step (trainer.round.timebox
     sets the next round's time box from the members' paces)."""
+    COMMIT = 8
+    """The packet I feed round r's all-reduce (attempt a): ``pseudoGradient``, its commitment
+    hash (0x-hex), and ``tokens``, its weight: the values my attestation of round r signs.
+    Posted before the exchange; every peer checks my packet and weight against it, and hands it
+    to the ledger as evidence (trainer.round.commits)."""
 
 
 _KINDS: Final = frozenset(int(k) for k in Kind)

@@ -142,6 +142,17 @@ class CollectiveError(TrainerError):
     code = "collective_error"
 
 
+class ForgedPacketError(CollectiveError):
+    """A peer's all-reduce packet is not the one it signed a commitment to (or it signed none):
+    nothing of it was used; the round re-forms without ``offenders``."""
+
+    code = "forged_packet"
+
+    def __init__(self, offenders: tuple[str, ...], message: str) -> None:
+        self.offenders = offenders
+        super().__init__(message)
+
+
 class CheckpointError(TrainerError):
     """A checkpoint is missing, corrupt, or its hash disagrees with the committed one."""
 

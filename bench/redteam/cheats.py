@@ -46,16 +46,19 @@ PHANTOM = "0xABaBaBaBABabABabAbAbABAbABabababaBaBABaB"  # unregistered
 # --- what a node can do and see ------------------------------------------------------------------
 
 
-def post(node: NodeRunner, work: WorkRecord, members: Sequence[str]) -> tuple[Signed, str]:
-    """Sign ``work`` with the node's key, upload its blob, submit: (signed, "accepted" or the
-    ledger's refusal code). Unlike ``Attester.publish`` a refusal is returned, not raised."""
+def post(
+    node: NodeRunner, work: WorkRecord, members: Sequence[str], commits: Sequence[str] = ()
+) -> tuple[Signed, str]:
+    """Sign ``work`` with the node's key, upload its blob, submit (with the members' signed packet
+    commitments ``commits``): (signed, "accepted" or the ledger's refusal code). Unlike
+    ``Attester.publish`` a refusal is returned, not raised."""
     a = node.attester
     assert a.ledger is not None
     att = a.attestation(work)
     sig = a.key.sign_attestation(att, a.domain)
     try:
         a.ledger.put_blob(att.pseudo_gradient, encode_blob(work.pseudo_gradient))
-        ledger_id = a.ledger.submit_attestation(att, sig, members)
+        ledger_id = a.ledger.submit_attestation(att, sig, members, commits)
     except ColocoError as exc:
         return Signed(att, sig, None), str(getattr(exc, "code", type(exc).__name__))
     return Signed(att, sig, ledger_id), "accepted"
@@ -151,8 +154,10 @@ class Cheat(Strategy):
         )
         return dataclasses.replace(local, inner=inner)
 
-    def publish(self, node: NodeRunner, work: WorkRecord, members: Sequence[str]) -> Signed:
-        signed, code = post(node, self.work(work), self.members(node, members))
+    def publish(
+        self, node: NodeRunner, work: WorkRecord, members: Sequence[str], commits: Sequence[str]
+    ) -> Signed:
+        signed, code = post(node, self.work(work), self.members(node, members), commits)
         self.note(work.round, code)
         return signed
 
@@ -178,6 +183,35 @@ class GaussianNoise(Cheat):
 
     def local_work(self, node: NodeRunner, r: int, rows: Tensor, local: LocalWork) -> LocalWork:
         return self.with_pg(node, local, noise_like(local.pseudo_gradient, r))
+
+
+class ReducerLie(Cheat):
+    """Security review F6, the lying reducer, against the checked all-gather: it commits to its
+    true packet, sends its peers another (its codes nudged by one step, its own copy kept true),
+    so that every honest member would average a wrong mean while its own stays the ledger's.
+    Each peer holds the packet to the signed commitment: the liar is named and the round
+    re-forms without it."""
+
+    name = "reducer_lie"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.true: Packet | None = None
+
+    def local_work(self, node: NodeRunner, r: int, rows: Tensor, local: LocalWork) -> LocalWork:
+        assert local.packet is not None
+        self.true = local.packet
+        payload = local.packet.payload.clone()
+        flat = payload.view(-1)
+        if payload.dtype == torch.int8:
+            flat[::2] = torch.where(flat[::2] > 0, flat[::2] - 1, flat[::2] + 1)
+        else:
+            flat[::2] *= 1.5
+        lie = dataclasses.replace(local.packet, payload=payload)
+        return dataclasses.replace(local, packet=lie)
+
+    def exchanged_packet(self, node: NodeRunner, r: int, packet: Packet) -> Packet:
+        return self.true if self.true is not None else packet
 
 
 class CopyExact(Cheat):
@@ -351,11 +385,13 @@ class Equivocation(Cheat):
 
     name = "equivocation"
 
-    def publish(self, node: NodeRunner, work: WorkRecord, members: Sequence[str]) -> Signed:
-        signed, code = post(node, work, members)
+    def publish(
+        self, node: NodeRunner, work: WorkRecord, members: Sequence[str], commits: Sequence[str]
+    ) -> Signed:
+        signed, code = post(node, work, members, commits)
         self.note(work.round, code)
         _, code = post(node, dataclasses.replace(work, result_checkpoint=bytes([0xE1]) * 32),
-                       members)  # fmt: skip
+                       members, commits)  # fmt: skip
         self.note(work.round, code)
         return signed
 
@@ -474,6 +510,9 @@ class Scheduled(Strategy):
         self._t0 = time.process_time()
         return self.at(r).rows(node, r, spec, rows)
 
+    def exchanged_packet(self, node: NodeRunner, r: int, packet: Packet) -> Packet:
+        return self.at(r).exchanged_packet(node, r, packet)
+
     def local_work(self, node: NodeRunner, r: int, rows: Tensor, local: LocalWork) -> LocalWork:
         out = self.at(r).local_work(node, r, rows, local)
         self.train_cpu_s += time.process_time() - self._t0
@@ -481,9 +520,11 @@ class Scheduled(Strategy):
             self.packets.append(local.packet)
         return out
 
-    def publish(self, node: NodeRunner, work: WorkRecord, members: Sequence[str]) -> Signed:
+    def publish(
+        self, node: NodeRunner, work: WorkRecord, members: Sequence[str], commits: Sequence[str]
+    ) -> Signed:
         s = self.at(work.round)
-        signed = s.publish(node, work, members)
+        signed = s.publish(node, work, members, commits)
         if s is HONEST:
             self.signed.append((signed, list(members)))
         return signed
@@ -498,7 +539,7 @@ ATTACKS: list[type[Cheat]] = [
     ZeroUpdate, GaussianNoise, TinyJunk, HugeScale, CopyExact, CopyNoise, PreviousMean,
     ResendOwn, StaleBase, InflatedTokens, FewerSteps, HalfStepsScaled, OtherData, RoundTakeover,
     JumpAhead, PhantomMember, CheckpointHijack, ZeroCheckpoint, ReplayAttestation, SybilShared,
-    Equivocation,
+    Equivocation, ReducerLie,
 ]  # fmt: skip
 NAMES = [c.name for c in ATTACKS]
 

@@ -152,6 +152,8 @@ class Attestation(AttestationBase, table=True):
     digest: str = Field(max_length=66, unique=True)
     signature: str = Field(max_length=132)
     members: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    commits: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    """The members' signed packet commitments the node averaged (JSON list of wire messages)."""
     received_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     payout: str | None = Field(default=None, max_length=42)  # ix_attestation_payout_id
     verified: bool | None = None

@@ -116,6 +116,10 @@ class DomainIn(BaseModel):
     verifyingContract: AddressStr  # noqa: N815
 
 
+CommitWire = Annotated[str, StringConstraints(max_length=2048)]
+"""One signed COMMIT in wire form (about 600 bytes)."""
+
+
 class AttestationIn(BaseModel):
     """POST /v1/attestations body."""
 
@@ -124,6 +128,9 @@ class AttestationIn(BaseModel):
     attestation: AttestationFields
     signature: SignatureHex
     round_members: list[AddressStr] | None = Field(default=None, max_length=10_000)
+    input_commits: list[CommitWire] | None = Field(default=None, max_length=10_000)
+    """The members' signed ``COMMIT`` messages (protocol.coordination wire form) of the packets
+    this node averaged: evidence against a member that attests another packet."""
     domain: DomainIn | None = None
 
 

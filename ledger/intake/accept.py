@@ -67,7 +67,9 @@ _ROUND = RoundState.__table__  # type: ignore[attr-defined]
 _INT63 = 1 << 63
 # the columns an accepted attestation fills: its signed fields (ATTESTATION_SPEC's order), then
 # what the intake adds; each declared in json_to_recordset as the table's PostgreSQL type
-_GROUP_COLUMNS = (*ATTESTATION_ATTRS, "digest", "signature", "members", "received_at")
+_GROUP_COLUMNS = (
+    *ATTESTATION_ATTRS, "digest", "signature", "members", "commits", "received_at"
+)  # fmt: skip
 
 
 def _pg_types(columns: tuple[str, ...]) -> dict[str, str]:
@@ -449,6 +451,7 @@ class Intake:
             digest=digest,
             signature="0x" + c.signature.hex(),
             members=json.dumps(list(c.members)) if c.members is not None else None,
+            commits=json.dumps(list(c.commits)) if c.commits else None,
             received_at=now,
         )
         return row

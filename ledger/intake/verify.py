@@ -62,6 +62,8 @@ class Checked:
     digest: bytes
     members: tuple[str, ...] | None
     run_hex: str
+    commits: tuple[str, ...] | None = None
+    """The members' signed packet commitments (wire form, checked when the round is judged)."""
     """The run id as 0x-hex, made once (intake's checks and rows use it several times)."""
 
 
@@ -102,6 +104,7 @@ class Form:
     signature: bytes
     digest: bytes
     members: tuple[str, ...] | None
+    commits: tuple[str, ...] | None = None
 
 
 def check_form(item: AttestationIn, domain: Eip712Domain) -> Form:
@@ -135,7 +138,9 @@ def check_form(item: AttestationIn, domain: Eip712Domain) -> Form:
         signature = check_signature(item.signature)
     except SignatureError as exc:
         raise reject("bad_signature", str(exc)) from None
-    return Form(attestation=att, signature=signature, digest=att.digest(domain), members=members)
+    commits = None if item.input_commits is None else tuple(item.input_commits)
+    return Form(attestation=att, signature=signature, digest=att.digest(domain), members=members,
+                commits=commits)  # fmt: skip
 
 
 def recover_signers(forms: list[Form]) -> list[bytes | SignatureError]:
@@ -169,6 +174,7 @@ def check_signer(form: Form, signer: bytes | SignatureError, domain: Eip712Domai
         digest=form.digest,
         members=form.members,
         run_hex="0x" + att.run_id.hex(),
+        commits=form.commits,
     )
 
 

@@ -23,6 +23,7 @@ from ledger.judge.tensors import Tensors, UsefulnessFn
 from reference.settings import TrainingSettings
 
 if TYPE_CHECKING:
+    from protocol.eip712 import Eip712Domain
     from reference.codec import Packet
 
 
@@ -53,6 +54,9 @@ class Entry:
     replayed: bool = False  # the replay audit matched
     reward: int = 0
     fraud: Fraud | None = None
+    excused: str | None = None
+    """Why the result check cannot hold this entry to the ledger's step (a member of its group
+    equivocated on its packet: :mod:`ledger.judge.commits`)."""
 
     def fail(self, check: str, reason: str) -> None:
         if self.check is None:
@@ -87,6 +91,7 @@ class Context:
     usefulness: UsefulnessFn | None
     start_of: Callable[[Attestation], datetime]  # when the node could start the round's work
     model: Tensors | None = None  # the base checkpoint's tensors (set by judge_round)
+    domain: Eip712Domain | None = None  # the chain's: members' signed commits are checked in it
 
 
 def can_audit(ctx: Context) -> bool:

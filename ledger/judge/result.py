@@ -9,6 +9,7 @@ the entry point also takes over the members' updates that are safe to apply.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from ledger.judge.entries import Context, Entry
@@ -53,7 +54,11 @@ def check_results(
     entries: list[Entry], ctx: Context, base: Tensors, momentum: Tensors | None
 ) -> tuple[list[str], OuterResult] | None:
     """The step over every member's well-formed pseudo-gradient (what the all-reduce averaged);
-    each attested resultCheckpoint must equal it (when at least one does: else none is judged)."""
+    each attested resultCheckpoint must equal it, when at least one matches and no strict
+    majority of the group's attestations agrees on another: a minority that matches never
+    condemns a majority that agrees on another result (security review F6: one member that lies
+    to its peers in the all-reduce holds the only matching result). An entry whose group had a
+    member equivocate on its packet (``excused``) is not held to it either."""
     group = declared_group(entries)
     members = sorted(
         (e for e in entries if e.tensors is not None and e.att.node in group),
@@ -62,18 +67,32 @@ def check_results(
     if not members:
         return None
     result = members_step(ctx, base, momentum, members)
-    if not any(e.att.result_checkpoint == result.checkpoint for e in entries):
+    in_group = [e for e in entries if e.att.node in group]
+    held = Counter(e.att.result_checkpoint for e in in_group)
+    other = [(n, h) for h, n in held.items() if h != result.checkpoint and 2 * n > len(in_group)]
+    if not held[result.checkpoint] or other:
+        why = "no attestation matches it"
+        if other:
+            why = f"{other[0][0]} of the group's {len(in_group)} attestations hold {other[0][1]}"
         for e in entries:
-            e.reason += f"; resultCheckpoint not confirmed (ledger computed {result.checkpoint})"
+            e.reason += (
+                f"; resultCheckpoint not confirmed (ledger computed {result.checkpoint}; {why})"
+            )
+            if e.excused is not None:
+                e.reason += f": {e.excused}"
         return [e.att.node for e in members], result
     for e in entries:
-        if e.att.result_checkpoint != result.checkpoint:
-            e.fail(
-                "result_mismatch",
-                f"resultCheckpoint {e.att.result_checkpoint} is not the "
-                f"ledger's outer step {result.checkpoint} over the "
-                f"{len(members)} members' pseudo-gradients",
-            )
+        if e.att.result_checkpoint == result.checkpoint:
+            continue
+        if e.excused is not None:
+            e.reason += f"; resultCheckpoint not held to the ledger's step: {e.excused}"
+            continue
+        e.fail(
+            "result_mismatch",
+            f"resultCheckpoint {e.att.result_checkpoint} is not the "
+            f"ledger's outer step {result.checkpoint} over the "
+            f"{len(members)} members' pseudo-gradients",
+        )
     return [e.att.node for e in members], result
 
 

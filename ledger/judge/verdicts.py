@@ -3,7 +3,8 @@ outer step, and the replay audit of a sample plus every suspicious node. One ver
 attestation, each with the check that decided it and its evidence (the receipt's reason).
 
 Order (cheap before expensive), each step in its own module: membership, zero result checkpoint,
-base checkpoint, work derived from the governed settings (:mod:`.claims`); blob uploaded, tensors
+base checkpoint, work derived from the governed settings (:mod:`.claims`); a member's signed
+packet commitment that contradicts its attestation (:mod:`.commits`); blob uploaded, tensors
 match the model and are finite and non-zero (:mod:`.pseudo_gradients`); magnitude within
 [floor, ceiling] x the round's median norm, not a copy (this round, the previous K rounds, the
 previous round's mean, the node's own earlier updates) (:mod:`.comparisons`); usefulness on the
@@ -25,6 +26,7 @@ from sqlmodel import Session
 from ledger.core.models import Attestation, RoundState
 from ledger.judge.audits import replay_audits
 from ledger.judge.claims import check_claims, check_equivocation
+from ledger.judge.commits import check_commits
 from ledger.judge.comparisons import check_alignment, check_copies, check_magnitude
 from ledger.judge.entries import Context, Entry, Judgement
 from ledger.judge.fraud import record_frauds
@@ -45,6 +47,7 @@ def judge_round(
     ctx.model = base_tensors
     check_claims(entries, ctx)
     check_equivocation(entries, session, rnd)
+    check_commits(entries, ctx.domain)
     load_pseudo_gradients(entries, ctx, base_tensors)
     check_magnitude(entries, ctx, session, rnd)
     check_copies(entries, ctx, session, rnd)

@@ -263,6 +263,7 @@ class RoundKeeper:
                 settings=self.settings, blobs=self.blobs, config=share, base=base, last_round=last,
                 members=members, usefulness=self.usefulness,
                 start_of=lambda a: self._start_of(session, a, run),
+                domain=self.indexer.chain.domain,
             )  # fmt: skip
             judged = judge_round(session, rnd, atts, ctx)
             self.audit_cpu_s += judged.audit_cpu_s

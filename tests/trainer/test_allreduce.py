@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import math
 import time
 
 import pytest
@@ -155,12 +154,10 @@ def test_every_rank_gets_the_same_bits_as_the_simulation(
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_bytes_sent_is_two_phases_of_encoded_chunks(
+def test_bytes_sent_is_the_packet_once_to_each_peer(
     four_ranks: list[dict[str, object]], fmt: str
 ) -> None:
-    unit = 256 if fmt == "int8" else 1
-    per_chunk_values = math.ceil(math.ceil(N / unit) / WORLD) * unit
-    expected = 2 * (WORLD - 1) * wire_bytes(per_chunk_values, fmt)
+    expected = (WORLD - 1) * wire_bytes(N, fmt)
     assert [r[fmt][1] for r in four_ranks] == [expected] * WORLD  # type: ignore[index]
     if fmt == "int8":
         fp32_sent = four_ranks[0]["fp32"][1]  # type: ignore[index]
@@ -179,7 +176,7 @@ def test_the_pipelined_pieces_give_the_bits_of_the_collectives_and_the_replay(
     for p in paths:
         assert p["pieces"][0] == p["collectives"][0] == _digest(replay)  # type: ignore[index]
         assert p["pieces"][1] == p["collectives"][1]  # type: ignore[index]
-        assert p["pieces"][2] == ["all_gather", "reduce_scatter", "weights"]  # type: ignore[index]
+        assert p["pieces"][2] == ["check", "exchange", "weights"]  # type: ignore[index]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -191,7 +188,7 @@ def test_the_heartbeat_watched_all_reduce_takes_the_pipelined_path(
     poll; the watched exchange is the pipelined one, with the same bits and bytes."""
     for p in (r[f"paths_{fmt}"] for r in four_ranks):
         assert p["watched"][:2] == p["pieces"][:2]  # type: ignore[index]
-        assert p["watched"][2] == ["all_gather", "reduce_scatter", "weights"]  # type: ignore[index]
+        assert p["watched"][2] == ["check", "exchange", "weights"]  # type: ignore[index]
 
 
 def test_a_flat_packet_of_many_parameters_averages_to_identical_views(
@@ -241,7 +238,7 @@ def test_the_outer_step_piece_by_piece_as_the_mean_lands_gives_the_whole_steps_b
     for p in (r[f"paths_{fmt}"] for r in four_ranks):
         same_base, same_momentum, pieces, tiled = p["on_piece"]  # type: ignore[index]
         assert same_base and same_momentum and tiled
-        assert pieces > WORLD  # more than one range per chunk
+        assert pieces > WORLD  # many ranges, handed over as they land
 
 
 def test_a_stalled_peer_ends_the_watched_pipelined_all_reduce_at_the_heartbeat() -> None:

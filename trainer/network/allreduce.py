@@ -1,28 +1,33 @@
-"""Quantized all-reduce of a pseudo-gradient: every rank ends with the same, bit for bit, mean.
+"""Quantized all-reduce of a pseudo-gradient that trusts nobody's arithmetic: every rank
+receives every peer's whole packet, checks it against what that peer committed to, and computes
+the mean itself; every rank ends with the same, bit for bit, mean.
 
-Algorithm (all formats): reduce-scatter by owner, then all-gather.
+Algorithm (all formats):
 
-1. The packet is cut into `world` equal chunks of whole int8 blocks. `all_to_all_single` sends
-   chunk r of every rank to rank r, still encoded (int8 codes + fp32 scales, or bf16, or fp32).
-2. Rank r decodes the `world` copies of its chunk and sums them in fp32 in rank order 0, 1, ...,
-   divides by `world`, and re-encodes the mean chunk in the same wire format (fresh block scales).
-3. `all_gather` hands every rank every mean chunk; each rank decodes the same bytes, so all ranks
-   hold identical averages.
+1. Every rank sends its encoded packet (int8 codes + fp32 scales, or bf16, or fp32) to every
+   peer, in block-aligned pieces, point to point (gloo) or as two ``all_gather`` (NCCL).
+2. ``check(src, packet, weight)`` (the node passes one that compares the packet's commitment
+   hash and the weight with those ``src`` signed before the exchange, trainer.round.commits)
+   runs on every peer's packet before any value of the mean leaves :func:`average`; a packet
+   that fails it raises, naming the peer, and nothing of it is used.
+3. Every rank sums the decoded packets in fp32 in rank order (token-weighted, each product and
+   sum its own kernel, no fused multiply-add), divides, and re-encodes the mean in the wire format
+   (fresh block scales) and decodes it: the bits of :func:`reference.mean.simulate_average`,
+   which is what the ledger recomputes from the members' committed packets.
 
-Why not the alternatives: summing int8 codes overflows (int8) or needs 4-byte int32 lanes on the
-wire, which loses the whole saving; gathering every rank's full int8 packet costs (world-1) * N
-bytes per rank, which beats a 2 (world-1)/world * 4N fp32 ring all-reduce by only 8/world (2x at 4
-ranks). Reduce-scatter + all-gather in int8 costs 2 (world-1)/world * N (1 + 4/block) bytes, 3.94x
-less than fp32 at block 256, for one extra quantization of the (smaller) mean.
+Why not a reduce-scatter (rank r reduces chunk r for everybody, then all-gathers the means, 2
+(world-1)/world packets per rank on the wire): nobody can check a mean piece, so one rank that
+sends its peers a wrong mean and keeps the true one for itself moves every honest member off the
+ledger's result while its own matches it (security review F6). The all-gather costs (world-1)
+packets per rank, the same at 2 ranks and world/2 times more above, for a mean every rank computed
+from checked inputs. A compressed wire format shrinks the packet, not the trust.
 
 Weighted mean (heterogeneous nodes): with ``weight=`` (this rank's tokens of the round) the ranks
-first all-gather their weights (8 bytes each), and step 2 sums ``decode(chunk_src) * w_src`` in
-rank order and divides by ``sum(w)``, so a node that ran fewer inner steps counts for less, as the
-ledger pays by tokens. Each product and sum is its own fp32 kernel (no fused multiply-add), so the
-mean stays bit-identical on every rank and machine.
+first all-gather their weights (8 bytes each), so a node that ran fewer inner steps counts for
+less, as the ledger pays by tokens.
 
-`bytes_sent` counts what this rank puts on the wire: (world-1) encoded chunks in each phase
-(pairwise all-to-all, ring all-gather); transport headers are not counted.
+`bytes_sent` counts what this rank puts on the wire: its packet once to each peer, plus the
+weights; transport headers are not counted.
 """
 
 from __future__ import annotations
@@ -40,13 +45,17 @@ import torch.distributed as dist
 from protocol.errors import CollectiveError, TrainerError
 from reference.codec import Packet, WireFormat, decode_into, quantize
 from reference.codec.formats import DEFAULT_BLOCK_SIZE
-from reference.mean import chunk_packet, chunking, decode_gathered, reduce_chunk, unit_of, zero_pad
+from reference.mean import chunk_packet, reduce_chunk, unit_of, zero_pad
 from trainer.network.coordination.heartbeat import is_watching, wait_work
 
 log = logging.getLogger(__name__)
 
 PIECE_BYTES = 1 << 19
 """Bytes of payload per point-to-point piece of the pipelined exchange (512 KiB)."""
+
+Check = Callable[[int, Packet, int | None], None]
+"""``check(src, packet, weight)``: raise (ForgedPacketError) if rank ``src``'s packet (or its
+all-reduce weight, None when unweighted) is not the one it committed to."""
 
 
 def _as_timedelta(timeout: float | timedelta) -> timedelta:
@@ -97,6 +106,7 @@ def average(
     timings: dict[str, float] | None = None,
     pipelined: bool | None = None,
     on_piece: Callable[[int, int, torch.Tensor], None] | None = None,
+    check: Check | None = None,
 ) -> tuple[torch.Tensor, int]:
     """Mean over the ranks of `group` of `x` (a fp32 tensor, encoded in `fmt`, or a Packet).
 
@@ -109,7 +119,9 @@ def average(
     when given, is called once for every range of the flat mean as soon as its final values are
     decoded (the pipelined exchange: piece by piece, while later pieces are still on the wire;
     otherwise once, for the whole vector), so elementwise work on the mean (the outer step)
-    overlaps the wire; the ranges cover ``[0, numel)`` exactly once.
+    overlaps the wire; the ranges cover ``[0, numel)`` exactly once. With ``check`` every peer's
+    packet is checked before any value of the mean is handed over (then ``on_piece`` is called
+    once, after the checks).
     """
     if not dist.is_available() or not dist.is_initialized():
         raise TrainerError("torch.distributed is not initialized: call init_process_group first")
@@ -132,15 +144,15 @@ def average(
     if pipelined is None:  # on gloo, watched or not (the watch polls a waiter thread, _Waited)
         pipelined = dist.get_backend(group) == "gloo"
     if pipelined:
-        mean, mine_nbytes = _pipelined(packet, group, wait_for=wait_for, weights=weights,
-                                       world=world, rank=rank, clock=clock,
-                                       on_piece=on_piece)  # fmt: skip
+        mean, nbytes = _pipelined(packet, group, wait_for=wait_for, weights=weights,
+                                  world=world, rank=rank, clock=clock, check=check,
+                                  on_piece=on_piece)  # fmt: skip
     else:
-        mean, mine_nbytes = _collectives(packet, group, wait_for=wait_for, weights=weights,
-                                         world=world, rank=rank, clock=clock)  # fmt: skip
+        mean, nbytes = _collectives(packet, group, wait_for=wait_for, weights=weights,
+                                    world=world, rank=rank, clock=clock, check=check)  # fmt: skip
         if on_piece is not None:
             on_piece(0, packet.numel, mean.view(-1))
-    bytes_sent = 2 * (world - 1) * mine_nbytes + (8 * (world - 1) if weights else 0)
+    bytes_sent = (world - 1) * nbytes + (8 * (world - 1) if weights else 0)
     log.debug(
         "rank %d averaged %d values as %s: %d bytes sent",
         rank,
@@ -193,64 +205,92 @@ def _collectives(
     world: int,
     rank: int,
     clock: _Clock,
+    check: Check | None,
 ) -> tuple[torch.Tensor, int]:
-    """Reduce-scatter by all-to-all, reduce, all-gather: three collectives in a row (NCCL)."""
-    k, chunk = chunking(packet, world)
+    """All-gather every rank's whole packet in two collectives (payload, scales: NCCL), check
+    them, then reduce every chunk here."""
     device = packet.device
-    # 1. reduce-scatter: chunk r of every rank goes to rank r, still encoded
-    send = zero_pad(packet.payload, world * chunk)
-    recv = torch.empty_like(send)
-    _collective(
-        "all_to_all",
-        wait_for,
-        partial(dist.all_to_all_single, recv, send, group=group, async_op=True),
-    )
-    recv_scales = None
-    if packet.scales is not None:
-        send_scales = zero_pad(packet.scales, world * k)
-        recv_scales = torch.empty_like(send_scales)
-        _collective(
-            "all_to_all (scales)",
-            wait_for,
-            partial(dist.all_to_all_single, recv_scales, send_scales, group=group, async_op=True),
-        )
-    clock.mark("all_to_all")
-    # 2. this rank's chunk: fp32 sum in rank order, mean, re-encoded
-    parts = [
-        chunk_packet(
-            packet,
-            recv[src * chunk : (src + 1) * chunk],
-            None if recv_scales is None else recv_scales[src * k : (src + 1) * k],
-        )
-        for src in range(world)
-    ]
-    mine = reduce_chunk(packet, parts, weights)
-    clock.mark("reduce")
-    # 3. all-gather the mean chunks; every rank decodes the same bytes
-    gathered = torch.empty(world * chunk, dtype=mine.payload.dtype, device=device)
+    payload = packet.payload.contiguous()
+    gathered = torch.empty(world * payload.numel(), dtype=payload.dtype, device=device)
     _collective(
         "all_gather",
         wait_for,
-        partial(dist.all_gather_into_tensor, gathered, mine.payload, group=group, async_op=True),
+        partial(dist.all_gather_into_tensor, gathered, payload, group=group, async_op=True),
     )
-    gathered_scales = None
-    if mine.scales is not None:
-        gathered_scales = torch.empty(world * k, dtype=torch.float32, device=device)
+    gathered_s = None
+    if packet.scales is not None:
+        scales = packet.scales.contiguous()
+        gathered_s = torch.empty(world * scales.numel(), dtype=torch.float32, device=device)
         _collective(
             "all_gather (scales)",
             wait_for,
-            partial(
-                dist.all_gather_into_tensor,
-                gathered_scales,
-                mine.scales,
-                group=group,
-                async_op=True,
-            ),
+            partial(dist.all_gather_into_tensor, gathered_s, scales, group=group, async_op=True),
         )
-    clock.mark("all_gather")
-    mean = decode_gathered(packet, gathered, gathered_scales, world * chunk)
-    clock.mark("decode")
-    return mean, mine.nbytes
+    clock.mark("exchange")
+    packets = [_packet_from(packet, gathered, gathered_s, src) for src in range(world)]
+    _check_all(packets, weights, rank, check)
+    clock.mark("check")
+    out = torch.empty(_units(packet) * unit_of(packet), dtype=torch.float32, device=device)
+    _reduce_range(packet, packets, weights, out, (0, _units(packet)))
+    clock.mark("reduce")
+    return out[: packet.numel].view(packet.shape), _nbytes(packet)
+
+
+def _units(packet: Packet) -> int:
+    """Units of the packet (int8 blocks, else values): the exchange's block-aligned grid."""
+    return -(-packet.numel // unit_of(packet))
+
+
+def _nbytes(packet: Packet) -> int:
+    scales = 0 if packet.scales is None else packet.scales.numel() * 4
+    return packet.payload.numel() * packet.payload.element_size() + scales
+
+
+def _packet_from(
+    like: Packet, payload: torch.Tensor, scales: torch.Tensor | None, src: int
+) -> Packet:
+    """Rank ``src``'s packet out of the gathered buffers (every packet has ``like``'s layout)."""
+    n, m = like.payload.numel(), 0 if like.scales is None else like.scales.numel()
+    own_scales = None if scales is None else scales[src * m : (src + 1) * m]
+    return Packet(like.fmt, like.shape, payload[src * n : (src + 1) * n], own_scales,
+                  like.block_size)  # fmt: skip
+
+
+def _check_all(
+    packets: list[Packet], weights: list[int] | None, rank: int, check: Check | None
+) -> None:
+    """Every peer's packet and weight against what it committed to, before the mean is used."""
+    if check is None:
+        return
+    for src, p in enumerate(packets):
+        if src != rank:
+            check(src, p, None if weights is None else weights[src])
+
+
+def _reduce_range(
+    like: Packet,
+    packets: list[Packet],
+    weights: list[int] | None,
+    out: torch.Tensor,
+    units: tuple[int, int],
+) -> None:
+    """The mean of units [a, b) of every packet, re-encoded and decoded into ``out``: the bits of
+    :func:`reference.mean.simulate_average` (the re-encoding is block-local)."""
+    a, b = units
+    unit = unit_of(like)
+    end = min(b * unit, like.numel)
+    if a * unit >= end:
+        return
+    parts = [
+        chunk_packet(
+            like,
+            zero_pad(p.payload[a * unit : b * unit], (b - a) * unit),
+            None if p.scales is None else p.scales[a:b],
+        )
+        for p in packets
+    ]
+    mean = reduce_chunk(like, parts, weights)
+    decode_into(out[a * unit : b * unit], mean)
 
 
 def _same(work: dist.Work) -> dist.Work:
@@ -299,7 +339,7 @@ class _Waited:
 
 
 def _pieces(packet: Packet, k: int) -> list[tuple[int, int]]:
-    """Block-aligned [start, end) unit ranges of one chunk of ``k`` units, ~PIECE_BYTES each."""
+    """Block-aligned [start, end) unit ranges of ``k`` units, ~PIECE_BYTES of payload each."""
     unit_bytes = unit_of(packet) * packet.payload.element_size()
     step = max(1, PIECE_BYTES // unit_bytes)
     return [(a, min(a + step, k)) for a in range(0, k, step)]
@@ -314,28 +354,25 @@ def _pipelined(
     world: int,
     rank: int,
     clock: _Clock,
+    check: Check | None,
     on_piece: Callable[[int, int, torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, int]:
-    """The same reduce-scatter + all-gather, point to point in pieces of ~PIECE_BYTES: every
-    receive and send is posted at once, each piece of this rank's chunk is reduced as soon as
-    every rank's copy of it has arrived and its mean is sent at once, and each mean piece is
-    decoded as it lands. The link stays busy while the CPU works (gloo's collectives would run
-    the three phases one after another), and the bits are those of :func:`_collectives`."""
-    k, chunk = chunking(packet, world)
+    """The same all-gather, point to point in pieces of ~PIECE_BYTES: every receive and send is
+    posted at once and each piece of the mean is reduced as soon as every rank's copy of it has
+    landed, so the link stays busy while the CPU works; same bits as :func:`_collectives`.
+    Without ``check`` each piece of the mean goes to ``on_piece`` as soon as it is final; with it,
+    only once every peer's whole packet has passed its check."""
+    units = _units(packet)
     unit = unit_of(packet)
     device = packet.device
-    payload = zero_pad(packet.payload, world * chunk)
-    scales = None if packet.scales is None else zero_pad(packet.scales, world * k)
+    payload, scales = packet.payload.contiguous(), packet.scales
     peers = [p for p in range(world) if p != rank]
     peer_rank = {p: p if group is None else dist.get_global_rank(group, p) for p in peers}
-    pieces = _pieces(packet, k)
-    n = len(pieces)
+    pieces = _pieces(packet, units)
+    n_values = payload.numel()
 
-    def values(c: int, a: int, b: int) -> slice:  # piece [a, b) of chunk c, in values
-        return slice(c * chunk + a * unit, c * chunk + b * unit)
-
-    def blocks(c: int, a: int, b: int) -> slice:  # the same piece's scales
-        return slice(c * k + a, c * k + b)
+    def values(a: int, b: int) -> slice:  # piece [a, b) of a packet's payload
+        return slice(a * unit, min(b * unit, n_values))
 
     def post(op: Callable[..., dist.Work | None], t: torch.Tensor, p: int, tag: int) -> dist.Work:
         work = op(t, peer_rank[p], group=group, tag=tag)
@@ -344,11 +381,6 @@ def _pipelined(
         return work
 
     watched = is_watching()  # the heartbeat watch polls: wait in a thread it can poll
-
-    def landed(sl: slice) -> None:  # these values of the mean are final: hand them over
-        a, b = sl.start, min(sl.stop, packet.numel)
-        if on_piece is not None and a < b:
-            on_piece(a, b, out[a:b])
 
     def wait(phase: str, works: list[dist.Work]) -> None:
         if watched:
@@ -359,69 +391,41 @@ def _pipelined(
 
     posted: list[list[list[dist.Work]]] = []  # every work posted, kept if the exchange fails
     try:
-        # phase 1 receives: every peer's copy of this rank's chunk, piece by piece
-        recv = {p: torch.empty(chunk, dtype=payload.dtype, device=device) for p in peers}
-        recv_s = {p: torch.empty(k, dtype=torch.float32, device=device) for p in peers}
-        got: list[list[dist.Work]] = [[] for _ in range(n)]
+        gathered = torch.empty(world * n_values, dtype=payload.dtype, device=device)
+        gathered[rank * n_values : (rank + 1) * n_values] = payload
+        gathered_s = None
+        if scales is not None:
+            gathered_s = torch.empty(world * scales.numel(), dtype=torch.float32, device=device)
+            gathered_s[rank * scales.numel() : (rank + 1) * scales.numel()] = scales
+        packets = [_packet_from(packet, gathered, gathered_s, src) for src in range(world)]
+        got: list[list[dist.Work]] = [[] for _ in pieces]
         posted.append(got)
-        # phase 2 receives: every peer's mean chunk, into the gathered buffers
-        gathered = torch.empty(world * chunk, dtype=payload.dtype, device=device)
-        gathered_s = torch.empty(world * k, dtype=torch.float32, device=device)
-        means: list[list[dist.Work]] = [[] for _ in range(n)]
-        posted.append(means)
-        for j, (a, b) in enumerate(pieces):
-            for p in peers:
-                got[j].append(post(dist.irecv, recv[p][a * unit : b * unit], p, 4 * j))
-                means[j].append(post(dist.irecv, gathered[values(p, a, b)], p, 4 * j + 2))
-                if scales is not None:
-                    got[j].append(post(dist.irecv, recv_s[p][a:b], p, 4 * j + 1))
-                    means[j].append(post(dist.irecv, gathered_s[blocks(p, a, b)], p, 4 * j + 3))
         sends: list[dist.Work] = []
         posted.append([sends])
-        for j, (a, b) in enumerate(pieces):  # phase 1 sends: chunk p of this rank goes to p
+        for j, (a, b) in enumerate(pieces):
             for p in peers:
-                sends.append(post(dist.isend, payload[values(p, a, b)], p, 4 * j))
+                got[j].append(post(dist.irecv, packets[p].payload[values(a, b)], p, 2 * j))
+                peer_scales = packets[p].scales
+                if peer_scales is not None:
+                    got[j].append(post(dist.irecv, peer_scales[a:b], p, 2 * j + 1))
+        for j, (a, b) in enumerate(pieces):
+            for p in peers:
+                sends.append(post(dist.isend, payload[values(a, b)], p, 2 * j))
                 if scales is not None:
-                    sends.append(post(dist.isend, scales[blocks(p, a, b)], p, 4 * j + 1))
-        out = torch.empty(world * chunk, dtype=torch.float32, device=device)
-        mine_nbytes = 0
+                    sends.append(post(dist.isend, scales[a:b], p, 2 * j + 1))
+        out = torch.empty(units * unit, dtype=torch.float32, device=device)
         for j, (a, b) in enumerate(pieces):
-            wait("reduce-scatter", got[j])
-            parts = []
-            for src in range(world):
-                if src == rank:
-                    own_s = None if scales is None else scales[blocks(rank, a, b)]
-                    parts.append(chunk_packet(packet, payload[values(rank, a, b)], own_s))
-                else:
-                    src_s = None if scales is None else recv_s[src][a:b]
-                    parts.append(chunk_packet(packet, recv[src][a * unit : b * unit], src_s))
-            mean = reduce_chunk(packet, parts, weights)
-            mine_nbytes += mean.nbytes
-            gathered[values(rank, a, b)] = mean.payload
-            if mean.scales is not None:
-                gathered_s[blocks(rank, a, b)] = mean.scales
-            for p in peers:  # phase 2 sends: this piece of the mean to every peer
-                sends.append(post(dist.isend, gathered[values(rank, a, b)], p, 4 * j + 2))
-                if mean.scales is not None:
-                    sends.append(post(dist.isend, gathered_s[blocks(rank, a, b)], p, 4 * j + 3))
-            decode_into(out[values(rank, a, b)], mean)
-            landed(values(rank, a, b))
-        clock.mark("reduce_scatter")
-        for j, (a, b) in enumerate(pieces):
-            wait("all-gather", means[j])
-            for p in peers:
-                sl = values(p, a, b)
-                decode_into(
-                    out[sl],
-                    chunk_packet(
-                        packet,
-                        gathered[sl],
-                        None if scales is None else gathered_s[blocks(p, a, b)],
-                    ),
-                )
-                landed(sl)
+            wait("exchange", got[j])
+            _reduce_range(packet, packets, weights, out, (a, b))
+            end = min(b * unit, packet.numel)
+            if check is None and on_piece is not None and a * unit < end:
+                on_piece(a * unit, end, out[a * unit : end])
         wait("sends", sends)
-        clock.mark("all_gather")
+        clock.mark("exchange")
+        _check_all(packets, weights, rank, check)
+        clock.mark("check")
+        if check is not None and on_piece is not None:
+            on_piece(0, packet.numel, out[: packet.numel])
     except RuntimeError as exc:  # a peer failed mid-piece (gloo raises from isend/irecv too)
         _DROPPED[:] = [*_DROPPED[-(_KEEP_DROPPED - 1) :], posted]  # see _DROPPED
         if isinstance(exc, CollectiveError):
@@ -430,4 +434,4 @@ def _pipelined(
             f"all-reduce failed ({exc}); a peer is gone or stalled: drop it from the round and "
             "re-form the group"
         ) from exc
-    return out[: packet.numel].view(packet.shape), mine_nbytes
+    return out[: packet.numel].view(packet.shape), _nbytes(packet)

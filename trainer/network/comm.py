@@ -10,6 +10,7 @@ Every collective failure becomes :class:`protocol.errors.CollectiveError`; nothi
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Protocol
 
@@ -20,6 +21,10 @@ from torch import Tensor
 from protocol.errors import CollectiveError, ColocoError, ConfigError
 from reference.codec import Packet
 from reference.settings import WireFormat
+
+Check = Callable[[int, Packet, int | None], None]
+"""A peer's packet check (trainer.round.commits.PacketCheck): raises if rank ``src``'s packet or
+weight is not the one it committed to."""
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +52,9 @@ def packet_bytes(numel: int, fmt: str) -> int:
 def wire_bytes(numel: int, fmt: str, world_size: int) -> int:
     """Bytes one rank sends to average ``numel`` values over ``world_size`` ranks.
 
-    A ring reduce-scatter + all-gather moves ``2 (K-1)/K`` encoded vectors per rank.
+    A ring all-reduce (reduce-scatter + all-gather: synchronous data-parallel training, and the
+    fp32 fallback below) moves ``2 (K-1)/K`` encoded vectors per rank; the checked all-gather of
+    :mod:`trainer.network.allreduce` moves ``K-1`` (it reports its own bytes).
     """
     if world_size <= 1:
         return 0
@@ -70,7 +77,11 @@ class Averager(Protocol):
     world_size: int
 
     def average(
-        self, flat: Tensor | Packet, fmt: str, weight: int | None = None
+        self,
+        flat: Tensor | Packet,
+        fmt: str,
+        weight: int | None = None,
+        check: Check | None = None,
     ) -> tuple[Tensor, int]: ...
 
 
@@ -80,7 +91,11 @@ class SoloAverager:
     world_size = 1
 
     def average(
-        self, flat: Tensor | Packet, fmt: str, weight: int | None = None
+        self,
+        flat: Tensor | Packet,
+        fmt: str,
+        weight: int | None = None,
+        check: Check | None = None,
     ) -> tuple[Tensor, int]:
         if isinstance(flat, Packet):
             from reference.codec import decode
@@ -106,10 +121,15 @@ class GroupAverager:
         self.world_size = dist.get_world_size(group)
 
     def average(
-        self, flat: Tensor | Packet, fmt: str, weight: int | None = None
+        self,
+        flat: Tensor | Packet,
+        fmt: str,
+        weight: int | None = None,
+        check: Check | None = None,
     ) -> tuple[Tensor, int]:
         """``flat`` as fp32 values or as the packet already encoded (the fused kernel's);
-        ``weight``: this node's tokens, for a token-weighted mean."""
+        ``weight``: this node's tokens, for a token-weighted mean; ``check``: every peer's packet
+        is checked against its commitment before the mean uses it."""
         check_format(fmt)
         try:
             from trainer.network import allreduce
@@ -125,11 +145,11 @@ class GroupAverager:
                     flat.block_size,
                 )
                 mean, sent = allreduce.average(packet, self.group, None, self.timeout,
-                                               weight=weight)  # fmt: skip
+                                               weight=weight, check=check)  # fmt: skip
                 return mean.cpu(), int(sent)
             if allreduce is not None and hasattr(allreduce, "average"):
                 mean, sent = allreduce.average(
-                    flat.to(self.device), self.group, fmt, self.timeout, weight=weight
+                    flat.to(self.device), self.group, fmt, self.timeout, weight=weight, check=check
                 )
                 return mean.cpu(), int(sent)
             if fmt != "fp32":

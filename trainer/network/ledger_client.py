@@ -117,6 +117,19 @@ class LedgerClient:
                 return None
             raise
 
+    def outer(self, run_id: bytes, round: int) -> dict[str, Any] | None:
+        """The weights (``checkpoint``) and outer momentum (``momentum``) blob hashes the ledger
+        committed for ``round``, or None when it has not judged that round yet."""
+        try:
+            resp = self._request(
+                "GET", f"/v1/runs/{_hex(run_id)}/outer/{round}", f"round {round}'s outer state"
+            )
+        except LedgerError as exc:
+            if exc.code == "not_found":
+                return None
+            raise
+        return dict(resp.json())
+
     def join_round(self, join: Any, signature: bytes) -> dict[str, Any]:
         """POST a signed RoundJoin: membership of a round, before it starts."""
         body = {"join": join.to_json(), "signature": "0x" + signature.hex()}
@@ -130,13 +143,17 @@ class LedgerClient:
         attestation: ComputeAttestation,
         signature: bytes,
         round_members: Sequence[str],
+        input_commits: Sequence[str] = (),
     ) -> int:
-        """POST a signed attestation; returns the ledger's id (the same id on a re-post)."""
-        body = {
+        """POST a signed attestation, with the members' signed packet commitments the node
+        checked (evidence); returns the ledger's id (the same id on a re-post)."""
+        body: dict[str, Any] = {
             "attestation": attestation.to_json(),
             "signature": "0x" + signature.hex(),
             "round_members": list(round_members),
         }
+        if input_commits:
+            body["input_commits"] = list(input_commits)
         resp = self._request(
             "POST",
             "/v1/attestations",

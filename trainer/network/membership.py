@@ -124,6 +124,8 @@ class Rendezvous:
         """(round, attempt, missing) of member lists this node opened at the rendezvous timeout."""
         self.last: Members | None = None
         self._outsiders: set[tuple[str, tuple[str, ...]]] = set()
+        self.forgers: dict[int, set[str]] = {}
+        """Per round, the members this node caught forging their all-reduce packet (exclude)."""
         self._joins: dict[tuple[int, int], dict[str, SignedMessage]] = {}
 
     @property
@@ -218,6 +220,8 @@ class Rendezvous:
         members = None if msg is None else self._members_of(msg, key)
         if members is not None and not self._admitted(members, key):
             members = None
+        if members is not None and self._lists_forger(members, key):
+            members = None
         if msg is not None and members is not None and (self.last is None
                                                         or round >= self.last.round):  # fmt: skip
             # re-posted at a successor host if this one dies (the new store starts empty); the
@@ -246,6 +250,21 @@ class Rendezvous:
             self.board.refuse("not_admitted", key, f"round-open of round {members.round} lists "
                               f"{list(outside)}, whose join the ledger did not accept")  # fmt: skip
         return False
+
+    def exclude(self, round: int, nodes: tuple[str, ...]) -> None:
+        """This node caught ``nodes`` feeding round ``round``'s all-reduce a packet other than the
+        one they signed (trainer.round.commits): it opens and accepts no attempt of the round
+        with them in it."""
+        self.forgers = {r: f for r, f in self.forgers.items() if r >= round - 1}
+        self.forgers.setdefault(round, set()).update(nodes)
+
+    def _lists_forger(self, members: Members, key: str) -> bool:
+        caught = self.forgers.get(members.round, set()) & set(members.addresses)
+        if caught and (key, tuple(sorted(caught))) not in self._outsiders:
+            self._outsiders.add((key, tuple(sorted(caught))))
+            why = f"round-open of round {members.round} lists {sorted(caught)}, caught forging"
+            self.board.refuse("forged_packet", key, why)
+        return bool(caught)
 
     def keep(self, key: str, value: bytes, family: str, round: int) -> None:
         """Re-post ``key`` at a successor host if this one dies (:meth:`KeptValues.keep`)."""
@@ -285,6 +304,8 @@ class Rendezvous:
                 return members
             waited = time.monotonic() - start
             joins = self.valid_joins(round, attempt)
+            caught = self.forgers.get(round, set())
+            joins = {a: j for a, j in joins.items() if a not in caught}
             if self.address not in joins and time.monotonic() - posted > _REPOST_S:
                 log.warning("round %d: this node's join is missing from the store; re-posting",
                             round)  # fmt: skip
@@ -307,8 +328,11 @@ class Rendezvous:
             elif ledger is not None and isinstance(expected, set):
                 expected = expected | ledger.members  # and those it took so far are coming
             expected = without_silent(self.liveness, self.address, expected, present, watched)
+            if caught and isinstance(expected, set):  # nor for a member caught forging
+                expected = expected - caught
             absent = set() if ledger is None else self._no_show(round, ledger.members - present,
                                                                 awaited_since)  # fmt: skip
+            absent |= caught
             complete = (
                 len(present) >= expected
                 and (ledger is None or ledger.members - absent <= present)

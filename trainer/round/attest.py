@@ -123,13 +123,16 @@ class Attester:
                 )
             return True
 
-    def publish(self, work: WorkRecord, round_members: Sequence[str]) -> Signed:
-        """Sign; submit (after any backlog). A ledger outage keeps the round in the backlog
-        (retried after the next round) instead of stopping the node; a refusal raises."""
+    def publish(
+        self, work: WorkRecord, round_members: Sequence[str], commits: Sequence[str] = ()
+    ) -> Signed:
+        """Sign; submit (after any backlog) with the members' signed packet commitments
+        (``commits``, wire form: trainer.round.commits). A ledger outage keeps the round in the
+        backlog (retried after the next round) instead of stopping the node; a refusal raises."""
         att = self.attestation(work)
         signature = self.key.sign_attestation(att, self.domain)
         item = _Pending(att, signature, encode_blob(work.pseudo_gradient),
-                        [str(Address(m)) for m in round_members])  # fmt: skip
+                        [str(Address(m)) for m in round_members], list(commits))  # fmt: skip
         if self.ledger is None:
             return Signed(att, signature, None)
         self.backlog.append(item)
@@ -154,7 +157,7 @@ class Attester:
             try:
                 self.ledger.put_blob(item.attestation.pseudo_gradient, item.blob)
                 ledger_id = self.ledger.submit_attestation(
-                    item.attestation, item.signature, item.members
+                    item.attestation, item.signature, item.members, item.commits
                 )
             except LedgerUnavailableError as exc:
                 log.warning("ledger unreachable, %d attestation(s) kept for later: %s",
@@ -179,3 +182,4 @@ class _Pending:
     signature: bytes
     blob: bytes
     members: list[str]
+    commits: list[str]

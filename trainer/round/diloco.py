@@ -27,7 +27,7 @@ from reference.codec import Packet, encode
 from reference.inner import InnerConfig, InnerResult, InnerTrainer, StepInfo
 from reference.model import GPT
 from reference.outer import OuterConfig, OuterState
-from trainer.network.comm import Averager
+from trainer.network.comm import Averager, Check
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +126,17 @@ class DiLoCo:
             param.copy_(views[name])
 
     def sync_pseudo_gradient(
-        self, local: LocalWork, averager: Averager, settings: RoundSettings
+        self,
+        local: LocalWork,
+        averager: Averager,
+        settings: RoundSettings,
+        check: Check | None = None,
     ) -> tuple[Tensor, int]:
-        """Token-weighted mean of the members' packets (the fused kernel's encoding)."""
+        """Token-weighted mean of the members' packets (the fused kernel's encoding), each peer's
+        packet held to its commitment by ``check`` (trainer.round.commits)."""
         vector = local.packet if local.packet is not None else local.pseudo_gradient
-        return averager.average(vector, settings.wire_format, weight=local.inner.tokens)
+        return averager.average(vector, settings.wire_format, weight=local.inner.tokens,
+                                check=check)  # fmt: skip
 
     def outer_step(self, avg: Tensor, settings: RoundSettings) -> None:
         self.state.step(avg, settings.outer)
@@ -139,10 +145,14 @@ class DiLoCo:
         self.state.load_into(self.model)
 
     def finish_round(
-        self, local: LocalWork, averager: Averager, settings: RoundSettings
+        self,
+        local: LocalWork,
+        averager: Averager,
+        settings: RoundSettings,
+        check: Check | None = None,
     ) -> RoundOutcome:
         """Average, outer step, reload. Raises CollectiveError with the state untouched."""
-        avg, sent = self.sync_pseudo_gradient(local, averager, settings)
+        avg, sent = self.sync_pseudo_gradient(local, averager, settings, check)
         self.outer_step(avg, settings)
         self.sync_inner_model()
         return RoundOutcome(local, self.base_hash(), sent, averager.world_size)

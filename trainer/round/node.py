@@ -25,7 +25,12 @@ from pathlib import Path
 import torch
 
 from protocol.eip712 import Eip712Domain, to_checksum_address
-from protocol.errors import CollectiveError, LedgerUnavailableError, TrainerError
+from protocol.errors import (
+    CollectiveError,
+    ForgedPacketError,
+    LedgerUnavailableError,
+    TrainerError,
+)
 from protocol.types import Address
 from reference.checkpoint import CheckpointDir, RoundCheckpoint
 from reference.data import Corpus, ShardSpec
@@ -41,6 +46,7 @@ from trainer.network.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manif
 from trainer.round import timebox
 from trainer.round.agreement import ConfigAgreement
 from trainer.round.attest import Attester, WorkRecord
+from trainer.round.commits import PacketCheck, post_commit
 from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.round.hold import hold_at_boundary
 from trainer.round.overlap import Overlap
@@ -145,10 +151,20 @@ class NodeRunner:
             self.rdv.ledger = LedgerMembers(attester.ledger, settings.run_id)
         self.stalled: list[tuple[int, tuple[str, ...]]] = []
         """(round, members) dropped from a collective because their heartbeat stopped."""
+        self.forged: list[tuple[int, tuple[str, ...]]] = []
+        """(round, members) dropped from a collective because their packet was not the one they
+        committed to."""
+        self.held: dict[int, bytes] = {}
+        """The weights hash this node held after each of its last rounds (resync compares)."""
+        self.resyncs: list[int] = []
+        """Rounds whose committed state this node adopted from the ledger (:meth:`resync`)."""
+        self.commits: dict[int, PacketCheck] = {}
+        """Per round in flight, the members' signed packet commitments this node checked."""
         self.agreement = ConfigAgreement(self.rdv, config_source,
                                          settings.membership.config_wait_s)  # fmt: skip
         self.disk = CheckpointDir(settings.checkpoint_dir) if settings.checkpoint_dir else None
         self.server = CheckpointServer(settings.serve_host, settings.serve_port)
+        self.rdv.checkpoints.serving = self.server.endpoint  # its joins announce it from round 1
         self.model = GPT(settings.model, seed=settings.seed).to(self.device)
         self.diloco: DiLoCo | None = None
         self.state_round = -1
@@ -167,6 +183,7 @@ class NodeRunner:
     def adopt(self, ckpt: RoundCheckpoint) -> None:
         self.diloco = DiLoCo(self.model, ckpt.to_state())
         self.state_round = ckpt.round
+        self.held[ckpt.round] = ckpt.weights_hash
         log.info("%s holds the state after round %d (0x%s..)", self.address, ckpt.round,
                  ckpt.weights_hash.hex()[:12])  # fmt: skip
 
@@ -230,8 +247,10 @@ class NodeRunner:
         for retry in range(self.s.max_collective_retries + 1):
             snapshot = (self.diloco.state.base.clone(), self.diloco.state.momentum.clone())
             try:
+                check = self.packet_check(group, local)
                 with self._watched(group):
-                    outcome = self.diloco.finish_round(local, group.averager, config.settings)
+                    outcome = self.diloco.finish_round(local, group.averager, config.settings,
+                                                       check)  # fmt: skip
                     if timeout is not None:
                         group.check_same(outcome.result_hash, timeout)
                 return outcome, group
@@ -249,12 +268,29 @@ class NodeRunner:
                 if isinstance(exc, StalledError):  # no need to wait for those: open without them
                     self.stalled.append((r, exc.stalled))
                     expect = set(group.members.addresses) - set(exc.stalled)
+                elif isinstance(exc, ForgedPacketError):  # nor with a member whose packet lied
+                    self.forged.append((r, exc.offenders))
+                    self.rdv.exclude(r, exc.offenders)
+                    expect = set(group.members.addresses) - set(exc.offenders)
                 members = self.rdv.join(r, attempt, window_s=0.0, timeout_s=window, expect=expect)
                 if self.address not in members.addresses:
                     raise LeftOut(r) from exc
                 group = self.form_group(members)
                 timeout = getattr(group.averager, "timeout", None)
         raise TrainerError("unreachable")
+
+    def packet_check(self, group: RoundGroup, local: LocalWork) -> PacketCheck | None:
+        """Post this node's signed commitment to its packet for the group's attempt; the check
+        that holds every peer's packet to that peer's (trainer.round.commits). The commits read
+        go to the ledger with the round's attestation."""
+        if group.world_size == 1 or local.packet is None:
+            return None
+        packet = self.strategy.exchanged_packet(self, group.members.round, local.packet)
+        mine = post_commit(self.rdv, group.members, packet, local.inner.tokens)
+        check = PacketCheck(self.rdv, group.members, self.s.membership.collective_timeout_s)
+        check.evidence[self.address] = mine
+        self.commits[group.members.round] = check
+        return check
 
     def _watched(self, group: RoundGroup) -> AbstractContextManager[None]:
         """While the collective runs, a peer whose heartbeat stops ends it (StalledError)."""
@@ -285,6 +321,7 @@ class NodeRunner:
         assert self.diloco is not None
         ckpt = RoundCheckpoint.of(self.diloco.state, r, self.s.run_id)
         self.state_round = r
+        self.held = {k: v for k, v in self.held.items() if k >= r - 2} | {r: ckpt.weights_hash}
         if self.disk is not None:
             self.disk.save(ckpt)
         # every member signs the hash it holds and serves the blob peer to peer (from memory, in
@@ -368,6 +405,7 @@ class NodeRunner:
             log.warning("round %d: sat out (config not agreed at the round's block)", r)
             return self._outside(r)
         landed = self.schedule.opened(members)
+        self.resync(r)
         if self.schedule.holds(self.state_round) != r - 1:
             # a joiner fetches while the members train; groups form after
             self.adopt(self.recovery.from_peer(self.rdv.checkpoints, r - 1))
@@ -380,6 +418,39 @@ class NodeRunner:
             self.schedule.restart()
             return landed or self.schedule.drain()
         return self.schedule.worked(RoundWork(r, config, spec, local), group) or landed
+
+    def resync(self, r: int) -> bool:
+        """Before round ``r``: adopt the ledger's committed state when this node's lineage left
+        it (the ledger left an update out, or a member equivocated on its packet and the ledger's
+        step is not the group's). The ledger may be a round behind (the join window), so the
+        newest round it judged among the last two this node held is compared; on a difference
+        the node trains round ``r`` from the ledger's state, the base the ledger will expect.
+        True when it resynced. Nothing in flight is touched (the delayed outer step resyncs once
+        its round has landed)."""
+        held = self.state_round
+        if self.diloco is None or held < 1 or self.schedule.holds(held) != held:
+            return False
+        for c in (held, held - 1):
+            mine = self.held.get(c)
+            if mine is None or c < 1:
+                continue
+            committed = self.recovery.ledger_outer(c)
+            if committed is None:
+                continue
+            if committed == mine:
+                return False
+            ckpt = self.recovery.resync(c)
+            if ckpt is None:
+                return False
+            log.warning("round %d: this node held 0x%s.. after round %d, the ledger committed "
+                        "0x%s..: training from the ledger's state", r, mine.hex()[:12], c,
+                        committed.hex()[:12])  # fmt: skip
+            self.adopt(ckpt)
+            self.state_round = r - 1  # the ledger's newest state is the base it expects
+            self.schedule.restart()
+            self.resyncs.append(c)
+            return True
+        return False
 
     def _outside(self, r: int, *, off_round: bool = False) -> RoundReport | None:
         """This node works no part of round ``r``: what is in flight lands first (in the last
@@ -404,7 +475,10 @@ class NodeRunner:
             tokens=local.inner.tokens,
             result_checkpoint=outcome.result_hash,
         )
-        signed = self.strategy.publish(self, work, group.members.addresses)
+        check = self.commits.pop(r, None)
+        self.commits = {k: v for k, v in self.commits.items() if k > r}
+        commits = check.wires() if check is not None else []
+        signed = self.strategy.publish(self, work, group.members.addresses, commits)
         return RoundReport(
             round=r, members=group.members.addresses, rank=group.rank,
             attempts=group.members.attempt + 1, config=config, shard_id=spec.id,

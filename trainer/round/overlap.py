@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -44,10 +45,11 @@ from torch import Tensor
 
 from protocol.errors import CollectiveError
 from trainer.network.group import DivergedError
-from trainer.round.diloco import RoundOutcome
+from trainer.round.diloco import LocalWork, RoundOutcome
 from trainer.round.schedule import LeftOut, RoundReport, RoundWork, Runner
 
 if TYPE_CHECKING:
+    from trainer.network.comm import Check
     from trainer.network.group import RoundGroup
     from trainer.network.members import Members
 
@@ -60,6 +62,8 @@ class InFlight:
 
     work: RoundWork
     group: RoundGroup
+    commit: Callable[[RoundGroup, LocalWork], Check | None]
+    """Posts this node's signed packet commitment; the check of every peer's (node.packet_check)."""
     thread: threading.Thread | None = None
     result: tuple[Tensor, int] | None = None
     error: Exception | None = None
@@ -77,11 +81,13 @@ class InFlight:
         local = self.work.local
         settings = self.work.config.settings
         vector = local.packet if local.packet is not None else local.pseudo_gradient
+        check = self.commit(self.group, local)
 
         def run() -> None:
             try:
                 tokens = local.inner.tokens
-                self.result = self.group.averager.average(vector, settings.wire_format, tokens)
+                self.result = self.group.averager.average(vector, settings.wire_format, tokens,
+                                                          check)  # fmt: skip
             except Exception as exc:  # reported where the round lands, in the main thread
                 self.error = exc
             finally:
@@ -144,7 +150,7 @@ class Overlap:
         diloco = self.node.diloco
         assert diloco is not None
         self.node.keep_group(group)  # kept: round r's all-reduce runs in it
-        self.inflight = InFlight(work, group)  # started at round r+1's start
+        self.inflight = InFlight(work, group, self.node.packet_check)  # started at r+1's start
         self._start = diloco.state.base - work.local.pseudo_gradient
         return landed
 

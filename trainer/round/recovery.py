@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from protocol.blobs import decode_blob, encode_blob
-from protocol.errors import CheckpointError
+from protocol.errors import CheckpointError, LedgerUnavailableError
 from protocol.types import Bytes32, RoundNumber, RunId
 from reference.checkpoint import MAX_CHECKPOINT_BYTES, CheckpointDir, RoundCheckpoint
 from reference.model import GPTConfig, genesis_state
@@ -233,6 +233,51 @@ class Recovery:
         log.warning(
             "recovered round %d weights from the ledger; outer momentum restarts at 0", round
         )
+        return self.verify(ckpt, "the ledger")
+
+    def ledger_outer(self, round: int) -> bytes | None:
+        """The weights hash the ledger committed for ``round`` (None: no ledger, or not judged)."""
+        if self.ledger is None:
+            return None
+        try:
+            outer = self.ledger.outer(self.run_id, round)
+        except LedgerUnavailableError:
+            return None
+        if outer is None or not outer.get("checkpoint"):
+            return None
+        return bytes.fromhex(str(outer["checkpoint"])[2:])
+
+    def resync(self, round: int) -> RoundCheckpoint | None:
+        """The ledger's committed state after ``round``: its weights and the outer momentum it
+        computed (both blobs, checked against their hashes and the chain's commitment), or None
+        when the ledger has not judged the round or lacks a blob."""
+        if self.ledger is None:
+            return None
+        try:
+            outer = self.ledger.outer(self.run_id, round)
+            if outer is None or not outer.get("checkpoint"):
+                return None
+            expected = bytes.fromhex(str(outer["checkpoint"])[2:])
+            data = self.ledger.get_blob(expected)
+            mom = outer.get("momentum")
+            mom_data = self.ledger.get_blob(bytes.fromhex(str(mom)[2:])) if mom else None
+        except LedgerUnavailableError as exc:
+            log.warning("round %d: ledger unreachable for a resync (%s)", round, exc.message)
+            return None
+        if data is None:
+            return None
+        weights = decode_blob(data, max_bytes=MAX_CHECKPOINT_BYTES)
+        momentum = (
+            decode_blob(mom_data, max_bytes=MAX_CHECKPOINT_BYTES)
+            if mom_data is not None
+            else {n: torch.zeros_like(t) for n, t in weights.items()}
+        )
+        ckpt = RoundCheckpoint(round, weights, momentum, self.run_id)
+        if ckpt.weights_hash != expected:
+            raise CheckpointError(
+                f"the ledger's round {round} weights hash to 0x{ckpt.weights_hash.hex()}, not the "
+                f"0x{expected.hex()} it committed: refusing them"
+            )
         return self.verify(ckpt, "the ledger")
 
     def initial(self, board: CheckpointBoard, disk: CheckpointDir | None) -> RoundCheckpoint:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from trainer.network.group import RoundGroup
     from trainer.network.members import Members
     from trainer.round.attest import Signed
+    from trainer.round.commits import PacketCheck
     from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
     from trainer.round.runconfig import RunConfig
 
@@ -91,6 +92,8 @@ class Runner(Protocol):
     ) -> tuple[RoundOutcome, RoundGroup]: ...
 
     def save_and_publish(self, r: int, group: RoundGroup) -> RoundCheckpoint: ...
+
+    def packet_check(self, group: RoundGroup, local: LocalWork) -> PacketCheck | None: ...
 
     def keep_group(self, group: RoundGroup) -> None: ...
 

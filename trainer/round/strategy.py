@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 if TYPE_CHECKING:
+    from reference.codec import Packet
     from reference.data import ShardSpec
     from trainer.round.attest import Signed, WorkRecord
     from trainer.round.diloco import LocalWork, RoundSettings
@@ -47,6 +48,13 @@ class Strategy:
         """The work the node feeds the all-reduce, commits to and attests (its own)."""
         return local
 
-    def publish(self, node: NodeRunner, work: WorkRecord, members: Sequence[str]) -> Signed:
-        """Sign and post the round's attestation (exactly one, of the work done)."""
-        return node.attester.publish(work, members)
+    def exchanged_packet(self, node: NodeRunner, r: int, packet: Packet) -> Packet:
+        """The packet the node commits to before the exchange (the one it attests)."""
+        return packet
+
+    def publish(
+        self, node: NodeRunner, work: WorkRecord, members: Sequence[str], commits: Sequence[str]
+    ) -> Signed:
+        """Sign and post the round's attestation (exactly one, of the work done), with the
+        members' signed packet commitments this node checked (evidence for the ledger)."""
+        return node.attester.publish(work, members, commits)
