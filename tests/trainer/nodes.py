@@ -62,6 +62,7 @@ class Plan:
     events: str | None = None  # `node run --events`: the trainer's round_done and held records
     time_box: bool = False  # NodeSettings.time_box (trainer.round.timebox)
     step_sleep_s: float = 0.0  # a slower machine: every inner step takes this much longer
+    forge_in_round: int | None = None  # commits to its packet, sends its peers another (F6)
 
 
 def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
@@ -146,6 +147,10 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         _join_late(runner, ledger, results, plan.key)
     if plan.serve_corrupt:
         _serve_corrupt(runner.server)
+    if plan.forge_in_round is not None:
+        from bench.redteam.cheats import ReducerLie, Scheduled
+
+        runner.strategy = Scheduled({plan.forge_in_round: ReducerLie()})
     records: list[dict[str, Any]] = []
 
     def events() -> None:
@@ -154,6 +159,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         results[f"stalled/{plan.key}"] = [(r, list(s)) for r, s in runner.stalled]
         results[f"timeouts/{plan.key}"] = [(r, a, list(m)) for r, a, m in runner.rdv.timeouts]
         results[f"no_shows/{plan.key}"] = list(runner.rdv.no_shows)
+        results[f"forged/{plan.key}"] = [(r, list(s)) for r, s in runner.forged]
 
     def on_step(r: int, info: Any) -> None:
         if plan.step_sleep_s:
@@ -268,6 +274,7 @@ def collect(procs: list[Any], results: Any, manager: Any, timeout: float = 240.0
     timeouts = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("timeouts/")}
     refused = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("refused/")}
     no_shows = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("no_shows/")}
+    forged = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("forged/")}
     return {"results": out, "exit_codes": codes, "refusals": refusals, "failovers": failovers,
             "stalled": stalled, "timeouts": timeouts, "refused_joins": refused,
-            "no_shows": no_shows}  # fmt: skip
+            "no_shows": no_shows, "forged": forged}  # fmt: skip

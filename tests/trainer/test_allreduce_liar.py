@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,12 +25,17 @@ import torch
 import torch.distributed as dist
 
 from protocol.errors import ForgedPacketError
+from protocol.keys import NodeKey
 from reference.codec import Packet, quantize
 from reference.commitment import commitment_hash
 from reference.mean import simulate_average
 from tests.harness.distributed import run_workers
+from tests.trainer.nodes import DEV_KEYS, RUN_ID, Plan, collect, start_nodes
 from trainer.network import allreduce
 from trainer.network.allreduce import average
+from trainer.network.coordination.registry import StaticRegistry
+from trainer.network.membership import MembershipConfig, Rendezvous
+from trainer.round.node import offline_domain
 
 pytestmark = pytest.mark.distributed
 
@@ -111,3 +117,58 @@ def test_a_member_lying_in_the_all_reduce_is_named_and_moves_no_honest_mean(
             "moved it (F6)"
         )
         assert kind == "refused" and value == [f"rank{LIAR}"], (rank, kind, value)
+
+
+def test_real_nodes_leave_a_forging_member_out_of_the_round_and_train_on(
+    corpus_dir: Path, store_port: int
+) -> None:
+    """Three real NodeRunner processes; in round 1 node 2 commits to its packet and sends its peers
+    another. Both honest nodes name it (``forged``), refuse every member list of the round that
+    lists it (``forged_packet``; the liar rejoins the next attempt on its own, and the ledger-less
+    rendezvous would otherwise take it back every time) and finish rounds 1 and 2 together, with
+    the same weights."""
+    plans = [Plan(key=k, rounds=2, min_nodes=3 if k < 2 else 1, collective_timeout_s=8.0,
+                  forge_in_round=1 if k == 2 else None) for k in range(3)]  # fmt: skip
+    out = collect(*start_nodes(plans, store_port, corpus_dir), timeout=240)
+    res = out["results"]
+    liar = str(NodeKey.from_private_key(bytes.fromhex(DEV_KEYS[2][2:])).address)
+    for k in (0, 1):
+        assert out["exit_codes"][k] == 0, out["exit_codes"]
+        assert out["forged"][k] == [(1, [liar])], out["forged"]
+        rounds = {rec["round"]: rec for rec in res[k]}
+        assert sorted(rounds) == [1, 2], rounds
+        assert liar not in rounds[1]["members"], rounds[1]
+    hashes = {r: {res[k][i]["result_checkpoint"] for k in (0, 1)} for i, r in enumerate((1, 2))}
+    assert all(len(h) == 1 for h in hashes.values()), hashes
+
+
+def test_a_member_list_naming_a_caught_forger_is_refused_and_replaced(store_port: int) -> None:
+    """After a member's packet failed its check, this node opens and accepts no attempt of the
+    round with it: the forger, rejoining like everybody, closed the next attempt first with the
+    honest joins and its own (a valid list; with a ledger its join is accepted there, so waiting
+    for the honest alone never kept it out). The honest node refuses that list (``forged_packet``)
+    and replaces it with one without the forger."""
+    keys = [NodeKey.from_private_key(bytes([0x61 + i]) * 32) for i in range(3)]
+    registry = StaticRegistry({str(k.address) for k in keys})
+    cfg = MembershipConfig(rendezvous_timeout_s=5.0, join_window_s=0.0)
+    a, b, liar = (
+        Rendezvous(
+            "127.0.0.1",
+            store_port,
+            key=k,
+            domain=offline_domain(RUN_ID),
+            run_id=RUN_ID,
+            registry=registry,
+            cfg=cfg,
+        )
+        for k in keys
+    )
+    honest = {a.address, b.address}
+    a.exclude(1, (liar.address,))
+    b._post_join(1, 1)  # the honest joins of attempt 1 are on the board
+    a._post_join(1, 1)
+    first = liar.join(1, 1, window_s=0.0, timeout_s=5.0, expect=honest | {liar.address})
+    assert set(first.addresses) == honest | {liar.address}, "the forger closed attempt 1 first"
+    members = a.join(1, 1, window_s=0.0, timeout_s=5.0, expect=honest)
+    assert set(members.addresses) == honest, members
+    assert "forged_packet" in {r.check for r in a.refusals}
