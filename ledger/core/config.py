@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ledger.core import secrets
 from protocol.errors import ConfigError
 
 Environment = Literal["development", "test", "production"]
@@ -195,6 +196,9 @@ def _key(
     try:
         keystore = keystore_path.read_text(encoding="utf-8")
         password = password_path.read_text(encoding="utf-8").strip()
-        return bytes(Account.decrypt(keystore, password))
+        secrets.add(password)  # before the decrypt: its error could echo it
+        key = bytes(Account.decrypt(keystore, password))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot decrypt {role.lower()} keystore {keystore_path}: {exc}") from exc
+    secrets.add_key(key)
+    return key
