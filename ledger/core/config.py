@@ -77,6 +77,20 @@ class Settings(BaseSettings):
     blob_quota_bytes: int = Field(
         default=4 << 30, ge=1024, description="blob bytes one node may store at once"
     )
+    blob_uploads_per_node: int = Field(
+        default=4, ge=1, le=1024, description="uploads one node may have in flight at once"
+    )
+    blob_uploads_total: int = Field(
+        default=64, ge=1, le=100_000, description="uploads in flight at once, all senders"
+    )
+    blob_anonymous_bytes: int = Field(
+        default=1 << 30,
+        ge=1024,
+        description="bytes all unsigned uploads (checkpoints a run names) may hold in flight",
+    )
+    blob_upload_deadline_s: float = Field(
+        default=600.0, gt=0, description="an upload's body must arrive within this many seconds"
+    )
     blob_min_free_bytes: int = Field(
         default=1 << 30, ge=0, description="uploads are refused when the blob disk has less free"
     )
