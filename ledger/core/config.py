@@ -119,6 +119,13 @@ class Settings(BaseSettings):
     tokens_per_step: int | None = Field(
         default=None, ge=1, description="governed batch x sequence length (work is derived)"
     )
+    max_batch_rows: int = Field(
+        default=64,
+        ge=1,
+        le=1 << 20,
+        description="with TOKENS_PER_STEP unset: the largest batch a node may claim, "
+        "tokens <= innerSteps x this x the model's seq_len (refused at intake)",
+    )
     copy_cosine: float = Field(default=0.9, gt=0, le=1, description="residual copy threshold")
     copy_history_rounds: int = Field(default=3, ge=0, le=100)
     magnitude_floor: float = Field(default=0.25, gt=0, description="x median honest norm")
@@ -171,6 +178,18 @@ class Settings(BaseSettings):
         if problems:
             raise ConfigError("unsafe ledger settings: " + "; ".join(problems))
         return self
+
+    def max_tokens_per_step(self) -> int | None:
+        """The most tokens one inner step may claim: TOKENS_PER_STEP (the governed batch x
+        seq_len), else MAX_BATCH_ROWS x the model preset's seq_len; None with neither (no model:
+        the ledger builds no rows from a declaration)."""
+        if self.tokens_per_step is not None:
+            return self.tokens_per_step
+        if self.usefulness_model is None:
+            return None
+        from reference.model import GPTConfig
+
+        return self.max_batch_rows * GPTConfig.preset(self.usefulness_model).seq_len
 
     def committer_key(self) -> bytes | None:
         """The committer's private key (decrypting the keystore), or None if none is set."""
