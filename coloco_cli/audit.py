@@ -1,16 +1,18 @@
 """`coloco audit`: an independent replay auditor of a ledger's rounds (level 3).
 
 Reads the rounds of a run from a ledger (``GET /v1/runs/{run}/rounds``), samples the governed
-fraction of paid (node, round) pairs with the ledger's own keccak draw (``--fraction 1`` takes
-every one), downloads the base checkpoint and the pseudo-gradient blobs (public once the round
-is scored), replays the inner steps on CPU from the base on the declared shard
-(:mod:`ledger.judge.replay`) and prints one line per pair, then a summary; with ``--json`` one
-JSON object ``{"audited", "failed", "unavailable", "verdicts": [...]}`` instead. Exit code 1 when
-a replay fails: its verdict carries the evidence (attestation digest, replay inputs, hashes).
+fraction of paid (node, round) pairs with its own draw (a fresh random seed each call, so no node
+can predict it; ``--fraction 1`` takes every one), downloads the base checkpoint and the
+pseudo-gradient blobs (public once the round is scored), replays the inner steps on CPU from the
+base on the declared shard (:mod:`ledger.judge.replay`) and prints one line per pair, then a
+summary; with ``--json`` one JSON object ``{"audited", "failed", "unavailable", "verdicts":
+[...]}`` instead. Exit code 1 when a replay fails: its verdict carries the evidence (attestation
+digest, replay inputs, hashes).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Annotated, Any
@@ -63,12 +65,13 @@ def audit_rounds(
             f"ledger answered {resp.status_code} for the rounds of run {run_id}: {resp.text[:300]}"
         )
     rounds = resp.json()
+    seed = os.urandom(32)  # the auditor's own draw: no node can predict which pairs it replays
     out: list[dict[str, Any]] = []
     for rnd in sorted(rounds, key=lambda x: x["round"]):
         if rnd["state"] not in ("scored", "committed", "final"):
             continue
         for s in rnd["scores"]:
-            if not s["verified"] or not sampled(s["digest"], fraction):
+            if not s["verified"] or not sampled(seed, s["node"], fraction):
                 continue
             base = _tensors(http, s["base_checkpoint"])
             raw = _tensors(http, s["pseudo_gradient"])

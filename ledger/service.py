@@ -25,6 +25,7 @@ from ledger.chain.indexer import Indexer
 from ledger.chain.settlement import FaultHook, Settler
 from ledger.chain.slash import FraudSlasher
 from ledger.core import db, secrets
+from ledger.core.blob_holds import UploadLimits
 from ledger.core.blobstore import BlobStore
 from ledger.core.config import Settings
 from ledger.core.leader import Leadership
@@ -89,7 +90,13 @@ class Ledger:
             settings.blob_dir,
             self.engine,
             max_bytes=settings.max_blob_bytes,
-            quota_bytes=settings.blob_quota_bytes,
+            limits=UploadLimits(
+                quota_bytes=settings.blob_quota_bytes,
+                per_node=settings.blob_uploads_per_node,
+                total=settings.blob_uploads_total,
+                anonymous_bytes=settings.blob_anonymous_bytes,
+            ),
+            upload_deadline_s=settings.blob_upload_deadline_s,
             min_free_bytes=settings.blob_min_free_bytes,
         )
         if usefulness is None and settings.usefulness_model:

@@ -158,17 +158,32 @@ class Corpus:
                 f"{len(self.sources)} sources ({[s.name for s in self.sources]})"
             )
 
-    def shard_rows(self, spec: ShardSpec, seq_len: int) -> Tensor:
-        """The shard's token rows, int64 ``[n_tokens // seq_len, seq_len + 1]``, deterministic."""
+    def shard_rows(self, spec: ShardSpec, seq_len: int, limit: int | None = None) -> Tensor:
+        """The shard's token rows, int64 ``[n_tokens // seq_len, seq_len + 1]``, deterministic;
+        with ``limit``, only its first ``limit`` rows (the same rows), gathered without building
+        the others: a scorer reading a batch of a large declared shard holds that batch, plus
+        24 bytes of offsets a row, never the whole shard."""
         self._check_mixture(spec.mixture)
         seed = int.from_bytes(spec.id[:8], "big") & (2**63 - 1)
-        parts = []
+        sources: list[Tensor] = []
+        offsets: list[Tensor] = []
         for i, n in enumerate(spec.rows_per_source(seq_len)):
             if n:
-                parts.append(_sample_rows(self.sources[i].train, n, seq_len, seed + i, self, i))
-        rows = torch.cat(parts)
-        perm = torch.randperm(rows.shape[0], generator=torch.Generator().manual_seed(seed))
-        return rows[perm]
+                stream = self.sources[i].train
+                offsets.append(_row_offsets(stream, n, seq_len, seed + i, self, i))
+                sources.append(torch.full((n,), len(sources), dtype=torch.int64))
+        where, start = torch.cat(sources), torch.cat(offsets)
+        perm = torch.randperm(start.shape[0], generator=torch.Generator().manual_seed(seed))
+        if limit is not None:
+            perm = perm[: max(limit, 0)]
+        where, start = where[perm], start[perm]
+        rows = torch.empty((perm.shape[0], seq_len + 1), dtype=torch.int64)
+        used = [i for i, n in enumerate(spec.rows_per_source(seq_len)) if n]
+        for k, i in enumerate(used):
+            pick = where == k
+            index = start[pick][:, None] + torch.arange(seq_len + 1)
+            rows[pick] = self.sources[i].train[index].long()
+        return rows
 
     def eval_rows(self, seq_len: int, n_rows: int, *, seed: int = 0) -> Tensor:
         """Held-out rows, split evenly over the sources that have eval data."""
@@ -192,9 +207,10 @@ class Corpus:
         return self.shard_rows(spec, seq_len)
 
 
-def _sample_rows(  # noqa: PLR0917
+def _row_offsets(  # noqa: PLR0917
     stream: Tensor, n: int, seq_len: int, seed: int, corpus: Corpus, i: int
 ) -> Tensor:
+    """Where each of ``n`` rows of one source starts in its stream (seeded)."""
     span = stream.numel() - seq_len - 1
     if span <= 0:
         raise DataError(
@@ -202,7 +218,13 @@ def _sample_rows(  # noqa: PLR0917
             f"row of {seq_len + 1}: add data or give it weight 0 in the mixture"
         )
     gen = torch.Generator().manual_seed(seed)
-    offsets = torch.randint(0, span, (n,), generator=gen)
+    return torch.randint(0, span, (n,), generator=gen)
+
+
+def _sample_rows(  # noqa: PLR0917
+    stream: Tensor, n: int, seq_len: int, seed: int, corpus: Corpus, i: int
+) -> Tensor:
+    offsets = _row_offsets(stream, n, seq_len, seed, corpus, i)
     index = offsets[:, None] + torch.arange(seq_len + 1)
     return stream[index].long()
 

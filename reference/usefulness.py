@@ -95,5 +95,5 @@ def scoring_rows(
 ) -> tuple[Tensor, Tensor]:
     """(own rows, random rows) for :func:`usefulness`: the first ``n_rows`` the node trained on
     (the inner trainer consumes rows in order) and ``n_rows`` random rows of the corpus."""
-    own = corpus.shard_rows(spec, seq_len)[:n_rows]
+    own = corpus.shard_rows(spec, seq_len, limit=n_rows)  # never the whole declared shard
     return own, corpus.random_rows(seq_len, n_rows, seed=seed)

@@ -1,5 +1,6 @@
-"""The red team's 21 cheating strategies for real nodes: :class:`trainer.round.strategy.Strategy`
-hooks that :class:`trainer.round.node.NodeRunner` calls (the same node code honest nodes run).
+"""The red team's cheating strategies for real nodes (``ATTACKS``): :class:`Strategy` hooks
+(``trainer.round.strategy``) that :class:`trainer.round.node.NodeRunner` calls (the same node
+code honest nodes run).
 
 A cheater sees only what a real node sees: its own work, the all-reduce's average, and what the
 ledger makes public (a round's pseudo-gradients once it is scored). So it copies another node's
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor
 
 from protocol.blobs import decode_blob, encode_blob
+from protocol.eip712 import keccak256
 from protocol.errors import ColocoError
 from reference import commitment
 from reference.checkpoint import load_weights_into
@@ -474,6 +476,35 @@ class ReplayAttestation(OffRound):
             self.note(r, str(getattr(exc, "code", type(exc).__name__)))
 
 
+# --- the audit draw -------------------------------------------------------------------------------
+
+
+class DrawGrinder(HalfStepsScaled):
+    """Work only a replay would refute (half the steps, scaled up), signed under every
+    configVersion the ledger accepts (any not newer than the chain's); posts the one the old
+    draw, keccak of the attestation digest, skipped (issue 25, F11). The ledger now draws from a
+    seed fixed after the round closes: which version is posted moves nothing."""
+
+    name = "draw_grinder"
+    fraction = 0.1  # the red team's AUDIT_FRACTION
+
+    def publish(
+        self, node: NodeRunner, work: WorkRecord, members: Sequence[str], commits: Sequence[str]
+    ) -> Signed:
+        a = node.attester
+        versions = [
+            dataclasses.replace(work, config_version=v) for v in range(work.config_version, -1, -1)
+        ]
+        dodging = [w for w in versions if not self._old_draw(a.attestation(w).digest(a.domain))]
+        chosen = dodging[0] if dodging else work
+        self.note(work.round, f"v{chosen.config_version}: {len(dodging)} of {len(versions)} dodge")
+        return super().publish(node, chosen, members, commits)
+
+    def _old_draw(self, digest: bytes) -> bool:
+        draw = int.from_bytes(keccak256(bytes(digest) + b"coloco-audit"), "big")
+        return draw < int(self.fraction * (1 << 256))
+
+
 # --- one node's plan ------------------------------------------------------------------------------
 
 HONEST = Strategy()
@@ -539,7 +570,7 @@ ATTACKS: list[type[Cheat]] = [
     ZeroUpdate, GaussianNoise, TinyJunk, HugeScale, CopyExact, CopyNoise, PreviousMean,
     ResendOwn, StaleBase, InflatedTokens, FewerSteps, HalfStepsScaled, OtherData, RoundTakeover,
     JumpAhead, PhantomMember, CheckpointHijack, ZeroCheckpoint, ReplayAttestation, SybilShared,
-    Equivocation, ReducerLie,
+    Equivocation, DrawGrinder, ReducerLie,
 ]  # fmt: skip
 NAMES = [c.name for c in ATTACKS]
 

@@ -29,6 +29,8 @@ _STATUS = {
     "blob_hash_mismatch": 422,
     "blob_quota_exceeded": 413,
     "blob_disk_full": 507,
+    "too_many_uploads": 429,
+    "upload_timeout": 408,
     "conflicting_genesis": 409,
     "encoding_error": 422,
     "not_yet_public": 403,

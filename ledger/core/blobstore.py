@@ -1,12 +1,13 @@
 """Content-addressed blob store: safetensors files named by the canonical hash of their tensors.
 
 An upload streams into its own temporary file (a unique name per upload, so concurrent uploads
-of one blob never share a file), counted against the size limit and the uploader's quota as it
-arrives; the file is then hashed through an mmap (no copy of the tensors in memory, at most
-``verify_concurrency`` at once), fsynced, renamed into place and the directory fsynced: a crash
-leaves either no blob or a whole one, and a full disk a clear ``blob_disk_full`` error and no
-partial file. Reads stream from disk. :meth:`BlobStore.collect_garbage` deletes blobs no round
-needs any more.
+of one blob never share a file), counted against the size limit as it arrives and, when it comes
+from outside (:meth:`BlobStore.receive`), against the sender's quota and upload slots
+(:mod:`ledger.core.blob_holds`); the file is then hashed through an mmap (no copy of the tensors
+in memory, at most ``verify_concurrency`` at once), fsynced, renamed into place and the directory
+fsynced: a crash leaves either no blob or a whole one, and a full disk a clear ``blob_disk_full``
+error and no partial file. Reads stream from disk. :meth:`BlobStore.collect_garbage` deletes
+blobs no round needs any more.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sqlalchemy import Engine, and_, func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+from ledger.core.blob_holds import Hold, UploadHolds, UploadLimits
 from ledger.core.models import Attestation, Blob, ChainCommit, KeyValue, RoundState, Run
 from protocol.blobs import tensors_of_buffer
 from protocol.errors import EncodingError, LedgerError
@@ -36,6 +38,9 @@ from protocol.hashing import hash_state_dict
 log = logging.getLogger(__name__)
 
 _DONE_STATES = ("scored", "committed", "final")
+UNLIMITED = UploadLimits(
+    quota_bytes=1 << 50, per_node=1 << 20, total=1 << 20, anonymous_bytes=1 << 50
+)
 
 
 def _disk_full(path: Path, exc: OSError | None = None) -> LedgerError:
@@ -62,11 +67,13 @@ def _as_utc(value: datetime) -> datetime:
 class Upload:
     """One upload in progress: ``write`` chunks, then ``finish`` (or ``abort``)."""
 
-    def __init__(self, store: BlobStore, hash_hex: str, uploader: str | None, used: int) -> None:
+    def __init__(
+        self, store: BlobStore, hash_hex: str, uploader: str | None, hold: Hold | None
+    ) -> None:
         self.store = store
         self.hash = hash_hex.lower()
-        self.uploader = uploader
-        self.used = used  # the uploader's stored bytes when the upload began
+        self.uploader = uploader  # the blob is recorded as this node's (it pays the storage)
+        self.hold = hold  # an upload from outside: its sender's slot and bytes in flight
         self.size = 0
         fd, name = tempfile.mkstemp(prefix=self.hash[2:18] + ".", suffix=".part", dir=store.tmp)
         self.path = Path(name)
@@ -80,9 +87,12 @@ class Upload:
             raise LedgerError(
                 f"blob over the limit of {self.store.max_bytes} bytes", code="body_too_large"
             )
-        if self.uploader is not None and self.used + self.size > self.store.quota_bytes:
-            self.abort()
-            raise self.store.quota_error(self.uploader, self.used)
+        if self.hold is not None:
+            try:
+                self.store.holds.grow(self.hold, self.size)
+            except LedgerError:
+                self.abort()
+                raise
         try:
             self.file.write(chunk)
         except OSError as exc:
@@ -97,6 +107,11 @@ class Upload:
                 self.file.close()
             self.file = None
         self.path.unlink(missing_ok=True)
+        self._release()
+
+    def _release(self, stored: int = 0) -> None:
+        if self.hold is not None:
+            self.store.holds.close(self.hold, stored=stored)
 
     def finish(self) -> int:
         """Verify the hash, make the file durable, move it into place, record it; its size."""
@@ -123,9 +138,13 @@ class Upload:
                 "hash of its tensors (protocol.hashing.hash_state_dict)",
                 code="blob_hash_mismatch",
             )
-        self.path.replace(self.store.path(self.hash))  # same bytes if another upload won
-        _fsync_dir(self.store.root)
-        self.store.record(self.hash, self.size, self.uploader)
+        new = False
+        try:
+            self.path.replace(self.store.path(self.hash))  # same bytes if another upload won
+            _fsync_dir(self.store.root)
+            new = self.store.record(self.hash, self.size, self.uploader)
+        finally:
+            self._release(self.size if self.uploader is not None and new else 0)
         return self.size
 
 
@@ -136,14 +155,16 @@ class BlobStore:
         engine: Engine,
         *,
         max_bytes: int,
-        quota_bytes: int = 1 << 40,
+        limits: UploadLimits = UNLIMITED,
+        upload_deadline_s: float = 600.0,
         min_free_bytes: int = 0,
         verify_concurrency: int = 2,
     ) -> None:
         self.root = root
         self.engine = engine
         self.max_bytes = max_bytes
-        self.quota_bytes = quota_bytes
+        self.holds = UploadHolds(limits, self.usage)
+        self.upload_deadline_s = upload_deadline_s  # the HTTP route's body-read deadline
         self.min_free_bytes = min_free_bytes
         self.verifying = threading.BoundedSemaphore(verify_concurrency)
         self.tmp = root / "tmp"
@@ -166,23 +187,35 @@ class BlobStore:
             ).one()
         return int(total)
 
-    def quota_error(self, uploader: str, used: int) -> LedgerError:
-        return LedgerError(
-            f"node {uploader} stores {used} bytes of blobs; its quota is {self.quota_bytes}: "
-            "wait until its rounds are scored (their blobs are then collected)",
-            code="blob_quota_exceeded",
-        )
+    def receive(
+        self, hash_hex: str, *, sender: str | None, pays: bool, declared: int | None = None
+    ) -> Upload:
+        """Start an upload from outside: ``sender`` (None: unsigned) takes an upload slot and
+        holds its bytes in flight against its quota (or the unsigned budget); ``pays``: the
+        stored blob counts against the sender's quota too (not for a checkpoint a run names)."""
+        hold = self.holds.open(sender, declared or 0)
+        try:
+            return self.begin(
+                hash_hex, uploader=sender if pays else None, declared=declared, hold=hold
+            )
+        except BaseException:
+            self.holds.close(hold)
+            raise
 
-    def begin(self, hash_hex: str, *, uploader: str | None, declared: int | None = None) -> Upload:
-        """Start an upload; refuse at once what the quota or free disk space cannot take."""
-        used = self.usage(uploader) if uploader is not None else 0
-        if uploader is not None and used + (declared or 0) > self.quota_bytes:
-            raise self.quota_error(uploader, used)
+    def begin(
+        self,
+        hash_hex: str,
+        *,
+        uploader: str | None,
+        declared: int | None = None,
+        hold: Hold | None = None,
+    ) -> Upload:
+        """Start an upload; refuse at once what free disk space cannot take."""
         stats = os.statvfs(self.root)
         if stats.f_bavail * stats.f_frsize - (declared or 0) < self.min_free_bytes:
             raise _disk_full(self.root)
         try:
-            return Upload(self, hash_hex, uploader, used)
+            return Upload(self, hash_hex, uploader, hold)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise _disk_full(self.root, exc) from None
@@ -201,7 +234,8 @@ class BlobStore:
         return upload.finish()
 
     def put(self, hash_hex: str, data: bytes, *, uploader: str | None = None) -> int:
-        """Store ``data`` if its canonical tensor hash is ``hash_hex``; return its size."""
+        """Store ``data`` if its canonical tensor hash is ``hash_hex``; return its size (the
+        ledger's own writes: no upload slot or quota, see :meth:`receive`)."""
         step = 1 << 20
         return self.put_stream(
             hash_hex, (data[i : i + step] for i in range(0, len(data), step)), uploader=uploader
@@ -227,15 +261,18 @@ class BlobStore:
                 mm.close()
         return digest
 
-    def record(self, hash_hex: str, size: int, uploader: str | None) -> None:
+    def record(self, hash_hex: str, size: int, uploader: str | None) -> bool:
+        """Record a stored blob; False if it was recorded already (by this or another upload)."""
         with Session(self.engine) as session:
             if session.get(Blob, hash_hex) is not None:
-                return
+                return False
             session.add(Blob(hash=hash_hex, size=size, uploader=uploader))
             try:
                 session.commit()
             except IntegrityError:  # a concurrent upload of the same blob recorded it first
                 session.rollback()
+                return False
+        return True
 
     def wanted(self, hash_hex: str) -> bool:
         """Whether a run or round already names this blob as a checkpoint (anyone may upload)."""

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ledger.core import secrets
 from protocol.errors import ConfigError
 
 Environment = Literal["development", "test", "production"]
@@ -76,6 +77,20 @@ class Settings(BaseSettings):
     blob_quota_bytes: int = Field(
         default=4 << 30, ge=1024, description="blob bytes one node may store at once"
     )
+    blob_uploads_per_node: int = Field(
+        default=4, ge=1, le=1024, description="uploads one node may have in flight at once"
+    )
+    blob_uploads_total: int = Field(
+        default=64, ge=1, le=100_000, description="uploads in flight at once, all senders"
+    )
+    blob_anonymous_bytes: int = Field(
+        default=1 << 30,
+        ge=1024,
+        description="bytes all unsigned uploads (checkpoints a run names) may hold in flight",
+    )
+    blob_upload_deadline_s: float = Field(
+        default=600.0, gt=0, description="an upload's body must arrive within this many seconds"
+    )
     blob_min_free_bytes: int = Field(
         default=1 << 30, ge=0, description="uploads are refused when the blob disk has less free"
     )
@@ -103,6 +118,13 @@ class Settings(BaseSettings):
     )
     tokens_per_step: int | None = Field(
         default=None, ge=1, description="governed batch x sequence length (work is derived)"
+    )
+    max_batch_rows: int = Field(
+        default=64,
+        ge=1,
+        le=1 << 20,
+        description="with TOKENS_PER_STEP unset: the largest batch a node may claim, "
+        "tokens <= innerSteps x this x the model's seq_len (refused at intake)",
     )
     copy_cosine: float = Field(default=0.9, gt=0, le=1, description="residual copy threshold")
     copy_history_rounds: int = Field(default=3, ge=0, le=100)
@@ -157,6 +179,18 @@ class Settings(BaseSettings):
             raise ConfigError("unsafe ledger settings: " + "; ".join(problems))
         return self
 
+    def max_tokens_per_step(self) -> int | None:
+        """The most tokens one inner step may claim: TOKENS_PER_STEP (the governed batch x
+        seq_len), else MAX_BATCH_ROWS x the model preset's seq_len; None with neither (no model:
+        the ledger builds no rows from a declaration)."""
+        if self.tokens_per_step is not None:
+            return self.tokens_per_step
+        if self.usefulness_model is None:
+            return None
+        from reference.model import GPTConfig
+
+        return self.max_batch_rows * GPTConfig.preset(self.usefulness_model).seq_len
+
     def committer_key(self) -> bytes | None:
         """The committer's private key (decrypting the keystore), or None if none is set."""
         return _key(
@@ -195,6 +229,9 @@ def _key(
     try:
         keystore = keystore_path.read_text(encoding="utf-8")
         password = password_path.read_text(encoding="utf-8").strip()
-        return bytes(Account.decrypt(keystore, password))
+        secrets.add(password)  # before the decrypt: its error could echo it
+        key = bytes(Account.decrypt(keystore, password))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot decrypt {role.lower()} keystore {keystore_path}: {exc}") from exc
+    secrets.add_key(key)
+    return key

@@ -1,7 +1,8 @@
 """Secrets never leave the process: RPC URLs (provider keys), passwords and tokens are redacted.
 
-:func:`register` records a settings object's secrets; from then on every log record (through a
-log record factory, so every handler sees the redacted text) and every error body
+:func:`register` records a settings object's secrets, :func:`add` and :func:`add_key` the ones
+read later (a keystore's decrypted key and its password file); from then on every log record
+(through a log record factory, so every handler sees the redacted text) and every error body
 (:func:`redact`) shows ``<redacted>`` in their place.
 """
 
@@ -47,9 +48,22 @@ def register(settings: Settings) -> None:
         if key is not None:
             raw = key.get_secret_value()
             found += [raw, raw.removeprefix("0x")]
+    # keystore keys and their password files register themselves as they are read
+    # (config._key), so a key decrypted later is redacted too
+    add(*found)
+
+
+def add(*values: str) -> None:
+    """Redact ``values`` (a decrypted key, a password read from a file) from now on."""
     with _lock:
-        _secrets.update(s for s in found if len(s) >= _MIN_LEN)
+        _secrets.update(s for s in values if len(s) >= _MIN_LEN)
     _install()
+
+
+def add_key(key: bytes) -> None:
+    """Redact a private key in the forms a log line could show it: hex, with and without 0x."""
+    raw = key.hex()
+    add(raw, "0x" + raw, raw.upper())
 
 
 def redact(text: str) -> str:

@@ -1,20 +1,28 @@
 """Level 3, the replay audit: which (node, round) pairs are replayed, and the replay of each.
 
-A pair is replayed when its draw falls in the sampled fraction (:func:`sampled`: keccak of its
-digest, fixed once the attestation is signed) or when an earlier check marked it suspicious (a
-copy's residual cosine, an odd norm or direction, the first-step probe, a node new to the run:
-probation). A replay that does not match fails the entry with a fraud record: the evidence,
-enough for anyone to re-run the replay (:mod:`ledger.judge.fraud` stores it).
+A pair is replayed when its draw falls in the sampled fraction or when an earlier check marked
+it suspicious (a copy's residual cosine, an odd norm or direction, the first-step probe, a node
+new to the run: probation). A replay that does not match fails the entry with a fraud record:
+the evidence, enough for anyone to re-run the replay (:mod:`ledger.judge.fraud` stores it).
+
+The draw (:func:`sampled`) is keccak of the round's audit seed and the node's address: nothing the
+node signs enters it, so signing the same work under another ``configVersion`` (or any other
+field) cannot re-roll it. The seed (:func:`round_seed`) is 32 random bytes the ledger draws when
+it first judges the round, after the round closed (no attestation is accepted after that), and
+stores before any replay, so a restart judges with the same seed; it is written into every
+audit's receipt and fraud evidence, so anyone can recompute the selection.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from ledger.core.models import Attestation, RoundState
+from ledger.core.models import Attestation, KeyValue, RoundState
 from ledger.judge.entries import Context, Entry, Fraud
 from ledger.judge.replay import ReplayInputs, audit
 from ledger.judge.tensors import Tensors
@@ -25,12 +33,40 @@ from protocol.errors import CheckpointError
 log = logging.getLogger(__name__)
 
 
-def sampled(digest: str, fraction: float) -> bool:
-    """The audit draw of an attestation: keccak of its digest, below ``fraction`` of 2**256."""
+def sampled(seed: bytes, node: str, fraction: float) -> bool:
+    """The audit draw of ``node`` in a round: keccak of the round's seed and the node's address,
+    below ``fraction`` of 2**256."""
     if fraction <= 0:
         return False
-    draw = int.from_bytes(keccak256(bytes.fromhex(digest[2:]) + b"coloco-audit"), "big")
+    address = bytes.fromhex(node.removeprefix("0x").lower())
+    draw = int.from_bytes(keccak256(seed + address + b"coloco-audit"), "big")
     return draw < int(fraction * (1 << 256))
+
+
+def _seed_key(run_id: str, round_: int) -> str:
+    return "audit:" + keccak256(run_id.lower().encode() + b":" + str(round_).encode()).hex()[:56]
+
+
+def round_seed(session: Session, rnd: RoundState) -> bytes:
+    """The round's audit seed: drawn at random the first time a closed round is judged, and
+    committed at once (in its own transaction) so no retry or restart draws another."""
+    if rnd.state == "open":
+        raise ValueError(
+            f"round {rnd.round} of run {rnd.run_id} is open: its audit seed is drawn only after "
+            "it closes, when no attestation can be added"
+        )
+    key = _seed_key(rnd.run_id, rnd.round)
+    with Session(session.get_bind()) as own:
+        row = own.get(KeyValue, key)
+        if row is None:
+            own.add(KeyValue(key=key, value="0x" + os.urandom(32).hex()))
+            try:
+                own.commit()
+            except IntegrityError:  # another worker drew it first: its seed stands
+                own.rollback()
+            row = own.get(KeyValue, key)
+        assert row is not None
+        return bytes.fromhex(row.value[2:])
 
 
 def track_records(session: Session, rnd: RoundState, nodes: list[str]) -> dict[str, int]:
@@ -65,12 +101,13 @@ def replay_audits(
         new = track.get(e.att.node, 0) < ctx.settings.audit_probation_rounds
         if e.ok and new and rnd.round > 1:
             e.suspicious.append("new to the run (probation)")
+    seed = round_seed(session, rnd)
     cleared: set[str] = set()  # nodes whose copy partner failed: the pair is explained
     for e in sorted(entries, key=lambda x: (track.get(x.att.node, 0), x.id)):
         if not e.ok or e.tensors is None:
             continue
         reasons = [w for w in e.suspicious if not (e.att.node in cleared and "cosine" in w)]
-        if not (reasons or sampled(e.att.digest, ctx.settings.audit_fraction)):
+        if not (reasons or sampled(seed, e.att.node, ctx.settings.audit_fraction)):
             continue
         inputs = ReplayInputs(
             run_id=bytes.fromhex(rnd.run_id[2:]),
@@ -100,7 +137,9 @@ def replay_audits(
             e.reason += "; not audited: the ledger's model preset does not fit this run"
             continue
         cpu += verdict.cpu_seconds
-        why = "sampled" if not reasons else "suspicious: " + "; ".join(reasons)
+        why = (
+            f"sampled, seed 0x{seed.hex()}" if not reasons else "suspicious: " + "; ".join(reasons)
+        )
         if verdict.passed:
             e.replayed = True
             e.reason += f"; audited ({why}): {verdict.reason}"
@@ -116,6 +155,7 @@ def replay_audits(
             "relative_error": verdict.rel_error,
             "tolerance": ctx.settings.audit_tolerance,
             "selected": why,
+            "audit_seed": "0x" + seed.hex(),
         }
         text = json.dumps(evidence, sort_keys=True, default=str)
         e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())

@@ -74,7 +74,8 @@ def replay_pseudo_gradient(
     batch = inputs.tokens // (inputs.inner_steps * cfg.seq_len)
     shard = inputs.shard_tokens or inputs.tokens
     spec = ShardSpec.for_node(inputs.run_id, inputs.round, inputs.node, shard, inputs.mixture)
-    rows = corpus.shard_rows(spec, cfg.seq_len)
+    used = inputs.inner_steps * batch or None  # the rows the node's inner steps read, no more
+    rows = corpus.shard_rows(spec, cfg.seq_len, limit=used)
     model = GPT(cfg)
     load_weights_into(model, {n: t.float() for n, t in base.items()})
     inner = InnerConfig(steps=inputs.inner_steps, lr=inputs.inner_lr, batch_size=batch)

@@ -101,7 +101,7 @@ def probe_inner_steps(entries: list[Entry], ctx: Context, base: Tensors | None) 
         if size is None or batch <= 0 or e.tensors is None:
             continue
         spec = ShardSpec.for_node(bytes.fromhex(a.run_id[2:]), a.round, a.node, size, mixture)
-        rows = corpus.shard_rows(spec, seq_len)[:batch]
+        rows = corpus.shard_rows(spec, seq_len, limit=batch)  # the first batch, nothing more
         got = probe.agreement(e.tensors, rows, lr, a.inner_steps)
         e.reason += (
             f"; first batch: {got.agreeing} of {got.saturated} most-moved "

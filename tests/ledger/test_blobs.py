@@ -9,6 +9,7 @@ import time
 import tracemalloc
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,8 @@ def test_concurrent_http_puts_of_one_blob(
 ) -> None:
     digest, data = big_blob(8)
     signed = [upload_headers(n, domain, digest) for n in nodes]
+    limits = ledger.blobs.holds.limits  # 24 at once: more than a node's default upload slots
+    ledger.blobs.holds.limits = replace(limits, per_node=24, total=24)
 
     def put(i: int) -> int:
         with httpx.Client(timeout=60) as c:
@@ -162,7 +165,7 @@ def test_who_may_upload(
 def test_quota_per_node(
     ledger: Ledger, client: Any, started_run: str, nodes: Any, domain: Any
 ) -> None:
-    ledger.blobs.quota_bytes = 600
+    ledger.blobs.holds.limits = replace(ledger.blobs.holds.limits, quota_bytes=600)
     first, data1, _ = gradient_blob(21)
     second, data2, _ = gradient_blob(22)
     assert len(data1) < 600 < len(data1) + len(data2)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -61,3 +63,45 @@ def test_rpc_url_and_keys_are_never_logged_or_returned(
         assert ADMIN not in text
         assert settings.committer_private_key is not None
         assert settings.committer_private_key.get_secret_value().removeprefix("0x") not in text
+
+
+def test_keystore_keys_and_password_files_cannot_reach_a_log_line(
+    settings_for: Callable[..., Settings],
+    sqlite_url: str,
+    chain: AnvilProcess,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """F18 (first half): the keys a ledger decrypts from its keystores and the passwords it reads
+    from their files are redacted like the raw keys: a real Ledger built from keystores, then any
+    log line (a library echoing a key, a traceback) naming them shows ``<redacted>``."""
+    from eth_account import Account
+
+    caplog.set_level(logging.DEBUG)
+    files: dict[str, Path] = {}
+    secrets_in_use: list[str] = []
+    for role, (_, key) in (("committer", chain.accounts[1]), ("slasher", chain.accounts[5])):
+        password = f"{role}-pass-phrase-0123"
+        keystore = Account.encrypt(key, password, kdf="pbkdf2", iterations=2)
+        files[f"{role}_keystore"] = tmp_path / f"{role}.json"
+        files[f"{role}_keystore"].write_text(json.dumps(keystore), encoding="utf-8")
+        files[f"{role}_password_file"] = tmp_path / f"{role}.pass"
+        files[f"{role}_password_file"].write_text(password + "\n", encoding="utf-8")
+        raw = key.removeprefix("0x")
+        secrets_in_use += [password, raw, "0x" + raw]
+    settings = settings_for(sqlite_url, committer_private_key=None, **files)
+    ledger = Ledger(settings)
+    try:
+        assert ledger.settings.slasher_key() is not None  # decrypted like the committer's
+        log = logging.getLogger("ledger.test")
+        for secret in secrets_in_use:
+            log.warning("a library echoed %s", secret)
+        try:
+            raise RuntimeError(f"signing failed with {secrets_in_use[1]}")
+        except RuntimeError:
+            log.exception("traceback")
+    finally:
+        ledger.stop()
+    assert caplog.text.count("<redacted>") >= len(secrets_in_use) + 1
+    for secret in secrets_in_use:
+        assert secret not in caplog.text, secret

@@ -2,12 +2,17 @@
 
 Uploads stream to disk (never held in memory) and need a registered node's signature
 (:mod:`protocol.blob_auth`), except a blob a run or round already names as its checkpoint, which
-anyone may bring (its content is fixed by its hash). Downloads stream from disk.
+anyone may bring (its content is fixed by its hash). A signed upload holds its node's upload
+slots and quota while in flight, an unsigned one a budget all unsigned uploads share
+(:mod:`ledger.core.blob_holds`); the body must arrive within ``BLOB_UPLOAD_DEADLINE_S``.
+Downloads stream from disk.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
@@ -42,7 +47,7 @@ def authorise(
     snapshot: ChainSnapshot,
     domain: Eip712Domain,
 ) -> str | None:
-    """The uploading node (it pays the quota), or None for a checkpoint a run already names."""
+    """The node that signed the upload, or None for an unsigned checkpoint a run names."""
     node_h, expires_h, sig_h = (headers.get(name) for name in blob_auth.HEADERS)
     if node_h is None and expires_h is None and sig_h is None:
         if store.wanted(blob):
@@ -71,7 +76,27 @@ def authorise(
             f"upload signed by {signer}, not by {node}: sign with the node's hot key",
             code="signer_mismatch",
         )
-    return None if store.wanted(blob) else node
+    return node
+
+
+async def _body(request: Request, deadline_s: float) -> AsyncIterator[bytes]:
+    """The request's body chunks, refused with ``upload_timeout`` once ``deadline_s`` pass."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + deadline_s
+    stream = request.stream().__aiter__()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(anext(stream), max(deadline - loop.time(), 0))
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise LedgerError(
+                f"the upload's body did not arrive within {deadline_s:g} s "
+                "(COLOCO_LEDGER_BLOB_UPLOAD_DEADLINE_S): nothing was stored; upload again, "
+                "faster or from closer",
+                code="upload_timeout",
+            ) from None
+        yield chunk
 
 
 @router.put(
@@ -81,8 +106,10 @@ def authorise(
     responses={
         401: {"model": ErrorResponse},
         403: {"model": ErrorResponse},
+        408: {"model": ErrorResponse},
         413: {"model": ErrorResponse},
         422: {"model": ErrorResponse},
+        429: {"model": ErrorResponse},
         507: {"model": ErrorResponse},
     },
     openapi_extra={
@@ -110,9 +137,12 @@ async def put_blob(
     )
     length = request.headers.get("content-length")
     declared = int(length) if length is not None and length.isdigit() else None
-    upload = await run_in_threadpool(store.begin, blob, uploader=uploader, declared=declared)
+    pays = uploader is not None and not await run_in_threadpool(store.wanted, blob)
+    upload = await run_in_threadpool(
+        store.receive, blob, sender=uploader, pays=pays, declared=declared
+    )
     try:
-        async for chunk in request.stream():
+        async for chunk in _body(request, store.upload_deadline_s):
             if chunk:
                 await run_in_threadpool(upload.write, chunk)
     except BaseException:
