@@ -124,7 +124,7 @@ class Settings(BaseSettings):
         ge=1,
         le=1 << 20,
         description="with TOKENS_PER_STEP unset: the largest batch a node may claim, "
-        "tokens <= innerSteps x this x the model's seq_len (refused at intake)",
+        "tokens <= innerSteps x this x the model's seq_len (else work_mismatch at level 1)",
     )
     copy_cosine: float = Field(default=0.9, gt=0, le=1, description="residual copy threshold")
     copy_history_rounds: int = Field(default=3, ge=0, le=100)

@@ -52,7 +52,6 @@ from ledger.intake.verify import (
     check_form,
     check_sender,
     check_signer,
-    check_work,
     http_status,
     recover_signers,
     reject,
@@ -125,7 +124,6 @@ class Intake:
         self.indexer = indexer
         self.settings = settings
         self.book = book  # the rounds' states and the lock over writes (ledger.core.round_book)
-        self.max_tokens_per_step = settings.max_tokens_per_step()  # the intake's work bound
         self.writer = GroupWriter(self.store)
         self.membership: Membership | None = None  # set by the service (ledger.intake.membership)
         self.closures: RunClosures | None = None  # set by the service (ledger.intake.closing)
@@ -155,7 +153,6 @@ class Intake:
             try:
                 c = check_signer(form, signer, domain)
                 check_chain(c, snap, round_window=self.settings.round_window)
-                check_work(c, snap, max_tokens_per_step=self.max_tokens_per_step)
                 job.checked.append((index, c))
             except AttestationRejected as exc:
                 job.out[index] = _refusal(exc)

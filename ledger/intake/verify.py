@@ -35,7 +35,6 @@ HTTP_STATUS: dict[str, int] = {
     "run_closed": 409,
     "future_round": 422,
     "future_config_version": 422,
-    "work_too_large": 422,
     "conflicting_attestation": 409,
     "chain_not_indexed": 503,
     "batch_too_large": 413,
@@ -177,26 +176,6 @@ def check_signer(form: Form, signer: bytes | SignatureError, domain: Eip712Domai
         run_hex="0x" + att.run_id.hex(),
         commits=form.commits,
     )
-
-
-def check_work(checked: Checked, snap: ChainSnapshot, *, max_tokens_per_step: int | None) -> None:
-    """The declared work fits the governed batch: ``tokens <= steps x tokens per step``, with
-    steps the smaller of the attested and the governed ``innerSteps``. The declaration sizes what
-    the ledger builds to score and replay it (the shard's rows, the first batch), so a larger
-    one is refused here, before any of it is stored."""
-    att = checked.attestation
-    if max_tokens_per_step is None or snap.config is None:
-        return
-    steps = min(att.inner_steps, snap.config.inner_steps)
-    bound = steps * max_tokens_per_step
-    if att.tokens > bound:
-        raise reject(
-            "work_too_large",
-            f"tokens {att.tokens} exceed innerSteps x batch x seqLen = {steps} x "
-            f"{max_tokens_per_step} = {bound} (innerSteps: the smaller of the attested "
-            f"{att.inner_steps} and TrainingConfig's {snap.config.inner_steps}): claim the work "
-            "the governed settings allow",
-        )
 
 
 def check_chain(checked: Checked, snap: ChainSnapshot, *, round_window: int) -> None:

@@ -14,8 +14,15 @@ ZERO = "0x" + "00" * 32
 
 
 def check_claims(entries: list[Entry], ctx: Context) -> None:
-    """Membership, zero result checkpoint, base checkpoint, work (the first that fails)."""
+    """Membership, zero result checkpoint, base checkpoint, work (the first that fails).
+
+    The work bound comes before any tensor or row is read: the declared ``tokens`` size the
+    shard the usefulness test, the first-step probe and the replay rebuild, so a declaration
+    beyond innerSteps x batch x seq_len fails here (``work_mismatch``) and is never scored. It is
+    not refused at intake: a member whose update went into the round's all-reduce stays in the
+    ledger's outer step, or the committed checkpoint would differ from every member's."""
     tps = ctx.settings.tokens_per_step
+    per_step = ctx.settings.max_tokens_per_step()
     for e in entries:
         a = e.att
         if ctx.members is not None and a.node not in ctx.members:
@@ -44,6 +51,13 @@ def check_claims(entries: list[Entry], ctx: Context) -> None:
             e.fail(
                 "work_mismatch",
                 f"tokens {a.tokens} are not a whole number of {a.inner_steps} inner steps",
+            )
+        elif per_step is not None and a.tokens > a.inner_steps * per_step:
+            e.fail(
+                "work_mismatch",
+                f"tokens {a.tokens} exceed innerSteps x batch x seqLen = {a.inner_steps} x "
+                f"{per_step} = {a.inner_steps * per_step} (COLOCO_LEDGER_MAX_BATCH_ROWS x the "
+                "model's seq_len): claim the work the governed settings allow",
             )
 
 

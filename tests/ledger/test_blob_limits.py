@@ -257,3 +257,21 @@ def test_a_blob_finished_while_others_are_in_flight_counts_at_once(
     finally:
         kept_open.abort()
     assert store.holds.in_flight == 0 and held_on_disk(ledger) == []
+
+
+@pytest.mark.parametrize("ledger", [{"blob_quota_bytes": MIB}], indirect=True)
+def test_a_declared_length_over_the_quota_is_refused_before_its_body(
+    live: str, ledger: Ledger, started_run: str, nodes: Any, domain: Any
+) -> None:
+    """F7: an upload declaring more than its node's quota (Content-Length) is refused at once,
+    before any byte is held: the reservation covers what is declared, not only what arrived."""
+    digest = h("declared big")
+    upload = StalledUpload(
+        live, digest, upload_headers(nodes[0], domain, digest), 0, declared=2 * MIB
+    )
+    try:
+        answer = upload.poll(timeout=10)
+        assert answer is not None and answer[0] == 413, answer
+        assert answer[1]["error"]["code"] == "blob_quota_exceeded"
+    finally:
+        _release(ledger, [upload])
