@@ -274,8 +274,7 @@ contract Deploy is Script, CapitalDeploy {
         d.distributor.grantRole(d.distributor.GUARDIAN_ROLE(), p.guardian);
         _handOver(address(d.distributor), timelock, deployer);
         d.token.grantRole(d.token.GRANTER_ROLE(), timelock);
-        (d.funding, d.codeRegistry) =
-            _deployCapital(
+        (d.funding, d.codeRegistry) = _deployCapital(
             d.token, d.ledger, d.config, timelock, p.committer, p.guardian, p.funding
         );
         d.token.grantRole(d.token.MINTER_ROLE(), address(d.funding));

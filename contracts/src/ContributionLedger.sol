@@ -109,9 +109,7 @@ contract ContributionLedger is IContributionLedger, AccessControl, EIP712, Pausa
         }
         // rewardTotal <= rewardPerRound <= 1e24: SafeCast reverts long before a real overflow.
         _runs[runId] = RunState({
-            lastRound: round,
-            committed: true,
-            budget: SafeCast.toUint128(run.budget + rewardTotal)
+            lastRound: round, committed: true, budget: SafeCast.toUint128(run.budget + rewardTotal)
         });
         _checkpoints[runId][round] = checkpointHash;
         if (rewardsRoot != bytes32(0)) {

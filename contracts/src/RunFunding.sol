@@ -249,8 +249,9 @@ contract RunFunding is IRunFunding, AccessControl, Pausable {
         uint256 pool = run.capitalPool;
         (uint256 computeReward,, uint256 capitalReward) = config.poolRewards();
         // capital in proportion to the compute budget the ledger committed for this run
-        uint256 cap =
-            computeReward == 0 ? 0 : Math.mulDiv(ledger.runBudget(runId), capitalReward, computeReward);
+        uint256 cap = computeReward == 0
+            ? 0
+            : Math.mulDiv(ledger.runBudget(runId), capitalReward, computeReward);
         amount = cap > pool ? Math.min(capitalReward, cap - pool) : 0;
         if (amount == 0) revert NoCapitalToAccrue(runId, pool, cap);
         if (!_capitalBucket.tryConsume(_CAPITAL, amount)) {

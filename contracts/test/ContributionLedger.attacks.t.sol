@@ -10,7 +10,9 @@ contract ContributionLedgerAttackTest is ColocoTest {
 
     function _commit(bytes32 run, uint64 round, bytes32 root, uint256 reward) internal {
         vm.prank(committer);
-        ledger.commitRound(run, round, root, keccak256(abi.encode(run, round)), 1, bytes32(0), reward);
+        ledger.commitRound(
+            run, round, root, keccak256(abi.encode(run, round)), 1, bytes32(0), reward
+        );
     }
 
     /// F3: a root committed again after it finalized kept its first finality while its budget
@@ -27,7 +29,8 @@ contract ContributionLedgerAttackTest is ColocoTest {
             vm.prank(committer);
             try ledger.commitRound(
                 madeUp, 0, ROOT, keccak256(abi.encode(i)), 1, bytes32(0), reward
-            ) {} catch {}
+            ) {}
+                catch {}
         }
         (, uint256 budget) = ledger.claimable(ROOT);
         assertEq(budget, reward, "a finalized root's budget grew");

@@ -110,7 +110,9 @@ contract RunFundingAttackTest is FundingBase {
         vm.prank(committer);
         funding.setCapitalLimit(1e30, 1);
         vm.expectRevert(
-            abi.encodeWithSelector(IRunFunding.InvalidDuration.selector, bytes32("capitalPeriod"), 0)
+            abi.encodeWithSelector(
+                IRunFunding.InvalidDuration.selector, bytes32("capitalPeriod"), 0
+            )
         );
         vm.prank(address(timelock));
         funding.setCapitalLimit(1e30, 0);
@@ -266,7 +268,9 @@ contract RunFundingAttackTest is FundingBase {
         assertApproxEqAbs(aliceSpent + bobSpent, 1 ether, 1);
         assertEq(aliceSpent, 0.99 ether);
         // the same capital per wei spent for both
-        assertEq(funding.entitlement(RUN, alice) * bobSpent, funding.entitlement(RUN, bob) * aliceSpent);
+        assertEq(
+            funding.entitlement(RUN, alice) * bobSpent, funding.entitlement(RUN, bob) * aliceSpent
+        );
     }
 
     /// F5: refunds wait for the latest-finalizing root even when governance shortened the

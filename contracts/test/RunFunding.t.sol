@@ -464,7 +464,9 @@ contract RunFundingTest is FundingBase {
         );
         funding.setDisputeWindow(tooLong);
         vm.expectRevert(
-            abi.encodeWithSelector(IRunFunding.InvalidDuration.selector, bytes32("disputeWindow"), 0)
+            abi.encodeWithSelector(
+                IRunFunding.InvalidDuration.selector, bytes32("disputeWindow"), 0
+            )
         );
         funding.setDisputeWindow(0); // F2: a root always waits for its window
         funding.setEthPerRound(RUN, 5 ether);

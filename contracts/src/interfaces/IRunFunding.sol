@@ -64,7 +64,9 @@ interface IRunFunding {
     event CapitalLimitSet(uint208 capacity, uint48 period);
     /// @notice The final ETH root `root` of `runId` accrued `amount` capital tokens (minted into
     /// escrow); `capitalPool` is the run's pool after it.
-    event CapitalAccrued(bytes32 indexed runId, bytes32 indexed root, uint256 amount, uint256 capitalPool);
+    event CapitalAccrued(
+        bytes32 indexed runId, bytes32 indexed root, uint256 amount, uint256 capitalPool
+    );
 
     /// @notice `runId` was already opened.
     error RunAlreadyOpen(bytes32 runId);
