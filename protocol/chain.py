@@ -343,7 +343,17 @@ class ChainClient(ChainViews):
         with self._lock:
             signed = self._sign(self.account, sent.func, params, sent.label)
             built = self._built.pop(bytes(signed.hash))
-            if not self._push(signed, int(params["nonce"]), sent.label):
+            try:
+                pushed = self._push(signed, int(params["nonce"]), sent.label)
+            except ChainError as exc:
+                if "base fee" not in str(exc).lower():
+                    raise
+                # the base fee rose past the cap between our read and the send: the next bump
+                # reads it again (the old transaction stays; nothing was replaced)
+                log.warning("%s: replacement of 0x%s refused (%s); retrying at the next bump",
+                            sent.label, tx_hash.hex(), exc)  # fmt: skip
+                return tx_hash
+            if not pushed:
                 log.info("%s: nonce %d already used; no replacement", sent.label, params["nonce"])
                 return tx_hash
         new = bytes(signed.hash)

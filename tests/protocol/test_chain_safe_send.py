@@ -144,3 +144,45 @@ def test_stuck_low_fee_transaction_is_replaced_once(
     assert bytes(receipt["transactionHash"]) != first  # the replacement was mined
     assert client.node_info(node).staked == STAKE
     assert client.w3.eth.get_transaction_count(chain.accounts[6][0]) == nonce_before + 1
+
+
+def test_a_replacement_refused_for_a_base_fee_that_rose_is_retried(
+    chain: AnvilProcess, deployment: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The base fee of the next block rises after the client read the latest one: the node refuses
+    the replacement ("max fee per gas less than block base fee"). The client keeps the old
+    transaction and replaces it again at its next bump, with the fee read then; before, the
+    refusal ended the send with a ChainError (seen as a flaky run of the test above)."""
+    caplog.set_level(logging.WARNING, logger="protocol.chain")
+    client = operator_of(chain, deployment, chain.rpc_url, bump_after_s=0.3, poll_interval_s=0.02)
+    node = Address(new_node(chain.w3, deployment, chain.accounts[6][0], stake=0).address)
+    chain.call("evm_setAutomine", [False])
+    try:
+        out: dict[str, Any] = {}
+
+        def stake() -> None:
+            try:
+                out["receipt"] = client.transact("StakeManager", "stake", node, value=STAKE)
+            except Exception as exc:  # reported by the assertions below
+                out["error"] = exc
+
+        worker = threading.Thread(target=stake)
+        worker.start()
+        deadline = time.monotonic() + 10
+        while not client._sent and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # the next block's base fee jumps while the latest block still shows the old one
+        chain.call("anvil_setNextBlockBaseFeePerGas", [hex(200 * 10**9)])
+        while "retrying at the next bump" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "retrying at the next bump" in caplog.text
+        chain.mine(1)  # the latest block now carries the high base fee: the next bump covers it
+        while "replaced by" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.02)
+        chain.mine(1)
+        worker.join(timeout=20)
+    finally:
+        chain.call("evm_setAutomine", [True])
+    assert "error" not in out, out.get("error")
+    assert out["receipt"]["status"] == 1
+    assert client.node_info(node).staked == STAKE
