@@ -74,15 +74,26 @@ def propose(
         typer.Option("--set", help="NAME=VALUE, e.g. inner-steps=30, outer-lr=0.5 (repeatable)."),
     ],
     description: Annotated[str | None, typer.Option(help="Proposal text.")] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="Propose even a value TrainingConfig would revert or one with a warned "
+            "consequence (nodes dropping below a new min-stake, a zero reward)."
+        ),
+    ] = False,
     opts: TxOptions,
 ) -> None:
     """Propose a TrainingConfig change by name.
+
+    Each value is checked first against the range the contract allows (read from the chain) and
+    for consequences (nodes below a new min-stake, a zero reward): refused before any
+    transaction unless --force.
 
     Example: coloco gov propose --set inner-steps=30 --description "shorter rounds"
     """
 
     def send(chain: ChainClient) -> dict[str, Any]:
-        prop = propose_change(chain, set_, description)
+        prop = propose_change(chain, set_, description, force=force)
         return {"proposal_id": str(prop.proposal_id), "description": prop.description,
                 "vote_start": prop.vote_start, "vote_end": prop.vote_end}  # fmt: skip
 
@@ -106,16 +117,19 @@ def vote(
         str, typer.Option(help="for, against or abstain (no default: say what you mean).")
     ],
     reason: Annotated[str, typer.Option(help="Optional reason, stored on chain.")] = "",
+    force: Annotated[
+        bool, typer.Option(help="Vote even with 0 voting power (it counts 0 and uses your vote).")
+    ] = False,
     opts: TxOptions,
 ) -> None:
-    """Vote on an Active proposal.
+    """Vote on an Active proposal; refused when your vote would count 0 (delegate first).
 
     Example: coloco gov vote 1234... --support for --account holder
     """
     pid = parse_proposal_id(proposal)
 
     def send(chain: ChainClient) -> dict[str, Any]:
-        cast_vote(chain, pid, support.lower(), reason)
+        cast_vote(chain, pid, support.lower(), reason, force=force)
         v = chain.model_governor.proposal_votes(pid)
         against, for_, abstain = v.against_votes, v.for_votes, v.abstain_votes
         return {"proposal_id": str(pid), "support": support.lower(), "for": for_,

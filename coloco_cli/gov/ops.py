@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from eth_utils.crypto import keccak
 
 from coloco_cli.common import fmt_units
+from coloco_cli.gov import bounds
 from coloco_cli.gov.changes import SetterCall, parse_sets, setter_calls
 from coloco_cli.logs import event_logs
-from coloco_cli.node.ops import checksum
+from coloco_cli.node.ops import checksum, utc
 from protocol.errors import ConfigError
 from protocol.types import Address
 
@@ -99,12 +100,20 @@ def delegate_votes(chain: ChainClient, to: str | None = None) -> Any:
     return chain.transact("ModelShareToken", "delegate", target, gas=DELEGATE_GAS)
 
 
-def propose_change(chain: ChainClient, sets: list[str], description: str | None = None) -> Proposal:
-    """Propose TrainingConfig changes (`['inner-steps=30']`); returns the created proposal."""
+def propose_change(
+    chain: ChainClient, sets: list[str], description: str | None = None, *, force: bool = False
+) -> Proposal:
+    """Propose TrainingConfig changes (`['inner-steps=30']`); returns the created proposal.
+
+    Each change is checked first against what TrainingConfig accepts and what it would cause
+    (`coloco_cli.gov.bounds.check`): refused with the allowed range before any transaction,
+    unless `force`."""
     config = chain.contract("TrainingConfig")
     abi = config.abi
     current = chain.training_config.current()
-    calls: list[SetterCall] = setter_calls(abi, current, parse_sets(sets))
+    changes = parse_sets(sets)
+    calls: list[SetterCall] = setter_calls(abi, current, changes)
+    bounds.check(chain, changes, calls, force=force)
     targets: list[str] = [str(config.address)] * len(calls)
     calldatas = [bytes.fromhex(config.encode_abi(c.function, args=list(c.args))[2:]) for c in calls]
     description = description or "coloco: " + "; ".join(c.describe() for c in calls)
@@ -141,8 +150,41 @@ def propose_calls(
     )
 
 
-def cast_vote(chain: ChainClient, proposal_id: int, support: str, reason: str = "") -> Any:
-    """Vote for/against/abstain on an Active proposal."""
+def voting_power_refusal(chain: ChainClient, proposal_id: int) -> str | None:
+    """Why the sender's vote on `proposal_id` would count 0 (None: it counts).
+
+    The Governor counts the votes delegated to the voter at the proposal's snapshot; a vote of 0
+    still costs gas and uses up the account's one vote on that proposal."""
+    sender = sender_of(chain)
+    snapshot = chain.model_governor.proposal_snapshot(proposal_id)
+    if int(chain.call("ModelGovernor", "getVotes", sender, snapshot)) > 0:
+        return None
+    balance = int(chain.call("ModelShareToken", "balanceOf", sender))
+    delegate = str(chain.call("ModelShareToken", "delegates", sender))
+    if balance == 0:
+        held = "holds no CMS"
+    elif int(delegate, 16) == 0:
+        held = f"holds {fmt_units(balance)} CMS but delegated them to nobody"
+    elif delegate.lower() != sender.lower():
+        held = f"holds {fmt_units(balance)} CMS but delegated them to {delegate}"
+    else:
+        held = (
+            f"holds {fmt_units(balance)} CMS, but they were not its votes at this proposal's "
+            f"snapshot ({utc(snapshot)}): received or delegated after it"
+        )
+    return (
+        f"{sender} has 0 voting power on proposal {proposal_id}: it {held}. A vote would count "
+        "0 and use up this account's one vote on the proposal. Delegate first: "
+        "`coloco gov delegate` (votes count for proposals created after it); pass --force to "
+        "vote anyway"
+    )
+
+
+def cast_vote(
+    chain: ChainClient, proposal_id: int, support: str, reason: str = "", *, force: bool = False
+) -> Any:
+    """Vote for/against/abstain on an Active proposal; refused when the sender's vote would
+    count 0 (`voting_power_refusal`), unless `force`."""
     if support not in SUPPORT:
         raise ConfigError(f"--support {support!r}: choose one of {', '.join(SUPPORT)}")
     state = proposal_state(chain, proposal_id)
@@ -155,6 +197,11 @@ def cast_vote(chain: ChainClient, proposal_id: int, support: str, reason: str = 
         )
     if state != "Active":
         raise ConfigError(f"proposal {proposal_id} is {state}, not Active: it takes no votes")
+    refusal = voting_power_refusal(chain, proposal_id)
+    if refusal and not force:
+        raise ConfigError(refusal)
+    if refusal:
+        log.warning("voting anyway (--force): %s", refusal)
     if reason:
         return chain.transact(
             "ModelGovernor", "castVoteWithReason", proposal_id, SUPPORT[support], reason
