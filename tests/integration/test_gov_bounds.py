@@ -240,3 +240,23 @@ def test_what_the_table_does_not_describe_is_refused_by_running_it_as_the_timelo
     assert "would revert at execute with InvalidReleasedCheckpoint(0xabab" in message, message
     assert ", 614)" in message and "--force" in message
     assert _sent(viewer, alice.address) == before
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+
+
+def test_the_documented_refusal_is_what_propose_says(
+    cli_env: Path, chain: AnvilProcess, deployment: Deployment, holders: list[Holder]
+) -> None:
+    """docs/cli.md's `<!-- gov-refusal -->` example, run as written (plus the sender)."""
+    text = DOC.read_text()
+    block = re.search(r"<!-- gov-refusal -->\s*```text\n(.*?)```", text, re.S)
+    assert block, "docs/cli.md: no ```text block after <!-- gov-refusal -->"
+    command, *expected = [line.strip() for line in block.group(1).strip().splitlines()]
+    args = command.removeprefix("$ coloco ").split()
+    viewer = ChainClient(chain.rpc_url, deployment)
+    before = _sent(viewer, holders[0].address)
+    result = runner.invoke(app, [*args, "--private-key", holders[0].key])
+    assert isinstance(result.exception, ConfigError), (result.exception, result.output)
+    assert [line.strip() for line in result.exception.message.splitlines()] == expected
+    assert _sent(viewer, holders[0].address) == before
