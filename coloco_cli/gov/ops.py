@@ -56,6 +56,53 @@ def parse_proposal_id(text: str) -> int:
         raise ConfigError(f"proposal id {text!r} is not a number: see `coloco gov list`") from exc
 
 
+def resolve_proposal_id(chain: ChainClient, text: str) -> int:
+    """A proposal as typed: its full id (decimal or 0x hex) or a unique prefix of the decimal
+    digits `coloco gov list` prints (`2423` for a 77-digit id)."""
+    exact = parse_proposal_id(text.strip())
+    ids = [p.proposal_id for p in list_proposals(chain, int(chain.deployment.deployment_block))]
+    if exact in ids:
+        return exact
+    digits = text.strip()
+    matches = [i for i in ids if digits.isdigit() and str(i).startswith(digits)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise ConfigError(
+            f"proposal id {digits} is the start of {len(matches)} proposals' ids: type more "
+            "digits (see `coloco gov list`)"
+        )
+    raise ConfigError(f"no proposal {digits} on this Governor: see `coloco gov list`")
+
+
+def span(seconds: int) -> str:
+    """90 -> '1m 30s': a duration as a person reads it."""
+    seconds = abs(seconds)
+    parts = [(seconds // 86400, "d"), (seconds % 86400 // 3600, "h"),
+             (seconds % 3600 // 60, "m"), (seconds % 60, "s")]  # fmt: skip
+    shown = [f"{n}{unit}" for n, unit in parts if n][:2]
+    return " ".join(shown) or "0s"
+
+
+def when(timestamp: int, now: int, *, future: str, past: str) -> str:
+    """'2026-12-03 12:55:01 UTC (ends in 1m 30s)': a chain time in UTC and relative to `now`
+    (the latest block's timestamp: the Governor's clock)."""
+    if timestamp > now:
+        return f"{utc(timestamp)} ({future} in {span(timestamp - now)})"
+    return f"{utc(timestamp)} ({past} {span(now - timestamp)} ago)"
+
+
+def chain_now(chain: ChainClient) -> int:
+    """The latest block's timestamp: what the Governor's and the Timelock's clocks read."""
+    return int(chain.w3.eth.get_block("latest")["timestamp"])
+
+
+def support_code(support: str) -> int:
+    if support not in SUPPORT:
+        raise ConfigError(f"--support {support!r}: choose one of {', '.join(SUPPORT)}")
+    return SUPPORT[support]
+
+
 def proposal_state(chain: ChainClient, proposal_id: int) -> str:
     return STATES[chain.model_governor.state(proposal_id)]
 
@@ -185,15 +232,15 @@ def cast_vote(
 ) -> Any:
     """Vote for/against/abstain on an Active proposal; refused when the sender's vote would
     count 0 (`voting_power_refusal`), unless `force`."""
-    if support not in SUPPORT:
-        raise ConfigError(f"--support {support!r}: choose one of {', '.join(SUPPORT)}")
+    support_code(support)
     state = proposal_state(chain, proposal_id)
     if state == "Pending":
         start = chain.model_governor.proposal_snapshot(proposal_id)
         raise ConfigError(
-            f"proposal {proposal_id} is Pending: voting opens after unix time {start} (now "
-            f"{chain.w3.eth.get_block('latest')['timestamp']}; the governor's clock is in "
-            "seconds); wait (on a devnet: cast rpc evm_increaseTime N, then anvil_mine)"
+            f"proposal {proposal_id} is Pending: voting opens after "
+            f"{when(start, chain_now(chain), future='opens', past='opened')}, by the chain's "
+            "clock; wait (on a devnet: `coloco devnet mine 1 --seconds N`, or cast rpc "
+            "evm_increaseTime N, then anvil_mine)"
         )
     if state != "Active":
         raise ConfigError(f"proposal {proposal_id} is {state}, not Active: it takes no votes")
@@ -214,7 +261,11 @@ def queue_proposal(chain: ChainClient, proposal_id: int, from_block: int = 0) ->
     state = proposal_state(chain, proposal_id)
     if state != "Succeeded":
         end = chain.model_governor.proposal_deadline(proposal_id)
-        hint = f" (voting ends after block {end})" if state in {"Pending", "Active"} else ""
+        hint = (
+            f" (voting ends {when(end, chain_now(chain), future='ends', past='ended')})"
+            if state in {"Pending", "Active"}
+            else ""
+        )
         raise ConfigError(f"proposal {proposal_id} is {state}, only Succeeded can be queued{hint}")
     p = find_proposal(chain, proposal_id, from_block)
     return chain.transact(
@@ -233,11 +284,12 @@ def execute_proposal(chain: ChainClient, proposal_id: int, from_block: int = 0) 
             else f"proposal {proposal_id} is {state}, only Queued proposals execute"
         )
     eta = chain.model_governor.proposal_eta(proposal_id)
-    now = int(chain.w3.eth.get_block("latest")["timestamp"])
+    now = chain_now(chain)
     if now < eta:
         raise ConfigError(
-            f"proposal {proposal_id} waits in the Timelock until timestamp {eta} "
-            f"({eta - now}s from the last block): try again then"
+            f"proposal {proposal_id} waits in the Timelock until {utc(eta)} ({span(eta - now)} "
+            "after the last block, by the chain's clock): try again then (on a devnet: "
+            f"`coloco devnet mine 1 --seconds {eta - now}`)"
         )
     p = find_proposal(chain, proposal_id, from_block)
     return chain.transact(
