@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from coloco_cli.common import console, emit_json, fmt_units
+from coloco_cli.gov.actions import describe_actions
 from coloco_cli.gov.ops import (
     cast_vote,
     chain_now,
@@ -213,15 +214,17 @@ def status(proposal: ProposalArg, *, opts: TxOptions) -> None:
     v = chain.model_governor.proposal_votes(pid)
     against, for_, abstain = v.against_votes, v.for_votes, v.abstain_votes
     now = chain_now(chain)  # the governor's clock: the latest block's timestamp, in seconds
+    actions = describe_actions(chain, p.targets, p.calldatas, p.values)
     if opts.json_out:
         emit_json({"proposal_id": str(pid), "description": p.description,
                    "state": proposal_state(chain, pid), "for": for_, "against": against,
                    "abstain": abstain, "vote_start": p.vote_start, "vote_end": p.vote_end,
-                   "block": chain.block_number(), "now": now})  # fmt: skip
+                   "block": chain.block_number(), "now": now, "actions": actions})  # fmt: skip
         return
     console.print(f"proposal {pid}", soft_wrap=True)
     table = Table(show_header=False)
     table.add_row("description", p.description)
+    table.add_row("actions", "\n".join(actions))
     table.add_row("state", proposal_state(chain, pid))
     table.add_row(
         "votes",
@@ -250,11 +253,13 @@ def list_(*, opts: TxOptions) -> None:
     rows: list[dict[str, Any]] = []
     props = list_proposals(chain, int(chain.deployment.deployment_block))
     for p in props:
+        actions = describe_actions(chain, p.targets, p.calldatas, p.values)
         v = chain.model_governor.proposal_votes(p.proposal_id)
         against, for_, abstain = v.against_votes, v.for_votes, v.abstain_votes
         rows.append({"proposal_id": str(p.proposal_id), "description": p.description,
                      "state": proposal_state(chain, p.proposal_id), "for": for_,
-                     "against": against, "abstain": abstain})  # fmt: skip
+                     "against": against, "abstain": abstain,
+                     "actions": actions})  # fmt: skip
     if opts.json_out:
         emit_json({"proposals": rows})
         return
@@ -267,9 +272,11 @@ def list_(*, opts: TxOptions) -> None:
             voting = "voting " + when(p.vote_start, now, future="opens", past="opened")
         else:
             voting = "voting " + when(p.vote_end, now, future="ends", past="ended")
-        console.print(r["proposal_id"], soft_wrap=True, highlight=False)
+        console.print(r["proposal_id"], soft_wrap=True, highlight=False, markup=False)
         console.print(
             f"  {r['state']}; for {fmt_units(r['for'])} / against {fmt_units(r['against'])}; "
-            f"{voting}\n  {r['description']}",
+            f"{voting}\n  {r['description']}\n"
+            + "".join(f"  does: {a}\n" for a in r["actions"]).rstrip("\n"),
             highlight=False,
+            markup=False,
         )

@@ -164,12 +164,15 @@ def test_list_and_status_show_full_ids_and_utc_times_and_take_a_prefix(
     assert pid in listing.output.split()  # the whole id, on one line, never cut
     assert "voting " in listing.output and "(opens in" in listing.output
     assert " UTC" in listing.output and str(created["vote_start"]) not in listing.output
+    # what it does, decoded from its calldata, in the units `--set` takes
+    assert "does: TrainingConfig.setInnerLoop(inner-steps=33, inner-lr=0.003)" in listing.output
 
     prefix = pid[:8]
     status = _ok("gov", "status", prefix)
     assert f"proposal {pid}" in status and "Pending" in status
     assert "(opens in" in status and "(ends in" in status and " UTC" in status
     assert str(created["vote_end"]) not in status  # no raw unix seconds
+    assert "TrainingConfig.setInnerLoop(inner-steps=33, inner-lr=0.003)" in status
 
     chain.increase_time(2)
     _ok("gov", "vote", prefix, "--support", "for", "--private-key", alice.key)

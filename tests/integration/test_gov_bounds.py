@@ -23,6 +23,7 @@ from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.errors import ConfigError
 from protocol.types import Address
+from reference.settings import WireFormat
 from tests.integration.conftest import Holder
 
 pytestmark = [pytest.mark.integration, pytest.mark.anvil]
@@ -121,6 +122,8 @@ def test_the_range_table_matches_the_contract_at_every_edge(
             assert refused(r.field, r.low - 1), r
         if high < bounds._type_max(types[r.field]):
             assert refused(r.field, high + 1), r
+    # the names `--set wire-format` accepts are the codes the contract allows
+    assert max(WireFormat) == consts["MAX_WIRE_FORMAT"] and min(WireFormat) == 0
     bps, sources = consts["BPS"], consts["MAX_DATA_SOURCES"]
     assert not refused("dataMixtureBps", [bps - 1, 1])
     assert not refused("dataMixtureBps", [bps - sources + 1] + [1] * (sources - 1))
@@ -155,6 +158,9 @@ def test_min_stake_above_active_nodes_says_how_many_drop_out(
     _ok("gov", "propose", "--set", "min-stake=0.5", "--private-key", alice.key)
     _ok("gov", "propose", "--set", "min-stake=2", "--force", "--private-key", alice.key)
     assert _sent(viewer, alice.address)[1] == before[1] + 2
+    listing = _ok("gov", "list")
+    assert "TrainingConfig.setMinStake(min-stake=0.5 ETH)" in listing
+    assert "TrainingConfig.setMinStake(min-stake=2 ETH)" in listing
 
 
 def test_zero_reward_is_refused_unless_forced(
