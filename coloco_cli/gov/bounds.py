@@ -226,9 +226,9 @@ def warnings(chain: ChainClient, changes: Mapping[str, Any]) -> list[str]:
 def check(
     chain: ChainClient, changes: Mapping[str, Any], calls: Sequence[SetterCall], *, force: bool
 ) -> None:
-    """Refuse (ConfigError) what TrainingConfig would revert, or what `warnings` finds, unless
-    `force`; nothing is sent either way. A value its ABI type cannot hold (a negative step count)
-    is refused even with `force`."""
+    """Refuse (ConfigError, before anything is sent) what TrainingConfig would revert, or what
+    `warnings` finds, unless `force` (then each is logged as a warning and the caller proposes).
+    A value its ABI type cannot hold (a negative step count) is refused even with `force`."""
     consts = constants(chain)
     abi = chain.contract("TrainingConfig").abi
     types = _param_types(abi)
