@@ -14,6 +14,7 @@ import dataclasses
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from functools import cache
 from typing import Any
 
@@ -27,10 +28,19 @@ _OWNABLE = {"transferOwnership", "renounceOwnership"}
 
 
 def _int(text: str, name: str) -> int:
+    """'30', '0x1e', '100_000' or '1e8' -> an int (its range is checked in gov.bounds)."""
+    clean = text.replace("_", "")
     try:
-        return int(text.replace("_", ""), 0)
-    except ValueError as exc:
-        raise ConfigError(f"--set {name}={text!r}: expected a whole number") from exc
+        return int(clean, 0)
+    except ValueError:
+        pass
+    try:
+        exact = Decimal(clean)
+    except InvalidOperation:
+        exact = Decimal("NaN")
+    if not exact.is_finite() or exact != exact.to_integral_value():
+        raise ConfigError(f"--set {name}={text!r}: expected a whole number, like 30 or 1e3")
+    return int(exact)
 
 
 def _e6(text: str, name: str) -> int:
@@ -38,9 +48,15 @@ def _e6(text: str, name: str) -> int:
 
 
 def _wire(text: str, name: str) -> int:
-    if text in WireFormat.labels():
+    if text.lower() in WireFormat.labels():
         return int(WireFormat.parse(text))
-    return _int(text, name)
+    try:
+        return _int(text, name)
+    except ConfigError:
+        raise ConfigError(
+            f"--set {name}={text!r}: not a wire format; choose {', '.join(WireFormat.labels())} "
+            f"(or its code: {WireFormat.codes()})"
+        ) from None
 
 
 def _tokens(text: str, name: str) -> int:
@@ -101,6 +117,11 @@ def known_fields() -> dict[str, tuple[str, Parser]]:
     return fields
 
 
+def show_arg(value: Any) -> str:
+    """A call argument as a person reads it: bytes as 0x hex, not a Python bytes repr."""
+    return "0x" + value.hex() if isinstance(value, bytes) else str(value)
+
+
 @dataclass(frozen=True)
 class SetterCall:
     """One TrainingConfig setter with its full argument list."""
@@ -109,7 +130,7 @@ class SetterCall:
     args: tuple[Any, ...]
 
     def describe(self) -> str:
-        return f"{self.function}({', '.join(str(a) for a in self.args)})"
+        return f"{self.function}({', '.join(show_arg(a) for a in self.args)})"
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
@@ -140,9 +161,16 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
 _PARAM_FIELDS = {"checkpoint": "releasedCheckpoint", "uri": "releasedCheckpointURI"}
 
 
-def _norm(param: str) -> str:
+def param_field(param: str) -> str:
+    """A setter parameter's name -> the struct field it sets (`minStake_` -> `minStake`)."""
     name = param.strip("_")
     return _PARAM_FIELDS.get(name, name)
+
+
+def kebab_of(field: str) -> str:
+    """A struct field -> the shortest `--set` name for it (`innerLrE6` -> `inner-lr`)."""
+    names = [kebab for kebab, (f, _) in known_fields().items() if f == field]
+    return min(names, key=len) if names else field
 
 
 def setter_calls(
@@ -165,14 +193,16 @@ def setter_calls(
         )
     calls: dict[str, SetterCall] = {}
     for field in changes:
-        owner = next((s for s in setters if field in {_norm(i["name"]) for i in s["inputs"]}), None)
+        owner = next(
+            (s for s in setters if field in {param_field(i["name"]) for i in s["inputs"]}), None
+        )
         if owner is None:
             raise ConfigError(f"TrainingConfig has no setter for {field}: it cannot be governed")
         if owner["name"] in calls:
             continue
         args = []
         for param in owner["inputs"]:
-            key = _norm(param["name"])
+            key = param_field(param["name"])
             if key in changes:
                 args.append(changes[key])
             elif key in current:

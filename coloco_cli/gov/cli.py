@@ -13,19 +13,23 @@ import typer
 from rich.table import Table
 
 from coloco_cli.common import console, emit_json, fmt_units
+from coloco_cli.gov.actions import describe_actions
 from coloco_cli.gov.ops import (
     cast_vote,
+    chain_now,
     delegate_votes,
     execute_proposal,
     find_proposal,
     list_proposals,
-    parse_proposal_id,
     proposal_state,
     propose_change,
     queue_proposal,
+    resolve_proposal_id,
     sender_of,
+    support_code,
+    when,
 )
-from coloco_cli.node.ops import checksum
+from coloco_cli.node.ops import checksum, utc
 from coloco_cli.tx import TxOptions, reads, send_and_report, sends
 from protocol.types import Address
 
@@ -37,7 +41,11 @@ log = logging.getLogger(__name__)
 app = typer.Typer(no_args_is_help=True)
 
 ProposalArg = Annotated[
-    str, typer.Argument(help="Proposal id (decimal or 0x hex), as `coloco gov list` shows it.")
+    str,
+    typer.Argument(
+        help="Proposal id (decimal or 0x hex) as `coloco gov list` shows it, or a unique "
+        "prefix of its digits."
+    ),
 ]
 
 
@@ -74,24 +82,38 @@ def propose(
         typer.Option("--set", help="NAME=VALUE, e.g. inner-steps=30, outer-lr=0.5 (repeatable)."),
     ],
     description: Annotated[str | None, typer.Option(help="Proposal text.")] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="Propose even a value TrainingConfig would revert or one with a warned "
+            "consequence (nodes dropping below a new min-stake, a zero reward)."
+        ),
+    ] = False,
     opts: TxOptions,
 ) -> None:
     """Propose a TrainingConfig change by name.
+
+    Each value is checked first against the range the contract allows (read from the chain) and
+    for consequences (nodes below a new min-stake, a zero reward): refused before any
+    transaction unless --force.
 
     Example: coloco gov propose --set inner-steps=30 --description "shorter rounds"
     """
 
     def send(chain: ChainClient) -> dict[str, Any]:
-        prop = propose_change(chain, set_, description)
+        prop = propose_change(chain, set_, description, force=force)
+        now = chain_now(chain)
         return {"proposal_id": str(prop.proposal_id), "description": prop.description,
-                "vote_start": prop.vote_start, "vote_end": prop.vote_end}  # fmt: skip
+                "vote_start": prop.vote_start, "vote_end": prop.vote_end,
+                "opens": when(prop.vote_start, now, future="opens", past="opened"),
+                "ends": when(prop.vote_end, now, future="ends", past="ended")}  # fmt: skip
 
     send_and_report(
         opts,
         send,
         lambda o: (
             f"proposal [bold]{o['proposal_id']}[/] created: {o['description']}\n"
-            f"voting opens after {o['vote_start']}, ends at {o['vote_end']} (unix time)\n"
+            f"voting opens after {o['opens']}, ends {o['ends']}\n"
             f"next: coloco gov vote {o['proposal_id']} --support for|against|abstain"
         ),
     )
@@ -106,16 +128,20 @@ def vote(
         str, typer.Option(help="for, against or abstain (no default: say what you mean).")
     ],
     reason: Annotated[str, typer.Option(help="Optional reason, stored on chain.")] = "",
+    force: Annotated[
+        bool, typer.Option(help="Vote even with 0 voting power (it counts 0 and uses your vote).")
+    ] = False,
     opts: TxOptions,
 ) -> None:
-    """Vote on an Active proposal.
+    """Vote on an Active proposal; refused when your vote would count 0 (delegate first).
 
     Example: coloco gov vote 1234... --support for --account holder
     """
-    pid = parse_proposal_id(proposal)
+    support_code(support.lower())
 
     def send(chain: ChainClient) -> dict[str, Any]:
-        cast_vote(chain, pid, support.lower(), reason)
+        pid = resolve_proposal_id(chain, proposal)
+        cast_vote(chain, pid, support.lower(), reason, force=force)
         v = chain.model_governor.proposal_votes(pid)
         against, for_, abstain = v.against_votes, v.for_votes, v.abstain_votes
         return {"proposal_id": str(pid), "support": support.lower(), "for": for_,
@@ -125,7 +151,7 @@ def vote(
         opts,
         send,
         lambda o: (
-            f"voted {support} on {pid}: for {fmt_units(o['for'])}, against "
+            f"voted {support} on {o['proposal_id']}: for {fmt_units(o['for'])}, against "
             f"{fmt_units(o['against'])}, abstain {fmt_units(o['abstain'])}"
         ),
     )
@@ -138,14 +164,17 @@ def queue(proposal: ProposalArg, *, opts: TxOptions) -> None:
 
     Example: coloco gov queue 1234... --account holder
     """
-    pid = parse_proposal_id(proposal)
 
     def send(chain: ChainClient) -> dict[str, Any]:
+        pid = resolve_proposal_id(chain, proposal)
         queue_proposal(chain, pid, int(chain.deployment.deployment_block))
         eta = chain.model_governor.proposal_eta(pid)
-        return {"proposal_id": str(pid), "state": "Queued", "eta": eta}
+        return {"proposal_id": str(pid), "state": "Queued", "eta": eta,
+                "executable": when(eta, chain_now(chain), future="in", past="since")}  # fmt: skip
 
-    send_and_report(opts, send, lambda o: f"queued {pid}; executable from timestamp {o['eta']}")
+    send_and_report(
+        opts, send, lambda o: f"queued {o['proposal_id']}; executable from {o['executable']}"
+    )
 
 
 @app.command()
@@ -155,9 +184,9 @@ def execute(proposal: ProposalArg, *, opts: TxOptions) -> None:
 
     Example: coloco gov execute 1234... --account holder
     """
-    pid = parse_proposal_id(proposal)
 
     def send(chain: ChainClient) -> dict[str, Any]:
+        pid = resolve_proposal_id(chain, proposal)
         execute_proposal(chain, pid, int(chain.deployment.deployment_block))
         version = chain.training_config.version()
         return {"proposal_id": str(pid), "state": "Executed", "config_version": version}
@@ -165,7 +194,9 @@ def execute(proposal: ProposalArg, *, opts: TxOptions) -> None:
     send_and_report(
         opts,
         send,
-        lambda o: f"executed {pid}; TrainingConfig version is now {o['config_version']}",
+        lambda o: (
+            f"executed {o['proposal_id']}; TrainingConfig version is now {o['config_version']}"
+        ),
     )
 
 
@@ -178,28 +209,33 @@ def status(proposal: ProposalArg, *, opts: TxOptions) -> None:
     """
     chain = opts.chain(signed=False)
     start = int(chain.deployment.deployment_block)
-    pid = parse_proposal_id(proposal)
+    pid = resolve_proposal_id(chain, proposal)
     p = find_proposal(chain, pid, start)
     v = chain.model_governor.proposal_votes(pid)
     against, for_, abstain = v.against_votes, v.for_votes, v.abstain_votes
+    now = chain_now(chain)  # the governor's clock: the latest block's timestamp, in seconds
+    actions = describe_actions(chain, p.targets, p.calldatas, p.values)
     if opts.json_out:
         emit_json({"proposal_id": str(pid), "description": p.description,
                    "state": proposal_state(chain, pid), "for": for_, "against": against,
                    "abstain": abstain, "vote_start": p.vote_start, "vote_end": p.vote_end,
-                   "block": chain.block_number()})  # fmt: skip
+                   "block": chain.block_number(), "now": now, "actions": actions})  # fmt: skip
         return
-    table = Table(title=f"proposal {pid}", show_header=False)
+    console.print(f"proposal {pid}", soft_wrap=True)
+    table = Table(show_header=False)
     table.add_row("description", p.description)
+    table.add_row("actions", "\n".join(actions))
     table.add_row("state", proposal_state(chain, pid))
     table.add_row(
         "votes",
         f"for {fmt_units(for_)} / against {fmt_units(against)} / abstain {fmt_units(abstain)}",
     )
-    now = int(chain.w3.eth.get_block("latest")["timestamp"])  # the governor's clock: seconds
-    table.add_row("voting", f"unix time {p.vote_start}..{p.vote_end} (now {now})")
+    table.add_row("voting opens", when(p.vote_start, now, future="opens", past="opened"))
+    table.add_row("voting ends", when(p.vote_end, now, future="ends", past="ended"))
+    table.add_row("chain time", f"{utc(now)} (the latest block)")
     table.add_row(
         "quorum",
-        fmt_units(chain.model_governor.quorum(p.vote_start))
+        fmt_units(chain.model_governor.quorum(p.vote_start)) + " CMS"
         if now > p.vote_start
         else "set at vote start",
     )
@@ -215,21 +251,32 @@ def list_(*, opts: TxOptions) -> None:
     """
     chain = opts.chain(signed=False)
     rows: list[dict[str, Any]] = []
-    for p in list_proposals(chain, int(chain.deployment.deployment_block)):
+    props = list_proposals(chain, int(chain.deployment.deployment_block))
+    for p in props:
+        actions = describe_actions(chain, p.targets, p.calldatas, p.values)
         v = chain.model_governor.proposal_votes(p.proposal_id)
         against, for_, abstain = v.against_votes, v.for_votes, v.abstain_votes
         rows.append({"proposal_id": str(p.proposal_id), "description": p.description,
                      "state": proposal_state(chain, p.proposal_id), "for": for_,
-                     "against": against, "abstain": abstain})  # fmt: skip
+                     "against": against, "abstain": abstain,
+                     "actions": actions})  # fmt: skip
     if opts.json_out:
         emit_json({"proposals": rows})
         return
-    table = Table(title="proposals")
-    for col in ("id", "state", "for", "against", "description"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(
-            r["proposal_id"], r["state"], fmt_units(r["for"]), fmt_units(r["against"]),
-            r["description"],
-        )  # fmt: skip
-    console.print(table)
+    # one block per proposal: its full id on a line of its own (77 digits are never cut; any
+    # unique prefix of them is accepted where an id is taken)
+    now = chain_now(chain)
+    console.print(f"{len(rows)} proposal(s); chain time {utc(now)}")
+    for r, p in zip(rows, props, strict=True):
+        if r["state"] == "Pending":
+            voting = "voting " + when(p.vote_start, now, future="opens", past="opened")
+        else:
+            voting = "voting " + when(p.vote_end, now, future="ends", past="ended")
+        console.print(r["proposal_id"], soft_wrap=True, highlight=False, markup=False)
+        console.print(
+            f"  {r['state']}; for {fmt_units(r['for'])} / against {fmt_units(r['against'])}; "
+            f"{voting}\n  {r['description']}\n"
+            + "".join(f"  does: {a}\n" for a in r["actions"]).rstrip("\n"),
+            highlight=False,
+            markup=False,
+        )

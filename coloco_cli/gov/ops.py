@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from eth_utils.crypto import keccak
 
 from coloco_cli.common import fmt_units
+from coloco_cli.gov import bounds
 from coloco_cli.gov.changes import SetterCall, parse_sets, setter_calls
 from coloco_cli.logs import event_logs
-from coloco_cli.node.ops import checksum
+from coloco_cli.node.ops import checksum, utc
 from protocol.errors import ConfigError
 from protocol.types import Address
 
@@ -53,6 +54,53 @@ def parse_proposal_id(text: str) -> int:
         return int(text, 0)
     except ValueError as exc:
         raise ConfigError(f"proposal id {text!r} is not a number: see `coloco gov list`") from exc
+
+
+def resolve_proposal_id(chain: ChainClient, text: str) -> int:
+    """A proposal as typed: its full id (decimal or 0x hex) or a unique prefix of the decimal
+    digits `coloco gov list` prints (`2423` for a 77-digit id)."""
+    exact = parse_proposal_id(text.strip())
+    ids = [p.proposal_id for p in list_proposals(chain, int(chain.deployment.deployment_block))]
+    if exact in ids:
+        return exact
+    digits = text.strip()
+    matches = [i for i in ids if digits.isdigit() and str(i).startswith(digits)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise ConfigError(
+            f"proposal id {digits} is the start of {len(matches)} proposals' ids: type more "
+            "digits (see `coloco gov list`)"
+        )
+    raise ConfigError(f"no proposal {digits} on this Governor: see `coloco gov list`")
+
+
+def span(seconds: int) -> str:
+    """90 -> '1m 30s': a duration as a person reads it."""
+    seconds = abs(seconds)
+    parts = [(seconds // 86400, "d"), (seconds % 86400 // 3600, "h"),
+             (seconds % 3600 // 60, "m"), (seconds % 60, "s")]  # fmt: skip
+    shown = [f"{n}{unit}" for n, unit in parts if n][:2]
+    return " ".join(shown) or "0s"
+
+
+def when(timestamp: int, now: int, *, future: str, past: str) -> str:
+    """'2026-12-03 12:55:01 UTC (ends in 1m 30s)': a chain time in UTC and relative to `now`
+    (the latest block's timestamp: the Governor's clock)."""
+    if timestamp > now:
+        return f"{utc(timestamp)} ({future} in {span(timestamp - now)})"
+    return f"{utc(timestamp)} ({past} {span(now - timestamp)} ago)"
+
+
+def chain_now(chain: ChainClient) -> int:
+    """The latest block's timestamp: what the Governor's and the Timelock's clocks read."""
+    return int(chain.w3.eth.get_block("latest")["timestamp"])
+
+
+def support_code(support: str) -> int:
+    if support not in SUPPORT:
+        raise ConfigError(f"--support {support!r}: choose one of {', '.join(SUPPORT)}")
+    return SUPPORT[support]
 
 
 def proposal_state(chain: ChainClient, proposal_id: int) -> str:
@@ -99,12 +147,20 @@ def delegate_votes(chain: ChainClient, to: str | None = None) -> Any:
     return chain.transact("ModelShareToken", "delegate", target, gas=DELEGATE_GAS)
 
 
-def propose_change(chain: ChainClient, sets: list[str], description: str | None = None) -> Proposal:
-    """Propose TrainingConfig changes (`['inner-steps=30']`); returns the created proposal."""
+def propose_change(
+    chain: ChainClient, sets: list[str], description: str | None = None, *, force: bool = False
+) -> Proposal:
+    """Propose TrainingConfig changes (`['inner-steps=30']`); returns the created proposal.
+
+    Each change is checked first against what TrainingConfig accepts and what it would cause
+    (`coloco_cli.gov.bounds.check`): refused with the allowed range before any transaction,
+    unless `force`."""
     config = chain.contract("TrainingConfig")
     abi = config.abi
     current = chain.training_config.current()
-    calls: list[SetterCall] = setter_calls(abi, current, parse_sets(sets))
+    changes = parse_sets(sets)
+    calls: list[SetterCall] = setter_calls(abi, current, changes)
+    bounds.check(chain, changes, calls, force=force)
     targets: list[str] = [str(config.address)] * len(calls)
     calldatas = [bytes.fromhex(config.encode_abi(c.function, args=list(c.args))[2:]) for c in calls]
     description = description or "coloco: " + "; ".join(c.describe() for c in calls)
@@ -141,20 +197,58 @@ def propose_calls(
     )
 
 
-def cast_vote(chain: ChainClient, proposal_id: int, support: str, reason: str = "") -> Any:
-    """Vote for/against/abstain on an Active proposal."""
-    if support not in SUPPORT:
-        raise ConfigError(f"--support {support!r}: choose one of {', '.join(SUPPORT)}")
+def voting_power_refusal(chain: ChainClient, proposal_id: int) -> str | None:
+    """Why the sender's vote on `proposal_id` would count 0 (None: it counts).
+
+    The Governor counts the votes delegated to the voter at the proposal's snapshot; a vote of 0
+    still costs gas and uses up the account's one vote on that proposal."""
+    sender = sender_of(chain)
+    snapshot = chain.model_governor.proposal_snapshot(proposal_id)
+    if int(chain.call("ModelGovernor", "getVotes", sender, snapshot)) > 0:
+        return None
+    balance = int(chain.call("ModelShareToken", "balanceOf", sender))
+    delegate = str(chain.call("ModelShareToken", "delegates", sender))
+    if balance == 0:
+        held = "holds no CMS"
+    elif int(delegate, 16) == 0:
+        held = f"holds {fmt_units(balance)} CMS but delegated them to nobody"
+    elif delegate.lower() != sender.lower():
+        held = f"holds {fmt_units(balance)} CMS but delegated them to {delegate}"
+    else:
+        held = (
+            f"holds {fmt_units(balance)} CMS, but they were not its votes at this proposal's "
+            f"snapshot ({utc(snapshot)}): received or delegated after it"
+        )
+    return (
+        f"{sender} has 0 voting power on proposal {proposal_id}: it {held}. A vote would count "
+        "0 and use up this account's one vote on the proposal. Delegate first: "
+        "`coloco gov delegate` (votes count for proposals created after it); pass --force to "
+        "vote anyway"
+    )
+
+
+def cast_vote(
+    chain: ChainClient, proposal_id: int, support: str, reason: str = "", *, force: bool = False
+) -> Any:
+    """Vote for/against/abstain on an Active proposal; refused when the sender's vote would
+    count 0 (`voting_power_refusal`), unless `force`."""
+    support_code(support)
     state = proposal_state(chain, proposal_id)
     if state == "Pending":
         start = chain.model_governor.proposal_snapshot(proposal_id)
         raise ConfigError(
-            f"proposal {proposal_id} is Pending: voting opens after unix time {start} (now "
-            f"{chain.w3.eth.get_block('latest')['timestamp']}; the governor's clock is in "
-            "seconds); wait (on a devnet: cast rpc evm_increaseTime N, then anvil_mine)"
+            f"proposal {proposal_id} is Pending: voting opens after "
+            f"{when(start, chain_now(chain), future='opens', past='opened')}, by the chain's "
+            "clock; wait (on a devnet: `coloco devnet mine 1 --seconds N`, or cast rpc "
+            "evm_increaseTime N, then anvil_mine)"
         )
     if state != "Active":
         raise ConfigError(f"proposal {proposal_id} is {state}, not Active: it takes no votes")
+    refusal = voting_power_refusal(chain, proposal_id)
+    if refusal and not force:
+        raise ConfigError(refusal)
+    if refusal:
+        log.warning("voting anyway (--force): %s", refusal)
     if reason:
         return chain.transact(
             "ModelGovernor", "castVoteWithReason", proposal_id, SUPPORT[support], reason
@@ -167,7 +261,11 @@ def queue_proposal(chain: ChainClient, proposal_id: int, from_block: int = 0) ->
     state = proposal_state(chain, proposal_id)
     if state != "Succeeded":
         end = chain.model_governor.proposal_deadline(proposal_id)
-        hint = f" (voting ends after block {end})" if state in {"Pending", "Active"} else ""
+        hint = (
+            f" (voting ends {when(end, chain_now(chain), future='ends', past='ended')})"
+            if state in {"Pending", "Active"}
+            else ""
+        )
         raise ConfigError(f"proposal {proposal_id} is {state}, only Succeeded can be queued{hint}")
     p = find_proposal(chain, proposal_id, from_block)
     return chain.transact(
@@ -186,11 +284,12 @@ def execute_proposal(chain: ChainClient, proposal_id: int, from_block: int = 0) 
             else f"proposal {proposal_id} is {state}, only Queued proposals execute"
         )
     eta = chain.model_governor.proposal_eta(proposal_id)
-    now = int(chain.w3.eth.get_block("latest")["timestamp"])
+    now = chain_now(chain)
     if now < eta:
         raise ConfigError(
-            f"proposal {proposal_id} waits in the Timelock until timestamp {eta} "
-            f"({eta - now}s from the last block): try again then"
+            f"proposal {proposal_id} waits in the Timelock until {utc(eta)} ({span(eta - now)} "
+            "after the last block, by the chain's clock): try again then (on a devnet: "
+            f"`coloco devnet mine 1 --seconds {eta - now}`)"
         )
     p = find_proposal(chain, proposal_id, from_block)
     return chain.transact(

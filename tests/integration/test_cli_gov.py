@@ -146,3 +146,40 @@ def test_holders_release_a_checkpoint(
     cfg = TrainingSettings.read(ChainClient(chain.rpc_url, deployment))
     assert "0x" + bytes(cfg.released_checkpoint).hex() == checkpoint
     assert cfg.released_checkpoint_uri == "https://example.org/final.safetensors"
+
+
+def test_list_and_status_show_full_ids_and_utc_times_and_take_a_prefix(
+    cli_env: Path, chain: AnvilProcess, deployment: Deployment, holders: list[Holder]
+) -> None:
+    alice, _ = holders
+    result = runner.invoke(app, ["gov", "propose", "--set", "inner-steps=33",
+                                 "--private-key", alice.key, "--json"])  # fmt: skip
+    assert result.exit_code == 0, (result.output, result.exception)
+    created = json.loads(result.stdout)
+    pid = created["proposal_id"]
+    assert len(pid) > 70
+
+    listing = runner.invoke(app, ["gov", "list"])
+    assert listing.exit_code == 0, listing.output
+    assert pid in listing.output.split()  # the whole id, on one line, never cut
+    assert "voting " in listing.output and "(opens in" in listing.output
+    assert " UTC" in listing.output and str(created["vote_start"]) not in listing.output
+    # what it does, decoded from its calldata, in the units `--set` takes
+    assert "does: TrainingConfig.setInnerLoop(inner-steps=33, inner-lr=0.003)" in listing.output
+
+    prefix = pid[:8]
+    status = _ok("gov", "status", prefix)
+    assert f"proposal {pid}" in status and "Pending" in status
+    assert "(opens in" in status and "(ends in" in status and " UTC" in status
+    assert str(created["vote_end"]) not in status  # no raw unix seconds
+    assert "TrainingConfig.setInnerLoop(inner-steps=33, inner-lr=0.003)" in status
+
+    chain.increase_time(2)
+    _ok("gov", "vote", prefix, "--support", "for", "--private-key", alice.key)
+    viewer = ChainClient(chain.rpc_url, deployment)
+    assert viewer.model_governor.proposal_votes(int(pid)).for_votes == alice.amount
+    status = _ok("gov", "status", prefix)
+    assert "Active" in status and "(opened " in status and " ago)" in status
+
+    exc = _err("gov", "status", "9" * 5 if not pid.startswith("99999") else "1" * 5)
+    assert isinstance(exc, ConfigError) and "no proposal" in exc.message
