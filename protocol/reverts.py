@@ -87,7 +87,9 @@ class ErrorDecoder:
         message = f"{context} reverted: {name}({shown})"
         if name == "Panic" and isinstance(args[0], int):
             message += f" [{PANIC_CODES.get(args[0], 'unknown panic')}]"
-        return ContractRevertError(message, error_name=name, error_args=args)
+        return ContractRevertError(
+            message, error_name=name, error_args=args, error_arg_names=tuple(names)
+        )
 
 
 def _as_bytes(data: bytes | str | None) -> bytes:

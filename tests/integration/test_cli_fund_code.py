@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,8 @@ from tests.integration.conftest import Holder
 pytestmark = [pytest.mark.integration, pytest.mark.anvil]
 
 runner = CliRunner()
-RUN = "0x" + "c0de" * 16
+RUN = "fund-code-run"  # a run name, as every command takes it (its sha256 is the id)
+RUN_ID = hashlib.sha256(RUN.encode()).digest()
 
 
 def _json(*args: str) -> Any:
@@ -44,7 +47,7 @@ def _commit_rounds(committer: ChainClient, rounds: int) -> None:
     compute = committer.training_config.pool_rewards()[0]
     for r in range(rounds + 1):
         root, reward = (bytes([0x40 + r]) * 32, compute) if r else (b"\0" * 32, 0)
-        args = [bytes.fromhex(RUN[2:]), r, root, bytes([r + 1]) * 32, 1, b"\0" * 32, reward]
+        args = [RUN_ID, r, root, bytes([r + 1]) * 32, 1, b"\0" * 32, reward]
         committer.transact("ContributionLedger", "commitRound", *args)
 
 
@@ -76,6 +79,14 @@ def test_fund_and_code_commands(
     st = _json("fund", "status", RUN, "--backer", backer_addr)
     assert st["total_deposited_wei"] == str(15 * 10**17) and st["held_wei"] == str(15 * 10**17)
     assert st["backer"]["deposited_wei"] == str(15 * 10**17)
+    assert st["run_id"] == "0x" + RUN_ID.hex()
+    shown = runner.invoke(app, ["fund", "status", RUN, "--backer", backer_addr])
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.output.split())  # ETH, CMS and UTC for a person; no wei, no unix time
+    assert "deposited 1.5 ETH" in text and "held 1.5 ETH" in text, text
+    end = datetime.fromtimestamp(st["funding_end"], tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert f"funding ends {end}" in text and "capital pool 0 CMS" in text, text
+    assert "wei" not in text and str(st["funding_end"]) not in text and "{" not in text, text
     refused = runner.invoke(app, ["fund", "refund", RUN, "--backer", backer_addr,
                                   "--private-key", backer_key])  # fmt: skip
     assert isinstance(refused.exception, ChainError)
@@ -106,15 +117,25 @@ def test_fund_and_code_commands(
     listed = {c["id"]: c for c in _json("code", "list", "--run", RUN)}
     assert listed[first]["status"] == "approved" and listed[first]["amount"] == str(5 * 10**18)
     assert listed[second]["status"] == "rejected" and listed[second]["reason"] == "duplicate"
-    assert listed[first]["commit"].startswith("0x" + commit)
+    assert listed[first]["commit"] == "0x" + commit  # as submitted, not zero-padded to 32 bytes
     claimed = _json("code", "claim", str(first), "--private-key", backer_key)  # anyone may send it
     assert claimed["amount"] == str(5 * 10**18)
-    assert _json("code", "show", str(first))["status"] == "claimed"
+    shown_code = _json("code", "show", str(first))
+    assert shown_code["status"] == "claimed" and shown_code["commit"] == "0x" + commit
+    assert shown_code["repository_uri"] == "https://example.org/r.git"
+    assert shown_code["description_uri"] == "https://example.org/pr/1"
+    assert shown_code["run_id"] == "0x" + RUN_ID.hex()
+    text = " ".join(runner.invoke(app, ["code", "show", str(first)]).output.split())
+    assert "amount 5 CMS" in text and f"commit 0x{commit}" in text, text
+    assert "repository https://example.org/r.git" in text, text
+    assert "description https://example.org/pr/1" in text, text
+    rejected = " ".join(runner.invoke(app, ["code", "show", str(second)]).output.split())
+    assert "rejected because duplicate" in rejected, rejected
     assert int(viewer.token_balance(dev_addr)) == 5 * 10**18
 
     # above the committee's threshold: a governance vote pays it (`coloco code propose`)
     third = _json("code", "submit", RUN, *args, "--private-key", dev_key)["id"]
-    pool = int(viewer.code_registry.code_pool(bytes.fromhex(RUN[2:]))) - 5 * 10**18
+    pool = int(viewer.code_registry.code_pool(RUN_ID)) - 5 * 10**18
     alice = holders[0]
     prop = _json("code", "propose", str(third), f"{pool}wei", "--private-key", alice.key)
     assert prop["id"] == third and f"#{third}" in prop["description"]
@@ -128,6 +149,18 @@ def test_fund_and_code_commands(
     assert _json("code", "show", str(third))["status"] == "approved"
     assert _json("code", "claim", str(third), "--private-key", dev_key)["amount"] == str(pool)
     assert int(viewer.token_balance(dev_addr)) == 5 * 10**18 + pool
+    # a refusal names its arguments as a person reads them: bytes32 as 0x hex, times in UTC
+    chain.increase_time(700)
+    late = runner.invoke(app, ["fund", "deposit", RUN, "1", "--private-key", backer_key])
+    assert isinstance(late.exception, ChainError), late.output
+    end = datetime.fromtimestamp(st["funding_end"], tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert f"RunEnded(runId=0x{RUN_ID.hex()}, fundingEnd={end}, now_=" in str(late.exception)
+    assert "b'" not in str(late.exception) and "deposits into this run are closed" in str(
+        late.exception
+    )
+    bad = runner.invoke(app, ["fund", "status", "0x12"])  # a 0x id that is not 32 bytes
+    assert isinstance(bad.exception, ConfigError) and "run '0x12'" in bad.exception.message
+    assert "64 hex digits" in bad.exception.message
     unknown = runner.invoke(app, ["code", "propose", "99", "1", "--private-key", alice.key])
     assert isinstance(unknown.exception, ConfigError) and "no code contribution" in str(
         unknown.exception
