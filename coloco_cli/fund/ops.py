@@ -121,7 +121,7 @@ def claim_eth(
     ConfigError saying when (in UTC) it becomes claimable, or with `wait_final` is waited for
     (at most `max_wait_s`), as `coloco rewards claim --wait-final` does."""
     from coloco_cli.node.ops import utc
-    from coloco_cli.rewards.ops import ChainClock
+    from coloco_cli.rewards.ops import CLAIM_GAS, ChainClock
 
     who = checksum(account, what="--account")
     run = run_bytes(run_id)
@@ -145,7 +145,11 @@ def claim_eth(
         log.info("ETH root pending for %d s more; waiting to claim for %s", wait, who)
         time.sleep(wait)
     proof = [bytes.fromhex(p[2:]) for p in owed["proof"]]
-    receipt = chain.transact("RunFunding", "claimEth", run, who, cumulative, root, proof)
+    latest = int(chain.w3.eth.get_block("latest")["timestamp"])
+    # final by the next block's time but not by the latest's (a devnet mines on demand): gas
+    # estimation on the latest block would refuse it, so the gas is given (as rewards claim does)
+    gas = CLAIM_GAS if latest < finalizes_at else None
+    receipt = chain.transact("RunFunding", "claimEth", run, who, cumulative, root, proof, gas=gas)
     return {
         "account": who,
         "eth_paid_wei": str(cumulative - already),

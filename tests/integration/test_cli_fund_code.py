@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,8 @@ from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.errors import ChainError, ConfigError
+from protocol.merkle import RewardsTree
+from protocol.types import Address
 from tests.integration.conftest import Holder
 
 pytestmark = [pytest.mark.integration, pytest.mark.anvil]
@@ -41,13 +46,13 @@ def _as(chain: AnvilProcess, who: str, contract: Any, fn: str, *args: Any) -> No
     chain.call("anvil_stopImpersonatingAccount", [who])
 
 
-def _commit_rounds(committer: ChainClient, rounds: int) -> None:
+def _commit_rounds(committer: ChainClient, rounds: int, run_id: bytes = RUN_ID) -> None:
     """Rounds 1..`rounds` each pay the whole compute pool under a new rewards root (the code
     pool grows with the compute budget committed, never with round numbers)."""
     compute = committer.training_config.pool_rewards()[0]
     for r in range(rounds + 1):
         root, reward = (bytes([0x40 + r]) * 32, compute) if r else (b"\0" * 32, 0)
-        args = [RUN_ID, r, root, bytes([r + 1]) * 32, 1, b"\0" * 32, reward]
+        args = [run_id, r, root, bytes([r + 1]) * 32, 1, b"\0" * 32, reward]
         committer.transact("ContributionLedger", "commitRound", *args)
 
 
@@ -165,3 +170,70 @@ def test_fund_and_code_commands(
     assert isinstance(unknown.exception, ConfigError) and "no code contribution" in str(
         unknown.exception
     )
+
+
+@pytest.fixture
+def ledger_answer() -> Iterator[tuple[str, dict[str, Any]]]:
+    """The ledger's `GET /v1/funding/{run}/eth/{account}` answer, served by a small real HTTP
+    server with the proof of an ETH root the test commits on chain (as
+    test_rewards_dispute_window.py serves `GET /v1/rewards/{account}`)."""
+    answer: dict[str, Any] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", answer
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_fund_claim_explains_a_pending_eth_root_then_waits_with_wait_final(
+    cli_env: Path,
+    chain: AnvilProcess,
+    deployment: Deployment,
+    ledger_answer: tuple[str, dict[str, Any]],
+) -> None:
+    url, answer = ledger_answer
+    run = "eth-claim-run"
+    run_id = hashlib.sha256(run.encode()).digest()
+    committer_key = next(k for a, k in chain.accounts if a == deployment.committer)
+    committer = ChainClient(chain.rpc_url, deployment, Account.from_key(committer_key))
+    payout_addr, payout_key = chain.accounts[8]
+    _json("fund", "open", run, "--end-in", "600", "--private-key", committer_key)
+    _json("fund", "deposit", run, "1", "--private-key", chain.accounts[6][1])
+    _commit_rounds(committer, 1, run_id)
+    tree = RewardsTree.build([(Address(payout_addr), 10**17)])
+    committer.transact("RunFunding", "commitEthRoot", run_id, 1, tree.root, 10**17)
+    answer.update(cumulative_wei=str(10**17), root="0x" + tree.root.hex(),
+                  proof=["0x" + p.hex() for p in tree.proof(Address(payout_addr))])  # fmt: skip
+    finalizes_at = committer.contract("RunFunding").functions.rootOf(run_id, tree.root).call()[0]
+    base = ["fund", "claim", run, payout_addr, "--ledger-url", url, "--private-key", payout_key]
+
+    pending = runner.invoke(app, base)
+    assert isinstance(pending.exception, ConfigError), pending.output
+    when = datetime.fromtimestamp(finalizes_at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert f"claimable from {when}" in pending.exception.message
+    assert "--wait-final" in pending.exception.message
+    before = committer.w3.eth.get_balance(payout_addr)
+
+    # no block is mined while waiting: finality is judged by the next block's time
+    paid = runner.invoke(app, [*base, "--wait-final"])
+    assert paid.exit_code == 0, (paid.output, paid.exception)
+    text = " ".join(paid.output.split())
+    assert f"paid 0.1 ETH to {payout_addr} for compute" in text and "{" not in text, text
+    assert committer.w3.eth.get_balance(payout_addr) > before + 9 * 10**16  # less its gas
+    again = _json(*base)  # nothing new: nothing sent
+    assert again["eth"]["eth_paid_wei"] == "0" and "tx" not in again["eth"]
