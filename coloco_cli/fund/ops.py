@@ -45,7 +45,7 @@ HINTS = {
 
 def run_bytes(run_id: str) -> bytes:
     """The run's 32-byte id: a name or 0x + 64 hex digits, resolved as every command does."""
-    return parse_run_id(run_id, what="run")
+    return parse_run_id(run_id)
 
 
 def open_run(chain: ChainClient, run_id: str, funding_end: int, eth_per_round: int) -> str:
