@@ -30,8 +30,8 @@ app = typer.Typer(no_args_is_help=True)
 # a receipt's figures, one column each under a short header; its reason (free text, often
 # longer than a terminal line) is listed after the table, not squeezed into a column beside them
 RECEIPT_COLUMNS = {
-    "round": "round", "node": "node", "claimed_tokens": "claimed", "verified_tokens": "verified",
-    "quality": "quality", "reward": "reward",
+    "run_id": "run", "round": "round", "node": "node", "claimed_tokens": "claimed",
+    "verified_tokens": "verified", "quality": "quality", "reward": "reward",
 }  # fmt: skip
 
 
@@ -44,7 +44,7 @@ def _cell(key: str, value: Any) -> str:
         return "-"
     if key == "reward":
         return f"{fmt_units(int(value))} CMS"
-    if key == "node":
+    if key in ("node", "run_id"):
         return f"{str(value)[:8]}…"
     if key == "quality":  # 4 significant digits: the exact figure is in --json
         return f"{float(value):.4g}"
@@ -108,13 +108,19 @@ def show(
         console.print(receipts)
         for rec in owed.receipts:
             if rec.get("reason"):
-                console.print(f"round {rec.get('round')}, {_cell('node', rec.get('node'))}: "
+                console.print(f"{_where(rec)}, {_cell('node', rec.get('node'))}: "
                               f"{rec['reason']}", markup=False, highlight=False)  # fmt: skip
         for rec in owed.receipts:  # each round's root, while it is not final
             if rec.get("root_state") in ("pending", "revoked"):
                 at = rec.get("claimable_at")
                 when = f", claimable from {_utc(int(at))}" if at is not None else ""
-                console.print(f"round {rec['round']}: root {rec['root_state']}{when}")
+                console.print(f"{_where(rec)}: root {rec['root_state']}{when}")
+
+
+def _where(receipt: dict[str, Any]) -> str:
+    """`run 0x0101…, round 4`: receipts of every run are listed together."""
+    run = f"run {_cell('run_id', receipt['run_id'])}, " if receipt.get("run_id") else ""
+    return f"{run}round {receipt.get('round')}"
 
 
 @app.command()
