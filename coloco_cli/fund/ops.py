@@ -139,8 +139,9 @@ def claim_eth(
             raise ConfigError(
                 f"{fmt_units(cumulative - already)} ETH for {who} are committed under ETH root "
                 f"0x{root.hex()[:12]}… but still in its dispute window (the guardian may revoke "
-                f"a bad root until then): claimable from {utc(finalizes_at)} (about {wait} s); "
-                "run `coloco fund claim` again then, or pass --wait-final"
+                f"a bad root until then): claimable from {utc(finalizes_at)} (about {wait} s, by "
+                "the chain's clock); run `coloco fund claim` again then (on a devnet, which mines "
+                f"only on demand: `coloco devnet mine 1 --seconds {wait}`), or pass --wait-final"
             )
         log.info("ETH root pending for %d s more; waiting to claim for %s", wait, who)
         time.sleep(wait)

@@ -159,7 +159,9 @@ def claim_rewards(
                     f"committed under root 0x{owed.root.hex()[:12]}… but still in its dispute "
                     f"window ({chain.dispute_window()} s, during which the guardian may revoke a "
                     f"bad root): claimable from {utc(status.finalized_at)} (about "
-                    f"{int(wait)} s); run `coloco rewards claim` again then, or pass --wait-final"
+                    f"{int(wait)} s, by the chain's clock); run `coloco rewards claim` again then "
+                    "(on a devnet, which mines only on demand: `coloco devnet mine 1 --seconds "
+                    f"{int(wait)}`), or pass --wait-final"
                 )
             log.info("root pending for %.0f s more; waiting to claim for %s", wait, owed.account)
             time.sleep(wait)

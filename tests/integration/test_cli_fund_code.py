@@ -227,6 +227,8 @@ def test_fund_claim_explains_a_pending_eth_root_then_waits_with_wait_final(
     when = datetime.fromtimestamp(finalizes_at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     assert f"claimable from {when}" in pending.exception.message
     assert "--wait-final" in pending.exception.message
+    # an idle devnet's clock moves only with a block: the one command that moves it is named
+    assert "`coloco devnet mine 1 --seconds " in pending.exception.message
     before = committer.w3.eth.get_balance(payout_addr)
 
     # no block is mined while waiting: finality is judged by the next block's time

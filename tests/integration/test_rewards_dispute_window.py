@@ -92,6 +92,9 @@ def test_pending_root_is_explained_then_claimed_after_the_window(
     with pytest.raises(ConfigError) as info:
         claim_rewards(client, url, account)
     assert "dispute window" in info.value.message and "claimable from" in info.value.message
+    assert "--wait-final" in info.value.message and "`coloco devnet mine 1 --seconds " in str(
+        info.value.message
+    )
     # no block is mined while waiting: finality is judged by the next block's time
     result = claim_rewards(client, url, account, wait_pending=True)
     assert result.paid == OWED and result.balance >= OWED
