@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -291,27 +290,11 @@ def revert_hint(exc: ContractRevertError, hints: Mapping[str, str]) -> str:
     return f"{base}: {hint}" if hint else base
 
 
-# a custom error's argument with such a name is a unix time (`RootPending.finalizesAt`,
-# `RunEnded.fundingEnd`, `VestingNotStarted.now_`, `RefundPending.pendingUntil`, ...)
-_TIME_ARG = re.compile(r"(At|End|end|now_|Until)$")
-
-
 def show_error_args(exc: ContractRevertError) -> list[str]:
-    """A custom error's arguments as a person reads them: `name=` where the ABI names it, bytes
-    as 0x hex (never a Python bytes repr), unix times in UTC."""
-    from coloco_cli.node.ops import utc
+    """A custom error's arguments as a person reads them (protocol.reverts.show_args)."""
+    from protocol.reverts import show_args
 
-    names = exc.error_arg_names or ("",) * len(exc.error_args)
-    shown = []
-    for name, value in zip(names, exc.error_args, strict=False):
-        if isinstance(value, bytes):
-            text = "0x" + value.hex()
-        elif isinstance(value, int) and name and _TIME_ARG.search(name) and value > 0:
-            text = utc(value)
-        else:
-            text = str(value)
-        shown.append(f"{name}={text}" if name else text)
-    return shown
+    return show_args(exc.error_arg_names, exc.error_args)
 
 
 def parse_amount(text: str, *, what: str = "amount") -> int:
