@@ -32,7 +32,10 @@ HINTS = {
 
 
 def commit_bytes(commit: str) -> bytes:
-    raw = bytes.fromhex(commit.removeprefix("0x"))
+    try:
+        raw = bytes.fromhex(commit.removeprefix("0x"))
+    except ValueError:
+        raw = b""
     if len(raw) not in (20, 32) or not any(raw):
         raise ConfigError(f"commit {commit!r} is not a git SHA-1 (40 hex) or SHA-256 (64 hex)")
     return raw.ljust(32, b"\0")

@@ -65,6 +65,11 @@ def status(chain: ChainClient, run_id: str, backer: str | None = None) -> dict[s
     """The run's accounting, and a backer's deposit, entitlement, vested and claimed capital."""
     run = run_bytes(run_id)
     t = chain.run_funding.run_of(run)
+    if t.funding_end == 0:
+        raise ConfigError(
+            f"run {run_id} was never opened for funding: its organiser opens it with "
+            f"`coloco fund open {run_id}`"
+        )
     out: dict[str, Any] = {
         "run_id": "0x" + run.hex(),
         "funding_end": t.funding_end,

@@ -163,6 +163,13 @@ def test_fund_and_code_commands(
     assert "b'" not in str(late.exception) and "deposits into this run are closed" in str(
         late.exception
     )
+    never = runner.invoke(app, ["fund", "status", "never-opened"])
+    assert isinstance(never.exception, ConfigError), never.output
+    assert "`coloco fund open never-opened`" in never.exception.message
+    not_hex = runner.invoke(app, ["code", "submit", RUN, "--repo", "r", "--commit", "main",
+                                  "--description", "d", "--private-key", dev_key])  # fmt: skip
+    assert isinstance(not_hex.exception, ConfigError), not_hex.output
+    assert "'main' is not a git SHA-1" in not_hex.exception.message
     bad = runner.invoke(app, ["fund", "status", "0x12"])  # a 0x id that is not 32 bytes
     assert isinstance(bad.exception, ConfigError) and "run '0x12'" in bad.exception.message
     assert "64 hex digits" in bad.exception.message
