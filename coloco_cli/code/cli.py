@@ -64,6 +64,7 @@ def list_(
             f"{item['repository_uri']} {item['commit']}",
             markup=False,
             highlight=False,
+            soft_wrap=True,  # one contribution a line, for grep, whatever the terminal's width
         )
 
 

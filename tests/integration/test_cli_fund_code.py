@@ -123,6 +123,8 @@ def test_fund_and_code_commands(
     assert listed[first]["status"] == "approved" and listed[first]["amount"] == str(5 * 10**18)
     assert listed[second]["status"] == "rejected" and listed[second]["reason"] == "duplicate"
     assert listed[first]["commit"] == "0x" + commit  # as submitted, not zero-padded to 32 bytes
+    listing = runner.invoke(app, ["code", "list", "--run", RUN]).output
+    assert f"#{first} approved 5 CMS https://example.org/r.git 0x{commit}" in listing, listing
     claimed = _json("code", "claim", str(first), "--private-key", backer_key)  # anyone may send it
     assert claimed["amount"] == str(5 * 10**18)
     shown_code = _json("code", "show", str(first))
