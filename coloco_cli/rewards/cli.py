@@ -9,13 +9,13 @@ window), then sends `RewardDistributor.claim(account, cumulativeAmount, proof)`
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from coloco_cli.common import console, emit_json, fmt_units
+from coloco_cli.node.ops import utc
 from coloco_cli.rewards.ops import Owed, claim_rewards, fetch_owed
 from coloco_cli.tx import TxOptions, reads, send_and_report, sends
 from protocol.types import Address
@@ -33,10 +33,6 @@ RECEIPT_COLUMNS = {
     "run_id": "run", "round": "round", "node": "node", "claimed_tokens": "claimed",
     "verified_tokens": "verified", "quality": "quality", "reward": "reward",
 }  # fmt: skip
-
-
-def _utc(unix: int) -> str:
-    return datetime.fromtimestamp(unix, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _cell(key: str, value: Any) -> str:
@@ -90,7 +86,7 @@ def show(
     table.add_row("claimable now", f"{fmt_units(now)} CMS")
     unclaimed = max(owed.cumulative_amount - claimed, 0)
     if owed.root_state == "pending" and unclaimed:
-        when = _utc(owed.claimable_at) if owed.claimable_at is not None else "its window's end"
+        when = utc(owed.claimable_at) if owed.claimable_at is not None else "its window's end"
         table.add_row("in dispute window", f"{fmt_units(unclaimed)} CMS, claimable from {when}")
     elif owed.root_state == "revoked" and unclaimed:
         table.add_row(
@@ -113,7 +109,7 @@ def show(
         for rec in owed.receipts:  # each round's root, while it is not final
             if rec.get("root_state") in ("pending", "revoked"):
                 at = rec.get("claimable_at")
-                when = f", claimable from {_utc(int(at))}" if at is not None else ""
+                when = f", claimable from {utc(int(at))}" if at is not None else ""
                 console.print(f"{_where(rec)}: root {rec['root_state']}{when}")
 
 
