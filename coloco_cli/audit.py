@@ -152,7 +152,7 @@ def audit_command(  # noqa: PLR0917 - typer options
 
     Example: coloco audit --run-id 0xRUN --fraction 1 --json
     """
-    rid = "0x" + parse_run_id(run_id).hex()
+    rid = "0x" + parse_run_id(run_id, what="--run-id").hex()
     if not 0.0 <= fraction <= 1.0:
         raise ConfigError(f"--fraction {fraction} is not a share: pass a number from 0 to 1")
     ep = resolve(rpc_url, ledger_url, deployment)

@@ -277,6 +277,7 @@ def explained_revert(hints: Mapping[str, str], what: str | None = None) -> Itera
             f"{what} reverted: {text}" if what else text,
             error_name=exc.error_name,
             error_args=exc.error_args,
+            error_arg_names=exc.error_arg_names,
         ) from exc
 
 
@@ -284,9 +285,16 @@ def revert_hint(exc: ContractRevertError, hints: Mapping[str, str]) -> str:
     """A message for a reverted transaction: the hint for its custom error, else the raw reason."""
     name = exc.error_name or ""
     hint = hints.get(name)
-    args = ", ".join(str(a) for a in exc.error_args)
+    args = ", ".join(show_error_args(exc))
     base = f"{name}({args})" if name else exc.message
     return f"{base}: {hint}" if hint else base
+
+
+def show_error_args(exc: ContractRevertError) -> list[str]:
+    """A custom error's arguments as a person reads them (protocol.reverts.show_args)."""
+    from protocol.reverts import show_args
+
+    return show_args(exc.error_arg_names, exc.error_args)
 
 
 def parse_amount(text: str, *, what: str = "amount") -> int:

@@ -88,10 +88,12 @@ class ContractRevertError(ChainError):
         *,
         error_name: str | None = None,
         error_args: tuple[object, ...] = (),
+        error_arg_names: tuple[str, ...] = (),
     ) -> None:
         super().__init__(message)
         self.error_name = error_name
         self.error_args = error_args
+        self.error_arg_names = error_arg_names  # the ABI's names of `error_args` ('' if unnamed)
 
 
 class DeploymentError(ChainError):

@@ -6,7 +6,9 @@ Solidity's built-in ``Error(string)`` and ``Panic(uint256)``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from eth_abi.abi import decode as abi_decode
@@ -80,14 +82,34 @@ class ErrorDecoder:
                 f"{context} reverted with {name} but its arguments do not decode ({exc})",
                 error_name=name,
             )
-        shown = ", ".join(
-            (f"{n}=" if n else "") + ("0x" + a.hex() if isinstance(a, bytes) else str(a))
-            for n, a in zip(names, args, strict=True)
-        )
+        shown = ", ".join(show_args(names, args))
         message = f"{context} reverted: {name}({shown})"
         if name == "Panic" and isinstance(args[0], int):
             message += f" [{PANIC_CODES.get(args[0], 'unknown panic')}]"
-        return ContractRevertError(message, error_name=name, error_args=args)
+        return ContractRevertError(
+            message, error_name=name, error_args=args, error_arg_names=tuple(names)
+        )
+
+
+# a custom error's argument with such a name is a unix time (`RootPending.finalizesAt`,
+# `RunEnded.fundingEnd`, `VestingNotStarted.now_`, `RefundPending.pendingUntil`, ...)
+_TIME_ARG = re.compile(r"(At|End|end|now_|Until)$")
+
+
+def show_args(names: Sequence[str], args: Sequence[object]) -> list[str]:
+    """A custom error's arguments as a person reads them: `name=` where the ABI names one, bytes
+    as 0x hex (never a Python bytes repr), unix times in UTC."""
+    names = list(names) or [""] * len(args)
+    shown = []
+    for name, value in zip(names, args, strict=False):
+        if isinstance(value, bytes):
+            text = "0x" + value.hex()
+        elif isinstance(value, int) and name and _TIME_ARG.search(name) and value > 0:
+            text = datetime.fromtimestamp(value, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        else:
+            text = str(value)
+        shown.append(f"{name}={text}" if name else text)
+    return shown
 
 
 def _as_bytes(data: bytes | str | None) -> bytes:

@@ -37,15 +37,19 @@ EXIT_CODES: tuple[tuple[type[ColocoError], int], ...] = (
 )  # fmt: skip
 
 
-def parse_run_id(text: str) -> bytes:
-    """A 0x-prefixed 32-byte hex id, or any other name (its sha256 is the id)."""
+def parse_run_id(text: str, *, what: str = "--run-id") -> bytes:
+    """A 0x-prefixed 32-byte hex id, or any other name (its sha256 is the id); `what` names the
+    argument in the error."""
     if text.startswith("0x"):
         try:
             raw = bytes.fromhex(text[2:])
         except ValueError:
             raw = b""
         if len(raw) != 32:
-            raise ConfigError(f"--run-id {text!r}: a 0x id must be 32 bytes (64 hex digits)")
+            raise ConfigError(
+                f"{what} {text!r}: a 0x id must be 32 bytes (64 hex digits); any other name "
+                "is hashed (sha256) into the id, as `coloco node run --run-id` does"
+            )
         return raw
     return hashlib.sha256(text.encode()).digest()
 

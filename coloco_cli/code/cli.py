@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from coloco_cli.code import ops
-from coloco_cli.common import console, emit_json, parse_amount
+from coloco_cli.common import console, emit_json, fmt_units, parse_amount
 from coloco_cli.tx import TxOptions, reads, report, send_and_report, sends
 
 app = typer.Typer(no_args_is_help=True)
@@ -22,7 +22,9 @@ IdArg = Annotated[int, typer.Argument(help="The contribution id.")]
 @app.command()
 @sends
 def submit(
-    run_id: Annotated[str, typer.Argument(help="The run id (0x + 64 hex digits).")],
+    run_id: Annotated[
+        str, typer.Argument(help="The run: its name (e.g. demo) or 0x + 64 hex digits.")
+    ],
     *,
     repo: Annotated[str, typer.Option(help="Repository URI.")],
     commit: Annotated[str, typer.Option(help="Commit hash (git SHA-1 or SHA-256, hex).")],
@@ -31,7 +33,7 @@ def submit(
 ) -> None:
     """Submit a code contribution to a run for review.
 
-    Example: coloco code submit 0xRUN --repo https://github.com/o/r.git --commit 9fceb02d...
+    Example: coloco code submit demo --repo https://github.com/o/r.git --commit 9fceb02d...
     --description https://github.com/o/r/pull/7
     """
     send_and_report(
@@ -45,7 +47,9 @@ def submit(
 @app.command("list")
 @reads
 def list_(
-    run_id: Annotated[str | None, typer.Option("--run", help="Only this run.")] = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run", help="Only this run (its name or 0x id).")
+    ] = None,
     *,
     opts: TxOptions,
 ) -> None:
@@ -56,16 +60,27 @@ def list_(
         return
     for item in items:
         console.print(
-            f"#{item['id']} {item['status']} {item['amount']} {item.get('repository_uri', '')}"
+            f"#{item['id']} {item['status']} {fmt_units(int(item['amount']))} CMS "
+            f"{item['repository_uri']} {item['commit']}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,  # one contribution a line, for grep, whatever the terminal's width
         )
 
 
 @app.command()
 @reads
 def show(cid: IdArg, *, opts: TxOptions) -> None:
-    """Show one contribution: run, contributor, status, approved amount."""
+    """Show one contribution: run, contributor, status, amount, repository, commit, description."""
     out = ops.show(opts.chain(signed=False), cid)
-    report(opts, out, "\n".join(f"{k}: {v}" for k, v in out.items()))
+    rows = [
+        ("run", out["run_id"]), ("contributor", out["contributor"]), ("status", out["status"]),
+        ("amount", f"{fmt_units(int(out['amount']))} CMS"), ("repository", out["repository_uri"]),
+        ("commit", out["commit"]), ("description", out["description_uri"]),
+    ]  # fmt: skip
+    if "reason" in out:
+        rows.append(("rejected because", out["reason"]))
+    report(opts, out, f"contribution #{cid}\n" + "\n".join(f"  {k:<17} {v}" for k, v in rows))
 
 
 @app.command()

@@ -32,7 +32,10 @@ HINTS = {
 
 
 def commit_bytes(commit: str) -> bytes:
-    raw = bytes.fromhex(commit.removeprefix("0x"))
+    try:
+        raw = bytes.fromhex(commit.removeprefix("0x"))
+    except ValueError:
+        raw = b""
     if len(raw) not in (20, 32) or not any(raw):
         raise ConfigError(f"commit {commit!r} is not a git SHA-1 (40 hex) or SHA-256 (64 hex)")
     return raw.ljust(32, b"\0")
@@ -48,42 +51,61 @@ def submit(
     return {"id": int(event[0]["args"]["id"]), "tx": tx_hex(receipt)}
 
 
-def show(chain: ChainClient, cid: int) -> dict[str, Any]:
+def commit_hex(raw: bytes) -> str:
+    """The commit as submitted: a git SHA-1 comes back as its 40 hex digits, not zero-padded to
+    the contract's 32 bytes (a SHA-256 ending in 12 zero bytes is not a real hash)."""
+    return "0x" + (raw[:20] if not any(raw[20:]) else raw).hex()
+
+
+def _details(chain: ChainClient, cid: int, submitted: Any, reason: str | None) -> dict[str, Any]:
+    """One contribution's fields, from the chain's state and its `Submitted` event: the one
+    definition `code show` and `code list` print."""
     c, run = chain.code_registry.contribution_of(cid)
     if c.status == 0:
         raise ConfigError(f"no code contribution has id {cid}: see `coloco code list`")
-    return {
+    a = submitted["args"]
+    out = {
         "id": cid,
         "run_id": "0x" + bytes(run).hex(),
         "contributor": c.contributor,
         "status": STATUS[c.status],
         "amount": str(c.amount),
+        "repository_uri": a["repositoryUri"],
+        "commit": commit_hex(bytes(a["commitHash"])),
+        "description_uri": a["descriptionUri"],
     }
+    if reason is not None:
+        out["reason"] = reason
+    return out
 
 
-def list_all(chain: ChainClient, run_id: str | None = None) -> list[dict[str, Any]]:
-    """Every submission (from the events), with its current status and decision."""
+def _events(chain: ChainClient, filters: dict[str, Any]) -> tuple[list[Any], dict[int, str]]:
     reg = chain.contract("CodeRegistry")
     start = chain.deployment.deployment_block
-    filters = {"runId": run_bytes(run_id)} if run_id else {}
     subs = reg.events.Submitted().get_logs(from_block=start, argument_filters=filters)
     rejected = {
         int(e["args"]["id"]): e["args"]["reason"]
         for e in reg.events.Rejected().get_logs(from_block=start, argument_filters=filters)
     }
-    out = []
-    for e in subs:
-        a = e["args"]
-        item = show(chain, int(a["id"]))
-        item |= {
-            "repository_uri": a["repositoryUri"],
-            "commit": "0x" + bytes(a["commitHash"]).hex(),
-            "description_uri": a["descriptionUri"],
-        }
-        if item["id"] in rejected:
-            item["reason"] = rejected[item["id"]]
-        out.append(item)
-    return out
+    return list(subs), rejected
+
+
+def show(chain: ChainClient, cid: int) -> dict[str, Any]:
+    """Contribution `cid`: run, contributor, status, amount, repository, commit, description
+    (and the committee's reason if it was rejected)."""
+    subs, rejected = _events(chain, {"id": cid})
+    if not subs:
+        raise ConfigError(f"no code contribution has id {cid}: see `coloco code list`")
+    return _details(chain, cid, subs[0], rejected.get(cid))
+
+
+def list_all(chain: ChainClient, run_id: str | None = None) -> list[dict[str, Any]]:
+    """Every submission (from the events), with its current status and decision."""
+    filters = {"runId": run_bytes(run_id)} if run_id else {}
+    subs, rejected = _events(chain, filters)
+    return [
+        _details(chain, int(e["args"]["id"]), e, rejected.get(int(e["args"]["id"]))) for e in subs
+    ]
 
 
 def approve(chain: ChainClient, cid: int, amount: int) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from coloco_cli.demo.actors import payout_key
 from coloco_cli.demo.shell import Secret
 from coloco_cli.fund import ops as fund
 from coloco_cli.gov.ops import proposal_state
+from coloco_cli.node.ops import utc
 from protocol.errors import ColocoError
 from protocol.types import Address
 
@@ -118,7 +119,7 @@ def fund_and_submit(
     )  # fmt: skip
     shell.json("fund", "deposit", rid, fmt_units(DEPOSIT_WEI), "--private-key", cap.backer_key)
     steps = [
-        f"run open for deposits until {time.ctime(int(opened['funding_end']))} (the organiser); "
+        f"run open for deposits until {utc(int(opened['funding_end']))} (the organiser); "
         f"backer {cap.backer.address[:10]}… deposited {DEPOSIT_WEI / 1e18:g} ETH",
     ]
     for i, dev in enumerate(cap.devs):

@@ -9,11 +9,14 @@ capital pool vests linearly and `claimVested` pays it from the contract's escrow
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from coloco_cli.common import fmt_units
 from coloco_cli.node.ops import checksum
+from coloco_cli.run.ops import parse_run_id
 from coloco_cli.tx import tx_hex
 from protocol.errors import ConfigError, ContractRevertError, LedgerError, LedgerUnavailableError
 from protocol.types import Address
@@ -31,7 +34,9 @@ HINTS = {
     "VestingNotStarted": "capital ownership vests only after the run's funding ends",
     "NothingVested": "nothing more has vested yet: try again later",
     "NothingToRefund": "no deposit to refund, or already refunded",
-    "RootPending": "the ETH root is in its dispute window: try again once it has passed",
+    "RootPending": (
+        "the ETH root is in its dispute window: claim once it has passed, or pass --wait-final"
+    ),
     "NothingToClaim": "everything this account earned in ETH so far is already paid",
     "RefundPending": "an ETH root of this run can still be revoked: refunds open when it is final",
     "EnforcedPause": "the guardian paused RunFunding: only governance resumes it",
@@ -39,10 +44,8 @@ HINTS = {
 
 
 def run_bytes(run_id: str) -> bytes:
-    raw = bytes.fromhex(run_id.removeprefix("0x"))
-    if len(raw) != 32:
-        raise ConfigError(f"run id {run_id!r} is not 32 bytes of hex (0x + 64 hex digits)")
-    return raw
+    """The run's 32-byte id: a name or 0x + 64 hex digits, resolved as every command does."""
+    return parse_run_id(run_id)
 
 
 def open_run(chain: ChainClient, run_id: str, funding_end: int, eth_per_round: int) -> str:
@@ -62,6 +65,11 @@ def status(chain: ChainClient, run_id: str, backer: str | None = None) -> dict[s
     """The run's accounting, and a backer's deposit, entitlement, vested and claimed capital."""
     run = run_bytes(run_id)
     t = chain.run_funding.run_of(run)
+    if t.funding_end == 0:
+        raise ConfigError(
+            f"run {run_id} was never opened for funding: its organiser opens it with "
+            f"`coloco fund open {run_id}`"
+        )
     out: dict[str, Any] = {
         "run_id": "0x" + run.hex(),
         "funding_end": t.funding_end,
@@ -103,24 +111,51 @@ def fetch_eth_claim(ledger_url: str, run_id: str, account: str) -> dict[str, Any
     return data
 
 
-def claim_eth(chain: ChainClient, ledger_url: str, run_id: str, account: str) -> dict[str, Any]:
-    """Pays `account` the ETH it earned for compute in `run_id` (nothing if nothing is new)."""
+def claim_eth(
+    chain: ChainClient,
+    ledger_url: str,
+    run_id: str,
+    account: str,
+    *,
+    wait_final: bool = False,
+    max_wait_s: float = 120.0,
+) -> dict[str, Any]:
+    """Pays `account` the ETH it earned for compute in `run_id` (nothing if nothing is new).
+
+    The ledger's latest ETH root pays only after its dispute window: a pending root raises a
+    ConfigError saying when (in UTC) it becomes claimable, or with `wait_final` is waited for
+    (at most `max_wait_s`), as `coloco rewards claim --wait-final` does."""
+    from coloco_cli.node.ops import utc
+    from coloco_cli.rewards.ops import CLAIM_GAS, ChainClock
+
     who = checksum(account, what="--account")
+    run = run_bytes(run_id)
     owed = fetch_eth_claim(ledger_url, run_id, who)
     cumulative = int(owed.get("cumulative_wei") or 0)
-    already = int(chain.run_funding.eth_claimed(run_bytes(run_id), Address(who)))
+    already = int(chain.run_funding.eth_claimed(run, Address(who)))
     if cumulative <= already or not owed.get("root"):
         return {"account": who, "eth_paid_wei": "0", "cumulative_wei": str(cumulative)}
+    root = bytes.fromhex(owed["root"][2:])
+    finalizes_at = int(chain.contract("RunFunding").functions.rootOf(run, root).call()[0])
+    clock = ChainClock(chain)
+    wait = finalizes_at - clock.now() + 1
+    if finalizes_at and wait > 0:
+        if not wait_final or wait > max_wait_s:
+            raise ConfigError(
+                f"{fmt_units(cumulative - already)} ETH for {who} are committed under ETH root "
+                f"0x{root.hex()[:12]}… but still in its dispute window (the guardian may revoke "
+                f"a bad root until then): claimable from {utc(finalizes_at)} (about {wait} s, by "
+                "the chain's clock); run `coloco fund claim` again then (on a devnet, which mines "
+                f"only on demand: `coloco devnet mine 1 --seconds {wait}`), or pass --wait-final"
+            )
+        log.info("ETH root pending for %d s more; waiting to claim for %s", wait, who)
+        time.sleep(wait)
     proof = [bytes.fromhex(p[2:]) for p in owed["proof"]]
-    receipt = chain.transact(
-        "RunFunding",
-        "claimEth",
-        run_bytes(run_id),
-        who,
-        cumulative,
-        bytes.fromhex(owed["root"][2:]),
-        proof,
-    )
+    latest = int(chain.w3.eth.get_block("latest")["timestamp"])
+    # final by the next block's time but not by the latest's (a devnet mines on demand): gas
+    # estimation on the latest block would refuse it, so the gas is given (as rewards claim does)
+    gas = CLAIM_GAS if latest < finalizes_at else None
+    receipt = chain.transact("RunFunding", "claimEth", run, who, cumulative, root, proof, gas=gas)
     return {
         "account": who,
         "eth_paid_wei": str(cumulative - already),

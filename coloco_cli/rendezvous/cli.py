@@ -31,5 +31,6 @@ def serve(
         raise typer.BadParameter(f"{port} is not a TCP port (1-65535)", param_hint="--port")
     if port_open("127.0.0.1" if host in {"0.0.0.0", ""} else host, port):
         raise ConfigError(f"port {port} on {host} is in use: pick another with --port")
-    typer.echo(f"rendezvous store on {host}:{port}; nodes join with --rendezvous HOST:{port}")
+    join = f"`coloco node run --rendezvous HOST:{port}`"
+    typer.echo(f"rendezvous store on {host}:{port}; nodes join with {join}")
     host_store(host, port)

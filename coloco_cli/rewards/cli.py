@@ -9,13 +9,13 @@ window), then sends `RewardDistributor.claim(account, cumulativeAmount, proof)`
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from coloco_cli.common import console, emit_json, fmt_units
+from coloco_cli.node.ops import utc
 from coloco_cli.rewards.ops import Owed, claim_rewards, fetch_owed
 from coloco_cli.tx import TxOptions, reads, send_and_report, sends
 from protocol.types import Address
@@ -30,13 +30,9 @@ app = typer.Typer(no_args_is_help=True)
 # a receipt's figures, one column each under a short header; its reason (free text, often
 # longer than a terminal line) is listed after the table, not squeezed into a column beside them
 RECEIPT_COLUMNS = {
-    "round": "round", "node": "node", "claimed_tokens": "claimed", "verified_tokens": "verified",
-    "quality": "quality", "reward": "reward",
+    "run_id": "run", "round": "round", "node": "node", "claimed_tokens": "claimed",
+    "verified_tokens": "verified", "quality": "quality", "reward": "reward",
 }  # fmt: skip
-
-
-def _utc(unix: int) -> str:
-    return datetime.fromtimestamp(unix, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _cell(key: str, value: Any) -> str:
@@ -44,7 +40,7 @@ def _cell(key: str, value: Any) -> str:
         return "-"
     if key == "reward":
         return f"{fmt_units(int(value))} CMS"
-    if key == "node":
+    if key in ("node", "run_id"):
         return f"{str(value)[:8]}…"
     if key == "quality":  # 4 significant digits: the exact figure is in --json
         return f"{float(value):.4g}"
@@ -90,7 +86,7 @@ def show(
     table.add_row("claimable now", f"{fmt_units(now)} CMS")
     unclaimed = max(owed.cumulative_amount - claimed, 0)
     if owed.root_state == "pending" and unclaimed:
-        when = _utc(owed.claimable_at) if owed.claimable_at is not None else "its window's end"
+        when = utc(owed.claimable_at) if owed.claimable_at is not None else "its window's end"
         table.add_row("in dispute window", f"{fmt_units(unclaimed)} CMS, claimable from {when}")
     elif owed.root_state == "revoked" and unclaimed:
         table.add_row(
@@ -108,13 +104,19 @@ def show(
         console.print(receipts)
         for rec in owed.receipts:
             if rec.get("reason"):
-                console.print(f"round {rec.get('round')}, {_cell('node', rec.get('node'))}: "
+                console.print(f"{_where(rec)}, {_cell('node', rec.get('node'))}: "
                               f"{rec['reason']}", markup=False, highlight=False)  # fmt: skip
         for rec in owed.receipts:  # each round's root, while it is not final
             if rec.get("root_state") in ("pending", "revoked"):
                 at = rec.get("claimable_at")
-                when = f", claimable from {_utc(int(at))}" if at is not None else ""
-                console.print(f"round {rec['round']}: root {rec['root_state']}{when}")
+                when = f", claimable from {utc(int(at))}" if at is not None else ""
+                console.print(f"{_where(rec)}: root {rec['root_state']}{when}")
+
+
+def _where(receipt: dict[str, Any]) -> str:
+    """`run 0x0101…, round 4`: receipts of every run are listed together."""
+    run = f"run {_cell('run_id', receipt['run_id'])}, " if receipt.get("run_id") else ""
+    return f"{run}round {receipt.get('round')}"
 
 
 @app.command()

@@ -5,7 +5,7 @@ its latest committed rewards root. A root becomes claimable only after the ledge
 dispute window (`ContributionLedger.disputeWindow()`, seconds after its commit), during which the
 guardian or governance may revoke a bad root. `claim_rewards` reads the root's status on chain
 (`rootInfo`: pending until `finalizedAt`, revoked, or claimable), explains when a pending reward
-becomes claimable (or waits with --wait), then sends `RewardDistributor.claim(account,
+becomes claimable (or waits with --wait-final), then sends `RewardDistributor.claim(account,
 cumulativeAmount, proof)`, which mints the difference to what was already claimed. A later commit
 never invalidates the proof: any finalized root not older than the account's last claim pays.
 """
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from coloco_cli.common import fmt_units
-from coloco_cli.node.ops import checksum
+from coloco_cli.node.ops import checksum, utc
 from protocol.errors import ConfigError, ContractRevertError, LedgerError, LedgerUnavailableError
 from protocol.types import Address
 
@@ -93,7 +93,7 @@ root's dispute window ends although the next block's is not (a devnet mines only
 it can miss a new Votes checkpoint; a claim uses ~210,000 at most (docs/contracts.md)."""
 
 
-class _ChainClock:
+class ChainClock:
     """A lower bound on the next block's timestamp. A devnet mines only on demand and its clock
     may run ahead of (evm_increaseTime) or behind the wall clock, so neither the latest block's
     timestamp nor the wall clock alone is right: the latest block's timestamp plus the wall time
@@ -132,7 +132,7 @@ def claim_rewards(
     from protocol.types import Bytes32
 
     status = None
-    clock = _ChainClock(chain)
+    clock = ChainClock(chain)
     for attempt in range(attempts):
         owed = fetch_owed(ledger_url, account)
         if owed.cumulative_amount == 0:
@@ -158,8 +158,10 @@ def claim_rewards(
                     f"{fmt_units(owed.cumulative_amount - already)} CMS for {owed.account} are "
                     f"committed under root 0x{owed.root.hex()[:12]}… but still in its dispute "
                     f"window ({chain.dispute_window()} s, during which the guardian may revoke a "
-                    f"bad root): claimable from unix time {status.finalized_at} (about "
-                    f"{int(wait)} s); run `coloco rewards claim` again then, or pass --wait"
+                    f"bad root): claimable from {utc(status.finalized_at)} (about "
+                    f"{int(wait)} s, by the chain's clock); run `coloco rewards claim` again then "
+                    "(on a devnet, which mines only on demand: `coloco devnet mine 1 --seconds "
+                    f"{int(wait)}`), or pass --wait-final"
                 )
             log.info("root pending for %.0f s more; waiting to claim for %s", wait, owed.account)
             time.sleep(wait)

@@ -24,11 +24,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def parse_run_id(text: str) -> bytes:
-    """The same rule as `node run --run-id`: 0x + 64 hex digits, or a name (its sha256)."""
+def parse_run_id(text: str, *, what: str = "run") -> bytes:
+    """The same rule as `coloco node run --run-id`: 0x + 64 hex digits, or a name (its sha256).
+    Every command taking a run (`run`, `model`, `audit`, `fund`, `code`) resolves it here; `what`
+    names the argument in the error (the positional RUN unless the command takes a flag)."""
     from trainer.cli import parse_run_id as trainer_parse
 
-    return trainer_parse(text)
+    return trainer_parse(text, what=what)
 
 
 def run_hex(run_id: bytes) -> str:

@@ -92,6 +92,9 @@ def test_pending_root_is_explained_then_claimed_after_the_window(
     with pytest.raises(ConfigError) as info:
         claim_rewards(client, url, account)
     assert "dispute window" in info.value.message and "claimable from" in info.value.message
+    assert "--wait-final" in info.value.message and "`coloco devnet mine 1 --seconds " in str(
+        info.value.message
+    )
     # no block is mined while waiting: finality is judged by the next block's time
     result = claim_rewards(client, url, account, wait_pending=True)
     assert result.paid == OWED and result.balance >= OWED
@@ -162,9 +165,10 @@ def test_show_says_when_a_pending_reward_becomes_claimable(
     when = datetime.fromtimestamp(finalized_at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     assert "claimable now │ 0 CMS" in text, text
     assert f"in dispute window │ 3 CMS, claimable from {when}" in text, text
-    assert f"round 4: root pending, claimable from {when}" in text, text
-    assert re.search(r"│ 4 │ 0x\w{6}… │ 10 │ 10 │ 0.9427 │ 3 CMS │", text), text
-    assert f"round 4, {account[:8]}…: {reason}" in text, text
+    # receipts of all runs together, each with its run
+    assert f"run 0x010101…, round 4: root pending, claimable from {when}" in text, text
+    assert re.search(r"│ 0x010101… │ 4 │ 0x\w{6}… │ 10 │ 10 │ 0.9427 │ 3 CMS │", text), text
+    assert f"run 0x010101…, round 4, {account[:8]}…: {reason}" in text, text
     as_json = json.loads(CliRunner().invoke(app, ["rewards", "show", account, "--json"]).output)
     assert as_json["claimable"] == 0 and as_json["claimable_at"] == finalized_at
 
