@@ -105,6 +105,25 @@ def test_send_that_times_out_but_lands_is_not_sent_twice(
     assert "landed" in caplog.text
 
 
+def _stake_in_background(client: Any, node: Address) -> tuple[threading.Thread, dict[str, Any]]:
+    """``StakeManager.stake`` sent in a thread (the test mines meanwhile); returns once the first
+    transaction is out. ``out`` gets its ``receipt``, or the ``error`` it ended with."""
+    out: dict[str, Any] = {}
+
+    def stake() -> None:
+        try:
+            out["receipt"] = client.transact("StakeManager", "stake", node, value=STAKE)
+        except Exception as exc:  # reported by the caller's assertions
+            out["error"] = exc
+
+    worker = threading.Thread(target=stake)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not client._sent and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return worker, out
+
+
 def test_stuck_low_fee_transaction_is_replaced_once(
     chain: AnvilProcess, deployment: Deployment, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -114,19 +133,8 @@ def test_stuck_low_fee_transaction_is_replaced_once(
     nonce_before = client.w3.eth.get_transaction_count(chain.accounts[6][0])
     chain.call("evm_setAutomine", [False])
     try:
-        out: dict[str, Any] = {}
-
-        def stake() -> None:
-            try:
-                out["receipt"] = client.transact("StakeManager", "stake", node, value=STAKE)
-            except Exception as exc:  # reported by the assertions below
-                out["error"] = exc
-
-        worker = threading.Thread(target=stake)
-        worker.start()
+        worker, out = _stake_in_background(client, node)
         deadline = time.monotonic() + 10
-        while not client._sent and time.monotonic() < deadline:
-            time.sleep(0.02)
         first = next(iter(client._sent))
         # the fee market jumps: the first transaction's fee cap is now too low to be mined
         chain.call("anvil_setNextBlockBaseFeePerGas", [hex(200 * 10**9)])
@@ -158,19 +166,8 @@ def test_a_replacement_refused_for_a_base_fee_that_rose_is_retried(
     node = Address(new_node(chain.w3, deployment, chain.accounts[6][0], stake=0).address)
     chain.call("evm_setAutomine", [False])
     try:
-        out: dict[str, Any] = {}
-
-        def stake() -> None:
-            try:
-                out["receipt"] = client.transact("StakeManager", "stake", node, value=STAKE)
-            except Exception as exc:  # reported by the assertions below
-                out["error"] = exc
-
-        worker = threading.Thread(target=stake)
-        worker.start()
+        worker, out = _stake_in_background(client, node)
         deadline = time.monotonic() + 10
-        while not client._sent and time.monotonic() < deadline:
-            time.sleep(0.02)
         # the next block's base fee jumps while the latest block still shows the old one
         chain.call("anvil_setNextBlockBaseFeePerGas", [hex(200 * 10**9)])
         while "retrying at the next bump" not in caplog.text and time.monotonic() < deadline:
