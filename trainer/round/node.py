@@ -437,14 +437,14 @@ class NodeRunner:
             committed = self.recovery.ledger_outer(c)
             if committed is None:
                 continue
-            if committed == mine:
+            if committed.checkpoint == mine:
                 return False
-            ckpt = self.recovery.resync(c)
+            ckpt = self.recovery.resync(c, committed)
             if ckpt is None:
                 return False
             log.warning("round %d: this node held 0x%s.. after round %d, the ledger committed "
                         "0x%s..: training from the ledger's state", r, mine.hex()[:12], c,
-                        committed.hex()[:12])  # fmt: skip
+                        committed.checkpoint.hex()[:12])  # fmt: skip
             self.adopt(ckpt)
             self.state_round = r - 1  # the ledger's newest state is the base it expects
             self.schedule.restart()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,6 +47,14 @@ def genesis_checkpoint(cfg: GPTConfig, seed: int, run_id: bytes = ZERO) -> Round
 
 def genesis_hash(cfg: GPTConfig, seed: int) -> bytes:
     return genesis_checkpoint(cfg, seed).weights_hash
+
+
+@dataclass(frozen=True)
+class LedgerOuter:
+    """The blob hashes of the weights and outer momentum the ledger committed for a round."""
+
+    checkpoint: bytes
+    momentum: bytes | None
 
 
 class Recovery:
@@ -235,8 +244,9 @@ class Recovery:
         )
         return self.verify(ckpt, "the ledger")
 
-    def ledger_outer(self, round: int) -> bytes | None:
-        """The weights hash the ledger committed for ``round`` (None: no ledger, or not judged)."""
+    def ledger_outer(self, round: int) -> LedgerOuter | None:
+        """The state the ledger committed for ``round`` (None: no ledger, unreachable, or not
+        judged yet)."""
         if self.ledger is None:
             return None
         try:
@@ -245,22 +255,21 @@ class Recovery:
             return None
         if outer is None or not outer.get("checkpoint"):
             return None
-        return bytes.fromhex(str(outer["checkpoint"])[2:])
+        mom = outer.get("momentum")
+        return LedgerOuter(
+            bytes.fromhex(str(outer["checkpoint"])[2:]),
+            bytes.fromhex(str(mom)[2:]) if mom else None,
+        )
 
-    def resync(self, round: int) -> RoundCheckpoint | None:
-        """The ledger's committed state after ``round``: its weights and the outer momentum it
-        computed (both blobs, checked against their hashes and the chain's commitment), or None
-        when the ledger has not judged the round or lacks a blob."""
+    def resync(self, round: int, outer: LedgerOuter) -> RoundCheckpoint | None:
+        """The ledger's committed state after ``round`` (``outer``, from :meth:`ledger_outer`):
+        its weights and the outer momentum it computed (both blobs, checked against their hashes
+        and the chain's commitment), or None when the ledger lacks a blob."""
         if self.ledger is None:
             return None
         try:
-            outer = self.ledger.outer(self.run_id, round)
-            if outer is None or not outer.get("checkpoint"):
-                return None
-            expected = bytes.fromhex(str(outer["checkpoint"])[2:])
-            data = self.ledger.get_blob(expected)
-            mom = outer.get("momentum")
-            mom_data = self.ledger.get_blob(bytes.fromhex(str(mom)[2:])) if mom else None
+            data = self.ledger.get_blob(outer.checkpoint)
+            mom_data = self.ledger.get_blob(outer.momentum) if outer.momentum else None
         except LedgerUnavailableError as exc:
             log.warning("round %d: ledger unreachable for a resync (%s)", round, exc.message)
             return None
@@ -273,10 +282,10 @@ class Recovery:
             else {n: torch.zeros_like(t) for n, t in weights.items()}
         )
         ckpt = RoundCheckpoint(round, weights, momentum, self.run_id)
-        if ckpt.weights_hash != expected:
+        if ckpt.weights_hash != outer.checkpoint:
             raise CheckpointError(
                 f"the ledger's round {round} weights hash to 0x{ckpt.weights_hash.hex()}, not the "
-                f"0x{expected.hex()} it committed: refusing them"
+                f"0x{outer.checkpoint.hex()} it committed: refusing them"
             )
         return self.verify(ckpt, "the ledger")
 
