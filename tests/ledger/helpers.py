@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.harness.nodes import NodeKey
+from bench.harness.nodes import NodeKey, send
 from protocol.attestation import ComputeAttestation
 from protocol.eip712 import Eip712Domain
 from protocol.signing import sign_attestation
@@ -66,3 +66,12 @@ def upload_headers(node: NodeKey, domain: Eip712Domain, digest: str) -> dict[str
     from protocol.blob_auth import UploadSigner
 
     return UploadSigner(node.key, domain).headers(digest)
+
+
+def open_funded_run(chain: Any, deployment: Any, funding: Any, run: bytes, *, open_s: int) -> None:
+    """Open ``run`` on RunFunding for ``open_s`` seconds (0.1 ETH a round) and deposit 1 ETH from
+    a backer (anvil account 6)."""
+    w3 = chain.w3
+    end = w3.eth.get_block("latest")["timestamp"] + open_s
+    send(w3, funding.functions.openRun(run, end, 10**17), deployment.committer)
+    send(w3, funding.functions.deposit(run), chain.accounts[6][0], value=10**18)

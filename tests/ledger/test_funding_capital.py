@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.harness.nodes import contract, send
+from bench.harness.nodes import contract
 from ledger.chain.funding import fold_history
+from tests.ledger.helpers import open_funded_run
 from tests.ledger.test_funding_index import _as
 from tests.ledger.test_settlement import _scored_round
 
@@ -48,9 +49,7 @@ def test_settler_accrues_capital_only_once_the_eth_root_is_final(  # type: ignor
     # a long window, so the test sees the root pending
     setter = funding.functions.setDisputeWindow(600)
     _as(chain, deployment.address("TimelockController"), setter)
-    end = w3.eth.get_block("latest")["timestamp"] + 3600
-    send(w3, funding.functions.openRun(run, end, 10**17), deployment.committer)
-    send(w3, funding.functions.deposit(run), chain.accounts[6][0], value=10**18)
+    open_funded_run(chain, deployment, funding, run, open_s=3600)
     _scored_round(client, ledger, started_run, nodes, domain)
     assert ledger.settler.drive(started_run, 1).status == "mined"
     ledger.funding.poll_s = 0.0

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session
 
-from bench.harness.nodes import contract, h, send
+from bench.harness.nodes import contract, h
 from ledger.core.models import Settlement
+from tests.ledger.helpers import open_funded_run
 from tests.ledger.test_settlement import _scored_round
 
 pytestmark = pytest.mark.anvil
@@ -28,9 +29,7 @@ def test_eth_root_never_takes_a_recorded_commit_nonce(  # type: ignore[no-untype
 ) -> None:
     w3, run = chain.w3, bytes.fromhex(started_run[2:])
     funding = contract(w3, deployment, "RunFunding")
-    end = w3.eth.get_block("latest")["timestamp"] + 600
-    send(w3, funding.functions.openRun(run, end, 10**17), deployment.committer)
-    send(w3, funding.functions.deposit(run), chain.accounts[6][0], value=10**18)
+    open_funded_run(chain, deployment, funding, run, open_s=600)
     _scored_round(client, ledger, started_run, nodes, domain)
     one = ledger.settler.drive(started_run, 1)  # round 1 committed: an ETH root to send
     assert one.status == "mined"

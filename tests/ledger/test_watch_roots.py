@@ -8,6 +8,7 @@ import pytest
 
 from bench.harness.nodes import contract, h, send
 from coloco_cli.watch.ops import Scores, check_eth_roots, check_rewards_roots
+from tests.ledger.helpers import open_funded_run
 from tests.ledger.test_settlement import _scored_round
 
 pytestmark = pytest.mark.anvil
@@ -18,9 +19,7 @@ def test_watch_roots_names_made_up_runs_and_wrong_eth_roots(  # type: ignore[no-
 ) -> None:
     w3, run = chain.w3, bytes.fromhex(started_run[2:])
     funding = contract(w3, deployment, "RunFunding")
-    end = w3.eth.get_block("latest")["timestamp"] + 600
-    send(w3, funding.functions.openRun(run, end, 10**17), deployment.committer)
-    send(w3, funding.functions.deposit(run), chain.accounts[6][0], value=10**18)
+    open_funded_run(chain, deployment, funding, run, open_s=600)
     _scored_round(client, ledger, started_run, nodes, domain)
     assert ledger.settler.drive(started_run, 1).status == "mined"
     ledger.funding.poll_s = 0.0
