@@ -8,9 +8,11 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,34 @@ def holders(chain: AnvilProcess, deployment: Deployment) -> list[Holder]:
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_NODES, DEMO_ROUNDS, DEMO_INNER_STEPS = 2, 3, 8
+
+
+@pytest.fixture
+def ledger_answer() -> Iterator[tuple[str, dict[str, Any]]]:
+    """A small real HTTP server that answers every GET with the JSON the test puts in ``answer``
+    (a ledger's rewards or funding proof for an account, with a root the test commits on chain);
+    yields (its URL, ``answer``)."""
+    answer: dict[str, Any] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", answer
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture(scope="session")

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -179,34 +176,6 @@ def test_fund_and_code_commands(
     assert isinstance(unknown.exception, ConfigError) and "no code contribution" in str(
         unknown.exception
     )
-
-
-@pytest.fixture
-def ledger_answer() -> Iterator[tuple[str, dict[str, Any]]]:
-    """The ledger's `GET /v1/funding/{run}/eth/{account}` answer, served by a small real HTTP
-    server with the proof of an ETH root the test commits on chain (as
-    test_rewards_dispute_window.py serves `GET /v1/rewards/{account}`)."""
-    answer: dict[str, Any] = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = json.dumps(answer).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", answer
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_fund_claim_explains_a_pending_eth_root_then_waits_with_wait_final(

@@ -10,10 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,31 +30,6 @@ from protocol.types import Address, Bytes32, RoundNumber, RunId
 pytestmark = [pytest.mark.integration, pytest.mark.anvil]
 
 OWED = 3 * 10**18
-
-
-@pytest.fixture
-def ledger_answer() -> Iterator[tuple[str, dict[str, Any]]]:
-    answer: dict[str, Any] = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = json.dumps(answer).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", answer
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _commit(chain: AnvilProcess, deployment: Deployment, account: Address) -> RewardsTree:
