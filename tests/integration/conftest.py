@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from eth_account import Account
+from typer.testing import CliRunner
 
 from protocol.chain import ChainClient
 from protocol.deployment import Deployment
@@ -25,6 +26,16 @@ from protocol.devnet import AnvilProcess
 from protocol.merkle import RewardsTree
 from protocol.types import Address, Bytes32, RoundNumber, RunId
 from reference.settings import TrainingSettings
+
+
+def cli_ok(*args: str) -> str:
+    """Run ``coloco ARGS`` in this process; assert it exits 0 and return its output on one line
+    (whitespace collapsed, so a wrapped table cell reads as written)."""
+    from coloco_cli.main import app
+
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, f"{args}: {result.exception!r}\n{result.output}"
+    return " ".join(result.output.split())
 
 
 @pytest.fixture

@@ -17,17 +17,11 @@ from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.errors import ConfigError
 from reference.settings import TrainingSettings
-from tests.integration.conftest import Holder
+from tests.integration.conftest import Holder, cli_ok
 
 pytestmark = [pytest.mark.integration, pytest.mark.anvil]
 
 runner = CliRunner()
-
-
-def _ok(*args: str) -> str:
-    result = runner.invoke(app, list(args))
-    assert result.exit_code == 0, f"{args}: {result.exception!r}\n{result.output}"
-    return " ".join(result.output.split())  # rich wraps long lines
 
 
 def _err(*args: str) -> BaseException:
@@ -43,7 +37,7 @@ def test_holders_change_the_inner_steps_through_the_timelock(
     before = TrainingSettings.read(viewer)
     alice, bob = holders
 
-    out = _ok("gov", "propose", "--set", "inner-steps=30", "--private-key", alice.key)
+    out = cli_ok("gov", "propose", "--set", "inner-steps=30", "--private-key", alice.key)
     proposal = re.search(r"proposal (\d+) created", out)
     assert proposal, out
     pid = proposal.group(1)
@@ -56,8 +50,8 @@ def test_holders_change_the_inner_steps_through_the_timelock(
     )
 
     chain.increase_time(2)
-    _ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
-    _ok("gov", "vote", pid, "--support", "against", "--private-key", bob.key)
+    cli_ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
+    cli_ok("gov", "vote", pid, "--support", "against", "--private-key", bob.key)
     votes = viewer.model_governor.proposal_votes(int(pid))
     against, for_ = votes.against_votes, votes.for_votes
     assert (for_, against) == (alice.amount, bob.amount)
@@ -66,17 +60,17 @@ def test_holders_change_the_inner_steps_through_the_timelock(
     assert isinstance(exc, ConfigError) and "Active" in exc.message
 
     chain.increase_time(21)
-    assert "Succeeded" in _ok("gov", "status", pid)
-    _ok("gov", "queue", pid, "--private-key", alice.key)
+    assert "Succeeded" in cli_ok("gov", "status", pid)
+    cli_ok("gov", "queue", pid, "--private-key", alice.key)
     chain.increase_time(2)
-    out = _ok("gov", "execute", pid, "--private-key", bob.key)
+    out = cli_ok("gov", "execute", pid, "--private-key", bob.key)
     assert f"version is now {before.version + 1}" in out
 
     after = TrainingSettings.read(viewer)
     assert after.inner_steps == 30
     assert after.inner_lr_e6 == before.inner_lr_e6  # the other field of setInnerLoop is kept
     assert after.version == before.version + 1
-    listing = _ok("gov", "list")
+    listing = cli_ok("gov", "list")
     assert "Executed" in listing and "setInnerLoop(30," in listing
 
 
@@ -89,7 +83,7 @@ def test_delegate_moves_votes(
     # delegation mined in the next block must push new ones (more gas than estimated there)
     sender = ChainClient(chain.rpc_url, deployment, Account.from_key(bob.key))
     sender.transact("ModelShareToken", "transfer", alice.address, 1)
-    _ok("gov", "delegate", "--to", bob.address, "--private-key", alice.key)
+    cli_ok("gov", "delegate", "--to", bob.address, "--private-key", alice.key)
     assert viewer.model_share_token.get_votes(bob.address) == alice.amount + bob.amount
     assert viewer.model_share_token.get_votes(alice.address) == 0
 
@@ -138,11 +132,11 @@ def test_holders_release_a_checkpoint(
     assert result.exit_code == 0, (result.output, result.exception)
     pid = json.loads(result.stdout)["proposal_id"]
     chain.increase_time(2)
-    _ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
+    cli_ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
     chain.increase_time(21)
-    _ok("gov", "queue", pid, "--private-key", alice.key)
+    cli_ok("gov", "queue", pid, "--private-key", alice.key)
     chain.increase_time(2)
-    _ok("gov", "execute", pid, "--private-key", alice.key)
+    cli_ok("gov", "execute", pid, "--private-key", alice.key)
     cfg = TrainingSettings.read(ChainClient(chain.rpc_url, deployment))
     assert "0x" + bytes(cfg.released_checkpoint).hex() == checkpoint
     assert cfg.released_checkpoint_uri == "https://example.org/final.safetensors"
@@ -168,17 +162,17 @@ def test_list_and_status_show_full_ids_and_utc_times_and_take_a_prefix(
     assert "does: TrainingConfig.setInnerLoop(inner-steps=33, inner-lr=0.003)" in listing.output
 
     prefix = pid[:8]
-    status = _ok("gov", "status", prefix)
+    status = cli_ok("gov", "status", prefix)
     assert f"proposal {pid}" in status and "Pending" in status
     assert "(opens in" in status and "(ends in" in status and " UTC" in status
     assert str(created["vote_end"]) not in status  # no raw unix seconds
     assert "TrainingConfig.setInnerLoop(inner-steps=33, inner-lr=0.003)" in status
 
     chain.increase_time(2)
-    _ok("gov", "vote", prefix, "--support", "for", "--private-key", alice.key)
+    cli_ok("gov", "vote", prefix, "--support", "for", "--private-key", alice.key)
     viewer = ChainClient(chain.rpc_url, deployment)
     assert viewer.model_governor.proposal_votes(int(pid)).for_votes == alice.amount
-    status = _ok("gov", "status", prefix)
+    status = cli_ok("gov", "status", prefix)
     assert "Active" in status and "(opened " in status and " ago)" in status
 
     exc = _err("gov", "status", "9" * 5 if not pid.startswith("99999") else "1" * 5)

@@ -18,17 +18,11 @@ from protocol.devnet import AnvilProcess
 from protocol.errors import ConfigError, ContractRevertError
 from protocol.signing import sign_attestation
 from protocol.types import Address, Bytes32, RoundNumber, RunId
-from tests.integration.conftest import Holder
+from tests.integration.conftest import Holder, cli_ok
 
 pytestmark = [pytest.mark.integration, pytest.mark.anvil]
 
 runner = CliRunner()
-
-
-def _ok(*args: str) -> str:
-    result = runner.invoke(app, list(args))
-    assert result.exit_code == 0, f"{args}: {result.exception!r}\n{result.output}"
-    return " ".join(result.output.split())
 
 
 def _json(*args: str) -> dict[str, object]:
@@ -83,7 +77,7 @@ def test_report_equivocation_slashes_at_once_and_pays_the_reporter(
                "--private-key", reporter_key)  # fmt: skip
     assert isinstance(exc, ConfigError) and "not an equivocation" in exc.message
 
-    out = _ok("slash", "report", "--first", str(first), "--second", str(second),
+    out = cli_ok("slash", "report", "--first", str(first), "--second", str(second),
               "--private-key", reporter_key)  # fmt: skip
     assert f"node {node} slashed 1 ETH" in out
     assert out.index("tx 0x") < out.index("mined in block") < out.index("slashed 1 ETH")
@@ -103,7 +97,7 @@ def test_governance_slash_freezes_then_veto_or_execute(
     _, node = _staked_node(chain, deployment, 2 * 10**18)
     alice, _ = holders
     ids = []
-    out = _ok("slash", "propose", "--node", node, "--amount", "0.5", "--evidence",
+    out = cli_ok("slash", "propose", "--node", node, "--amount", "0.5", "--evidence",
               "copied gradients", "--private-key", alice.key)  # fmt: skip
     match = re.search(r"proposal (\d+) created", out)
     assert match, out
@@ -114,17 +108,17 @@ def test_governance_slash_freezes_then_veto_or_execute(
     ids.append(proposed["proposal_id"])
     chain.increase_time(2)
     for pid in ids:
-        _ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
+        cli_ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
     chain.increase_time(21)
     for pid in ids:
-        _ok("gov", "queue", pid, "--private-key", alice.key)
+        cli_ok("gov", "queue", pid, "--private-key", alice.key)
     chain.increase_time(2)
     for pid in ids:
-        _ok("gov", "execute", pid, "--private-key", alice.key)
+        cli_ok("gov", "execute", pid, "--private-key", alice.key)
 
     viewer = ChainClient(chain.rpc_url, deployment)
     assert viewer.stake_manager.is_frozen(node)
-    assert "pending" in _ok("slash", "status", "1")
+    assert "pending" in cli_ok("slash", "status", "1")
     node_id = viewer.stake_manager.node_id_of(node)
     st = _json("slash", "status", "1")
     assert st["state"] == "pending" and st["node_id"] == node_id and node_id > 0
@@ -139,7 +133,7 @@ def test_governance_slash_freezes_then_veto_or_execute(
     exc = _err("slash", "execute", "2", "--private-key", alice.key)
     assert isinstance(exc, ContractRevertError) and exc.error_name == "SlashNotReady"
     chain.increase_time(deployment.governance["slash_dispute_window"])
-    assert "0.5 ETH taken" in _ok("slash", "execute", "2", "--private-key", alice.key)
+    assert "0.5 ETH taken" in cli_ok("slash", "execute", "2", "--private-key", alice.key)
     assert viewer.node_info(node).staked == 15 * 10**17
     assert not viewer.stake_manager.is_frozen(node)
     exc = _err("slash", "status", "9")

@@ -24,17 +24,11 @@ from protocol.devnet import AnvilProcess
 from protocol.errors import ConfigError
 from protocol.types import Address
 from reference.settings import WireFormat
-from tests.integration.conftest import Holder
+from tests.integration.conftest import Holder, cli_ok
 
 pytestmark = [pytest.mark.integration, pytest.mark.anvil]
 
 runner = CliRunner()
-
-
-def _ok(*args: str) -> str:
-    result = runner.invoke(app, list(args))
-    assert result.exit_code == 0, f"{args}: {result.exception!r}\n{result.output}"
-    return " ".join(result.output.split())
 
 
 def _refused(*args: str) -> str:
@@ -92,7 +86,7 @@ def test_force_proposes_what_the_contract_would_revert_but_not_what_it_cannot_en
                        "--private-key", alice.key)  # fmt: skip
     assert "1..100000" in message and "--force" not in message
     assert _sent(viewer, alice.address) == (nonce, created)
-    out = _ok("gov", "propose", "--set", "inner-steps=0", "--force", "--private-key", alice.key)
+    out = cli_ok("gov", "propose", "--set", "inner-steps=0", "--force", "--private-key", alice.key)
     assert "created" in out and "setInnerLoop(0," in out
     assert _sent(viewer, alice.address) == (nonce + 1, created + 1)
 
@@ -155,10 +149,10 @@ def test_min_stake_above_active_nodes_says_how_many_drop_out(
     assert low in message and "--force" in message
     assert _sent(viewer, alice.address) == before
     # a minimum every active node meets proposes without a word; --force proposes the other
-    _ok("gov", "propose", "--set", "min-stake=0.5", "--private-key", alice.key)
-    _ok("gov", "propose", "--set", "min-stake=2", "--force", "--private-key", alice.key)
+    cli_ok("gov", "propose", "--set", "min-stake=0.5", "--private-key", alice.key)
+    cli_ok("gov", "propose", "--set", "min-stake=2", "--force", "--private-key", alice.key)
     assert _sent(viewer, alice.address)[1] == before[1] + 2
-    listing = _ok("gov", "list")
+    listing = cli_ok("gov", "list")
     assert "TrainingConfig.setMinStake(min-stake=0.5 ETH)" in listing
     assert "TrainingConfig.setMinStake(min-stake=2 ETH)" in listing
 
@@ -172,7 +166,7 @@ def test_zero_reward_is_refused_unless_forced(
     message = _refused("gov", "propose", "--set", "reward-per-round=0", "--private-key", alice.key)
     assert "no round would pay anyone" in message and "--force" in message
     assert _sent(viewer, alice.address) == before
-    _ok("gov", "propose", "--set", "reward-per-round=0", "--force", "--private-key", alice.key)
+    cli_ok("gov", "propose", "--set", "reward-per-round=0", "--force", "--private-key", alice.key)
     assert _sent(viewer, alice.address)[1] == before[1] + 1
 
 
@@ -190,7 +184,7 @@ def test_vote_with_zero_voting_power_says_delegate_first(
     bob_client.transact("ModelShareToken", "transfer", carol.address, 10 * 10**18)
     carol_client = ChainClient(chain.rpc_url, deployment, Account.from_key(carol.key))
     carol_client.transact("ModelShareToken", "delegate", "0x" + "00" * 20)
-    out = _ok("gov", "propose", "--set", "inner-steps=31", "--private-key", alice.key)
+    out = cli_ok("gov", "propose", "--set", "inner-steps=31", "--private-key", alice.key)
     found = re.search(r"proposal (\d+) created", out)
     assert found, out
     pid = found.group(1)
@@ -213,11 +207,11 @@ def test_vote_with_zero_voting_power_says_delegate_first(
     assert named and runner.invoke(app, [*named.group(1).split(), "--help"]).exit_code == 0
 
     carol_key = "0x" + bytes(carol.key).hex()
-    _ok("gov", "vote", pid, "--support", "against", "--force", "--private-key", carol_key)
+    cli_ok("gov", "vote", pid, "--support", "against", "--force", "--private-key", carol_key)
     assert viewer.model_governor.proposal_votes(int(pid)).against_votes == 0
     assert viewer.call("ModelGovernor", "hasVoted", int(pid), carol.address)
     # a holder with votes is not stopped
-    _ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
+    cli_ok("gov", "vote", pid, "--support", "for", "--private-key", alice.key)
 
 
 def test_set_parsing_reads_scientific_whole_numbers_and_names_wire_formats() -> None:
