@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from eth_account import Account
@@ -149,32 +150,29 @@ def test_production_profile_needs_explicit_roles(tmp_path: Path) -> None:
         )
 
 
-def test_production_profile_refuses_a_rushable_governor(
-    chain: AnvilProcess, tmp_path: Path
-) -> None:
-    with pytest.raises(DeploymentError, match="ProductionBound"):
-        deploy(
-            chain.rpc_url,
-            chain.accounts[2][1],
-            committer=chain.accounts[3][0],
-            treasury=chain.accounts[5][0],
-            guardian=chain.accounts[6][0],
-            out_path=tmp_path / "x.json",
-            profile="production",
-            voting_period=20,
-        )
-
-
-def test_production_profile_deploys_hours_and_days(chain: AnvilProcess, tmp_path: Path) -> None:
-    dep = deploy(
+def _deploy_production(chain: AnvilProcess, out_path: Path, **overrides: Any) -> Deployment:
+    """The production profile deployed by account 2 (committer 3, treasury 5, guardian 6)."""
+    return deploy(
         chain.rpc_url,
         chain.accounts[2][1],
         committer=chain.accounts[3][0],
         treasury=chain.accounts[5][0],
         guardian=chain.accounts[6][0],
-        out_path=tmp_path / "prod.json",
+        out_path=out_path,
         profile="production",
+        **overrides,
     )
+
+
+def test_production_profile_refuses_a_rushable_governor(
+    chain: AnvilProcess, tmp_path: Path
+) -> None:
+    with pytest.raises(DeploymentError, match="ProductionBound"):
+        _deploy_production(chain, tmp_path / "x.json", voting_period=20)
+
+
+def test_production_profile_deploys_hours_and_days(chain: AnvilProcess, tmp_path: Path) -> None:
+    dep = _deploy_production(chain, tmp_path / "prod.json")
     governor = _contract(chain.w3, dep, "ModelGovernor")
     assert governor.functions.proposalThreshold().call() > 0
     assert governor.functions.votingDelay().call() >= 3600
@@ -202,15 +200,7 @@ def test_production_profile_refuses_a_two_second_funding_window(
     """F2: the production profile's RunFunding dispute window is at least a day."""
     monkeypatch.setenv("COLOCO_FUNDING_DISPUTE_WINDOW", "2")
     with pytest.raises(DeploymentError, match="ProductionBound"):
-        deploy(
-            chain.rpc_url,
-            chain.accounts[2][1],
-            committer=chain.accounts[3][0],
-            treasury=chain.accounts[5][0],
-            guardian=chain.accounts[6][0],
-            out_path=tmp_path / "x.json",
-            profile="production",
-        )
+        _deploy_production(chain, tmp_path / "x.json")
 
 
 def test_devnet_profile_refused_off_anvil_chain_id(tmp_path: Path) -> None:
