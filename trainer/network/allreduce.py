@@ -233,17 +233,12 @@ def _collectives(
     out = torch.empty(_units(packet) * unit_of(packet), dtype=torch.float32, device=device)
     _reduce_range(packet, packets, weights, out, (0, _units(packet)))
     clock.mark("reduce")
-    return out[: packet.numel].view(packet.shape), _nbytes(packet)
+    return out[: packet.numel].view(packet.shape), packet.nbytes
 
 
 def _units(packet: Packet) -> int:
     """Units of the packet (int8 blocks, else values): the exchange's block-aligned grid."""
     return -(-packet.numel // unit_of(packet))
-
-
-def _nbytes(packet: Packet) -> int:
-    scales = 0 if packet.scales is None else packet.scales.numel() * 4
-    return packet.payload.numel() * packet.payload.element_size() + scales
 
 
 def _packet_from(
@@ -434,4 +429,4 @@ def _pipelined(
             f"all-reduce failed ({exc}); a peer is gone or stalled: drop it from the round and "
             "re-form the group"
         ) from exc
-    return out[: packet.numel].view(packet.shape), _nbytes(packet)
+    return out[: packet.numel].view(packet.shape), packet.nbytes
