@@ -195,8 +195,9 @@ def reject(chain: ChainClient, cid: int, reason: str) -> dict[str, Any]:
 
 
 def claim(chain: ChainClient, cid: int) -> dict[str, Any]:
-    amount = show(chain, cid)["amount"]
-    return {"id": cid, "amount": amount, "tx": tx_hex(chain.transact("CodeRegistry", "claim", cid))}
+    shown = show(chain, cid)
+    tx = tx_hex(chain.transact("CodeRegistry", "claim", cid))
+    return {"id": cid, "amount": shown["amount"], "contributor": shown["contributor"], "tx": tx}
 
 
 def propose_approval(
