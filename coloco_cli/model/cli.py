@@ -156,7 +156,7 @@ def info(
 
     rid = parse_run_id(run) if run is not None else None
     ep = opts.endpoints()
-    out = describe(open_chain(ep), ep.ledger_url, checkpoint, rid)
+    out = describe(lambda: open_chain(ep), ep.ledger_url, checkpoint, rid)
     report(opts, out, info_text)
 
 
@@ -167,7 +167,9 @@ def info_text(out: dict[str, Any]) -> str:
     )
     rows = [("hash", out["checkpoint"]), ("preset", shape),
             ("parameters", f"{out['parameters']:,}")]  # fmt: skip
-    if out["run_id"] is None:
+    if out["chain_unread"] is not None:
+        rows.append(("run", f"unknown: the chain was not read ({out['chain_unread']})"))
+    elif out["run_id"] is None:
         rows.append(("run", "none: no round on this chain committed this hash"))
     else:
         version = out["config_version"]
@@ -178,7 +180,8 @@ def info_text(out: dict[str, Any]) -> str:
             ("config version", "none (genesis)" if version is None else
              f"{version} ({out['config_version_from']})"),
         ]  # fmt: skip
-    rows.append(("released", "yes" if out["released"] else "no"))
+    if out["released"] is not None:
+        rows.append(("released", "yes" if out["released"] else "no"))
     return f"checkpoint {out['file']}\n" + "\n".join(f"  {k:<15} {v}" for k, v in rows)
 
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from protocol.errors import ConfigError
+from protocol.errors import ColocoError, ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -154,10 +155,11 @@ def config_version(chain: ChainClient, ledger_url: str, commit: Commit) -> tuple
 
 
 def describe(
-    chain: ChainClient | None, ledger_url: str, path: Path, run_id: bytes | None = None
+    open_chain: Callable[[], ChainClient], ledger_url: str, path: Path, run_id: bytes | None = None
 ) -> dict[str, Any]:
-    """`coloco model info`: the file's hash and shape; with a chain, its run, round, tokens
-    trained (verified tokens of rounds 1..round), config version and whether it is released."""
+    """`coloco model info`: the file's hash and shape; from the chain (when `open_chain()` gives
+    one that answers), its run, round, tokens trained (verified tokens of rounds 1..round),
+    config version and whether it is released; else why the chain was not read."""
     weights = read_weights(path)
     digest = checkpoint_hash(weights)
     shape = shape_of(weights)
@@ -177,12 +179,16 @@ def describe(
         "config_version": None,
         "config_version_from": None,
         "released": None,
+        "chain_unread": None,
     }
-    if chain is None:
+    try:
+        chain = open_chain()
+        history = commits(chain, run_id)
+        out["released"] = released(chain) == digest
+    except ColocoError as exc:  # the file's own facts stand without a chain
+        out["chain_unread"] = exc.message
         return out
-    history = commits(chain, run_id)
     matches = [c for c in history if c.checkpoint == digest]
-    out["released"] = released(chain) == digest
     if not matches:
         return out
     hit = matches[-1]

@@ -138,7 +138,14 @@ def test_model_info_names_preset_parameters_run_round_tokens_and_config_version(
     stranger = rounds.files[0].with_name("stranger.safetensors")
     stranger.write_bytes(encode_blob(GPT(GPTConfig.preset("tiny"), seed=9).state_dict()))
     other = _json("model", "info", str(stranger), *url)
-    assert other["run_id"] is None and other["preset"] == "tiny"
+    assert other["run_id"] is None and other["preset"] == "tiny" and other["released"] is False
+    # no chain: the file's own facts, and why the rest is missing
+    offline = runner.invoke(app, ["model", "info", str(rounds.files[1]), "--rpc-url",
+                                  "http://127.0.0.1:9"])  # fmt: skip
+    assert offline.exit_code == 0, (offline.output, offline.exception)
+    text = " ".join(offline.output.split())
+    assert f"hash 0x{rounds.hashes[1].hex()}" in text and "preset tiny" in text, text
+    assert "run unknown: the chain was not read" in text, text
 
 
 def test_model_verify_matches_the_chain_or_exits_1_naming_both_hashes(rounds: Rounds) -> None:
