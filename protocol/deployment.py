@@ -28,6 +28,10 @@ CONTRACT_NAMES: tuple[str, ...] = (
 )
 """Every contract a deployment holds, by its Solidity name (also its artifact name)."""
 
+FUNDING_CONTRACT_NAMES: tuple[str, ...] = ("RunFunding", "CodeRegistry")
+"""Contracts a deployment holds since run funding and code contributions (absent in older
+deployments: the commands that need them say so)."""
+
 GOVERNANCE_KEYS: tuple[str, ...] = (
     "voting_delay",
     "voting_period",
@@ -163,10 +167,9 @@ SHIPPED_ABI_DIR = Path(__file__).resolve().parent / "abi"
 """The deployment's ABIs shipped as package data (an installed `coloco` has no `out/`)."""
 
 
-SHIPPED_CONTRACTS = (
-    "ContributionLedger", "ModelGovernor", "ModelShareToken", "RewardDistributor",
-    "StakeManager", "TimelockController", "TrainingConfig",
-)  # fmt: skip
+SHIPPED_CONTRACTS: tuple[str, ...] = (*CONTRACT_NAMES, *FUNDING_CONTRACT_NAMES)
+"""Every contract whose ABI ships in the package: each one a deployment may hold (a test checks
+that every contract the code loads by name is here, and that the wheel holds each)."""
 
 
 def export_abis() -> list[Path]:
