@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eth_utils.address import is_address, to_checksum_address
-
+from protocol.eip712 import is_address, to_checksum_address
 from protocol.errors import DeploymentError
 from protocol.toolchain import forge_out_dir
 from protocol.types import Address, ChainId
