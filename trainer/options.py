@@ -37,7 +37,9 @@ PasswordFile = Annotated[
         envvar="COLOCO_PASSWORD_FILE", help="Keystore password file (else $COLOCO_PASSWORD)."
     ),
 ]
-Plain = Annotated[bool, typer.Option(help="No live table; log lines only.")]
+Plain = Annotated[
+    bool, typer.Option(help="No live table; log lines only (always so off a terminal).")
+]
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from coloco_cli.common import fmt_units
+from coloco_cli.ledger_http import ledger_get
 from coloco_cli.node.ops import checksum
 from coloco_cli.run.ops import parse_run_id
 from coloco_cli.tx import tx_hex
-from protocol.errors import ConfigError, ContractRevertError, LedgerError, LedgerUnavailableError
+from protocol.errors import ConfigError, ContractRevertError, LedgerError
 from protocol.types import Address
 
 if TYPE_CHECKING:
@@ -101,15 +100,10 @@ def status(chain: ChainClient, run_id: str, backer: str | None = None) -> dict[s
 
 
 def fetch_eth_claim(ledger_url: str, run_id: str, account: str) -> dict[str, Any]:
-    url = f"{ledger_url}/v1/funding/0x{run_bytes(run_id).hex()}/eth/{account}"
-    try:
-        resp = httpx.get(url, timeout=10.0)
-    except httpx.HTTPError as exc:
-        raise LedgerUnavailableError(
-            f"ledger at {ledger_url} does not answer ({exc.__class__.__name__}): check --ledger-url"
-        ) from exc
+    path = f"/v1/funding/0x{run_bytes(run_id).hex()}/eth/{account}"
+    resp = ledger_get(ledger_url, path)
     if resp.status_code != 200:
-        raise LedgerError(f"ledger answered {resp.status_code} for {url}: {resp.text[:300]}")
+        raise LedgerError(f"ledger answered {resp.status_code} for {path}: {resp.text[:300]}")
     data: dict[str, Any] = resp.json()
     return data
 
