@@ -85,32 +85,33 @@ def test_walkthrough_runs_on_a_devnet(tmp_path: Path) -> None:
         text=True,
         start_new_session=True,
     )
+    work = tmp_path / "coloco-walkthrough"  # the script's first line makes it and cds into it
     onchain: dict[str, Any] = {}
     try:
         output, _ = proc.communicate(timeout=1000)
         if proc.returncode == 0:
-            onchain = _read_chain(tmp_path)
+            onchain = _read_chain(work)
             down = subprocess.run(
                 [str(Path(sys.executable).parent / "coloco"), "devnet", "down"],
-                check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+                check=False, cwd=work, env=env, capture_output=True, text=True, timeout=60,
             )  # fmt: skip
             output += down.stdout + down.stderr
     except subprocess.TimeoutExpired:
         output = "(timed out)"
     finally:
         _stop_group(proc)
-        _stop_devnet(tmp_path)
+        _stop_devnet(work)
     ARTEFACT.parent.mkdir(parents=True, exist_ok=True)
     ARTEFACT.write_text(output)  # kept: what a person following the docs would see
     logs = "\n".join(
-        f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in tmp_path.glob("*.log")
+        f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in work.glob("*.log")
     )
     assert proc.returncode == 0, f"walkthrough failed:\n{output[-6000:]}\n{logs}"
     flat = " ".join(output.split())
 
     # what the script did, read back from its own outputs and the node events
     for n in (1, 2):
-        events = [json.loads(x) for x in (tmp_path / f"node{n}.jsonl").read_text().splitlines()]
+        events = [json.loads(x) for x in (work / f"node{n}.jsonl").read_text().splitlines()]
         assert [e["round"] for e in events] == [1, 2], events
         assert all(e["event"] == "round_done" for e in events)
     closed = re.search(r"closed after round (\d+)", flat)
@@ -121,11 +122,11 @@ def test_walkthrough_runs_on_a_devnet(tmp_path: Path) -> None:
     assert executed and int(executed.group(1)) >= 2, flat[-3000:]  # deploy's H is version 2
     assert "matches the chain; written to demo.safetensors" in flat
     assert "matches the chain; written to released.safetensors" in flat
-    assert (tmp_path / "released.safetensors").stat().st_size > 0
+    assert (work / "released.safetensors").stat().st_size > 0
     audited = re.search(r"audited (\d+), failed 0", flat)
     assert audited and int(audited.group(1)) >= 1, flat[-3000:]  # honest rounds replay exactly
     assert re.search(r"held-out loss \d+\.\d+ nats/byte", flat)
-    assert (tmp_path / "demo.safetensors").stat().st_size > 0
+    assert (work / "demo.safetensors").stat().st_size > 0
     assert "devnet down" in output
     # contributors of every kind were paid, read from the chain itself
     assert onchain["split"] == (7000, 1000, 2000)  # compute, code, capital (devnet deploy)
