@@ -233,12 +233,14 @@ def _wait_for_round(port: int, round: int) -> None:
 
     import torch.distributed as dist
 
+    from trainer.network.coordination.store import run_namespace
+
     store = dist.TCPStore(  # type: ignore[attr-defined]
         "127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=60)
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if store.check([f"members/{round}/0/open"]):
+        if store.check([f"{run_namespace(RUN_ID)}members/{round}/0/open"]):
             return
         time.sleep(0.05)
     raise TimeoutError(f"round {round} never closed")

@@ -52,10 +52,14 @@ def _store(port: int, *, host: bool = False) -> Any:
 
 class _Rogue:
     def __init__(self, port: int, info: RogueInfo) -> None:
+        import torch.distributed as dist
+
         from protocol.eip712 import Eip712Domain
         from protocol.keys import NodeKey
+        from trainer.network.coordination.store import run_namespace
 
-        self.store = _store(port)
+        # the run's own keys (a rogue that writes outside the run's namespace reaches no one)
+        self.store = dist.PrefixStore(run_namespace(info.run_id), _store(port))  # type: ignore[attr-defined]
         self.info = info
         self.key = NodeKey.from_private_key(bytes.fromhex((info.private_key or ROGUE_KEY)[2:]))
         self.domain = Eip712Domain(chain_id=info.chain_id, verifying_contract=info.ledger)  # type: ignore[arg-type]
@@ -282,9 +286,11 @@ def _rogue_main(attack: str, port: int, info: RogueInfo) -> None:
 def _rogue_host(port: int, info: RogueInfo) -> None:
     """Host the run's rendezvous, then vanish (no goodbye) ``die_delay_s`` after ``die_after``
     appears (by default once round 2 has opened: round 2 is in flight)."""
+    from trainer.network.coordination.store import run_namespace
+
     store = _store(port, host=True)
     store.set("rendezvous/ready", "1")
-    while not store.check([info.die_after]):
+    while not store.check([run_namespace(info.run_id) + info.die_after]):
         time.sleep(0.01)
     time.sleep(info.die_delay_s)
     os._exit(9)
