@@ -76,7 +76,8 @@ def test_setter_calls_keep_the_other_fields_of_a_group() -> None:
     current = {
         "innerSteps": 50, "innerLrE6": 1000, "outerLrE6": 700_000, "outerMomentumE6": 900_000,
         "wireFormat": 2, "maxNodes": 64, "minStake": 10**18, "rewardPerRound": 10**20,
-        "dataMixtureBps": [10_000], "releasedCheckpoint": b"\0" * 32, "releasedCheckpointURI": "",
+        "dataMixtureBps": [10_000], "dataRoot": b"\2" * 32, "releasedCheckpoint": b"\0" * 32,
+        "releasedCheckpointURI": "",
     }  # fmt: skip
     calls = setter_calls(config_abi, current, {"innerSteps": 30, "outerMomentumE6": 500_000})
     assert {(c.function, c.args) for c in calls} == {

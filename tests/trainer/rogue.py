@@ -17,6 +17,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench.harness import forked
@@ -336,9 +337,13 @@ class OnChain:
         return RogueInfo(run_id=RUN_ID, chain_id=self.chain_id, ledger=self.ledger, **kw)
 
 
-def on_chain(chain: Any, deployment: Any, tmp_path: Any, *, inner_steps: int = 3) -> OnChain:
+def on_chain(
+    chain: Any, deployment: Any, tmp_path: Any, *, data: Path, inner_steps: int = 3
+) -> OnChain:
+    """Four registered nodes on ``chain``; the run pins ``data`` (the nodes' corpus folder)."""
     from bench.harness.nodes import new_node
     from protocol.chain import ChainClient
+    from reference.data import Corpus
     from tests.trainer.test_chain_ledger import _as_timelock
 
     path = tmp_path / "deployment.json"
@@ -346,6 +351,7 @@ def on_chain(chain: Any, deployment: Any, tmp_path: Any, *, inner_steps: int = 3
     nodes = [new_node(chain.w3, deployment, chain.accounts[2 + i][0], seed=bytes([0x31 + i]) * 32)
              for i in range(4)]  # fmt: skip
     _as_timelock(chain, deployment, "setInnerLoop", inner_steps, 3000)
+    _as_timelock(chain, deployment, "setDataRoot", Corpus.from_folder(data).root)
     view = TrainingSettings.read(ChainClient(chain.rpc_url, deployment))
     return OnChain(
         rpc_url=chain.rpc_url, deployment=str(path), keys=["0x" + n.key.hex() for n in nodes],

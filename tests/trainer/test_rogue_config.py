@@ -35,8 +35,8 @@ pytestmark = [pytest.mark.distributed, pytest.mark.anvil]
 
 
 @pytest.fixture
-def run(chain: Any, deployment: Any, tmp_path: Path) -> OnChain:
-    return on_chain(chain, deployment, tmp_path)
+def run(chain: Any, deployment: Any, tmp_path: Path, corpus_dir: Path) -> OnChain:
+    return on_chain(chain, deployment, tmp_path, data=corpus_dir)
 
 
 def test_rogue_config_rewrite_is_ignored(run: OnChain, corpus_dir: Path, store_port: int) -> None:
