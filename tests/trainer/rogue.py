@@ -60,7 +60,9 @@ class _Rogue:
         from trainer.network.coordination.store import run_namespace
 
         # the run's own keys (a rogue that writes outside the run's namespace reaches no one)
-        self.store = dist.PrefixStore(run_namespace(info.run_id), _store(port))  # type: ignore[attr-defined]
+        # (PrefixStore joins its prefix and a key with "/": the namespace without its own)
+        namespace = run_namespace(info.run_id).removesuffix("/")
+        self.store = dist.PrefixStore(namespace, _store(port))  # type: ignore[attr-defined]
         self.info = info
         self.key = NodeKey.from_private_key(bytes.fromhex((info.private_key or ROGUE_KEY)[2:]))
         self.domain = Eip712Domain(chain_id=info.chain_id, verifying_contract=info.ledger)  # type: ignore[arg-type]
