@@ -87,6 +87,8 @@ class DataManifest:
 class DataMismatch(DataError):
     """The data at hand is not the run's: training or scoring on it would not be the run's work."""
 
+    code = "data_mismatch"
+
 
 def check_root(
     manifest: DataManifest,
