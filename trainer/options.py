@@ -126,7 +126,8 @@ class Training:
 
     device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu"
     data: Annotated[
-        str | None, typer.Option(help="Folder of .txt/.jsonl/.parquet; default: the Python stdlib.")
+        str | None,
+        typer.Option(help="Folder of .txt/.jsonl/.parquet; default: the shipped stdlib snapshot."),
     ] = None
     model: Annotated[str, typer.Option(help="Model preset: tiny, small, medium, large.")] = "tiny"
     seed: Annotated[int, typer.Option(help="Genesis seed of the run.")] = 0
