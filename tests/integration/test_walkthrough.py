@@ -56,7 +56,7 @@ def test_walkthrough_block_names_every_step() -> None:
         "coloco model sample", "coloco devnet down", "coloco audit", "coloco model pull --released",
         "coloco node status", "coloco run list", "coloco fund open", "coloco fund deposit",
         "coloco fund claim", "coloco code submit", "coloco code approve", "coloco code propose",
-        "coloco code claim", "coloco model info", "coloco model verify",
+        "coloco code claim", "coloco model info", "coloco model verify", "coloco node doctor",
     ):  # fmt: skip
         assert step in script, step
 
