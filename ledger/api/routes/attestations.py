@@ -6,14 +6,13 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from ledger.api.deps import IntakeDep, MetricsDep, SettingsDep
-from ledger.api.errors import error_response, json_response
+from ledger.api.errors import error_response, errors, json_response
 from ledger.core.schemas import (
     Accepted,
     AttestationIn,
     BatchIn,
     BatchItemResult,
     BatchOut,
-    ErrorResponse,
 )
 from ledger.intake.accept import Intake
 from ledger.intake.jobs import Outcome
@@ -21,17 +20,8 @@ from ledger.reads.metrics import Metrics
 
 router = APIRouter(prefix="/attestations", tags=["attestations"])
 
-_ERRORS = {
-    s: {"model": ErrorResponse, "description": d}
-    for s, d in (
-        (400, "malformed JSON"),
-        (403, "signer mismatch, unregistered or unstaked node"),
-        (404, "unknown run"),
-        (409, "stale or closed round, conflicting duplicate"),
-        (413, "body too large"),
-        (422, "invalid field, bad signature, wrong chain/contract, future round"),
-    )
-}
+# one attestation's refusals (docs/ledger.md, "Error codes"); a batch answers them per item
+_ERRORS = errors(400, 403, 404, 409, 413, 422, 503)
 
 
 def _error(outcome: Outcome) -> Response:
