@@ -75,7 +75,7 @@ def test_each_request_uint_is_what_its_schema_says(
     schema = _property(spec, model, field)
     validator = jsonschema_rs.validator_for(schema)
     info = MODELS[model].model_fields[field]
-    kind = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    kind: Any = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
     server: TypeAdapter[Any] = TypeAdapter(kind)
     for value in PROBES:
         allowed = validator.is_valid(value)

@@ -71,13 +71,13 @@ async def accept_batch(intake: Intake, metrics: Metrics, body: BatchIn, *, limit
 
 # JSON bodies reach these two handlers through ledger.api.fast_path (no FastAPI machinery);
 # these routes document them (OpenAPI) and serve the other content types
-@router.post("", status_code=202, response_model=Accepted, responses=_ERRORS)  # type: ignore[arg-type]
+@router.post("", status_code=202, response_model=Accepted, responses=_ERRORS)
 async def post_attestation(body: AttestationIn, intake: IntakeDep, metrics: MetricsDep) -> Response:
     """Submit one signed ComputeAttestation. Re-posting the same one answers the same id."""
     return await accept_one(intake, metrics, body)
 
 
-@router.post("/batch", status_code=202, response_model=BatchOut, responses=_ERRORS)  # type: ignore[arg-type]
+@router.post("/batch", status_code=202, response_model=BatchOut, responses=_ERRORS)
 async def post_batch(
     body: BatchIn, intake: IntakeDep, metrics: MetricsDep, settings: SettingsDep
 ) -> Response:
