@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
@@ -61,9 +61,10 @@ _DECIMAL = re.compile(r"^(0|[1-9][0-9]{0,77})$")
 JS_SAFE_MAX = (1 << 53) - 1
 
 
-def decimal_pattern(most: int) -> str:
-    """A regular expression matching exactly the canonical decimal strings of 0..``most``: the
-    schema's string form of a uint states the server's bound, not only its digit count."""
+def decimal_pattern(most: int, *, least: int = 0) -> str:
+    """A regular expression matching exactly the canonical decimal strings of ``least``..``most``
+    (``least`` 0 or 1): the schema's string form of a uint states the server's bounds, not only
+    its digit count."""
     digits = str(most)
     shorter = [f"[1-9][0-9]{{0,{len(digits) - 2}}}"] if len(digits) > 1 else []
     same_length = []  # numbers of len(digits) digits below ``most``: a smaller digit at i
@@ -74,16 +75,17 @@ def decimal_pattern(most: int) -> str:
         rest = len(digits) - i - 1
         choice = str(low) if low == high else f"[{low}-{high}]"
         same_length.append(digits[:i] + choice + (f"[0-9]{{{rest}}}" if rest else ""))
-    return "^(" + "|".join(["0", *shorter, *same_length, digits]) + ")$"
+    zero = ["0"] if least == 0 else []
+    return "^(" + "|".join([*zero, *shorter, *same_length, digits]) + ")$"
 
 
-def _uint_schema(bits: int) -> WithJsonSchema:
+def _uint_schema(bits: int, least: int = 0) -> WithJsonSchema:
     """The OpenAPI type of a request uint: an integer up to 2^53 - 1 (or the type's maximum if
     less), or its canonical decimal string up to the type's maximum: exactly what the server
     accepts (:func:`_decimal`). A JavaScript client generated from it reads `number | string`."""
     most = (1 << bits) - 1
-    number = {"type": "integer", "minimum": 0, "maximum": min(most, JS_SAFE_MAX)}
-    string = {"type": "string", "pattern": decimal_pattern(most)}
+    number = {"type": "integer", "minimum": least, "maximum": min(most, JS_SAFE_MAX)}
+    string = {"type": "string", "pattern": decimal_pattern(most, least=least)}
     return WithJsonSchema(
         {
             "anyOf": [number, string],
@@ -120,11 +122,15 @@ _STRICT = ConfigDict(extra="forbid", strict=True)
 
 
 _UINTS: dict[int, Any] = {32: Uint32, 64: Uint64, 256: Uint256}
+POSITIVE: Final = frozenset({"innerSteps"})
+"""Signed uint fields that are never 0: no round has zero inner steps (TrainingConfig refuses
+H = 0, and a replay divides the tokens by them)."""
 
 
-def wire_type(sol: str) -> Any:
+def wire_type(sol: str, *, positive: bool = False) -> Any:
     """The request type of a signed field of Solidity type ``sol``: a bytes32 as 0x + 64 hex
-    digits, an address as 0x + 40, a uintN as an integer in range or its decimal string."""
+    digits, an address as 0x + 40, a uintN as an integer in range or its decimal string
+    (``positive``: from 1)."""
     if sol == "bytes32":
         return Hex32
     if sol == "address":
@@ -132,6 +138,13 @@ def wire_type(sol: str) -> Any:
     bits = int(sol.removeprefix("uint") or "256") if sol.startswith("uint") else 0
     if bits not in _UINTS:
         raise TypeError(f"no request type for the Solidity type {sol!r}: add one to _UINTS")
+    if positive:
+        return Annotated[
+            int,
+            BeforeValidator(_decimal),
+            Field(ge=1, lt=1 << bits),
+            _uint_schema(bits, least=1),
+        ]
     return _UINTS[bits]
 
 
@@ -150,7 +163,9 @@ class WireStruct(BaseModel):
 
 def wire_model(name: str, spec: StructSpec, doc: str) -> type[WireStruct]:
     """The request model of ``spec``'s struct: its fields in struct order."""
-    fields: dict[str, Any] = {n: (wire_type(sol), ...) for _, n, sol in spec.fields}
+    fields: dict[str, Any] = {
+        n: (wire_type(sol, positive=n in POSITIVE), ...) for _, n, sol in spec.fields
+    }
     return create_model(name, __base__=WireStruct, __doc__=doc, __module__=__name__, **fields)
 
 

@@ -95,6 +95,8 @@ def test_decimal_pattern_is_exact_at_its_bound() -> None:
         for value in (0, 1, most // 2, most - 1, most, most + 1, most * 10, 10 ** len(str(most))):
             assert bool(pattern.fullmatch(str(value))) == (value <= most), (most, value)
         assert not pattern.fullmatch("0" + str(most)) and not pattern.fullmatch("")
+    positive = re.compile(decimal_pattern(2**32 - 1, least=1))
+    assert not positive.fullmatch("0") and positive.fullmatch("1") and positive.fullmatch("10")
 
 
 def test_zero_genesis_is_refused_by_schema_and_server(spec: dict[str, Any]) -> None:
