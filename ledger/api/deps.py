@@ -177,3 +177,24 @@ def require_admin(
 
 
 AdminDep = Annotated[None, Depends(require_admin)]
+
+
+def require_json(request: Request) -> None:
+    """A JSON body route's guard: a body sent as another media type is refused with 415 (no
+    Content-Type: read as JSON, as FastAPI does). Listed in the route's ``dependencies``."""
+    kind = request.headers.get("content-type")
+    if kind is None:
+        return
+    media = kind.split(";", 1)[0].strip().lower()
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    raise LedgerError(
+        f"Content-Type {media or kind!r} is not served here: send the body as application/json",
+        code="unsupported_media_type",
+    )
+
+
+JSON_BODY = [Depends(require_json)]
+"""``dependencies`` of a route whose body is JSON."""

@@ -36,6 +36,7 @@ _STATUS = {
     "conflicting_genesis": 409,
     "encoding_error": 422,
     "not_yet_public": 403,
+    "unsupported_media_type": 415,
 }
 
 

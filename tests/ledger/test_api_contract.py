@@ -163,3 +163,13 @@ def test_the_admin_routes_declare_their_bearer_scheme(spec: dict[str, Any]) -> N
             assert (op.get("security") == [{"admin": []}]) == ((path, method) in admin), path
             if (path, method) in admin:
                 assert "401" in op["responses"]
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/attestations", "/v1/attestations/batch", "/v1/joins", "/v1/runs"]
+)
+def test_a_json_body_sent_as_another_media_type_answers_415(app: Any, path: str) -> None:
+    r = TestClient(app).post(path, content=b"{}", headers={"content-type": "text/plain"})
+    assert r.status_code == 415, r.text
+    assert r.json()["error"]["code"] == "unsupported_media_type"
+    assert "application/json" in r.json()["error"]["message"]

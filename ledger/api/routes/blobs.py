@@ -104,7 +104,18 @@ async def _body(request: Request, deadline_s: float) -> AsyncIterator[bytes]:
     "/{hash}",
     response_model=BlobOut,
     status_code=201,
-    responses=errors(401, 403, 408, 413, 422, 429, 503, 507),
+    responses={
+        201: {
+            "description": "stored (or already there)",
+            "links": {
+                "GetBlob": {
+                    "operationRef": "#/paths/~1v1~1blobs~1{hash}/get",
+                    "parameters": {"hash": "$response.body#/hash"},
+                }
+            },
+        },
+        **errors(401, 403, 408, 413, 422, 429, 503, 507),
+    },
     openapi_extra={
         "requestBody": {
             "required": True,

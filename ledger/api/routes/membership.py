@@ -12,6 +12,7 @@ from sqlmodel import col, select
 from starlette.concurrency import run_in_threadpool
 
 from ledger.api.deps import (
+    JSON_BODY,
     ClosuresDep,
     DomainDep,
     MembershipDep,
@@ -48,7 +49,12 @@ class JoinIn(BaseModel):
     signature: SignatureHex
 
 
-@router.post("/joins", status_code=202, responses=errors(400, 403, 404, 409, 413, 422, 503))
+@router.post(
+    "/joins",
+    status_code=202,
+    responses=errors(400, 403, 404, 409, 413, 415, 422, 503),
+    dependencies=JSON_BODY,
+)
 async def post_join(
     body: JoinIn,
     *,

@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from ledger.api.deps import (
+    JSON_BODY,
     AdminDep,
     ChainDep,
     ClosuresDep,
@@ -161,8 +162,9 @@ def get_round(
     status_code=201,
     responses={
         201: {"description": "round 0 committed (or already on chain)", "links": run_links()},
-        **errors(400, 401, 409, 413, 422, 503),
+        **errors(400, 401, 409, 413, 415, 422, 503),
     },
+    dependencies=JSON_BODY,
 )
 def create_run(
     body: RunIn,
@@ -264,8 +266,9 @@ def get_run(
     response_model=RunInfo,
     responses={
         200: {"description": "closed: its final round", "links": run_links()},
-        **errors(400, 401, 404, 413, 422, 503),
+        **errors(400, 401, 404, 413, 415, 422, 503),
     },
+    dependencies=JSON_BODY,
 )
 def close_run(
     run_id: RunIdPath,
