@@ -89,7 +89,8 @@ def _uint_schema(bits: int, least: int = 0) -> WithJsonSchema:
     return WithJsonSchema(
         {
             "anyOf": [number, string],
-            "description": f"uint{bits}: an integer"
+            "description": (f"uint{bits}" if bits % 8 == 0 else f"below 2^{bits}")
+            + ": an integer"
             + (", up to 2^53 - 1, else its decimal string" if most > JS_SAFE_MAX else "")
             + " (a decimal string is accepted at any size in range)",
         }
@@ -115,6 +116,9 @@ def _wallet_int(bits: int) -> WithJsonSchema:
 Uint64 = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=1 << 64), _uint_schema(64)]
 Uint32 = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=1 << 32), _uint_schema(32)]
 Uint256 = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=1 << 256), _uint_schema(256)]
+RoundIn = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=1 << 63), _uint_schema(63)]
+"""A round number the ledger looks up (a join's round): below 2^63, what its database stores and
+what the round path parameters accept (a uint64 beyond it names no round)."""
 Uint64Out = Annotated[int, _wallet_int(64)]
 """A uint64 in a response body (round ids, token counts, node ids): integer or decimal string."""
 

@@ -54,7 +54,8 @@ def _property(spec: dict[str, Any], model: str, field: str) -> dict[str, Any]:
 
 PROBES: list[object] = [
     -1, 0, 1, 1.0, 1.5, True, None, 2**32 - 1, 2**32, JS_SAFE_MAX, JS_SAFE_MAX + 1, float(2**60),
-    BIG, "0", "01", "-1", " 1", "1.0", str(2**32 - 1), str(2**32), str(BIG), str(BIG + 1),
+    BIG, "0", "01", "-1", " 1", "1.0", str(2**32 - 1), str(2**32), str(2**63 - 1), str(2**63),
+    str(BIG), str(BIG + 1),
     str(2**256 - 1), str(2**256),
 ]  # fmt: skip
 
@@ -173,3 +174,16 @@ def test_a_json_body_sent_as_another_media_type_answers_415(app: Any, path: str)
     assert r.status_code == 415, r.text
     assert r.json()["error"]["code"] == "unsupported_media_type"
     assert "application/json" in r.json()["error"]["message"]
+
+
+def test_a_join_of_a_round_beyond_the_ledgers_range_is_refused_not_a_500(
+    client: TestClient, started_run: str
+) -> None:
+    """A join's round is looked up in the database: 2^63 and above (a uint64 the database cannot
+    hold) is refused by its shape (422), not an overflow (500); 2^63 - 1 gets to the checks."""
+    join = {"runId": started_run, "node": "0x2941eb9795dE445989721dd827084db576C933CF"}
+    for round_, status in ((str(2**63), 422), (str(2**64 - 1), 422), (str(2**63 - 1), 403)):
+        r = client.post("/v1/joins", json={"join": {**join, "round": round_}, "signature": "0x00"})
+        assert r.status_code == status, (round_, r.text)
+        if status == 422:
+            assert "join.round" in r.json()["error"]["message"]

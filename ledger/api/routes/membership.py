@@ -23,7 +23,7 @@ from ledger.api.deps import (
 )
 from ledger.api.errors import errors, json_response
 from ledger.core.models import FraudRecord, KeyValue, RoundState, utcnow
-from ledger.core.schemas import AddressStr, Hex32, SignatureHex, SignedAddress, Uint64
+from ledger.core.schemas import AddressStr, Hex32, RoundIn, SignatureHex, SignedAddress
 from ledger.intake.verify import reject
 from ledger.judge.outer_step import momentum_key
 from protocol.errors import EncodingError, LedgerError
@@ -38,7 +38,7 @@ class JoinFields(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     runId: Hex32  # noqa: N815 - EIP-712 field names
-    round: Uint64
+    round: RoundIn
     node: SignedAddress
 
 
