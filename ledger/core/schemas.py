@@ -126,30 +126,30 @@ _STRICT = ConfigDict(extra="forbid", strict=True)
 
 
 _UINTS: dict[int, Any] = {32: Uint32, 64: Uint64, 256: Uint256}
-POSITIVE: Final = frozenset({"innerSteps"})
-"""Signed uint fields that are never 0: no round has zero inner steps (TrainingConfig refuses
-H = 0, and a replay divides the tokens by them)."""
+NARROWED: Final[dict[str, tuple[int, int | None]]] = {"innerSteps": (1, 32), "round": (0, 63)}
+"""Signed uint fields the ledger takes in a narrower range than their Solidity type, as (least,
+bits): no round has zero inner steps (TrainingConfig refuses H = 0, and a replay divides the
+tokens by them); a round is below 2^63, what the database stores (and the round path parameters
+accept)."""
 
 
-def wire_type(sol: str, *, positive: bool = False) -> Any:
+def wire_type(sol: str, *, least: int = 0, bits: int | None = None) -> Any:
     """The request type of a signed field of Solidity type ``sol``: a bytes32 as 0x + 64 hex
-    digits, an address as 0x + 40, a uintN as an integer in range or its decimal string
-    (``positive``: from 1)."""
+    digits, an address as 0x + 40, a uintN as an integer in range or its decimal string (from
+    ``least``, below 2^``bits`` if given)."""
     if sol == "bytes32":
         return Hex32
     if sol == "address":
         return SignedAddress
-    bits = int(sol.removeprefix("uint") or "256") if sol.startswith("uint") else 0
-    if bits not in _UINTS:
+    size = int(sol.removeprefix("uint") or "256") if sol.startswith("uint") else 0
+    if size not in _UINTS:
         raise TypeError(f"no request type for the Solidity type {sol!r}: add one to _UINTS")
-    if positive:
-        return Annotated[
-            int,
-            BeforeValidator(_decimal),
-            Field(ge=1, lt=1 << bits),
-            _uint_schema(bits, least=1),
-        ]
-    return _UINTS[bits]
+    if least == 0 and bits is None:
+        return _UINTS[size]
+    bits = min(bits or size, size)
+    return Annotated[
+        int, BeforeValidator(_decimal), Field(ge=least, lt=1 << bits), _uint_schema(bits, least)
+    ]
 
 
 class WireStruct(BaseModel):
@@ -167,9 +167,10 @@ class WireStruct(BaseModel):
 
 def wire_model(name: str, spec: StructSpec, doc: str) -> type[WireStruct]:
     """The request model of ``spec``'s struct: its fields in struct order."""
-    fields: dict[str, Any] = {
-        n: (wire_type(sol, positive=n in POSITIVE), ...) for _, n, sol in spec.fields
-    }
+    fields: dict[str, Any] = {}
+    for _, n, sol in spec.fields:
+        least, bits = NARROWED.get(n, (0, None))
+        fields[n] = (wire_type(sol, least=least, bits=bits), ...)
     return create_model(name, __base__=WireStruct, __doc__=doc, __module__=__name__, **fields)
 
 
