@@ -231,7 +231,7 @@ class Attester:
                 break
             except AttestationRejected as exc:
                 if exc.code in LOST_CODES:
-                    self._lose(item, f"{exc.code}: {exc.message}")
+                    self._lose(item, exc.message)
                     continue
                 if exc.code != LEDGER_BEHIND:
                     raise
