@@ -179,7 +179,8 @@ def test_rejoin_a_late_joiner_whose_members_are_all_gone_starts_from_the_ledgers
 ) -> None:
     """Nodes 0 and 1 train rounds 1-3 and leave; their checkpoint servers are gone, the signed
     ``ckpt/latest`` still names round 3. Node 2 then joins: it takes round 3's committed state
-    from the ledger (not waiting for dead peers) and trains round 4 on its own."""
+    from the ledger, without trying the dead peers (a hint no newer than the chain's last
+    committed round is stale), and trains round 4 on its own."""
     led, run = served
     plans = [run.plan(i, rounds=3, min_nodes=2, ledger_url=led.url, collective_timeout_s=20.0)
              for i in range(2)]  # fmt: skip
@@ -195,6 +196,8 @@ def test_rejoin_a_late_joiner_whose_members_are_all_gone_starts_from_the_ledgers
     assert joined["exit_codes"] == [0], joined
     (rec,) = joined["results"][2]
     assert rec["round"] == 4 and rec["base_checkpoint"] == result3, rec
+    tried = {check for check, _ in joined["refusals"][2]}
+    assert "dead_endpoint" not in tried, "it chased the gone members' stale ckpt/latest"
     print(f"late joiner from the ledger's blob: round 4 attested {took:.1f}s after its start")
 
 

@@ -156,9 +156,12 @@ class Recovery:
         while True:
             expected = self.expected_hash(board, round)
             if expected is not None:
-                for manifest, peers in self._offers(board, round, expected[0]):
-                    found = self._try_fetch(board, round, manifest, peers, expected,
-                                            deadline=deadline)  # fmt: skip
+                for manifest, offered in self._offers(board, round, expected[0]):
+                    peers = self._live(board, round, offered)
+                    found = None
+                    if peers:
+                        found = self._try_fetch(board, round, manifest, peers, expected,
+                                                deadline=deadline)  # fmt: skip
                     if found is not None:
                         return found
             if time.monotonic() > deadline:
@@ -182,11 +185,6 @@ class Recovery:
             serve = board.endpoint_of(round, addr, body)
             if serve is None:
                 continue
-            if not _listening(serve):  # a member gone (or its port now someone else's)
-                self._bad_peers.add((round, addr))
-                board.refuse("dead_endpoint", f"ckpt/{round}/sig/{addr}",
-                             f"{serve} refuses connections: not fetching from it")  # fmt: skip
-                continue
             try:
                 manifest = Manifest.from_body(body, max_size=self.max_blob_bytes)
             except CheckpointError as exc:
@@ -195,6 +193,19 @@ class Recovery:
             if manifest.weights_hash == expected:
                 groups.setdefault(manifest, {})[addr] = serve
         return sorted(groups.items(), key=lambda kv: -len(kv[1]))
+
+    def _live(self, board: CheckpointBoard, round: int, peers: dict[str, str]) -> dict[str, str]:
+        """``peers`` less those whose endpoint refuses connections (members gone, or a port now
+        someone else's): never fetched from for this round (a ``dead_endpoint`` refusal)."""
+        live = {}
+        for addr, serve in peers.items():
+            if _listening(serve):
+                live[addr] = serve
+                continue
+            self._bad_peers.add((round, addr))
+            board.refuse("dead_endpoint", f"ckpt/{round}/sig/{addr}",
+                         f"{serve} refuses connections: not fetching from it")  # fmt: skip
+        return live
 
     def _try_fetch(
         self,
