@@ -216,3 +216,56 @@ def test_rejoin_an_unstaked_or_unregistered_joiner_is_told_promptly(
     assert all(code not in (0, None) for code in out["exit_codes"]), out
     assert "not staked enough" in out["errors"][0] and "coloco node stake" in out["errors"][0]
     assert "not registered" in out["errors"][1] and "coloco node register" in out["errors"][1]
+
+
+def test_journal_a_node_stopped_with_rounds_unsent_exits_4_naming_them(
+    served: tuple[LedgerProc, OnChain], corpus_dir: Path, store_port: int, tmp_path: Path
+) -> None:
+    """`coloco node run` (a real process): the ledger is killed once the node joined round 1;
+    the node trains it and keeps it in its journal. SIGTERM then: the node tries to send it,
+    cannot, and exits 4 naming round 1, which stays in its journal for the next start."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from eth_account import Account
+
+    led, run = served
+    tiny = GPTConfig.preset("tiny")
+    run2 = "0x" + "cd" * 32  # a run of the CLI's tiny preset (the fixture's run is another model)
+    r = httpx.post(f"{led.url}/v1/runs", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60,
+                   json={"run_id": run2,
+                         "genesis_checkpoint": "0x" + genesis_hash(tiny, 0).hex()})  # fmt: skip
+    assert r.status_code == 201, r.text
+    chain = ChainClient(run.rpc_url, Deployment.load(Path(run.deployment)))
+    _wait(lambda: chain.has_committed(RunId(bytes.fromhex(run2[2:]))), "run 2's genesis")
+    keystore, password = tmp_path / "node.json", tmp_path / "password"
+    password.write_text("pw")
+    keystore.write_text(json.dumps(Account.encrypt(run.keys[0], "pw")))
+    state = tmp_path / "state"
+    argv = [sys.executable, "-m", "coloco_cli", "node", "run", "--run-id", run2,
+            "--keystore", str(keystore), "--password-file", str(password),
+            "--rpc-url", run.rpc_url, "--deployment", run.deployment, "--ledger-url", led.url,
+            "--rendezvous", f"127.0.0.1:{store_port}", "--data", str(corpus_dir),
+            "--checkpoint-dir", str(state), "--batch-size", "2", "--plain"]  # fmt: skip
+    log = (tmp_path / "node.log").open("wb")  # a file: a full pipe would stall the node
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    try:
+        url = f"{led.url}/v1/runs/{run2}/rounds/1/members"
+        _wait(lambda: run.addresses[0] in httpx.get(url, timeout=5).json().get("members", []),
+              "the node's join of round 1")  # fmt: skip
+        led.kill9()
+        _wait(lambda: unsent_rounds(state) == [1], "round 1 in the journal", timeout=300)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+    output = (tmp_path / "node.log").read_text(errors="replace")
+    assert proc.returncode == 4, output[-3000:]
+    assert "attestations of rounds [1]" in output and "journal" in output, output[-3000:]
+    assert unsent_rounds(state) == [1], "kept for the next start"

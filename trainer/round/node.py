@@ -170,6 +170,7 @@ class NodeRunner:
         self.rdv.checkpoints.serving = self.server.endpoint  # its joins announce it from round 1
         self.model = GPT(settings.model, seed=settings.seed).to(self.device)
         self.diloco: DiLoCo | None = None
+        self._upload_due: RoundCheckpoint | None = None
         self.state_round = -1
         self._last_members: tuple[str, ...] = ()
         self._group: RoundGroup | None = None
@@ -341,9 +342,26 @@ class NodeRunner:
         # the round's commitments let it replay the rest
         changed = group.members.addresses != self._last_members or r == self._last_round()
         if group.publisher and changed:
-            self.recovery.upload(ckpt)
+            self.upload(ckpt)
         self._last_members = group.members.addresses
         return ckpt
+
+    def upload(self, ckpt: RoundCheckpoint | None = None) -> None:
+        """Give the ledger ``ckpt``'s weights (blob store); while it does not answer, the newest
+        such checkpoint waits and goes with the next call (before the next round's join, and
+        before the node leaves), like the journal's attestations."""
+        if ckpt is not None:
+            self._upload_due = ckpt
+        due = self._upload_due
+        if due is None:
+            return
+        try:
+            self.recovery.upload(due)
+        except LedgerUnavailableError as exc:
+            log.warning("round %d weights not uploaded yet, the ledger is unreachable (%s): "
+                        "kept for later", due.round, exc.message)  # fmt: skip
+            return
+        self._upload_due = None
 
     def _last_round(self) -> int | None:
         last = self.s.max_rounds
@@ -399,7 +417,9 @@ class NodeRunner:
         if not self.strategy.takes_part(self, r):
             self.rdv.announce_leave(r)  # the members do not wait for it
             return self._outside(r, off_round=True)
-        if not self.attester.join(r):  # the ledger's members: signed joins before the round
+        joined = self.attester.join(r)  # the ledger's members: signed joins before the round
+        self.upload()  # a checkpoint upload an outage held back
+        if not joined:
             # not a member of round r anywhere: the rendezvous closes r from the ledger's joins
             # and does not wait for it; it joins r + 1 (fetching round r's checkpoint from a peer)
             log.info("round %d started at the ledger without this node; trying the next one", r)
@@ -527,6 +547,7 @@ class NodeRunner:
         self.drop_group()
         self.rdv.announce_leave(r)
         log.info("%s leaves before round %d", self.address, r)
+        self.upload()
         self.leave_journal()
         return reports
 
