@@ -78,7 +78,7 @@ def run(options: NodeOptions) -> None:
         runner = build(options)
         with _stop_on_sigterm():
             try:
-                _train(runner, options.plain, console)
+                _train(runner, options, console)
             except (Stopped, KeyboardInterrupt):
                 runner.leave_journal(STOP_WAIT_S)  # exit 4 naming what it could not send
                 console.print(f"stopped; no unsent rounds (round {runner.round_now} unfinished)")
@@ -113,13 +113,17 @@ def _stop_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _train(runner: NodeRunner, plain: bool, console: Console) -> None:
-    if plain:
+def _train(runner: NodeRunner, options: NodeOptions, console: Console) -> None:
+    if options.plain or not console.is_terminal:  # off a TTY: log lines only
         runner.run()
         return
-    from trainer.round.progress import NodeProgress
+    from trainer.round.progress import LedgerEarnings, NodeProgress
 
-    with NodeProgress(runner.address, console) as progress:
+    ledger_url = options.endpoints.ledger_url
+    earnings = None
+    if ledger_url:
+        earnings = LedgerEarnings(ledger_url, runner.address, parse_run_id(options.run_id))
+    with NodeProgress(runner.address, console, earnings) as progress:
         runner.on_step, runner.on_round = progress.on_step, progress.on_round
         runner.run()
 
@@ -142,7 +146,7 @@ def build(options: NodeOptions) -> NodeRunner:
     from trainer.network.membership import MembershipConfig
     from trainer.round.attest import Attester
     from trainer.round.node import NodeRunner, NodeSettings
-    from trainer.round.progress import round_record
+    from trainer.round.progress import log_round
     from trainer.round.recovery import Recovery
     from trainer.round.runconfig import ChainConfig, ConfigSource, RunConfig, StaticConfig
 
@@ -189,7 +193,7 @@ def build(options: NodeOptions) -> NodeRunner:
     )  # fmt: skip
     recovery = Recovery(run_id, cfg, settings.seed, chain=chain, ledger=ledger)
     runner = NodeRunner(settings, Attester(key, domain, run_id, ledger), source, recovery=recovery)
-    runner.on_round = lambda report: log.info("%s", round_record(report))
+    runner.on_round = log_round
     return runner
 
 
