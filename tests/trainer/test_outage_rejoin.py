@@ -41,7 +41,7 @@ OUTAGE_S = 8.0 if QUICK else 60.0
 their journals hold the round in flight) with a shorter outage."""
 
 
-def _ledger(chain: Any, run: OnChain, folder: Path) -> LedgerProc:
+def _ledger(chain: Any, run: OnChain, folder: Path, data: Path) -> LedgerProc:
     env = {
         "COLOCO_LEDGER_ENVIRONMENT": "test",
         "COLOCO_LEDGER_RPC_URL": chain.rpc_url,
@@ -55,6 +55,7 @@ def _ledger(chain: Any, run: OnChain, folder: Path) -> LedgerProc:
         "COLOCO_LEDGER_LIFECYCLE_POLL_S": "0.1",
         "COLOCO_LEDGER_JOIN_WINDOW_S": "0.5",
         "COLOCO_LEDGER_BLOB_MIN_FREE_BYTES": "0",
+        "COLOCO_LEDGER_USEFULNESS_CORPUS": str(data),  # the run's pinned data
     }
     folder.mkdir(parents=True, exist_ok=True)
     return LedgerProc(folder, env)
@@ -62,11 +63,11 @@ def _ledger(chain: Any, run: OnChain, folder: Path) -> LedgerProc:
 
 @pytest.fixture
 def served(
-    chain: Any, deployment: Deployment, tmp_path: Path
+    chain: Any, deployment: Deployment, tmp_path: Path, corpus_dir: Path
 ) -> Iterator[tuple[LedgerProc, OnChain]]:
     """The ledger process with the run opened and its genesis indexed."""
-    run = on_chain(chain, deployment, tmp_path)
-    led = _ledger(chain, run, tmp_path / "ledger")
+    run = on_chain(chain, deployment, tmp_path, data=corpus_dir)
+    led = _ledger(chain, run, tmp_path / "ledger", corpus_dir)
     led.start()
     try:
         genesis = "0x" + genesis_hash(MODEL, 0).hex()
@@ -208,7 +209,7 @@ def test_rejoin_an_unstaked_or_unregistered_joiner_is_told_promptly(
     with the step to take, before any checkpoint fetch or rendezvous wait."""
     from bench.harness.nodes import new_node
 
-    run = on_chain(chain, deployment, tmp_path)
+    run = on_chain(chain, deployment, tmp_path, data=corpus_dir)
     unstaked = new_node(chain.w3, deployment, chain.accounts[7][0], stake=0)
     plans = [replace(run.plan(0, rounds=1), private_key="0x" + unstaked.key.hex()),
              replace(run.plan(1, rounds=1), private_key="0x" + os.urandom(32).hex())]  # fmt: skip
