@@ -13,6 +13,10 @@ retries what was not acknowledged:
 - ``blob_disk_full``: blob uploads until the blob disk (a 4 MiB tmpfs; without root, the free
   space reserve) is full: a clear 507, no partial file, every stored blob intact;
 - ``soak``: 1,000 attestations/s for 10 minutes (quick: 10 s) in batches: nothing lost, RSS flat.
+- ``ledger_outage``: two real trainer nodes (``bench.fault_nodes``) train 6 rounds; the ledger is
+  killed with SIGKILL once both joined round 3, and restarted on the same database 60 s later
+  (quick: 8 s; and not before both nodes' journals hold round 3): every attestation the nodes
+  signed is stored (``accepted`` counts the signed ones), each node attests again within 2 rounds.
 
 Per scenario ``passed``, ``accepted`` (acknowledged 202), ``stored`` (of those, found in the
 ledger's database afterwards), ``settled_twice`` (commitRound transactions beyond one per round,
@@ -50,7 +54,8 @@ from bench.fault_rig import (
     result_of,
     wait_for,
 )
-from bench.harness.nodes import domain_of, new_node
+from bench.harness.nodes import domain_of, h, new_node
+from bench.ledger import ADMIN
 from protocol.blob_auth import UploadSigner
 from protocol.blobs import encode_blob
 from protocol.deploy import deploy
@@ -81,6 +86,84 @@ def _outcome(load: Load, led: LedgerProc, counts: dict[int, int], **extra: Any) 
         "retries": load.failures,
         **extra,
     }
+
+
+def ledger_outage(rig: Rig) -> dict[str, Any]:
+    """Real nodes through a ledger outage (module docstring)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from bench.fault_nodes import MODEL, NodePlan, node_main, signed
+    from bench.harness import forked
+    from protocol.devnet import free_port
+    from trainer.round.journal import lost_rounds, unsent_rounds
+    from trainer.round.recovery import genesis_hash
+
+    rounds, outage_s = 6, (8.0 if rig.quick else 60.0)
+    led = rig.ledger("ledger_outage", round_window="2", join_window_s="0.5",
+                     round_deadline_s="600")  # fmt: skip
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,  # type: ignore[attr-defined]
+                          timeout=timedelta(seconds=60))  # fmt: skip
+    run_id = h(f"faults/ledger_outage/{time.time_ns()}")
+    r = httpx.post(f"{led.url}/v1/runs", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120,
+                   json={"run_id": run_id,
+                         "genesis_checkpoint": "0x" + genesis_hash(MODEL, 0).hex()})  # fmt: skip
+    r.raise_for_status()
+    states = [rig.work / "ledger_outage" / f"node{i}" for i in range(2)]
+    ctx = forked.context("bench.fault_nodes")
+    plans = [NodePlan("0x" + rig.nodes[i].key.hex(), str(s), bytes.fromhex(run_id[2:]), port,
+                      rig.anvil.rpc_url, str(rig.dep_path), led.url, rounds)
+             for i, s in enumerate(states)]  # fmt: skip
+    procs = [forked.process(node_main, (p,)) for p in plans]
+    del ctx
+    members = {str(rig.nodes[i].address) for i in range(2)}
+
+    def joined(rnd: int) -> bool:
+        try:
+            got = httpx.get(f"{led.url}/v1/runs/{run_id}/rounds/{rnd}/members", timeout=5)
+        except httpx.HTTPError:
+            return False
+        return got.status_code == 200 and set(got.json().get("members", [])) == members
+
+    try:
+        for proc in procs:
+            proc.start()
+        if not wait_for(lambda: joined(3), 600, 0.1):
+            raise RuntimeError("the nodes never both joined round 3")
+        led.kill9()
+        killed = time.monotonic()
+        held = wait_for(lambda: time.monotonic() - killed >= outage_s
+                        and all(3 in unsent_rounds(s) for s in states), 600, 0.2)  # fmt: skip
+        down_s = time.monotonic() - killed
+        led.start()
+        for proc in procs:
+            proc.join(900)
+        codes = [proc.exitcode for proc in procs]
+        work = [signed(s) for s in states]
+        digests = {w["digest"] for ws in work for w in ws}
+        stored = led.stored(digests)
+        worked = [[w["round"] for w in ws] for ws in work]
+        back = all(any(3 < rnd <= 5 for rnd in w) and w[-1:] == [rounds] for w in worked)
+        clean = all(not unsent_rounds(s) and not lost_rounds(s) for s in states)
+        return {
+            "passed": codes == [0, 0] and held and stored == len(digests) and back and clean,
+            "accepted": len(digests),
+            "stored": stored,
+            "settled_twice": 0,
+            "checks": {"nodes_exit_0": codes == [0, 0], "round_3_journaled": held,
+                       "attesting_within_2_rounds": back, "journals_empty": clean},
+            "ledger_down_s": round(down_s, 1),
+            "rounds_worked": worked,
+        }  # fmt: skip
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        led.stop()
+        del store
 
 
 def _settled(rig: Rig, run: str, rounds: int, timeout_s: float) -> bool:
@@ -452,6 +535,7 @@ SCENARIOS: dict[str, Callable[[Rig], dict[str, Any]]] = {
     "reorg": reorg,
     "blob_disk_full": blob_disk_full,
     "soak": soak,
+    "ledger_outage": ledger_outage,
 }
 
 

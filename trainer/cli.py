@@ -3,8 +3,10 @@
 The flags are the leaves of :class:`trainer.options.NodeOptions` (:data:`run_command`); the
 command fills that tree once and :func:`build` wires it into a node.
 
-Exit codes: 0 done; 2 bad settings; 3 chain unreachable or refusing; 4 ledger unreachable or
-refusing; 5 peers (rendezvous / collectives) unreachable; 6 a checkpoint failed its hash check.
+Exit codes: 0 done; 2 bad settings; 3 chain unreachable or refusing (an unregistered or unstaked
+node too); 4 ledger unreachable or refusing (also at a stop, SIGTERM or Ctrl-C, with signed rounds
+it could not send: they are named, and stay in the journal for the next start); 5 peers
+(rendezvous / collectives) unreachable; 6 a checkpoint failed its hash check.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import typer
@@ -70,22 +76,56 @@ def run(options: NodeOptions) -> None:
     console = Console(stderr=True)
     try:
         runner = build(options)
-        if options.plain or not console.is_terminal:  # off a TTY: log lines only
-            runner.run()
-            return
-        from trainer.round.progress import LedgerEarnings, NodeProgress
-
-        ledger_url = options.endpoints.ledger_url
-        earnings = None
-        if ledger_url:
-            earnings = LedgerEarnings(ledger_url, runner.address, parse_run_id(options.run_id))
-        with NodeProgress(runner.address, console, earnings) as progress:
-            runner.on_step, runner.on_round = progress.on_step, progress.on_round
-            runner.run()
+        with _stop_on_sigterm():
+            try:
+                _train(runner, options, console)
+            except (Stopped, KeyboardInterrupt):
+                runner.leave_journal(STOP_WAIT_S)  # exit 4 naming what it could not send
+                console.print(f"stopped; no unsent rounds (round {runner.round_now} unfinished)")
     except ColocoError as exc:
         code = exit_code(exc)
         console.print(f"[bold red]error[/] ({exc.code}): {exc.message}")
         raise typer.Exit(code) from exc
+
+
+STOP_WAIT_S = 10.0
+"""At SIGTERM or Ctrl-C: how long the node tries to send its unsent rounds before exit 4."""
+
+
+class Stopped(BaseException):
+    """SIGTERM (a BaseException, like KeyboardInterrupt, so no ``except Exception`` eats it)."""
+
+
+@contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM raises :class:`Stopped` in the main thread while the node runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _train(runner: NodeRunner, options: NodeOptions, console: Console) -> None:
+    if options.plain or not console.is_terminal:  # off a TTY: log lines only
+        runner.run()
+        return
+    from trainer.round.progress import LedgerEarnings, NodeProgress
+
+    ledger_url = options.endpoints.ledger_url
+    earnings = None
+    if ledger_url:
+        earnings = LedgerEarnings(ledger_url, runner.address, parse_run_id(options.run_id))
+    with NodeProgress(runner.address, console, earnings) as progress:
+        runner.on_step, runner.on_round = progress.on_step, progress.on_round
+        runner.run()
 
 
 run_command = TreeCommand(NodeOptions, run)

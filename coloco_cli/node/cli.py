@@ -168,19 +168,29 @@ def withdraw(*, node: NodeOpt, opts: TxOptions) -> None:
 
 @app.command()
 @reads
-def status(*, node: NodeOpt, opts: TxOptions) -> None:
-    """Show a node's registration, its stable node id, stake, and (if the ledger answers) the
-    rounds it worked.
+def status(
+    *,
+    node: NodeOpt,
+    checkpoint_dir: Annotated[
+        Path | None,
+        typer.Option(help="The node's state folder (its journal); default: .coloco/checkpoints."),
+    ] = None,
+    opts: TxOptions,
+) -> None:
+    """Show a node's registration, its stable node id, stake, (if the ledger answers) the
+    rounds it worked, and the rounds its journal holds unsent or lost.
 
     Example: coloco node status --node 0xHOT...
     """
     st = node_status(opts.chain(signed=False), node)
     ledger_view = _ledger_node(opts.endpoints().ledger_url, st.node)
+    unsent, lost = _journal(checkpoint_dir, st.node)
     if opts.json_out:
         view = ledger_view or {}
         emit_json({**st.__dict__, "registered": st.registered,
                    "rounds_worked": view.get("rounds_worked"),
-                   "rejections": view.get("rejections")})  # fmt: skip
+                   "rejections": view.get("rejections"),
+                   "unsent_rounds": unsent, "lost_rounds": lost})  # fmt: skip
         return
     table = Table(title=f"node {st.node}", show_header=False)
     table.add_row("registered", "yes" if st.registered else "no")
@@ -199,7 +209,14 @@ def status(*, node: NodeOpt, opts: TxOptions) -> None:
                 table.add_row(
                     key.replace("_", " "), str(len(value) if isinstance(value, list) else value)
                 )
+    table.add_row("unsent rounds", ", ".join(map(str, unsent)) or "none")
+    table.add_row("lost rounds", "; ".join(f"{r} ({why})" for r, why in lost.items()) or "none")
     console.print(table)
+    if unsent:
+        console.print(
+            f"rounds {unsent} are signed and not yet acknowledged by the ledger: they are sent "
+            "first when the node runs again with the same --checkpoint-dir"
+        )
     if not st.registered:
         console.print(f"next: coloco node register --node {st.node} --payout 0x...")
     elif not st.active:
@@ -208,6 +225,24 @@ def status(*, node: NodeOpt, opts: TxOptions) -> None:
             f"node {st.node} is not staked enough to train: run coloco node stake --node {st.node} "
             f"--amount {fmt_units(missing)}"
         )
+
+
+def _journal(folder: Path | None, node: str) -> tuple[list[int], dict[int, str]]:
+    """(unsent rounds, {lost round: the ledger's reason}) from the journals of `node` under
+    `folder` (a node's state folder, or a tree of them: `coloco node run` keeps one per run and
+    key under .coloco/checkpoints)."""
+    from trainer.round.journal import FOLDER, lost_rounds, node_of, unsent_rounds
+
+    root = folder if folder is not None else Path(".coloco") / "checkpoints"
+    unsent: list[int] = []
+    lost: dict[int, str] = {}
+    for journal in sorted(root.glob(f"**/{FOLDER}")) if root.is_dir() else []:
+        state = journal.parent
+        if (node_of(state) or "").lower() != node.lower():
+            continue
+        unsent += unsent_rounds(state)
+        lost |= lost_rounds(state)
+    return sorted(unsent), dict(sorted(lost.items()))
 
 
 @app.command()

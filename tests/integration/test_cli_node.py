@@ -171,3 +171,41 @@ def test_config_file_supplies_rpc_and_deployment(
     (tmp_path / "coloco.toml").write_text('rpc = "x"\n')
     _, _, exc = _invoke("node", "status", "--node", Account.create().address)
     assert isinstance(exc, ConfigError) and "unknown key(s) ['rpc']" in exc.message
+
+
+def test_node_status_shows_the_journals_unsent_and_lost_rounds(
+    cli_env: Path, chain: AnvilProcess, deployment: Deployment, tmp_path: Path
+) -> None:
+    """A node's journal (its state folder) holds round 2 unsent and round 1 refused for good:
+    `node status` names both, in the table and in --json; another node's journal is not shown."""
+    import torch
+
+    from protocol.eip712 import Eip712Domain
+    from protocol.keys import NodeKey
+    from trainer.network.ledger_client import LedgerClient, RetryPolicy
+    from trainer.round.attest import Attester, WorkRecord
+    from trainer.round.journal import Journal
+
+    key = NodeKey.from_private_key(bytes(Account.create().key))
+    domain = Eip712Domain(chain_id=31337, verifying_contract=key.address)
+    state = tmp_path / "checkpoints" / "run" / "node"
+    dead = LedgerClient("http://127.0.0.1:9", retry=RetryPolicy(attempts=1))
+    attester = Attester(key, domain, bytes(32), dead, journal=Journal(state))
+    for r in (1, 2):
+        work = WorkRecord(r, 0, bytes(32), {"w": torch.ones(2)}, bytes(32), 1, 32, bytes(32))
+        attester.publish(work, [key.address])
+    Journal(state).lost(attester.backlog[0], "round_closed: round 1 closed without it")
+    node = str(key.address)
+    code, out, exc = _invoke(
+        "node", "status", "--node", node, "--checkpoint-dir", str(tmp_path / "checkpoints")
+    )
+    assert code == 0, exc
+    assert re.search(r"unsent rounds\s*│\s*2\s", out) and "1 (round_closed" in out, out
+    result = runner.invoke(app, ["node", "status", "--node", node, "--json",
+                                 "--checkpoint-dir", str(tmp_path / "checkpoints")])  # fmt: skip
+    st = json.loads(result.stdout)
+    assert st["unsent_rounds"] == [2] and list(st["lost_rounds"]) == ["1"], st
+    other = Account.create().address
+    result = runner.invoke(app, ["node", "status", "--node", other, "--json",
+                                 "--checkpoint-dir", str(tmp_path / "checkpoints")])  # fmt: skip
+    assert json.loads(result.stdout)["unsent_rounds"] == []

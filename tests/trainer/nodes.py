@@ -189,6 +189,9 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     runner.on_step, runner.on_round = on_step, on_round
     try:
         runner.run()
+    except Exception as exc:  # what the node would print: the test reads it
+        results[f"error/{plan.key}"] = f"{type(exc).__name__}: {exc}"
+        raise
     finally:
         events()
     results[plan.key] = records
@@ -279,6 +282,7 @@ def collect(procs: list[Any], results: Any, manager: Any, timeout: float = 240.0
     refused = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("refused/")}
     no_shows = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("no_shows/")}
     forged = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("forged/")}
+    errors = {int(k.split("/")[1]): v for k, v in events.items() if k.startswith("error/")}
     return {"results": out, "exit_codes": codes, "refusals": refusals, "failovers": failovers,
             "stalled": stalled, "timeouts": timeouts, "refused_joins": refused,
-            "no_shows": no_shows, "forged": forged}  # fmt: skip
+            "no_shows": no_shows, "forged": forged, "errors": errors}  # fmt: skip

@@ -5,6 +5,11 @@ entered the all-reduce, int8 codes + scales in the int8 wire format, so it costs
 all-reduce packet costs) is uploaded first; its canonical hash is the attestation's
 ``pseudoGradient``, so the ledger can check the commitment against the bytes, decode and score
 them, and replay the round's weighted average.
+
+Nothing signed is lost: each attestation goes to the node's journal on disk
+(:mod:`trainer.round.journal`) before it is sent, and leaves it only once the ledger acknowledged
+it; the journal is sent, in round order, before every join (so a ledger that is behind because of
+this node's own unsent rounds gets them first) and first thing after a restart.
 """
 
 from __future__ import annotations
@@ -21,18 +26,22 @@ from protocol.attestation import ATTESTATION_ATTRS, ComputeAttestation
 from protocol.blob_auth import UploadSigner
 from protocol.blobs import encode_blob
 from protocol.eip712 import Eip712Domain
-from protocol.errors import AttestationRejected, LedgerUnavailableError
+from protocol.errors import AttestationRejected, ConfigError, LedgerUnavailableError
 from protocol.hashing import hash_state_dict
 from protocol.join import RoundJoin
 from protocol.keys import NodeKey
 from protocol.types import Address, Bytes32, RoundNumber, RunId
 from trainer.network.ledger_client import LedgerClient
+from trainer.round.journal import Journal, Pending
 
 log = logging.getLogger(__name__)
 
 # The ledger's answer when a round lies beyond its window of open rounds: it has not yet committed
 # the rounds before (a ledger slower than the trainers). Not a refusal of the work: wait for it.
 LEDGER_BEHIND = "future_round"
+LOST_CODES = frozenset({"round_closed", "stale_round", "run_closed", "not_a_member", "no_show"})
+"""Refusals that no later retry can turn around: the round went on (or the run ended) without
+this attestation. The round is recorded as lost (:meth:`Journal.lost`) and the node goes on."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +86,12 @@ class Attester:
         *,
         behind_wait_s: float = 600.0,
         behind_poll_s: float = 0.5,
+        journal: Journal | None = None,
+        outage_wait_s: float = 600.0,
     ) -> None:
+        """``journal``: where signed attestations wait for the ledger (None: in memory only);
+        what it holds from an earlier start is sent first. ``outage_wait_s``: how long a join
+        waits for an unreachable ledger before the node stops (exit 4)."""
         self.key = key
         self.behind_wait_s = behind_wait_s  # how long a node waits for a ledger behind it
         self.behind_poll_s = behind_poll_s
@@ -86,7 +100,37 @@ class Attester:
         self.ledger = ledger
         if ledger is not None and ledger.uploader is None:  # blob uploads signed by this node
             ledger.uploader = UploadSigner(key.private_key, domain)
-        self.backlog: list[_Pending] = []
+        self.outage_wait_s = outage_wait_s
+        self.backlog: list[Pending] = []
+        self.lost: dict[int, str] = {}
+        """Rounds the ledger refused for good in this session (round: its reason)."""
+        self.journal: Journal | None = None
+        if journal is not None:
+            self.use_journal(journal)
+
+    def use_journal(self, journal: Journal) -> None:
+        """Keep signed attestations in ``journal`` from now on; what it holds from an earlier
+        start (this node's, this run's) goes first."""
+        held = journal.pending()
+        owner = (str(self.key.address), bytes(self.run_id))
+        foreign = [p.round for p in held
+                   if (str(p.attestation.node), bytes(p.attestation.run_id)) != owner]  # fmt: skip
+        if foreign:
+            raise ConfigError(
+                f"the journal {journal.path} holds rounds {foreign} of another node or run: give "
+                "each run and node key its own checkpoint folder (--checkpoint-dir)"
+            )
+        self.journal = journal
+        mine = {p.round for p in self.backlog}
+        self.backlog = sorted(self.backlog + [p for p in held if p.round not in mine],
+                              key=lambda p: p.round)  # fmt: skip
+        if held:
+            log.warning("journal %s: rounds %s signed and not acknowledged yet; sending them first",
+                        journal.path, [p.round for p in held])  # fmt: skip
+
+    def unsent(self) -> list[int]:
+        """The rounds signed and not acknowledged by the ledger yet, in order."""
+        return [p.round for p in self.backlog]
 
     @property
     def address(self) -> str:
@@ -99,28 +143,47 @@ class Attester:
 
     def join(self, round: int) -> bool:
         """Sign and post this node's join of ``round`` (the ledger's membership). False when the
-        ledger refused it (the round already started: take part from the next round)."""
+        ledger refused it (the round already started: take part from the next round).
+
+        The journal goes first: a ledger that is behind may be behind for want of this node's
+        own unsent rounds. While the ledger is behind, or unreachable, the node neither trains
+        ahead (the ledger would refuse that work) nor gives up: it waits, sending its journal
+        each time, ``behind_wait_s`` for a ledger that is behind (then trains: the attestation
+        decides) and ``outage_wait_s`` for one that does not answer (then stops: exit 4)."""
         if self.ledger is None:
             return True
         join = RoundJoin(RunId(self.run_id), RoundNumber(round), self.key.address)
         signature = self.key.sign_digest(join.digest(self.domain))
-        deadline = time.monotonic() + self.behind_wait_s
+        start = time.monotonic()
         while True:
+            if self.backlog:
+                self.flush()
             try:
                 self.ledger.join_round(join, signature)
             except AttestationRejected as exc:
-                if exc.code == LEDGER_BEHIND and time.monotonic() < deadline:
+                if exc.code == LEDGER_BEHIND and time.monotonic() - start < self.behind_wait_s:
                     # the ledger has not committed the rounds before this one: training ahead
                     # of it would only produce work it refuses, so wait (backpressure)
-                    log.info("round %d: waiting for the ledger to commit earlier rounds", round)
+                    mine = f" (unsent here: {self.unsent()})" if self.backlog else ""
+                    log.info("round %d: waiting for the ledger to commit earlier rounds%s",
+                             round, mine)  # fmt: skip
                     time.sleep(self.behind_poll_s)
                     continue
                 log.warning("round %d: the ledger refused the join (%s)", round, exc.message)
                 return exc.code not in ("round_started", "round_closed", "stale_round")
             except LedgerUnavailableError as exc:
-                log.warning(
-                    "round %d: join not recorded, ledger unreachable: %s", round, exc.message
-                )
+                waited = time.monotonic() - start
+                if waited >= self.outage_wait_s:
+                    raise LedgerUnavailableError(
+                        f"the ledger did not answer for {waited:.0f}s ({exc.message}); unsent "
+                        f"rounds {self.unsent()} stay in the journal and go first when the node "
+                        "is started again: check --ledger-url and that the ledger is running"
+                    ) from exc
+                log.warning("round %d: ledger unreachable, waiting for it (%.0fs so far; "
+                            "unsent rounds %s): %s", round, waited, self.unsent(),
+                            exc.message)  # fmt: skip
+                time.sleep(self.behind_poll_s)
+                continue
             return True
 
     def publish(
@@ -131,18 +194,21 @@ class Attester:
         backlog (retried after the next round) instead of stopping the node; a refusal raises."""
         att = self.attestation(work)
         signature = self.key.sign_attestation(att, self.domain)
-        item = _Pending(att, signature, encode_blob(work.pseudo_gradient),
-                        [str(Address(m)) for m in round_members], list(commits))  # fmt: skip
+        item = Pending(att, signature, encode_blob(work.pseudo_gradient),
+                       [str(Address(m)) for m in round_members], list(commits))  # fmt: skip
         if self.ledger is None:
             return Signed(att, signature, None)
+        if self.journal is not None:
+            self.journal.add(item)  # on disk before the first try: a crash loses nothing
         self.backlog.append(item)
         ids = self.flush()
         return Signed(att, signature, ids.get(work.round))
 
-    def drain(self) -> None:
-        """Flush until the backlog is empty or ``behind_wait_s`` passed (a node that leaves gives a
-        ledger that is behind, or briefly unreachable, time to take its last attestations)."""
-        deadline = time.monotonic() + self.behind_wait_s
+    def drain(self, wait_s: float | None = None) -> None:
+        """Flush until the backlog is empty or ``wait_s`` (default ``behind_wait_s``) passed (a
+        node that leaves gives a ledger that is behind, or briefly unreachable, time to take its
+        last attestations)."""
+        deadline = time.monotonic() + (self.behind_wait_s if wait_s is None else wait_s)
         self.flush()
         while self.backlog and time.monotonic() < deadline:
             time.sleep(self.behind_poll_s)
@@ -164,22 +230,26 @@ class Attester:
                             len(self.backlog), exc.message)  # fmt: skip
                 break
             except AttestationRejected as exc:
+                if exc.code in LOST_CODES:
+                    self._lose(item, exc.message)
+                    continue
                 if exc.code != LEDGER_BEHIND:
                     raise
                 log.warning("the ledger is behind, %d attestation(s) kept for later: %s",
                             len(self.backlog), exc.message)  # fmt: skip
                 break
             self.backlog.pop(0)
+            if self.journal is not None:
+                self.journal.done(item.round)
             done[item.attestation.round] = ledger_id
             log.info("round %d attestation accepted by the ledger (id %d)",
                      item.attestation.round, ledger_id)  # fmt: skip
         return done
 
-
-@dataclass(frozen=True)
-class _Pending:
-    attestation: ComputeAttestation
-    signature: bytes
-    blob: bytes
-    members: list[str]
-    commits: list[str]
+    def _lose(self, item: Pending, reason: str) -> None:
+        self.backlog.pop(0)
+        self.lost[item.round] = reason
+        if self.journal is not None:
+            self.journal.lost(item, reason)
+        log.error("round %d is lost: the ledger refused its attestation for good (%s)",
+                  item.round, reason)  # fmt: skip

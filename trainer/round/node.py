@@ -49,6 +49,7 @@ from trainer.round.attest import Attester, WorkRecord
 from trainer.round.commits import PacketCheck, post_commit
 from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.round.hold import hold_at_boundary
+from trainer.round.journal import Journal
 from trainer.round.overlap import Overlap
 from trainer.round.recovery import Recovery
 from trainer.round.runconfig import ConfigSource, RunConfig
@@ -128,6 +129,8 @@ class NodeRunner:
         self.on_step = on_step
         self.on_round = on_round
         self.recovery = recovery or Recovery(settings.run_id, settings.model, settings.seed)
+        if attester.journal is None and attester.ledger is not None and settings.checkpoint_dir:
+            attester.use_journal(Journal(settings.checkpoint_dir))  # unsent rounds survive it
         chain = self.recovery.chain
         if registry is None:
             registry = ChainRegistry(chain) if chain is not None else AnyKeyRegistry()
@@ -167,6 +170,7 @@ class NodeRunner:
         self.rdv.checkpoints.serving = self.server.endpoint  # its joins announce it from round 1
         self.model = GPT(settings.model, seed=settings.seed).to(self.device)
         self.diloco: DiLoCo | None = None
+        self._upload_due: RoundCheckpoint | None = None
         self.state_round = -1
         self._last_members: tuple[str, ...] = ()
         self._group: RoundGroup | None = None
@@ -339,9 +343,26 @@ class NodeRunner:
         # the round's commitments let it replay the rest
         changed = group.members.addresses != self._last_members or r == self._last_round()
         if group.publisher and changed:
-            self.recovery.upload(ckpt)
+            self.upload(ckpt)
         self._last_members = group.members.addresses
         return ckpt
+
+    def upload(self, ckpt: RoundCheckpoint | None = None) -> None:
+        """Give the ledger ``ckpt``'s weights (blob store); while it does not answer, the newest
+        such checkpoint waits and goes with the next call (before the next round's join, and
+        before the node leaves), like the journal's attestations."""
+        if ckpt is not None:
+            self._upload_due = ckpt
+        due = self._upload_due
+        if due is None:
+            return
+        try:
+            self.recovery.upload(due)
+        except LedgerUnavailableError as exc:
+            log.warning("round %d weights not uploaded yet, the ledger is unreachable (%s): "
+                        "kept for later", due.round, exc.message)  # fmt: skip
+            return
+        self._upload_due = None
 
     def _last_round(self) -> int | None:
         last = self.s.max_rounds
@@ -352,7 +373,13 @@ class NodeRunner:
     # --- loop -------------------------------------------------------------------------------
 
     def first_round(self) -> int:
-        ckpt = self.recovery.initial(self.rdv.checkpoints, self.disk)
+        """Start-up: the stake and registration first (an unadmitted node is told what to do,
+        not left waiting for peers that refuse it), the journal's unsent rounds next, then the
+        newest verified state (:meth:`Recovery.initial`)."""
+        self.recovery.check_admitted(self.address)
+        if self.attester.backlog:
+            self.attester.flush()
+        ckpt = self.recovery.initial(self.rdv.checkpoints, self.disk, self_address=self.address)
         self.adopt(ckpt)
         return max(ckpt.round + 1, self.rdv.current_round() + 1)
 
@@ -391,7 +418,9 @@ class NodeRunner:
         if not self.strategy.takes_part(self, r):
             self.rdv.announce_leave(r)  # the members do not wait for it
             return self._outside(r, off_round=True)
-        if not self.attester.join(r):  # the ledger's members: signed joins before the round
+        joined = self.attester.join(r)  # the ledger's members: signed joins before the round
+        self.upload()  # a checkpoint upload an outage held back
+        if not joined:
             # not a member of round r anywhere: the rendezvous closes r from the ledger's joins
             # and does not wait for it; it joins r + 1 (fetching round r's checkpoint from a peer)
             log.info("round %d started at the ledger without this node; trying the next one", r)
@@ -409,7 +438,7 @@ class NodeRunner:
         self.resync(r)
         if self.schedule.holds(self.state_round) != r - 1:
             # a joiner fetches while the members train; groups form after
-            self.adopt(self.recovery.from_peer(self.rdv.checkpoints, r - 1))
+            self.adopt(self.recovery.catch_up(self.rdv.checkpoints, r - 1))
             self.schedule.restart()
         spec, local = self.train_local(r, config, members, start=self.schedule.start)
         try:
@@ -526,12 +555,22 @@ class NodeRunner:
         self.drop_group()
         self.rdv.announce_leave(r)
         log.info("%s leaves before round %d", self.address, r)
-        if self.attester.ledger is not None and self.attester.backlog:
-            self.attester.drain()
-            if self.attester.backlog:
-                rounds = [p.attestation.round for p in self.attester.backlog]
-                raise LedgerUnavailableError(
-                    f"the ledger never accepted the attestations of rounds {rounds}; they stay "
-                    "uncredited: check --ledger-url and that the ledger is running"
-                )
+        self.upload()
+        self.leave_journal()
         return reports
+
+    def leave_journal(self, wait_s: float | None = None) -> None:
+        """Before the node stops: send what is unsent (waiting up to ``wait_s``, default the
+        attester's ``behind_wait_s``); what still is not is an error naming the rounds (exit 4),
+        kept in the journal for the next start."""
+        attester = self.attester
+        if attester.ledger is None or not attester.backlog:
+            return
+        attester.drain(wait_s)
+        if attester.backlog:
+            where = f" in the journal {attester.journal.path}" if attester.journal else ""
+            raise LedgerUnavailableError(
+                f"the ledger did not accept the attestations of rounds {attester.unsent()}; "
+                f"they stay{where} and are sent first when the node starts again with the "
+                "same --checkpoint-dir: check --ledger-url and that the ledger is running"
+            )

@@ -1,8 +1,15 @@
 """Where a node's starting state comes from, and the checks it must pass.
 
-Order at start-up: the newest of (a peer's published checkpoint, this node's checkpoint folder);
-else the committed weights from the ledger's blob store; else the genesis weights of the run's
-seed. A checkpoint from peers is fetched peer to peer (chunked, every chunk hash-checked, from
+At start-up (:meth:`Recovery.initial`), after the stake and registration (:meth:`check_admitted`):
+the newest of this node's checkpoint folder, a peer's published checkpoint and the state the
+ledger committed (its weights and outer momentum blobs, for the chain's last committed round),
+each checked against the chain's committed hash; else the genesis weights of the run's seed. A
+``ckpt/latest`` hint no newer than what the chain committed is stale and ignored, offers from
+endpoints that refuse a connection (members gone) and from this node's own earlier start are
+left out, and when no peer serves the newest round the node takes the ledger's committed state
+(a late joiner whose earlier members are all gone starts from it).
+
+A checkpoint from peers is fetched peer to peer (chunked, every chunk hash-checked, from
 several members at once: :mod:`trainer.network.peer_checkpoint`) and used only if its weights hash
 is the one committed on chain (``ContributionLedger.checkpointOf(run, r)``) or, for a round not
 committed yet, the one signed by a strict majority of that round's members (signed ``CHECKPOINT``
@@ -13,6 +20,7 @@ messages: :mod:`trainer.network.checkpoint_board`). A peer that serves a bad chu
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +28,8 @@ from typing import Any
 import torch
 
 from protocol.blobs import decode_blob, encode_blob
-from protocol.errors import CheckpointError, LedgerUnavailableError
-from protocol.types import Bytes32, RoundNumber, RunId
+from protocol.errors import ChainError, CheckpointError, LedgerUnavailableError
+from protocol.types import Address, Bytes32, RoundNumber, RunId
 from reference.checkpoint import MAX_CHECKPOINT_BYTES, CheckpointDir, RoundCheckpoint
 from reference.model import GPTConfig, genesis_state
 from trainer.network.checkpoint_board import CheckpointBoard
@@ -35,6 +43,9 @@ ZERO = bytes(32)
 HEADER_ROOM = 1 << 20
 """Bytes allowed for a checkpoint blob's header and metadata beside its tensors."""
 ROUND_WINDOW = 2
+START_PEER_TIMEOUT_S = 20.0
+"""At start-up, how long peers may take to serve a round the ledger also holds an older state for
+(after that the node starts from the ledger's and catches up at its first round)."""
 """Rounds past the chain's last committed one that a run may be in (the ledger's default
 ``round_window``): a ``ckpt/latest`` further ahead is refused."""
 
@@ -81,6 +92,8 @@ class Recovery:
         self.chunk_timeout_s = chunk_timeout_s
         self.round_window = round_window
         self._bad_peers: set[tuple[int, str]] = set()
+        self.skip: set[str] = set()
+        """Addresses whose offers are never fetched from (this node's own earlier start)."""
         self._max_blob: int | None = None
 
     @property
@@ -127,7 +140,9 @@ class Recovery:
         signed = board.signed_hash(round)
         return None if signed is None else (signed, "a majority of the round's members")
 
-    def from_peer(self, board: CheckpointBoard, round: int) -> RoundCheckpoint:
+    def from_peer(
+        self, board: CheckpointBoard, round: int, *, timeout_s: float | None = None
+    ) -> RoundCheckpoint:
         """The verified checkpoint of ``round``, fetched peer to peer from the members serving it.
 
         The members' signed offers are grouped by manifest, most signers first, among those whose
@@ -136,20 +151,25 @@ class Recovery:
         again."""
         if round == 0:
             return self.verify(genesis_checkpoint(self.model, self.seed, self.run_id), "genesis")
-        deadline = time.monotonic() + self.peer_timeout_s
+        timeout = self.peer_timeout_s if timeout_s is None else min(timeout_s, self.peer_timeout_s)
+        deadline = time.monotonic() + timeout
         while True:
             expected = self.expected_hash(board, round)
             if expected is not None:
-                for manifest, peers in self._offers(board, round, expected[0]):
-                    found = self._try_fetch(board, round, manifest, peers, expected,
-                                            deadline=deadline)  # fmt: skip
+                for manifest, offered in self._offers(board, round, expected[0]):
+                    peers = self._live(board, round, offered)
+                    found = None
+                    if peers:
+                        found = self._try_fetch(board, round, manifest, peers, expected,
+                                                deadline=deadline)  # fmt: skip
                     if found is not None:
                         return found
             if time.monotonic() > deadline:
                 raise CheckpointError(
                     f"no copy of round {round}'s checkpoint matching a hash committed on chain or "
-                    f"signed by a majority of its members within {self.peer_timeout_s:.0f}s "
-                    f"(hash known: {expected is not None}); retry, or start from the ledger"
+                    f"signed by a majority of its members within {timeout:.0f}s "
+                    f"(hash known: {expected is not None}), and the chain has not committed it: "
+                    "retry when its members are back, or once the ledger committed it"
                 )
             time.sleep(0.2)
 
@@ -160,7 +180,7 @@ class Recovery:
         first; peers that served this node a bad chunk of this round are left out."""
         groups: dict[Manifest, dict[str, str]] = {}
         for addr, body in board.offers(round):
-            if (round, addr) in self._bad_peers:
+            if (round, addr) in self._bad_peers or addr in self.skip:
                 continue
             serve = board.endpoint_of(round, addr, body)
             if serve is None:
@@ -173,6 +193,19 @@ class Recovery:
             if manifest.weights_hash == expected:
                 groups.setdefault(manifest, {})[addr] = serve
         return sorted(groups.items(), key=lambda kv: -len(kv[1]))
+
+    def _live(self, board: CheckpointBoard, round: int, peers: dict[str, str]) -> dict[str, str]:
+        """``peers`` less those whose endpoint refuses connections (members gone, or a port now
+        someone else's): never fetched from for this round (a ``dead_endpoint`` refusal)."""
+        live = {}
+        for addr, serve in peers.items():
+            if _listening(serve):
+                live[addr] = serve
+                continue
+            self._bad_peers.add((round, addr))
+            board.refuse("dead_endpoint", f"ckpt/{round}/sig/{addr}",
+                         f"{serve} refuses connections: not fetching from it")  # fmt: skip
+        return live
 
     def _try_fetch(
         self,
@@ -227,13 +260,25 @@ class Recovery:
                              f"{fault.reason}; fetching from another member")  # fmt: skip
 
     def from_ledger(self, round: int) -> RoundCheckpoint | None:
-        """Committed weights from the ledger's blob store (momentum restarts at zero)."""
+        """The state the ledger committed after ``round`` (weights and outer momentum, each
+        checked); else the committed weights from its blob store (momentum restarts at zero);
+        None when the ledger lacks them or does not answer."""
         if self.ledger is None:
             return None
         expected = self.committed(round)
         if expected is None:
             return None
-        data = self.ledger.get_blob(expected)
+        outer = self.ledger_outer(round)
+        if outer is not None and outer.checkpoint == expected:
+            found = self.resync(round, outer)
+            if found is not None:
+                log.info("recovered round %d's state from the ledger", round)
+                return found
+        try:
+            data = self.ledger.get_blob(expected)
+        except LedgerUnavailableError as exc:
+            log.warning("round %d: the ledger is unreachable (%s)", round, exc.message)
+            return None
         if data is None:
             return None
         weights = decode_blob(data, max_bytes=MAX_CHECKPOINT_BYTES)
@@ -289,22 +334,86 @@ class Recovery:
             )
         return self.verify(ckpt, "the ledger")
 
-    def initial(self, board: CheckpointBoard, disk: CheckpointDir | None) -> RoundCheckpoint:
+    def check_admitted(self, node: str) -> None:
+        """With a chain: ``node`` is registered and staked, else a ChainError saying what to do
+        (checked before anything is fetched: peers and the ledger refuse an unadmitted node, which
+        would otherwise wait for them)."""
+        if self.chain is None:
+            return
+        address = Address(node)
+        if str(self.chain.node_info(address).operator) == "0x" + "0" * 40:
+            raise ChainError(
+                f"node {node} is not registered: its operator runs `coloco node register "
+                f"--node {node} --payout 0x...` (then `coloco node stake --node {node}`)",
+                code="not_registered",
+            )
+        if not self.chain.is_active(address):
+            minimum = int(self.chain.training_config.min_stake())
+            raise ChainError(
+                f"node {node} is registered but not staked enough to train (minimum {minimum} "
+                f"wei): its operator runs `coloco node stake --node {node}`",
+                code="not_staked",
+            )
+
+    def last_committed(self) -> int:
+        """The chain's last committed round (0 without a chain or a commitment)."""
+        return 0 if self.chain is None else int(self.chain.last_round(RunId(self.run_id)))
+
+    def initial(
+        self, board: CheckpointBoard, disk: CheckpointDir | None, *, self_address: str = ""
+    ) -> RoundCheckpoint:
+        """The newest verified state: this node's folder, a peer's copy, the ledger's committed
+        state (module docstring); genesis when there is none."""
+        if self_address:
+            self.skip.add(self_address)  # its own earlier start's offers point at a dead port
+        local = self._local(disk)
+        have = local.round if local is not None else 0
+        committed = self.last_committed()
         peer = self._latest(board)
-        local = disk.latest() if disk is not None else None
-        if peer is not None and (local is None or peer > local.round):
+        if peer is not None and peer <= have:
+            log.info("ckpt/latest names round %d, no newer than this node's own %d: not fetching "
+                     "it", peer, have)  # fmt: skip
+            peer = None
+        if peer is not None and peer > committed:
+            try:
+                return self.from_peer(board, peer, timeout_s=START_PEER_TIMEOUT_S)
+            except CheckpointError as exc:
+                log.warning("round %d from peers: %s; taking the newest committed state instead",
+                            peer, exc.message)  # fmt: skip
+        if committed > have:
+            found = self.from_ledger(committed)
+            if found is not None:
+                return found
+        if peer is not None and peer <= committed:  # the ledger lacks it: peers may serve it
             return self.from_peer(board, peer)
         if local is not None:
-            return self.verify(local, f"{disk.path if disk else 'disk'}")
-        if self.chain is not None:
-            last = int(self.chain.last_round(RunId(self.run_id)))
-            if last > 0:
-                found = self.from_ledger(last)
-                if found is not None:
-                    return found
+            return local
         genesis = self.verify(genesis_checkpoint(self.model, self.seed, self.run_id), "genesis")
         self.upload(genesis)  # round 1's base, so the ledger can score round 1 (idempotent)
         return genesis
+
+    def catch_up(self, board: CheckpointBoard, round: int) -> RoundCheckpoint:
+        """Round ``round``'s state for a node that joined after it: from its members, else (none
+        serves it) the ledger's committed state once the chain has it."""
+        try:
+            return self.from_peer(board, round)
+        except CheckpointError as exc:
+            found = self.from_ledger(round) if self.committed(round) is not None else None
+            if found is None:
+                raise
+            log.warning("round %d from peers: %s; took the ledger's", round, exc.message)
+            return found
+
+    def _local(self, disk: CheckpointDir | None) -> RoundCheckpoint | None:
+        """This node's newest checkpoint on disk, if it passes the chain's check."""
+        if disk is None:
+            return None
+        try:
+            local = disk.latest()
+            return None if local is None else self.verify(local, str(disk.path))
+        except CheckpointError as exc:
+            log.warning("not resuming from %s: %s", disk.path, exc.message)
+            return None
 
     def _latest(self, board: CheckpointBoard) -> int | None:
         """The round of ``ckpt/latest`` if a member of that round signed it and, with a chain,
@@ -325,3 +434,14 @@ class Recovery:
         """Rank 0 puts the round's weights in the ledger's blob store (id = checkpoint hash)."""
         if self.ledger is not None:
             self.ledger.put_blob(Bytes32(ckpt.weights_hash), encode_blob(ckpt.weights))
+
+
+def _listening(endpoint: str, timeout_s: float = 2.0) -> bool:
+    """Whether something accepts connections at ``endpoint`` (HOST:PORT, or a URL)."""
+    hostport = endpoint.split("://", 1)[-1].split("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
