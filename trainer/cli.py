@@ -9,7 +9,6 @@ refusing; 5 peers (rendezvous / collectives) unreachable; 6 a checkpoint failed 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from typing import TYPE_CHECKING
@@ -25,6 +24,7 @@ from protocol.errors import (
     ConfigError,
     LedgerError,
 )
+from protocol.runs import run_id_of_name
 from trainer.flags import TreeCommand
 from trainer.options import NodeOptions
 
@@ -51,7 +51,7 @@ def parse_run_id(text: str, *, what: str = "--run-id") -> bytes:
                 "is hashed (sha256) into the id, as `coloco node run --run-id` does"
             )
         return raw
-    return hashlib.sha256(text.encode()).digest()
+    return run_id_of_name(text)
 
 
 def parse_hostport(text: str, flag: str = "--rendezvous") -> tuple[str, int]:
