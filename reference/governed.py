@@ -132,7 +132,21 @@ def _contract_at(chain: ChainClient, target: str) -> str | None:
     return None
 
 
+_UNITS: dict[tuple[str, str], Callable[[int], str]] = {
+    ("CodeRegistry", "amount"): lambda v: f"{units(v)} CMS",
+    ("CodeRegistry", "capacity"): lambda v: f"{units(v)} CMS",
+    ("CodeRegistry", "threshold"): lambda v: f"{units(v)} CMS",
+    ("RunFunding", "ethPerRound"): lambda v: f"{units(v)} ETH",
+    ("RunFunding", "capacity"): lambda v: f"{units(v)} CMS",
+    ("StakeManager", "amount"): lambda v: f"{units(v)} ETH",
+}
+"""Amounts of the other contracts' setters, in their units (CMS or ETH, 18 decimals)."""
+
+
 def _value(contract: str, param: str, value: Any) -> str:
+    unit = _UNITS.get((contract, param.strip("_")))
+    if unit is not None and isinstance(value, int):
+        return f"{param}={unit(value)}"
     if contract == "TrainingConfig":
         field = param_field(param)
         if field in _SHOW:
