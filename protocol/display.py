@@ -8,7 +8,6 @@ Token amounts (CMS, 18 decimals) and ETH are shown with sensible decimals (`1,23
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from decimal import ROUND_DOWN, Decimal
 
 DECIMALS = 18
 PLACES = 4  # decimals shown of an amount; a smaller non-zero amount reads `<0.0001`
@@ -19,13 +18,11 @@ def units(value: int | str, decimals: int = DECIMALS, places: int = PLACES) -> s
     decimals (rounded down: never more than is there), thousands separated."""
     amount = int(value)
     sign = "-" if amount < 0 else ""
-    exact = Decimal(abs(amount)).scaleb(-decimals)
-    shown = exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_DOWN)
-    if shown == 0 and exact != 0:
-        return f"{sign}<{Decimal(1).scaleb(-places)}"
-    whole, _, frac = f"{shown:f}".partition(".")
-    frac = frac.rstrip("0")
-    return f"{sign}{int(whole):,}" + (f".{frac}" if frac else "")
+    whole, rest = divmod(abs(amount), 10**decimals)  # integers: exact at any size (uint256)
+    frac = f"{rest:0{decimals}d}"[:places].rstrip("0") if decimals else ""
+    if whole == 0 and rest and not frac:
+        return f"{sign}<0.{'0' * (places - 1)}1"
+    return f"{sign}{whole:,}" + (f".{frac}" if frac else "")
 
 
 def cms(value: int | str | None) -> str:
