@@ -246,11 +246,11 @@ def _pages(url: str, report: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("width", [1400, 420])
+@pytest.mark.parametrize("width", [1920, 1400, 420])
 def test_dashboard_fits_the_screen_and_shows_human_units(
     browser: Any, dashboard: tuple[str, dict[str, Any]], width: int
 ) -> None:
-    """At 1400 px (no card scrolls) and at 420 px (a table may scroll inside its card): no
+    """At 1920 and 1400 px (no card scrolls) and at 420 px (a table may scroll in its card): no
     element wider than the viewport on any page, and no raw wei or unix time in any page's text."""
     url, report = dashboard
     context = browser.new_context(viewport={"width": width, "height": 900})
