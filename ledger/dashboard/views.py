@@ -288,8 +288,8 @@ def node_detail(engine: Engine, chain: LedgerChain, address: str) -> dict[str, A
 
 def proposals(chain: LedgerChain) -> dict[str, Any]:
     """Governor proposals (ProposalCreated logs, read in chunks): state, votes, what each does
-    (reference.governed, as `coloco gov status` shows it) and, while nothing can change it any
-    more, why (a Queued proposal whose actions the Timelock could not execute says so)."""
+    (reference.governed, as `coloco gov status` shows it) and whether anything more can happen
+    to it (a Queued proposal whose actions the Timelock could not execute now says why)."""
     client = chain.client
     try:
         head = client.block_number()

@@ -187,7 +187,8 @@ def test_dashboard_capital_and_code_contributors(
     _shot(page, "contributors")
     page.goto(f"{url}/contributors/{backer}")
     deposited = report["funding"]["backer"]["deposited_wei"]
-    assert eth(deposited) in page.locator("#capital-receipts tbody").inner_text()
+    capital = page.locator("#capital-receipts tbody").inner_text()
+    assert eth(deposited) in capital and report["run_name"] in capital, capital
     _shot(page, "contributor-capital")
     page.goto(f"{url}/contributors/{coder}")
     claimed = page.locator("#code-receipts tbody .state-claimed")
