@@ -15,12 +15,15 @@ PLACES = 4  # decimals shown of an amount; a smaller non-zero amount reads `<0.0
 
 def units(value: int | str, decimals: int = DECIMALS, places: int = PLACES) -> str:
     """1234500000000000000000 -> '1,234.5': a token amount in whole units, at most `places`
-    decimals (rounded down: never more than is there), thousands separated."""
+    decimals (rounded to the nearest; a smaller non-zero amount reads '<0.0001'), thousands
+    separated."""
     amount = int(value)
     sign = "-" if amount < 0 else ""
-    whole, rest = divmod(abs(amount), 10**decimals)  # integers: exact at any size (uint256)
-    frac = f"{rest:0{decimals}d}"[:places].rstrip("0") if decimals else ""
-    if whole == 0 and rest and not frac:
+    # integers: exact at any size (uint256); rounded to the nearest 10^-places
+    scaled = (abs(amount) * 10**places + 10**decimals // 2) // 10**decimals
+    whole, rest = divmod(scaled, 10**places)
+    frac = f"{rest:0{places}d}".rstrip("0")
+    if scaled == 0 and amount:
         return f"{sign}<0.{'0' * (places - 1)}1"
     return f"{sign}{whole:,}" + (f".{frac}" if frac else "")
 

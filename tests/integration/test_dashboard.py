@@ -212,7 +212,7 @@ def test_dashboard_assets_ship_with_the_package() -> None:
 RAW_WEI = re.compile(r"(?<![0-9A-Fa-fx])\d{16,}(?![0-9A-Fa-f])")
 UNIX_TIME = re.compile(r"(?<![0-9A-Fa-fx.,])17\d{8}(?![0-9A-Fa-f])")  # unix seconds of 2023-2033
 # every element whose right edge passes the viewport, unless a scrolling card holds it; at
-# desktop widths no card may need to scroll either; no table row squeezed taller than 320 px
+# desktop widths no card may need to scroll either; no table row squeezed taller than 200 px
 OVERFLOW_JS = """(strict) => {
   const vw = window.innerWidth, out = [];
   if (document.documentElement.scrollWidth > vw)
@@ -230,7 +230,7 @@ OVERFLOW_JS = """(strict) => {
     const holder = clipped(el);
     if (!holder && box.right > vw + 0.5)
       out.push(`${el.tagName.toLowerCase()}#${el.id}.${el.className} right ${box.right}px`);
-    if (el.tagName === "TR" && box.height > 320)  // squeezed columns: rows hundreds of px tall
+    if (el.tagName === "TR" && box.height > 200)  // squeezed columns: rows hundreds of px tall
       out.push(`a table row ${Math.round(box.height)}px tall: ${el.innerText.slice(0, 40)}`);
     const scrolls = holder && holder.scrollWidth > holder.clientWidth + 1;
     if (strict && scrolls && el === holder.firstElementChild)

@@ -12,6 +12,7 @@ def test_amounts_in_units_with_at_most_four_decimals_at_any_size() -> None:
     assert eth(25 * 10**14) == "0.0025 ETH" and cms(750 * 10**18) == "750 CMS"
     assert units(10**13) == "<0.0001" and units(0) == "0" and units(-5 * 10**17) == "-0.5"
     assert units(2**256 - 1).endswith(",457.584")  # uint256 max: exact, no overflow
+    assert units(80 * 10**18 - 2) == "80" and units(12_345 * 10**13) == "0.1235"  # nearest
     assert cms(None) == "?" and cms("3000000000000000000") == "3 CMS"
 
 
