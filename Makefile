@@ -128,6 +128,7 @@ bench: setup
 	$(PY) -m bench.codec
 	$(PY) -m bench.diloco --quick
 	$(PY) -m bench.ledger --quick
+	$(PY) -m bench.cli
 
 snapshot: setup
 	FOUNDRY_PROFILE=$(FORGE_PROFILE) $(FORGE) snapshot

@@ -12,46 +12,44 @@ import logging
 import typer
 
 from coloco_cli import __version__
-from coloco_cli.audit import audit_command
-from coloco_cli.code.cli import app as code_app
-from coloco_cli.devnet.cli import app as devnet_app
-from coloco_cli.fund.cli import app as fund_app
-from coloco_cli.gov.cli import app as gov_app
-from coloco_cli.keys.cli import app as keys_app
-from coloco_cli.ledger.cli import app as ledger_app
-from coloco_cli.model.cli import app as model_app
-from coloco_cli.node.cli import app as node_app
-from coloco_cli.rendezvous.cli import app as rendezvous_app
-from coloco_cli.rewards.cli import app as rewards_app
-from coloco_cli.run.cli import app as run_app
-from coloco_cli.slash.cli import app as slash_app
-from coloco_cli.watch.cli import app as watch_app
+from coloco_cli.lazy import Lazy, lazy_group
+
+# Each group is imported when the command line names it (coloco_cli.lazy): `coloco --version`
+# imports none, `coloco rewards show` only coloco_cli.rewards.
+COMMANDS: list[Lazy] = [
+    Lazy("keys", "coloco_cli.keys.cli", "app",
+         "Named accounts and node keys (encrypted keystores)."),
+    Lazy("node", "coloco_cli.node.cli", "app",
+         "Operate a trainer node: register, stake, run, status."),
+    Lazy("rewards", "coloco_cli.rewards.cli", "app", "Show and claim ownership-token rewards."),
+    Lazy("fund", "coloco_cli.fund.cli", "app",
+         "Fund a run with ETH: deposit, status, claim, refund."),
+    Lazy("code", "coloco_cli.code.cli", "app",
+         "Code contributions: submit, list, show, approve, reject."),
+    Lazy("gov", "coloco_cli.gov.cli", "app",
+         "Delegate, propose, vote, queue and execute governance."),
+    Lazy("slash", "coloco_cli.slash.cli", "app",
+         "Report equivocation; propose, veto, execute slashes."),
+    Lazy("watch", "coloco_cli.watch.cli", "app",
+         "Recompute committed roots from public data (anyone)."),
+    Lazy("devnet", "coloco_cli.devnet.cli", "app", "Local anvil devnet: up, down, deploy, status."),
+    Lazy("ledger", "coloco_cli.ledger.cli", "app", "Run the ledger service."),
+    Lazy("rendezvous", "coloco_cli.rendezvous.cli", "app",
+         "Host a run's rendezvous store (organisers)."),
+    Lazy("run", "coloco_cli.run.cli", "app",
+         "Open, inspect, list and close training runs (organisers)."),
+    Lazy("model", "coloco_cli.model.cli", "app",
+         "Pull a checkpoint (hash-checked on chain), eval, sample."),
+    Lazy("audit", "coloco_cli.audit", "audit_command"),
+]  # fmt: skip
 
 app = typer.Typer(
     name="coloco",
     help="coloco: train together, own together. Decentralized DiLoCo training, on-chain rewards.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=lazy_group(COMMANDS),
 )
-
-app.add_typer(keys_app, name="keys", help="Named accounts and node keys (encrypted keystores).")
-app.add_typer(node_app, name="node", help="Operate a trainer node: register, stake, run, status.")
-app.add_typer(rewards_app, name="rewards", help="Show and claim ownership-token rewards.")
-app.add_typer(fund_app, name="fund", help="Fund a run with ETH: deposit, status, claim, refund.")
-app.add_typer(
-    code_app, name="code", help="Code contributions: submit, list, show, approve, reject."
-)
-app.add_typer(gov_app, name="gov", help="Delegate, propose, vote, queue and execute governance.")
-app.add_typer(slash_app, name="slash", help="Report equivocation; propose, veto, execute slashes.")
-app.add_typer(watch_app, name="watch", help="Recompute committed roots from public data (anyone).")
-app.add_typer(devnet_app, name="devnet", help="Local anvil devnet: up, down, deploy, status.")
-app.add_typer(ledger_app, name="ledger", help="Run the ledger service.")
-app.add_typer(rendezvous_app, name="rendezvous", help="Host a run's rendezvous store (organisers).")
-app.add_typer(run_app, name="run", help="Open, inspect, list and close training runs (organisers).")
-app.add_typer(
-    model_app, name="model", help="Pull a checkpoint (hash-checked on chain), eval, sample."
-)
-app.command("audit")(audit_command)
 
 _QUIET_LOGGERS = ("httpx", "httpcore", "web3", "urllib3")
 

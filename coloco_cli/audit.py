@@ -48,12 +48,14 @@ def audit_rounds(
     corpus_dir: Path | None = None,
     limit: int = 50,
     inner_steps: int | None = None,
+    data_root: bytes | None = None,
 ) -> list[dict[str, Any]]:
     """Replay the sampled pairs of the run's latest ``limit`` scored rounds; one verdict each.
 
     ``inner_steps`` (the governed H) lets a time-boxed node's planned shard be found, as the
     ledger's own audit does (``ledger.judge.usefulness.matching_shard``); None: the attested
-    tokens."""
+    tokens. ``data_root`` (the run's ``TrainingConfig.dataRoot``): the corpus is refused
+    (DataMismatch) before any replay when it is not the run's data."""
     from ledger.judge.audits import sampled
     from ledger.judge.pseudo_gradients import decode_pseudo_gradient
     from ledger.judge.replay import ReplayInputs, audit
@@ -65,6 +67,7 @@ def audit_rounds(
             f"ledger answered {resp.status_code} for the rounds of run {run_id}: {resp.text[:300]}"
         )
     rounds = resp.json()
+    corpus = corpus_of(corpus_dir, data_root)
     seed = os.urandom(32)  # the auditor's own draw: no node can predict which pairs it replays
     out: list[dict[str, Any]] = []
     for rnd in sorted(rounds, key=lambda x: x["round"]):
@@ -89,6 +92,7 @@ def audit_rounds(
                 inner_lr=inner_lr,
                 mixture=mixture,
                 preset=model,
+                data_root=data_root,
                 shard_tokens=matching_shard(att, mixture, inner_steps) or 0,  # type: ignore[arg-type]
             )
             if bad is not None:
@@ -96,9 +100,7 @@ def audit_rounds(
                     {"round": rnd["round"], "node": s["node"], "verdict": "fail", "reason": bad}
                 )
                 continue
-            v = audit(
-                base, tensors, inputs, corpus_of(corpus_dir), tolerance=tolerance, packet=packet
-            )
+            v = audit(base, tensors, inputs, corpus, tolerance=tolerance, packet=packet)
             out.append(
                 {
                     "round": rnd["round"],
@@ -144,6 +146,10 @@ def audit_command(  # noqa: PLR0917 - typer options
         float, typer.Option(help="relative L2 error allowed (the ledger's default)")
     ] = AUDIT_TOLERANCE,
     limit: Annotated[int, typer.Option(help="latest rounds to look at")] = 50,
+    data: Annotated[
+        Path | None,
+        typer.Option(help="the run's data folder (default: the shipped default corpus)"),
+    ] = None,
     json_out: JsonOpt = False,
     rpc_url: RpcUrlOpt = None,
     deployment: DeploymentOpt = None,
@@ -156,8 +162,8 @@ def audit_command(  # noqa: PLR0917 - typer options
     if not 0.0 <= fraction <= 1.0:
         raise ConfigError(f"--fraction {fraction} is not a share: pass a number from 0 to 1")
     ep = resolve(rpc_url, ledger_url, deployment)
-    if inner_lr is None or mixture is None or inner_steps is None:  # as the chain has them now
-        cfg = TrainingSettings.read(open_chain(ep))
+    cfg = TrainingSettings.read(open_chain(ep))  # as the chain has them now; its data root always
+    if inner_lr is None or mixture is None or inner_steps is None:
         inner_lr = cfg.inner_lr if inner_lr is None else inner_lr
         mixture = ",".join(map(str, cfg.data_mixture_bps)) if mixture is None else mixture
         inner_steps = cfg.inner_steps if inner_steps is None else inner_steps
@@ -172,7 +178,8 @@ def audit_command(  # noqa: PLR0917 - typer options
         with httpx.Client(base_url=url, timeout=60) as http:
             verdicts = audit_rounds(
                 http, rid, fraction=fraction, model=model, inner_lr=inner_lr, mixture=bps,
-                tolerance=tolerance, limit=limit, inner_steps=inner_steps,
+                tolerance=tolerance, limit=limit, inner_steps=inner_steps, corpus_dir=data,
+                data_root=bytes(cfg.data_root),
             )  # fmt: skip
     except httpx.HTTPError as exc:
         raise LedgerUnavailableError(

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 
-from coloco_cli.app import app
-from coloco_cli.demo.cli import demo
+from coloco_cli.app import COMMANDS, app
+from coloco_cli.lazy import Lazy
 from protocol.errors import ColocoError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -24,19 +27,25 @@ EXIT_INTERRUPTED = 130
 
 log = logging.getLogger("coloco")
 
-app.command("demo")(demo)  # on top of the public tree, whose commands are all the demo runs
+# on top of the public tree, whose commands are all the demo runs (imported when named)
+COMMANDS.append(Lazy("demo", "coloco_cli.demo.cli", "demo"))
+
+
+def _stderr() -> Console:
+    from rich.console import Console  # only when there is something to say: rich costs start-up
+
+    return Console(stderr=True)
 
 
 def main() -> None:
     """Console entry point: every error becomes a message and an exit code, never a traceback."""
-    err = Console(stderr=True)
     try:
         code = app(standalone_mode=False)
     except ColocoError as exc:
-        err.print(f"[bold red]error[/] ({exc.code}): {exc.message}", highlight=False)
+        _stderr().print(f"[bold red]error[/] ({exc.code}): {exc.message}", highlight=False)
         sys.exit(EXIT_ERROR)
     except (typer.Abort, KeyboardInterrupt):
-        err.print("aborted")
+        _stderr().print("aborted")
         sys.exit(EXIT_INTERRUPTED)
     except (typer.Exit, SystemExit) as exc:
         exit_code = getattr(exc, "exit_code", None)
@@ -50,7 +59,7 @@ def main() -> None:
             show()
             sys.exit(exit_code)
         log.debug("unexpected error", exc_info=True)
-        err.print(
+        _stderr().print(
             f"[bold red]error[/] (internal): {exc.__class__.__name__}: {exc}. This is a bug in "
             "coloco: rerun with -v for the traceback and report it",
             highlight=False,

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
 
     from protocol.chain import ChainClient
+    from protocol.chain_reader import ChainReader
     from protocol.deployment import Deployment
 
 stderr = Console(stderr=True, highlight=False)
@@ -97,6 +98,14 @@ class TxOptions:
     def chain(self, *, signed: bool = True) -> ChainClient:
         """A chain client sending as the signer (`signed=False`: a read-only one)."""
         return open_chain(self.endpoints(), self.signer() if signed else None, self)
+
+    def reader(self) -> ChainReader:
+        """Read-only views over plain JSON-RPC (no web3 import: a quick start-up for commands
+        that only read contract views; events and sends take `chain()`)."""
+        from protocol.chain_reader import ChainReader
+
+        ep = self.endpoints()
+        return ChainReader(ep.rpc_url, ep.deployment())
 
 
 _READ_OPTIONS: dict[str, tuple[Any, Any]] = {

@@ -158,6 +158,7 @@ class Ledger:
             mixture_of=lambda: config().data_mixture_bps,
             outer_lr_of=lambda: config().outer_lr,
             inner_steps_of=lambda: config().inner_steps,
+            data_root_of=lambda: bytes(config().data_root),
         )
 
     def prepare_database(self) -> None:

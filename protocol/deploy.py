@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from eth_account import Account
@@ -21,10 +22,35 @@ SCRIPT = "contracts/script/Deploy.s.sol:Deploy"
 # forge only writes JSON under ./deployments (foundry.toml fs_permissions); the script writes a
 # scratch file there that is read back, validated, and saved wherever the caller asked.
 _SCRATCH_DIR = REPO_ROOT / "deployments"
+BPS = 10_000  # TrainingConfig.BPS: the ownership split's whole
 
 
 # anvil mines a transaction as it arrives: 20 s without one means it will not come
 DEVNET_LIMITS = Limits(total_s=300.0, idle_s=20.0, stall_s=5.0)
+
+
+@dataclass(frozen=True)
+class OwnershipSplit:
+    """How each round's reward is split between the three kinds of contributor, in basis points
+    (TrainingConfig.setOwnershipSplit): compute (nodes), code (the code pool the committee and
+    votes pay from) and capital (backers, vesting after the funding ends)."""
+
+    compute: int
+    capital: int
+    code: int
+
+    def check(self) -> None:
+        parts = {"compute": self.compute, "capital": self.capital, "code": self.code}
+        if any(not 0 <= v <= BPS for v in parts.values()) or sum(parts.values()) != BPS:
+            shown = ", ".join(f"{k}={v}" for k, v in parts.items())
+            raise DeploymentError(
+                f"ownership split {shown}: each part is 0..{BPS} basis points and they sum to "
+                f"exactly {BPS} (100%), e.g. compute=7000,capital=2000,code=1000"
+            )
+
+    def env(self) -> str:
+        """COLOCO_OWNERSHIP_SPLIT as contracts/script/CapitalDeploy.sol reads it."""
+        return f"{self.compute},{self.code},{self.capital}"
 
 
 def _checked_address(value: str, what: str) -> str:
@@ -52,6 +78,8 @@ def deploy(
     grant_limit: int | None = None,
     proposal_threshold: int | None = None,
     initial_inner_steps: int | None = None,
+    ownership_split: OwnershipSplit | None = None,
+    code_committee: list[str] | None = None,
     limits: Limits | None = None,
 ) -> Deployment:
     """Deploys everything as `deployer_key`, writes the deployment JSON to `out_path`, returns it.
@@ -63,10 +91,15 @@ def deploy(
     withdrawals, revoke pending roots and veto slashes, never move funds. Every duration is in
     seconds (the token and governor use a timestamp clock); None keeps the profile's default
     (contracts/script/Deploy.s.sol). `quorum_fraction` is in percent, `grant_limit` in token
-    units per 30 days. `initial_inner_steps` sets the run's genesis H before the Timelock takes
-    TrainingConfig over (None keeps the contract default). `limits` bound how long the broadcast
-    may go without progress (:mod:`protocol.broadcast`); None is DEVNET_LIMITS on the devnet
-    profile (anvil mines each transaction at once) and the patient defaults in production.
+    units per 30 days. `ownership_split` is the genesis split of each round's reward between
+    compute, code and capital (basis points summing to 10,000; None keeps the contract's all to
+    compute, or COLOCO_OWNERSHIP_SPLIT from the environment); `code_committee` are the first
+    members of CodeRegistry's review committee (None: COLOCO_CODE_COMMITTEE, else nobody until
+    governance appoints one). `initial_inner_steps` sets the run's genesis H before the Timelock
+    takes TrainingConfig over (None keeps the contract default). `limits` bound how long the
+    broadcast may go without progress (:mod:`protocol.broadcast`); None is DEVNET_LIMITS on the
+    devnet profile (anvil mines each transaction at once) and the patient defaults in
+    production.
     """
     if profile not in ("devnet", "production"):
         raise DeploymentError(f"profile {profile!r} must be 'devnet' or 'production'")
@@ -87,6 +120,9 @@ def deploy(
         raise DeploymentError(
             f"initial_inner_steps {initial_inner_steps} must be >= 1 (or None for the default)"
         )
+    if ownership_split is not None:
+        ownership_split.check()
+    committee = [_checked_address(a, "code committee member") for a in code_committee or []]
     numbers = {
         "COLOCO_VOTING_DELAY": voting_delay,
         "COLOCO_VOTING_PERIOD": voting_period,
@@ -122,6 +158,10 @@ def deploy(
         }
     )
     env.update({k: str(v) for k, v in numbers.items() if v is not None})
+    if ownership_split is not None:  # CapitalDeploy.sol reads compute,code,capital
+        env["COLOCO_OWNERSHIP_SPLIT"] = ownership_split.env()
+    if code_committee is not None:
+        env["COLOCO_CODE_COMMITTEE"] = ",".join(committee)
     if roles["treasury"] is not None:
         env["COLOCO_TREASURY"] = str(roles["treasury"])
     if roles["guardian"] is not None:

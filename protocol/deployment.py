@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eth_utils.address import is_address, to_checksum_address
-
+from protocol.eip712 import is_address, to_checksum_address
 from protocol.errors import DeploymentError
 from protocol.toolchain import forge_out_dir
 from protocol.types import Address, ChainId
@@ -27,6 +26,10 @@ CONTRACT_NAMES: tuple[str, ...] = (
     "TimelockController",
 )
 """Every contract a deployment holds, by its Solidity name (also its artifact name)."""
+
+FUNDING_CONTRACT_NAMES: tuple[str, ...] = ("RunFunding", "CodeRegistry")
+"""Contracts a deployment holds since run funding and code contributions (absent in older
+deployments: the commands that need them say so)."""
 
 GOVERNANCE_KEYS: tuple[str, ...] = (
     "voting_delay",
@@ -163,10 +166,9 @@ SHIPPED_ABI_DIR = Path(__file__).resolve().parent / "abi"
 """The deployment's ABIs shipped as package data (an installed `coloco` has no `out/`)."""
 
 
-SHIPPED_CONTRACTS = (
-    "ContributionLedger", "ModelGovernor", "ModelShareToken", "RewardDistributor",
-    "StakeManager", "TimelockController", "TrainingConfig",
-)  # fmt: skip
+SHIPPED_CONTRACTS: tuple[str, ...] = (*CONTRACT_NAMES, *FUNDING_CONTRACT_NAMES)
+"""Every contract whose ABI ships in the package: each one a deployment may hold (a test checks
+that every contract the code loads by name is here, and that the wheel holds each)."""
 
 
 def export_abis() -> list[Path]:

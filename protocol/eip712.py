@@ -33,7 +33,7 @@ EIP712_DOMAIN_FIELDS: Final[tuple[tuple[str, str], ...]] = (
     ("verifyingContract", "address"),
 )
 
-_ADDRESS_RE: Final = re.compile(r"^0x[0-9a-fA-F]{40}$")
+ADDRESS_RE: Final = re.compile(r"^0x[0-9a-fA-F]{40}$")
 
 
 def _keccak256_reference(data: bytes) -> bytes:
@@ -104,6 +104,15 @@ def _checksum(hex_lower: str) -> str:
     return "0x" + "".join(
         c.upper() if n in "89abcdef" else c for c, n in zip(hex_lower, nibbles, strict=True)
     )
+
+
+def is_address(value: object) -> bool:
+    """0x and 40 hex digits, written in one case or with a valid EIP-55 checksum (a mixed-case
+    address with a wrong checksum is a typo)."""
+    if not isinstance(value, str) or not ADDRESS_RE.match(value):
+        return False
+    body = value[2:]
+    return body in (body.lower(), body.upper()) or value == to_checksum_address(value)
 
 
 # --- strict validators: each names the field and says what form is expected ------------------
@@ -191,7 +200,7 @@ def parse_bytes32(name: str, value: object) -> Bytes32:
 
 def check_address(name: str, value: object) -> Address:
     """``value`` as an EIP-55 checksummed address; lower-case, short or garbled ones are refused."""
-    if not isinstance(value, str) or not _ADDRESS_RE.match(value):
+    if not isinstance(value, str) or not ADDRESS_RE.match(value):
         raise EncodingError(
             f"{name}: expected a 0x-prefixed 20-byte (40 hex digit) address, got {value!r}"
         )

@@ -106,10 +106,36 @@ def read_password(
         raise KeystoreError(
             f"no keystore password: pass --password-file, set {PASSWORD_ENV}, or run interactively"
         )
-    password = getpass.getpass("Keystore password: ")
-    if confirm and getpass.getpass("Repeat password: ") != password:
+    password = ask_secret("Keystore password: ", "the keystore password")
+    if confirm and ask_secret("Repeat password: ", "the keystore password") != password:
         raise KeystoreError("the two passwords differ")
     return password
+
+
+def _has_terminal() -> bool:
+    """Whether getpass can ask: stdin is a terminal, or the process has one (/dev/tty)."""
+    if os.isatty(0):
+        return True
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def ask_secret(prompt: str, what: str) -> str:
+    """Read a secret from the terminal without echo; KeystoreError when there is no terminal
+    (stdin is a pipe, a file or closed: in a script, under nohup or systemd) or it ends."""
+    if not _has_terminal():
+        raise KeystoreError(
+            f"{what} is needed but there is no terminal to ask it on (stdin is not a TTY): pass "
+            f"--password-file PATH or set {PASSWORD_ENV} (a key: --private-key-file PATH)"
+        )
+    try:
+        return getpass.getpass(prompt)
+    except EOFError:
+        raise KeystoreError(f"{what}: the terminal closed before it was typed") from None
 
 
 def create_keystore(
@@ -125,7 +151,10 @@ def create_keystore(
     """Write a new (or the given) key to ``path`` (mode 0600) encrypted with ``password``."""
     path = Path(path)
     if path.exists() and not overwrite:
-        raise KeystoreError(f"{path} already exists; choose another path or pass overwrite")
+        raise KeystoreError(
+            f"{path} already exists: choose another name or path, or replace it with --force "
+            "(its key is lost unless you kept a copy)"
+        )
     if not password:
         raise KeystoreError("refusing an empty keystore password")
     key = private_key if private_key is not None else Account.create().key

@@ -11,9 +11,6 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from eth_abi.abi import decode as abi_decode
-from eth_abi.exceptions import DecodingError
-
 from protocol.eip712 import keccak256, to_checksum_address
 from protocol.errors import ContractRevertError
 
@@ -72,6 +69,10 @@ class ErrorDecoder:
                 error_name=None,
             )
         name, types, names = known
+        # eth_abi costs start-up: read-only commands import this module, few of them see a revert
+        from eth_abi.abi import decode as abi_decode
+        from eth_abi.exceptions import DecodingError
+
         try:
             args = tuple(
                 to_checksum_address(a) if t == "address" else a

@@ -2,8 +2,15 @@
 
 A :class:`Corpus` is a tuple of data sources (index i = ``TrainingConfig.dataMixtureBps[i]``),
 each with a train and a held-out eval stream of bytes. Files go to eval by the hash of their
-relative path, so the split is the same on every machine. The default corpus is the Python
-standard library's own source: source 0 is the library, source 1 its test suite.
+relative path, so the split is the same on every machine. Every corpus carries the
+:class:`~reference.manifest.DataManifest` of the files it was built from: its root names the data
+(``TrainingConfig.dataRoot``).
+
+The default corpus is a pinned snapshot of Python's standard library source, shipped in the
+package (``reference/corpus/stdlib.zip``, PSF licence, built by ``tools/build_corpus.py``): source
+0 is the library, source 1 part of its test suite. It yields the same bytes whatever Python runs
+coloco (the installed stdlib differs: 1,790 files in one 3.11, 668 in Debian's), so honest nodes on
+different Pythons train on the same rows and the ledger scores them on those rows.
 
 A :class:`ShardSpec` names what one node trains on in one round; its :attr:`ShardSpec.id` (sha256
 of its fields) is the attestation's ``dataShard``. :meth:`Corpus.shard_rows` turns a spec into
@@ -13,9 +20,11 @@ token rows deterministically, so the ledger rebuilds the very same rows to score
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import sysconfig
+import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -24,6 +33,7 @@ import torch
 from torch import Tensor
 
 from protocol.errors import DataError
+from reference.manifest import DataManifest, check_root
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +48,10 @@ dashboard and `coloco model eval` all use these, so one checkpoint shows one los
 _DOC_SEPARATOR = b"\x00"
 _SUFFIXES = (".txt", ".jsonl", ".parquet")
 _SHARD_DOMAIN = b"coloco.shard.v1"
+DEFAULT_CORPUS = Path(__file__).parent / "corpus" / "stdlib.zip"
+"""The shipped default corpus: the pinned standard-library snapshot (tools/build_corpus.py)."""
+TESTS_BYTES = 4_000_000
+"""The snapshot keeps the test files (in path order) until this many bytes: a few MB shipped."""
 
 
 @dataclass(frozen=True)
@@ -121,20 +135,38 @@ class ShardSpec:
 class Corpus:
     """Byte streams per data source, split into train and eval."""
 
-    def __init__(self, sources: list[DataSource], *, name: str) -> None:
+    def __init__(
+        self, sources: list[DataSource], *, name: str, manifest: DataManifest | None = None
+    ) -> None:
         if not sources:
             raise DataError(f"corpus {name!r} has no data sources")
         self.sources = tuple(sources)
         self.name = name
+        self.manifest = manifest or DataManifest(())
+        """The files this corpus was built from; its ``root`` names the data."""
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{s.name}: {s.train.numel()}+{s.eval.numel()}" for s in self.sources)
         return f"Corpus({self.name!r}, {sizes})"
 
+    @property
+    def root(self) -> bytes:
+        """The data's bytes32 name (:attr:`DataManifest.root`)."""
+        return self.manifest.root
+
     @classmethod
     def stdlib(cls) -> Corpus:
-        """The Python standard library's ``.py`` files: source 0 library, source 1 tests."""
-        return _stdlib_corpus()
+        """The default corpus: the shipped, pinned standard-library snapshot (same bytes on
+        every Python): source 0 library, source 1 tests."""
+        return _default_corpus(str(DEFAULT_CORPUS))
+
+    @classmethod
+    def from_stdlib(cls, root: str | Path | None = None) -> Corpus:
+        """A snapshot of the standard library at ``root`` (default: this Python's), by the
+        default corpus' rule. Only ``tools/build_corpus.py`` and tests use it: its bytes depend
+        on the Python installed."""
+        folder = Path(root or sysconfig.get_paths()["stdlib"])
+        return _stdlib_corpus(stdlib_files(folder), name=f"stdlib:{folder}")
 
     @classmethod
     def from_folder(cls, path: str | Path) -> Corpus:
@@ -146,8 +178,13 @@ class Corpus:
         groups = [(d.name, _data_files(d)) for d in subdirs] or [(root.name, _data_files(root))]
         if not groups[0][1]:
             raise DataError(f"no .txt, .jsonl or .parquet files under {root}")
-        sources = [_build_source(name, root, files) for name, files in groups]
-        return cls(sources, name=str(root))
+        read = [
+            (name, [(f.relative_to(root).as_posix(), f.read_bytes()) for f in files])
+            for name, files in groups
+        ]
+        sources = [_build_source(name, items) for name, items in read]
+        manifest = DataManifest.of(item for _, items in read for item in items)
+        return cls(sources, name=str(root), manifest=manifest)
 
     @classmethod
     def load(cls, path: str | Path | None) -> Corpus:
@@ -212,6 +249,17 @@ class Corpus:
         return self.shard_rows(spec, seq_len)
 
 
+def check_data(corpus: Corpus, run_root: bytes, *, what: str) -> None:
+    """Refuse (:class:`~reference.manifest.DataMismatch`) a corpus that is not the run's data
+    (root ``run_root``); when the run pins the default corpus, the message names the files that
+    differ from it."""
+    if corpus.root == run_root:
+        return
+    default = Corpus.stdlib()
+    expected = default.manifest if default.root == run_root else None
+    check_root(corpus.manifest, run_root, what=f"{what} ({corpus.name})", expected=expected)
+
+
 def _row_offsets(  # noqa: PLR0917
     stream: Tensor, n: int, seq_len: int, seed: int, corpus: Corpus, i: int
 ) -> Tensor:
@@ -242,12 +290,14 @@ def _data_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix in _SUFFIXES and p.is_file())
 
 
-def _read_texts(path: Path) -> list[bytes]:
-    if path.suffix not in (".jsonl", ".parquet"):  # .txt, .py: raw bytes
-        return [path.read_bytes()]
-    if path.suffix == ".jsonl":
+def _read_texts(path: str, data: bytes) -> list[bytes]:
+    """The documents of one file (``path`` for its suffix and in errors)."""
+    suffix = Path(path).suffix
+    if suffix not in (".jsonl", ".parquet"):  # .txt, .py: raw bytes
+        return [data]
+    if suffix == ".jsonl":
         out = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
             if not line.strip():
                 continue
             try:
@@ -265,7 +315,7 @@ def _read_texts(path: Path) -> list[bytes]:
             f"{path} is parquet but pyarrow is not installed: `pip install pyarrow` "
             "or convert it to .jsonl"
         ) from None
-    table = pq.read_table(path, columns=["text"])
+    table = pq.read_table(io.BytesIO(data), columns=["text"])
     return [str(t).encode() for t in table.column("text").to_pylist()]
 
 
@@ -278,11 +328,12 @@ def _to_tensor(chunks: list[bytes]) -> Tensor:
     )
 
 
-def _build_source(name: str, root: Path, files: list[Path]) -> DataSource:
+def _build_source(name: str, items: list[tuple[str, bytes]]) -> DataSource:
+    """One source from ``(relative path, file bytes)`` in path order."""
     train: list[bytes] = []
     held: list[bytes] = []
-    for f in files:
-        (held if _is_eval(f.relative_to(root).as_posix()) else train).extend(_read_texts(f))
+    for rel, data in items:
+        (held if _is_eval(rel) else train).extend(_read_texts(rel, data))
     if not held or not train:
         # Too few files to split by name: hold out the tail of the stream instead.
         data = _DOC_SEPARATOR.join(train + held)
@@ -293,20 +344,47 @@ def _build_source(name: str, root: Path, files: list[Path]) -> DataSource:
     return DataSource(name, _to_tensor(train), _to_tensor(held))
 
 
-def _is_test_path(rel: Path) -> bool:
-    return any(part in ("test", "tests", "idle_test") for part in rel.parts[:-1])
+def _is_test_path(rel: str) -> bool:
+    return any(part in ("test", "tests", "idle_test") for part in rel.split("/")[:-1])
 
 
-@lru_cache(maxsize=1)
-def _stdlib_corpus() -> Corpus:
-    root = Path(sysconfig.get_paths()["stdlib"])
+def stdlib_files(root: Path) -> list[tuple[str, bytes]]:
+    """The default corpus' rule over a standard library folder: every library ``.py`` file, and
+    the test suite's in path order up to :data:`TESTS_BYTES`, as ``(relative path, bytes)``."""
     files = sorted(
-        p for p in root.rglob("*.py") if "site-packages" not in p.relative_to(root).parts
+        (p.relative_to(root).as_posix(), p)
+        for p in root.rglob("*.py")
+        if "site-packages" not in p.relative_to(root).parts
     )
     if not files:
         raise DataError(f"no .py files under the standard library folder {root}")
-    lib = [f for f in files if not _is_test_path(f.relative_to(root))]
-    tests = [f for f in files if _is_test_path(f.relative_to(root))]
-    sources = [_build_source("stdlib", root, lib), _build_source("stdlib-tests", root, tests)]
-    log.info("default corpus: %d files from %s", len(files), root)
-    return Corpus(sources, name="stdlib")
+    out, tests = [], 0
+    for rel, path in files:
+        if _is_test_path(rel):
+            if tests >= TESTS_BYTES:
+                continue
+            tests += path.stat().st_size
+        out.append((rel, path.read_bytes()))
+    return out
+
+
+def _stdlib_corpus(items: list[tuple[str, bytes]], *, name: str) -> Corpus:
+    lib = [(rel, data) for rel, data in items if not _is_test_path(rel)]
+    tests = [(rel, data) for rel, data in items if _is_test_path(rel)]
+    sources = [_build_source("stdlib", lib), _build_source("stdlib-tests", tests)]
+    return Corpus(sources, name=name, manifest=DataManifest.of(items))
+
+
+@lru_cache(maxsize=2)
+def _default_corpus(path: str) -> Corpus:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            items = [(n, archive.read(n)) for n in sorted(archive.namelist())]
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise DataError(
+            f"the default corpus {path} cannot be read ({exc}): reinstall coloco, or pass "
+            "--data with the run's data folder"
+        ) from None
+    corpus = _stdlib_corpus(items, name="stdlib")
+    log.info("default corpus: %d files, data root 0x%s", len(items), corpus.root.hex())
+    return corpus

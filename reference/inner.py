@@ -91,9 +91,15 @@ class InnerConfig:
 
 @dataclass
 class StepInfo:
+    """One inner step done (for progress displays; nothing of it is signed or replayed)."""
+
     step: int
     loss: float
     tokens_per_s: float
+    of: int = 0
+    """The inner steps H this phase runs (a time box may stop it earlier)."""
+    elapsed_s: float = 0.0
+    """Seconds since the phase's first step started."""
 
 
 @dataclass
@@ -201,6 +207,7 @@ class InnerTrainer:
             result.losses.append(value)
             if on_step is not None:
                 elapsed = time.perf_counter() - start
-                on_step(StepInfo(step + 1, value, result.tokens / max(elapsed, 1e-9)))
+                tps = result.tokens / max(elapsed, 1e-9)
+                on_step(StepInfo(step + 1, value, tps, of=cfg.steps, elapsed_s=elapsed))
         result.seconds = time.perf_counter() - start
         return result

@@ -117,6 +117,7 @@ class TrainingSettings:
     min_stake: Wei
     reward_per_round: TokenUnits
     data_mixture_bps: tuple[int, ...]
+    data_root: Bytes32
     released_checkpoint: Bytes32
     released_checkpoint_uri: str
 

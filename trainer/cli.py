@@ -70,12 +70,16 @@ def run(options: NodeOptions) -> None:
     console = Console(stderr=True)
     try:
         runner = build(options)
-        if options.plain:
+        if options.plain or not console.is_terminal:  # off a TTY: log lines only
             runner.run()
             return
-        from trainer.round.progress import NodeProgress
+        from trainer.round.progress import LedgerEarnings, NodeProgress
 
-        with NodeProgress(runner.address, console) as progress:
+        ledger_url = options.endpoints.ledger_url
+        earnings = None
+        if ledger_url:
+            earnings = LedgerEarnings(ledger_url, runner.address, parse_run_id(options.run_id))
+        with NodeProgress(runner.address, console, earnings) as progress:
             runner.on_step, runner.on_round = progress.on_step, progress.on_round
             runner.run()
     except ColocoError as exc:
@@ -102,7 +106,7 @@ def build(options: NodeOptions) -> NodeRunner:
     from trainer.network.membership import MembershipConfig
     from trainer.round.attest import Attester
     from trainer.round.node import NodeRunner, NodeSettings
-    from trainer.round.progress import round_record
+    from trainer.round.progress import log_round
     from trainer.round.recovery import Recovery
     from trainer.round.runconfig import ChainConfig, ConfigSource, RunConfig, StaticConfig
 
@@ -149,7 +153,7 @@ def build(options: NodeOptions) -> NodeRunner:
     )  # fmt: skip
     recovery = Recovery(run_id, cfg, settings.seed, chain=chain, ledger=ledger)
     runner = NodeRunner(settings, Attester(key, domain, run_id, ledger), source, recovery=recovery)
-    runner.on_round = lambda report: log.info("%s", round_record(report))
+    runner.on_round = log_round
     return runner
 
 

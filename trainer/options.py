@@ -37,7 +37,9 @@ PasswordFile = Annotated[
         envvar="COLOCO_PASSWORD_FILE", help="Keystore password file (else $COLOCO_PASSWORD)."
     ),
 ]
-Plain = Annotated[bool, typer.Option(help="No live table; log lines only.")]
+Plain = Annotated[
+    bool, typer.Option(help="No live table; log lines only (always so off a terminal).")
+]
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,8 @@ class Training:
 
     device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu"
     data: Annotated[
-        str | None, typer.Option(help="Folder of .txt/.jsonl/.parquet; default: the Python stdlib.")
+        str | None,
+        typer.Option(help="Folder of .txt/.jsonl/.parquet; default: the shipped stdlib snapshot."),
     ] = None
     model: Annotated[str, typer.Option(help="Model preset: tiny, small, medium, large.")] = "tiny"
     seed: Annotated[int, typer.Option(help="Genesis seed of the run.")] = 0

@@ -96,7 +96,15 @@ def approve(
     Example: coloco code approve 1 5
     """
     units = parse_amount(amount, what="amount")
-    send_and_report(opts, lambda chain: ops.approve(chain, cid, units), hints=ops.HINTS)
+    send_and_report(
+        opts,
+        lambda chain: ops.approve(chain, cid, units),
+        lambda o: (
+            f"contribution #{cid} approved for {fmt_units(int(o['amount']))} CMS of the "
+            f"run's code pool (tx {o['tx']}); next: coloco code claim {cid}"
+        ),
+        hints=ops.HINTS,
+    )
 
 
 @app.command()
@@ -134,11 +142,24 @@ def reject(
     opts: TxOptions,
 ) -> None:
     """Reject a contribution with a reason (a committee member)."""
-    send_and_report(opts, lambda chain: ops.reject(chain, cid, reason), hints=ops.HINTS)
+    send_and_report(
+        opts,
+        lambda chain: ops.reject(chain, cid, reason),
+        lambda o: f"contribution #{cid} rejected: {o['reason']} (tx {o['tx']})",
+        hints=ops.HINTS,
+    )
 
 
 @app.command()
 @sends
 def claim(cid: IdArg, *, opts: TxOptions) -> None:
     """Pay an approved contribution's tokens to its contributor (anyone may send it)."""
-    send_and_report(opts, lambda chain: ops.claim(chain, cid), hints=ops.HINTS)
+    send_and_report(
+        opts,
+        lambda chain: ops.claim(chain, cid),
+        lambda o: (
+            f"contribution #{cid}: {fmt_units(int(o['amount']))} CMS paid to "
+            f"{o['contributor']} (tx {o['tx']})"
+        ),
+        hints=ops.HINTS,
+    )

@@ -8,9 +8,11 @@ calling `approveByVote`; an approved contribution's tokens are claimed from the 
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
-from coloco_cli.fund.ops import run_bytes
+from coloco_cli.common import fmt_units
+from coloco_cli.fund.ops import run_bytes, split_fix, split_text
 from coloco_cli.tx import tx_hex
 from protocol.errors import ConfigError
 
@@ -24,8 +26,21 @@ HINTS = {
         "`coloco code propose ID AMOUNT`"
     ),
     "CommitteeBudgetExceeded": "the committee's budget for this period is spent: wait or vote",
+    "SelfApproval": (
+        "a committee member never approves its own submission: another member does, or a vote "
+        "(`coloco code propose ID AMOUNT`)"
+    ),
     "AlreadyDecided": "this contribution was already approved or rejected",
-    "CodePoolExceeded": "the run's code pool holds less: wait for more rounds",
+    "CodePoolExceeded": (
+        "the run's code pool (code/compute of the compute rewards its rounds committed) holds "
+        "less than approved + amount: wait for more rounds; if the ownership split gives code 0 "
+        "basis points it never grows (`coloco devnet deploy --ownership-split` on a devnet, "
+        "else a proposal calling TrainingConfig.setOwnershipSplit)"
+    ),
+    "AccessControlUnauthorizedAccount": (
+        "only a member of CodeRegistry's code committee (COMMITTEE_ROLE) approves or rejects; "
+        "governance grants the role (CodeRegistry.grantRole by a proposal)"
+    ),
     "UnknownRun": "the ledger has not committed this run yet",
     "NotClaimable": "only an approved, unclaimed contribution pays",
 }
@@ -108,7 +123,61 @@ def list_all(chain: ChainClient, run_id: str | None = None) -> list[dict[str, An
     ]
 
 
+log = logging.getLogger(__name__)
+
+
+def check_committee(chain: ChainClient) -> None:
+    """Refuses a sender without COMMITTEE_ROLE before any transaction, naming the role and who
+    grants it (the contract would revert AccessControlUnauthorizedAccount with the role's
+    hash)."""
+    registry = chain.contract("CodeRegistry").functions
+    sender = chain.account_address
+    if registry.hasRole(registry.COMMITTEE_ROLE().call(), sender).call():
+        return
+    raise ConfigError(
+        f"{sender} is not on the code committee: only holders of CodeRegistry's COMMITTEE_ROLE "
+        "approve or reject contributions; governance (the Timelock, CodeRegistry's admin) "
+        "grants it with a proposal calling CodeRegistry.grantRole(COMMITTEE_ROLE, member), "
+        "and on a devnet `coloco devnet deploy --code-committee ADDRESS|NAME` appoints members "
+        "(default: the deployer, `coloco devnet key 0`); amounts can also be paid by a vote: "
+        "`coloco code propose ID AMOUNT`"
+    )
+
+
+def pool_problem(chain: ChainClient, cid: int, amount: int) -> tuple[str, bool] | None:
+    """Why approving `amount` for contribution `cid` would revert CodePoolExceeded now, and
+    whether the pool can ever hold it without a change of the ownership split; None if it fits."""
+    _, run = chain.code_registry.contribution_of(cid)
+    registry = chain.contract("CodeRegistry").functions
+    pool = int(registry.codePool(bytes(run)).call())
+    approved = int(registry.approvedOf(bytes(run)).call())
+    if approved + amount <= pool:
+        return None
+    if chain.training_config.ownership_split()[1] == 0:
+        return (
+            f"the code pool of run 0x{bytes(run).hex()} is {fmt_units(pool)} CMS and never "
+            f"grows: the ownership split gives code nothing ({split_text(chain)}); "
+            + split_fix("code"),
+            True,
+        )
+    return (
+        f"the code pool of run 0x{bytes(run).hex()} holds {fmt_units(pool)} CMS, "
+        f"{fmt_units(approved)} already approved: at most {fmt_units(max(pool - approved, 0))} "
+        f"CMS more now, not {fmt_units(amount)}; it grows with each committed round "
+        f"(the ownership split: {split_text(chain)})",
+        False,
+    )
+
+
 def approve(chain: ChainClient, cid: int, amount: int) -> dict[str, Any]:
+    check_committee(chain)
+    threshold = int(chain.contract("CodeRegistry").functions.voteThreshold().call())
+    # above the threshold the contract's AmountNeedsVote says what to do (`code propose`)
+    problem = pool_problem(chain, cid, amount) if amount <= threshold else None
+    if problem is not None:
+        raise ConfigError(
+            f"contribution #{cid} cannot be paid {fmt_units(amount)} CMS: {problem[0]}"
+        )
     return {
         "id": cid,
         "amount": str(amount),
@@ -117,6 +186,7 @@ def approve(chain: ChainClient, cid: int, amount: int) -> dict[str, Any]:
 
 
 def reject(chain: ChainClient, cid: int, reason: str) -> dict[str, Any]:
+    check_committee(chain)
     return {
         "id": cid,
         "reason": reason,
@@ -125,8 +195,9 @@ def reject(chain: ChainClient, cid: int, reason: str) -> dict[str, Any]:
 
 
 def claim(chain: ChainClient, cid: int) -> dict[str, Any]:
-    amount = show(chain, cid)["amount"]
-    return {"id": cid, "amount": amount, "tx": tx_hex(chain.transact("CodeRegistry", "claim", cid))}
+    shown = show(chain, cid)
+    tx = tx_hex(chain.transact("CodeRegistry", "claim", cid))
+    return {"id": cid, "amount": shown["amount"], "contributor": shown["contributor"], "tx": tx}
 
 
 def propose_approval(
@@ -139,6 +210,11 @@ def propose_approval(
     if amount <= 0:
         raise ConfigError("the amount must be more than zero")
     show(chain, cid)  # an unknown id is refused here, not after a vote
+    problem = pool_problem(chain, cid, amount)
+    if problem is not None and problem[1]:  # the vote would pass and its execution revert
+        raise ConfigError(f"nothing was proposed: {problem[0]}")
+    if problem is not None:
+        log.warning("contribution #%d: %s; the vote executes only once it does", cid, problem[0])
     registry = chain.contract("CodeRegistry")
     call = registry.encode_abi("approveByVote", args=[cid, amount])
     text = description or f"coloco: pay code contribution #{cid} {amount} units from the code pool"

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -26,11 +26,17 @@ from coloco_cli.devnet.state import (
     running_pid,
 )
 from coloco_cli.procs import port_open
-from protocol.errors import ChainError, ConfigError
+from protocol.errors import ChainError, ConfigError, DeploymentError
+
+if TYPE_CHECKING:
+    from protocol.deploy import OwnershipSplit
 
 log = logging.getLogger(__name__)
 
 app = typer.Typer(no_args_is_help=True)
+
+# the devnet's genesis ownership split: nodes, backers and code contributors each earn
+DEFAULT_SPLIT = "compute=7000,capital=2000,code=1000"
 
 
 def devnet_accounts(workdir: Path = DEVNET_DIR) -> list[tuple[str, str]]:
@@ -150,14 +156,37 @@ def deploy(
     inner_steps: Annotated[
         int | None, typer.Option(min=1, help="Initial inner steps per round (H).")
     ] = None,
+    ownership_split: Annotated[
+        str,
+        typer.Option(
+            metavar="compute=BPS,capital=BPS,code=BPS",
+            help="Each round's reward split between compute (nodes), capital (backers) and "
+            "code (the code pool), in basis points summing to 10000. With capital=0 backers "
+            "earn no ownership; with code=0 no contribution can be paid.",
+        ),
+    ] = DEFAULT_SPLIT,
+    code_committee: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="ADDRESS|NAME",
+            help="A member of the code review committee (repeatable): an address or a named "
+            "account (`coloco keys`); 'none' for no committee. Default: the deployer (devnet "
+            "account 0: `coloco devnet key 0`). A member never approves its own submission.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Deploy and wire every coloco contract, then write the deployment JSON.
 
-    Example: coloco devnet deploy --out .coloco/devnet/deployment.json
+    Devnet defaults let every kind of contributor earn: the ownership split gives compute
+    7000, capital 2000 and code 1000 basis points, and the deployer (account 0) sits on the
+    code committee; the ledger's committer, who opens runs for funding, is account 1.
+
+    Example: coloco devnet deploy --ownership-split compute=8000,capital=1000,code=1000
     """
     from protocol.deploy import deploy as run_deploy
 
+    split = parse_split(ownership_split)
     url = rpc_url or devnet_rpc_url()
     if url is None:
         raise ConfigError(
@@ -172,6 +201,7 @@ def deploy(
         accounts = devnet_accounts()
         deployer_key = deployer_key or accounts[0][1]
         committer = committer or accounts[1][0]
+    committee = committee_addresses(code_committee, deployer_key)
     with console.status("deploying contracts (forge script)..."):
         deployment = run_deploy(
             url,
@@ -181,14 +211,86 @@ def deploy(
             voting_period=voting_period,
             timelock_delay=timelock_delay,
             initial_inner_steps=inner_steps,
+            ownership_split=split,
+            code_committee=committee,
         )
+    roles = {"committer": deployment.committer, "code_committee": committee,
+             "ownership_split_bps": {"compute": split.compute, "capital": split.capital,
+                                     "code": split.code}}  # fmt: skip
     if json_out:
         emit_json({"deployment": str(out), "chain_id": deployment.chain_id,
-                   "contracts": dict(sorted(deployment.contracts.items()))})  # fmt: skip
+                   "contracts": dict(sorted(deployment.contracts.items())), **roles})  # fmt: skip
         return
     for name, address in sorted(deployment.contracts.items()):
         console.print(f"  {name:<20} {address}")
+    console.print(
+        f"ownership split: compute {split.compute}, capital {split.capital}, code {split.code} "
+        "basis points of each round's reward"
+    )
+    console.print(f"run organiser (ledger committer, `fund open`): {deployment.committer}")
+    console.print(f"code committee (`code approve`): {', '.join(committee) or 'none'}")
     console.print(f"deployment written to [bold]{out}[/]")
+
+
+def parse_split(text: str) -> OwnershipSplit:
+    """`compute=7000,capital=2000,code=1000` (any order, every part named) -> OwnershipSplit."""
+    from protocol.deploy import OwnershipSplit
+
+    parts: dict[str, int] = {}
+    for item in text.split(","):
+        name, sep, value = item.strip().partition("=")
+        if not sep or name not in ("compute", "capital", "code") or name in parts:
+            raise typer.BadParameter(
+                f"{text!r}: name each part once, e.g. {DEFAULT_SPLIT}",
+                param_hint="--ownership-split",
+            )
+        try:
+            parts[name] = int(value.replace("_", ""))
+        except ValueError:
+            raise typer.BadParameter(
+                f"{item.strip()!r}: basis points are a whole number", param_hint="--ownership-split"
+            ) from None
+    if len(parts) != 3:
+        missing = ", ".join(n for n in ("compute", "capital", "code") if n not in parts)
+        raise typer.BadParameter(f"{text!r} lacks {missing}", param_hint="--ownership-split")
+    split = OwnershipSplit(**parts)
+    try:
+        split.check()
+    except DeploymentError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--ownership-split") from None
+    return split
+
+
+def committee_addresses(members: list[str] | None, deployer_key: str) -> list[str]:
+    """--code-committee values as checksummed addresses: default the deployer; 'none' empty."""
+    from eth_account import Account
+    from eth_utils.address import is_address, to_checksum_address
+
+    from coloco_cli.common import account_path
+    from protocol.keys import keystore_info
+
+    if not members:
+        return [str(Account.from_key(deployer_key).address)]
+    if [m.lower() for m in members] == ["none"]:
+        return []
+    out = []
+    for member in members:
+        if is_address(member):
+            out.append(str(to_checksum_address(member)))
+            continue
+        path = account_path(member) if not member.startswith("0x") else None
+        if path is None or not path.is_file():
+            raise typer.BadParameter(
+                f"{member!r} is neither a 0x address nor a named account (`coloco keys list`)",
+                param_hint="--code-committee",
+            )
+        address = keystore_info(path)[0]
+        if address is None:
+            raise typer.BadParameter(
+                f"named account {member!r} records no address", param_hint="--code-committee"
+            )
+        out.append(str(to_checksum_address(address)))
+    return out
 
 
 @app.command()

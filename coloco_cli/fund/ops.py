@@ -12,13 +12,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from coloco_cli.common import fmt_units
+from coloco_cli.ledger_http import ledger_get
 from coloco_cli.node.ops import checksum
 from coloco_cli.run.ops import parse_run_id
 from coloco_cli.tx import tx_hex
-from protocol.errors import ConfigError, ContractRevertError, LedgerError, LedgerUnavailableError
+from protocol.errors import ConfigError, ContractRevertError, LedgerError
 from protocol.types import Address
 
 if TYPE_CHECKING:
@@ -32,7 +31,10 @@ HINTS = {
     "UnknownRun": "nobody opened this run for funding yet (`coloco fund open`, by its organiser)",
     "RunNotCancelled": "refunds exist only for cancelled runs; this run is live",
     "VestingNotStarted": "capital ownership vests only after the run's funding ends",
-    "NothingVested": "nothing more has vested yet: try again later",
+    "NothingVested": (
+        "nothing more has vested since the last claim: `coloco fund status RUN --backer "
+        "ADDRESS` shows the entitlement and what vested"
+    ),
     "NothingToRefund": "no deposit to refund, or already refunded",
     "RootPending": (
         "the ETH root is in its dispute window: claim once it has passed, or pass --wait-final"
@@ -98,15 +100,10 @@ def status(chain: ChainClient, run_id: str, backer: str | None = None) -> dict[s
 
 
 def fetch_eth_claim(ledger_url: str, run_id: str, account: str) -> dict[str, Any]:
-    url = f"{ledger_url}/v1/funding/0x{run_bytes(run_id).hex()}/eth/{account}"
-    try:
-        resp = httpx.get(url, timeout=10.0)
-    except httpx.HTTPError as exc:
-        raise LedgerUnavailableError(
-            f"ledger at {ledger_url} does not answer ({exc.__class__.__name__}): check --ledger-url"
-        ) from exc
+    path = f"/v1/funding/0x{run_bytes(run_id).hex()}/eth/{account}"
+    resp = ledger_get(ledger_url, path)
     if resp.status_code != 200:
-        raise LedgerError(f"ledger answered {resp.status_code} for {url}: {resp.text[:300]}")
+        raise LedgerError(f"ledger answered {resp.status_code} for {path}: {resp.text[:300]}")
     data: dict[str, Any] = resp.json()
     return data
 
@@ -195,12 +192,80 @@ def accrue(chain: ChainClient, run_id: str) -> list[str]:
     return sent
 
 
+def split_text(chain: ChainClient) -> str:
+    """TrainingConfig's ownership split, as a person reads it."""
+    compute, code, capital = chain.training_config.ownership_split()
+    return f"compute {compute} bps, capital {capital} bps, code {code} bps"
+
+
+def split_fix(part: str) -> str:
+    """How a share of the ownership split that is 0 is changed, on a devnet and elsewhere."""
+    return (
+        f"governance changes it (a proposal calling TrainingConfig.setOwnershipSplit); on a "
+        f"devnet, deploy with a {part} share: `coloco devnet deploy --ownership-split "
+        "compute=7000,capital=2000,code=1000` (its default)"
+    )
+
+
+def why_nothing_vests(chain: ChainClient, run_id: str, backer: str) -> str | None:
+    """Why `backer` has nothing (more) to claim of `run_id`'s capital pool now, or None.
+
+    Checked before `claimVested` is sent, so that the refusal says why (the contract's
+    NothingVested and VestingNotStarted cannot: a capital share of 0, an empty pool, no
+    deposit, or vesting still to come) and, by the chain's clock, when it changes."""
+    from coloco_cli.node.ops import utc
+    from coloco_cli.rewards.ops import ChainClock
+
+    run = run_bytes(run_id)
+    who = Address(backer)
+    funding = chain.run_funding
+    t = funding.run_of(run)
+    if t.funding_end == 0:
+        return None  # the contract's UnknownRun says it, with its hint
+    end = t.cancelled_at if 0 < t.cancelled_at < t.funding_end else t.funding_end
+    period = int(chain.contract("RunFunding").functions.vestingPeriod().call())
+    now = ChainClock(chain).now()
+    mine = "(on a devnet, which mines only on demand: `coloco devnet mine 1 --seconds {}`)"
+    if now < end:
+        return (
+            f"capital ownership of run {run_id} vests only after its funding ends, "
+            f"{utc(end)}, over {period} s: in {end - now} s by the chain's clock "
+            + mine.format(end - now + period)
+        )
+    if t.capital_pool == 0:
+        if chain.training_config.ownership_split()[2] == 0:
+            return (
+                f"the run's capital pool is 0 CMS and stays so: the ownership split gives "
+                f"backers nothing ({split_text(chain)}); " + split_fix("capital")
+            )
+        return (
+            "the run's capital pool is still 0 CMS: it grows by the capital share of each "
+            "round whose ETH root (paid from the deposits) is final; wait for rounds"
+        )
+    full = int(funding.entitlement(run, who))
+    claimed = int(funding.capital_claimed(run, who))
+    if full == 0:
+        return f"{who} deposited nothing in run {run_id} before its funding ended: no share"
+    if int(funding.vested(run, who)) > claimed and now >= end:
+        return None
+    if claimed >= full and now >= end + period:
+        return f"{who} already claimed all {fmt_units(full)} CMS of its share of run {run_id}"
+    return (
+        f"{fmt_units(claimed)} of {who}'s {fmt_units(full)} CMS are claimed and the rest vests "
+        f"until {utc(end + period)} " + mine.format(max(end + period - now, 1))
+    )
+
+
 def claim_vested(chain: ChainClient, run_id: str, backer: str) -> dict[str, Any]:
     """Accrues the run's final ETH roots' capital, then pays `backer` its vested, unclaimed
-    capital-pool tokens."""
+    capital-pool tokens; refuses with the reason (:func:`why_nothing_vests`) when there are
+    none."""
     who = checksum(backer, what="--backer")
     run = run_bytes(run_id)
     accrue(chain, run_id)
+    why = why_nothing_vests(chain, run_id, who)
+    if why is not None:
+        raise ConfigError(f"nothing to claim for {who}: {why}")
     before = chain.run_funding.capital_claimed(run, Address(who))
     receipt = chain.transact("RunFunding", "claimVested", run, who)
     after = chain.run_funding.capital_claimed(run, Address(who))

@@ -191,12 +191,15 @@ def execute(proposal: ProposalArg, *, opts: TxOptions) -> None:
         version = chain.training_config.version()
         return {"proposal_id": str(pid), "state": "Executed", "config_version": version}
 
+    from coloco_cli.code.ops import HINTS as CODE_HINTS
+
     send_and_report(
         opts,
         send,
         lambda o: (
             f"executed {o['proposal_id']}; TrainingConfig version is now {o['config_version']}"
         ),
+        hints={"CodePoolExceeded": CODE_HINTS["CodePoolExceeded"]},  # `code propose`'s vote
     )
 
 

@@ -123,8 +123,9 @@ def import_(
 
     Example: coloco keys import operator --private-key-file op.key --password-file pw.txt
     """
-    import getpass
     import os
+
+    from protocol.keys import ask_secret
 
     if private_key_file is not None:
         try:
@@ -132,7 +133,9 @@ def import_(
         except OSError as exc:
             raise ConfigError(f"--private-key-file {private_key_file}: {exc}") from None
     else:
-        raw = os.environ.get("COLOCO_PRIVATE_KEY") or getpass.getpass("Private key (0x...): ")
+        raw = os.environ.get("COLOCO_PRIVATE_KEY") or ask_secret(
+            "Private key (0x...): ", "the private key to import"
+        )
     try:
         key_bytes = bytes.fromhex(raw.strip().removeprefix("0x"))
     except ValueError:

@@ -108,20 +108,24 @@ def fetch(sources: list[str], expected: bytes) -> tuple[bytes, str]:
 def load_model(path: Path, preset: str) -> Any:
     """A GPT of `preset`'s shape holding the weights in the safetensors file at `path`."""
     from protocol.blobs import decode_blob
-    from reference.model import GPT, GPTConfig
 
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"checkpoint {path}: {exc}: fetch one with `coloco model pull`") from None
-    weights = decode_blob(data, max_bytes=MAX_CHECKPOINT_BYTES)
+    return model_of(decode_blob(data, max_bytes=MAX_CHECKPOINT_BYTES), preset, f"checkpoint {path}")
+
+
+def model_of(weights: dict[str, torch.Tensor], preset: str, what: str) -> Any:
+    """A GPT of `preset`'s shape holding `weights` (`what` names them in an error)."""
+    from reference.model import GPT, GPTConfig
+
     model = GPT(GPTConfig.preset(preset))
     try:
         model.load_state_dict(weights, strict=True)
     except RuntimeError as exc:
         raise ConfigError(
-            f"checkpoint {path} does not fit the {preset!r} model: {str(exc)[:200]}; pass the "
-            "run's --model"
+            f"{what} does not fit the {preset!r} model: {str(exc)[:200]}; pass the run's --model"
         ) from None
     model.eval()
     return model

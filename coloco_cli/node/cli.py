@@ -210,6 +210,50 @@ def status(*, node: NodeOpt, opts: TxOptions) -> None:
         )
 
 
+@app.command()
+@reads
+def doctor(
+    *,
+    node: Annotated[
+        str | None, typer.Option("--node", help="The node's hot signing address (0x...).")
+    ] = None,
+    rendezvous: Annotated[
+        str, typer.Option(help="HOST:PORT of the run's rendezvous.")
+    ] = "127.0.0.1:29400",
+    data: Annotated[
+        Path | None, typer.Option(help="The node's data folder (default: the shipped corpus).")
+    ] = None,
+    model: Annotated[str, typer.Option(help="Model preset the node will train.")] = "tiny",
+    checkpoint_dir: Annotated[
+        Path, typer.Option(help="Where the node will write checkpoints (its free disk).")
+    ] = Path(".coloco/checkpoints"),
+    opts: TxOptions,
+) -> None:
+    """Check a node before it joins: chain, stake and registration, ledger, rendezvous, clock
+    skew, data fingerprint against the run, free disk and memory. Exit 1 if any check fails;
+    each failed check names its fix.
+
+    Example: coloco node doctor --node 0xHOT... --rendezvous 127.0.0.1:29400
+    """
+    from coloco_cli.node.doctor import DoctorInputs, as_json, diagnose
+
+    inputs = DoctorInputs(opts.endpoints(), node, rendezvous, data, model, checkpoint_dir)
+    checks = diagnose(inputs)
+    if opts.json_out:
+        emit_json(as_json(checks))
+    else:
+        for c in checks:
+            mark = "[green]ok[/]  " if c.ok else "[red]FAIL[/]"
+            console.print(f"{mark} {c.name:<10} {c.detail}", highlight=False, soft_wrap=True)
+            if not c.ok:
+                console.print(f"       fix: {c.fix}", highlight=False, soft_wrap=True)
+        failed = [c.name for c in checks if not c.ok]
+        console.print(f"{len(checks) - len(failed)} of {len(checks)} checks passed"
+                      + (f"; failed: {', '.join(failed)}" if failed else ""))  # fmt: skip
+    if not all(c.ok for c in checks):
+        raise typer.Exit(1)
+
+
 def _ledger_node(ledger_url: str, node: str) -> dict[str, Any] | None:
     """The ledger's view of `node`, or None when the ledger does not answer (status still works)."""
     import httpx

@@ -76,12 +76,11 @@ def _hints(node: str) -> dict[str, str]:
 
 def checksum(address: str, *, what: str = "address") -> str:
     """The checksummed form of `address`, or a ConfigError naming `what`."""
-    from eth_utils.address import is_address, is_checksum_address, to_checksum_address
+    from protocol.eip712 import ADDRESS_RE, is_address, to_checksum_address
 
-    if not isinstance(address, str) or not is_address(address):
+    if not isinstance(address, str) or not ADDRESS_RE.match(address):
         raise ConfigError(f"{what} {address!r} is not a 0x-prefixed 20-byte address")
-    body = address[2:]
-    if body != body.lower() and body != body.upper() and not is_checksum_address(address):
+    if not is_address(address):
         raise ConfigError(
             f"{what} {address} has mixed case but a wrong EIP-55 checksum (a typo?): "
             "check it, or write it in lowercase"

@@ -13,7 +13,8 @@ three groups of the CLI's in place of the trainer's:
   never resume from each other's files;
 and `--events PATH`, which appends one JSON object per round the node worked (`round_done`) and
 per hold at a round boundary (`held`, see `--hold-file`) to PATH (`coloco_cli.node.events`).
-`run_node` resolves them into the trainer's `NodeOptions` and runs it.
+`run_node` resolves them into the trainer's `NodeOptions` and runs it; off a terminal its log
+lines are JSON objects, one a line (`coloco_cli.node.logfmt`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import typer
 
 from coloco_cli.common import DeploymentOpt, LedgerUrlOpt, RpcUrlOpt, account_path, resolve
 from coloco_cli.node.events import EventsWriter
+from coloco_cli.node.logfmt import json_lines_off_a_terminal
 from protocol.errors import ColocoError, ConfigError
 from trainer.cli import exit_code, parse_run_id
 from trainer.cli import run as run_trainer
@@ -177,7 +179,8 @@ def run_node(o: NodeRunOptions) -> None:
         logging.getLogger().addHandler(handler)
         logging.getLogger().setLevel(min(logging.getLogger().level, logging.INFO))
     try:
-        run_trainer(options)
+        with json_lines_off_a_terminal():
+            run_trainer(options)
     finally:
         if handler is not None:
             logging.getLogger().removeHandler(handler)

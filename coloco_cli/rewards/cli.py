@@ -70,7 +70,7 @@ def show(
     Example: coloco rewards show 0xCOLD...
     """
     owed = fetch_owed(opts.endpoints().ledger_url, address)
-    chain = opts.chain(signed=False)
+    chain = opts.reader()  # views only: no web3 import (a quick start-up, bench.cli)
     claimed = int(chain.claimed(Address(owed.account)))
     balance = int(chain.token_balance(Address(owed.account)))
     now = _claimable_now(owed, claimed)

@@ -17,11 +17,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from coloco_cli.common import fmt_units
+from coloco_cli.ledger_http import ledger_get
 from coloco_cli.node.ops import checksum, utc
-from protocol.errors import ConfigError, ContractRevertError, LedgerError, LedgerUnavailableError
+from protocol.errors import ConfigError, ContractRevertError, LedgerError
 from protocol.types import Address
 
 if TYPE_CHECKING:
@@ -55,18 +54,12 @@ def _hex32(value: str, what: str) -> bytes:
 def fetch_owed(ledger_url: str, account: str, *, timeout: float = 10.0) -> Owed:
     """GET /v1/rewards/{account} from the ledger."""
     account = checksum(account, what="--account")
-    url = f"{ledger_url}/v1/rewards/{account}"
-    try:
-        resp = httpx.get(url, timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise LedgerUnavailableError(
-            f"ledger at {ledger_url} does not answer ({exc.__class__.__name__}): check "
-            "--ledger-url or start one with `coloco ledger serve`"
-        ) from exc
+    path = f"/v1/rewards/{account}"
+    resp = ledger_get(ledger_url, path, expect=("account", "cumulative_amount"), timeout=timeout)
     if resp.status_code == 404:
         raise LedgerError(f"the ledger knows no rewards for {account}: nothing to claim yet")
     if resp.status_code != 200:
-        raise LedgerError(f"ledger answered {resp.status_code} for {url}: {resp.text[:300]}")
+        raise LedgerError(f"ledger answered {resp.status_code} for {path}: {resp.text[:300]}")
     data = resp.json()
     return Owed(
         account=checksum(data["account"]),

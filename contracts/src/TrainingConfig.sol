@@ -28,6 +28,10 @@ contract TrainingConfig is ITrainingConfig, IOwnershipSplit, Ownable {
     uint256 public constant MAX_DATA_SOURCES = 32;
     /// @notice A mixture sums to 10000 basis points.
     uint256 public constant BPS = 10_000;
+    /// @notice The default corpus' data root: the shipped standard-library snapshot
+    /// (reference/corpus/stdlib.zip; tests/trainer/test_pinned_data.py keeps them equal).
+    bytes32 public constant DEFAULT_DATA_ROOT =
+        0x5223edd270cdb3dbe1a6009da16252629c4ba70156402a125fbee38086b478ab;
     /// @notice Upper bound on a released checkpoint URI, in bytes.
     uint256 public constant MAX_URI_LENGTH = 512;
 
@@ -52,6 +56,7 @@ contract TrainingConfig is ITrainingConfig, IOwnershipSplit, Ownable {
         _config.minStake = 1 ether;
         _config.rewardPerRound = 100e18;
         _config.dataMixtureBps.push(10_000);
+        _config.dataRoot = DEFAULT_DATA_ROOT;
         version = 1;
         emit ConfigUpdated(1, "initial");
     }
@@ -132,6 +137,13 @@ contract TrainingConfig is ITrainingConfig, IOwnershipSplit, Ownable {
         }
         _config.dataMixtureBps = dataMixtureBps;
         _bump("dataMixture");
+    }
+
+    /// @inheritdoc ITrainingConfig
+    function setDataRoot(bytes32 dataRoot) external onlyOwner {
+        if (dataRoot == bytes32(0)) revert InvalidDataRoot(dataRoot);
+        _config.dataRoot = dataRoot;
+        _bump("dataRoot");
     }
 
     /// @inheritdoc ITrainingConfig

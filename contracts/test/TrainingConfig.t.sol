@@ -33,6 +33,8 @@ contract TrainingConfigTest is Test {
         assertEq(c.rewardPerRound, 100e18);
         assertEq(c.dataMixtureBps.length, 1);
         assertEq(c.dataMixtureBps[0], 10_000);
+        assertEq(c.dataRoot, config.DEFAULT_DATA_ROOT());
+        assertTrue(c.dataRoot != bytes32(0));
         assertEq(c.releasedCheckpoint, bytes32(0));
         assertEq(bytes(c.releasedCheckpointURI).length, 0);
     }
@@ -69,7 +71,7 @@ contract TrainingConfigTest is Test {
     }
 
     function test_everySetter_revertsWhenNotOwner() public {
-        bytes[] memory calls = new bytes[](8);
+        bytes[] memory calls = new bytes[](9);
         calls[0] = abi.encodeCall(TrainingConfig.setInnerLoop, (10, 10));
         calls[1] = abi.encodeCall(TrainingConfig.setOuterOptimizer, (10, 10));
         calls[2] = abi.encodeCall(TrainingConfig.setWireFormat, (1));
@@ -78,6 +80,7 @@ contract TrainingConfigTest is Test {
         calls[5] = abi.encodeCall(TrainingConfig.setRewardPerRound, (3));
         calls[6] = abi.encodeCall(TrainingConfig.setDataMixture, (new uint16[](1)));
         calls[7] = abi.encodeCall(TrainingConfig.releaseCheckpoint, (keccak256("w"), "u"));
+        calls[8] = abi.encodeCall(TrainingConfig.setDataRoot, (keccak256("data")));
         for (uint256 i; i < calls.length; ++i) {
             vm.prank(makeAddr("stranger"));
             (bool ok, bytes memory ret) = address(config).call(calls[i]);
@@ -180,6 +183,20 @@ contract TrainingConfigTest is Test {
         );
         config.setDataMixture(wide);
         vm.stopPrank();
+    }
+
+    function test_setDataRoot_updatesAndRefusesZero() public {
+        vm.startPrank(owner);
+        vm.expectEmit(address(config));
+        emit ConfigUpdated(2, "dataRoot");
+        config.setDataRoot(keccak256("data"));
+        assertEq(config.current().dataRoot, keccak256("data"));
+        assertEq(config.version(), 2);
+        vm.expectRevert(abi.encodeWithSelector(ITrainingConfig.InvalidDataRoot.selector, 0));
+        config.setDataRoot(bytes32(0));
+        vm.stopPrank();
+        assertEq(config.current().dataRoot, keccak256("data"));
+        assertEq(config.version(), 2);
     }
 
     function test_releaseCheckpoint_updatesAndValidates() public {

@@ -16,7 +16,8 @@ import hmac
 from collections.abc import AsyncIterator
 from typing import Annotated, Protocol
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from sqlmodel import Session
 
@@ -154,11 +155,21 @@ RewardsTreesDep = Annotated[RewardsTrees, Depends(get_rewards_trees)]
 EthTreesDep = Annotated[EthTrees, Depends(get_eth_trees)]
 
 
+_ADMIN = HTTPBearer(
+    auto_error=False,  # a missing token is refused below, in the one error shape
+    scheme_name="admin",
+    description="COLOCO_LEDGER_ADMIN_TOKEN, as `Authorization: Bearer <token>`",
+)
+
+
 def require_admin(
-    settings: SettingsDep, authorization: Annotated[str | None, Header()] = None
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_ADMIN)],
 ) -> None:
-    expected = "Bearer " + settings.admin_token.get_secret_value()
-    if authorization is None or not hmac.compare_digest(authorization, expected):
+    """The admin routes' guard (declared in the schema as the ``admin`` bearer scheme)."""
+    expected = settings.admin_token.get_secret_value().encode()
+    given = credentials.credentials.encode() if credentials is not None else b""
+    if credentials is None or not hmac.compare_digest(given, expected):
         raise LedgerError(
             "admin endpoint: send 'Authorization: Bearer <COLOCO_LEDGER_ADMIN_TOKEN>'",
             code="unauthorized",
@@ -166,3 +177,24 @@ def require_admin(
 
 
 AdminDep = Annotated[None, Depends(require_admin)]
+
+
+def require_json(request: Request) -> None:
+    """A JSON body route's guard: a body sent as another media type is refused with 415 (no
+    Content-Type: read as JSON, as FastAPI does). Listed in the route's ``dependencies``."""
+    kind = request.headers.get("content-type")
+    if kind is None:
+        return
+    media = kind.split(";", 1)[0].strip().lower()
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    raise LedgerError(
+        f"Content-Type {media or kind!r} is not served here: send the body as application/json",
+        code="unsupported_media_type",
+    )
+
+
+JSON_BODY = [Depends(require_json)]
+"""``dependencies`` of a route whose body is JSON."""

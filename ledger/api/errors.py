@@ -12,8 +12,10 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ledger.core.schemas import ErrorResponse
 from ledger.core.secrets import redact
 from ledger.intake.verify import HTTP_STATUS
 from protocol.eip712 import wallet_safe
@@ -34,7 +36,45 @@ _STATUS = {
     "conflicting_genesis": 409,
     "encoding_error": 422,
     "not_yet_public": 403,
+    "unsupported_media_type": 415,
 }
+
+
+_MEANS = {
+    400: "malformed JSON (not RFC 8259 JSON; NaN and Infinity refused)",
+    401: "admin token (or upload signature) missing or wrong",
+    403: "refused for the sender: unregistered or unstaked node, signer mismatch, not public yet",
+    404: "unknown to this ledger (run, round, checkpoint, blob)",
+    408: "the body did not arrive in time",
+    409: "conflicts with the ledger's state (stale, closed or started round, other genesis)",
+    413: "body over the ledger's size or item limit",
+    415: "unsupported content type: send application/json",
+    422: "a field out of range or of the wrong form, a bad signature, a semantic refusal",
+    429: "too many uploads in flight: retry later",
+    503: "the chain is not indexed yet or unreachable, or the database is busy: retry",
+    507: "the ledger's disk is full",
+}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of the refusals an operation answers: each the one error shape
+    (:class:`ErrorResponse`), with what it means. Every route declares its own (a route's
+    statuses are what its schema says: tests/ledger/test_schema.py)."""
+    return {status: {"model": ErrorResponse, "description": _MEANS[status]} for status in statuses}
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
+
+
+def allowed_methods(app: Any, scope: Scope) -> list[str]:
+    """Every method some route serves at the request's path (asked of the app's routing, as a
+    request would be): the ``Allow`` of a 405 (RFC 9110) lists them all, not only those of the
+    first route that matched the path."""
+    return [
+        method
+        for method in _METHODS
+        if any(route.matches({**scope, "method": method})[0] == Match.FULL for route in app.routes)
+    ]
 
 
 # a datetime (stored in UTC) written in C as pydantic writes it: ISO 8601 ending in Z
@@ -120,9 +160,16 @@ def install_error_handlers(app: FastAPI) -> None:
         return invalid_body_response(list(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> Response:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail))
+        if exc.status_code != 405:
+            return error_response(exc.status_code, code, str(exc.detail))
+        allow = ", ".join(allowed_methods(request.app, request.scope))
+        response = error_response(
+            405, code, f"{request.method} is not served at {request.url.path}: use {allow}"
+        )
+        response.headers["Allow"] = allow
+        return response
 
     async def _mapped(_: Request, exc: Exception) -> Response:
         return exception_response(exc)

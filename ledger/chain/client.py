@@ -21,7 +21,7 @@ from web3.exceptions import BlockNotFound, TransactionNotFound, Web3RPCError
 from web3.types import FilterParams, Nonce, TxParams, Wei
 
 from protocol.chain import ChainClient, RetryPolicy
-from protocol.deployment import Deployment, abi
+from protocol.deployment import FUNDING_CONTRACT_NAMES, Deployment, abi
 from protocol.eip712 import Eip712Domain
 from protocol.errors import ChainError, DeploymentError
 from protocol.types import RunId
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 INDEXED_CONTRACTS = ("StakeManager", "ContributionLedger", "TrainingConfig")
 # indexed too when the deployment has them (ledger/chain/funding_index.py)
-FUNDING_CONTRACTS = ("RunFunding", "CodeRegistry")
+FUNDING_CONTRACTS = FUNDING_CONTRACT_NAMES
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,16 @@ def replay_audits(
     if ctx.settings.audit_fraction <= 0 or ctx.settings.usefulness_model is None:
         return 0.0
     from ledger.judge.usefulness import corpus_of, matching_shard
+    from reference.manifest import DataMismatch
+
+    try:
+        corpus = corpus_of(ctx.settings.usefulness_corpus, bytes(ctx.config.data_root))
+    except DataMismatch as exc:  # replaying on other bytes would fail honest nodes
+        log.error("replay audits skipped: %s", exc.message)
+        for e in entries:
+            if e.ok:
+                e.reason += "; not audited: the ledger's corpus is not the run's pinned data"
+        return 0.0
 
     cpu = 0.0
     track = track_records(session, rnd, [e.att.node for e in entries])
@@ -118,6 +128,7 @@ def replay_audits(
             inner_lr=ctx.config.inner_lr,
             mixture=tuple(ctx.config.data_mixture_bps),
             preset=ctx.settings.usefulness_model,
+            data_root=bytes(ctx.config.data_root),
             shard_tokens=matching_shard(
                 e.att, tuple(ctx.config.data_mixture_bps), ctx.config.inner_steps
             )
@@ -128,7 +139,7 @@ def replay_audits(
                 base,
                 e.tensors,
                 inputs,
-                corpus_of(ctx.settings.usefulness_corpus),
+                corpus,
                 tolerance=ctx.settings.audit_tolerance,
                 packet=e.packet,
             )

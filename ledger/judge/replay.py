@@ -1,7 +1,8 @@
 """Replay one node's inner steps deterministically on CPU and compare with its pseudo-gradient.
 
 The inputs are public: the committed base weights, the node's shard (rebuilt from run, round,
-node, tokens and the governed data mixture: its id must be the attested ``dataShard``) and the
+node, tokens and the governed data mixture: its id must be the attested ``dataShard``; the rows
+come from the run's pinned data, ``TrainingConfig.dataRoot``, checked by the caller) and the
 governed inner settings (steps, lr; batch = tokens / (steps x seq_len)). The inner optimizer starts
 fresh (``InnerTrainer(keep_state=False)``): a round is a pure function of those inputs. The
 verdict compares the relative L2 distance of the submitted pseudo-gradient to the replayed one
@@ -37,6 +38,7 @@ class ReplayInputs:
     mixture: tuple[int, ...]
     preset: str
     shard_tokens: int = 0  # the shard drawn (a time-boxed node's planned one); 0: ``tokens``
+    data_root: bytes | None = None  # the run's pinned data (TrainingConfig.dataRoot) replayed on
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,6 +51,7 @@ class ReplayInputs:
             "mixture": list(self.mixture),
             "model_preset": self.preset,
             "shard_tokens": self.shard_tokens or self.tokens,
+            "data_root": None if self.data_root is None else "0x" + self.data_root.hex(),
         }
 
 

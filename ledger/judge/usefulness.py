@@ -31,9 +31,16 @@ log = logging.getLogger(__name__)
 USEFUL_FLOOR = 0.25
 
 
-def corpus_of(corpus_dir: Path | None) -> Corpus:
-    """The run's corpus (loaded once per folder)."""
-    return _corpus(str(corpus_dir) if corpus_dir is not None else None)
+def corpus_of(corpus_dir: Path | None, data_root: bytes | None = None) -> Corpus:
+    """The run's corpus (loaded once per folder); with ``data_root`` (the run's
+    ``TrainingConfig.dataRoot``) refused (:class:`~reference.manifest.DataMismatch`) when it is
+    not the run's data: scoring or replaying on other bytes would judge honest nodes wrong."""
+    corpus = _corpus(str(corpus_dir) if corpus_dir is not None else None)
+    if data_root is not None:
+        from reference.data import check_data
+
+        check_data(corpus, data_root, what="the ledger's corpus (COLOCO_LEDGER_USEFULNESS_CORPUS)")
+    return corpus
 
 
 @cache
@@ -74,9 +81,11 @@ def trainer_usefulness(
     mixture_of: Callable[[], tuple[int, ...]],
     outer_lr_of: Callable[[], float],
     inner_steps_of: Callable[[], int] | None = None,
+    data_root_of: Callable[[], bytes | None] = lambda: None,
 ) -> UsefulnessFn:
     """A :data:`~ledger.judge.tensors.UsefulnessFn` backed by ``reference.usefulness``."""
     from reference.data import ShardSpec
+    from reference.manifest import DataMismatch
     from reference.model import GPTConfig
     from reference.usefulness import scoring_rows, usefulness
 
@@ -94,7 +103,12 @@ def trainer_usefulness(
                 f"and {att.tokens} tokens: train on the shard the protocol assigns"
             )
         spec = ShardSpec.for_node(bytes.fromhex(att.run_id[2:]), att.round, att.node, size, mixture)
-        own, random = scoring_rows(corpus_of(corpus_dir), spec, config.seq_len, rows)
+        try:
+            corpus = corpus_of(corpus_dir, data_root_of())
+        except DataMismatch as exc:  # the ledger's fault, not the node's: not measured
+            log.error("usefulness not measured: %s", exc.message)
+            return None
+        own, random = scoring_rows(corpus, spec, config.seq_len, rows)
         report = usefulness(config, base, pseudo_gradient, own, random, outer_lr=outer_lr_of())
         # Work that lowers the loss on the rows it trained on is work: at least USEFUL_FLOOR
         # (a single node's few steps may not carry over to random rows; the average does).

@@ -16,6 +16,7 @@ from coloco_cli.common import DEFAULT_RPC_URL, resolve
 from coloco_cli.devnet.state import DEVNET_DIR, PID_FILE, STATE_FILE, devnet_rpc_url
 from coloco_cli.main import app
 from coloco_cli.procs import port_open
+from protocol.chain import ChainClient
 from protocol.deployment import CONTRACT_NAMES, Deployment
 from protocol.devnet import free_port
 from protocol.errors import ChainError, ConfigError
@@ -51,6 +52,27 @@ def test_devnet_lifecycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         assert dep.chain_id == 31337
         accounts = json.loads(Path(".coloco/devnet/anvil-accounts.json").read_text())
         assert dep.committer.lower() == accounts["available_accounts"][1].lower()
+        # devnet defaults: every kind of contributor can earn (backers and code included)
+        viewer = ChainClient(state["rpc_url"], dep)
+        assert viewer.training_config.ownership_split() == (7000, 1000, 2000)  # compute,code,cap
+        deployer = accounts["available_accounts"][0]
+        assert _committee(viewer, deployer) and "code committee (`code approve`): 0x" in " ".join(
+            deployed.output.split()
+        )
+        # the options: another split, a named account as the committee
+        monkeypatch.setenv("COLOCO_HOME", str(tmp_path / "home"))
+        made = runner.invoke(app, ["keys", "new", "--name", "reviewer", "--light-kdf"],
+                             env={"COLOCO_PASSWORD": "pw"})  # fmt: skip
+        assert made.exit_code == 0, made.output
+        reviewer = runner.invoke(app, ["keys", "show", "reviewer", "--field", "address"])
+        other = runner.invoke(app, ["devnet", "deploy", "--out", "other.json", "--json",
+                                    "--ownership-split", "code=500,compute=9000,capital=500",
+                                    "--code-committee", "reviewer"])  # fmt: skip
+        assert other.exit_code == 0, other.output
+        assert json.loads(other.stdout)["code_committee"] == [reviewer.stdout.strip()]
+        second = ChainClient(state["rpc_url"], Deployment.load("other.json"))
+        assert second.training_config.ownership_split() == (9000, 500, 500)
+        assert _committee(second, reviewer.stdout.strip()) and not _committee(second, deployer)
 
         # --json on every devnet command that reports something: one object on stdout
         st = json.loads(runner.invoke(app, ["devnet", "status", "--json"]).stdout)
@@ -74,6 +96,32 @@ def test_devnet_lifecycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     down_status = runner.invoke(app, ["devnet", "status"])
     assert isinstance(down_status.exception, ChainError)
     assert "coloco devnet up" in down_status.exception.message
+
+
+def _committee(chain: ChainClient, who: str) -> bool:
+    from eth_utils.address import to_checksum_address
+
+    registry = chain.contract("CodeRegistry").functions
+    role = registry.COMMITTEE_ROLE().call()
+    return bool(registry.hasRole(role, to_checksum_address(who)).call())
+
+
+@pytest.mark.parametrize(
+    ("split", "said"),
+    [
+        ("compute=7000,capital=2000,code=2000", "sum to exactly 10000"),
+        ("compute=7000,capital=3000", "lacks code"),
+        ("compute=7000,capital=2000,cpu=1000", "name each part once"),
+        ("compute=7000,capital=x,code=1000", "whole number"),
+    ],
+)
+def test_deploy_refuses_a_bad_ownership_split_before_any_chain(
+    split: str, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["devnet", "deploy", "--ownership-split", split])
+    text = " ".join(result.output.replace("│", " ").split())  # rich's error box, unwrapped
+    assert result.exit_code == 2 and said in text, result.output
 
 
 def test_devnet_up_refuses_a_busy_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -217,3 +217,55 @@ def test_fund_claim_explains_a_pending_eth_root_then_waits_with_wait_final(
     assert committer.w3.eth.get_balance(payout_addr) > before + 9 * 10**16  # less its gas
     again = _json(*base)  # nothing new: nothing sent
     assert again["eth"]["eth_paid_wei"] == "0" and "tx" not in again["eth"]
+
+
+def test_zero_pools_and_a_missing_committee_role_say_why_and_what_to_change(
+    cli_env: Path, chain: AnvilProcess, deployment: Deployment
+) -> None:
+    """A deployment that keeps the contract's 10000/0/0 split and appoints no committee: a
+    backer's claim, `code approve` and `code propose` are refused before any transaction, each
+    naming the reason (capital or code share 0, no COMMITTEE_ROLE, vesting not started) and the
+    option or command that changes it (was: NothingVested "try again later" for ever, a raw
+    AccessControlUnauthorizedAccount role hash, a vote whose execution reverts
+    CodePoolExceeded(pool=0))."""
+    run = "zero-pools-run"
+    committer_key = next(k for a, k in chain.accounts if a == deployment.committer)
+    backer_key = chain.accounts[6][1]
+    dev_key, reviewer = chain.accounts[7][1], chain.accounts[8]
+    _json("fund", "open", run, "--end-in", "600", "--private-key", committer_key)
+    _json("fund", "deposit", run, "1", "--private-key", backer_key)
+    vested = ["fund", "claim", run, "--no-eth", "--vested", "--private-key", backer_key]
+
+    early = runner.invoke(app, vested)
+    assert isinstance(early.exception, ConfigError), early.output
+    assert "vests only after its funding ends" in early.exception.message
+    assert "`coloco devnet mine 1 --seconds " in early.exception.message
+    chain.increase_time(700)
+    zero = runner.invoke(app, vested)
+    assert isinstance(zero.exception, ConfigError), zero.output
+    msg = zero.exception.message
+    assert "capital pool is 0 CMS and stays so" in msg and "capital 0 bps" in msg, msg
+    assert "`coloco devnet deploy --ownership-split compute=7000,capital=2000,code=1000`" in msg
+
+    _commit_rounds(ChainClient(chain.rpc_url, deployment, Account.from_key(committer_key)), 2,
+                   hashlib.sha256(run.encode()).digest())  # fmt: skip
+    cid = _json("code", "submit", run, "--repo", "https://example.org/r.git", "--commit",
+                "9fceb02d0ae598e95dc970b74767f19372d61af8", "--description",
+                "https://example.org/pr/1", "--private-key", dev_key)["id"]  # fmt: skip
+    outsider = runner.invoke(app, ["code", "approve", str(cid), "1", "--private-key", reviewer[1]])
+    assert isinstance(outsider.exception, ConfigError), outsider.output
+    msg = outsider.exception.message
+    assert f"{reviewer[0]} is not on the code committee" in msg and "COMMITTEE_ROLE" in msg, msg
+    assert "CodeRegistry.grantRole" in msg and "--code-committee" in msg, msg
+    registry = ChainClient(chain.rpc_url, deployment).contract("CodeRegistry")
+    role = registry.functions.COMMITTEE_ROLE().call()
+    _as(chain, deployment.address("TimelockController"), registry, "grantRole", role, reviewer[0])
+    empty = runner.invoke(app, ["code", "approve", str(cid), "1", "--private-key", reviewer[1]])
+    assert isinstance(empty.exception, ConfigError), empty.output
+    msg = empty.exception.message
+    assert "code pool of run 0x" in msg and "is 0 CMS and never grows" in msg, msg
+    assert "code 0 bps" in msg and "--ownership-split" in msg, msg
+    voted = runner.invoke(app, ["code", "propose", str(cid), "1", "--private-key", dev_key])
+    assert isinstance(voted.exception, ConfigError), voted.output
+    assert "nothing was proposed" in voted.exception.message
+    assert "never grows" in voted.exception.message

@@ -9,7 +9,7 @@ import pytest
 
 from coloco_cli.demo.plan import DemoPlan
 from coloco_cli.demo.report import REQUIRED_KEYS, write_report
-from coloco_cli.gov.changes import config_as_dict, setter_calls
+from coloco_cli.gov.changes import config_as_dict, parse_sets, setter_calls
 from protocol.deployment import abi
 from protocol.errors import ColocoError, ConfigError
 
@@ -76,7 +76,8 @@ def test_setter_calls_keep_the_other_fields_of_a_group() -> None:
     current = {
         "innerSteps": 50, "innerLrE6": 1000, "outerLrE6": 700_000, "outerMomentumE6": 900_000,
         "wireFormat": 2, "maxNodes": 64, "minStake": 10**18, "rewardPerRound": 10**20,
-        "dataMixtureBps": [10_000], "releasedCheckpoint": b"\0" * 32, "releasedCheckpointURI": "",
+        "dataMixtureBps": [10_000], "dataRoot": b"\2" * 32, "releasedCheckpoint": b"\0" * 32,
+        "releasedCheckpointURI": "",
     }  # fmt: skip
     calls = setter_calls(config_abi, current, {"innerSteps": 30, "outerMomentumE6": 500_000})
     assert {(c.function, c.args) for c in calls} == {
@@ -94,6 +95,11 @@ def test_setter_calls_keep_the_other_fields_of_a_group() -> None:
     assert [(c.function, c.args) for c in release] == [("releaseCheckpoint", (b"\1" * 32, "u"))]
     with pytest.raises(ConfigError, match="released-checkpoint-uri"):
         setter_calls(config_abi, current, {"releasedCheckpoint": b"\1" * 32})
+    pin = parse_sets(["data-root=0x" + "03" * 32])  # the run's data, by its manifest root
+    assert pin == {"dataRoot": b"\3" * 32}
+    assert [(c.function, c.args) for c in setter_calls(config_abi, current, pin)] == [
+        ("setDataRoot", (b"\3" * 32,))
+    ]
 
 
 def test_report_needs_every_key_and_writes_a_png(tmp_path: Path) -> None:

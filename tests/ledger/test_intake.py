@@ -135,7 +135,11 @@ def test_form_refusals(client, ledger, started_run, nodes, domain) -> None:
         {**good, "attestation": {**fields, "round": "0x1"}},
         {**good, "attestation": {**fields, "tokens": " 1000"}},
         {**good, "attestation": {**fields, "tokens": str(2**64)}},
-        {**good, "attestation": {**fields, "round": 1.0}},
+        {**good, "attestation": {**fields, "round": 1.5}},  # 1.0 is JSON Schema's integer 1
+        {**good, "attestation": {**fields, "round": 2**53}},  # above 2^53 - 1: its string
+        {**good, "attestation": {**fields, "innerSteps": -5}},
+        {**good, "attestation": {**fields, "innerSteps": 0}},  # a replay divides by it
+        {**good, "attestation": {**fields, "round": str(2**63)}},  # beyond the database's
         {**good, "attestation": {**fields, "tokens": -1}},
         {**good, "attestation": {**fields, "tokens": 2**64}},
         {**good, "attestation": {**fields, "innerSteps": 2**32}},

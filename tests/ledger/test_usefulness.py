@@ -94,6 +94,16 @@ def test_honest_scores_noise_does_not_wrong_shard_refused(tmp_path: Path) -> Non
     wrong.data_shard = "0x" + "66" * 32
     with pytest.raises(ShardMismatch, match="not this node's shard"):
         scorer(wrong, honest)
+    # the run pins its data (TrainingConfig.dataRoot): the ledger scores only on those bytes
+    for root, measured in ((corpus.root, True), (b"\x01" * 32, False)):
+        pinned = trainer_usefulness(
+            blobs, preset="tiny", corpus_dir=None, rows=32, mixture_of=lambda: (10_000,),
+            outer_lr_of=lambda: 0.7, data_root_of=lambda root=root: root,  # type: ignore[misc]
+        )  # fmt: skip
+        got = pinned(att(NODE, honest), honest)
+        assert (got is not None) == measured  # other data: not measured, never a low score
+        if got is not None:
+            assert got.score == honest_m.score
 
 
 def test_settings_enable_the_trainer_scorer(settings_for, db_url) -> None:

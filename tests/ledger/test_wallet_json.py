@@ -42,11 +42,18 @@ def test_big_tokens_go_in_and_out_as_decimal_strings(
     # the list route and the raw text too: no bare integer above 2^53 anywhere
     listed = client.get(f"/v1/runs/{started_run}/rounds").text
     assert str(BIG) in listed and f":{BIG}" not in listed
-    # a number above 2^53 is still accepted (Python clients): the same attestation, same id
+    # a JSON number above 2^53 - 1 is refused, naming the string to send (the schema's integer
+    # maximum is 2^53 - 1: tests/ledger/test_schema.py); the same value as a string passes
     as_number = json.loads(json.dumps(payload))
     as_number["attestation"]["tokens"] = BIG
-    again = client.post("/v1/attestations", json=as_number)
-    assert again.status_code == 202 and again.json()["id"] == r.json()["id"]
+    refused = client.post("/v1/attestations", json=as_number)
+    assert refused.status_code == 422, refused.text
+    assert f'send {BIG} as the decimal string \\"{BIG}\\"' in refused.text
+    # JSON Schema's integer 1.0 is the integer 1: the same attestation, the same id
+    as_float = json.loads(json.dumps(payload))
+    as_float["attestation"]["round"] = 1.0
+    again = client.post("/v1/attestations", json=as_float)
+    assert again.status_code == 202 and again.json()["id"] == r.json()["id"], again.text
 
 
 def test_response_class_edges_of_the_safe_range() -> None:

@@ -25,6 +25,7 @@ from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.keys import NodeKey
+from reference.data import Corpus
 from reference.model import GPTConfig
 from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     ADMIN,
@@ -35,6 +36,7 @@ from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
 )
 from tests.ledger.helpers import tick_until
 from tests.trainer.conftest import corpus_dir, store_port  # noqa: F401 - pytest fixtures
+from tests.trainer.test_chain_ledger import _as_timelock
 from trainer.network.ledger_client import LedgerClient
 from trainer.network.membership import MembershipConfig
 from trainer.round.attest import Attester
@@ -71,6 +73,7 @@ def _audited_rounds(
     states: tuple[str, ...],
 ) -> list[dict[str, Any]]:
     """The node's scores once round r reached ``states[r - 1]`` (final: nothing was paid)."""
+    _as_timelock(chain, deployment, "setDataRoot", Corpus.from_folder(corpus).root)  # the run's
     settings = settings_for(
         db_url, audit_fraction=1.0, usefulness_model="tiny", usefulness_corpus=corpus
     )

@@ -63,6 +63,7 @@ class Plan:
     time_box: bool = False  # NodeSettings.time_box (trainer.round.timebox)
     step_sleep_s: float = 0.0  # a slower machine: every inner step takes this much longer
     forge_in_round: int | None = None  # commits to its packet, sends its peers another (F6)
+    run_id: bytes = RUN_ID  # another run on the same rendezvous (test_rendezvous_reuse)
 
 
 def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
@@ -105,7 +106,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         source = ChainConfig(chain, batch_size=4)
         domain = chain.attestation_domain()
     settings = NodeSettings(
-        run_id=RUN_ID,
+        run_id=plan.run_id,
         model=model,
         rendezvous_port=port,
         own_endpoint=plan.own_endpoint,
@@ -141,8 +142,9 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         from trainer.network.ledger_client import LedgerClient
 
         ledger = LedgerClient(plan.ledger_url)
-    recovery = Recovery(RUN_ID, model, 0, chain=chain, peer_timeout_s=60.0, ledger=ledger)
-    runner = NodeRunner(settings, Attester(key, domain, RUN_ID, ledger), source, recovery=recovery)
+    recovery = Recovery(plan.run_id, model, 0, chain=chain, peer_timeout_s=60.0, ledger=ledger)
+    attester = Attester(key, domain, plan.run_id, ledger)
+    runner = NodeRunner(settings, attester, source, recovery=recovery)
     if plan.late_first_join and ledger is not None:
         _join_late(runner, ledger, results, plan.key)
     if plan.serve_corrupt:
@@ -233,12 +235,14 @@ def _wait_for_round(port: int, round: int) -> None:
 
     import torch.distributed as dist
 
+    from trainer.network.coordination.store import run_namespace
+
     store = dist.TCPStore(  # type: ignore[attr-defined]
         "127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=60)
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if store.check([f"members/{round}/0/open"]):
+        if store.check([f"{run_namespace(RUN_ID)}members/{round}/0/open"]):
             return
         time.sleep(0.05)
     raise TimeoutError(f"round {round} never closed")

@@ -17,6 +17,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench.harness import forked
@@ -52,10 +53,16 @@ def _store(port: int, *, host: bool = False) -> Any:
 
 class _Rogue:
     def __init__(self, port: int, info: RogueInfo) -> None:
+        import torch.distributed as dist
+
         from protocol.eip712 import Eip712Domain
         from protocol.keys import NodeKey
+        from trainer.network.coordination.store import run_namespace
 
-        self.store = _store(port)
+        # the run's own keys (a rogue that writes outside the run's namespace reaches no one)
+        # (PrefixStore joins its prefix and a key with "/": the namespace without its own)
+        namespace = run_namespace(info.run_id).removesuffix("/")
+        self.store = dist.PrefixStore(namespace, _store(port))  # type: ignore[attr-defined]
         self.info = info
         self.key = NodeKey.from_private_key(bytes.fromhex((info.private_key or ROGUE_KEY)[2:]))
         self.domain = Eip712Domain(chain_id=info.chain_id, verifying_contract=info.ledger)  # type: ignore[arg-type]
@@ -282,9 +289,11 @@ def _rogue_main(attack: str, port: int, info: RogueInfo) -> None:
 def _rogue_host(port: int, info: RogueInfo) -> None:
     """Host the run's rendezvous, then vanish (no goodbye) ``die_delay_s`` after ``die_after``
     appears (by default once round 2 has opened: round 2 is in flight)."""
+    from trainer.network.coordination.store import run_namespace
+
     store = _store(port, host=True)
     store.set("rendezvous/ready", "1")
-    while not store.check([info.die_after]):
+    while not store.check([run_namespace(info.run_id) + info.die_after]):
         time.sleep(0.01)
     time.sleep(info.die_delay_s)
     os._exit(9)
@@ -330,9 +339,13 @@ class OnChain:
         return RogueInfo(run_id=RUN_ID, chain_id=self.chain_id, ledger=self.ledger, **kw)
 
 
-def on_chain(chain: Any, deployment: Any, tmp_path: Any, *, inner_steps: int = 3) -> OnChain:
+def on_chain(
+    chain: Any, deployment: Any, tmp_path: Any, *, data: Path, inner_steps: int = 3
+) -> OnChain:
+    """Four registered nodes on ``chain``; the run pins ``data`` (the nodes' corpus folder)."""
     from bench.harness.nodes import new_node
     from protocol.chain import ChainClient
+    from reference.data import Corpus
     from tests.trainer.test_chain_ledger import _as_timelock
 
     path = tmp_path / "deployment.json"
@@ -340,6 +353,7 @@ def on_chain(chain: Any, deployment: Any, tmp_path: Any, *, inner_steps: int = 3
     nodes = [new_node(chain.w3, deployment, chain.accounts[2 + i][0], seed=bytes([0x31 + i]) * 32)
              for i in range(4)]  # fmt: skip
     _as_timelock(chain, deployment, "setInnerLoop", inner_steps, 3000)
+    _as_timelock(chain, deployment, "setDataRoot", Corpus.from_folder(data).root)
     view = TrainingSettings.read(ChainClient(chain.rpc_url, deployment))
     return OnChain(
         rpc_url=chain.rpc_url, deployment=str(path), keys=["0x" + n.key.hex() for n in nodes],

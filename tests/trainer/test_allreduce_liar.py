@@ -67,7 +67,7 @@ def _lie_on_the_wire() -> None:
         kept.append(out)
         return out
 
-    isend, gather = dist.isend, dist.all_gather_into_tensor
+    isend, gather = dist.isend, dist.all_gather_single
 
     def lying_isend(t: torch.Tensor, *a: Any, **kw: Any) -> Any:
         return isend(altered(t), *a, **kw)
@@ -76,7 +76,7 @@ def _lie_on_the_wire() -> None:
         return gather(out, altered(t), *a, **kw)
 
     dist.isend = lying_isend  # type: ignore[assignment]
-    dist.all_gather_into_tensor = lying_gather
+    dist.all_gather_single = lying_gather
 
 
 def _worker(rank: int, world: int, pipelined: bool) -> tuple[str, Any]:

@@ -25,6 +25,7 @@ from protocol.errors import (
     LedgerUnavailableError,
 )
 from protocol.keys import NodeKey
+from reference.data import Corpus
 from reference.model import GPTConfig
 from reference.settings import TrainingSettings
 from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
@@ -98,6 +99,7 @@ def test_config_change_on_chain_is_picked_up_next_round(
 ) -> None:
     _as_timelock(chain, deployment, "setInnerLoop", 3, 3000)
     _as_timelock(chain, deployment, "setDataMixture", [7000, 3000])
+    _as_timelock(chain, deployment, "setDataRoot", Corpus.from_folder(corpus_dir).root)
     before = TrainingSettings.read(ChainClient(chain.rpc_url, deployment))
     key = NodeKey.from_private_key(nodes[0].key)  # registered and staked: members admit it
     runner = _node(chain, deployment, key, corpus_dir, store_port, None, rounds=2)
@@ -126,6 +128,7 @@ def test_attestations_and_blobs_are_accepted_by_the_real_ledger(
     store_port: int,
 ) -> None:
     _as_timelock(chain, deployment, "setInnerLoop", 3, 3000)
+    _as_timelock(chain, deployment, "setDataRoot", Corpus.from_folder(corpus_dir).root)
     r = client.post(
         "/v1/runs",
         json={

@@ -50,9 +50,11 @@ RUN = "0x" + RUN_ID.hex()
 
 
 @pytest.fixture
-def served(chain: Any, deployment: Deployment, tmp_path: Path) -> Iterator[tuple[str, OnChain]]:
+def served(
+    chain: Any, deployment: Deployment, tmp_path: Path, corpus_dir: Path
+) -> Iterator[tuple[str, OnChain]]:
     """The ledger app on a free port with its worker running, the run's genesis committed."""
-    run = on_chain(chain, deployment, tmp_path)
+    run = on_chain(chain, deployment, tmp_path, data=corpus_dir)
     settings = Settings(  # type: ignore[call-arg]
         _env_file=None, environment="test", rpc_url=chain.rpc_url,
         deployment=Path(run.deployment), committer_private_key=chain.accounts[1][1],

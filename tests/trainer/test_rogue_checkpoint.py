@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.anvil]
 def test_rogue_poisoned_checkpoint_is_refused_and_fetched_elsewhere(
     chain: Any, deployment: Any, tmp_path: Path, corpus_dir: Path, store_port: int
 ) -> None:
-    run: OnChain = on_chain(chain, deployment, tmp_path)
+    run: OnChain = on_chain(chain, deployment, tmp_path, data=corpus_dir)
     first = min(run.addresses[:2])  # rank 0 of the first two: its copy is the first one tried
     plans = [run.plan(0, rounds=3, min_nodes=2), run.plan(1, rounds=3, min_nodes=2),
              run.plan(2, rounds=3, join_after_round=1)]  # fmt: skip

@@ -18,7 +18,7 @@ import pytest
 import torch.distributed as dist
 
 from protocol.devnet import AnvilProcess, foundry_bin, free_port, rpc_call
-from tests.trainer.nodes import collect, start_nodes
+from tests.trainer.nodes import RUN_ID, collect, start_nodes
 from tests.trainer.rogue import (
     OnChain,
     assert_agree,
@@ -29,13 +29,14 @@ from tests.trainer.rogue import (
     stop_rogue,
 )
 from tests.trainer.test_chain_ledger import _as_timelock
+from trainer.network.coordination.store import run_namespace
 
 pytestmark = [pytest.mark.distributed, pytest.mark.anvil]
 
 
 @pytest.fixture
-def run(chain: Any, deployment: Any, tmp_path: Path) -> OnChain:
-    return on_chain(chain, deployment, tmp_path)
+def run(chain: Any, deployment: Any, tmp_path: Path, corpus_dir: Path) -> OnChain:
+    return on_chain(chain, deployment, tmp_path, data=corpus_dir)
 
 
 def test_rogue_config_rewrite_is_ignored(run: OnChain, corpus_dir: Path, store_port: int) -> None:
@@ -96,7 +97,7 @@ def test_a_node_whose_chain_lags_a_config_change_waits_instead_of_adopting_a_cop
             "127.0.0.1", store_port, is_master=False, wait_for_workers=False,
             timeout=timedelta(seconds=120),
         )  # fmt: skip
-        store.wait(["members/1/0/open"])
+        store.wait([run_namespace(RUN_ID) + "members/1/0/open"])
         _as_timelock(chain, deployment, "setInnerLoop", 5, 2000)  # a vote executed mid-run
         out = collect(procs, results, manager)
     finally:

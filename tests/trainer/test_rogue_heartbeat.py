@@ -39,7 +39,7 @@ def _state(pid: int) -> str:
 def test_rogue_heartbeats_do_not_hide_a_stalled_node_from_the_survivors(
     chain: Any, deployment: Any, tmp_path: Path, corpus_dir: Path, store_port: int
 ) -> None:
-    run: OnChain = on_chain(chain, deployment, tmp_path)
+    run: OnChain = on_chain(chain, deployment, tmp_path, data=corpus_dir)
     stalled = 2
     plans = [run.plan(i, rounds=4, min_nodes=3, collective_timeout_s=COLLECTIVE_TIMEOUT_S,
                       heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,

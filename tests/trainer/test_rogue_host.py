@@ -38,7 +38,7 @@ def test_rogue_host_dies_mid_run_and_the_members_fail_over(
     delay_s: float,
     kept: set[int],
 ) -> None:
-    run: OnChain = on_chain(chain, deployment, tmp_path)
+    run: OnChain = on_chain(chain, deployment, tmp_path, data=corpus_dir)
     port = free_port()
     host = start_rogue("host", port, run.info(die_after=die_after, die_delay_s=delay_s))
     endpoints = {i: f"127.0.0.1:{free_port()}" for i in range(2)}

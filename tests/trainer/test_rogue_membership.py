@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.distributed, pytest.mark.anvil]
 
 
 @pytest.fixture
-def run(chain: Any, deployment: Any, tmp_path: Path) -> OnChain:
-    return on_chain(chain, deployment, tmp_path)
+def run(chain: Any, deployment: Any, tmp_path: Path, corpus_dir: Path) -> OnChain:
+    return on_chain(chain, deployment, tmp_path, data=corpus_dir)
 
 
 def _attack(attack: str, run: OnChain, info: Any, plans: list[Any], port: int, data: Path) -> Any:

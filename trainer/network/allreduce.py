@@ -188,7 +188,7 @@ def _gather_weights(
     _collective(
         "all_gather (weights)",
         timeout,
-        partial(dist.all_gather_into_tensor, out, mine, group=group, async_op=True),
+        partial(dist.all_gather_single, out, mine, group=group, async_op=True),
     )
     weights = [int(w) for w in out.cpu().tolist()]
     if min(weights) <= 0:
@@ -215,7 +215,7 @@ def _collectives(
     _collective(
         "all_gather",
         wait_for,
-        partial(dist.all_gather_into_tensor, gathered, payload, group=group, async_op=True),
+        partial(dist.all_gather_single, gathered, payload, group=group, async_op=True),
     )
     gathered_s = None
     if packet.scales is not None:
@@ -224,7 +224,7 @@ def _collectives(
         _collective(
             "all_gather (scales)",
             wait_for,
-            partial(dist.all_gather_into_tensor, gathered_s, scales, group=group, async_op=True),
+            partial(dist.all_gather_single, gathered_s, scales, group=group, async_op=True),
         )
     clock.mark("exchange")
     packets = [_packet_from(packet, gathered, gathered_s, src) for src in range(world)]

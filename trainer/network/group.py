@@ -114,7 +114,9 @@ def form_group(
         dist.destroy_process_group()
     if backend == "auto":
         backend = "nccl" if device.type == "cuda" else "gloo"
-    prefix = f"pg/{members.round}/{members.attempt}/{endpoint_text(store.endpoint)}"
+    prefix = (
+        f"{store.namespace}pg/{members.round}/{members.attempt}/{endpoint_text(store.endpoint)}"
+    )
     try:
         dist.init_process_group(
             backend,

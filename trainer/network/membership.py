@@ -42,7 +42,7 @@ from trainer.network.coordination.board import Board, Refusal
 from trainer.network.coordination.heartbeat import Liveness
 from trainer.network.coordination.ledger_view import LedgerMembers
 from trainer.network.coordination.registry import Registry
-from trainer.network.coordination.store import FailoverStore, parse_endpoint
+from trainer.network.coordination.store import FailoverStore, parse_endpoint, run_namespace
 from trainer.network.failover import KeptValues, successors
 from trainer.network.group import RoundGroup, form_group
 from trainer.network.members import Members
@@ -106,6 +106,7 @@ class Rendezvous:
             own_endpoint=parse_endpoint(own_endpoint) if own_endpoint else None,
             connect_timeout_s=self.cfg.connect_timeout_s,
             op_timeout_s=self.cfg.rendezvous_timeout_s, failover_wait_s=self.cfg.failover_wait_s,
+            namespace=run_namespace(run_id),
         )  # fmt: skip
         self.store.successors = lambda: successors(self.last)
         self.kept = KeptValues(self.store)

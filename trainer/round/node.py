@@ -33,7 +33,7 @@ from protocol.errors import (
 )
 from protocol.types import Address
 from reference.checkpoint import CheckpointDir, RoundCheckpoint
-from reference.data import EVAL_ROWS, EVAL_SEED, Corpus, ShardSpec
+from reference.data import EVAL_ROWS, EVAL_SEED, Corpus, ShardSpec, check_data
 from reference.inner import StepInfo, one_thread
 from reference.model import GPT, GPTConfig, evaluate
 from trainer.network.coordination.heartbeat import Heartbeat, Liveness, StalledError, watching
@@ -220,6 +220,7 @@ class NodeRunner:
         ``members`` given, only the steps that fit the budget agreed from the members' paces of
         round r - 1 (trainer.round.timebox), and this node's pace posted for round r + 1's box."""
         assert self.diloco is not None
+        self.check_data(config)  # a governed change of the data lands between rounds
         inner = config.settings.inner
         spec = ShardSpec.for_node(self.s.run_id, r, self.address,
                                   inner.tokens(self.s.model.seq_len), config.mixture)  # fmt: skip
@@ -488,7 +489,14 @@ class NodeRunner:
             eval_loss=eval_loss, signed=signed, groups_formed=self.groups_formed,
         )  # fmt: skip
 
+    def check_data(self, config: RunConfig) -> None:
+        """Refuse to train on data that is not the run's (``TrainingConfig.dataRoot``), before
+        a round is spent: :class:`~reference.manifest.DataMismatch` names the roots and files."""
+        if config.data_root is not None:
+            check_data(self.corpus, config.data_root, what="this node's data")
+
     def run(self) -> list[RoundReport]:
+        self.check_data(self.config_source.read())
         self.heartbeat.start()
         try:
             return self._run()

@@ -39,6 +39,8 @@ class RunConfig:
     version: int
     settings: RoundSettings
     mixture: tuple[int, ...]
+    data_root: bytes | None = None
+    """The run's data by content (``TrainingConfig.dataRoot``); None: not pinned (offline)."""
 
     def governed(self) -> dict[str, Any]:
         """What the round trains with, minus what is the node's own (its batch size, whether it
@@ -49,6 +51,8 @@ class RunConfig:
             values["settings"].pop(name)
         for name in _NODE_LOCAL["inner"]:
             values["settings"]["inner"].pop(name)
+        if self.data_root is not None:
+            values["data_root"] = "0x" + self.data_root.hex()
         return values
 
     @classmethod
@@ -67,6 +71,7 @@ class RunConfig:
             outer_momentum=governed.outer_momentum,
             wire_format=governed.wire_format.label,
             mixture=governed.data_mixture_bps or (10_000,),
+            data_root=bytes(governed.data_root),
         )
 
     @classmethod
@@ -81,6 +86,7 @@ class RunConfig:
         outer_momentum: float = OUTER_MOMENTUM,
         wire_format: str = "fp32",
         mixture: tuple[int, ...] = (10_000,),
+        data_root: bytes | None = None,
     ) -> RunConfig:
         settings = RoundSettings(
             inner=InnerConfig(steps=inner_steps, lr=inner_lr, batch_size=batch_size),
@@ -89,7 +95,7 @@ class RunConfig:
         )
         if sum(mixture) != 10_000:
             raise ConfigError(f"data mixture must sum to 10000 bps, got {list(mixture)}")
-        return cls(version, settings, tuple(mixture))
+        return cls(version, settings, tuple(mixture), data_root)
 
 
 class ConfigSource(Protocol):

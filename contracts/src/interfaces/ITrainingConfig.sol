@@ -8,6 +8,8 @@ interface ITrainingConfig {
     /// @notice One full set of training parameters.
     /// @dev `*E6` fields are fixed-point millionths (1e-3 == 1000). `wireFormat`: 0 fp32, 1 bf16,
     /// 2 int8. `dataMixtureBps[i]` is the weight of data source i in basis points (sum 10000).
+    /// `dataRoot` names the run's data by content: the root of the manifest of the corpus' files
+    /// (reference/manifest.py); nodes refuse to train, and the ledger to score, on other data.
     struct Config {
         uint32 innerSteps;
         uint32 innerLrE6;
@@ -18,6 +20,7 @@ interface ITrainingConfig {
         uint256 minStake;
         uint256 rewardPerRound;
         uint16[] dataMixtureBps;
+        bytes32 dataRoot;
         bytes32 releasedCheckpoint;
         string releasedCheckpointURI;
     }
@@ -43,6 +46,8 @@ interface ITrainingConfig {
     error InvalidRewardPerRound(uint256 rewardPerRound);
     /// @notice The mixture is empty, longer than `MAX_DATA_SOURCES`, or does not sum to 10000.
     error InvalidDataMixture(uint256 length, uint256 sumBps);
+    /// @notice The data root is zero (a run must name its data).
+    error InvalidDataRoot(bytes32 dataRoot);
     /// @notice A released checkpoint needs a non-zero hash and a URI of 1..`MAX_URI_LENGTH` bytes.
     error InvalidReleasedCheckpoint(bytes32 checkpoint, uint256 uriLength);
 
@@ -78,6 +83,9 @@ interface ITrainingConfig {
 
     /// @notice Sets the data mixture weights in basis points (must sum to 10000).
     function setDataMixture(uint16[] calldata dataMixtureBps) external;
+
+    /// @notice Pins the run's data: the manifest root of the corpus nodes train on.
+    function setDataRoot(bytes32 dataRoot) external;
 
     /// @notice Releases a checkpoint: its canonical hash and where to fetch it.
     function releaseCheckpoint(bytes32 checkpoint, string calldata uri) external;

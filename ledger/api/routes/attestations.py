@@ -5,15 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from ledger.api.deps import IntakeDep, MetricsDep, SettingsDep
-from ledger.api.errors import error_response, json_response
+from ledger.api.deps import JSON_BODY, IntakeDep, MetricsDep, SettingsDep
+from ledger.api.errors import error_response, errors, json_response
 from ledger.core.schemas import (
     Accepted,
     AttestationIn,
     BatchIn,
     BatchItemResult,
     BatchOut,
-    ErrorResponse,
 )
 from ledger.intake.accept import Intake
 from ledger.intake.jobs import Outcome
@@ -21,17 +20,8 @@ from ledger.reads.metrics import Metrics
 
 router = APIRouter(prefix="/attestations", tags=["attestations"])
 
-_ERRORS = {
-    s: {"model": ErrorResponse, "description": d}
-    for s, d in (
-        (400, "malformed JSON"),
-        (403, "signer mismatch, unregistered or unstaked node"),
-        (404, "unknown run"),
-        (409, "stale or closed round, conflicting duplicate"),
-        (413, "body too large"),
-        (422, "invalid field, bad signature, wrong chain/contract, future round"),
-    )
-}
+# one attestation's refusals (docs/ledger.md, "Error codes"); a batch answers them per item
+_ERRORS = errors(400, 403, 404, 409, 413, 415, 422, 503)
 
 
 def _error(outcome: Outcome) -> Response:
@@ -81,13 +71,17 @@ async def accept_batch(intake: Intake, metrics: Metrics, body: BatchIn, *, limit
 
 # JSON bodies reach these two handlers through ledger.api.fast_path (no FastAPI machinery);
 # these routes document them (OpenAPI) and serve the other content types
-@router.post("", status_code=202, response_model=Accepted, responses=_ERRORS)  # type: ignore[arg-type]
+@router.post(
+    "", status_code=202, response_model=Accepted, responses=_ERRORS, dependencies=JSON_BODY
+)
 async def post_attestation(body: AttestationIn, intake: IntakeDep, metrics: MetricsDep) -> Response:
     """Submit one signed ComputeAttestation. Re-posting the same one answers the same id."""
     return await accept_one(intake, metrics, body)
 
 
-@router.post("/batch", status_code=202, response_model=BatchOut, responses=_ERRORS)  # type: ignore[arg-type]
+@router.post(
+    "/batch", status_code=202, response_model=BatchOut, responses=_ERRORS, dependencies=JSON_BODY
+)
 async def post_batch(
     body: BatchIn, intake: IntakeDep, metrics: MetricsDep, settings: SettingsDep
 ) -> Response:

@@ -21,9 +21,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
 from ledger.api.deps import BlobsDep, DomainDep, SnapshotDep
+from ledger.api.errors import errors
 from ledger.chain.indexer import ChainSnapshot
 from ledger.core.blobstore import BlobStore
-from ledger.core.schemas import BlobOut, ErrorResponse
+from ledger.core.schemas import BlobOut
 from protocol import blob_auth
 from protocol.eip712 import Eip712Domain, check_address
 from protocol.errors import EncodingError, LedgerError, SignatureError
@@ -104,13 +105,16 @@ async def _body(request: Request, deadline_s: float) -> AsyncIterator[bytes]:
     response_model=BlobOut,
     status_code=201,
     responses={
-        401: {"model": ErrorResponse},
-        403: {"model": ErrorResponse},
-        408: {"model": ErrorResponse},
-        413: {"model": ErrorResponse},
-        422: {"model": ErrorResponse},
-        429: {"model": ErrorResponse},
-        507: {"model": ErrorResponse},
+        201: {
+            "description": "stored (or already there)",
+            "links": {
+                "GetBlob": {
+                    "operationRef": "#/paths/~1v1~1blobs~1{hash}/get",
+                    "parameters": {"hash": "$response.body#/hash"},
+                }
+            },
+        },
+        **errors(401, 403, 408, 413, 422, 429, 503, 507),
     },
     openapi_extra={
         "requestBody": {
@@ -158,7 +162,7 @@ async def put_blob(
 @router.get(
     "/{hash}",
     response_class=Response,
-    responses={200: {"content": {"application/octet-stream": {}}}, 404: {"model": ErrorResponse}},
+    responses={200: {"content": {"application/octet-stream": {}}}, **errors(403, 404, 422, 503)},
 )
 def get_blob(hash: HashPath, store: BlobsDep) -> Response:
     """A blob; a pseudo-gradient of a round still open or closing is not readable (no copying)."""

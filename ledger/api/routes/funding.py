@@ -12,6 +12,7 @@ from fastapi import APIRouter, Path
 from web3 import Web3
 
 from ledger.api.deps import EthTreesDep, SessionDep
+from ledger.api.errors import errors
 from ledger.reads.receipts import as_of, latest_root, run_view
 from protocol.types import Address
 
@@ -21,7 +22,7 @@ _HEX32 = r"^0x[0-9a-fA-F]{64}$"
 _ADDRESS = r"^0x[0-9a-fA-F]{40}$"
 
 
-@router.get("/{run_id}/eth/{address}")
+@router.get("/{run_id}/eth/{address}", responses=errors(422, 503))
 def get_eth_claim(
     run_id: Annotated[str, Path(pattern=_HEX32)],
     address: Annotated[str, Path(pattern=_ADDRESS)],

@@ -12,6 +12,7 @@ from sqlmodel import col, select
 from starlette.concurrency import run_in_threadpool
 
 from ledger.api.deps import (
+    JSON_BODY,
     ClosuresDep,
     DomainDep,
     MembershipDep,
@@ -20,9 +21,9 @@ from ledger.api.deps import (
     SettingsDep,
     SnapshotDep,
 )
-from ledger.api.errors import json_response
+from ledger.api.errors import errors, json_response
 from ledger.core.models import FraudRecord, KeyValue, RoundState, utcnow
-from ledger.core.schemas import AddressStr, Hex32, SignatureHex, Uint64
+from ledger.core.schemas import AddressStr, Hex32, RoundIn, SignatureHex, SignedAddress
 from ledger.intake.verify import reject
 from ledger.judge.outer_step import momentum_key
 from protocol.errors import EncodingError, LedgerError
@@ -37,8 +38,8 @@ class JoinFields(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     runId: Hex32  # noqa: N815 - EIP-712 field names
-    round: Uint64
-    node: AddressStr
+    round: RoundIn
+    node: SignedAddress
 
 
 class JoinIn(BaseModel):
@@ -48,7 +49,12 @@ class JoinIn(BaseModel):
     signature: SignatureHex
 
 
-@router.post("/joins", status_code=202)
+@router.post(
+    "/joins",
+    status_code=202,
+    responses=errors(400, 403, 404, 409, 413, 415, 422, 503),
+    dependencies=JSON_BODY,
+)
 async def post_join(
     body: JoinIn,
     *,
@@ -87,7 +93,7 @@ async def post_join(
     )
 
 
-@router.get("/runs/{run_id}/rounds/{round}/members")
+@router.get("/runs/{run_id}/rounds/{round}/members", responses=errors(422, 503))
 def get_members(
     run_id: RunIdPath, round: Annotated[int, Path(ge=0, lt=1 << 63)], membership: MembershipDep
 ) -> Any:
@@ -101,7 +107,7 @@ def get_members(
     }
 
 
-@router.get("/runs/{run_id}/outer/{round}")
+@router.get("/runs/{run_id}/outer/{round}", responses=errors(404, 422, 503))
 def get_outer(
     run_id: RunIdPath, round: Annotated[int, Path(ge=0, lt=1 << 63)], session: SessionDep
 ) -> Any:
@@ -116,7 +122,7 @@ def get_outer(
     return {"checkpoint": rnd.checkpoint, "momentum": mom.value if mom else None}
 
 
-@router.get("/frauds")
+@router.get("/frauds", responses=errors(422, 503))
 def list_frauds(session: SessionDep, node: AddressStr | None = None) -> Any:
     """Failed replay audits with their evidence (newest first)."""
     stmt = select(FraudRecord).order_by(col(FraudRecord.id).desc()).limit(500)

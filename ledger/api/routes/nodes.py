@@ -10,7 +10,7 @@ from sqlalchemy import Connection, bindparam, func, text
 from sqlalchemy import select as sa_select
 
 from ledger.api.deps import SessionDep, SnapshotDep
-from ledger.api.errors import json_response
+from ledger.api.errors import errors, json_response
 from ledger.api.raw import Keyed
 from ledger.chain.indexer import ChainSnapshot
 from ledger.core.models import Attestation, Rejection
@@ -59,7 +59,7 @@ _WORKED = Keyed(
 AddressPath = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{40}$")]
 
 
-@router.get("/{address}", response_model=NodeOut)
+@router.get("/{address}", response_model=NodeOut, responses=errors(422, 503))
 def get_node(
     address: AddressPath,
     session: SessionDep,

@@ -14,7 +14,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
 from ledger.api.deps import EthTreesDep, RewardsTreesDep, SessionDep, SnapshotDep
-from ledger.api.errors import json_response
+from ledger.api.errors import errors, json_response
 from ledger.api.raw import Keyed, RawSelect
 from ledger.chain.indexer import ChainSnapshot
 from ledger.core.models import Attestation, ChainCommit, RoundState, Settlement
@@ -94,7 +94,7 @@ def _receipts(nodes: ColumnElement[bool]) -> Select[Any]:
 _RECEIPTS = Keyed(_ATT.c.node, _receipts)
 
 
-@router.get("/{address}", response_model=RewardsOut)
+@router.get("/{address}", response_model=RewardsOut, responses=errors(422, 503))
 def get_rewards(
     address: Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{40}$")],
     *,

@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from ledger.api.deps import (
+    JSON_BODY,
     AdminDep,
     ChainDep,
     ClosuresDep,
@@ -24,12 +25,12 @@ from ledger.api.deps import (
     SnapshotDep,
     WorkerDep,
 )
-from ledger.api.errors import json_response
+from ledger.api.errors import errors, json_response
 from ledger.api.raw import RawSelect
 from ledger.chain.indexer import ChainSnapshot
 from ledger.core.models import Attestation, AttestationPublic, RoundPublic, RoundState, Run, utcnow
 from ledger.core.round_book import RoundBook
-from ledger.core.schemas import RunCloseIn, RunIn, RunInfo, RunOut
+from ledger.core.schemas import EXAMPLE_RUN, RunCloseIn, RunIn, RunInfo, RunOut
 from ledger.intake.closing import RunClosures
 from protocol.errors import LedgerError
 from protocol.runs import run_id_of_name
@@ -37,7 +38,33 @@ from protocol.types import RoundNumber, RunId
 
 router = APIRouter(tags=["runs"])
 
-RunIdPath = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="bytes32 run id")]
+RunIdPath = Annotated[
+    str,
+    Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="bytes32 run id", examples=[EXAMPLE_RUN]),
+]
+
+
+def _ref(path: str, method: str = "get") -> str:
+    """An OpenAPI ``operationRef`` to the operation at ``path`` (a JSON pointer)."""
+    return "#/paths/" + path.replace("~", "~0").replace("/", "~1") + "/" + method
+
+
+def run_links(run: str = "$response.body#/run_id") -> dict[str, Any]:
+    """OpenAPI links from an answer naming a run to what can be asked of it (stateful testing
+    walks them: create a run, read it, its round 0 and outer state, close it)."""
+    rounds = "/v1/runs/{run_id}/rounds/{round}"
+    targets = {
+        "GetRun": (_ref("/v1/runs/{run_id}"), {}),
+        "ListRounds": (_ref("/v1/runs/{run_id}/rounds"), {}),
+        "GetGenesisRound": (_ref(rounds), {"round": 0}),
+        "GetGenesisMembers": (_ref(rounds + "/members"), {"round": 0}),
+        "GetGenesisOuter": (_ref("/v1/runs/{run_id}/outer/{round}"), {"round": 0}),
+        "CloseRun": (_ref("/v1/runs/{run_id}/close", "post"), {}),
+    }
+    return {
+        name: {"operationRef": ref, "parameters": {"run_id": run, **extra}}
+        for name, (ref, extra) in targets.items()
+    }
 
 
 _ROUND = RoundState.__table__  # type: ignore[attr-defined]
@@ -104,7 +131,7 @@ def rounds_json(conn: Connection, run_id: str, limit: int) -> list[dict[str, Any
     return _rounds_json(conn, run, _LATEST.rows(conn, {"run": run, "limit": limit}))
 
 
-@router.get("/runs/{run_id}/rounds", response_model=list[RoundPublic])
+@router.get("/runs/{run_id}/rounds", response_model=list[RoundPublic], responses=errors(422, 503))
 def list_rounds(
     run_id: RunIdPath,
     session: SessionDep,
@@ -114,7 +141,9 @@ def list_rounds(
     return json_response(rounds_json(session.connection(), run_id, limit))
 
 
-@router.get("/runs/{run_id}/rounds/{round}", response_model=RoundPublic)
+@router.get(
+    "/runs/{run_id}/rounds/{round}", response_model=RoundPublic, responses=errors(404, 422, 503)
+)
 def get_round(
     run_id: RunIdPath,
     round: Annotated[int, Path(ge=0, lt=1 << 63)],
@@ -128,7 +157,16 @@ def get_round(
     return json_response(_rounds_json(conn, run, rnd)[0])
 
 
-@router.post("/runs", response_model=RunOut, status_code=201)
+@router.post(
+    "/runs",
+    response_model=RunOut,
+    status_code=201,
+    responses={
+        201: {"description": "round 0 committed (or already on chain)", "links": run_links()},
+        **errors(400, 401, 409, 413, 415, 422, 503),
+    },
+    dependencies=JSON_BODY,
+)
 def create_run(
     body: RunIn,
     *,
@@ -142,8 +180,6 @@ def create_run(
     """Admin: start a run by committing its genesis checkpoint as round 0 (if not yet on chain)."""
     run = body.run_id.lower()
     genesis = body.genesis_checkpoint.lower()
-    if int(genesis, 16) == 0:
-        raise LedgerError("genesis_checkpoint must not be zero", code="invalid_field")
     run_bytes = RunId(bytes.fromhex(run[2:]))
     if body.name is not None and run_id_of_name(body.name) != run_bytes:
         raise LedgerError(
@@ -221,7 +257,11 @@ def _info(session: Session, run: str, closures: RunClosures, snapshot: ChainSnap
     )
 
 
-@router.get("/runs/{run_id}", response_model=RunInfo)
+@router.get(
+    "/runs/{run_id}",
+    response_model=RunInfo,
+    responses={200: {"description": "the run", "links": run_links()}, **errors(404, 422, 503)},
+)
 def get_run(
     run_id: RunIdPath, session: SessionDep, closures: ClosuresDep, snapshot: SnapshotDep
 ) -> RunInfo:
@@ -233,7 +273,15 @@ def get_run(
     return info
 
 
-@router.post("/runs/{run_id}/close", response_model=RunInfo)
+@router.post(
+    "/runs/{run_id}/close",
+    response_model=RunInfo,
+    responses={
+        200: {"description": "closed: its final round", "links": run_links()},
+        **errors(400, 401, 404, 413, 415, 422, 503),
+    },
+    dependencies=JSON_BODY,
+)
 def close_run(
     run_id: RunIdPath,
     *,

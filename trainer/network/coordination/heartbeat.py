@@ -111,7 +111,7 @@ class Heartbeat:
         self.seq += 1
         payload = {"seq": self.seq, "session": self.session}
         msg = self.board.sign(Kind.HEARTBEAT, max(0, int(self.round())), 0, payload)
-        self._client.set(heartbeat_key(self.board.address), msg.to_wire())
+        self._client.set(self.board.store.scoped(heartbeat_key(self.board.address)), msg.to_wire())
 
     def _loop(self) -> None:
         failing = False

@@ -12,6 +12,12 @@ join, earlier rounds are kept by every member.
 
 A key that is merely absent is not a failure: callers ``check`` before ``get``.
 
+Every key a member reads or writes is scoped by its run (``namespace``: ``run/<run id>/``, see
+:func:`run_namespace`), so a rendezvous host reused for the next run is harmless: the new run's
+members never meet the last run's joins, round-opens or process-group addresses under the same
+key (a shared ``members/1/0`` once stalled round 1 on Gloo connect timeouts to dead ranks and
+"stale" refusals). Keys under ``rendezvous/`` are the host's own and are not scoped.
+
 Calls are serialized by a lock, so the node's heartbeat thread (:mod:`~trainer.network.coordination.
 heartbeat`) can probe the host too: when the host dies, every member notices within a heartbeat
 interval and fails over, even while its main thread trains or waits on a collective; members do
@@ -61,6 +67,15 @@ def open_store(ep: Endpoint, *, host: bool, timeout_s: float, op_timeout_s: floa
     return store
 
 
+HOST_KEYS = "rendezvous/"
+"""Keys the host itself writes (``rendezvous/ready``): the same for every run."""
+
+
+def run_namespace(run_id: bytes) -> str:
+    """The key prefix of one run at a shared rendezvous: ``run/<first 8 bytes of its id>/``."""
+    return f"run/{run_id[:8].hex()}/"
+
+
 def _lost(exc: BaseException) -> bool:
     """The host is gone (not merely a key that did not appear in time)."""
     if isinstance(exc, dist.DistNetworkError):
@@ -81,8 +96,11 @@ class FailoverStore:
         connect_timeout_s: float = 20.0,
         op_timeout_s: float = 60.0,
         failover_wait_s: float = 30.0,
+        namespace: str = "",
     ) -> None:
         self.endpoint = endpoint
+        self.namespace = namespace
+        """Prefix of every key but the host's own (:func:`run_namespace`)."""
         self.own_endpoint = own_endpoint
         self.connect_timeout_s = connect_timeout_s
         self.op_timeout_s = op_timeout_s
@@ -114,26 +132,30 @@ class FailoverStore:
                     return b""
                 return getattr(self.store, name)(*args)
 
+    def scoped(self, key: str) -> str:
+        """``key`` as stored at the host: under this run's namespace (host keys as they are)."""
+        return key if key.startswith(HOST_KEYS) else self.namespace + key
+
     def set(self, key: str, value: bytes | str) -> None:
-        self._call("set", key, value)
+        self._call("set", self.scoped(key), value)
 
     def get(self, key: str) -> bytes:
-        return bytes(self._call("get", key))
+        return bytes(self._call("get", self.scoped(key)))
 
     def add(self, key: str, amount: int) -> int:
-        return int(self._call("add", key, amount))
+        return int(self._call("add", self.scoped(key), amount))
 
     def check(self, keys: list[str]) -> bool:
-        return bool(self._call("check", keys))
+        return bool(self._call("check", [self.scoped(k) for k in keys]))
 
     def compare_set(self, key: str, expected: bytes | str, desired: bytes) -> bytes:
-        return bytes(self._call("compare_set", key, expected, desired))
+        return bytes(self._call("compare_set", self.scoped(key), expected, desired))
 
     def wait(self, keys: list[str]) -> None:
-        self._call("wait", keys)
+        self._call("wait", [self.scoped(k) for k in keys])
 
     def delete_key(self, key: str) -> bool:
-        return bool(self._call("delete_key", key))
+        return bool(self._call("delete_key", self.scoped(key)))
 
     # --- failover -------------------------------------------------------------------------------
 
