@@ -185,7 +185,7 @@ def create_run(
         raise LedgerError(
             f"name {body.name!r} is not run {run}'s name: its sha256 is "
             f"0x{run_id_of_name(body.name).hex()}; send the name the id was made from, or none",
-            code="invalid_field",
+            code="conflicting_name",
         )
     last = chain.last_round(run_bytes)
     if last is not None:
