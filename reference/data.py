@@ -38,6 +38,11 @@ from reference.manifest import DataManifest, check_root
 log = logging.getLogger(__name__)
 
 EVAL_PERCENT = 5
+EVAL_ROWS = 64
+EVAL_SEED = 7
+"""The one "eval loss": held-out rows ``Corpus.eval_rows(seq_len, EVAL_ROWS, seed=EVAL_SEED)``
+scored by ``reference.model.evaluate``. The nodes (their reports, the demo's summary), the ledger's
+dashboard and `coloco model eval` all use these, so one checkpoint shows one loss."""
 """Share of files (by path hash) held out for evaluation."""
 
 _DOC_SEPARATOR = b"\x00"
@@ -222,7 +227,7 @@ class Corpus:
             rows[pick] = self.sources[i].train[index].long()
         return rows
 
-    def eval_rows(self, seq_len: int, n_rows: int, *, seed: int = 0) -> Tensor:
+    def eval_rows(self, seq_len: int, n_rows: int = EVAL_ROWS, *, seed: int = EVAL_SEED) -> Tensor:
         """Held-out rows, split evenly over the sources that have eval data."""
         sources = [s for s in self.sources if s.eval.numel() > seq_len + 1]
         if not sources:

@@ -11,7 +11,6 @@ it could not send: they are named, and stay in the journal for the next start); 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import signal
@@ -31,6 +30,7 @@ from protocol.errors import (
     ConfigError,
     LedgerError,
 )
+from protocol.runs import run_id_of_name
 from trainer.flags import TreeCommand
 from trainer.options import NodeOptions
 
@@ -57,7 +57,7 @@ def parse_run_id(text: str, *, what: str = "--run-id") -> bytes:
                 "is hashed (sha256) into the id, as `coloco node run --run-id` does"
             )
         return raw
-    return hashlib.sha256(text.encode()).digest()
+    return run_id_of_name(text)
 
 
 def parse_hostport(text: str, flag: str = "--rendezvous") -> tuple[str, int]:

@@ -113,6 +113,7 @@ def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
     return {
         "rounds_committed": committed,
         "run_id": "0x" + run.run_id.hex(),
+        "run_name": run.run_name,
         "plan": run.plan.describe(),
         "nodes": nodes,
         "claims": run.claims,

@@ -36,6 +36,7 @@ from coloco_cli.demo.train import (
 )
 from coloco_cli.procs import ProcessManager
 from protocol.errors import ColocoError
+from protocol.runs import run_id_of_name
 
 if TYPE_CHECKING:
     from protocol.devnet import AnvilProcess
@@ -56,7 +57,8 @@ class DemoRun:
         self.console = console
         self.procs = ProcessManager()
         self.shell = Shell(self.say, workdir / "logs" / "commands.log")
-        self.run_id = os.urandom(32)
+        self.run_name = f"demo-{os.urandom(3).hex()}"  # a fresh run on a chain used before
+        self.run_id = run_id_of_name(self.run_name)
         self.net: DemoNet | None = None
         self.actors: list[Actor] = []
         self.nodes: list[NodeProc] = []
@@ -128,13 +130,14 @@ class DemoRun:
         net = self.require_net()
         self.config_version_start = net.chain().training_config.version()
         opened = self.shell.json(
-            "run", "open", "0x" + self.run_id.hex(), "--model", MODEL, "--seed", SEED,
+            "run", "open", self.run_name, "--model", MODEL, "--seed", SEED,
             "--admin-token", Secret(ADMIN_TOKEN, "COLOCO_LEDGER_ADMIN_TOKEN"),
         )  # fmt: skip
         genesis = str(opened["genesis_checkpoint"])
         self.step(
-            f"run 0x{self.run_id.hex()[:12]}… opened: genesis {genesis[:14]}… committed "
-            f"as round 0; TrainingConfig v{self.config_version_start}, H={self.plan.inner_steps}"
+            f"run {self.run_name} (0x{self.run_id.hex()[:12]}…) opened: genesis {genesis[:14]}… "
+            f"committed as round 0; TrainingConfig v{self.config_version_start}, "
+            f"H={self.plan.inner_steps}"
         )
 
     def fund_and_submit_code(self) -> None:

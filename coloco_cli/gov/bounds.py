@@ -3,8 +3,9 @@
 A mistake found at `gov execute` costs a whole voting period and the Timelock delay, so `gov
 propose` checks each change first, in two layers:
 
-1. `RANGES`: each governed field's allowed range, its unit and how to show a value. Every upper
-   bound is the contract's own public constant, read through the ABI from the chain
+1. `RANGES` (reference.governed, shared with the dashboard): each governed field's allowed
+   range, its unit and how to show a value. Every upper bound is the contract's own public
+   constant, read through the ABI from the chain
    (`MAX_INNER_STEPS`, `MOMENTUM_ONE_E6`, ...), and a field with no constant is bounded by its
    setter parameter's ABI type (`uint32`, `uint16`); only the lower bounds (the setters' `== 0`
    tests) are written here, and tests/integration/test_gov_bounds.py probes both edges of every
@@ -20,17 +21,15 @@ are `warnings`. Every refusal names the `--set`, the value, the allowed range an
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from decimal import Decimal
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from coloco_cli.common import fmt_units
-from coloco_cli.gov.changes import SetterCall, kebab_of, param_field, show_arg
+from coloco_cli.gov.changes import SetterCall
 from coloco_cli.logs import event_logs
 from protocol.errors import ConfigError, ContractRevertError
-from reference.settings import WireFormat
+from reference.governed import RANGES, kebab_of, param_field, show_arg
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient
@@ -39,56 +38,6 @@ log = logging.getLogger(__name__)
 
 FORCE_HINT = "pass --force to propose anyway (the Timelock would then revert it at execute)"
 
-
-def _e6(value: int) -> str:
-    return format((Decimal(value) / Decimal(10**6)).normalize(), "f")
-
-
-def _wire(value: int) -> str:
-    try:
-        return f"{value} ({WireFormat(value).label})"
-    except ValueError:
-        return str(value)
-
-
-@dataclass(frozen=True)
-class Range:
-    """One governed field: `low`..the top the contract allows, in the field's stored units."""
-
-    field: str  # the TrainingConfig struct member (ABI spelling)
-    low: int  # the setter's own lower test (`== 0` -> 1)
-    constant: str | None  # the contract's public constant holding the top, if any
-    unit: str
-    show: Callable[[int], str] = str
-    exclusive: bool = False  # the constant itself is refused (momentum < MOMENTUM_ONE_E6)
-
-    def high(self, constants: Mapping[str, int], type_max: int) -> int:
-        if self.constant is None:
-            return type_max
-        top = constants[self.constant]
-        return top - 1 if self.exclusive else top
-
-
-RANGES: tuple[Range, ...] = (
-    Range("innerSteps", 1, "MAX_INNER_STEPS", "inner steps per round"),
-    Range("innerLrE6", 1, "MAX_INNER_LR_E6", "learning rate (at most 6 decimals)", _e6),
-    Range("outerLrE6", 1, "MAX_OUTER_LR_E6", "learning rate (at most 6 decimals)", _e6),
-    Range(
-        "outerMomentumE6", 0, "MOMENTUM_ONE_E6", "momentum, below 1 (at most 6 decimals)", _e6, True
-    ),
-    Range("wireFormat", 0, "MAX_WIRE_FORMAT", f"wire format: {WireFormat.codes()}", _wire),
-    Range("maxNodes", 1, "MAX_NODES", "nodes per round"),
-    Range("minStake", 1, None, "ETH of stake per node", lambda v: f"{fmt_units(v)} ETH"),
-    Range(
-        "rewardPerRound",
-        0,
-        "MAX_REWARD_PER_ROUND",
-        "CMS minted per round",
-        lambda v: f"{fmt_units(v)} CMS",
-    ),
-)
-"""Scalar fields; the data mixture (a list) is `_mixture_refusal`; a released checkpoint is left
-to `simulate` (non-zero hash, URI of 1..MAX_URI_LENGTH bytes)."""
 
 MIXTURE_CONSTANTS = ("MAX_DATA_SOURCES", "BPS")
 

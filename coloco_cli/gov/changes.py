@@ -10,7 +10,6 @@ one thing.
 
 from __future__ import annotations
 
-import dataclasses
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,9 +18,9 @@ from functools import cache
 from typing import Any
 
 from coloco_cli.common import parse_amount
-from protocol.abi_struct import outputs, snake_case
 from protocol.errors import ConfigError
 from protocol.types import TokenUnits, Wei
+from reference.governed import param_field, set_names, show_arg
 from reference.settings import TrainingSettings, WireFormat, to_e6
 
 _OWNABLE = {"transferOwnership", "renounceOwnership"}
@@ -99,27 +98,14 @@ def _parser(hint: Any) -> Parser:
 
 @cache
 def known_fields() -> dict[str, tuple[str, Parser]]:
-    """kebab name -> (struct field, parser): every member of TrainingConfig's struct, from the
-    one field list (reference.settings.TrainingSettings: its types choose the parser) and the
-    ABI's own spelling of each member (the setters' parameters are matched against it)."""
-    (config,) = outputs("TrainingConfig", "current")
-    member = {snake_case(c["name"]): str(c["name"]) for c in config["components"]}
+    """kebab name -> (struct field, parser): every member of TrainingConfig's struct, named as
+    reference.governed.set_names names it; the field's type in the one field list
+    (reference.settings.TrainingSettings) chooses the parser, a short name its unit's."""
     hints = typing.get_type_hints(TrainingSettings)
-    fields: dict[str, tuple[str, Parser]] = {}
-    for f in dataclasses.fields(TrainingSettings):
-        if f.name not in member:  # version(): not a member, set by every setter
-            continue
-        kebab = f.name.replace("_", "-")
-        for suffix, parser in _SHORT.items():
-            if f.name.endswith(suffix):
-                fields[kebab.removesuffix(suffix.replace("_", "-"))] = (member[f.name], parser)
-        fields[kebab] = (member[f.name], _parser(hints[f.name]))
-    return fields
-
-
-def show_arg(value: Any) -> str:
-    """A call argument as a person reads it: bytes as 0x hex, not a Python bytes repr."""
-    return "0x" + value.hex() if isinstance(value, bytes) else str(value)
+    return {
+        kebab: (member, _SHORT[suffix] if suffix else _parser(hints[name]))
+        for kebab, (member, name, suffix) in set_names().items()
+    }
 
 
 @dataclass(frozen=True)
@@ -155,22 +141,6 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
             raise ConfigError(f"--set {item!r}: {field} is set twice")
         changes[field] = parser(value.strip(), name)
     return changes
-
-
-# setter parameters named otherwise than the struct field they set
-_PARAM_FIELDS = {"checkpoint": "releasedCheckpoint", "uri": "releasedCheckpointURI"}
-
-
-def param_field(param: str) -> str:
-    """A setter parameter's name -> the struct field it sets (`minStake_` -> `minStake`)."""
-    name = param.strip("_")
-    return _PARAM_FIELDS.get(name, name)
-
-
-def kebab_of(field: str) -> str:
-    """A struct field -> the shortest `--set` name for it (`innerLrE6` -> `inner-lr`)."""
-    names = [kebab for kebab, (f, _) in known_fields().items() if f == field]
-    return min(names, key=len) if names else field
 
 
 def setter_calls(

@@ -13,7 +13,6 @@ import typer
 from rich.table import Table
 
 from coloco_cli.common import console, emit_json, fmt_units
-from coloco_cli.gov.actions import describe_actions
 from coloco_cli.gov.ops import (
     cast_vote,
     chain_now,
@@ -32,6 +31,7 @@ from coloco_cli.gov.ops import (
 from coloco_cli.node.ops import checksum, utc
 from coloco_cli.tx import TxOptions, reads, send_and_report, sends
 from protocol.types import Address
+from reference.governed import describe_actions
 
 if TYPE_CHECKING:
     from protocol.chain import ChainClient

@@ -131,12 +131,13 @@ def model_of(weights: dict[str, torch.Tensor], preset: str, what: str) -> Any:
     return model
 
 
-def held_out_loss(model: Any, rows: int, seed: int = 0) -> float:
-    """Mean next-byte cross-entropy (nats) on the default corpus's held-out split."""
-    from reference.data import Corpus
+def held_out_loss(model: Any, rows: int | None = None) -> float:
+    """Mean next-byte cross-entropy (nats) on the default corpus's held-out split: the rows
+    (reference.data.EVAL_ROWS, EVAL_SEED) the nodes and the dashboard report, unless `rows`."""
+    from reference.data import EVAL_ROWS, Corpus
     from reference.model import evaluate
 
-    batches = Corpus.load(None).eval_rows(model.cfg.seq_len, rows, seed=seed)
+    batches = Corpus.load(None).eval_rows(model.cfg.seq_len, rows or EVAL_ROWS)
     return float(evaluate(model, batches))
 
 

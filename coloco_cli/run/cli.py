@@ -20,6 +20,7 @@ from coloco_cli.run.ops import (
     run_status,
 )
 from coloco_cli.tx import TxOptions, open_chain, reads
+from protocol.runs import NAME_MAX, is_name
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -55,7 +56,10 @@ def open_(
     rid = parse_run_id(run_id)
     chain = open_chain(ep)
     weights_hash, blob = genesis(model, seed)
-    opened = open_run(chain, ep.ledger_url, admin_token, rid, genesis_hash=weights_hash, blob=blob)
+    name = run_id if is_name(run_id) and len(run_id) <= NAME_MAX else None  # the ledger keeps it
+    opened = open_run(
+        chain, ep.ledger_url, admin_token, rid, genesis_hash=weights_hash, blob=blob, name=name
+    )
     if opts.json_out:
         emit_json(opened.__dict__)
         return

@@ -73,9 +73,11 @@ def open_run(
     *,
     genesis_hash: bytes,
     blob: bytes,
+    name: str | None = None,
     timeout: float = 120.0,
 ) -> Opened:
-    """Upload the genesis blob, have the ledger commit it as round 0; checked on chain."""
+    """Upload the genesis blob, have the ledger commit it as round 0; checked on chain. `name`
+    (the text `run_id` is the sha256 of) is kept by the ledger for its dashboard."""
     from protocol.types import RoundNumber, RunId
 
     rid = RunId(run_id)
@@ -87,6 +89,8 @@ def open_run(
                 f"0x{genesis_hash.hex()}: pick another run id, or the --model/--seed it used"
             )
     body = {"run_id": run_hex(run_id), "genesis_checkpoint": "0x" + genesis_hash.hex()}
+    if name is not None:
+        body["name"] = name
     deadline = time.monotonic() + timeout
     last = ""
     while True:

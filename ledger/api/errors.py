@@ -34,6 +34,7 @@ _STATUS = {
     "too_many_uploads": 429,
     "upload_timeout": 408,
     "conflicting_genesis": 409,
+    "conflicting_name": 409,
     "encoding_error": 422,
     "not_yet_public": 403,
     "unsupported_media_type": 415,
@@ -46,7 +47,10 @@ _MEANS = {
     403: "refused for the sender: unregistered or unstaked node, signer mismatch, not public yet",
     404: "unknown to this ledger (run, round, checkpoint, blob)",
     408: "the body did not arrive in time",
-    409: "conflicts with the ledger's state (stale, closed or started round, other genesis)",
+    409: (
+        "conflicts with the ledger's state (stale, closed or started round, other genesis, "
+        "a name not the run's)"
+    ),
     413: "body over the ledger's size or item limit",
     415: "unsupported content type: send application/json",
     422: "a field out of range or of the wrong form, a bad signature, a semantic refusal",

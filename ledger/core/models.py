@@ -17,6 +17,7 @@ from sqlmodel import Field, SQLModel
 from ledger.core.schemas import JS_SAFE_MAX, Uint64Out
 from protocol.attestation import ATTESTATION_SPEC, ComputeAttestation
 from protocol.eip712_struct import StructSpec
+from protocol.runs import NAME_MAX
 
 
 def utcnow() -> datetime:
@@ -243,6 +244,7 @@ class Run(SQLModel, table=True):
     run_id: str = Field(primary_key=True, max_length=66)
     genesis_checkpoint: str = Field(max_length=66)
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    name: str | None = Field(default=None, max_length=NAME_MAX)  # sha256(name) == run_id
 
 
 class RoundState(SQLModel, table=True):

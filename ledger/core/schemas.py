@@ -18,8 +18,12 @@ from pydantic import (
 
 from protocol.attestation import ATTESTATION_SPEC
 from protocol.eip712_struct import StructSpec
+from protocol.runs import NAME_MAX
 
 Hex32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$")]
+RunName = Annotated[
+    str, StringConstraints(min_length=1, max_length=NAME_MAX, pattern=r"^(?:[^0]|0(?:[^x]|$))")
+]
 AddressStr = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$")]
 SignatureHex = Annotated[str, StringConstraints(min_length=4, max_length=200)]
 EIP55_FORMAT = "eip55-address"
@@ -277,6 +281,8 @@ class RunIn(BaseModel):
 
     run_id: Hex32
     genesis_checkpoint: NonZeroHex32
+    name: RunName | None = None
+    """The name the run's id is the sha256 of (`coloco run open demo`), for the dashboard."""
 
 
 class RunCloseIn(BaseModel):

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from ledger.core.models import FundingEvent
+from ledger.core.models import FundingEvent, Run
 from ledger.reads.receipts import as_of, capital_receipts, code_receipts
 
 _KIND_OF = {"Deposited": "capital", "Submitted": "code"}
@@ -51,12 +51,18 @@ def _summary(session: Session, address: str) -> dict[str, Any]:
 
 
 def contributor_detail(engine: Engine, address: str) -> dict[str, Any]:
-    """One address's capital receipts (per run backed) and code receipts (per contribution)."""
+    """One address's capital receipts (per run backed) and code receipts (per contribution),
+    each with its run's name where the ledger knows it."""
     with Session(engine) as session:
         block, when = as_of(session)
-        return {
-            "address": address,
-            "capital": capital_receipts(session, address),
-            "code": code_receipts(session, address),
-            "as_of": {"block": block, "time": when},
-        }
+        names = dict(session.exec(select(Run.run_id, Run.name)).all())
+        capital = capital_receipts(session, address)
+        code = code_receipts(session, address)
+    for row in (*capital, *code):
+        row["run_name"] = names.get(str(row["run_id"]).lower())
+    return {
+        "address": address,
+        "capital": capital,
+        "code": code,
+        "as_of": {"block": block, "time": when},
+    }

@@ -19,7 +19,9 @@ from web3 import Web3
 
 from ledger.api.deps import BlobsDep, ChainDep, EngineDep, SettingsDep
 from ledger.dashboard import contributors, views
+from protocol import display
 from protocol.eip712 import wallet_safe
+from protocol.runs import run_id_of_name, short_id
 
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
@@ -32,6 +34,22 @@ _env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+
+
+def _short(hex_text: str | None) -> str:
+    """'0xF2b57AF23A0232336698F876321DFB7ee8aFd33c' -> '0xF2b5…d33c' (the full one in a title)."""
+    if not hex_text:
+        return "-"
+    return hex_text if len(hex_text) <= 14 else f"{hex_text[:6]}…{hex_text[-4:]}"
+
+
+# every amount and time on every page goes through these (protocol.display): no raw wei, no
+# 18-decimal token units, no unix seconds
+_env.filters.update(
+    cms=display.cms, eth=display.eth, utc=display.utc, span=display.span, short=_short,
+    run_label=lambda run: run.get("name") or short_id(run["run_id"]), short_id=short_id,
+)  # fmt: skip
+_env.globals["relative"] = display.relative
 
 router = APIRouter(include_in_schema=False)
 FormatQ = Annotated[str, Query(pattern="^(html|json)$")]
@@ -68,9 +86,12 @@ def index(engine: EngineDep, format: FormatQ = "html") -> Response:
 def run_page(
     run_id: str, engine: EngineDep, models: ModelsDep, format: FormatQ = "html"
 ) -> Response:
-    """One run: rounds, the loss curve, the nodes, a sample from the latest checkpoint."""
+    """One run (by its id or its name): rounds with the CMS paid and the config version each
+    trained under, the loss curve, the nodes, a sample from the latest checkpoint."""
     if not RUN_ID.match(run_id):
-        raise HTTPException(404, "a run id is 0x + 64 hex digits")
+        if run_id.startswith("0x"):
+            raise HTTPException(404, "a run id is 0x + 64 hex digits (or the run's name)")
+        run_id = "0x" + run_id_of_name(run_id).hex()
     detail = views.run_detail(engine, run_id, models)
     if detail is None:
         raise HTTPException(404, f"run {run_id} is unknown to this ledger")
@@ -111,8 +132,8 @@ def contributor_page(address: str, engine: EngineDep, format: FormatQ = "html") 
 
 @router.get("/proposals")
 def proposals_page(chain: ChainDep, format: FormatQ = "html") -> Response:
-    """Governance proposals with their state and votes."""
-    return _page("proposals.html", format, {"proposals": views.proposals(chain)})
+    """Governance proposals with their actions, state and votes."""
+    return _page("proposals.html", format, views.proposals(chain))
 
 
 @router.get("/how-to")

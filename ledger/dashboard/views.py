@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 from sqlmodel import Session, col, func, select
@@ -19,6 +19,12 @@ from ledger.chain.client import LedgerChain
 from ledger.core.blobstore import BlobStore
 from ledger.core.models import Attestation, RoundState, Run
 from protocol.eip712 import wallet_safe
+from protocol.errors import ContractRevertError
+from protocol.reverts import show_args
+from reference.governed import describe_actions
+
+if TYPE_CHECKING:
+    from protocol.chain import ChainClient
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +32,7 @@ ROUNDS_SHOWN = 20
 LOG_CHUNK = 2_000
 STATES = ("Pending", "Active", "Canceled", "Defeated", "Succeeded", "Queued", "Expired", "Executed")
 SAMPLE_PROMPT = "def "
-EVAL_ROWS = 16
+FINAL = {"Canceled", "Defeated", "Expired", "Executed"}  # nothing more can happen to these
 
 
 def _round_row(rnd: RoundState, members: list[str]) -> dict[str, Any]:
@@ -64,6 +70,7 @@ def runs(engine: Engine, limit: int = ROUNDS_SHOWN) -> list[dict[str, Any]]:
             out.append(
                 {
                     "run_id": run.run_id,
+                    "name": run.name,
                     "genesis_checkpoint": run.genesis_checkpoint,
                     "created_at": run.created_at.isoformat(),
                     "last_committed": max(committed) if committed else None,
@@ -111,7 +118,7 @@ class ModelCache:
             model = self._model(checkpoint)
             if model is None:
                 return None
-            rows = Corpus.load(None).eval_rows(model.cfg.seq_len, EVAL_ROWS, seed=0)
+            rows = Corpus.load(None).eval_rows(model.cfg.seq_len)  # the one eval loss's rows
             return round(float(evaluate(model, rows)), 5)
         except Exception as exc:  # a checkpoint of another shape: no point on the curve
             log.info("no held-out loss for %s: %s", checkpoint, exc)
@@ -141,6 +148,28 @@ class ModelCache:
         return bytes(idx[0].tolist()).decode("utf-8", errors="replace")
 
 
+_NO_WORK: dict[str, Any] = {"paid": 0, "config_versions": [], "inner_steps": []}
+
+
+def _round_work(rows: Any) -> dict[int, dict[str, Any]]:
+    """round -> CMS paid to its nodes, the config versions and inner steps they trained under."""
+    paid: dict[int, int] = {}
+    versions: dict[int, set[int]] = {}
+    steps: dict[int, set[int]] = {}
+    for rnd, version, inner, reward in rows:
+        paid[int(rnd)] = paid.get(int(rnd), 0) + int(reward or 0)
+        versions.setdefault(int(rnd), set()).add(int(version))
+        steps.setdefault(int(rnd), set()).add(int(inner))
+    return {
+        r: {
+            "paid": paid[r],
+            "config_versions": sorted(versions[r]),
+            "inner_steps": sorted(steps[r]),
+        }
+        for r in paid
+    }
+
+
 def run_detail(engine: Engine, run_id: str, cache: ModelCache) -> dict[str, Any] | None:
     """One run: its rounds, the loss curve of its committed checkpoints, a sample of the last."""
     run_id = run_id.lower()
@@ -156,6 +185,14 @@ def run_detail(engine: Engine, run_id: str, cache: ModelCache) -> dict[str, Any]
             .where(Attestation.run_id == run_id)
             .group_by(Attestation.node)
         ).all()
+        work = session.exec(
+            select(
+                Attestation.round,
+                Attestation.config_version,
+                Attestation.inner_steps,
+                Attestation.reward,
+            ).where(Attestation.run_id == run_id)
+        ).all()
     curve = []
     for rnd in rounds:
         if rnd.checkpoint and rnd.state in ("committed", "final"):
@@ -164,10 +201,14 @@ def run_detail(engine: Engine, run_id: str, cache: ModelCache) -> dict[str, Any]
                 curve.append({"round": rnd.round, "eval_loss": loss})
     committed = [r for r in rounds if r.checkpoint and r.state in ("committed", "final")]
     latest = committed[-1].checkpoint if committed else None
+    per_round = _round_work(work)
     return {
         "run_id": run_id,
+        "name": run.name,
         "genesis_checkpoint": run.genesis_checkpoint,
-        "rounds": [_round_row(r, []) for r in reversed(rounds)],
+        "rounds": [
+            {**_round_row(r, []), **per_round.get(r.round, _NO_WORK)} for r in reversed(rounds)
+        ],
         "loss_curve": curve,
         "nodes": [
             {"node": node, "rounds": int(count), "tokens": int(tokens or 0)}
@@ -226,9 +267,11 @@ def node_detail(engine: Engine, chain: LedgerChain, address: str) -> dict[str, A
             .where(func.lower(Attestation.node) == address.lower())
             .order_by(col(Attestation.run_id), col(Attestation.round))
         ).all()
+        names = dict(session.exec(select(Run.run_id, Run.name)).all())
     receipts = [
         {
             "run_id": a.run_id,
+            "run_name": names.get(a.run_id),
             "round": a.round,
             "claimed_tokens": a.tokens,
             "verified_tokens": a.verified_tokens,
@@ -243,11 +286,14 @@ def node_detail(engine: Engine, chain: LedgerChain, address: str) -> dict[str, A
     return {"node": address, "summary": stake, "receipts": receipts}
 
 
-def proposals(chain: LedgerChain) -> list[dict[str, Any]]:
-    """Governor proposals (ProposalCreated logs, read in chunks) with state and votes."""
+def proposals(chain: LedgerChain) -> dict[str, Any]:
+    """Governor proposals (ProposalCreated logs, read in chunks): state, votes, what each does
+    (reference.governed, as `coloco gov status` shows it) and whether anything more can happen
+    to it (a Queued proposal whose actions the Timelock could not execute now says why)."""
     client = chain.client
     try:
         head = client.block_number()
+        now = int(client.w3.eth.get_block("latest")["timestamp"])
         event = client.contract("ModelGovernor").events.ProposalCreated
         logs: list[Any] = []
         start = chain.deployment_block
@@ -260,11 +306,20 @@ def proposals(chain: LedgerChain) -> list[dict[str, Any]]:
         for ev in logs:
             pid = int(ev.args.proposalId)
             votes = client.model_governor.proposal_votes(pid)
+            state = STATES[client.model_governor.state(pid)]
+            targets = [str(t) for t in ev.args.targets]
+            calldatas = [bytes(c) for c in ev.args.calldatas]
+            values = [int(v) for v in ev.args.values]
             out.append(
                 {
                     "proposal_id": str(pid),
                     "description": str(ev.args.description),
-                    "state": STATES[client.model_governor.state(pid)],
+                    "state": state,
+                    "final": state in FINAL,
+                    "blocked": _blocked(client, targets, calldatas, values)
+                    if state == "Queued"
+                    else None,
+                    "actions": describe_actions(client, targets, calldatas, values),
                     "for": int(votes.for_votes),
                     "against": int(votes.against_votes),
                     "abstain": int(votes.abstain_votes),
@@ -272,10 +327,26 @@ def proposals(chain: LedgerChain) -> list[dict[str, Any]]:
                     "vote_end": int(ev.args.voteEnd),
                 }
             )
-        return out
+        return {"now": now, "proposals": out}
     except Exception as exc:  # no chain: the page says so instead of failing
         log.info("proposals unavailable: %s", exc)
-        return []
+        return {"now": None, "proposals": []}
+
+
+def _blocked(
+    client: ChainClient, targets: list[str], calldatas: list[bytes], values: list[int]
+) -> str | None:
+    """Why the Timelock's execute would revert now (each action run as an eth_call from the
+    Timelock), or None when every action would go through."""
+    timelock = str(client.deployment.contracts["TimelockController"])
+    for target, data, value in zip(targets, calldatas, values, strict=True):
+        tx = {"from": timelock, "to": target, "data": "0x" + data.hex(), "value": value}
+        try:
+            client.rpc(partial(client.w3.eth.call, tx), "eth_call proposal action")  # type: ignore[arg-type]
+        except ContractRevertError as exc:
+            args = ", ".join(show_args(exc.error_arg_names, exc.error_args))
+            return f"{exc.error_name or exc}({args})" if exc.error_name else str(exc)
+    return None
 
 
 def how_to(chain: LedgerChain) -> dict[str, Any]:

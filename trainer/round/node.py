@@ -33,7 +33,7 @@ from protocol.errors import (
 )
 from protocol.types import Address
 from reference.checkpoint import CheckpointDir, RoundCheckpoint
-from reference.data import Corpus, ShardSpec, check_data
+from reference.data import EVAL_ROWS, EVAL_SEED, Corpus, ShardSpec, check_data
 from reference.inner import StepInfo, one_thread
 from reference.model import GPT, GPTConfig, evaluate
 from trainer.network.coordination.heartbeat import Heartbeat, Liveness, StalledError, watching
@@ -80,7 +80,7 @@ class NodeSettings:
     checkpoint_dir: Path | None = None
     max_rounds: int | None = None
     leave_after_round: int | None = None
-    eval_rows: int = 64
+    eval_rows: int = EVAL_ROWS  # 0: no eval; the default is the one everyone reports
     max_collective_retries: int = 2
     hold_file: Path | None = None
     """While this file exists the node does not start a round (trainer.round.hold); it keeps its
@@ -177,7 +177,7 @@ class NodeRunner:
         self.groups_formed = 0
         self.schedule: Schedule = Overlap(self) if settings.overlap else Lockstep(self)
         self.eval_rows = (
-            self.corpus.eval_rows(settings.model.seq_len, settings.eval_rows, seed=7)
+            self.corpus.eval_rows(settings.model.seq_len, settings.eval_rows, seed=EVAL_SEED)
             if settings.eval_rows
             else None
         )

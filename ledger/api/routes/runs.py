@@ -33,6 +33,7 @@ from ledger.core.round_book import RoundBook
 from ledger.core.schemas import EXAMPLE_RUN, RunCloseIn, RunIn, RunInfo, RunOut
 from ledger.intake.closing import RunClosures
 from protocol.errors import LedgerError
+from protocol.runs import run_id_of_name
 from protocol.types import RoundNumber, RunId
 
 router = APIRouter(tags=["runs"])
@@ -180,6 +181,12 @@ def create_run(
     run = body.run_id.lower()
     genesis = body.genesis_checkpoint.lower()
     run_bytes = RunId(bytes.fromhex(run[2:]))
+    if body.name is not None and run_id_of_name(body.name) != run_bytes:
+        raise LedgerError(
+            f"name {body.name!r} is not run {run}'s name: its sha256 is "
+            f"0x{run_id_of_name(body.name).hex()}; send the name the id was made from, or none",
+            code="conflicting_name",
+        )
     last = chain.last_round(run_bytes)
     if last is not None:
         onchain = "0x" + chain.client.checkpoint_of(run_bytes, RoundNumber(0)).hex()
@@ -189,9 +196,9 @@ def create_run(
                 code="conflicting_genesis",
             )
     try:
-        rnd = _genesis_rows(book, engine, run, genesis, onchain=last is not None)
+        rnd = _genesis_rows(book, engine, run, genesis, body.name, onchain=last is not None)
     except IntegrityError:  # another worker stored them at the same moment: theirs stand
-        rnd = _genesis_rows(book, engine, run, genesis, onchain=last is not None)
+        rnd = _genesis_rows(book, engine, run, genesis, body.name, onchain=last is not None)
     settler.record_intent(rnd)
     settlement = worker.settle_now(run, 0)
     worker.refresh_chain_view()
@@ -204,13 +211,18 @@ def create_run(
 
 
 def _genesis_rows(
-    book: RoundBook, engine: Engine, run: str, genesis: str, *, onchain: bool
+    book: RoundBook, engine: Engine, run: str, genesis: str, name: str | None, *, onchain: bool
 ) -> RoundState:
-    """The run's row and its scored round 0 (stored once; what is there already stands), under
-    the round book's lock (as every change of a round's state)."""
+    """The run's row and its scored round 0 (stored once; what is there already stands, but a
+    name, checked against the id, is kept), under the round book's lock (as every change of a
+    round's state)."""
     with book.locked(), Session(engine, expire_on_commit=False) as session:
-        if session.get(Run, run) is None:
-            session.add(Run(run_id=run, genesis_checkpoint=genesis))
+        row = session.get(Run, run)
+        if row is None:
+            session.add(Run(run_id=run, genesis_checkpoint=genesis, name=name))
+        elif name is not None and row.name is None:
+            row.name = name
+            session.add(row)
         rnd = session.exec(
             select(RoundState).where(RoundState.run_id == run, RoundState.round == 0)
         ).first()

@@ -14,7 +14,8 @@
       for (const run of data.runs) {
         const last = run.rounds.length ? run.rounds[0] : null;
         rows.push(
-          `<tr data-run="${esc(run.run_id)}"><td><a class="mono" href="runs/${esc(run.run_id)}">${esc(run.run_id.slice(0, 18))}…</a></td>` +
+          `<tr data-run="${esc(run.run_id)}"><td><a href="runs/${esc(run.run_id)}">${esc(run.name || run.run_id.slice(0, 10))}</a></td>` +
+          `<td class="mono" title="${esc(run.run_id)}">${esc(run.run_id.slice(0, 10))}</td>` +
           `<td>${esc(run.last_committed)}</td><td>${esc(run.rounds.length)}</td>` +
           `<td class="state-${esc(last && last.state)}">${esc(last && last.state)}</td>` +
           `<td>${esc(last && last.members.length)}</td></tr>`
