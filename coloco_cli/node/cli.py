@@ -190,6 +190,7 @@ def status(
         emit_json({**st.__dict__, "registered": st.registered,
                    "rounds_worked": view.get("rounds_worked"),
                    "rejections": view.get("rejections"),
+                   "missed_rounds": view.get("missed_rounds"),
                    "unsent_rounds": unsent, "lost_rounds": lost})  # fmt: skip
         return
     table = Table(title=f"node {st.node}", show_header=False)
@@ -209,6 +210,11 @@ def status(
                 table.add_row(
                     key.replace("_", " "), str(len(value) if isinstance(value, list) else value)
                 )
+        missed = ledger_view.get("missed_rounds") or []
+        table.add_row(
+            "missed rounds (ledger)",
+            ", ".join(f"{m['round']}" for m in missed) or "none",  # joined, never attested
+        )
     table.add_row("unsent rounds", ", ".join(map(str, unsent)) or "none")
     table.add_row("lost rounds", "; ".join(f"{r} ({why})" for r, why in lost.items()) or "none")
     console.print(table)

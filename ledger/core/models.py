@@ -207,7 +207,10 @@ class Join(SQLModel, table=True):
     """A node's signed join of a round, recorded before the round started (its membership)."""
 
     __tablename__ = "round_join"
-    __table_args__ = (UniqueConstraint("run_id", "round", "node", name="uq_round_join"),)
+    __table_args__ = (
+        UniqueConstraint("run_id", "round", "node", name="uq_round_join"),
+        Index("ix_round_join_node", "node", "id"),  # a node's joins, newest first (missed rounds)
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(max_length=66, index=True)

@@ -338,6 +338,8 @@ class NodeOut(BaseModel):
     rounds_worked: int
     rounds: list[dict[str, Any]]
     rejections: list[dict[str, Any]]
+    # rounds joined and closed without this node's attestation, newest first (run_id, round)
+    missed_rounds: list[dict[str, Any]] = []
 
 
 class Receipt(BaseModel):

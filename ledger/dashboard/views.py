@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine
 from sqlmodel import Session, col, func, select
 
+from ledger.api.routes.nodes import missed_rounds
 from ledger.chain.client import LedgerChain
 from ledger.core.blobstore import BlobStore
 from ledger.core.models import Attestation, RoundState, Run
-from protocol.eip712 import wallet_safe
+from protocol.eip712 import to_checksum_address, wallet_safe
 from protocol.errors import ContractRevertError
 from protocol.reverts import show_args
 from reference.governed import describe_actions
@@ -282,8 +283,12 @@ def node_detail(engine: Engine, chain: LedgerChain, address: str) -> dict[str, A
         }
         for a in atts
     ]
+    with engine.connect() as conn:
+        missed = missed_rounds(conn, [to_checksum_address(address)])
+    for m in missed:
+        m["run_name"] = names.get(str(m["run_id"]))
     stake = next((n for n in nodes(engine, chain) if n["node"].lower() == address.lower()), None)
-    return {"node": address, "summary": stake, "receipts": receipts}
+    return {"node": address, "summary": stake, "receipts": receipts, "missed": missed}
 
 
 def proposals(chain: LedgerChain) -> dict[str, Any]:

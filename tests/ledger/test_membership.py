@@ -128,8 +128,16 @@ def test_a_member_that_never_attests_cannot_join_the_next_rounds(
         att = attestation(node, run_id=started_run, round_=1, base=GENESIS, result=h("r"))
         r = client.post("/v1/attestations", json=body(att, node.key, domain, members))  # type: ignore[arg-type]
         assert r.status_code == 202, r.text
+    assert client.get(f"/v1/nodes/{c.address}").json()["missed_rounds"] == []  # still open
     ledger.keeper.close_due(now=utcnow() + timedelta(seconds=5))
     assert _state(client, started_run, 1) == "closing"
+    # the missed round is on the node's record (the API and its dashboard page), not on a's
+    missed = client.get(f"/v1/nodes/{c.address}").json()["missed_rounds"]
+    assert missed == [{"run_id": started_run, "round": 1}]
+    assert client.get(f"/v1/nodes/{a.address}").json()["missed_rounds"] == []
+    page = client.get(f"/nodes/{c.address}")
+    assert page.status_code == 200 and "Missed rounds" in page.text, page.text[-2000:]
+    assert "Missed rounds" not in client.get(f"/nodes/{a.address}").text
     r = join(client, c, started_run, 2, domain)  # type: ignore[arg-type]
     assert r.status_code == 403 and r.json()["error"]["code"] == "no_show", r.text
     assert "round 1" in r.json()["error"]["message"]

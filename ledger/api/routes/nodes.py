@@ -1,4 +1,5 @@
-"""GET /v1/nodes/{address}: registration, stake, rounds worked, rejections (audit trail)."""
+"""GET /v1/nodes/{address}: registration, stake, rounds worked, rejections (audit trail), and the
+rounds it joined and never attested (`missed_rounds`: what an operator lost in an outage)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
-from sqlalchemy import Connection, bindparam, func, text
+from sqlalchemy import Connection, and_, bindparam, func, text
 from sqlalchemy import select as sa_select
 
 from ledger.api.deps import SessionDep, SnapshotDep
 from ledger.api.errors import errors, json_response
 from ledger.api.raw import Keyed
 from ledger.chain.indexer import ChainSnapshot
-from ledger.core.models import Attestation, Rejection
+from ledger.core.models import Attestation, Join, Rejection, RoundState
 from ledger.core.schemas import NodeOut
 from protocol.eip712 import to_checksum_address
 
@@ -22,6 +23,8 @@ router = APIRouter(prefix="/nodes", tags=["nodes"])
 LIMIT, LIMIT_MAX = 100, 1000  # newest entries returned: the default and the most
 _ATT = Attestation.__table__  # type: ignore[attr-defined]
 _REJ = Rejection.__table__  # type: ignore[attr-defined]
+_JOIN = Join.__table__  # type: ignore[attr-defined]
+_STATE = RoundState.__table__  # type: ignore[attr-defined]
 _ROUND_NAMES = (
     "run_id", "round", "node", "id", "tokens", "verified", "verified_tokens", "quality",
     "reward", "reason",
@@ -45,6 +48,26 @@ _REJECTIONS = Keyed(
         sa_select(*_REJECTION_COLUMNS)
         .where(keys)
         .order_by(_REJ.c.id.desc())
+        .limit(bindparam("limit"))
+    ),
+)
+# rounds the node joined that closed without its attestation, newest first: signed work the
+# ledger never received (an outage, a crash) or a join it never trained (the no-show rule's rows)
+_MISSED = Keyed(
+    _JOIN.c.node,
+    lambda keys: (
+        sa_select(_JOIN.c.run_id, _JOIN.c.round)
+        .join(_STATE, and_(_STATE.c.run_id == _JOIN.c.run_id, _STATE.c.round == _JOIN.c.round))
+        .outerjoin(
+            _ATT,
+            and_(
+                _ATT.c.run_id == _JOIN.c.run_id,
+                _ATT.c.round == _JOIN.c.round,
+                _ATT.c.node == _JOIN.c.node,
+            ),
+        )
+        .where(keys, _STATE.c.state != "open", _ATT.c.id.is_(None))
+        .order_by(_JOIN.c.id.desc())
         .limit(bindparam("limit"))
     ),
 )
@@ -90,4 +113,13 @@ def node_json(snap: ChainSnapshot, conn: Connection, address: str, limit: int) -
         "rounds_worked": int(worked),
         "rounds": [dict(zip(_ROUND_NAMES, a, strict=True)) for a in atts],
         "rejections": [dict(zip(_REJECTION_NAMES, r, strict=True)) for r in rejections],
+        "missed_rounds": missed_rounds(conn, keys, limit),
     }
+
+
+def missed_rounds(conn: Connection, keys: list[str], limit: int = LIMIT) -> list[dict[str, object]]:
+    """Rounds joined under any of ``keys`` that closed without the node's attestation, newest
+    first (the API's ``missed_rounds`` and the dashboard's node page)."""
+    return [
+        {"run_id": run, "round": int(r)} for run, r in _MISSED.rows(conn, keys, {"limit": limit})
+    ]
