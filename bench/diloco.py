@@ -35,12 +35,13 @@ import statistics
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from bench import emit
+from reference.codec.sparse import SparsePacket, SparseSpec, average_sparse, compress
 from reference.data import Corpus, DataSource, ShardSpec
 from reference.inner import (
     DEFAULT_BETAS,
@@ -60,6 +61,9 @@ RUN_ID = bytes.fromhex("c0" * 32)
 WARM_LR = 3e-3  # the warm start is the same whatever lrs the two runs then use
 WARM_BETAS = (0.9, 0.95)
 WARM_EPS = 1e-8
+SPARSE_BETA = 0.95  # the sparse path's settings (docs/codec.md, "The sparse format": tuning)
+SPARSE_OUTER_LR = 0.9
+SPARSE_OUTER_MOMENTUM = 0.9
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,11 @@ class Setup:
     sync_eps: float = DEFAULT_EPS  # the baseline's AdamW runs DiLoCo's eps too
     run_decay: float = 1.0  # DiLoCo's inner lr of round r: cosine over the run's rounds to this
     outer_decay: float = 1.0  # DiLoCo's outer lr of round r: cosine over the run's rounds to this
+    sparse: SparseSpec = field(default_factory=SparseSpec)  # the sparse format's shape
+    sparse_beta: float = SPARSE_BETA  # its error-feedback decay
+    sparse_outer: OuterConfig = field(
+        default_factory=lambda: OuterConfig(lr=SPARSE_OUTER_LR, momentum=SPARSE_OUTER_MOMENTUM)
+    )
 
 
 def run_factor(rnd: int, rounds: int, floor: float) -> float:
@@ -189,6 +198,9 @@ def run_diloco(
     # One inner trainer (its own AdamW state) per worker, all driving the same model in turn.
     trainers = [InnerTrainer(model, cfg, keep_state=s.keep_inner_state) for _ in range(s.workers)]
     sent, curve = 0, []
+    if fmt == "sparse" and overlap:
+        raise ValueError("the sparse format has no overlap path in this benchmark yet")
+    residuals: list[torch.Tensor | None] = [None] * s.workers  # sparse: error feedback, per node
     pending: torch.Tensor | None = None
     starts: list[torch.Tensor | None] = [None] * s.workers  # overlap: each worker's start point
     for rnd in range(1, s.rounds + 1):
@@ -202,8 +214,19 @@ def run_diloco(
             trainer.cfg = round_cfg
             trainer.train(rows)
             pgs.append(start - outer.layout.flatten(dict(model.named_parameters())))
-        avg = simulate_average(pgs, fmt)
-        sent += wire_bytes(outer.base.numel(), fmt, s.workers)
+        if fmt == "sparse":
+            packets: list[SparsePacket] = []
+            for k, pg in enumerate(pgs):
+                packet, residuals[k] = compress(pg, residuals[k], s.sparse, s.sparse_beta)
+                packets.append(packet)
+            avg = average_sparse(packets)
+            sent += (s.workers - 1) * packets[0].nbytes  # the checked all-gather of packets
+            outer_cfg = replace(
+                s.sparse_outer, lr=s.sparse_outer.lr * run_factor(rnd, s.rounds, s.outer_decay)
+            )
+        else:
+            avg = simulate_average(pgs, fmt)
+            sent += wire_bytes(outer.base.numel(), fmt, s.workers)
         if not overlap:
             outer.step(avg, outer_cfg)
         else:
