@@ -95,7 +95,7 @@ def test_sparse_runs_carry_error_feedback_and_send_a_fraction_of_int8(corpus_dir
     numel = sum(p.numel() for p in GPT(s.model).parameters())
     assert loss == again and no_feedback != loss
     assert sent == s.rounds * (s.workers - 1) * sparse_wire_bytes(numel, s.sparse)
-    run = {"sparse_loss_ratio": 1.01, "sparse_bytes_ratio_vs_sync": 900.0}
+    run: dict[str, object] = {"sparse_loss_ratio": 1.01, "sparse_bytes_ratio_vs_sync": 900.0}
     figures = sparse_figures(s, [run, run], [run])
     assert figures["sparse_loss_ratio_mean"] == 1.01 and figures["sparse_other_loss_ratio_mean"]
     assert float(figures["sparse_packet_ratio_vs_int8"]) > 10  # type: ignore[arg-type]
