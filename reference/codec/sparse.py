@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from protocol.errors import ConfigError, TrainerError
+from reference.codec.dispatch import resolve_backend
 from reference.codec.formats import TINY_AMAX
 from reference.codec.pure import nonfinite_error
 
@@ -191,16 +192,9 @@ def _pack(offsets: torch.Tensor, codes: torch.Tensor, spec: SparseSpec) -> torch
     return torch.cat([idx, packed])
 
 
-def encode_sparse(x: torch.Tensor, spec: SparseSpec) -> SparsePacket:
-    """The sparse packet of the flat fp32 vector ``x`` (module docstring: the rule)."""
-    if x.dtype != torch.float32 or x.dim() != 1 or x.device.type != "cpu":
-        raise TrainerError(f"sparse encode needs a flat fp32 CPU vector, got {x.dtype} {x.shape}")
-    n = x.numel()
-    if n == 0:
-        raise TrainerError("sparse encode needs at least one value")
-    if not bool(torch.isfinite(x).all()):
-        raise nonfinite_error("the pseudo-gradient plus residual")
-    chunks, c = spec.chunks(n), spec.chunk
+def _select_torch(x: torch.Tensor, spec: SparseSpec) -> tuple[torch.Tensor, ...]:
+    """(offsets, codes, steps) of ``x`` by the rule in the module docstring, in eager torch."""
+    n, chunks, c = x.numel(), spec.chunks(x.numel()), spec.chunk
     rows = torch.zeros(chunks * c, dtype=torch.float32)
     rows[:n] = x
     rows = rows.view(chunks, c)
@@ -219,7 +213,28 @@ def encode_sparse(x: torch.Tensor, spec: SparseSpec) -> SparsePacket:
     q = torch.floor(vals / div[:, None]).to(torch.int64) + levels
     q = q.clamp_(0, 2 * levels - 1)
     q[tiny] = levels
-    return SparsePacket(spec, n, _pack(offsets, q, spec), step)
+    return offsets, q, step
+
+
+def encode_sparse(x: torch.Tensor, spec: SparseSpec, *, backend: str | None = None) -> SparsePacket:
+    """The sparse packet (on the CPU, for the wire) of the flat fp32 vector ``x``.
+
+    Backends as for the dense formats (``COLOCO_CODEC``): Triton for CUDA tensors (or CPU ones
+    under ``TRITON_INTERPRET=1``), eager torch otherwise (there is no native C kernel for it)."""
+    if x.dtype != torch.float32 or x.dim() != 1:
+        raise TrainerError(f"sparse encode needs a flat fp32 vector, got {x.dtype} {x.shape}")
+    if x.numel() == 0:
+        raise TrainerError("sparse encode needs at least one value")
+    if not bool(torch.isfinite(x).all()):
+        raise nonfinite_error("the pseudo-gradient plus residual")
+    if resolve_backend(x.device, backend) == "triton":
+        from reference.codec import sparse_triton
+
+        parts = sparse_triton.select(x.contiguous(), spec.chunk, spec.k, spec.levels)
+        offsets, q, step = (t.cpu() for t in parts)
+    else:
+        offsets, q, step = _select_torch(x.detach().cpu(), spec)
+    return SparsePacket(spec, x.numel(), _pack(offsets, q, spec), step)
 
 
 def decode_sparse(packet: SparsePacket) -> torch.Tensor:
