@@ -7,7 +7,8 @@ backend: encode (fused base - local) and decode times (CUDA events, median of 20
 moves (encode reads 8 B/param and writes the packet; decode reads the packet and writes 4 B/param),
 the achieved GB/s, and that figure as a fraction of a device-to-device copy's GB/s (the practical
 memory-bandwidth ceiling). It also checks that Triton's packets equal the torch reference's bit
-for bit on the device.
+for bit on the device, and the same for the sparse format's Triton kernel (against the torch
+reference on the CPU; its encode time includes packing the packet on the host).
 """
 
 from __future__ import annotations
@@ -96,7 +97,27 @@ def run(numel: int) -> dict[str, object]:
             / float(result[f"triton_{name}_ns_per_param"]),  # type: ignore[arg-type]
             2,
         )
+    result |= sparse(base - local)
     return result
+
+
+def sparse(x: torch.Tensor) -> dict[str, object]:
+    """The sparse format (default shape): the Triton selection kernel on the device against the
+    torch reference (run on the CPU), bit for bit, and its encode time."""
+    from reference.codec.sparse import SparseSpec, encode_sparse
+
+    spec = SparseSpec()
+    tri = encode_sparse(x, spec, backend="triton")
+    ref = encode_sparse(x.cpu(), spec, backend="torch")
+    enc_ms = _median_ms(partial(encode_sparse, x, spec, backend="triton"))
+    log.info("triton_sparse: encode %.3f ms", enc_ms)
+    return {
+        "sparse_spec": [spec.chunk, spec.k, spec.bits],
+        "sparse_triton_bit_exact_vs_torch": torch.equal(tri.payload, ref.payload)
+        and _same_bits(tri.scales, ref.scales),
+        "triton_sparse_encode_ms": round(enc_ms, 4),
+        "triton_sparse_encode_ns_per_param": round(enc_ms * 1e6 / x.numel(), 4),
+    }
 
 
 def main() -> None:

@@ -19,6 +19,12 @@ lr tuned on the validation half; the warm start keeps (0.9, 0.95), eps 1e-8 and 
 The workers are simulated in one process (the same math as the multi-process path, which
 tests/trainer/test_diloco_distributed.py runs over real gloo processes); the JSON says so.
 
+The sparse arm (``--skip-sparse`` leaves it out) runs the same DiLoCo with the sparse wire format
+of reference.codec.sparse: each worker sends the top k of every chunk of (pseudo-gradient +
+its error-feedback residual) at low bits and carries the rest to its next round; the packets are
+averaged as every node would after the checked all-gather (``sparse_*`` keys: loss ratios on
+both corpora, its settings, and its bytes beside int8's).
+
 Bytes are what one rank puts on the wire: a ring all-reduce of fp32 sends 2(K-1)/K * 4 bytes per
 value; a quantized round sends what trainer.network.comm.wire_bytes says for the format.
 The last line of output is one JSON object.
@@ -35,12 +41,19 @@ import statistics
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from bench import emit
+from reference.codec.sparse import (
+    SparsePacket,
+    SparseSpec,
+    average_sparse,
+    compress,
+    sparse_wire_bytes,
+)
 from reference.data import Corpus, DataSource, ShardSpec
 from reference.inner import (
     DEFAULT_BETAS,
@@ -52,7 +65,7 @@ from reference.inner import (
 from reference.mean import simulate_average
 from reference.model import GPT, GPTConfig, evaluate
 from reference.outer import OuterConfig, OuterState
-from trainer.network.comm import wire_bytes
+from trainer.network.comm import packet_bytes, wire_bytes
 from trainer.round.runconfig import INNER_LR, INNER_STEPS, OUTER_LR, OUTER_MOMENTUM
 
 log = logging.getLogger("bench.diloco")
@@ -60,6 +73,12 @@ RUN_ID = bytes.fromhex("c0" * 32)
 WARM_LR = 3e-3  # the warm start is the same whatever lrs the two runs then use
 WARM_BETAS = (0.9, 0.95)
 WARM_EPS = 1e-8
+# The sparse path's settings: the best of those tried on the validation half (docs/codec.md,
+# "Loss: tuning the sparse path"): 6.25 % of each 256 values at 2 bits, 10.8x under int8's packet
+SPARSE_SHAPE = SparseSpec(chunk=256, k=16, bits=2)
+SPARSE_BETA = 0.95
+SPARSE_OUTER_LR = 2.0
+SPARSE_OUTER_MOMENTUM = 0.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +107,11 @@ class Setup:
     sync_eps: float = DEFAULT_EPS  # the baseline's AdamW runs DiLoCo's eps too
     run_decay: float = 1.0  # DiLoCo's inner lr of round r: cosine over the run's rounds to this
     outer_decay: float = 1.0  # DiLoCo's outer lr of round r: cosine over the run's rounds to this
+    sparse: SparseSpec = SPARSE_SHAPE  # the sparse format's shape (frozen)
+    sparse_beta: float = SPARSE_BETA  # its error-feedback decay
+    sparse_outer: OuterConfig = field(
+        default_factory=lambda: OuterConfig(lr=SPARSE_OUTER_LR, momentum=SPARSE_OUTER_MOMENTUM)
+    )
 
 
 def run_factor(rnd: int, rounds: int, floor: float) -> float:
@@ -189,6 +213,9 @@ def run_diloco(
     # One inner trainer (its own AdamW state) per worker, all driving the same model in turn.
     trainers = [InnerTrainer(model, cfg, keep_state=s.keep_inner_state) for _ in range(s.workers)]
     sent, curve = 0, []
+    if fmt == "sparse" and overlap:
+        raise ValueError("the sparse format has no overlap path in this benchmark yet")
+    residuals: list[torch.Tensor | None] = [None] * s.workers  # sparse: error feedback, per node
     pending: torch.Tensor | None = None
     starts: list[torch.Tensor | None] = [None] * s.workers  # overlap: each worker's start point
     for rnd in range(1, s.rounds + 1):
@@ -202,8 +229,19 @@ def run_diloco(
             trainer.cfg = round_cfg
             trainer.train(rows)
             pgs.append(start - outer.layout.flatten(dict(model.named_parameters())))
-        avg = simulate_average(pgs, fmt)
-        sent += wire_bytes(outer.base.numel(), fmt, s.workers)
+        if fmt == "sparse":
+            packets: list[SparsePacket] = []
+            for k, pg in enumerate(pgs):
+                packet, residuals[k] = compress(pg, residuals[k], s.sparse, s.sparse_beta)
+                packets.append(packet)
+            avg = average_sparse(packets)
+            sent += (s.workers - 1) * packets[0].nbytes  # the checked all-gather of packets
+            outer_cfg = replace(
+                s.sparse_outer, lr=s.sparse_outer.lr * run_factor(rnd, s.rounds, s.outer_decay)
+            )
+        else:
+            avg = simulate_average(pgs, fmt)
+            sent += wire_bytes(outer.base.numel(), fmt, s.workers)
         if not overlap:
             outer.step(avg, outer_cfg)
         else:
@@ -359,12 +397,17 @@ def tune_sync_lr(
 
 
 def comparisons(
-    pool: Pool, items: list[tuple[str, Setup]], *, int8: tuple[str, int] | None = None
+    pool: Pool,
+    items: list[tuple[str, Setup]],
+    *,
+    int8: tuple[str, int] | None = None,
+    sparse: bool = False,
 ) -> dict[tuple[str, int], dict[str, object]]:
     """Per (corpus, seed): the synchronous baseline and DiLoCo (fp32 wire; int8 too for the
-    ``int8`` pair), every run in the pool at once (DiLoCo's, the longest, first), each
-    evaluated on the test half of its corpus."""
+    ``int8`` pair; the sparse format too with ``sparse``), every run in the pool at once
+    (DiLoCo's, the longest, first), each evaluated on the test half of its corpus."""
     tasks = [Task("fp32", c, "test", s) for c, s in items]
+    tasks += [Task("sparse", c, "test", s) for c, s in items if sparse]
     tasks += [Task("int8", c, "test", s) for c, s in items if (c, s.seed) == int8]
     tasks += [Task("sync", c, "test", s) for c, s in items]
     results = dict(zip([(t.kind, t.corpus, t.setup.seed) for t in tasks], pool.map(tasks),
@@ -391,6 +434,15 @@ def comparisons(
                 "int8_bytes_ratio_vs_sync": round(sync_bytes / q_bytes, 2),
                 "diloco_curve_int8": q_curve,
             }
+        if ("sparse", c, s.seed) in results:
+            sp_loss, sp_bytes, sp_curve = results[("sparse", c, s.seed)]
+            one |= {
+                "sparse_eval_loss": round(sp_loss, 4),
+                "sparse_loss_ratio": round(sp_loss / sync_loss, 4),
+                "sparse_loss_ratio_vs_fp32": round(sp_loss / d_loss, 5),
+                "sparse_bytes_ratio_vs_sync": round(sync_bytes / sp_bytes, 1),
+                "diloco_curve_sparse": sp_curve,
+            }
         log.info("seed %d on %s: %s", s.seed, c, one)
         out[(c, s.seed)] = one
     return out
@@ -399,6 +451,43 @@ def comparisons(
 def _mean_sd(values: list[float]) -> tuple[float, float]:
     mean = statistics.mean(values)
     return round(mean, 4), round(statistics.stdev(values) if len(values) > 1 else 0.0, 4)
+
+
+def sparse_figures(
+    s: Setup, runs: list[dict[str, object]], other_runs: list[dict[str, object]]
+) -> dict[str, object]:
+    """The sparse format's JSON keys: its loss ratios (default corpus, the other corpus), its
+    settings and its bytes beside dense int8's (one packet, and what one rank sends a round)."""
+    numel = GPT(s.model).num_params()
+    ratios = [float(r["sparse_loss_ratio"]) for r in runs]  # type: ignore[arg-type]
+    mean, sd = _mean_sd(ratios)
+    sparse_packet = sparse_wire_bytes(numel, s.sparse)
+    int8_packet = packet_bytes(numel, "int8")
+    out: dict[str, object] = {
+        "sparse_loss_ratio_mean": mean,
+        "sparse_loss_ratio_sd": sd,
+        "sparse_loss_ratios": ratios,
+        "sparse_chunk": s.sparse.chunk,
+        "sparse_k": s.sparse.k,
+        "sparse_density": round(s.sparse.density, 5),
+        "sparse_value_bits": s.sparse.bits,
+        "sparse_beta": s.sparse_beta,
+        "sparse_outer_lr": s.sparse_outer.lr,
+        "sparse_outer_momentum": s.sparse_outer.momentum,
+        "int8_packet_bytes": int8_packet,
+        "sparse_packet_bytes": sparse_packet,
+        "sparse_packet_ratio_vs_int8": round(int8_packet / sparse_packet, 2),
+        # what one rank sends a round: int8 as bench.diloco has always counted it (a ring), the
+        # sparse packets through the checked all-gather ((K-1) packets; no ring can sum them)
+        "int8_wire_bytes_per_round": wire_bytes(numel, "int8", s.workers),
+        "sparse_wire_bytes_per_round": (s.workers - 1) * sparse_packet,
+        "sparse_bytes_ratio_vs_sync": runs[0]["sparse_bytes_ratio_vs_sync"],
+    }
+    if other_runs:
+        other = [float(r["sparse_loss_ratio"]) for r in other_runs]  # type: ignore[arg-type]
+        out["sparse_other_loss_ratio_mean"] = _mean_sd(other)[0]
+        out["sparse_other_loss_ratios"] = other
+    return out
 
 
 def main() -> None:
@@ -428,6 +517,13 @@ def main() -> None:
                    help="keep each AdamW state across rounds (nodes start fresh)")  # fmt: skip
     p.add_argument("--warm-start", type=int, default=200,
                    help="synchronous steps both runs start from (not counted)")  # fmt: skip
+    p.add_argument("--skip-sparse", action="store_true", help="no runs of the sparse format")
+    p.add_argument("--sparse-chunk", type=int, default=SPARSE_SHAPE.chunk)
+    p.add_argument("--sparse-k", type=int, default=SPARSE_SHAPE.k, help="values kept a chunk")
+    p.add_argument("--sparse-bits", type=int, default=SPARSE_SHAPE.bits, help="bits a value")
+    p.add_argument("--sparse-beta", type=float, default=SPARSE_BETA, help="error-feedback decay")
+    p.add_argument("--sparse-outer-lr", type=float, default=SPARSE_OUTER_LR)
+    p.add_argument("--sparse-outer-momentum", type=float, default=SPARSE_OUTER_MOMENTUM)
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
@@ -446,6 +542,9 @@ def main() -> None:
         keep_inner_state=args.keep_inner_state,
         betas=(args.betas[0], args.betas[1]),
         warm_start=args.warm_start,
+        sparse=SparseSpec(args.sparse_chunk, args.sparse_k, args.sparse_bits),
+        sparse_beta=args.sparse_beta,
+        sparse_outer=OuterConfig(lr=args.sparse_outer_lr, momentum=args.sparse_outer_momentum),
     )
     t0 = time.perf_counter()
     load = os.getloadavg()
@@ -465,7 +564,9 @@ def main() -> None:
     items = [("stdlib", replace(s, seed=k)) for k in seeds]
     items += [("code", replace(s, seed=k)) for k in other_seeds] if other is not None else []
     # --quick: int8's loss cost is measured in the full run (and on the wire by bench.network)
-    done = comparisons(pool, items, int8=None if args.quick else ("stdlib", 0))
+    done = comparisons(
+        pool, items, int8=None if args.quick else ("stdlib", 0), sparse=not args.skip_sparse
+    )
     pool.close()
     runs = [done[("stdlib", k)] for k in seeds]
     ratios = [float(r["loss_ratio"]) for r in runs]  # type: ignore[arg-type]
@@ -498,6 +599,9 @@ def main() -> None:
         "initial_eval_loss": round(initial, 4),
         **{k: v for k, v in first.items() if k != "seed"},
     }
+    if not args.skip_sparse:
+        code_runs = [done[("code", k)] for k in other_seeds] if other is not None else []
+        out |= sparse_figures(s, [done[("stdlib", k)] for k in seeds], code_runs)
     if args.skip_other_corpus:
         pass
     elif other is None:

@@ -11,7 +11,7 @@ import torch
 
 from bench.diloco import Setup, code_corpus, run_diloco, split_eval
 from reference.data import Corpus
-from reference.model import GPTConfig
+from reference.model import GPT, GPTConfig
 from reference.outer import OuterConfig
 
 SETUP = Setup(model=GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32), workers=2, rounds=3,
@@ -77,3 +77,25 @@ def test_run_schedules_are_constant_by_default_and_decay_when_asked(corpus_dir: 
     for field in ("run_decay", "outer_decay"):
         other, _, _ = run_diloco(corpus, Setup(**{**SETUP.__dict__, field: 0.1}), rows, "fp32")
         assert other != plain, field
+
+
+def test_sparse_runs_carry_error_feedback_and_send_a_fraction_of_int8(corpus_dir: Path) -> None:
+    """The sparse arm: deterministic, its bytes the checked all-gather of sparse packets, and the
+    error-feedback residual matters (beta 0, no feedback, trains differently)."""
+    from bench.diloco import sparse_figures
+    from reference.codec.sparse import SparseSpec, sparse_wire_bytes
+
+    corpus = Corpus.from_folder(corpus_dir)
+    rows = corpus.eval_rows(32, 16, seed=1)
+    s = Setup(**{**SETUP.__dict__, "sparse": SparseSpec(256, 8, 2)})
+    loss, sent, _ = run_diloco(corpus, s, rows, "sparse")
+    again, _, _ = run_diloco(corpus, s, rows, "sparse")
+    no_feedback, _, _ = run_diloco(corpus, Setup(**{**s.__dict__, "sparse_beta": 0.0}), rows,
+                                   "sparse")  # fmt: skip
+    numel = sum(p.numel() for p in GPT(s.model).parameters())
+    assert loss == again and no_feedback != loss
+    assert sent == s.rounds * (s.workers - 1) * sparse_wire_bytes(numel, s.sparse)
+    run: dict[str, object] = {"sparse_loss_ratio": 1.01, "sparse_bytes_ratio_vs_sync": 900.0}
+    figures = sparse_figures(s, [run, run], [run])
+    assert figures["sparse_loss_ratio_mean"] == 1.01 and figures["sparse_other_loss_ratio_mean"]
+    assert float(figures["sparse_packet_ratio_vs_int8"]) > 10  # type: ignore[arg-type]

@@ -1,0 +1,296 @@
+"""The sparse wire format: per-chunk top-k of (update + residual), low-bit values, compact indices,
+and the error-feedback residual a node carries to its next round.
+
+One definition (:class:`SparseSpec` for the governed shape, :class:`SparsePacket` for the bytes):
+
+    spec = SparseSpec(chunk=4096, k=64, bits=2)
+    packet, residual = compress(update, residual, spec, beta=0.95)   # a node, every round
+    mean = average_sparse(packets, weights=None)                     # every node, the ledger
+    sparse_wire_bytes(numel, spec) == packet.nbytes
+
+Layout of one packet of ``numel`` values (padded with zeros to ``chunks = ceil(numel / chunk)``
+whole chunks): ``payload`` (uint8) is every chunk's ``k`` offsets within the chunk, ascending,
+as 1 byte (chunk <= 256) or 2 bytes little-endian, then every chunk's ``k`` codes of ``bits``
+bits packed little-endian (code j of a byte at bit ``bits * j``); ``scales`` (fp32) is one step
+per chunk. Code ``c`` decodes to ``(c - L + 0.5) * step`` with ``L = 2**(bits - 1)``: the
+levels ``+-0.5, +-1.5, ... +-(L - 0.5)`` steps (no zero; the values sent are the largest).
+
+Encoding, per chunk, all in fp32, every operation its own kernel (deterministic on any machine
+and any thread count):
+    acc  = residual * beta + update                    (two kernels; NaN/Inf refused)
+    keep = the k positions of largest |acc|; ties go to the lower offset (the key is
+           ``bits(|acc|) * 2**16 + (2**16 - 1 - offset)``: unique, so the set does not depend on
+           the top-k algorithm); padding past ``numel`` ranks below every real value
+    amax = max |acc[keep]|;  if amax < 2**-100: step = 0, codes = L (decode to zero)
+    else: step = amax / (L - 0.5);  c = clamp(floor(acc / step) + L, 0, 2L - 1)
+    residual' = acc - decode(packet)
+
+A peer's packet is an input: :meth:`SparsePacket.check` refuses wrong lengths, offsets outside
+the chunk, duplicate or unordered offsets, and negative or non-finite steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import torch
+
+from protocol.errors import ConfigError, TrainerError
+from reference.codec.dispatch import resolve_backend
+from reference.codec.formats import TINY_AMAX
+from reference.codec.pure import nonfinite_error
+
+MIN_CHUNK = 64
+MAX_CHUNK = 65536
+VALUE_BITS = (2, 4, 8)
+_KEY_SHIFT = 1 << 16
+
+
+@dataclass(frozen=True)
+class SparseSpec:
+    """The sparse format's shape: ``k`` of every ``chunk`` values, ``bits`` bits each."""
+
+    chunk: int = 4096
+    k: int = 64
+    bits: int = 2
+
+    def __post_init__(self) -> None:
+        c, k, b = self.chunk, self.k, self.bits
+        if not isinstance(c, int) or c < MIN_CHUNK or c > MAX_CHUNK or c & (c - 1):
+            raise ConfigError(
+                f"sparse chunk must be a power of two between {MIN_CHUNK} and {MAX_CHUNK}, "
+                f"got {c!r} (4096 is the default)"
+            )
+        if b not in VALUE_BITS:
+            raise ConfigError(f"sparse value bits must be one of {VALUE_BITS}, got {b!r}")
+        if not isinstance(k, int) or not 1 <= k <= c or (k * b) % 8:
+            raise ConfigError(
+                f"sparse k must be in [1, chunk={c}] with k * bits a whole number of bytes "
+                f"(a multiple of {8 // math.gcd(8, b)} at {b} bits), got {k!r}"
+            )
+
+    @property
+    def index_bytes(self) -> int:
+        return 1 if self.chunk <= 256 else 2
+
+    @property
+    def levels(self) -> int:
+        """L: codes are 0 .. 2L - 1, decoding to (c - L + 0.5) steps."""
+        return 1 << (self.bits - 1)
+
+    def chunks(self, numel: int) -> int:
+        return math.ceil(numel / self.chunk)
+
+    def payload_bytes(self, numel: int) -> int:
+        return self.chunks(numel) * self.k * (self.index_bytes * 8 + self.bits) // 8
+
+    @property
+    def density(self) -> float:
+        return self.k / self.chunk
+
+
+def sparse_wire_bytes(numel: int, spec: SparseSpec) -> int:
+    """Bytes of one sparse packet of ``numel`` values: offsets + codes + one fp32 step a chunk."""
+    return spec.payload_bytes(numel) + 4 * spec.chunks(numel)
+
+
+@dataclass(frozen=True, eq=False)
+class SparsePacket:
+    """One node's sparse pseudo-gradient as it goes on the wire (checked on construction)."""
+
+    spec: SparseSpec
+    numel: int
+    payload: torch.Tensor  # uint8: offsets, then packed codes
+    scales: torch.Tensor  # fp32: one step per chunk
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    @property
+    def nbytes(self) -> int:
+        return self.payload.numel() + 4 * self.scales.numel()
+
+    def check(self) -> None:
+        """Refuse a malformed packet with what is wrong (a peer's packet is untrusted input)."""
+        s, n = self.spec, self.numel
+        if not isinstance(n, int) or n < 1:
+            raise TrainerError(f"sparse packet must hold at least one value, got numel={n!r}")
+        want = s.payload_bytes(n)
+        p, sc = self.payload, self.scales
+        if p.dtype != torch.uint8 or p.dim() != 1 or p.numel() != want:
+            raise TrainerError(
+                f"sparse packet of {n} values ({s}) needs a 1-D uint8 payload of {want} bytes, "
+                f"got {p.dim()}-D {p.dtype} of {p.numel()}: the sender used another spec "
+                "or the packet was cut"
+            )
+        if sc.dtype != torch.float32 or sc.dim() != 1 or sc.numel() != s.chunks(n):
+            raise TrainerError(
+                f"sparse packet of {n} values ({s}) needs {s.chunks(n)} fp32 steps, got "
+                f"{sc.dim()}-D {sc.dtype} of {sc.numel()}"
+            )
+        if not bool(torch.isfinite(sc).all()) or bool((sc < 0).any()):
+            raise TrainerError("sparse packet has a negative, NaN or Inf step: refused")
+        offs = self.offsets()
+        if bool((offs >= s.chunk).any()):
+            raise TrainerError(
+                f"sparse packet has an offset >= chunk size {s.chunk}: refused (offsets must "
+                "lie within their chunk)"
+            )
+        if s.k > 1 and not bool((offs[:, 1:] > offs[:, :-1]).all()):
+            raise TrainerError(
+                "sparse packet has duplicate or unordered offsets within a chunk: refused "
+                "(each chunk lists k distinct offsets in ascending order)"
+            )
+
+    def offsets(self) -> torch.Tensor:
+        """The (chunks, k) int64 offsets within each chunk."""
+        s = self.spec
+        m = self.scales.numel() * s.k
+        raw = self.payload[: m * s.index_bytes].to(torch.int64)
+        if s.index_bytes == 1:
+            return raw.view(-1, s.k)
+        pairs = raw.view(m, 2)
+        return (pairs[:, 0] + pairs[:, 1] * 256).view(-1, s.k)
+
+    def codes(self) -> torch.Tensor:
+        """The (chunks, k) int64 codes."""
+        s = self.spec
+        m = self.scales.numel() * s.k
+        packed = self.payload[m * s.index_bytes :].to(torch.int64)
+        per = 8 // s.bits
+        shifts = torch.arange(per, dtype=torch.int64) * s.bits
+        return ((packed[:, None] >> shifts) & ((1 << s.bits) - 1)).reshape(-1, s.k)
+
+    def values(self) -> torch.Tensor:
+        """The (chunks, k) fp32 values: ``(c - L + 0.5) * step``, one multiply each."""
+        half_levels = (self.codes() - self.spec.levels).to(torch.float32) + 0.5
+        return half_levels * self.scales[:, None]
+
+    def positions(self) -> torch.Tensor:
+        """The (chunks, k) flat positions (positions >= numel, in the padding, carry nothing)."""
+        base = torch.arange(self.scales.numel(), dtype=torch.int64)[:, None] * self.spec.chunk
+        return base + self.offsets()
+
+    def digest(self) -> bytes:
+        """sha256 of the wire bytes (the order :func:`average_sparse` sums packets in)."""
+        h = hashlib.sha256(self.payload.numpy().tobytes())
+        h.update(self.scales.numpy().tobytes())
+        return h.digest()
+
+
+def _pack(offsets: torch.Tensor, codes: torch.Tensor, spec: SparseSpec) -> torch.Tensor:
+    if spec.index_bytes == 1:
+        idx = offsets.reshape(-1).to(torch.uint8)
+    else:
+        flat = offsets.reshape(-1)
+        idx = torch.stack([flat & 255, flat >> 8], dim=1).reshape(-1).to(torch.uint8)
+    per = 8 // spec.bits
+    shifts = torch.arange(per, dtype=torch.int64) * spec.bits
+    packed = (codes.reshape(-1, per) << shifts).sum(dim=1).to(torch.uint8)
+    return torch.cat([idx, packed])
+
+
+def _select_torch(x: torch.Tensor, spec: SparseSpec) -> tuple[torch.Tensor, ...]:
+    """(offsets, codes, steps) of ``x`` by the rule in the module docstring, in eager torch."""
+    n, chunks, c = x.numel(), spec.chunks(x.numel()), spec.chunk
+    rows = torch.zeros(chunks * c, dtype=torch.float32)
+    rows[:n] = x
+    rows = rows.view(chunks, c)
+    tie = (_KEY_SHIFT - 1) - torch.arange(c, dtype=torch.int64)
+    key = rows.abs().view(torch.int32).to(torch.int64) * _KEY_SHIFT + tie
+    if n < chunks * c:  # padding ranks below every real value (keys of real values are >= 0)
+        key.view(-1)[n:] = key.view(-1)[n:] - (1 << 48)
+    offsets = torch.topk(key, spec.k, dim=1, sorted=False).indices.sort(dim=1).values
+    vals = torch.gather(rows, 1, offsets)
+    amax = vals.abs().amax(dim=1)
+    tiny = amax < TINY_AMAX
+    levels = spec.levels
+    half = torch.tensor(levels - 0.5, dtype=torch.float32)
+    step = torch.where(tiny, torch.zeros_like(amax), amax / half)
+    div = torch.where(tiny, torch.ones_like(amax), step)
+    q = torch.floor(vals / div[:, None]).to(torch.int64) + levels
+    q = q.clamp_(0, 2 * levels - 1)
+    q[tiny] = levels
+    return offsets, q, step
+
+
+def encode_sparse(x: torch.Tensor, spec: SparseSpec, *, backend: str | None = None) -> SparsePacket:
+    """The sparse packet (on the CPU, for the wire) of the flat fp32 vector ``x``.
+
+    Backends as for the dense formats (``COLOCO_CODEC``): Triton for CUDA tensors (or CPU ones
+    under ``TRITON_INTERPRET=1``), eager torch otherwise (there is no native C kernel for it)."""
+    if x.dtype != torch.float32 or x.dim() != 1:
+        raise TrainerError(f"sparse encode needs a flat fp32 vector, got {x.dtype} {x.shape}")
+    if x.numel() == 0:
+        raise TrainerError("sparse encode needs at least one value")
+    if not bool(torch.isfinite(x).all()):
+        raise nonfinite_error("the pseudo-gradient plus residual")
+    if resolve_backend(x.device, backend) == "triton":
+        from reference.codec import sparse_triton
+
+        parts = sparse_triton.select(x.contiguous(), spec.chunk, spec.k, spec.levels)
+        offsets, q, step = (t.cpu() for t in parts)
+    else:
+        offsets, q, step = _select_torch(x.detach().cpu(), spec)
+    return SparsePacket(spec, x.numel(), _pack(offsets, q, spec), step)
+
+
+def decode_sparse(packet: SparsePacket) -> torch.Tensor:
+    """The dense fp32 vector of ``numel`` values a packet stands for (zeros off its positions)."""
+    out = torch.zeros(packet.scales.numel() * packet.spec.chunk, dtype=torch.float32)
+    out.view(-1)[packet.positions().view(-1)] = packet.values().view(-1)
+    return out[: packet.numel]
+
+
+def compress(
+    update: torch.Tensor, residual: torch.Tensor | None, spec: SparseSpec, beta: float
+) -> tuple[SparsePacket, torch.Tensor]:
+    """One round of error feedback: ``acc = residual * beta + update``; the packet of ``acc``;
+    the new residual ``acc - decode(packet)`` (the node's state for its next round)."""
+    if not 0.0 <= beta <= 1.0:
+        raise ConfigError(f"error-feedback decay beta must be in [0, 1], got {beta}")
+    u = update.detach().float().reshape(-1).contiguous()
+    if residual is None:
+        acc = u.clone()
+    else:
+        if residual.shape != u.shape or residual.dtype != torch.float32:
+            raise TrainerError(
+                f"residual {residual.dtype} {tuple(residual.shape)} does not match the update's "
+                f"{u.numel()} fp32 values: carry the residual of the same model"
+            )
+        acc = residual.mul(torch.tensor(beta, dtype=torch.float32))
+        acc.add_(u)
+    packet = encode_sparse(acc, spec)
+    return packet, acc.sub_(decode_sparse(packet))
+
+
+def average_sparse(packets: list[SparsePacket], weights: list[int] | None = None) -> torch.Tensor:
+    """The (token-weighted) mean of the packets' decodes, fp32, the same bits in any order.
+
+    Packets are summed in the order of their :meth:`~SparsePacket.digest` (ties: identical bytes,
+    then by weight), one fp32 add per value per packet (``sum(decode * w) / sum(w)``, the product
+    and the sum separate kernels), so every node and the ledger get the same bits however the
+    packets arrived."""
+    if not packets:
+        raise TrainerError("average_sparse needs at least one packet")
+    first = packets[0]
+    for i, p in enumerate(packets):
+        if p.spec != first.spec or p.numel != first.numel:
+            raise TrainerError(
+                f"packet {i} is {p.spec} of {p.numel} values, packet 0 is {first.spec} of "
+                f"{first.numel}: every member must send the governed format for the same model"
+            )
+    if weights is not None and (len(weights) != len(packets) or any(w <= 0 for w in weights)):
+        raise TrainerError(f"{len(packets)} packets need as many positive weights, got {weights}")
+    ws = weights if weights is not None else [1] * len(packets)
+    order = sorted(range(len(packets)), key=lambda i: (packets[i].digest(), ws[i]))
+    acc = torch.zeros(first.scales.numel() * first.spec.chunk, dtype=torch.float32)
+    for i in order:
+        vals = packets[i].values().view(-1)
+        if weights is not None:
+            vals = vals * torch.tensor(float(ws[i]), dtype=torch.float32)
+        acc.index_add_(0, packets[i].positions().view(-1), vals)
+    total = torch.tensor(float(sum(ws)), dtype=torch.float32)
+    return acc[: first.numel].div_(total)
