@@ -148,6 +148,7 @@ class Rig:
                     base=base,
                     result=result_of(run_id, rnd),
                     pseudo_gradient=pg,
+                    tokens=tokens_of(run_id, i),
                 )
                 sig = sign_attestation(att, self.domain, node.key)
                 payload: dict[str, Any] = {
@@ -214,6 +215,14 @@ def _ledger_contract(w3: Any, dep: Deployment) -> Any:
 
 def _seed(run_id: str, rnd: int, index: int) -> int:
     return zlib.crc32(f"{run_id}/{rnd}/{index}".encode())
+
+
+def tokens_of(run_id: str, index: int, inner_steps: int = 50) -> int:
+    """A node's tokens in every round of a run: a whole number of inner steps (the judge's work
+    rule), different per node and run. Each scenario's ledger starts from an empty database on
+    the one chain: with equal splits its first settlement would be the root an earlier scenario
+    already committed with a budget, which ContributionLedger refuses (RepeatedRootWithBudget)."""
+    return inner_steps * (12 + _seed(run_id, 0, index) % 9)
 
 
 def genesis_of(run_id: str) -> str:
