@@ -212,7 +212,7 @@ def check_resources(preset: str, checkpoint_dir: Path) -> Check:
         short.append("disk")
     if short:
         return Check("resources", False, f"{found}: not enough {' and '.join(short)}",
-                     "free some, or run a smaller --preset, or --checkpoint-dir on a larger "
+                     "free some, or run a smaller --model preset, or --checkpoint-dir on a larger "
                      "disk")  # fmt: skip
     return Check("resources", True, found)
 
