@@ -25,7 +25,7 @@ from web3 import HTTPProvider, Web3
 from web3.exceptions import ContractLogicError, ProviderConnectionError, Web3RPCError
 
 from protocol.chain_views import ChainViews
-from protocol.deployment import Deployment, abi
+from protocol.deployment import Deployment, abi, available_abis
 from protocol.errors import ChainError, DeploymentError, RpcUnavailableError
 from protocol.reverts import ErrorDecoder
 
@@ -165,13 +165,7 @@ class ChainClient(ChainViews):
     def errors(self) -> ErrorDecoder:
         """Decoder over the custom errors of every contract of the deployment with an artifact."""
         if self._decoder is None:
-            abis = []
-            for name in self.deployment.contracts:
-                try:
-                    abis.append(abi(name))
-                except DeploymentError:
-                    log.debug("no ABI for %s; its custom errors will not decode", name)
-            self._decoder = ErrorDecoder(abis)
+            self._decoder = ErrorDecoder(available_abis(self.deployment.contracts))
         return self._decoder
 
     def rpc(self, fn: Callable[[], T], what: str) -> T:

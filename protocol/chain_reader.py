@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from protocol.chain_views import ChainViews
-from protocol.deployment import Deployment, abi
+from protocol.deployment import Deployment, abi, available_abis
 from protocol.eip712 import keccak256, to_checksum_address
 from protocol.errors import ChainError, DeploymentError, RpcUnavailableError
 from protocol.reverts import ErrorDecoder, abi_type
@@ -212,13 +212,7 @@ class ChainReader(ChainViews):
 
     def _decoder(self) -> ErrorDecoder:
         if self._errors is None:
-            abis = []
-            for name in self.deployment.contracts:
-                try:
-                    abis.append(abi(name))
-                except DeploymentError:
-                    log.debug("no ABI for %s; its custom errors will not decode", name)
-            self._errors = ErrorDecoder(abis)
+            self._errors = ErrorDecoder(available_abis(self.deployment.contracts))
         return self._errors
 
     def close(self) -> None:

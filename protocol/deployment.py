@@ -7,6 +7,8 @@ contracts/script/Deploy.s.sol`) wrote; `abi(name)` reads forge's artifact under 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,8 @@ from protocol.eip712 import is_address, to_checksum_address
 from protocol.errors import DeploymentError
 from protocol.toolchain import forge_out_dir
 from protocol.types import Address, ChainId
+
+log = logging.getLogger(__name__)
 
 CONTRACT_NAMES: tuple[str, ...] = (
     "StakeManager",
@@ -206,3 +210,15 @@ def abi(name: str) -> list[dict[str, Any]]:
     if not isinstance(result, list):
         raise DeploymentError(f"forge artifact {path} has no 'abi' list: rebuild")
     return result
+
+
+def available_abis(names: Iterable[str]) -> list[list[dict[str, Any]]]:
+    """The ABIs of those of ``names`` this install has (a contract without an artifact is logged
+    and left out: its custom errors will not decode), for a deployment's error decoder."""
+    found = []
+    for name in names:
+        try:
+            found.append(abi(name))
+        except DeploymentError:
+            log.debug("no ABI for %s; its custom errors will not decode", name)
+    return found
