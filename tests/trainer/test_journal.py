@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from protocol.devnet import free_port
 from protocol.eip712 import Eip712Domain
 from protocol.errors import LedgerUnavailableError
 from protocol.keys import NodeKey
+from tests.trainer.fake_ledger import LedgerHandler
 from tests.trainer.nodes import DEV_KEYS, RUN_ID
 from trainer.network.ledger_client import LedgerClient, RetryPolicy
 from trainer.round.attest import Attester, WorkRecord
@@ -39,20 +40,8 @@ class _Ledger(ThreadingHTTPServer):
     needs: set[int]  # rounds whose attestations must arrive before it takes a join (behind)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LedgerHandler):
     server: _Ledger
-
-    def _answer(self, status: int, body: object) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_PUT(self) -> None:  # blob upload
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        self._answer(200, {"ok": True})
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
@@ -69,9 +58,6 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.server.attested.append(r)
         self._answer(202, {"id": r})
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture

@@ -7,16 +7,16 @@ stays behind for a set number of requests, then catches up.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 import torch
 
 from protocol.eip712 import Eip712Domain
 from protocol.keys import NodeKey
+from tests.trainer.fake_ledger import LedgerHandler
 from tests.trainer.nodes import DEV_KEYS, RUN_ID
 from trainer.network.ledger_client import LedgerClient, RetryPolicy
 from trainer.round.attest import Attester, WorkRecord
@@ -29,20 +29,8 @@ class _Ledger(ThreadingHTTPServer):
     seen: list[str]
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LedgerHandler):
     server: _Ledger
-
-    def _answer(self, status: int, body: object) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_PUT(self) -> None:  # blob upload
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        self._answer(200, {"ok": True})
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", 0)))
@@ -54,9 +42,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(200, {"accepted": True})
         else:
             self._answer(202, {"id": 7})
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
