@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, tuple_
+from sqlalchemy import ColumnElement, Connection, Engine, Select, and_, tuple_
+from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -53,6 +54,29 @@ _CHUNK = 500  # rounds per query of Membership.refresh (bound parameters stay fe
 
 
 _JOIN = Join.__table__  # type: ignore[attr-defined]
+_ATT = Attestation.__table__  # type: ignore[attr-defined]
+_STATE = RoundState.__table__  # type: ignore[attr-defined]
+
+
+def missed_joins(columns: tuple[Any, ...], *where: ColumnElement[bool]) -> Select[Any]:
+    """``columns`` of the joins whose round closed without the joiner's attestation (a missed
+    round: signed work the ledger never received, or a join never trained), filtered by
+    ``where``: the no-show rule's rows and a node's ``missed_rounds`` (GET /v1/nodes)."""
+    return (
+        sa_select(*columns)
+        .join(_STATE, and_(_STATE.c.run_id == _JOIN.c.run_id, _STATE.c.round == _JOIN.c.round))
+        .outerjoin(
+            _ATT,
+            and_(
+                _ATT.c.run_id == _JOIN.c.run_id,
+                _ATT.c.round == _JOIN.c.round,
+                _ATT.c.node == _JOIN.c.node,
+            ),
+        )
+        .where(_STATE.c.state != "open", _ATT.c.id.is_(None), *where)
+    )
+
+
 # PostgreSQL: the joins of a list of rounds as two array parameters, one statement text whatever
 # the number of rounds (psycopg prepares it server-side): no SQLAlchemy compile of an IN list
 # of tuples per call, which cost 0.8 ms of CPU per group commit (8 us per item of a batch)
@@ -242,27 +266,12 @@ class Membership:
         """Refuse ``node``'s join of ``round_`` while it pays for its no-shows: rounds it joined
         that closed without its attestation (a node that joins at the ledger and never trains
         held every such round open to its deadline when it was half the members)."""
-        att = Attestation.__table__  # type: ignore[attr-defined]
-        state = RoundState.__table__  # type: ignore[attr-defined]
-        query = (
-            select(_JOIN.c.round)
-            .join(state, and_(state.c.run_id == _JOIN.c.run_id, state.c.round == _JOIN.c.round))
-            .outerjoin(
-                att,
-                and_(
-                    att.c.run_id == _JOIN.c.run_id,
-                    att.c.round == _JOIN.c.round,
-                    att.c.node == _JOIN.c.node,
-                ),
-            )
-            .where(
-                _JOIN.c.run_id == run,
-                _JOIN.c.node == node,
-                state.c.state != "open",
-                _JOIN.c.round < round_,
-                _JOIN.c.round >= round_ - NO_SHOW_HISTORY,
-                att.c.id.is_(None),
-            )
+        query = missed_joins(
+            (_JOIN.c.round,),
+            _JOIN.c.run_id == run,
+            _JOIN.c.node == node,
+            _JOIN.c.round < round_,
+            _JOIN.c.round >= round_ - NO_SHOW_HISTORY,
         )
         with self.engine.connect() as conn:
             missed = sorted(int(r) for (r,) in conn.execute(query))

@@ -7,15 +7,16 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
-from sqlalchemy import Connection, and_, bindparam, func, text
+from sqlalchemy import Connection, bindparam, func, text
 from sqlalchemy import select as sa_select
 
 from ledger.api.deps import SessionDep, SnapshotDep
 from ledger.api.errors import errors, json_response
 from ledger.api.raw import Keyed
 from ledger.chain.indexer import ChainSnapshot
-from ledger.core.models import Attestation, Join, Rejection, RoundState
+from ledger.core.models import Attestation, Join, Rejection
 from ledger.core.schemas import NodeOut
+from ledger.intake.membership import missed_joins
 from protocol.eip712 import to_checksum_address
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
@@ -24,7 +25,6 @@ LIMIT, LIMIT_MAX = 100, 1000  # newest entries returned: the default and the mos
 _ATT = Attestation.__table__  # type: ignore[attr-defined]
 _REJ = Rejection.__table__  # type: ignore[attr-defined]
 _JOIN = Join.__table__  # type: ignore[attr-defined]
-_STATE = RoundState.__table__  # type: ignore[attr-defined]
 _ROUND_NAMES = (
     "run_id", "round", "node", "id", "tokens", "verified", "verified_tokens", "quality",
     "reward", "reason",
@@ -56,17 +56,7 @@ _REJECTIONS = Keyed(
 _MISSED = Keyed(
     _JOIN.c.node,
     lambda keys: (
-        sa_select(_JOIN.c.run_id, _JOIN.c.round)
-        .join(_STATE, and_(_STATE.c.run_id == _JOIN.c.run_id, _STATE.c.round == _JOIN.c.round))
-        .outerjoin(
-            _ATT,
-            and_(
-                _ATT.c.run_id == _JOIN.c.run_id,
-                _ATT.c.round == _JOIN.c.round,
-                _ATT.c.node == _JOIN.c.node,
-            ),
-        )
-        .where(keys, _STATE.c.state != "open", _ATT.c.id.is_(None))
+        missed_joins((_JOIN.c.run_id, _JOIN.c.round), keys)
         .order_by(_JOIN.c.id.desc())
         .limit(bindparam("limit"))
     ),
