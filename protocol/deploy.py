@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
+import tempfile
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +26,8 @@ SCRIPT = "contracts/script/Deploy.s.sol:Deploy"
 # forge only writes JSON under ./deployments (foundry.toml fs_permissions); the script writes a
 # scratch file there that is read back, validated, and saved wherever the caller asked.
 _SCRATCH_DIR = REPO_ROOT / "deployments"
+# forge's compilation cache (foundry.toml's cache_path): every `forge script` rewrites it
+_SHARED_CACHE = REPO_ROOT / "cache" / "solidity-files-cache.json"
 BPS = 10_000  # TrainingConfig.BPS: the ownership split's whole
 
 
@@ -189,15 +195,16 @@ def deploy(
         committer,
     )
     try:
-        run_watched(
-            cmd,
-            cwd=REPO_ROOT,
-            env=env,
-            rpc_url=rpc_url,
-            sender=deployer,
-            label=f"forge script {SCRIPT}",
-            limits=limits or (DEVNET_LIMITS if profile == "devnet" else Limits()),
-        )
+        with _private_cache(env):
+            run_watched(
+                cmd,
+                cwd=REPO_ROOT,
+                env=env,
+                rpc_url=rpc_url,
+                sender=deployer,
+                label=f"forge script {SCRIPT}",
+                limits=limits or (DEVNET_LIMITS if profile == "devnet" else Limits()),
+            )
         if not scratch.is_file():
             raise DeploymentError(
                 f"forge script {SCRIPT} succeeded but wrote no deployment JSON at {scratch}"
@@ -208,3 +215,26 @@ def deploy(
     deployment.save(out_path)
     log.info("deployment written to %s (chain %d)", out_path, deployment.chain_id)
     return deployment
+
+
+@contextlib.contextmanager
+def _private_cache(env: dict[str, str]) -> Iterator[None]:
+    """Point forge (``env``) at a private copy of the shared compilation cache for one run.
+
+    Every ``forge script`` rewrites its cache file in place, so deploys running side by side (test
+    workers, two devnets) could read one another's half-written file: forge then logs "EOF while
+    parsing" and recompiles everything, long enough to look like a stalled deploy. Each run reads
+    its own copy; the copy replaces the shared file atomically afterwards (a later reader sees the
+    whole old file or the whole new one), so a compilation done here is not redone next time.
+    """
+    with tempfile.TemporaryDirectory(prefix="coloco-forge-cache-") as private:
+        mine = Path(private) / _SHARED_CACHE.name
+        if _SHARED_CACHE.is_file():
+            shutil.copyfile(_SHARED_CACHE, mine)
+        env["FOUNDRY_CACHE_PATH"] = private
+        yield
+        if mine.is_file():
+            _SHARED_CACHE.parent.mkdir(exist_ok=True)
+            staged = _SHARED_CACHE.with_name(f".{_SHARED_CACHE.name}.{uuid.uuid4().hex}")
+            shutil.copyfile(mine, staged)
+            os.replace(staged, _SHARED_CACHE)

@@ -252,3 +252,53 @@ def test_abi_of_unknown_contract_says_what_to_do() -> None:
     assert any(item.get("name") == "commitRound" for item in abi("ContributionLedger"))
     with pytest.raises(DeploymentError, match="forge build"):
         abi("NoSuchContract")
+
+
+def test_deploys_side_by_side_never_see_a_half_written_compilation_cache(
+    anvil: AnvilProcess, tmp_path: Path
+) -> None:
+    """Four deploys at once (as test workers and devnets run) while a reader keeps parsing forge's
+    shared compilation cache: every deploy succeeds and the shared file is whole at every read.
+
+    `forge script` rewrites its cache in place; before each deploy had its own copy, a deploy that
+    read another's half-written file recompiled everything and was killed as stalled (CI, stop 35:
+    139 errors)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from protocol.deploy import _SHARED_CACHE
+
+    committer = anvil.accounts[1][0]
+    done = threading.Event()
+    reads: list[str] = []
+
+    def watch() -> None:
+        while not done.is_set():
+            try:
+                json.loads(_SHARED_CACHE.read_bytes())
+                reads.append("whole")
+            except FileNotFoundError:
+                pass
+            except ValueError as exc:
+                reads.append(f"half-written: {exc}")
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            deployed = list(
+                pool.map(
+                    lambda i: deploy(
+                        anvil.rpc_url,
+                        anvil.accounts[5 + i][1],
+                        committer=committer,
+                        out_path=tmp_path / f"deployment{i}.json",
+                    ),
+                    range(4),
+                )
+            )
+    finally:
+        done.set()
+        watcher.join()
+    assert len({d.address("ContributionLedger") for d in deployed}) == 4
+    assert reads and set(reads) == {"whole"}, [r for r in reads if r != "whole"][:3]
