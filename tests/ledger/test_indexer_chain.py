@@ -84,11 +84,14 @@ def test_initial_sync_without_archive_node_in_chunks(
     assert pruned.log_queries >= span // 7  # chunked, never one query over all history
 
 
-def _commit(chain: AnvilProcess, deployment, run: str, round_: int) -> None:  # type: ignore[no-untyped-def]
+def _commit(chain: AnvilProcess, deployment, run: str, round_: int, work: int = 1) -> int:  # type: ignore[no-untyped-def]
+    """Commit (run, round_) with total work `work`; return the block it was mined in."""
     cl = contract(chain.w3, deployment, "ContributionLedger")
-    args = (bytes.fromhex(run[2:]), round_, bytes(31) + b"\x01", bytes.fromhex(h("ck")[2:]), 1)
+    args = (bytes.fromhex(run[2:]), round_, bytes(31) + b"\x01", bytes.fromhex(h("ck")[2:]), work)
     tx = cl.functions.commitRound(*args, bytes(32), 0).transact({"from": deployment.committer})
-    assert chain.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
+    receipt = chain.w3.eth.wait_for_transaction_receipt(tx)
+    assert receipt["status"] == 1
+    return int(receipt["blockNumber"])
 
 
 def test_depth_and_reorg(ledger, chain, deployment, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -110,7 +113,15 @@ def test_depth_and_reorg(ledger, chain, deployment, caplog) -> None:  # type: ig
     assert (run, 0) not in indexer.snapshot.checkpoints
     with Session(ledger.engine) as s:
         assert s.exec(select(ChainCommit).where(ChainCommit.run_id == run)).first() is None
-    _commit(chain, deployment, run, 0)  # committed again on the new chain: seen again
+    # committed again on the new chain: seen again. Another total work makes it another
+    # transaction: the same nonce, calldata and fees would hash like the reorged-out one, which
+    # anvil still knows, and its stale receipt would stand in for a commit never mined again
+    again = _commit(chain, deployment, run, 0, work=2)
+    assert again > indexer.snapshot.indexed_block
     chain.mine(2)
     indexer.catch_up()
-    assert indexer.snapshot.checkpoints[(run, 0)] == h("ck")
+    seen = indexer.chain.logs(again, again)  # what the chain answers, named if this ever fails
+    assert indexer.snapshot.checkpoints.get((run, 0)) == h("ck"), (
+        f"recommit in block {again} not indexed: cursor {indexer.snapshot.indexed_block}, head "
+        f"{chain.block_number()}, logs of that block now {[e.name for e in seen]}"
+    )
