@@ -237,4 +237,4 @@ def _private_cache(env: dict[str, str]) -> Iterator[None]:
             _SHARED_CACHE.parent.mkdir(exist_ok=True)
             staged = _SHARED_CACHE.with_name(f".{_SHARED_CACHE.name}.{uuid.uuid4().hex}")
             shutil.copyfile(mine, staged)
-            os.replace(staged, _SHARED_CACHE)
+            staged.replace(_SHARED_CACHE)
