@@ -25,7 +25,7 @@ node-round) over the nodes' process CPU seconds of training, the largest over th
 configurations; ``audit_cpu_ratio_model`` is the same from step counts (p x s x k / H).
 
 Prints one JSON object as its last line and writes a PNG histogram (``--png``, default
-``bench-audit.png``) and the JSON (``--json``) beside it.
+``reports/bench-audit.png``) and the JSON (``--json``) beside it.
 """
 
 from __future__ import annotations
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="the acceptance size (~340 segments)")
     parser.add_argument("--only", nargs="*", help="configuration names to run")
-    parser.add_argument("--png", type=Path, default=Path("bench-audit.png"))
+    parser.add_argument("--png", type=Path, default=Path("reports/bench-audit.png"))
     parser.add_argument("--json", type=Path, default=None, help="default: the PNG's .json")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -400,6 +400,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "wall_s": round(time.monotonic() - began, 1),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
+    args.png.parent.mkdir(parents=True, exist_ok=True)
     try:
         _plot(args.png, honest, cheats, SEGMENT_TOLERANCE)
         summary["png"] = str(args.png)
