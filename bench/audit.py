@@ -335,7 +335,9 @@ def setups(quick: bool) -> list[Setup]:
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="the acceptance size: 320 honest segments")
+    parser.add_argument(
+        "--quick", action="store_true", help="the acceptance size: 320 honest segments"
+    )
     parser.add_argument("--only", nargs="*", help="configuration names to run")
     parser.add_argument("--png", type=Path, default=Path("reports/bench-audit.png"))
     parser.add_argument("--json", type=Path, default=None, help="default: the PNG's .json")
