@@ -294,7 +294,7 @@ def _plot(path: Path, honest: list[float], cheats: dict[str, list[float]], tol: 
         return [math.log10(max(v, 1e-12)) for v in values if math.isfinite(v)]
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.hist(logs(honest), bins=40, color="tab:blue", alpha=0.8, label=f"honest ({len(honest)})")
+    ax.hist(logs(honest), bins=40, color="tab:gray", alpha=0.8, label=f"honest ({len(honest)})")
     cheat_logs = [(kind, logs(v)) for kind, v in cheats.items()]
     ax.hist([v for _, v in cheat_logs], bins=20, stacked=True,
             label=[f"{kind} ({len(v)})" for kind, v in cheat_logs])  # fmt: skip
@@ -409,7 +409,11 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     except ImportError:  # matplotlib is a dependency; a trimmed install may lack it
         summary["png"] = None
     out: Callable[[], Path] = lambda: args.json or args.png.with_suffix(".json")  # noqa: E731
-    out().write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    errors = {
+        "honest_errors": honest,
+        "cheat_errors": cheats,
+    }  # the file keeps the histogram's data
+    out().write_text(json.dumps({**summary, **errors}, indent=1) + "\n", encoding="utf-8")
     emit("audit", summary)
     return summary
 
