@@ -36,6 +36,8 @@ import os
 # cores shared with other jobs a spinning second thread costs 4x the CPU of a tiny model's step
 # without changing a bit of its result; set before torch loads
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# --gpu: deterministic cuBLAS (torch.use_deterministic_algorithms needs it before CUDA starts)
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import argparse
 import json
@@ -43,7 +45,6 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,6 +92,7 @@ class Setup:
     batch: int = 8
     ledger_threads: int = 1
     micro_batches: int = 1
+    device: str = "cpu"  # "cuda": the node trains on the GPU in pinned fp32 (--gpu)
     carried: bool = False
     cheat_rounds: tuple[int, ...] = ()  # rounds in which node 0 also tries every cheat
 
@@ -119,6 +121,7 @@ def _step(
     for group in opt.param_groups:
         group["lr"] = lr
     opt.zero_grad(set_to_none=True)
+    batch = batch.to(next(model.parameters()).device)
     for part in batch.chunk(micro):
         with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
             _, loss = model(part[:, :-1], part[:, 1:])
@@ -130,7 +133,7 @@ def _step(
 
 def _trainer_at(cfg: GPTConfig, setup: Setup, state: State, steps: int) -> InnerTrainer:
     """A node's trainer (AdamW kept across its calls) holding a boundary state."""
-    model = GPT(cfg)
+    model = GPT(cfg).to(setup.device)
     inner = InnerConfig(steps=steps, lr=setup.lr, batch_size=setup.batch)
     trainer = InnerTrainer(model, inner, keep_state=True)
     load_state(model, trainer.optimizer(), state)
@@ -185,6 +188,10 @@ def run_setup(
 
     cfg = GPTConfig.preset(setup.preset)
     corpus = corpus_of(None)
+    if setup.device == "cuda":  # the pinned precision a GPU node must train in (issue 26)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.use_deterministic_algorithms(True, warn_only=True)
     h, b = setup.inner_steps, setup.batch
     k = max(1, h // 10)
     seg_cfg = InnerConfig(steps=k, lr=setup.lr, batch_size=b)
@@ -210,7 +217,7 @@ def run_setup(
             began = time.process_time()
             for j in range(h // k):
                 seg = segment_rows(rows, j * k, k, b)
-                if setup.micro_batches == 1:
+                if setup.micro_batches == 1 and setup.device == "cpu":
                     trainer.train(seg)
                 else:
                     for s in range(k):
@@ -308,8 +315,12 @@ def _plot(path: Path, honest: list[float], cheats: dict[str, list[float]], tol: 
     plt.close(fig)
 
 
-def setups(quick: bool) -> list[Setup]:
+def setups(quick: bool, gpu: bool = False) -> list[Setup]:
     scale = 1 if quick else 10
+    on_gpu = [
+        Setup("tiny-cuda-fp32-ledger1t", "tiny", rounds=3 * scale, nodes=3, device="cuda"),
+        Setup("cpu10m-h50-cuda-fp32", "cpu10m", rounds=2 * scale, nodes=2, device="cuda"),
+    ]
     return [
         Setup("tiny-2t-ledger1t", "tiny", rounds=4 * scale, nodes=3, cheat_rounds=(2, 4)),
         Setup(
@@ -330,7 +341,7 @@ def setups(quick: bool) -> list[Setup]:
             cheat_rounds=(3,),
         ),
         Setup("cpu10m-h50", "cpu10m", rounds=2 * scale, nodes=1, cheat_rounds=(2,)),
-    ]
+    ] + (on_gpu if gpu else [])
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
@@ -342,13 +353,19 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--png", type=Path, default=Path("reports/bench-audit.png"))
     parser.add_argument("--json", type=Path, default=None, help="default: the PNG's .json")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="also nodes that train on the GPU in pinned fp32 (TF32 off, deterministic "
+        "algorithms), replayed on the CPU: the check to run where a GPU is lent",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     began = time.monotonic()
     node_threads = torch.get_num_threads()  # torch's default: what a node runs without flags
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
-    chosen = [s for s in setups(args.quick) if not args.only or s.name in args.only]
+    chosen = [s for s in setups(args.quick, args.gpu) if not args.only or s.name in args.only]
     tallies: dict[str, Tally] = {}
     one_step: list[float] = []
     for setup in chosen:
@@ -362,15 +379,17 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         for kind, values in t.cheats.items():
             cheats.setdefault(kind, []).extend(values)
     worst = max(honest)
-    smallest = min(min(v) for v in cheats.values())
+    smallest = min((min(v) for v in cheats.values()), default=math.inf)
     settings = Settings(environment="development", _env_file=None)  # type: ignore[call-arg]
     p, s = settings.audit_fraction, settings.audit_segments
     slash = slash_in_round_rewards(settings.slash_bps, settings.stake_in_round_rewards)
     h = 50
     k = h // 10
+    on_cpu = {s_.name for s_ in chosen if s_.device == "cpu"}  # a GPU node's CPU time is not it
     ratios = {
         name: p * s * (t.replay_cpu / t.replayed) / (t.train_cpu / t.node_rounds)
         for name, t in tallies.items()
+        if name in on_cpu
     }
     summary: dict[str, object] = {
         "honest_segments": len(honest),
@@ -389,7 +408,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "margin": smallest / worst if worst > 0 else math.inf,
         "one_step_worst_honest": max(one_step) if one_step else None,
         "one_step_tolerance": ONE_STEP_TOLERANCE,
-        "audit_cpu_ratio": max(ratios.values()),
+        "audit_cpu_ratio": max(ratios.values()) if ratios else None,
         "audit_cpu_ratio_by_config": ratios,
         "audit_cpu_ratio_model": p * s * k / h,
         "audit_fraction": p,
@@ -408,12 +427,12 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         summary["png"] = str(args.png)
     except ImportError:  # matplotlib is a dependency; a trimmed install may lack it
         summary["png"] = None
-    out: Callable[[], Path] = lambda: args.json or args.png.with_suffix(".json")  # noqa: E731
+    out = args.json or args.png.with_suffix(".json")
     errors = {
         "honest_errors": honest,
         "cheat_errors": cheats,
     }  # the file keeps the histogram's data
-    out().write_text(json.dumps({**summary, **errors}, indent=1) + "\n", encoding="utf-8")
+    out.write_text(json.dumps({**summary, **errors}, indent=1) + "\n", encoding="utf-8")
     emit("audit", summary)
     return summary
 
