@@ -171,12 +171,12 @@ def segment_error(
     The metric, part by part (float64, over all parameters at once):
 
     - weights: ``|claimed - replayed| / |replayed - start|``, relative to what the segment
-      moved the weights, not to the weights themselves. A segment of k AdamW steps moves each
-      coordinate by about ``lr x k``, a millionth of the weights' norm on a trained model, so a
-      relative error over the weights would dilute a skipped step to the level of honest noise;
-      against the displacement, one of k steps skipped is about 1/k while the kernels' noise
-      over k steps stays small (it grows with k: replaying a few steps amplifies last-bit
-      differences little, which is why the segment is short).
+      moved the weights, not to the weights themselves. The error then reads as a share of the
+      segment's work whatever the lr, k, model size or weight norm (which grows as a model
+      trains while a segment's displacement, about ``lr x k`` a coordinate, does not): one of k
+      steps skipped is about 1/k, the kernels' noise over k steps a small fraction that grows
+      with k (replaying a few steps amplifies last-bit differences little, which is why the
+      segment is short), so one tolerance serves every run.
     - ``exp_avg`` and ``exp_avg_sq``: ``|claimed - replayed| / |replayed|``. The moments are
       checked because the next segment is replayed from the node's own committed state: a lie
       about them at a boundary would steer the steps that follow and never be compared. Their

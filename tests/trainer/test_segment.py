@@ -50,6 +50,17 @@ def two_threads() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="module")
+def states(base: dict[str, torch.Tensor], rows: torch.Tensor) -> list[State]:
+    """An honest node on two threads (torch's default here): its boundaries every K steps."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        return _node_round(base, rows)
+    finally:
+        torch.set_num_threads(before)
+
+
 def _node_round(base: dict[str, torch.Tensor], rows: torch.Tensor) -> list[State]:
     """An honest node's boundaries: InnerTrainer's own loop, k steps at a time."""
     model = GPT(CFG)
@@ -71,9 +82,8 @@ def _replay(states: list[State], rows: torch.Tensor, j: int, threads: int) -> St
 @pytest.mark.usefixtures("two_threads")
 @pytest.mark.parametrize("ledger_threads", [1, 2])
 def test_honest_segments_pass_on_one_and_two_threads(
-    base: dict[str, torch.Tensor], rows: torch.Tensor, ledger_threads: int
+    states: list[State], rows: torch.Tensor, ledger_threads: int
 ) -> None:
-    states = _node_round(base, rows)
     for j in range(H // K):
         err = segment_error(states[j + 1], _replay(states, rows, j, ledger_threads), states[j])
         assert err.value <= SEGMENT_TOLERANCE, (j, err)
@@ -99,9 +109,8 @@ def test_segments_chain_to_the_fresh_round(
 
 @pytest.mark.usefixtures("two_threads")
 def test_a_skipped_step_and_lying_moments_are_caught(
-    base: dict[str, torch.Tensor], rows: torch.Tensor
+    states: list[State], rows: torch.Tensor
 ) -> None:
-    states = _node_round(base, rows)
     start = states[1]
     model = GPT(CFG)
     trainer = InnerTrainer(model, InnerConfig(steps=K - 1, lr=LR, batch_size=BATCH))
