@@ -40,6 +40,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -350,6 +351,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "--quick", action="store_true", help="the acceptance size: 320 honest segments"
     )
     parser.add_argument("--only", nargs="*", help="configuration names to run")
+    parser.add_argument(
+        "--smoke", action="store_true", help="2 rounds of one tiny node (tests: the bench runs)"
+    )
     parser.add_argument("--png", type=Path, default=Path("reports/bench-audit.png"))
     parser.add_argument("--json", type=Path, default=None, help="default: the PNG's .json")
     parser.add_argument("--seed", type=int, default=0)
@@ -366,6 +370,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
     chosen = [s for s in setups(args.quick, args.gpu) if not args.only or s.name in args.only]
+    if args.smoke:
+        chosen = [dataclasses.replace(chosen[0], rounds=2, nodes=1, cheat_rounds=(2,))]
     tallies: dict[str, Tally] = {}
     one_step: list[float] = []
     for setup in chosen:
