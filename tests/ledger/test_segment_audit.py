@@ -59,3 +59,20 @@ def test_segments_of_a_two_thread_node_pass_and_a_skipped_step_fails() -> None:
     with pytest.raises(ValueError, match="outside the round"):
         audit_segment(states[0], states[1], inputs, corpus, segment=2, segment_steps=K,
                       tolerance=SEGMENT_TOLERANCE)  # fmt: skip
+
+
+def test_the_segment_draw_is_fixed_by_the_seed_and_spread_over_the_segments() -> None:
+    from ledger.judge.audits import drawn_segments
+
+    seed = bytes(range(32))
+    assert drawn_segments(seed, NODE, 10, 1) == drawn_segments(seed, NODE, 10, 1)
+    assert drawn_segments(seed, NODE, 10, 20) == list(range(10))
+    two = drawn_segments(seed, NODE, 10, 2)
+    assert len(set(two)) == 2 and all(0 <= j < 10 for j in two)
+    counts = [0] * 10  # over 2,000 seeds each segment is drawn about 200 times
+    for n in range(2000):
+        (j,) = drawn_segments(n.to_bytes(32, "big"), NODE, 10, 1)
+        counts[j] += 1
+    assert min(counts) > 140 and max(counts) < 260, counts
+    with pytest.raises(ValueError, match="positive"):
+        drawn_segments(seed, NODE, 0, 1)
