@@ -24,6 +24,18 @@ DEV_ADMIN_TOKEN = "development-admin-token"
 # the relative L2 error a replay may show: an honest node replayed on other kernels (thread
 # count, CPU) reached 2.5e-3, one of 8-12 inner steps skipped 0.073 (docs/ledger.md)
 AUDIT_TOLERANCE = 1e-2
+# the segment audit (docs/ledger.md, "Segment audit"): reference.segment.segment_error of a
+# segment of k = H/10 steps replayed from the node's own committed state. `python -m bench.audit
+# --quick`: 320 honest segments of nodes on 2 threads, worst 6.9e-5 (cpu10m, H 50; tiny 3.2e-6);
+# smallest cheat bf16 for fp32 4.3e-3, one skipped step 0.43
+SEGMENT_TOLERANCE = 1e-3
+# one step replayed alone (the bisection's unit): honest worst 3.9e-7 (tiny, 50 steps)
+ONE_STEP_TOLERANCE = 1e-3
+# segments replayed per audited node-round; more only add to the chance of catching a cheat
+AUDIT_SEGMENTS = 1
+# a node's minimum stake valued in its rewards of one round (governance's valuation: minStake at
+# the stake's price over one node's share of rewardPerRound at the share token's price)
+STAKE_IN_ROUND_REWARDS = 200.0
 
 
 class Settings(BaseSettings):
@@ -139,10 +151,40 @@ class Settings(BaseSettings):
     audit_tolerance: float = Field(
         default=AUDIT_TOLERANCE, gt=0, description="replay relative L2 error"
     )
+    audit_segments: int = Field(
+        default=AUDIT_SEGMENTS, ge=1, le=1000, description="segments replayed per audited round"
+    )
+    stake_in_round_rewards: float = Field(
+        default=STAKE_IN_ROUND_REWARDS,
+        gt=0,
+        description="the minimum stake valued in one node's rewards of one round: with "
+        "SLASH_BPS it sizes the slash the audit's economics weigh (docs/ledger.md)",
+    )
     run_background: bool = Field(default=True, description="run indexer + lifecycle in the app")
     auto_create_schema: bool = Field(
         default=False, description="create tables on start (development/test only)"
     )
+
+    @model_validator(mode="after")
+    def _refuse_paying_cheats(self) -> Settings:
+        """With the audit on, a cheat that skips inner steps must not pay: ``p (1 + S)`` > 1
+        (reference.audit_economics), in every environment."""
+        from reference.audit_economics import deterrence, slash_in_round_rewards
+
+        if self.audit_fraction <= 0:  # the audit is off, explicitly: nothing is replayed
+            return self
+        slash = slash_in_round_rewards(self.slash_bps, self.stake_in_round_rewards)
+        if deterrence(self.audit_fraction, slash) <= 1.0:
+            need = 1.0 / self.audit_fraction - 1.0
+            raise ConfigError(
+                f"cheating pays at these settings: AUDIT_FRACTION {self.audit_fraction:g} x "
+                f"(1 + slash {slash:g} rounds' rewards) = "
+                f"{deterrence(self.audit_fraction, slash):.3g} <= 1, so a node that skips a "
+                f"round's steps gains more than it expects to lose; raise "
+                f"COLOCO_LEDGER_AUDIT_FRACTION, or the slash (COLOCO_LEDGER_SLASH_BPS x "
+                f"COLOCO_LEDGER_STAKE_IN_ROUND_REWARDS) above {need:g} rounds' rewards"
+            )
+        return self
 
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:

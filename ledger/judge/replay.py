@@ -64,21 +64,30 @@ class ReplayVerdict:
     reason: str
 
 
-def replay_pseudo_gradient(
-    base: Tensors, inputs: ReplayInputs, corpus: Corpus
-) -> dict[str, torch.Tensor]:
-    """``base - local`` after the node's inner steps, recomputed here."""
-    from reference.checkpoint import load_weights_into
+def round_rows(inputs: ReplayInputs, corpus: Corpus) -> tuple[torch.Tensor, int]:
+    """The rows a node's inner steps read, in its order, and the batch (rows per step): the
+    declared shard rebuilt from public inputs, batch = tokens / (steps x seq_len)."""
     from reference.data import ShardSpec
-    from reference.inner import InnerConfig, InnerTrainer
-    from reference.model import GPT, GPTConfig
+    from reference.model import GPTConfig
 
     cfg = GPTConfig.preset(inputs.preset)
     batch = inputs.tokens // (inputs.inner_steps * cfg.seq_len)
     shard = inputs.shard_tokens or inputs.tokens
     spec = ShardSpec.for_node(inputs.run_id, inputs.round, inputs.node, shard, inputs.mixture)
     used = inputs.inner_steps * batch or None  # the rows the node's inner steps read, no more
-    rows = corpus.shard_rows(spec, cfg.seq_len, limit=used)
+    return corpus.shard_rows(spec, cfg.seq_len, limit=used), batch
+
+
+def replay_pseudo_gradient(
+    base: Tensors, inputs: ReplayInputs, corpus: Corpus
+) -> dict[str, torch.Tensor]:
+    """``base - local`` after the node's inner steps, recomputed here."""
+    from reference.checkpoint import load_weights_into
+    from reference.inner import InnerConfig, InnerTrainer
+    from reference.model import GPT, GPTConfig
+
+    cfg = GPTConfig.preset(inputs.preset)
+    rows, batch = round_rows(inputs, corpus)
     model = GPT(cfg)
     load_weights_into(model, {n: t.float() for n, t in base.items()})
     inner = InnerConfig(steps=inputs.inner_steps, lr=inputs.inner_lr, batch_size=batch)
@@ -132,3 +141,67 @@ def audit(
         f"submitted pseudo-gradient: relative L2 error {rel:.3g} > tolerance {tolerance:g}"
     )
     return ReplayVerdict(passed, rel, "0x" + hash_state_dict(replayed).hex(), seconds, why)
+
+
+@dataclass(frozen=True)
+class SegmentVerdict:
+    passed: bool
+    error: float
+    first_step: int
+    steps: int
+    cpu_seconds: float
+    reason: str
+
+
+def audit_segment(
+    start: Tensors,
+    claimed_end: Tensors,
+    inputs: ReplayInputs,
+    corpus: Corpus,
+    *,
+    segment: int,
+    segment_steps: int,
+    tolerance: float,
+    threads: int | None = None,
+) -> SegmentVerdict:
+    """Replay segment ``segment`` (steps ``segment x segment_steps`` onward, ``segment_steps``
+    of them) of a node's round from its committed ``start`` state (``reference.segment``'s
+    format; for segment 0 the public base with the carried or fresh AdamW state) over the rows
+    it read, and compare with its committed end state (``reference.segment.segment_error``
+    against ``tolerance``, e.g. ``ledger.core.config.SEGMENT_TOLERANCE``). Runs on ``threads``
+    torch threads (None: the process's): the segment's tolerance holds on any thread count."""
+    from reference.inner import InnerConfig
+    from reference.model import GPTConfig
+    from reference.segment import STEP, replay_segment, segment_error, segment_rows
+
+    began = time.process_time()
+    first = segment * segment_steps
+    if segment < 0 or segment_steps <= 0 or first + segment_steps > inputs.inner_steps:
+        raise ValueError(
+            f"segment {segment} of {segment_steps} steps is outside the round's "
+            f"{inputs.inner_steps} inner steps"
+        )
+    rows, batch = round_rows(inputs, corpus)
+    inner = InnerConfig(steps=segment_steps, lr=inputs.inner_lr, batch_size=batch)
+    step0 = int(float(start[STEP])) if STEP in start else 0
+    replayed = replay_segment(
+        start,
+        segment_rows(rows, first, segment_steps, batch),
+        inner,
+        GPTConfig.preset(inputs.preset),
+        first_step=step0,
+        threads=threads,
+    )
+    err = segment_error(claimed_end, replayed, start)
+    seconds = time.process_time() - began
+    steps = f"steps {first}..{first + segment_steps - 1}"
+    if err.value <= tolerance:
+        why = f"segment replay matches ({steps}: error {err.value:.2e} <= {tolerance:g})"
+    else:
+        why = (
+            f"segment replay of {steps} from the node's committed state differs from its "
+            f"committed end state: error {err.value:.3g} > tolerance {tolerance:g} (weights "
+            f"{err.weights:.3g}, exp_avg {err.exp_avg:.3g}, exp_avg_sq {err.exp_avg_sq:.3g})"
+            + (f": {err.reason}" if err.reason else "")
+        )
+    return SegmentVerdict(err.value <= tolerance, err.value, first, segment_steps, seconds, why)

@@ -80,3 +80,30 @@ def test_database_urls() -> None:
     assert normalize_url("sqlite:///x.db") == "sqlite:///x.db"
     with pytest.raises(ConfigError, match="unsupported database URL"):
         normalize_url("mysql://u@h/d")
+
+
+@pytest.mark.parametrize("fraction", [0.02, 0.05, 0.1, 0.5])
+@pytest.mark.parametrize("slash_bps", [1, 100, 450, 1000, 10_000])
+def test_settings_where_skipping_steps_pays_are_refused(fraction: float, slash_bps: int) -> None:
+    """Accepted settings make every step-skipping cheat a loss (the whole round skipped, a
+    whole segment, one step of H = 50 in segments of 5); refused ones would let it pay."""
+    from reference.audit_economics import (
+        deterrence,
+        skip_one_net_gain,
+        slash_in_round_rewards,
+    )
+
+    kw = {"environment": "development", "audit_fraction": fraction, "slash_bps": slash_bps}
+    slash = slash_in_round_rewards(slash_bps, 200.0)
+    whole_round_gain = 1.0 - fraction * (1.0 + slash)  # caught whenever the round is audited
+    if whole_round_gain >= 0:
+        with pytest.raises(ConfigError, match="cheating pays"):
+            make(**kw, stake_in_round_rewards=200.0)
+        return
+    settings = make(**kw, stake_in_round_rewards=200.0)
+    assert deterrence(settings.audit_fraction, slash) > 1
+    assert skip_one_net_gain(50, 5, settings.audit_segments, fraction, slash) < 0
+
+
+def test_the_audit_turned_off_is_not_an_economics_error() -> None:
+    assert make(environment="development", audit_fraction=0.0, slash_bps=1).audit_fraction == 0

@@ -1,0 +1,447 @@
+"""The segment audit, calibrated: nodes on torch's default threads against the smallest cheats.
+
+Each configuration runs a few rounds of a small run. Every node trains its round as a node does
+(``reference.inner.InnerTrainer``, H inner steps, on torch's default threads) and keeps its
+state (weights + AdamW moments + step, ``reference.segment``) every k = H/10 steps; the ledger
+replays *every* segment of every honest node-round from the node's own start state
+(``reference.segment.replay_segment``, on its own thread count) and measures
+``segment_error`` against the node's end state. The run moves on by the mean of the updates
+(outer lr 0.9), so later rounds start from trained weights. Configurations (``--quick``):
+
+- ``tiny-2t-ledger1t``: tiny model, node on the default threads, ledger on 1 thread;
+- ``tiny-2t-microbatch-ledger2t``: the node splits each batch in two micro-batches (gradient
+  accumulation: other reduction shapes), ledger on 2 threads;
+- ``tiny-2t-carried-adamw``: the node keeps its AdamW state across rounds (the replay starts from
+  its committed moments), ledger on 1 thread;
+- ``cpu10m-h50``: the cpu10m preset at the governed settings (H 50, lr 3e-3, batch 8), node on the
+  default threads, ledger on 1 thread (fewer rounds: each step costs about 1 CPU s).
+
+Cheats, each in one segment of a round (the segment an audit would have to draw): one step
+skipped, a wrong shard, lr x 0.9, bf16 autocast for fp32, a stale base (the previous round's,
+caught at the first segment, which starts at the public base), half the steps scaled up to the
+segment's length. ``audit_cpu_ratio`` is the ledger's process CPU seconds for the audits at the
+governed draw (``AUDIT_FRACTION`` x ``AUDIT_SEGMENTS`` segments of the measured replay cost per
+node-round) over the nodes' process CPU seconds of training, the largest over the
+configurations; ``audit_cpu_ratio_model`` is the same from step counts (p x s x k / H).
+
+Prints one JSON object as its last line and writes a PNG histogram (``--png``, default
+``reports/bench-audit.png``) and the JSON (``--json``) beside it.
+"""
+
+from __future__ import annotations
+
+import os
+
+# the nodes' idle OpenMP threads sleep instead of spinning (libgomp's default is to spin): on
+# cores shared with other jobs a spinning second thread costs 4x the CPU of a tiny model's step
+# without changing a bit of its result; set before torch loads
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# --gpu: deterministic cuBLAS (torch.use_deterministic_algorithms needs it before CUDA starts)
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from bench import emit
+from ledger.core.config import (
+    ONE_STEP_TOLERANCE,
+    SEGMENT_TOLERANCE,
+    STAKE_IN_ROUND_REWARDS,
+    Settings,
+)
+from reference.audit_economics import (
+    caught_per_audit,
+    deterrence,
+    skip_one_net_gain,
+    slash_in_round_rewards,
+)
+from reference.inner import InnerConfig, InnerTrainer
+from reference.model import GPT, GPTConfig
+from reference.segment import (
+    STEP,
+    State,
+    capture_state,
+    fresh_state,
+    load_state,
+    replay_segment,
+    segment_error,
+    segment_rows,
+)
+
+log = logging.getLogger("bench.audit")
+RUN = bytes(range(32))
+CHEATS = ("skip_one", "wrong_shard", "wrong_lr", "bf16", "stale_base", "half_scaled_up")
+
+
+@dataclass(frozen=True)
+class Setup:
+    name: str
+    preset: str
+    rounds: int
+    nodes: int
+    inner_steps: int = 50
+    lr: float = 3e-3
+    batch: int = 8
+    ledger_threads: int = 1
+    micro_batches: int = 1
+    device: str = "cpu"  # "cuda": the node trains on the GPU in pinned fp32 (--gpu)
+    carried: bool = False
+    cheat_rounds: tuple[int, ...] = ()  # rounds in which node 0 also tries every cheat
+
+
+@dataclass
+class Tally:
+    honest: list[float] = field(default_factory=list)
+    cheats: dict[str, list[float]] = field(default_factory=dict)
+    train_cpu: float = 0.0
+    node_rounds: int = 0
+    replay_cpu: float = 0.0
+    replayed: int = 0
+
+
+def _step(
+    model: GPT,
+    opt: torch.optim.Optimizer,
+    batch: torch.Tensor,
+    lr: float,
+    *,
+    micro: int = 1,
+    bf16: bool = False,
+) -> None:
+    """One AdamW step as ``InnerTrainer`` takes it, with the node's own choices: micro-batches
+    (gradient accumulation), bf16 autocast (the cheat), another lr (the cheat)."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    batch = batch.to(next(model.parameters()).device)
+    for part in batch.chunk(micro):
+        with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+            _, loss = model(part[:, :-1], part[:, 1:])
+        assert loss is not None
+        (loss * (part.shape[0] / batch.shape[0])).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
+def _trainer_at(cfg: GPTConfig, setup: Setup, state: State, steps: int) -> InnerTrainer:
+    """A node's trainer (AdamW kept across its calls) holding a boundary state."""
+    model = GPT(cfg).to(setup.device)
+    inner = InnerConfig(steps=steps, lr=setup.lr, batch_size=setup.batch)
+    trainer = InnerTrainer(model, inner, keep_state=True)
+    load_state(model, trainer.optimizer(), state)
+    trainer.global_step = int(float(state[STEP]))
+    return trainer
+
+
+def _cheat(  # noqa: PLR0917
+    kind: str,
+    cfg: GPTConfig,
+    setup: Setup,
+    start: State,
+    rows: torch.Tensor,
+    other_rows: torch.Tensor,
+    k: int,
+    rng: random.Random,
+) -> State:
+    """The end state a cheater commits for one segment of k steps from ``start``."""
+    trainer = _trainer_at(cfg, setup, start, k)
+    model, opt = trainer.model, trainer.optimizer()
+    b = setup.batch
+    batches = [rows[i * b : (i + 1) * b] for i in range(k)]
+    if kind == "skip_one":
+        del batches[rng.randrange(k)]
+    elif kind == "wrong_shard":
+        batches = [other_rows[i * b : (i + 1) * b] for i in range(k)]
+    elif kind == "half_scaled_up":
+        batches = batches[: max(1, k // 2)]
+    lr = setup.lr * (0.9 if kind == "wrong_lr" else 1.0)
+    for batch in batches:
+        _step(model, opt, batch, lr, bf16=kind == "bf16")
+    end = capture_state(model, opt)
+    if kind == "half_scaled_up":
+        scale = k / len(batches)
+        for key in end:
+            if key.startswith("weights/"):
+                end[key] = start[key] + scale * (end[key] - start[key])
+    end[STEP] = start[STEP] + k  # the cheater claims the steps it did not take
+    return end
+
+
+def run_setup(
+    setup: Setup,
+    node_threads: int,
+    tally: Tally,
+    rng: random.Random,
+    one_step: list[float],
+) -> None:
+    from ledger.judge.usefulness import corpus_of
+    from reference.data import ShardSpec
+    from trainer.round.recovery import genesis_checkpoint
+
+    cfg = GPTConfig.preset(setup.preset)
+    corpus = corpus_of(None)
+    if setup.device == "cuda":  # the pinned precision a GPU node must train in (issue 26)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    h, b = setup.inner_steps, setup.batch
+    k = max(1, h // 10)
+    seg_cfg = InnerConfig(steps=k, lr=setup.lr, batch_size=b)
+    base = {n: t.float() for n, t in genesis_checkpoint(cfg, 0).weights.items()}
+    previous_base = base
+    carried: dict[int, State] = {}
+    tokens = h * b * cfg.seq_len
+    for rnd in range(1, setup.rounds + 1):
+        updates = []
+        for i in range(setup.nodes):
+            node = "0x" + f"{i + 1:040x}"
+            rows = corpus.shard_rows(
+                ShardSpec.for_node(RUN, rnd, node, tokens, (10_000,)), cfg.seq_len
+            )
+            torch.set_num_threads(node_threads)
+            start = fresh_state(base)
+            if setup.carried and i in carried:  # the moments and step of its previous round
+                start = {**carried[i], **{k_: v for k_, v in start.items() if "weights/" in k_}}
+            trainer = _trainer_at(cfg, setup, start, k)  # the node's path: InnerTrainer
+            model, opt = trainer.model, trainer.optimizer()
+            first = trainer.global_step
+            boundaries = [start]
+            began = time.process_time()
+            for j in range(h // k):
+                seg = segment_rows(rows, j * k, k, b)
+                if setup.micro_batches == 1 and setup.device == "cpu":
+                    trainer.train(seg)
+                else:
+                    for s in range(k):
+                        _step(model, opt, seg[s * b : (s + 1) * b], setup.lr,
+                              micro=setup.micro_batches)  # fmt: skip
+                boundaries.append(capture_state(model, opt))
+            tally.train_cpu += time.process_time() - began
+            tally.node_rounds += 1
+            carried[i] = boundaries[-1]
+            updates.append({n: boundaries[-1][f"weights/{n}"] for n in base})
+            replays: list[State] = []
+            for j in range(h // k):  # the ledger replays every segment (the draw picks s of them)
+                began = time.process_time()
+                replayed = replay_segment(
+                    boundaries[j],
+                    segment_rows(rows, j * k, k, b),
+                    seg_cfg,
+                    cfg,
+                    first_step=first + j * k,
+                    threads=setup.ledger_threads,
+                )
+                tally.replay_cpu += time.process_time() - began
+                tally.replayed += 1
+                replays.append(replayed)
+                tally.honest.append(segment_error(boundaries[j + 1], replayed, boundaries[j]).value)
+            log.info("%s round %d node %d: worst honest segment so far %.3g", setup.name, rnd, i,
+                     max(tally.honest))  # fmt: skip
+            if i == 0 and rnd in setup.cheat_rounds:
+                other = corpus.shard_rows(
+                    ShardSpec.for_node(RUN, rnd, "0x" + "f" * 40, tokens, (10_000,)), cfg.seq_len
+                )
+                for kind in CHEATS:
+                    j = 0 if kind == "stale_base" else rng.randrange(h // k)
+                    seg = segment_rows(rows, j * k, k, b)
+                    audited_start = boundaries[j]
+                    node_start = audited_start
+                    if kind == "stale_base":  # the node trained from the previous round's base
+                        stale = {f"weights/{n}": t for n, t in previous_base.items()}
+                        node_start = {**audited_start, **stale}
+                    torch.set_num_threads(node_threads)
+                    claimed = _cheat(kind, cfg, setup, node_start, seg, other[: k * b], k, rng)
+                    # the replay from the audited start is the honest one computed above
+                    err = segment_error(claimed, replays[j], audited_start).value
+                    tally.cheats.setdefault(kind, []).append(err)
+                    log.info("%s round %d cheat %s in segment %d: %.3g", setup.name, rnd, kind, j,
+                             err)  # fmt: skip
+            if i == 0 and rnd == 1 and setup.name == "tiny-2t-ledger1t":
+                one_step.extend(_one_step_errors(cfg, setup, base, rows, node_threads))
+        previous_base = base
+        base = {n: t - 0.9 * sum(t - u[n] for u in updates) / len(updates) for n, t in base.items()}
+
+
+def _one_step_errors(
+    cfg: GPTConfig, setup: Setup, base: dict[str, torch.Tensor], rows: torch.Tensor, threads: int
+) -> list[float]:
+    """Honest one-step errors (the bisection's verdict unit): a node's state after every step of
+    a round, each step replayed on its own."""
+    torch.set_num_threads(threads)
+    trainer = _trainer_at(cfg, setup, fresh_state(base), 1)
+    model, opt = trainer.model, trainer.optimizer()
+    step_cfg = trainer.cfg
+    states = [fresh_state(base)]
+    for s in range(setup.inner_steps):
+        trainer.train(segment_rows(rows, s, 1, setup.batch))
+        states.append(capture_state(model, opt))
+    out = []
+    for s in range(setup.inner_steps):
+        rep = replay_segment(states[s], segment_rows(rows, s, 1, setup.batch), step_cfg, cfg,
+                             first_step=s, threads=setup.ledger_threads)  # fmt: skip
+        out.append(segment_error(states[s + 1], rep, states[s]).value)
+    return out
+
+
+def _plot(path: Path, honest: list[float], cheats: dict[str, list[float]], tol: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def logs(values: list[float]) -> list[float]:
+        return [math.log10(max(v, 1e-12)) for v in values if math.isfinite(v)]
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.hist(logs(honest), bins=40, color="tab:gray", alpha=0.8, label=f"honest ({len(honest)})")
+    cheat_logs = [(kind, logs(v)) for kind, v in cheats.items()]
+    ax.hist([v for _, v in cheat_logs], bins=20, stacked=True,
+            label=[f"{kind} ({len(v)})" for kind, v in cheat_logs])  # fmt: skip
+    ax.axvline(math.log10(tol), color="black", linestyle="--", label=f"tolerance {tol:g}")
+    ax.set_xlabel("log10 segment error (relative to the segment's displacement / moments)")
+    ax.set_ylabel("segments")
+    ax.set_title("bench.audit: honest segments vs cheats (k = H/10)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def setups(quick: bool, gpu: bool = False) -> list[Setup]:
+    scale = 1 if quick else 10
+    on_gpu = [
+        Setup("tiny-cuda-fp32-ledger1t", "tiny", rounds=3 * scale, nodes=3, device="cuda"),
+        Setup("cpu10m-h50-cuda-fp32", "cpu10m", rounds=2 * scale, nodes=2, device="cuda"),
+    ]
+    return [
+        Setup("tiny-2t-ledger1t", "tiny", rounds=4 * scale, nodes=3, cheat_rounds=(2, 4)),
+        Setup(
+            "tiny-2t-microbatch-ledger2t",
+            "tiny",
+            rounds=3 * scale,
+            nodes=3,
+            ledger_threads=2,
+            micro_batches=2,
+            cheat_rounds=(3,),
+        ),
+        Setup(
+            "tiny-2t-carried-adamw",
+            "tiny",
+            rounds=3 * scale,
+            nodes=3,
+            carried=True,
+            cheat_rounds=(3,),
+        ),
+        Setup("cpu10m-h50", "cpu10m", rounds=2 * scale, nodes=1, cheat_rounds=(2,)),
+    ] + (on_gpu if gpu else [])
+
+
+def main(argv: list[str] | None = None) -> dict[str, object]:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--quick", action="store_true", help="the acceptance size: 320 honest segments"
+    )
+    parser.add_argument("--only", nargs="*", help="configuration names to run")
+    parser.add_argument(
+        "--smoke", action="store_true", help="2 rounds of one tiny node (tests: the bench runs)"
+    )
+    parser.add_argument("--png", type=Path, default=Path("reports/bench-audit.png"))
+    parser.add_argument("--json", type=Path, default=None, help="default: the PNG's .json")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="also nodes that train on the GPU in pinned fp32 (TF32 off, deterministic "
+        "algorithms), replayed on the CPU: the check to run where a GPU is lent",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    began = time.monotonic()
+    node_threads = torch.get_num_threads()  # torch's default: what a node runs without flags
+    rng = random.Random(args.seed)
+    torch.manual_seed(args.seed)
+    chosen = [s for s in setups(args.quick, args.gpu) if not args.only or s.name in args.only]
+    if args.smoke:
+        chosen = [dataclasses.replace(chosen[0], rounds=2, nodes=1, cheat_rounds=(2,))]
+    tallies: dict[str, Tally] = {}
+    one_step: list[float] = []
+    for setup in chosen:
+        tallies[setup.name] = Tally()
+        run_setup(setup, node_threads, tallies[setup.name], rng, one_step)
+    torch.set_num_threads(node_threads)
+
+    honest = [e for t in tallies.values() for e in t.honest]
+    cheats: dict[str, list[float]] = {}
+    for t in tallies.values():
+        for kind, values in t.cheats.items():
+            cheats.setdefault(kind, []).extend(values)
+    worst = max(honest)
+    smallest = min((min(v) for v in cheats.values()), default=math.inf)
+    settings = Settings(environment="development", _env_file=None)  # type: ignore[call-arg]
+    p, s = settings.audit_fraction, settings.audit_segments
+    slash = slash_in_round_rewards(settings.slash_bps, settings.stake_in_round_rewards)
+    h = 50
+    k = h // 10
+    on_cpu = {s_.name for s_ in chosen if s_.device == "cpu"}  # a GPU node's CPU time is not it
+    ratios = {
+        name: p * s * (t.replay_cpu / t.replayed) / (t.train_cpu / t.node_rounds)
+        for name, t in tallies.items()
+        if name in on_cpu
+    }
+    summary: dict[str, object] = {
+        "honest_segments": len(honest),
+        "honest_penalised": sum(e > SEGMENT_TOLERANCE for e in honest),
+        "configs": [s_.name for s_ in chosen],
+        "node_threads": node_threads,
+        "segment_steps": "H/10",
+        "worst_honest_error": worst,
+        "honest_error_p99": sorted(honest)[int(0.99 * (len(honest) - 1))],
+        "worst_honest_by_config": {n: max(t.honest) for n, t in tallies.items()},
+        "tolerance": SEGMENT_TOLERANCE,
+        "smallest_cheat_error": smallest,
+        "smallest_error_by_cheat": {kind: min(v) for kind, v in sorted(cheats.items())},
+        "cheat_segments": sum(len(v) for v in cheats.values()),
+        "cheats_passed": sum(e <= SEGMENT_TOLERANCE for v in cheats.values() for e in v),
+        "margin": smallest / worst if worst > 0 else math.inf,
+        "one_step_worst_honest": max(one_step) if one_step else None,
+        "one_step_tolerance": ONE_STEP_TOLERANCE,
+        "audit_cpu_ratio": max(ratios.values()) if ratios else None,
+        "audit_cpu_ratio_by_config": ratios,
+        "audit_cpu_ratio_model": p * s * k / h,
+        "audit_fraction": p,
+        "audit_segments": s,
+        "slash_in_round_rewards": slash,
+        "stake_in_round_rewards": STAKE_IN_ROUND_REWARDS,
+        "deterrence": deterrence(p, slash),
+        "skip_one_detection_per_audit": caught_per_audit(h, k, s),
+        "skip_one_expected_net_gain": skip_one_net_gain(h, k, s, p, slash),
+        "wall_s": round(time.monotonic() - began, 1),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
+    args.png.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _plot(args.png, honest, cheats, SEGMENT_TOLERANCE)
+        summary["png"] = str(args.png)
+    except ImportError:  # matplotlib is a dependency; a trimmed install may lack it
+        summary["png"] = None
+    out = args.json or args.png.with_suffix(".json")
+    errors = {
+        "honest_errors": honest,
+        "cheat_errors": cheats,
+    }  # the file keeps the histogram's data
+    out.write_text(json.dumps({**summary, **errors}, indent=1) + "\n", encoding="utf-8")
+    emit("audit", summary)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

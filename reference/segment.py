@@ -1,0 +1,220 @@
+"""One segment of a round's inner steps, replayed from a committed boundary state.
+
+A round of H inner steps is cut into segments of k steps (the boundaries every k steps). A
+*state* at a boundary is what the next steps depend on, as named float32 tensors
+(``dict[str, Tensor]``, the format :mod:`reference.trace` hashes):
+
+- ``weights/<param>``: the model's parameters;
+- ``adam/<param>/exp_avg``, ``adam/<param>/exp_avg_sq``: AdamW's moments (zeros for a fresh
+  AdamW, which is exactly how torch starts one);
+- ``adam/step``: AdamW's step count (a 0-d tensor; torch keeps one per parameter, all equal).
+
+:func:`replay_segment` runs the k steps from such a state over the segment's rows on any number
+of threads (the ledger may use all its cores), with the learning rate the node's schedule gives
+at those steps (``first_step``: the segment's first step index in the round, or across rounds
+when the optimizer state is carried). :func:`segment_error` compares a node's claimed end state
+with the replayed one; the verdict is that error against a tolerance calibrated for k steps
+(``ledger.core.config.SEGMENT_TOLERANCE``, measured by ``python -m bench.audit``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from protocol.errors import ConfigError
+from reference.inner import InnerConfig, InnerTrainer
+from reference.model import GPT, GPTConfig
+
+State = dict[str, Tensor]
+STEP = "adam/step"
+
+
+def _adam_key(name: str, moment: str) -> str:
+    return f"adam/{name}/{moment}"
+
+
+def fresh_state(weights: Mapping[str, Tensor]) -> State:
+    """The state a fresh AdamW starts a round in: the weights, zero moments, step 0."""
+    state: State = {f"weights/{n}": t.detach().float().clone() for n, t in weights.items()}
+    for n, t in weights.items():
+        state[_adam_key(n, "exp_avg")] = torch.zeros_like(t, dtype=torch.float32)
+        state[_adam_key(n, "exp_avg_sq")] = torch.zeros_like(t, dtype=torch.float32)
+    state[STEP] = torch.tensor(0.0)
+    return state
+
+
+def capture_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> State:
+    """The boundary state of ``model`` trained by the AdamW ``opt`` (copies, on CPU, float32);
+    a parameter AdamW has not stepped yet has zero moments, as torch would start it."""
+    state: State = {}
+    steps: set[float] = set()
+    for name, p in model.named_parameters():
+        state[f"weights/{name}"] = p.detach().float().cpu().clone()
+        s = opt.state.get(p, {})
+        for moment in ("exp_avg", "exp_avg_sq"):
+            value = s.get(moment)
+            state[_adam_key(name, moment)] = (
+                value.detach().float().cpu().clone()
+                if value is not None
+                else torch.zeros_like(state[f"weights/{name}"])
+            )
+        steps.add(float(s["step"]) if "step" in s else 0.0)
+    if len(steps) > 1:
+        raise ConfigError(f"AdamW's parameters are at different steps {sorted(steps)}")
+    state[STEP] = torch.tensor(steps.pop() if steps else 0.0)
+    return state
+
+
+def load_state(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, state: Mapping[str, Tensor]
+) -> None:
+    """Put a boundary state into ``model`` and the AdamW ``opt`` (its moments and step);
+    a state missing a parameter's tensors, or with other shapes, is refused by name."""
+    params = dict(model.named_parameters())
+    expected = {f"weights/{n}" for n in params} | {STEP}
+    expected |= {_adam_key(n, m) for n in params for m in ("exp_avg", "exp_avg_sq")}
+    if set(state) != expected:
+        missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+        raise ConfigError(
+            f"boundary state does not fit the model: missing {missing[:4]}, unexpected "
+            f"{extra[:4]} (a state names weights/<param>, adam/<param>/exp_avg, "
+            "adam/<param>/exp_avg_sq and adam/step)"
+        )
+    step = float(state[STEP])
+    if step < 0 or step != int(step):
+        raise ConfigError(f"adam/step must be a whole number >= 0, got {step}")
+    with torch.no_grad():
+        for name, p in params.items():
+            keys = (f"weights/{name}", _adam_key(name, "exp_avg"), _adam_key(name, "exp_avg_sq"))
+            for key in keys:
+                if state[key].shape != p.shape:
+                    raise ConfigError(
+                        f"{key} has shape {tuple(state[key].shape)}, the model's {name} "
+                        f"{tuple(p.shape)}"
+                    )
+            p.copy_(state[f"weights/{name}"])
+            opt.state[p] = {
+                "step": torch.tensor(step),
+                "exp_avg": state[_adam_key(name, "exp_avg")].float().clone().to(p.device),
+                "exp_avg_sq": state[_adam_key(name, "exp_avg_sq")].float().clone().to(p.device),
+            }
+
+
+def replay_segment(
+    start_state: Mapping[str, Tensor],
+    rows: Tensor,
+    cfg: InnerConfig,
+    model_cfg: GPTConfig,
+    *,
+    first_step: int = 0,
+    threads: int | None = None,
+) -> State:
+    """Run ``cfg.steps`` AdamW steps (``cfg.batch_size`` rows each, in order) from
+    ``start_state`` over ``rows`` and return the end state. ``first_step`` is the segment's
+    first step index on the node's lr schedule; ``threads``: torch threads for the replay
+    (None: the process's setting)."""
+    if first_step < 0:
+        raise ConfigError(f"first_step must be >= 0, got {first_step}")
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        model = GPT(model_cfg)
+        trainer = InnerTrainer(model, cfg, keep_state=True)
+        opt = trainer.optimizer()
+        load_state(model, opt, start_state)
+        trainer.global_step = first_step
+        trainer.train(rows)
+        return capture_state(model, opt)
+    finally:
+        torch.set_num_threads(previous)
+
+
+@dataclass(frozen=True)
+class SegmentError:
+    """How far a claimed end state is from the replayed one, part by part (see
+    :func:`segment_error`); ``value`` is the largest, what the tolerance is applied to."""
+
+    weights: float
+    exp_avg: float
+    exp_avg_sq: float
+    reason: str = ""
+
+    @property
+    def value(self) -> float:
+        return max(self.weights, self.exp_avg, self.exp_avg_sq)
+
+
+def _flat(state: Mapping[str, Tensor], keys: list[str]) -> Tensor:
+    return torch.cat([state[k].detach().double().reshape(-1) for k in keys])
+
+
+def _rel(diff: Tensor, scale: Tensor) -> float:
+    if not torch.isfinite(diff).all():
+        return math.inf
+    norm = float(scale.norm())
+    return float(diff.norm()) / norm if norm > 0 else (0.0 if float(diff.norm()) == 0 else math.inf)
+
+
+def segment_error(
+    claimed_end: Mapping[str, Tensor],
+    replayed_end: Mapping[str, Tensor],
+    start: Mapping[str, Tensor],
+) -> SegmentError:
+    """The distance of a node's claimed end state from the replay of its segment.
+
+    The metric, part by part (float64, over all parameters at once):
+
+    - weights: ``|claimed - replayed| / |replayed - start|``, relative to what the segment
+      moved the weights, not to the weights themselves. The error then reads as a share of the
+      segment's work whatever the lr, k, model size or weight norm (which grows as a model
+      trains while a segment's displacement, about ``lr x k`` a coordinate, does not): one of k
+      steps skipped is about 1/k, the kernels' noise over k steps a small fraction that grows
+      with k (replaying a few steps amplifies last-bit differences little, which is why the
+      segment is short), so one tolerance serves every run.
+    - ``exp_avg`` and ``exp_avg_sq``: ``|claimed - replayed| / |replayed|``. The moments are
+      checked because the next segment is replayed from the node's own committed state: a lie
+      about them at a boundary would steer the steps that follow and never be compared. Their
+      own norm is the scale (with betas (0.7, 0.95) a few steps renew most of them).
+    - ``adam/step`` must be equal; names, shapes or a non-finite value that differ are infinite.
+
+    The verdict uses the largest of the three (:attr:`SegmentError.value`).
+    """
+    if set(claimed_end) != set(replayed_end) or any(
+        claimed_end[k].shape != replayed_end[k].shape for k in replayed_end
+    ):
+        return SegmentError(math.inf, math.inf, math.inf, "tensors differ in names or shapes")
+    if float(claimed_end[STEP]) != float(replayed_end[STEP]):
+        return SegmentError(
+            math.inf,
+            math.inf,
+            math.inf,
+            f"adam/step {float(claimed_end[STEP]):g} != replayed {float(replayed_end[STEP]):g}",
+        )
+    weights = sorted(k for k in replayed_end if k.startswith("weights/"))
+    parts: dict[str, float] = {}
+    rep_w = _flat(replayed_end, weights)
+    parts["weights"] = _rel(_flat(claimed_end, weights) - rep_w, rep_w - _flat(start, weights))
+    for moment in ("exp_avg", "exp_avg_sq"):
+        keys = sorted(k for k in replayed_end if k.startswith("adam/") and k.endswith("/" + moment))
+        rep = _flat(replayed_end, keys)
+        parts[moment] = _rel(_flat(claimed_end, keys) - rep, rep)
+    return SegmentError(parts["weights"], parts["exp_avg"], parts["exp_avg_sq"])
+
+
+def segment_rows(all_rows: Tensor, first_step: int, steps: int, batch_size: int) -> Tensor:
+    """The rows the steps ``first_step .. first_step + steps - 1`` of a round read, from the rows
+    of its shard in the order the node reads them (step i reads ``batch_size`` rows from
+    ``i x batch_size``: :class:`reference.inner.InnerTrainer`)."""
+    lo, hi = first_step * batch_size, (first_step + steps) * batch_size
+    if all_rows.shape[0] < hi:
+        raise ConfigError(
+            f"the shard has {all_rows.shape[0]} rows; steps {first_step}..{first_step + steps - 1}"
+            f" of {batch_size} rows need {hi}"
+        )
+    return all_rows[lo:hi]

@@ -1,0 +1,34 @@
+"""`python -m bench.audit --smoke` (docs/ledger.md, "Segment audit"): the calibration bench runs,
+prints the acceptance keys, passes every honest segment and fails every cheat, and draws its
+histogram beside its JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ledger.core.config import SEGMENT_TOLERANCE
+
+
+@pytest.mark.slow
+def test_the_audit_bench_separates_honest_segments_from_cheats(tmp_path: Path) -> None:
+    png = tmp_path / "audit.png"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.audit", "--smoke", "--png", str(png)],
+        capture_output=True, text=True, timeout=900, check=True,
+    )  # fmt: skip
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["honest_segments"] == 20 and summary["honest_penalised"] == 0
+    assert summary["tolerance"] == SEGMENT_TOLERANCE and summary["cheats_passed"] == 0
+    assert summary["margin"] >= 10 and summary["node_threads"] >= 1
+    assert summary["skip_one_expected_net_gain"] < 0
+    assert 0 < summary["audit_cpu_ratio"] < 0.05
+    assert png.stat().st_size > 10_000
+    kept = json.loads(png.with_suffix(".json").read_text())
+    assert len(kept["honest_errors"]) == 20 and set(kept["cheat_errors"]) == set(
+        summary["smallest_error_by_cheat"]
+    )

@@ -1,0 +1,143 @@
+"""The segment replay (reference.segment): an honest node's segment reproduced within the
+tolerance on 1 and 2 threads, and the cheats a segment holds caught."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from ledger.core.config import SEGMENT_TOLERANCE
+from protocol.errors import ConfigError
+from reference.data import ShardSpec
+from reference.inner import InnerConfig, InnerTrainer
+from reference.model import GPT, GPTConfig
+from reference.segment import (
+    STEP,
+    State,
+    capture_state,
+    fresh_state,
+    load_state,
+    replay_segment,
+    segment_error,
+    segment_rows,
+)
+
+H, K, BATCH, LR = 10, 5, 4, 3e-3
+CFG = GPTConfig.preset("tiny")
+
+
+@pytest.fixture(scope="module")
+def rows() -> torch.Tensor:
+    from ledger.judge.usefulness import corpus_of
+
+    spec = ShardSpec.for_node(bytes(32), 1, "0x" + "1" * 40, H * BATCH * CFG.seq_len, (10_000,))
+    return corpus_of(None).shard_rows(spec, CFG.seq_len)
+
+
+@pytest.fixture(scope="module")
+def base() -> dict[str, torch.Tensor]:
+    torch.manual_seed(7)
+    return {n: p.detach().clone() for n, p in GPT(CFG).named_parameters()}
+
+
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def states(base: dict[str, torch.Tensor], rows: torch.Tensor) -> list[State]:
+    """An honest node on two threads (torch's default here): its boundaries every K steps."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        return _node_round(base, rows)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _node_round(base: dict[str, torch.Tensor], rows: torch.Tensor) -> list[State]:
+    """An honest node's boundaries: InnerTrainer's own loop, k steps at a time."""
+    model = GPT(CFG)
+    model.load_state_dict(base, strict=False)
+    trainer = InnerTrainer(model, InnerConfig(steps=K, lr=LR, batch_size=BATCH))
+    states = [fresh_state(base)]
+    for j in range(H // K):
+        trainer.train(segment_rows(rows, j * K, K, BATCH))
+        states.append(capture_state(model, trainer.optimizer()))
+    return states
+
+
+def _replay(states: list[State], rows: torch.Tensor, j: int, threads: int) -> State:
+    seg_cfg = InnerConfig(steps=K, lr=LR, batch_size=BATCH)
+    return replay_segment(states[j], segment_rows(rows, j * K, K, BATCH), seg_cfg, CFG,
+                          first_step=j * K, threads=threads)  # fmt: skip
+
+
+@pytest.mark.usefixtures("two_threads")
+@pytest.mark.parametrize("ledger_threads", [1, 2])
+def test_honest_segments_pass_on_one_and_two_threads(
+    states: list[State], rows: torch.Tensor, ledger_threads: int
+) -> None:
+    for j in range(H // K):
+        err = segment_error(states[j + 1], _replay(states, rows, j, ledger_threads), states[j])
+        assert err.value <= SEGMENT_TOLERANCE, (j, err)
+    assert torch.get_num_threads() == 2  # the replay restored the process's threads
+
+
+def test_segments_chain_to_the_fresh_round(
+    base: dict[str, torch.Tensor], rows: torch.Tensor
+) -> None:
+    """Segments from a fresh state (zero moments, step 0) are the node's fresh-AdamW round."""
+    model = GPT(CFG)
+    model.load_state_dict(base, strict=False)
+    InnerTrainer(model, InnerConfig(steps=H, lr=LR, batch_size=BATCH), keep_state=False).train(rows)
+    state = fresh_state(base)
+    for j in range(H // K):
+        state = replay_segment(state, segment_rows(rows, j * K, K, BATCH),
+                               InnerConfig(steps=K, lr=LR, batch_size=BATCH), CFG,
+                               first_step=j * K)  # fmt: skip
+    assert float(state[STEP]) == H
+    for n, p in model.named_parameters():
+        assert torch.equal(state[f"weights/{n}"], p.detach()), n
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_a_skipped_step_and_lying_moments_are_caught(
+    states: list[State], rows: torch.Tensor
+) -> None:
+    start = states[1]
+    model = GPT(CFG)
+    trainer = InnerTrainer(model, InnerConfig(steps=K - 1, lr=LR, batch_size=BATCH))
+    load_state(model, trainer.optimizer(), start)
+    seg = segment_rows(rows, K, K, BATCH)
+    trainer.train(torch.cat([seg[:BATCH], seg[2 * BATCH :]]))  # step 1 of the segment skipped
+    skipped = capture_state(model, trainer.optimizer())
+    skipped[STEP] = start[STEP] + K  # it claims the step it did not take
+    replayed = _replay(states, rows, 1, 1)
+    assert segment_error(skipped, replayed, start).weights > 10 * SEGMENT_TOLERANCE
+
+    lying = dict(states[2])  # right weights, moments that would slow the next segment
+    lying.update({k: v * 4 for k, v in lying.items() if k.endswith("exp_avg_sq")})
+    assert segment_error(lying, replayed, start).value > 10 * SEGMENT_TOLERANCE
+    wrong_step = {**states[2], STEP: states[2][STEP] - 1}
+    assert segment_error(wrong_step, replayed, start).value == float("inf")
+
+
+def test_a_state_that_does_not_fit_the_model_is_refused(base: dict[str, torch.Tensor]) -> None:
+    model = GPT(CFG)
+    opt = InnerTrainer(model, InnerConfig(steps=1, lr=LR)).optimizer()
+    state = fresh_state(base)
+    del state[next(k for k in state if k.endswith("exp_avg_sq"))]
+    with pytest.raises(ConfigError, match="missing"):
+        load_state(model, opt, state)
+    state = {**fresh_state(base), STEP: torch.tensor(1.5)}
+    with pytest.raises(ConfigError, match="whole number"):
+        load_state(model, opt, state)
+    with pytest.raises(ConfigError, match="need"):
+        segment_rows(torch.zeros(8, CFG.seq_len + 1, dtype=torch.long), 1, 2, 4)
