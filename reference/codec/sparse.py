@@ -327,3 +327,15 @@ def encode_feedback(
     update = base.detach().float().reshape(-1) - local.detach().float().reshape(-1)
     packet, left = compress(update, residual, SPARSE_SPEC, SPARSE_BETA)
     return to_packet(packet), left
+
+
+def index_overlap(a: SparsePacket, b: SparsePacket) -> float:
+    """The share of ``a``'s kept positions that ``b`` kept too (symmetric: both keep ``k`` a
+    chunk): the copy signal of the sparse format (ledger.judge.comparisons). Two packets of
+    independent random choices share ``k / chunk`` of them."""
+    if a.spec != b.spec or a.numel != b.numel:
+        raise TrainerError(f"cannot compare a {a.spec} packet of {a.numel} values with a "
+                           f"{b.spec} packet of {b.numel}")  # fmt: skip
+    kept = torch.zeros(a.scales.numel() * a.spec.chunk, dtype=torch.bool)
+    kept[a.positions().view(-1)] = True
+    return float(kept[b.positions().view(-1)].sum()) / (a.scales.numel() * a.spec.k)
