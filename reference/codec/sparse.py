@@ -234,14 +234,21 @@ def encode_sparse(x: torch.Tensor, spec: SparseSpec, *, backend: str | None = No
     """The sparse packet (on the CPU, for the wire) of the flat fp32 vector ``x``.
 
     Backends as for the dense formats (``COLOCO_CODEC``): Triton for CUDA tensors (or CPU ones
-    under ``TRITON_INTERPRET=1``), eager torch otherwise (there is no native C kernel for it)."""
+    under ``TRITON_INTERPRET=1``), the native C kernel on CPU (reference.codec.native, a
+    quickselect per chunk), eager torch otherwise; all give the same bytes."""
     if x.dtype != torch.float32 or x.dim() != 1:
         raise TrainerError(f"sparse encode needs a flat fp32 vector, got {x.dtype} {x.shape}")
     if x.numel() == 0:
         raise TrainerError("sparse encode needs at least one value")
+    name = resolve_backend(x.device, backend)
+    if name == "native":  # the same bits; NaN/Inf found in the same pass
+        from reference.codec import native
+
+        offsets, q, step = native.sparse_select(x.contiguous(), spec.chunk, spec.k, spec.levels)
+        return SparsePacket(spec, x.numel(), _pack(offsets, q, spec), step)
     if not bool(torch.isfinite(x).all()):
         raise nonfinite_error("the pseudo-gradient plus residual")
-    if resolve_backend(x.device, backend) == "triton":
+    if name == "triton":
         from reference.codec import sparse_triton
 
         parts = sparse_triton.select(x.contiguous(), spec.chunk, spec.k, spec.levels)
