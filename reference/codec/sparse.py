@@ -284,7 +284,17 @@ def compress(
         acc = residual.mul(torch.tensor(beta, dtype=torch.float32))
         acc.add_(u)
     packet = encode_sparse(acc, spec)
-    return packet, acc.sub_(decode_sparse(packet))
+    return packet, _sub_decoded(acc, packet)
+
+
+def _sub_decoded(acc: torch.Tensor, packet: SparsePacket) -> torch.Tensor:
+    """``acc - decode(packet)`` in place, at the kept positions only (elsewhere the decode is
+    +0.0 and ``x - 0.0`` is ``x``): the same bits without a dense decode."""
+    pos, vals = packet.positions().view(-1), packet.values().view(-1)
+    real = pos < packet.numel
+    pos, vals = pos[real], vals[real]
+    acc[pos] = acc[pos] - vals
+    return acc
 
 
 def average_sparse(packets: list[SparsePacket], weights: list[int] | None = None) -> torch.Tensor:
