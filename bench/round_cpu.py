@@ -4,9 +4,9 @@ all-gather's local work (parse, mean), the outer step and the hashes.
     python -m bench.round_cpu [--numel N] [--world W] [--repeats R]
 
 One thread (the node's), a flat vector of the ``cpu10m`` preset's size by default. For each
-format: ``encode_s`` (int8: the fused subtract-and-quantize; sparse: ``encode_feedback`` with a
-carried residual, on the torch reference and on the native kernel), ``mean_s`` (the mean of
-``world`` packets as each rank computes it: int8 ``simulate_average``, sparse ``sparse_mean``
+format: ``encode_s`` (int8: the fused subtract-and-quantize; sparse: the node's ``compress``
+with a carried residual, its selection on the torch reference and on the native kernel),
+``mean_s`` (the mean of ``world`` packets as each rank computes it: int8 ``simulate_average``, sparse ``sparse_mean``
 after parsing each peer's packet), ``outer_s`` (``OuterState.step``), ``hash_s`` (the commitment
 hash of the packet and the weights hash). Best of ``repeats``. The last line is one JSON object.
 """
@@ -14,6 +14,7 @@ hash of the packet and the weights hash). Best of ``repeats``. The last line is 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -81,19 +82,16 @@ def main() -> None:
     for backend in ("torch", "native"):
 
         def enc(backend: str = backend) -> Packet:
-            update = base - locals_[0]
-            acc = residual * torch.tensor(0.95) + update
-            from reference.codec.sparse import decode_sparse, encode_sparse
-
-            packed = encode_sparse(acc, SPARSE_SPEC, backend=backend)
-            acc.sub_(decode_sparse(packed))
-            return to_packet(packed)
+            os.environ["COLOCO_CODEC"] = backend  # the codec's dispatch reads it at each call
+            packet, _ = compress(base - locals_[0], residual, SPARSE_SPEC, 0.95)
+            return to_packet(packet)
 
         sparse = [to_packet(compress(base - loc, None, SPARSE_SPEC, 0.95)[0]) for loc in locals_]
         out[f"sparse_{backend}"] = {
             "encode_s": best(enc, r),
             **common(sparse, partial(parsed_mean, sparse)),
         }  # fmt: skip
+    os.environ.pop("COLOCO_CODEC", None)
     for k, v in list(out.items()):
         if isinstance(v, dict):
             v["total_s"] = round(sum(v.values()), 4)
