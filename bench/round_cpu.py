@@ -6,9 +6,10 @@ all-gather's local work (parse, mean), the outer step and the hashes.
 One thread (the node's), a flat vector of the ``cpu10m`` preset's size by default. For each
 format: ``encode_s`` (int8: the fused subtract-and-quantize; sparse: the node's ``compress``
 with a carried residual, its selection on the torch reference and on the native kernel),
-``mean_s`` (the mean of ``world`` packets as each rank computes it: int8 ``simulate_average``, sparse ``sparse_mean``
-after parsing each peer's packet), ``outer_s`` (``OuterState.step``), ``hash_s`` (the commitment
-hash of the packet and the weights hash). Best of ``repeats``. The last line is one JSON object.
+``mean_s`` (the mean of ``world`` packets as each rank computes it: int8 ``simulate_average``,
+sparse ``sparse_mean`` after parsing each peer's packet), ``outer_s`` (``OuterState.step``),
+``hash_s`` (the commitment hash of the packet and the weights hash). Best of ``repeats``. The
+last line is one JSON object.
 """
 
 from __future__ import annotations
