@@ -40,6 +40,24 @@ def test_two_nodes_train_on_sparse_packets_and_keep_their_residuals(
     assert not torch.equal(residuals[0], residuals[1]), "each node carries its own residual"
 
 
+@pytest.mark.distributed
+def test_sparse_packets_on_the_overlap_schedule(
+    corpus_dir: Path, store_port: int, tmp_path: Path
+) -> None:
+    """The delayed outer step: round r trains from round r-1's residual while r-1 is in flight;
+    every round lands with one result and the residual saved is the landed round's."""
+    plans = [Plan(key=k, rounds=3, min_nodes=2, checkpoint_dir=str(tmp_path / f"n{k}"),
+                  overlap=True, config={"wire_format": "sparse"}) for k in range(2)]  # fmt: skip
+    out = collect(*start_nodes(plans, store_port, corpus_dir))
+    assert out["exit_codes"] == [0, 0], out["errors"]
+    for r in (1, 2, 3):
+        recs = [rec for k in (0, 1) for rec in out["results"][k] if rec["round"] == r]
+        assert len(recs) == 2 and len({rec["result_checkpoint"] for rec in recs}) == 1, (r, recs)
+    for k in range(2):
+        saved = decode_blob((tmp_path / f"n{k}" / FILE).read_bytes(), max_bytes=1 << 30)
+        assert int(saved["round"].item()) == 3
+
+
 def test_a_residual_goes_with_the_state_it_belongs_to(tmp_path: Path) -> None:
     res = Residuals(tmp_path)
     r1, r2 = torch.full((8,), 1.0), torch.full((8,), 2.0)
