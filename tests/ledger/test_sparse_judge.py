@@ -11,8 +11,8 @@ import torch
 from ledger.judge.comparisons import check_index_overlap
 from ledger.judge.entries import Entry
 from ledger.judge.outer_step import outer_step
-from ledger.judge.pseudo_gradients import decode_pseudo_gradient
-from reference.codec import Packet
+from ledger.judge.pseudo_gradients import decode_pseudo_gradient, load_pseudo_gradients
+from reference.codec import Packet, encode
 from reference.codec.sparse import encode_feedback, index_overlap
 from reference.commitment import packet_of, tensors_of
 from reference.mean import sparse_mean
@@ -76,3 +76,20 @@ def test_a_copied_update_is_found_by_the_positions_its_packet_keeps() -> None:
     check_index_overlap(audited, _ctx(audit=0.1))  # the replay decides: suspicious only
     assert all(e.ok for e in audited)
     assert audited[0].suspicious and audited[3].suspicious and not audited[1].suspicious
+
+
+def test_a_commitment_in_the_other_kind_of_format_is_refused_by_name() -> None:
+    """A dense packet in a sparse round (or the reverse) cannot enter the members' mean."""
+    layout = FlatLayout(SHAPES)
+    base = layout.unflatten(_update(99))
+    blobs = {"0xsparse": tensors_of(_packet(_update(1))),
+             "0xint8": tensors_of(encode(_update(2), None, "int8"))}  # fmt: skip
+    for governed, bad in (("sparse", "0xint8"), ("int8", "0xsparse")):
+        entries = [Entry(cast(Any, SimpleNamespace(id=i, node=f"0x{i}", pseudo_gradient=h)))
+                   for i, h in enumerate(blobs)]  # fmt: skip
+        ctx = SimpleNamespace(blobs=SimpleNamespace(tensors=blobs.get),
+                              config=SimpleNamespace(wire_format=governed))  # fmt: skip
+        load_pseudo_gradients(entries, cast(Any, ctx), base)
+        failed = {e.att.pseudo_gradient: e.reason for e in entries if not e.ok}
+        assert list(failed) == [bad], failed
+        assert f"round's wire format is {governed}" in failed[bad]
