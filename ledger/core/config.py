@@ -21,13 +21,13 @@ from protocol.errors import ConfigError
 Environment = Literal["development", "test", "production"]
 
 DEV_ADMIN_TOKEN = "development-admin-token"
-# the relative L2 error a replay may show: an honest node replayed on other kernels (thread
-# count, CPU) reached 2.5e-3, one of 8-12 inner steps skipped 0.073 (docs/ledger.md)
-AUDIT_TOLERANCE = 1e-2
 # sparse packets: honest nodes keep 11-16 % of the same positions (random choice: 6.25 %), a copy
 # of another's update keeps 31 % with noise of half its norm, 39 % rescaled (bench.sparse_overlap,
 # tiny model, 4 nodes; Templar flags 40 % at its own shape)
 COPY_INDEX_OVERLAP = 0.25
+# the relative L2 error a replay may show: an honest node replayed on other kernels (thread
+# count, CPU) reached 2.5e-3, one of 8-12 inner steps skipped 0.073 (docs/ledger.md)
+AUDIT_TOLERANCE = 1e-2
 
 
 class Settings(BaseSettings):
