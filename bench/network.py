@@ -10,9 +10,11 @@ hub namespace (bench/network_hub.py). Nodes run bench/network_node.py: the real 
 the bit-exact outer step, the weights hash check, the commitment upload). Bytes are the node's
 ``eth0`` counters: every byte it sends, TCP/IP/Ethernet headers included.
 
-Scenarios: int8 and fp32 at the rate, int8 at a tenth of it, synchronous data parallel (gradient
-all-reduce every step, measured for a few steps), a node 3x slower with the time box, a joiner
-fetching the preset's checkpoint peer to peer from 2 members that keep training
+Scenarios: int8 and fp32 at the rate, int8 at a tenth of it, the sparse format at both and with
+4 nodes (bench/network_sparse.py: ``sparse_*`` keys, ``bytes_per_node_per_round_by_n``),
+synchronous data parallel (gradient all-reduce every step, measured for a few steps), a node 3x
+slower with the time box, a joiner fetching the preset's checkpoint peer to peer from 2 members
+that keep training
 (bench/network_ckpt.py: ``checkpoint_*`` keys), and the overlap option's loss cost (one-round
 delayed outer step, ``--overlap`` on the nodes' real path, tiny model, 8 rounds; the full run
 adds bench.diloco's simulation as ``*_simulated``). Timing figures skip round 1 (group set-up,
@@ -37,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import emit, network_ckpt
+from bench import emit, network_ckpt, network_sparse
 from bench.harness.netns import Netns, unavailable
 from trainer.round.runconfig import INNER_LR, NODE_BATCH_SIZE, OUTER_LR, OUTER_MOMENTUM
 
@@ -141,6 +143,13 @@ def summarize(
     }
 
 
+def _vs_sync(h: int, sync_per_step: list[float], summary: dict[str, Any]) -> float:
+    """Bytes a node sends in H synchronous steps over those of one DiLoCo round (the worse
+    node)."""
+    by_node: list[float] = summary["wire_bytes_per_round_by_node"]
+    return round(min(h * sync_per_step[i] / b for i, b in enumerate(by_node)), 2)
+
+
 def overlap_loss_ratio(rounds: int) -> dict[str, float]:
     """Eval loss with the one-round delayed outer step over the loss without (bench.diloco's
     simulated workers, tiny model, same seed and data)."""
@@ -203,6 +212,8 @@ def main() -> None:
     p.add_argument("--preset", default="cpu10m")
     p.add_argument("--sync-steps", type=int, default=3)
     p.add_argument("--slowdown", type=float, default=3.0)
+    p.add_argument("--sparse-only", action="store_true",
+                   help="only int8, the sync baseline and the sparse scenarios")  # fmt: skip
     p.add_argument("--overlap-node", type=int, default=0, metavar="ROUNDS",
                    help="only measure the delayed outer step on the nodes' real path, ROUNDS "
                    "rounds (e.g. --preset tiny --overlap-node 8)")  # fmt: skip
@@ -236,6 +247,19 @@ def main() -> None:
     auto: list[object] = ["--budget-s", -1]  # each round sets the next round's time budget
     int8 = scenario("int8", 2, rate, [["--fmt", "int8", *auto]] * 2)
     s8 = summarize(int8, h)
+    if args.sparse_only:  # int8, the sync baseline and the sparse scenarios only
+        sync = scenario("sync", 2, rate, [["--sync-steps", args.sync_steps]] * 2)
+        sync_per_step = [s["tx"] / s["sync_steps"] for s in sync]
+        sparse = network_sparse.figures(scenario, summarize, h=h, rate=rate, others=others,
+                                        sync_per_step=sync_per_step)  # fmt: skip
+        emit("network", {"nodes": 2, "preset": args.preset, "inner_steps": h, "rounds": rounds,
+                         "rate_mbit": rate, "utilization_int8": s8["utilization"],
+                         "wire_bytes_per_round": s8["wire_bytes_per_round"],
+                         "bytes_ratio_vs_sync_measured": _vs_sync(h, sync_per_step, s8),
+                         "sync_wire_bytes_per_step": [round(b) for b in sync_per_step],
+                         **sparse, "int8": s8, "load_avg_start": [round(x, 2) for x in load],
+                         "wall_s": round(time.perf_counter() - t0, 1)})  # fmt: skip
+        return
     # the same plain step with half the rows a step: half the compute per byte on the wire, to
     # show where utilization goes with the batch (docs/trainer.md, "The setting")
     half = max(1, args.batch // 2)
@@ -253,6 +277,9 @@ def main() -> None:
     )
     sync = scenario("sync", 2, rate, [["--sync-steps", args.sync_steps]] * 2)
     sync_per_step = [s["tx"] / s["sync_steps"] for s in sync]
+    # the sparse wire format, same links, same sync baseline (bench/network_sparse.py)
+    sparse = network_sparse.figures(scenario, summarize, h=h, rate=rate, others=others,
+                                    sync_per_step=sync_per_step)  # fmt: skip
     boxed: list[object] = ["--fmt", "int8", *auto]
     # the same two-node round without the slow node, run just before it: a ratio of two
     # scenarios run minutes apart would measure the shared machine's load drifting between them
@@ -300,10 +327,7 @@ def main() -> None:
             s32["wire_bytes_per_round"] / s8["wire_bytes_per_round"], 3
         ),
         "sync_wire_bytes_per_step": [round(b) for b in sync_per_step],
-        "bytes_ratio_vs_sync_measured": round(
-            min(h * sync_per_step[i] / b for i, b in enumerate(s8["wire_bytes_per_round_by_node"])),
-            2,
-        ),
+        "bytes_ratio_vs_sync_measured": _vs_sync(h, sync_per_step, s8),
         "slow_node_round_time_ratio": round(sh["round_wall_s"] / ref["round_wall_s"], 4),
         "slow_node_reference_round_wall_s": ref["round_wall_s"],
         "slow_node_credit_ratio": round(credited / (fast_tokens * speed), 4),
@@ -315,6 +339,7 @@ def main() -> None:
         ),
         **ov,
         **ckpt,
+        **sparse,
         "int8": s8,
         "int8_overlap": s8o,
         "int8_half_batch": s8h,

@@ -7,7 +7,8 @@ Per round: join the round's membership at the rendezvous
 group while the member list is unchanged (formed once, not every round); run the inner steps that
 fit in the round's time box (`--budget-s -1`: trainer.round.timebox, as `coloco node run
 --time-box`, from the members' signed paces); encode ``base - local`` with the codec's fused
-subtract-and-quantize kernel; average it weighted by tokens
+subtract-and-quantize kernel (``--fmt sparse``: the sparse encoder with this node's error-feedback
+residual, reference.codec.sparse.encode_feedback); average it weighted by tokens
 (:func:`trainer.network.allreduce.average`); take the bit-exact outer step
 (:func:`reference.outer.outer_step`) on each piece of the mean as it lands; check every member
 holds the same weights; upload the commitment (the same packet, :mod:`reference.commitment`)
@@ -39,6 +40,7 @@ import torch.distributed as dist
 from protocol.keys import NodeKey
 from reference import commitment
 from reference.codec import Packet, encode
+from reference.codec.sparse import encode_feedback
 from reference.data import Corpus, ShardSpec
 from reference.inner import InnerConfig, InnerTrainer, StepInfo
 from reference.model import GPT, GPTConfig, evaluate
@@ -191,6 +193,7 @@ def main() -> None:
     def step_piece(a: int, b: int, values: torch.Tensor) -> None:
         diloco.state.step_range(a, b, values, settings.outer)
 
+    residual: torch.Tensor | None = None  # --fmt sparse: this node's error feedback
     uploads: list[threading.Thread] = []
     upload_bytes = 0
     tx0, rx0 = counters()
@@ -228,7 +231,10 @@ def main() -> None:
             timebox.post_pace(rdv.board, r, inner)
         flat_local = diloco.state.layout.flatten(dict(model.named_parameters()))
         origin = diloco.state.base if start is None else start
-        packet = encode(origin, flat_local, args.fmt)  # fused origin - local, quantized
+        if args.fmt == "sparse":  # top-k of (origin - local + residual), the rest carried
+            packet, residual = encode_feedback(origin, flat_local, residual)
+        else:
+            packet = encode(origin, flat_local, args.fmt)  # fused origin - local, quantized
         t_ar = time.perf_counter()
         phases: dict[str, float] = {}
         if not args.overlap:  # the outer step of each piece of the mean as it lands, while

@@ -4,6 +4,9 @@
 chunk r); :func:`simulate_average` runs them for every chunk here, so the ledger's outer step, the
 replay audit and the benchmarks get the mean every rank holds, bit for bit.
 
+The sparse format (reference.codec.sparse) is not chunked nor re-encoded: :func:`sparse_mean`
+sums every packet in the order of their digests.
+
 A chunk is ``k`` whole units (one int8 block, or one fp32/bf16 value): ``chunking`` cuts the
 packet into ``world`` equal chunks, the last one padded with zeros. ``reduce_chunk`` decodes the
 ranks' copies of one chunk, sums them in rank order (token-weighted: each product and each sum its
@@ -73,6 +76,21 @@ def decode_gathered(
     return flat[: packet.numel].reshape(packet.shape).clone()
 
 
+def sparse_mean(packets: list[Packet], weights: list[int] | None) -> torch.Tensor:
+    """The mean of sparse packets (reference.codec.sparse.average_sparse: summed in the order of
+    their digests, no re-encoding), shaped like the first: what every rank of the checked
+    all-gather and the ledger hold, bit for bit."""
+    from reference.codec.sparse import average_sparse
+
+    bad = [i for i, p in enumerate(packets) if p.fmt is not WireFormat.SPARSE]
+    if bad:
+        raise TrainerError(
+            f"packets {bad} are not sparse: every member must send the round's wire format"
+        )
+    flat = average_sparse([p.sparse() for p in packets], weights)
+    return flat.reshape(packets[0].shape)
+
+
 def simulate_average(
     vectors: list[torch.Tensor] | list[Packet],
     fmt: WireFormat | int | str,
@@ -97,6 +115,8 @@ def simulate_average(
         raise TrainerError(f"{len(packets)} vectors but {len(weights)} weights")
     world = len(packets)
     first = packets[0]
+    if WireFormat.parse(fmt) is WireFormat.SPARSE or first.fmt is WireFormat.SPARSE:
+        return sparse_mean(packets, weights)
     if world == 1:
         return decode_into(torch.empty(first.shape, device=first.device), first)
     k, chunk = chunking(first, world)

@@ -62,10 +62,14 @@ class WireFormat(IntEnum):
     FP32 = 0
     BF16 = 1
     INT8 = 2
+    SPARSE = 3
+    """Per-chunk top-k with 2-bit values and error feedback (reference.codec.sparse: the shape
+    is ``SPARSE_SPEC``, the residual node state)."""
 
     @property
     def label(self) -> str:
-        """The format's name as flags, JSON and the trainer spell it: "fp32", "bf16", "int8"."""
+        """The format's name as flags, JSON and the trainer spell it: "fp32", "bf16", "int8",
+        "sparse"."""
         return self.name.lower()
 
     @classmethod
@@ -74,13 +78,13 @@ class WireFormat(IntEnum):
 
     @classmethod
     def codes(cls) -> str:
-        """The chain's codes with their names: "0 (fp32), 1 (bf16) or 2 (int8)"."""
+        """The chain's codes with their names: "0 (fp32), 1 (bf16), 2 (int8) or 3 (sparse)"."""
         known = [f"{f.value} ({f.label})" for f in cls]
         return f"{', '.join(known[:-1])} or {known[-1]}"
 
     @classmethod
     def parse(cls, value: WireFormat | int | str) -> WireFormat:
-        """Accept a `WireFormat`, its chain number (0/1/2) or its name ("fp32", "bf16", "int8")."""
+        """Accept a `WireFormat`, its chain number (0-3) or its name ("fp32", ..., "sparse")."""
         if isinstance(value, WireFormat):
             return value
         if isinstance(value, str):

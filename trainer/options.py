@@ -157,7 +157,7 @@ class StaticSettings:
 
     inner_steps: Annotated[int, typer.Option(help="Offline only: H.")] = 20
     inner_lr: Annotated[float, typer.Option(help="Offline only: inner AdamW lr.")] = 3e-3
-    wire_format: Annotated[str, typer.Option(help="Offline only: fp32, bf16 or int8.")] = "fp32"
+    wire_format: Annotated[str, typer.Option(help="Offline only: fp32|bf16|int8|sparse")] = "fp32"
 
 
 @dataclass(frozen=True)

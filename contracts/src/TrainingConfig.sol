@@ -18,8 +18,8 @@ contract TrainingConfig is ITrainingConfig, IOwnershipSplit, Ownable {
     uint32 public constant MAX_OUTER_LR_E6 = 10_000_000;
     /// @notice The momentum must stay below 1.0.
     uint32 public constant MOMENTUM_ONE_E6 = 1_000_000;
-    /// @notice The highest wire format code (2 = int8).
-    uint8 public constant MAX_WIRE_FORMAT = 2;
+    /// @notice The highest wire format code (0 fp32, 1 bf16, 2 int8, 3 sparse top-k).
+    uint8 public constant MAX_WIRE_FORMAT = 3;
     /// @notice Upper bound on nodes per round.
     uint32 public constant MAX_NODES = 65_536;
     /// @notice Upper bound on the reward per round: one million tokens (18 decimals).

@@ -116,10 +116,13 @@ contract TrainingConfigTest is Test {
         vm.startPrank(owner);
         config.setWireFormat(1);
         assertEq(config.current().wireFormat, 1);
-        vm.expectRevert(abi.encodeWithSelector(ITrainingConfig.InvalidWireFormat.selector, 3));
-        config.setWireFormat(3);
+        config.setWireFormat(3); // sparse top-k (reference/codec/sparse.py): the highest code
+        assertEq(config.current().wireFormat, 3);
+        assertEq(config.MAX_WIRE_FORMAT(), 3);
+        vm.expectRevert(abi.encodeWithSelector(ITrainingConfig.InvalidWireFormat.selector, 4));
+        config.setWireFormat(4);
         vm.stopPrank();
-        assertEq(config.version(), 2);
+        assertEq(config.version(), 3);
     }
 
     function test_setMaxNodes_updatesAndRejectsZero() public {

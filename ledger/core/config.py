@@ -21,6 +21,10 @@ from protocol.errors import ConfigError
 Environment = Literal["development", "test", "production"]
 
 DEV_ADMIN_TOKEN = "development-admin-token"
+# sparse packets: honest nodes keep 11-16 % of the same positions (random choice: 6.25 %), a copy
+# of another's update keeps 31 % with noise of half its norm, 39 % rescaled (bench.sparse_overlap,
+# tiny model, 4 nodes; Templar flags 40 % at its own shape)
+COPY_INDEX_OVERLAP = 0.25
 # the relative L2 error a replay may show: an honest node replayed on other kernels (thread
 # count, CPU) reached 2.5e-3, one of 8-12 inner steps skipped 0.073 (docs/ledger.md)
 AUDIT_TOLERANCE = 1e-2
@@ -140,6 +144,10 @@ class Settings(BaseSettings):
     )
     copy_cosine: float = Field(default=0.9, gt=0, le=1, description="residual copy threshold")
     copy_history_rounds: int = Field(default=3, ge=0, le=100)
+    copy_index_overlap: float = Field(
+        default=COPY_INDEX_OVERLAP, gt=0, le=1,
+        description="sparse packets: share of kept positions two members share that makes a copy",
+    )  # fmt: skip
     magnitude_floor: float = Field(default=0.25, gt=0, description="x median honest norm")
     magnitude_ceiling: float = Field(default=4.0, gt=1, description="x median honest norm")
     audit_fraction: float = Field(

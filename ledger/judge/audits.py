@@ -29,6 +29,7 @@ from ledger.judge.tensors import Tensors
 from protocol.attestation import ATTESTATION_ATTRS
 from protocol.eip712 import keccak256
 from protocol.errors import CheckpointError
+from reference.settings import WireFormat
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,11 @@ def replay_audits(
             continue
         reasons = [w for w in e.suspicious if not (e.att.node in cleared and "cosine" in w)]
         if not (reasons or sampled(seed, e.att.node, ctx.settings.audit_fraction)):
+            continue
+        if e.packet is not None and e.packet.fmt is WireFormat.SPARSE:
+            # its packet holds the node's error-feedback residual, which no commitment holds
+            # yet: a replay cannot recompute it, and must not condemn an honest node for that
+            e.reason += "; not audited: a sparse packet's residual is not committed yet"
             continue
         inputs = ReplayInputs(
             run_id=bytes.fromhex(rnd.run_id[2:]),

@@ -95,6 +95,35 @@ def check_alignment(entries: list[Entry], ctx: Context) -> None:
             e.suspicious.append(f"raw cosine {c:.3f} with the mean of the round's other updates")
 
 
+def check_index_overlap(entries: list[Entry], ctx: Context) -> None:
+    """Sparse packets (``WireFormat.SPARSE``): two members whose packets keep nearly the same
+    positions copied one another (or one copied the other's update). Honest nodes share far
+    fewer (bench.sparse_overlap: the threshold ``copy_index_overlap`` lies between the honest
+    maximum and the copiers' minimum). With the audit on both are suspicious and the replay
+    decides; without it the later of the pair fails as a copy."""
+    from reference.codec.sparse import index_overlap
+    from reference.settings import WireFormat
+
+    live = [e for e in entries if e.ok and e.packet is not None
+            and e.packet.fmt is WireFormat.SPARSE]  # fmt: skip
+    threshold = ctx.settings.copy_index_overlap
+    auditing = ctx.settings.audit_fraction > 0
+    sparse = {e.id: e.packet.sparse() for e in live if e.packet is not None}
+    for i, e in enumerate(live):
+        for other in live[:i]:
+            a, b = sparse[e.id], sparse[other.id]
+            if a.numel != b.numel:
+                continue
+            share = index_overlap(a, b)
+            if share < threshold:
+                continue
+            e.suspicious.append(f"keeps {share:.0%} of the positions {other.att.node} keeps")
+            other.suspicious.append(f"keeps {share:.0%} of the positions {e.att.node} keeps")
+            if not auditing and e.ok:
+                e.fail("copy", f"sparse packet keeps {share:.1%} of the positions of node "
+                       f"{other.att.node}'s (>= {threshold:.0%}), which arrived first")  # fmt: skip
+
+
 def _direction(flats: list[torch.Tensor]) -> torch.Tensor | None:
     return unit(torch.stack(flats).mean(0)) if flats else None
 

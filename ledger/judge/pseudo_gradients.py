@@ -31,6 +31,8 @@ def load_pseudo_gradients(entries: list[Entry], ctx: Context, model: Tensors | N
             )
             continue
         tensors, e.packet, why = decode_pseudo_gradient(raw, model)
+        if why is None:
+            why = _format_mismatch(e.packet, ctx)
         if why is not None:
             e.fail("shape_mismatch", why)
             continue
@@ -40,6 +42,20 @@ def load_pseudo_gradients(entries: list[Entry], ctx: Context, model: Tensors | N
             e.flat = canonical_flat(tensors)
         if bad is not None:
             e.fail(*bad)
+
+
+def _format_mismatch(packet: Packet | None, ctx: Context) -> str | None:
+    """A sparse commitment in a dense round, or a dense one in a sparse round: the members'
+    mean (reference.mean) cannot mix them, and no honest member sent it."""
+    from reference.settings import WireFormat
+
+    governed = WireFormat.parse(ctx.config.wire_format)
+    if packet is None or (packet.fmt is WireFormat.SPARSE) == (governed is WireFormat.SPARSE):
+        return None
+    return (
+        f"commitment is a {packet.fmt.label} packet but the round's wire format is "
+        f"{governed.label} (TrainingConfig.wireFormat): encode in the governed format"
+    )
 
 
 def load_earlier(ctx: Context, blob: str) -> Tensors | None:

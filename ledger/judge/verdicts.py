@@ -27,7 +27,12 @@ from ledger.core.models import Attestation, RoundState
 from ledger.judge.audits import replay_audits
 from ledger.judge.claims import check_claims, check_equivocation
 from ledger.judge.commits import check_commits
-from ledger.judge.comparisons import check_alignment, check_copies, check_magnitude
+from ledger.judge.comparisons import (
+    check_alignment,
+    check_copies,
+    check_index_overlap,
+    check_magnitude,
+)
 from ledger.judge.entries import Context, Entry, Judgement
 from ledger.judge.fraud import record_frauds
 from ledger.judge.outer_step import load_momentum, store
@@ -51,6 +56,7 @@ def judge_round(
     load_pseudo_gradients(entries, ctx, base_tensors)
     check_magnitude(entries, ctx, session, rnd)
     check_copies(entries, ctx, session, rnd)
+    check_index_overlap(entries, ctx)
     check_alignment(entries, ctx)
     score_usefulness(entries, ctx)
     probe_cpu = probe_inner_steps(entries, ctx, base_tensors)

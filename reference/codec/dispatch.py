@@ -90,6 +90,12 @@ def encode(
                 f"{tuple(local.shape)} on {local.device} must have the same shape "
                 "and device"
             )
+    if fmt is WireFormat.SPARSE:  # stateless here; a node carries its residual (encode_feedback)
+        from reference.codec import sparse
+
+        x = b.clone() if loc is None else b - loc
+        packed = sparse.encode_sparse(x, sparse.SPARSE_SPEC, backend=backend)
+        return sparse.to_packet(packed, tuple(base.shape))
     name = resolve_backend(b.device, backend)
     if name == "native":
         payload, scales = native.encode(b, loc, fmt, block_size)
@@ -123,6 +129,15 @@ def decode_into(
             f"{packet.numel} values, got {out.dtype} {tuple(out.shape)}"
         )
     flat = out.view(-1)
+    if packet.fmt is WireFormat.SPARSE:
+        from reference.codec.sparse import decode_sparse
+
+        values = decode_sparse(packet.sparse()).to(flat.device)
+        if accumulate:
+            flat.add_(values)
+        else:
+            flat.copy_(values)
+        return out
     name = resolve_backend(packet.device, backend)
     if name == "native":
         native.decode_into(

@@ -88,6 +88,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.coloco_enc_dense.restype = i64
     lib.coloco_dec_bf16.argtypes = [p, i64, p, i32]
     lib.coloco_dec_bf16.restype = None
+    lib.coloco_sparse_select.argtypes = [p, i64, i64, i64, i64, p, p, p]
+    lib.coloco_sparse_select.restype = i64
 
 
 def load() -> ctypes.CDLL | None:
@@ -166,3 +168,23 @@ def decode_into(
         out.add_(payload[:n])
     else:
         out.copy_(payload[:n])
+
+
+def sparse_select(
+    x: torch.Tensor, chunk: int, k: int, levels: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The sparse format's (offsets, codes, steps) of the flat fp32 ``x``: the bits of
+    ``reference.codec.sparse._select_torch`` (TrainerError on NaN/Inf)."""
+    lib = require()
+    n = x.numel()
+    chunks = -(-n // chunk)
+    offsets = torch.empty((chunks, k), dtype=torch.int64)
+    codes = torch.empty((chunks, k), dtype=torch.int64)
+    steps = torch.empty(chunks, dtype=torch.float32)
+    bad = lib.coloco_sparse_select(_ptr(x), n, chunk, k, levels, _ptr(offsets), _ptr(codes),
+                                   _ptr(steps))  # fmt: skip
+    if bad < 0:
+        raise MemoryError("native sparse select: out of memory")
+    if bad:
+        raise nonfinite_error("the pseudo-gradient plus residual")
+    return offsets, codes, steps

@@ -8,7 +8,9 @@ uses; the build disables FMA contraction so every product is rounded before the 
 """
 
 C_SOURCE = r"""
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ABS_MASK 0x7fffffffu
@@ -122,5 +124,74 @@ void coloco_dec_bf16(const uint16_t *restrict in, int64_t n, float *restrict out
         float v = bitsf((uint32_t)in[i] << 16);
         if (accumulate) out[i] += v; else out[i] = v;
     }
+}
+
+/* The sparse format's selection (reference/codec/sparse.py), bit for bit: per chunk the k
+   largest keys bits(|x|) << 16 | (65535 - offset) (unique: the set does not depend on the
+   algorithm; padding past n ranks below every real value, lower offsets first), found with a
+   quickselect; offsets ascending; step = amax / (L - 0.5) (one fp32 division); codes
+   floor(v / step) + L clamped. Returns the number of NaN/Inf values (0: a valid packet). */
+static int64_t kth_largest(int64_t *a, int64_t len, int64_t k) {
+    /* quickselect: the k-th largest of a[0..len) (a is reordered) */
+    int64_t lo = 0, hi = len - 1, want = k - 1;
+    while (lo < hi) {
+        int64_t pivot = a[lo + (hi - lo) / 2], i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > pivot) i++;
+            while (a[j] < pivot) j--;
+            if (i <= j) { int64_t t = a[i]; a[i] = a[j]; a[j] = t; i++; j--; }
+        }
+        if (want <= j) hi = j; else if (want >= i) lo = i; else return a[want];
+    }
+    return a[want];
+}
+
+int64_t coloco_sparse_select(const float *restrict x, int64_t n, int64_t chunk, int64_t k,
+                             int64_t levels, int64_t *restrict offsets,
+                             int64_t *restrict codes, float *restrict steps) {
+    int64_t *keys = malloc(2 * chunk * sizeof(int64_t)), *work = keys + chunk;
+    if (!keys) return -1;
+    int64_t chunks = (n + chunk - 1) / chunk, bad = 0;
+    float half = (float)levels - 0.5f;
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t s = c * chunk, len = (n - s) < chunk ? (n - s) : chunk;
+        const float *px = x + s;
+        for (int64_t i = 0; i < chunk; i++) {
+            int64_t tie = 65535 - i;
+            if (i < len) {
+                uint32_t u = fbits(px[i]) & ABS_MASK;
+                bad += u >= NONFINITE;
+                keys[i] = ((int64_t)u << 16) + tie;
+            } else {
+                keys[i] = tie - ((int64_t)1 << 48);
+            }
+            work[i] = keys[i];
+        }
+        int64_t th = kth_largest(work, chunk, k);
+        int64_t *po = offsets + c * k, *pq = codes + c * k, m = 0;
+        float amax = 0.0f;
+        for (int64_t i = 0; i < chunk && m < k; i++) {
+            if (keys[i] >= th) {
+                po[m++] = i;
+                float v = i < len ? px[i] : 0.0f;
+                float a = v < 0 ? -v : v;
+                amax = a > amax ? a : amax;
+            }
+        }
+        if (amax < TINY) {
+            steps[c] = 0.0f;
+            for (int64_t j = 0; j < k; j++) pq[j] = levels;
+            continue;
+        }
+        float step = amax / half;
+        steps[c] = step;
+        for (int64_t j = 0; j < k; j++) {
+            float v = po[j] < len ? px[po[j]] : 0.0f;
+            int64_t q = (int64_t)floorf(v / step) + levels;
+            pq[j] = q < 0 ? 0 : (q > 2 * levels - 1 ? 2 * levels - 1 : q);
+        }
+    }
+    free(keys);
+    return bad;
 }
 """

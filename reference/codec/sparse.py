@@ -27,6 +27,11 @@ and any thread count):
 
 A peer's packet is an input: :meth:`SparsePacket.check` refuses wrong lengths, offsets outside
 the chunk, duplicate or unordered offsets, and negative or non-finite steps.
+
+As a wire format (``WireFormat.SPARSE``, ``TrainingConfig.wireFormat = 3``) the shape is
+:data:`SPARSE_SPEC` and the error-feedback decay :data:`SPARSE_BETA`, one of each: a vote switches
+the format, not its shape. The packet travels as a :class:`reference.codec.Packet` (``fmt`` SPARSE,
+``block_size`` the chunk); :func:`encode_feedback` is what a node runs every round.
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ import torch
 
 from protocol.errors import ConfigError, TrainerError
 from reference.codec.dispatch import resolve_backend
-from reference.codec.formats import TINY_AMAX
+from reference.codec.formats import TINY_AMAX, Packet
 from reference.codec.pure import nonfinite_error
+from reference.settings import WireFormat
 
 MIN_CHUNK = 64
 MAX_CHUNK = 65536
@@ -89,6 +95,14 @@ class SparseSpec:
     @property
     def density(self) -> float:
         return self.k / self.chunk
+
+
+SPARSE_SPEC = SparseSpec(chunk=256, k=16, bits=2)
+"""The wire format's shape: 16 of every 256 values (6.25 %), 2 bits each, 1-byte offsets: 24
+bytes a chunk, 10.8x fewer than int8's packet (docs/codec.md, the best loss measured)."""
+
+SPARSE_BETA = 0.95
+"""The error-feedback decay: ``acc = residual * SPARSE_BETA + update``."""
 
 
 def sparse_wire_bytes(numel: int, spec: SparseSpec) -> int:
@@ -220,14 +234,21 @@ def encode_sparse(x: torch.Tensor, spec: SparseSpec, *, backend: str | None = No
     """The sparse packet (on the CPU, for the wire) of the flat fp32 vector ``x``.
 
     Backends as for the dense formats (``COLOCO_CODEC``): Triton for CUDA tensors (or CPU ones
-    under ``TRITON_INTERPRET=1``), eager torch otherwise (there is no native C kernel for it)."""
+    under ``TRITON_INTERPRET=1``), the native C kernel on CPU (reference.codec.native, a
+    quickselect per chunk), eager torch otherwise; all give the same bytes."""
     if x.dtype != torch.float32 or x.dim() != 1:
         raise TrainerError(f"sparse encode needs a flat fp32 vector, got {x.dtype} {x.shape}")
     if x.numel() == 0:
         raise TrainerError("sparse encode needs at least one value")
+    name = resolve_backend(x.device, backend)
+    if name == "native":  # the same bits; NaN/Inf found in the same pass
+        from reference.codec import native
+
+        offsets, q, step = native.sparse_select(x.contiguous(), spec.chunk, spec.k, spec.levels)
+        return SparsePacket(spec, x.numel(), _pack(offsets, q, spec), step)
     if not bool(torch.isfinite(x).all()):
         raise nonfinite_error("the pseudo-gradient plus residual")
-    if resolve_backend(x.device, backend) == "triton":
+    if name == "triton":
         from reference.codec import sparse_triton
 
         parts = sparse_triton.select(x.contiguous(), spec.chunk, spec.k, spec.levels)
@@ -263,7 +284,17 @@ def compress(
         acc = residual.mul(torch.tensor(beta, dtype=torch.float32))
         acc.add_(u)
     packet = encode_sparse(acc, spec)
-    return packet, acc.sub_(decode_sparse(packet))
+    return packet, _sub_decoded(acc, packet)
+
+
+def _sub_decoded(acc: torch.Tensor, packet: SparsePacket) -> torch.Tensor:
+    """``acc - decode(packet)`` in place, at the kept positions only (elsewhere the decode is
+    +0.0 and ``x - 0.0`` is ``x``): the same bits without a dense decode."""
+    pos, vals = packet.positions().view(-1), packet.values().view(-1)
+    real = pos < packet.numel
+    pos, vals = pos[real], vals[real]
+    acc[pos] = acc[pos] - vals
+    return acc
 
 
 def average_sparse(packets: list[SparsePacket], weights: list[int] | None = None) -> torch.Tensor:
@@ -294,3 +325,34 @@ def average_sparse(packets: list[SparsePacket], weights: list[int] | None = None
         acc.index_add_(0, packets[i].positions().view(-1), vals)
     total = torch.tensor(float(sum(ws)), dtype=torch.float32)
     return acc[: first.numel].div_(total)
+
+
+def to_packet(packet: SparsePacket, shape: tuple[int, ...] | None = None) -> Packet:
+    """A :data:`SPARSE_SPEC` packet as the codec's :class:`Packet` (what the wire and the
+    commitment carry)."""
+    if packet.spec != SPARSE_SPEC:
+        raise TrainerError(f"the sparse wire format is {SPARSE_SPEC}, this packet {packet.spec}")
+    return Packet(WireFormat.SPARSE, shape or (packet.numel,), packet.payload, packet.scales,
+                  SPARSE_SPEC.chunk)  # fmt: skip
+
+
+def encode_feedback(
+    base: torch.Tensor, local: torch.Tensor, residual: torch.Tensor | None
+) -> tuple[Packet, torch.Tensor]:
+    """A node's round in the sparse wire format: the packet of ``(base - local) + residual *
+    SPARSE_BETA`` and the residual it carries to its next round (:func:`compress`)."""
+    update = base.detach().float().reshape(-1) - local.detach().float().reshape(-1)
+    packet, left = compress(update, residual, SPARSE_SPEC, SPARSE_BETA)
+    return to_packet(packet), left
+
+
+def index_overlap(a: SparsePacket, b: SparsePacket) -> float:
+    """The share of ``a``'s kept positions that ``b`` kept too (symmetric: both keep ``k`` a
+    chunk): the copy signal of the sparse format (ledger.judge.comparisons). Two packets of
+    independent random choices share ``k / chunk`` of them."""
+    if a.spec != b.spec or a.numel != b.numel:
+        raise TrainerError(f"cannot compare a {a.spec} packet of {a.numel} values with a "
+                           f"{b.spec} packet of {b.numel}")  # fmt: skip
+    kept = torch.zeros(a.scales.numel() * a.spec.chunk, dtype=torch.bool)
+    kept[a.positions().view(-1)] = True
+    return float(kept[b.positions().view(-1)].sum()) / (a.scales.numel() * a.spec.k)

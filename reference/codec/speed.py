@@ -15,6 +15,7 @@ import torch
 
 from protocol.errors import ConfigError
 from reference.codec.dispatch import decode_into, encode
+from reference.codec.formats import DENSE_FORMATS
 from reference.settings import WireFormat
 
 
@@ -93,7 +94,7 @@ def averaged_errors(kind: str, nodes: int = 8, numel: int = 1 << 20) -> dict[str
     exact = torch.stack(vectors).mean(dim=0)
     out = {
         fmt.name.lower(): relative_error(simulate_average(vectors, fmt), exact)
-        for fmt in WireFormat
+        for fmt in DENSE_FORMATS
     }
     # per-tensor baseline, same two-step shape: each node's vector, then the mean, requantized
     summed = torch.zeros(numel)

@@ -220,6 +220,7 @@ def test_set_parsing_reads_scientific_whole_numbers_and_names_wire_formats() -> 
         "maxNodes": 1000,
     }
     assert parse_sets(["wire-format=BF16"]) == {"wireFormat": 1}
+    assert parse_sets(["wire-format=sparse"]) == {"wireFormat": 3}  # a vote switches it on
     with pytest.raises(ConfigError, match="whole number"):
         parse_sets(["inner-steps=2.5"])
     with pytest.raises(ConfigError, match="choose fp32, bf16, int8"):

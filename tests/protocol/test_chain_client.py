@@ -140,7 +140,7 @@ def test_an_unknown_wire_format_on_chain_is_an_error_naming_it(
     assert slot & 0xFFFFFFFF == TrainingSettings.read(committer).inner_steps
     slot = slot & ~(0xFF << 128) | (7 << 128)
     chain.call("anvil_setStorageAt", [config, "0x1", "0x" + slot.to_bytes(32, "big").hex()])
-    with pytest.raises(ConfigError, match=r"wireFormat is 7.*0 \(fp32\), 1 \(bf16\) or 2 \(int8\)"):
+    with pytest.raises(ConfigError, match=r"wireFormat is 7.*2 \(int8\) or 3 \(sparse\)"):
         TrainingSettings.read(committer)
 
 

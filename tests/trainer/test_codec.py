@@ -141,9 +141,10 @@ def test_wire_format_parses_chain_numbers_and_names() -> None:
     assert WireFormat.parse(2) is WireFormat.INT8
     assert WireFormat.parse("bf16") is WireFormat.BF16
     assert WireFormat.parse(WireFormat.FP32) is WireFormat.FP32
-    with pytest.raises(ConfigError, match="0 \\(fp32\\), 1 \\(bf16\\) or 2 \\(int8\\)"):
-        WireFormat.parse(3)
-    with pytest.raises(ConfigError, match="fp32, bf16, int8"):
+    assert WireFormat.parse(3) is WireFormat.parse("sparse") is WireFormat.SPARSE
+    with pytest.raises(ConfigError, match="2 \\(int8\\) or 3 \\(sparse\\)"):
+        WireFormat.parse(4)
+    with pytest.raises(ConfigError, match="fp32, bf16, int8, sparse"):
         WireFormat.parse("fp8")
 
 

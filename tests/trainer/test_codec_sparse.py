@@ -211,3 +211,23 @@ def test_sparse_spec_and_input_errors_say_what_to_change() -> None:
         compress(_x(100), torch.zeros(99), SparseSpec(64, 4, 2), 0.9)
     with pytest.raises(ConfigError, match="beta"):
         compress(_x(100), None, SparseSpec(64, 4, 2), 1.5)
+
+
+@pytest.mark.parametrize("spec", [*SPECS, SparseSpec(256, 16, 2), SparseSpec(64, 64, 2)])
+def test_the_native_kernel_gives_the_torch_references_bytes(spec: SparseSpec) -> None:
+    cases = {
+        "spread": lambda n: _x(n) * torch.exp(_x(n, 1)),
+        "ties": lambda n: torch.randint(-3, 4, (n,), generator=torch.Generator()).float(),
+        "zeros": torch.zeros,
+        "tiny": lambda n: _x(n) * 1e-35,
+        "huge": lambda n: _x(n) * 1e30,
+    }
+    for (name, make), n in itertools.product(cases.items(), [1, 63, 65, 257, 5000, 70_001]):
+        x = make(n)
+        ref, nat = encode_sparse(x, spec, backend="torch"), encode_sparse(x, spec, backend="native")
+        assert torch.equal(ref.payload, nat.payload), (name, n)
+        assert torch.equal(ref.scales, nat.scales), (name, n)
+    bad = _x(1000)
+    bad[777] = float("inf")
+    with pytest.raises(TrainerError, match="NaN or Inf"):
+        encode_sparse(bad, spec, backend="native")

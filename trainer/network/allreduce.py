@@ -10,10 +10,13 @@ Algorithm (all formats):
    hash and the weight with those ``src`` signed before the exchange, trainer.round.commits)
    runs on every peer's packet before any value of the mean leaves :func:`average`; a packet
    that fails it raises, naming the peer, and nothing of it is used.
+   The sparse format (trainer.network.sparse_gather) also refuses, naming the peer, a packet
+   whose offsets are malformed, before its commitment is checked.
 3. Every rank sums the decoded packets in fp32 in rank order (token-weighted, each product and
    sum its own kernel, no fused multiply-add), divides, and re-encodes the mean in the wire format
    (fresh block scales) and decodes it: the bits of :func:`reference.mean.simulate_average`,
-   which is what the ledger recomputes from the members' committed packets.
+   which is what the ledger recomputes from the members' committed packets. Sparse packets are
+   summed in the order of their digests and not re-encoded (:func:`reference.mean.sparse_mean`).
 
 Why not a reduce-scatter (rank r reduces chunk r for everybody, then all-gathers the means, 2
 (world-1)/world packets per rank on the wire): nobody can check a mean piece, so one rank that
@@ -143,7 +146,14 @@ def average(
 
     if pipelined is None:  # on gloo, watched or not (the watch polls a waiter thread, _Waited)
         pipelined = dist.get_backend(group) == "gloo"
-    if pipelined:
+    if packet.fmt is WireFormat.SPARSE:  # whole packets, parsed and checked, then averaged here
+        from trainer.network.sparse_gather import gather_sparse
+
+        mean, nbytes = gather_sparse(packet, group, wait_for=wait_for, weights=weights,
+                                     world=world, rank=rank, clock=clock, check=check)  # fmt: skip
+        if on_piece is not None:
+            on_piece(0, packet.numel, mean.view(-1))
+    elif pipelined:
         mean, nbytes = _pipelined(packet, group, wait_for=wait_for, weights=weights,
                                   world=world, rank=rank, clock=clock, check=check,
                                   on_piece=on_piece)  # fmt: skip

@@ -70,6 +70,10 @@ class PacketCheck:
                 return None
             time.sleep(_POLL_S)
 
+    def name_of(self, src: int) -> str:
+        """Rank ``src``'s node address (how a refusal names it)."""
+        return self.members.addresses[src]
+
     def __call__(self, src: int, packet: Packet, weight: int | None) -> None:
         node = self.members.addresses[src]
         msg = self._commit_of(node)

@@ -23,7 +23,8 @@ from torch import Tensor
 from protocol.errors import TrainerError
 from protocol.hashing import hash_state_dict
 from reference import commitment
-from reference.codec import Packet, encode
+from reference.codec import Packet, WireFormat, encode
+from reference.codec.sparse import encode_feedback
 from reference.inner import InnerConfig, InnerResult, InnerTrainer, StepInfo
 from reference.model import GPT
 from reference.outer import OuterConfig, OuterState
@@ -53,6 +54,7 @@ class LocalWork:
     pseudo_gradient: Tensor  # flat fp32, base - local
     inner: InnerResult
     packet: Packet | None = None  # base - local in the wire format: all-reduced and committed
+    residual: Tensor | None = None  # sparse format: the error feedback left for the next round
 
     def commitment(self) -> dict[str, Tensor]:
         """The tensors of the commitment blob (reference.commitment): the all-reduce's packet."""
@@ -93,10 +95,14 @@ class DiLoCo:
         on_step: Callable[[StepInfo], None] | None = None,
         budget_s: float | None = None,
         start: Tensor | None = None,
+        *,
+        residual: Tensor | None = None,
     ) -> LocalWork:
         """H inner steps (or those that fit in ``budget_s``) from the base weights, or from the
         flat ``start`` (the overlap option: the newest base minus this node's progress still in
-        flight); returns the pseudo-gradient ``start - local`` (no communication)."""
+        flight); returns the pseudo-gradient ``start - local`` (no communication). In the sparse
+        format the packet also carries ``residual`` (the node's error feedback from its last
+        round, None: zero) and the work the residual left for the next one."""
         base_hash = self.base_hash()
         if start is None:
             self.sync_inner_model()
@@ -109,6 +115,9 @@ class DiLoCo:
         inner = self.inner.train(rows, on_step=on_step, budget_s=budget_s)
         origin = self.state.base if start is None else start
         flat_local = self.state.layout.flatten(dict(self.model.named_parameters()))
+        if WireFormat.parse(settings.wire_format) is WireFormat.SPARSE:
+            packet, left = encode_feedback(origin, flat_local, residual)
+            return LocalWork(base_hash, origin - flat_local, inner, packet, left)
         packet = encode(origin, flat_local, settings.wire_format)
         return LocalWork(base_hash, origin - flat_local, inner, packet)
 

@@ -52,6 +52,7 @@ from trainer.round.hold import hold_at_boundary
 from trainer.round.journal import Journal
 from trainer.round.overlap import Overlap
 from trainer.round.recovery import Recovery
+from trainer.round.residual import Residuals
 from trainer.round.runconfig import ConfigSource, RunConfig
 from trainer.round.schedule import LeftOut, Lockstep, RoundReport, RoundWork, SatOut, Schedule
 from trainer.round.strategy import Strategy
@@ -166,6 +167,8 @@ class NodeRunner:
         self.agreement = ConfigAgreement(self.rdv, config_source,
                                          settings.membership.config_wait_s)  # fmt: skip
         self.disk = CheckpointDir(settings.checkpoint_dir) if settings.checkpoint_dir else None
+        self.residuals = Residuals(settings.checkpoint_dir)
+        """The sparse format's error feedback, by round (trainer.round.residual)."""
         self.server = CheckpointServer(settings.serve_host, settings.serve_port)
         self.rdv.checkpoints.serving = self.server.endpoint  # its joins announce it from round 1
         self.model = GPT(settings.model, seed=settings.seed).to(self.device)
@@ -186,6 +189,7 @@ class NodeRunner:
 
     def adopt(self, ckpt: RoundCheckpoint) -> None:
         self.diloco = DiLoCo(self.model, ckpt.to_state())
+        self.residuals.adopt(ckpt.round)  # its own sparse residual, or zero (round.residual)
         self.state_round = ckpt.round
         self.held[ckpt.round] = ckpt.weights_hash
         log.info("%s holds the state after round %d (0x%s..)", self.address, ckpt.round,
@@ -238,7 +242,9 @@ class NodeRunner:
         if boxed is not None:
             box = timebox.budget(self.rdv.board, r, boxed.addresses, settings.inner.steps)
         with one_thread():  # the protocol's reference kernels: what the ledger's replay runs
-            local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start)
+            local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start,
+                                            residual=self.residuals.before(r))  # fmt: skip
+        self.residuals.made(r, local.residual)
         if boxed is not None:
             timebox.post_pace(self.rdv.board, r, local.inner)
         return spec, self.strategy.local_work(self, r, rows, local)
@@ -329,6 +335,7 @@ class NodeRunner:
         self.held = {k: v for k, v in self.held.items() if k >= r - 2} | {r: ckpt.weights_hash}
         if self.disk is not None:
             self.disk.save(ckpt)
+        self.residuals.landed_round(r)  # the sparse residual beside it
         # every member signs the hash it holds and serves the blob peer to peer (from memory, in
         # a background thread: a joiner fetches while the members train the next round)
         honest = [a for a in group.members.addresses if a not in getattr(group, "divergent", ())]
@@ -410,6 +417,7 @@ class NodeRunner:
         """This node's state is not its round's (evicted, or the round finished without it): the
         next round starts from a peer's checkpoint."""
         self.state_round = -1
+        self.residuals.drop()
 
     def run_round(self, r: int) -> RoundReport | None:
         """Round ``r``: the opening gates, then the inner phase and the group; the schedule does

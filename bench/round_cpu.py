@@ -1,0 +1,104 @@
+"""The CPU a round costs outside the inner steps, per wire format: encode, the checked
+all-gather's local work (parse, mean), the outer step and the hashes.
+
+    python -m bench.round_cpu [--numel N] [--world W] [--repeats R]
+
+One thread (the node's), a flat vector of the ``cpu10m`` preset's size by default. For each
+format: ``encode_s`` (int8: the fused subtract-and-quantize; sparse: the node's ``compress``
+with a carried residual, its selection on the torch reference and on the native kernel),
+``mean_s`` (the mean of ``world`` packets as each rank computes it: int8 ``simulate_average``,
+sparse ``sparse_mean`` after parsing each peer's packet), ``outer_s`` (``OuterState.step``),
+``hash_s`` (the commitment hash of the packet and the weights hash). Best of ``repeats``. The
+last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+
+from bench import emit
+from protocol.hashing import hash_state_dict
+from reference.codec import Packet, encode
+from reference.codec.sparse import SPARSE_SPEC, compress, to_packet
+from reference.commitment import commitment_hash
+from reference.mean import simulate_average, sparse_mean
+from reference.outer import FlatLayout, OuterConfig, OuterState
+
+CPU10M = 10_663_296
+
+
+def best(f: Callable[[], Any], repeats: int) -> float:
+    out = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        f()
+        out.append(time.perf_counter() - t)
+    return min(out)
+
+
+def parsed_mean(packets: list[Packet]) -> torch.Tensor:
+    """Every packet parsed as a peer's would be (a fresh Packet checks its offsets), then the
+    digest-ordered mean."""
+    peers = [Packet(p.fmt, p.shape, p.payload.clone(), p.scales, p.block_size) for p in packets]
+    return sparse_mean(peers, None)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--numel", type=int, default=CPU10M)
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    n, w, r = args.numel, args.world, args.repeats
+    gens = [torch.Generator().manual_seed(s) for s in range(w + 1)]
+    base = torch.randn(n, generator=gens[w])
+    locals_ = [base - torch.randn(n, generator=g) * 1e-3 for g in gens[:w]]
+    layout = FlatLayout({"w": torch.Size([n])})
+    state = OuterState(layout, base.clone(), None)
+    cfg = OuterConfig(lr=0.7, momentum=0.9)
+    mean_holder: dict[str, torch.Tensor] = {}
+    out: dict[str, Any] = {"numel": n, "world": w, "threads": 1}
+
+    def common(packets: list[Packet], mean: Callable[[], torch.Tensor]) -> dict[str, float]:
+        mean_holder["m"] = mean()
+        return {
+            "mean_s": best(mean, r),
+            "outer_s": best(lambda: state.step(mean_holder["m"], cfg), r),
+            "hash_s": best(lambda: (commitment_hash(packets[0]),
+                                    hash_state_dict(layout.unflatten(state.base))), r),
+        }  # fmt: skip
+
+    int8 = [encode(base, loc, "int8") for loc in locals_]
+    out["int8"] = {"encode_s": best(lambda: encode(base, locals_[0], "int8"), r),
+                   **common(int8, lambda: simulate_average(int8, "int8"))}  # fmt: skip
+    residual = torch.randn(n, generator=gens[0]) * 1e-4
+    for backend in ("torch", "native"):
+
+        def enc(backend: str = backend) -> Packet:
+            os.environ["COLOCO_CODEC"] = backend  # the codec's dispatch reads it at each call
+            packet, _ = compress(base - locals_[0], residual, SPARSE_SPEC, 0.95)
+            return to_packet(packet)
+
+        sparse = [to_packet(compress(base - loc, None, SPARSE_SPEC, 0.95)[0]) for loc in locals_]
+        out[f"sparse_{backend}"] = {
+            "encode_s": best(enc, r),
+            **common(sparse, partial(parsed_mean, sparse)),
+        }  # fmt: skip
+    os.environ.pop("COLOCO_CODEC", None)
+    for k, v in list(out.items()):
+        if isinstance(v, dict):
+            v["total_s"] = round(sum(v.values()), 4)
+            out[k] = {a: round(b, 4) for a, b in v.items()}
+    emit("round_cpu", out)
+
+
+if __name__ == "__main__":
+    main()
