@@ -1,0 +1,144 @@
+"""Leases paid inside the round's settlement, on a real anvil with a real ledger process.
+
+Two leases of one round each: node 0 works the round, node 1 does not. The ledger process is
+killed (SIGKILL) right after sending the round's commit; the restarted ledger commits it once,
+with the lease leaves folded into the rewards root. Then each lease is paid exactly: node 0 its
+round (a second claim pays nothing), node 1 nothing, and one refund per lease returns exactly
+the unearned escrow: 0 unpaid and 0 double-paid rounds, and the contract holds nothing after.
+No transaction per round is sent for the leases: the settlement sends the one commitRound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlmodel import Session, select
+from web3 import Web3
+
+from bench.harness.nodes import contract, send
+from ledger.core.config import Settings
+from ledger.core.models import Settlement
+from ledger.service import Ledger
+from protocol.deployment import Deployment
+from protocol.devnet import AnvilProcess
+from protocol.toolchain import REPO_ROOT
+from tests.ledger.helpers import tick_until
+from tests.ledger.test_settlement import _commit_events, _scored_round
+
+pytestmark = pytest.mark.anvil
+
+PRICE = 10**15
+NOTHING_TO_CLAIM = Web3.keccak(text="NothingToClaim(bytes32,uint256,uint256)")[:4].hex()
+
+
+def _open(chain: AnvilProcess, deployment: Deployment, run_id: str, node: str, who: str) -> str:
+    """Opens a one-round lease of ``node`` in ``run_id`` paid by ``who``; returns its id."""
+    leases = contract(chain.w3, deployment, "ComputeLeases")
+    fn = leases.functions.openLease(bytes.fromhex(run_id[2:]), node, PRICE, 1)
+    tx = fn.transact({"from": who, "value": PRICE})
+    rcpt = chain.w3.eth.wait_for_transaction_receipt(tx)
+    (event,) = leases.events.LeaseOpened().process_receipt(rcpt)
+    return "0x" + bytes(event["args"]["leaseId"]).hex()
+
+
+def _sigkill_after_send(settings: Settings) -> None:
+    """A real ledger process ticks the settler and hangs right after sending the commit; it is
+    killed with SIGKILL there (nothing after the send was recorded)."""
+    env = dict(os.environ)
+    for key, value in settings.model_dump().items():
+        if value is not None:
+            plain = value.get_secret_value() if hasattr(value, "get_secret_value") else value
+            env[f"COLOCO_LEDGER_{key.upper()}"] = str(plain)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.ledger.crash_worker", "hang:sent"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        assert line.strip() == "AT sent", line
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_lease_paid_in_the_round_root_exactly_after_a_kill9(
+    client: Any,
+    ledger: Ledger,
+    settings_for: Callable[..., Settings],
+    db_url: str,
+    started_run: str,
+    nodes: list[Any],
+    domain: Any,
+    chain: AnvilProcess,
+    deployment: Deployment,
+) -> None:
+    organiser = chain.accounts[7][0]
+    leases = contract(chain.w3, deployment, "ComputeLeases")
+    worked = _open(chain, deployment, started_run, nodes[0].address, organiser)
+    idle = _open(chain, deployment, started_run, nodes[1].address, organiser)
+    chain.mine(2)  # past the indexer's confirmation depth
+    ledger.indexer.catch_up()
+    _scored_round(client, ledger, started_run, nodes, domain)  # node 0 works round 1
+    with Session(ledger.engine) as s:
+        row = s.exec(select(Settlement).where(Settlement.round == 1)).one()
+    assert row.leases is not None
+    assert sorted(json.loads(row.leases)) == sorted([[worked, str(PRICE), 1], [idle, "0", 1]])
+    committer = ledger.chain.client.account_address
+    nonce_before = chain.w3.eth.get_transaction_count(committer)
+
+    settings = settings_for(db_url)
+    _sigkill_after_send(settings)
+    restarted = Ledger(settings)
+    restarted.start(background=False)
+    try:
+        tick_until(restarted, started_run, 1, "committed")
+        assert _commit_events(chain, deployment, started_run, 1) == 1
+        # one transaction for the round, whatever the number of leases
+        assert chain.w3.eth.get_transaction_count(committer) == nonce_before + 1
+        cl = contract(chain.w3, deployment, "ContributionLedger")
+        info = cl.functions.rootInfo(bytes.fromhex(row.rewards_root[2:])).call()
+        assert info[0] > 0  # the intent's root, lease leaves folded in, is the one committed
+        chain.increase_time(int(cl.functions.disputeWindow().call()) + 1)
+        chain.mine(2)
+        restarted.indexer.catch_up()
+    finally:
+        restarted.stop()
+
+    ledger.indexer.catch_up()
+    payer = chain.accounts[8][0]  # anyone may submit
+    before = chain.w3.eth.get_balance(nodes[0].address)
+    org_before = chain.w3.eth.get_balance(organiser)
+    for lease_id, earned in ((worked, PRICE), (idle, 0)):
+        got = client.get(f"/v1/leases/{lease_id}").json()
+        leaf = got["leaf"]
+        assert leaf["cumulative_wei"] == str(earned) and leaf["ended"] is True
+        assert leaf["root"] == row.rewards_root and leaf["root_state"] == "finalized"
+        args = (
+            bytes.fromhex(lease_id[2:]),
+            int(leaf["cumulative_wei"]),
+            leaf["through_round"],
+            bytes.fromhex(leaf["root"][2:]),
+            [bytes.fromhex(p[2:]) for p in leaf["proof"]],
+        )
+        if earned:
+            send(chain.w3, leases.functions.claim(*args), payer)
+            with pytest.raises(Exception, match=NOTHING_TO_CLAIM):
+                leases.functions.claim(*args).call({"from": payer})
+        send(chain.w3, leases.functions.refund(*args), payer)
+    assert chain.w3.eth.get_balance(nodes[0].address) - before == PRICE  # its one round, once
+    assert chain.w3.eth.get_balance(organiser) - org_before == PRICE  # node 1's unused escrow
+    assert chain.w3.eth.get_balance(leases.address) == 0
+    missing = client.get("/v1/leases/0x" + "ab" * 32)
+    assert missing.status_code == 404 and "no lease" in missing.text
