@@ -1,12 +1,12 @@
 """Compute leases paid inside the round's settlement: the lease leaves of a rewards root.
 
 An organiser escrows a lease in ``ComputeLeases`` (``LeaseOpened``: node, price per round, the
-window ``startRound..endRound`` of the run's ledger rounds). The ledger sends nothing per round for
-it: every settlement intent (:meth:`ledger.chain.settlement.Settler.record_intent`) folds one leaf
-per known lease into the rewards root it commits anyway, ``(lease id, cumulative wei, through
-round)`` = the price times the rounds of the window, up to ``through``, in which the leased node's
-attestation was verified. The node claims that leaf against any final root; after the window's
-last round is settled, one ``refund`` returns the unearned escrow.
+window ``startRound..endRound`` of the run's ledger rounds). The ledger sends nothing per round
+for it: every settlement intent (:meth:`ledger.chain.settlement.Settler.record_intent`) folds one
+leaf per known lease of its run into the rewards root it commits anyway, ``(lease id, cumulative
+wei, through round)`` = the price times the rounds of the window, up to ``through``, in which the
+leased node's attestation was verified. The node claims that leaf against any final root; after
+the window's last round is settled, one ``refund`` returns the unearned escrow.
 
 Exact under crashes and reorgs: the leaves are computed inside the intent's database transaction
 and stored with it (``settlement.leases``), so a restart re-sends the same root (never a second
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from ledger.core.models import Attestation, FundingEvent, Settlement
+from ledger.core.models import Attestation, FundingEvent
 from protocol.deployment import Deployment
 from protocol.merkle import lease_leaf_hash
 from protocol.types import Address, Bytes32
@@ -68,13 +68,17 @@ def contract_address(deployment: Deployment) -> Address | None:
     return deployment.address(CONTRACT) if CONTRACT in deployment.contracts else None
 
 
-def lease_terms(session: Session, lease_id: str | None = None) -> list[LeaseTerms]:
-    """Every indexed lease (or the one ``lease_id``), oldest first."""
+def lease_terms(
+    session: Session, lease_id: str | None = None, *, run_id: str | None = None
+) -> list[LeaseTerms]:
+    """Every indexed lease (or the one ``lease_id``, or those of ``run_id``), oldest first."""
     query = select(FundingEvent).where(
         FundingEvent.contract == CONTRACT, FundingEvent.name == "LeaseOpened"
     )
     if lease_id is not None:
         query = query.where(FundingEvent.ref == lease_id.lower())
+    if run_id is not None:
+        query = query.where(FundingEvent.run_id == run_id)
     rows = session.exec(
         query.order_by(col(FundingEvent.block_number), col(FundingEvent.log_index))
     ).all()
@@ -119,22 +123,14 @@ def completed_rounds(session: Session, lease: LeaseTerms, through: int) -> int:
 
 
 def lease_leaves(session: Session, run_id: str, round_: int) -> list[LeaseLeaf]:
-    """The lease leaves of the settlement of (``run_id``, ``round_``): each indexed lease whose
-    run has a settlement (this one or an earlier), through that run's latest settled round."""
-    through: dict[str, int] = {
-        str(r): int(n)
-        for r, n in session.exec(
-            select(Settlement.run_id, func.max(Settlement.round)).group_by(col(Settlement.run_id))
-        ).all()
-    }
-    through[run_id] = max(through.get(run_id, round_), round_)
+    """The lease leaves of the settlement of (``run_id``, ``round_``): one per indexed lease of
+    that run, through ``round_``. Leases of other runs ride in their own runs' roots (every
+    final root stays claimable), so each root's leaves depend only on its run, its round and
+    the leases indexed, and anyone can rebuild them (``coloco watch``)."""
     out: list[LeaseLeaf] = []
-    for lease in lease_terms(session):
-        if lease.run_id not in through:
-            continue  # its run has no settled round yet: nothing earned
-        upto = through[lease.run_id]
-        wei = lease.wei_per_round * completed_rounds(session, lease, upto)
-        out.append((lease.lease_id, wei, upto))
+    for lease in lease_terms(session, run_id=run_id):
+        wei = lease.wei_per_round * completed_rounds(session, lease, round_)
+        out.append((lease.lease_id, wei, round_))
     return out
 
 

@@ -28,10 +28,14 @@ from protocol.types import Address
 Amounts = dict[str, int]
 
 
+_KEPT = 8  # trees kept: the latest settlement's (rewards) and each leased run's latest (leases)
+
+
 class RewardsTrees:
-    """Committed settlements' amounts and trees by settlement id; only the latest is kept (only
-    the latest is asked for). ``leases``: the deployment's ComputeLeases, whose leaves each
-    settlement folds into its root (None: an older deployment)."""
+    """Committed settlements' amounts and trees by settlement id; only the few asked for lately
+    are kept (the latest, and each leased run's latest). ``leases``: the deployment's
+    ComputeLeases, whose leaves each settlement folds into its root (None: an older
+    deployment)."""
 
     def __init__(self, leases: Address | None = None) -> None:
         self.leases = leases
@@ -56,7 +60,8 @@ class RewardsTrees:
             amounts = {a: int(v) for a, v in json.loads(tree_text)}
             leaves = leaves_of(leases_text)
             built = (amounts, tree_of(amounts, leaf_hashes(self.leases, leaves)), leaves)
-            self._built.clear()
+            if len(self._built) >= _KEPT:
+                self._built.clear()
             self._built[settlement_id] = built
         return built
 

@@ -16,19 +16,24 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlmodel import Session, select
+from typer.testing import CliRunner
 from web3 import Web3
 
-from bench.harness.nodes import contract, send
+from bench.harness.nodes import contract
+from coloco_cli.main import app
+from coloco_cli.watch.ops import Scores, check_rewards_roots
 from ledger.core.config import Settings
 from ledger.core.models import Settlement
 from ledger.service import Ledger
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.toolchain import REPO_ROOT
+from tests.ledger.conftest import serving
 from tests.ledger.helpers import tick_until
 from tests.ledger.test_settlement import _commit_events, _scored_round
 
@@ -38,14 +43,35 @@ PRICE = 10**15
 NOTHING_TO_CLAIM = Web3.keccak(text="NothingToClaim(bytes32,uint256,uint256)")[:4].hex()
 
 
-def _open(chain: AnvilProcess, deployment: Deployment, run_id: str, node: str, who: str) -> str:
-    """Opens a one-round lease of ``node`` in ``run_id`` paid by ``who``; returns its id."""
-    leases = contract(chain.w3, deployment, "ComputeLeases")
-    fn = leases.functions.openLease(bytes.fromhex(run_id[2:]), node, PRICE, 1)
-    tx = fn.transact({"from": who, "value": PRICE})
-    rcpt = chain.w3.eth.wait_for_transaction_receipt(tx)
-    (event,) = leases.events.LeaseOpened().process_receipt(rcpt)
-    return "0x" + bytes(event["args"]["leaseId"]).hex()
+runner = CliRunner()
+
+
+def _cli(env: Path, *args: str) -> Any:
+    """`coloco market lease ARGS --json`: its one JSON line."""
+    result = runner.invoke(app, ["market", "lease", *args, "--json"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    return json.loads(result.output.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def cli_env(
+    chain: AnvilProcess, deployment_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """The CLI pointed at the test chain and deployment, from a scratch folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLOCO_RPC_URL", chain.rpc_url)
+    monkeypatch.setenv("COLOCO_DEPLOYMENT", str(deployment_file))
+    for var in ("COLOCO_CONFIG", "COLOCO_PRIVATE_KEY", "COLOCO_KEYSTORE", "COLOCO_LEDGER_URL"):
+        monkeypatch.delenv(var, raising=False)
+    return deployment_file
+
+
+def _open(env: Path, run_id: str, node: str, key: str) -> str:
+    """Opens a one-round lease of ``node`` in ``run_id`` with the CLI; returns its id."""
+    out = _cli(env, "open", run_id, node, "--price-per-round", f"{PRICE}wei", "--rounds", "1",
+               "--private-key", key)  # fmt: skip
+    assert out["escrow_wei"] == str(PRICE) and out["start_round"] == out["end_round"] == 1
+    return str(out["lease_id"])
 
 
 def _sigkill_after_send(settings: Settings) -> None:
@@ -83,11 +109,12 @@ def test_lease_paid_in_the_round_root_exactly_after_a_kill9(
     domain: Any,
     chain: AnvilProcess,
     deployment: Deployment,
+    cli_env: Path,
 ) -> None:
-    organiser = chain.accounts[7][0]
+    organiser, organiser_key = chain.accounts[7]
     leases = contract(chain.w3, deployment, "ComputeLeases")
-    worked = _open(chain, deployment, started_run, nodes[0].address, organiser)
-    idle = _open(chain, deployment, started_run, nodes[1].address, organiser)
+    worked = _open(cli_env, started_run, nodes[0].address, organiser_key)
+    idle = _open(cli_env, started_run, nodes[1].address, organiser_key)
     chain.mine(2)  # past the indexer's confirmation depth
     ledger.indexer.catch_up()
     _scored_round(client, ledger, started_run, nodes, domain)  # node 0 works round 1
@@ -117,26 +144,36 @@ def test_lease_paid_in_the_round_root_exactly_after_a_kill9(
         restarted.stop()
 
     ledger.indexer.catch_up()
-    payer = chain.accounts[8][0]  # anyone may submit
+    # anyone rebuilds the committed root from public data, the lease leaves included
+    assert check_rewards_roots(ledger.chain.client, Scores(client)) == []
+    payer_key = chain.accounts[8][1]  # anyone may send claims and refunds
     before = chain.w3.eth.get_balance(nodes[0].address)
     org_before = chain.w3.eth.get_balance(organiser)
-    for lease_id, earned in ((worked, PRICE), (idle, 0)):
-        got = client.get(f"/v1/leases/{lease_id}").json()
-        leaf = got["leaf"]
-        assert leaf["cumulative_wei"] == str(earned) and leaf["ended"] is True
-        assert leaf["root"] == row.rewards_root and leaf["root_state"] == "finalized"
+    with serving(ledger) as url:
+        st = _cli(cli_env, "status", worked, "--ledger-url", url)
+        assert st["leaf"]["cumulative_wei"] == str(PRICE) and st["leaf"]["ended"] is True
+        assert st["leaf"]["root"] == row.rewards_root and st["leaf"]["root_state"] == "finalized"
+        assert st["paid_wei"] == "0" and st["settled"] is False
+        paid = _cli(cli_env, "claim", worked, "--ledger-url", url, "--private-key", payer_key)
+        assert paid["paid_wei"] == str(PRICE)
+        again = _cli(cli_env, "claim", worked, "--ledger-url", url, "--private-key", payer_key)
+        assert again["paid_wei"] == "0"  # nothing new: no transaction
+        leaf = st["leaf"]
         args = (
-            bytes.fromhex(lease_id[2:]),
+            bytes.fromhex(worked[2:]),
             int(leaf["cumulative_wei"]),
             leaf["through_round"],
             bytes.fromhex(leaf["root"][2:]),
             [bytes.fromhex(p[2:]) for p in leaf["proof"]],
         )
-        if earned:
-            send(chain.w3, leases.functions.claim(*args), payer)
-            with pytest.raises(Exception, match=NOTHING_TO_CLAIM):
-                leases.functions.claim(*args).call({"from": payer})
-        send(chain.w3, leases.functions.refund(*args), payer)
+        with pytest.raises(Exception, match=NOTHING_TO_CLAIM):  # the contract refuses too
+            leases.functions.claim(*args).call({"from": organiser})
+        for lease_id, back in ((worked, 0), (idle, PRICE)):
+            out = _cli(cli_env, "refund", lease_id, "--ledger-url", url, "--private-key", payer_key)
+            assert out["refunded_wei"] == str(back)
+        shown = runner.invoke(app, ["market", "lease", "status", idle, "--ledger-url", url])
+        text = " ".join(shown.output.split())
+        assert "(settled)" in text and "escrow 0.001 ETH" in text and "wei" not in text, text
     assert chain.w3.eth.get_balance(nodes[0].address) - before == PRICE  # its one round, once
     assert chain.w3.eth.get_balance(organiser) - org_before == PRICE  # node 1's unused escrow
     assert chain.w3.eth.get_balance(leases.address) == 0

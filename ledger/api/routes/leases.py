@@ -1,9 +1,9 @@
 """GET /v1/leases/{lease_id}: what ``ComputeLeases.claim`` and ``refund`` need, and the lease.
 
 The lease's terms come from the indexed ``LeaseOpened`` event; its leaf, proof and root from the
-latest committed settlement (the root the ledger committed with the round: lease payments ride
-in it, no transaction of their own). ``ended`` says the leaf counts through the window's last
-round, so ``refund`` settles the lease with it once the root is claimable.
+latest committed settlement of its run (the root the ledger committed with the round: lease
+payments ride in it, no transaction of their own). ``ended`` says the leaf counts through the
+window's last round, so ``refund`` settles the lease with it once the root is claimable.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def get_lease(
     lease = found[0]
     latest = session.exec(
         select(Settlement.id)
-        .where(col(Settlement.status).in_(("mined", "final")))
+        .where(Settlement.run_id == lease.run_id, col(Settlement.status).in_(("mined", "final")))
         .order_by(col(Settlement.id).desc())
     ).first()
     leaf: dict[str, Any] | None = None
