@@ -60,7 +60,8 @@ contract ComputeLeases is IComputeLeases, AccessControl, Pausable {
         }
         uint256 escrow = uint256(weiPerRound) * rounds; // < 2**148: no overflow
         if (msg.value != escrow) revert WrongEscrow(msg.value, escrow);
-        uint64 start = ledger.hasCommitted(runId) ? ledger.lastRound(runId) + 1 : 1;
+        // the round after the last committed (lastRound is 0 before genesis and at genesis alike)
+        uint64 start = ledger.lastRound(runId) + 1;
         uint64 end = start + rounds - 1;
         uint256 count = leaseCount;
         leaseId = keccak256(
@@ -185,9 +186,9 @@ contract ComputeLeases is IComputeLeases, AccessControl, Pausable {
             revert InvalidProof(leaseId, cumulativeWei, throughRound);
         }
         bytes32 runId = l.runId;
-        if (!ledger.hasCommitted(runId) || throughRound > ledger.lastRound(runId)) {
-            revert RoundNotCommitted(runId, throughRound);
-        }
+        // lastRound is 0 before a run's genesis, and a lease's rounds start at 1: a leaf through
+        // round 0 pays nothing (its cap is 0) and can never end a lease
+        if (throughRound > ledger.lastRound(runId)) revert RoundNotCommitted(runId, throughRound);
         uint256 cap = capOf(leaseId, throughRound);
         if (cumulativeWei > cap) revert LeaseOverpaid(leaseId, cumulativeWei, cap);
     }

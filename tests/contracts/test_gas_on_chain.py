@@ -43,9 +43,9 @@ LIMITS = {
     "slash_equivocation": 150_000,
     "register_newNode": 130_000,
     "stake_newNode": 150_000,
-    "lease_open": 160_000,
-    "lease_claim_1024": 90_000,
-    "lease_refund": 90_000,
+    "lease_open": 150_000,
+    "lease_claim_1024": 100_000,
+    "lease_refund": 95_000,
 }
 TOLERANCE = 300  # gas: zero bytes in signatures and timestamps vary (4 vs 16 gas each)
 CLAIM_GAS = 300_000  # explicit: eth_estimateGas can miss a new Votes checkpoint
