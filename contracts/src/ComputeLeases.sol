@@ -180,9 +180,8 @@ contract ComputeLeases is IComputeLeases, AccessControl, Pausable {
         l = _leases[leaseId];
         if (l.organiser == address(0)) revert UnknownLease(leaseId);
         ledger.claimable(root); // reverts unless committed, final and not revoked
-        if (!MerkleProof.verifyCalldata(
-                proof, root, leaseLeaf(leaseId, cumulativeWei, throughRound)
-            )) {
+        bytes32 leaf = leaseLeaf(leaseId, cumulativeWei, throughRound);
+        if (!MerkleProof.verifyCalldata(proof, root, leaf)) {
             revert InvalidProof(leaseId, cumulativeWei, throughRound);
         }
         bytes32 runId = l.runId;
