@@ -193,13 +193,14 @@ def kill9(rig: Rig) -> dict[str, Any]:
         thread.join()
         settled = _settled(rig, run, rounds, 60 if rig.quick else 180)
         paid = leases.verify()
+        lease_checks = paid.pop("checks")
         return _outcome(
             load,
             led,
             rig.commits_per_round(run, start),
             accepted_before_kill=before,
             **paid,
-            checks={"all_rounds_committed": settled, **paid.pop("checks")},
+            checks={"all_rounds_committed": settled, **lease_checks},
         )
     finally:
         led.stop()
