@@ -32,6 +32,7 @@ from ledger.core.models import Settlement
 from ledger.service import Ledger
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
+from protocol.errors import ConfigError
 from protocol.toolchain import REPO_ROOT
 from tests.ledger.conftest import serving
 from tests.ledger.helpers import tick_until
@@ -137,6 +138,12 @@ def test_lease_paid_in_the_round_root_exactly_after_a_kill9(
         cl = contract(chain.w3, deployment, "ContributionLedger")
         info = cl.functions.rootInfo(bytes.fromhex(row.rewards_root[2:])).call()
         assert info[0] > 0  # the intent's root, lease leaves folded in, is the one committed
+        ledger.indexer.catch_up()
+        with serving(ledger) as url:  # in its dispute window: refused, saying from when
+            early = runner.invoke(app, ["market", "lease", "claim", worked, "--ledger-url", url,
+                                        "--private-key", chain.accounts[8][1]])  # fmt: skip
+        assert isinstance(early.exception, ConfigError), early.output
+        assert "is pending: claim from" in str(early.exception)
         chain.increase_time(int(cl.functions.disputeWindow().call()) + 1)
         chain.mine(2)
         restarted.indexer.catch_up()
