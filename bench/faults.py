@@ -22,6 +22,11 @@ Per scenario ``passed``, ``accepted`` (acknowledged 202), ``stored`` (of those, 
 ledger's database afterwards), ``settled_twice`` (commitRound transactions beyond one per round,
 counted from the chain's blocks: a reverted duplicate counts). Last line: one JSON object with the
 scenarios and ``scenarios``, ``passed``, ``lost``, ``double_settlements``.
+
+``kill9``, ``rpc_outage`` and ``reorg`` also lease two nodes of their run for every round
+(``bench.fault_leases``): each lease must be paid exactly its node's verified rounds
+(``lease_unpaid_rounds``, ``lease_double_paid_rounds``: 0), a second claim refused, and the rest
+refunded (check ``leases_paid_exactly``).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from typing import Any
 import httpx
 import orjson
 
+from bench.fault_leases import LeaseCheck
 from bench.fault_rig import (
     LedgerProc,
     Load,
@@ -176,6 +182,7 @@ def kill9(rig: Rig) -> dict[str, Any]:
     try:
         start = rig.anvil.block_number()
         run = rig.open_run(led, "kill9")
+        leases = LeaseCheck.open(rig, led, run, rounds)
         rig.join(led, run, range(1, rounds + 1))
         load = rig.load(led.url, rig.attestations(run, range(1, rounds + 1)), threads=8)
         thread = load.background()
@@ -185,12 +192,15 @@ def kill9(rig: Rig) -> dict[str, Any]:
         led.start()
         thread.join()
         settled = _settled(rig, run, rounds, 60 if rig.quick else 180)
+        paid = leases.verify()
+        lease_checks = paid.pop("checks")
         return _outcome(
             load,
             led,
             rig.commits_per_round(run, start),
             accepted_before_kill=before,
-            checks={"all_rounds_committed": settled},
+            **paid,
+            checks={"all_rounds_committed": settled, **lease_checks},
         )
     finally:
         led.stop()
@@ -245,6 +255,7 @@ def rpc_outage(rig: Rig) -> dict[str, Any]:
     try:
         start = rig.anvil.block_number()
         run = rig.open_run(led, "rpc")
+        leases = LeaseCheck.open(rig, led, run, 2 * half)
         rig.join(led, run, range(1, 2 * half + 1))
         first = rig.load(led.url, rig.attestations(run, range(1, half + 1)))
         first.run()
@@ -274,6 +285,8 @@ def rpc_outage(rig: Rig) -> dict[str, Any]:
         load.refused = first.refused + second.refused
         load.failures = first.failures + second.failures
         load.refused_digests = first.refused_digests | second.refused_digests
+        paid = leases.verify()
+        lease_checks = paid.pop("checks")
         return _outcome(
             load,
             led,
@@ -282,7 +295,9 @@ def rpc_outage(rig: Rig) -> dict[str, Any]:
             rpc_requests_refused=proxy.refused,
             rounds_closed_during_outage=closed_in_outage,
             last_committed_during_outage=committed_in_outage,
+            **paid,
             checks={
+                **lease_checks,
                 # under signed membership a round starts only once its predecessor is
                 # committed: during an outage the next round can close, later ones wait
                 "rounds_closed_during_outage": closed_in_outage >= 1,
@@ -302,6 +317,7 @@ def reorg(rig: Rig) -> dict[str, Any]:
         with rig.mine_in_background():
             start = rig.anvil.block_number()
             run = rig.open_run(led, "reorg")
+            leases = LeaseCheck.open(rig, led, run, rounds)
             rig.join(led, run, range(1, rounds + 1))
             load = rig.load(
                 led.url, rig.attestations(run, range(1, rounds + 1)), threads=4, rate=40
@@ -323,13 +339,17 @@ def reorg(rig: Rig) -> dict[str, Any]:
             settled = _settled(rig, run, rounds, 120 if rig.quick else 300)
             final = wait_for(lambda: all(s == "final" for s in led.round_states(run).values()), 60)
         counts = rig.commits_per_round(run, start)
+        paid = leases.verify()
+        lease_checks = paid.pop("checks")
         return _outcome(
             load,
             led,
             counts,
             depth=depth,
             commits_dropped_by_reorg=dropped,
+            **paid,
             checks={
+                **lease_checks,
                 "reorg_dropped_a_commit": dropped >= 1,
                 "all_rounds_committed": settled,
                 "all_rounds_final": final,

@@ -30,6 +30,8 @@ COMMANDS: list[Lazy] = [
          "Delegate, propose, vote, queue and execute governance."),
     Lazy("slash", "coloco_cli.slash.cli", "app",
          "Report equivocation; propose, veto, execute slashes."),
+    Lazy("market", "coloco_cli.market.cli", "app",
+         "The compute market: lease nodes paid in the round's root."),
     Lazy("watch", "coloco_cli.watch.cli", "app",
          "Recompute committed roots from public data (anyone)."),
     Lazy("devnet", "coloco_cli.devnet.cli", "app", "Local anvil devnet: up, down, deploy, status."),

@@ -22,6 +22,7 @@ from sqlmodel import Session, col, select
 from ledger.chain.client import LedgerChain
 from ledger.chain.funding import FundingSettler
 from ledger.chain.indexer import Indexer
+from ledger.chain.leases import contract_address as leases_contract
 from ledger.chain.settlement import FaultHook, Settler
 from ledger.chain.slash import FraudSlasher
 from ledger.core import db, secrets
@@ -123,7 +124,8 @@ class Ledger:
         self.leadership = Leadership(self.engine)
         self.leading = False
         self.step_errors: dict[str, str] = {}
-        self.rewards_trees = RewardsTrees()  # the latest settlement's tree (GET /v1/rewards)
+        # the latest settlement's tree, its lease leaves folded in (GET /v1/rewards, /v1/leases)
+        self.rewards_trees = RewardsTrees(leases_contract(self.chain.deployment))
         self.intents = Backoff("settlement intent of (run, round)")
         self._indexed_at = float("-inf")
         self._pruned_at = float("-inf")

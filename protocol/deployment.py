@@ -31,9 +31,9 @@ CONTRACT_NAMES: tuple[str, ...] = (
 )
 """Every contract a deployment holds, by its Solidity name (also its artifact name)."""
 
-FUNDING_CONTRACT_NAMES: tuple[str, ...] = ("RunFunding", "CodeRegistry")
-"""Contracts a deployment holds since run funding and code contributions (absent in older
-deployments: the commands that need them say so)."""
+FUNDING_CONTRACT_NAMES: tuple[str, ...] = ("RunFunding", "CodeRegistry", "ComputeLeases")
+"""Contracts a deployment holds since run funding, code contributions and compute leases (absent
+in older deployments: the commands that need them say so)."""
 
 GOVERNANCE_KEYS: tuple[str, ...] = (
     "voting_delay",

@@ -10,7 +10,7 @@ a flat array, parents at ``(i - 1) // 2``. Same values -> same root and proofs a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from protocol.eip712 import check_address, check_uint, encode_address, encode_uint, keccak256
@@ -25,6 +25,23 @@ def leaf_hash(account: Address, amount: int) -> Bytes32:
     check_address("account", account)
     check_uint("amount", amount, 256)
     return Bytes32(keccak256(keccak256(encode_address(account) + encode_uint(amount))))
+
+
+def lease_leaf_hash(
+    contract: Address, lease_id: bytes, cumulative_wei: int, through: int
+) -> Bytes32:
+    """A ComputeLeases leaf of the same tree: ``keccak256(bytes.concat(keccak256(abi.encode(
+    contract, leaseId, cumulativeWei, throughRound))))``. Four words, so it can never equal an
+    ``(account, amount)`` leaf (two words), and bound to one ComputeLeases contract."""
+    check_address("contract", contract)
+    if not isinstance(lease_id, bytes) or len(lease_id) != 32:
+        raise MerkleError("lease leaf: lease id must be 32 bytes")
+    check_uint("cumulative_wei", cumulative_wei, 256)
+    check_uint("through", through, 64)
+    encoded = (
+        encode_address(contract) + lease_id + encode_uint(cumulative_wei) + encode_uint(through)
+    )
+    return Bytes32(keccak256(keccak256(encoded)))
 
 
 def hash_pair(a: bytes, b: bytes) -> Bytes32:
@@ -55,11 +72,17 @@ class RewardsTree:
     nodes: tuple[Bytes32, ...]
     _tree_index: Mapping[Address, int]
 
+    _extra_index: Mapping[Bytes32, int] = field(default_factory=dict)
+
     @classmethod
-    def build(cls, values: Iterable[tuple[Address, int]]) -> RewardsTree:
-        """Build from ``(account, cumulative amount)`` pairs; accounts must be unique."""
+    def build(
+        cls, values: Iterable[tuple[Address, int]], extra: Iterable[Bytes32] = ()
+    ) -> RewardsTree:
+        """Build from ``(account, cumulative amount)`` pairs (accounts unique) and ``extra`` leaf
+        hashes of other encodings (the lease leaves: :func:`lease_leaf_hash`)."""
         pairs = tuple(values)
-        if not pairs:
+        extras = tuple(dict.fromkeys(extra))
+        if not pairs and not extras:
             raise MerkleError("rewards tree: needs at least one (account, amount) leaf")
         seen: dict[str, int] = {}
         hashed: list[tuple[Bytes32, int]] = []
@@ -72,17 +95,27 @@ class RewardsTree:
                 )
             seen[key] = i
             hashed.append((leaf_hash(account, amount), i))
+        hashed += [(leaf, -1 - k) for k, leaf in enumerate(extras)]
         hashed.sort(key=lambda item: item[0])
         n = len(hashed)
         nodes: list[bytes] = [b""] * (2 * n - 1)
         index: dict[Address, int] = {}
+        extra_index: dict[Bytes32, int] = {}
         for position, (leaf, value_index) in enumerate(hashed):
             tree_index = len(nodes) - 1 - position
             nodes[tree_index] = leaf
-            index[pairs[value_index][0]] = tree_index
+            if value_index >= 0:
+                index[pairs[value_index][0]] = tree_index
+            else:
+                extra_index[Bytes32(leaf)] = tree_index
         for i in range(len(nodes) - 1 - n, -1, -1):
             nodes[i] = hash_pair(nodes[2 * i + 1], nodes[2 * i + 2])
-        return cls(values=pairs, nodes=tuple(Bytes32(x) for x in nodes), _tree_index=index)
+        return cls(
+            values=pairs,
+            nodes=tuple(Bytes32(x) for x in nodes),
+            _tree_index=index,
+            _extra_index=extra_index,
+        )
 
     @classmethod
     def from_amounts(cls, amounts: Mapping[Address, int]) -> RewardsTree:
@@ -100,7 +133,16 @@ class RewardsTree:
 
     def proof(self, account: Address) -> list[Bytes32]:
         """Sibling hashes from ``account``'s leaf up to the root (OpenZeppelin order)."""
-        index = self._leaf_index(account)
+        return self._path(self._leaf_index(account))
+
+    def extra_proof(self, leaf: Bytes32) -> list[Bytes32]:
+        """The proof of an ``extra`` leaf (a lease leaf) given by its hash."""
+        index = self._extra_index.get(Bytes32(leaf))
+        if index is None:
+            raise MerkleError(f"rewards tree: no leaf 0x{bytes(leaf).hex()}")
+        return self._path(index)
+
+    def _path(self, index: int) -> list[Bytes32]:
         proof: list[Bytes32] = []
         while index > 0:
             sibling = index + 1 if index % 2 == 1 else index - 1

@@ -51,6 +51,8 @@ ACCOUNTING = re.compile(
     r"|\w+\.(staked|unbonding|unbondingReadyAt|pendingSlashes|payout|operator|status|revoked)"
     r"\s*(=|\+=|-=)\s*[^=].*;"  # struct fields through storage pointers
     r"|(granted|proposalCount|equivocationSlashed\[\w+\]|delegationChosen\[[^\]]+\])\s*=\s*.*;"
+    r"|l\.(organiser|startRound|node|endRound|settled|weiPerRound|paid|refunded|runId)\s*=\s*.*;"
+    r"|leaseCount\s*=\s*.*;"  # ComputeLeases: a lease's fields and the count in its id
     r"|_useNonce\(\w+\);"
     r"|\+\+_\w+(\.\w+)?;"
     r")\s*$"

@@ -5,6 +5,7 @@ import {Script} from "forge-std/Script.sol";
 import {CapitalDeploy} from "./CapitalDeploy.sol";
 import {TimelockController} from "@openzeppelin/contracts/governance/TimelockController.sol";
 import {CodeRegistry} from "../src/CodeRegistry.sol";
+import {ComputeLeases} from "../src/ComputeLeases.sol";
 import {ContributionLedger} from "../src/ContributionLedger.sol";
 import {ModelGovernor} from "../src/ModelGovernor.sol";
 import {ModelShareToken} from "../src/ModelShareToken.sol";
@@ -36,7 +37,7 @@ import {TrainingConfig} from "../src/TrainingConfig.sol";
 /// extension >= 1 hour, timelock >= 1 day, dispute windows >= 1 hour, RunFunding's dispute window
 /// and vesting period >= 1 day, ETH per root <= 1,000 bps of the deposits.
 /// @dev Roles after `deploy`: ledger COMMITTER -> committer, GUARDIAN -> guardian; distributor,
-/// StakeManager and RunFunding GUARDIAN -> guardian; token MINTER -> distributor (fixed, created with the
+/// StakeManager, RunFunding and ComputeLeases GUARDIAN -> guardian; token MINTER -> distributor (fixed, created with the
 /// token), RunFunding and CodeRegistry (MINTER_ROLE, bounded by their own budgets); GRANTER -> Timelock,
 /// with no token admin left; StakeManager SLASHER -> Timelock; Timelock proposer and canceller ->
 /// governor, executor -> anyone; every admin -> Timelock; the deployer keeps no role anywhere
@@ -77,6 +78,7 @@ contract Deploy is Script, CapitalDeploy {
         TimelockController timelock;
         RunFunding funding;
         CodeRegistry codeRegistry;
+        ComputeLeases leases;
     }
 
     /// @notice The devnet profile was asked for on a chain other than anvil's.
@@ -279,6 +281,7 @@ contract Deploy is Script, CapitalDeploy {
         );
         d.token.grantRole(d.token.MINTER_ROLE(), address(d.funding));
         d.token.grantRole(d.token.MINTER_ROLE(), address(d.codeRegistry));
+        d.leases = new ComputeLeases(d.ledger, timelock, p.guardian);
         d.token.renounceRole(bytes32(0), deployer);
         d.timelock.grantRole(d.timelock.PROPOSER_ROLE(), address(d.governor));
         d.timelock.grantRole(d.timelock.CANCELLER_ROLE(), address(d.governor));
@@ -305,6 +308,7 @@ contract Deploy is Script, CapitalDeploy {
         vm.serializeAddress(c, "ModelGovernor", address(d.governor));
         vm.serializeAddress(c, "RunFunding", address(d.funding));
         vm.serializeAddress(c, "CodeRegistry", address(d.codeRegistry));
+        vm.serializeAddress(c, "ComputeLeases", address(d.leases));
         c = vm.serializeAddress(c, "TimelockController", address(d.timelock));
         string memory g = "governance";
         vm.serializeUint(g, "voting_delay", p.votingDelay);

@@ -1,4 +1,4 @@
-"""RunFunding and CodeRegistry events into ``funding_event`` rows, for the indexer.
+"""RunFunding, CodeRegistry and ComputeLeases events into ``funding_event`` rows, for the indexer.
 
 The indexer (ledger/chain/indexer.py) hands each chunk's events of these two contracts here, inside
 the same database transaction as its cursor, so the rows follow its confirmation depth, its restart
@@ -20,8 +20,8 @@ from ledger.core.models import FundingEvent
 
 log = logging.getLogger(__name__)
 
-_ACCOUNT_ARGS = ("backer", "contributor", "account")
-_AMOUNT_ARGS = ("amount", "totalWei", "refundPool")
+_ACCOUNT_ARGS = ("backer", "contributor", "account", "node", "organiser")
+_AMOUNT_ARGS = ("amount", "totalWei", "refundPool", "escrow", "refunded")
 
 
 def _weight(ev: ChainEvent, block_time: int) -> int:
@@ -57,6 +57,8 @@ def _ref(args: dict[str, Any]) -> str | None:
         return str(int(args["id"]))
     if "root" in args:
         return "0x" + bytes(args["root"]).hex()
+    if "leaseId" in args:
+        return "0x" + bytes(args["leaseId"]).hex()
     return None
 
 

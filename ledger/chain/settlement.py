@@ -21,7 +21,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import Engine, func
 from sqlalchemy.exc import IntegrityError
@@ -29,11 +29,12 @@ from sqlmodel import Session, col, select
 from web3.exceptions import Web3RPCError
 
 from ledger.chain.client import LedgerChain
+from ledger.chain.leases import contract_address, leaf_hashes, lease_leaves, leaves_json
 from ledger.core.models import PayoutTotal, RoundState, Settlement
 from ledger.core.retry import Backoff
 from protocol.errors import ContractRevertError, SettlementError
 from protocol.merkle import RewardsTree
-from protocol.types import Address, RoundNumber, RunId
+from protocol.types import Address, Bytes32, RoundNumber, RunId
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +78,12 @@ def reward_total(session: Session, row: Settlement) -> int:
     return max(_tree_total(row.tree) - (_tree_total(prev.tree) if prev is not None else 0), 0)
 
 
-def tree_of(amounts: dict[str, int]) -> RewardsTree | None:
-    if not amounts:
+def tree_of(amounts: dict[str, int], extra: Sequence[Bytes32] = ()) -> RewardsTree | None:
+    """The rewards tree of cumulative ``amounts``, with ``extra`` leaves (the lease leaves of
+    :mod:`ledger.chain.leases`) folded into the same root."""
+    if not amounts and not extra:
         return None
-    return RewardsTree.build(sorted((Address(a), v) for a, v in amounts.items()))
+    return RewardsTree.build(sorted((Address(a), v) for a, v in amounts.items()), extra)
 
 
 class Settler:
@@ -129,7 +132,9 @@ class Settler:
             return existing
         with Session(self.engine, expire_on_commit=False) as session:
             amounts = cumulative_amounts(session)
-            tree = tree_of(amounts)
+            leases = contract_address(self.chain.deployment)
+            lease_rows = lease_leaves(session, round_row.run_id, round_row.round) if leases else []
+            tree = tree_of(amounts, leaf_hashes(leases, lease_rows))
             root = "0x" + (tree.root.hex() if tree is not None else bytes(32).hex())
             if round_row.checkpoint is None:
                 raise SettlementError(f"round {round_row.round} has no checkpoint to commit")
@@ -141,6 +146,7 @@ class Settler:
                 total_work=round_row.total_work or "0",
                 attestations_root=round_row.attestations_root or "0x" + bytes(32).hex(),
                 tree=json.dumps(sorted([a, str(v)] for a, v in amounts.items())),
+                leases=leaves_json(lease_rows),
             )
             session.add(row)
             rnd = session.get(RoundState, round_row.id)

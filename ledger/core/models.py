@@ -306,6 +306,9 @@ class Settlement(SQLModel, table=True):
     total_work: str = Field(max_length=80)
     attestations_root: str = Field(max_length=66)
     tree: str = Field(sa_column=Column(Text, nullable=False))
+    leases: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    """ComputeLeases leaves folded into the same root: JSON [[lease id, cumulative wei, through
+    round], ...] (ledger/chain/leases.py; NULL: none)."""
     nonce: int | None = Field(default=None, sa_type=BigInteger)
     tx_hash: str | None = Field(default=None, max_length=66)
     raw_tx: str | None = Field(default=None, sa_column=Column(Text, nullable=True))

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from sqlmodel import Session, col, select
 
 from ledger.chain.funding import eth_amounts, fold_history
+from ledger.chain.leases import LeaseLeaf, leaf_hashes, leaves_of
 from ledger.chain.settlement import tree_of
 from ledger.core.models import FundingEvent
 from protocol.merkle import RewardsTree
@@ -27,23 +28,40 @@ from protocol.types import Address
 Amounts = dict[str, int]
 
 
-class RewardsTrees:
-    """Committed settlements' amounts and trees by settlement id; only the latest is kept (only
-    the latest is asked for)."""
+_KEPT = 8  # trees kept: the latest settlement's (rewards) and each leased run's latest (leases)
 
-    def __init__(self) -> None:
-        self._built: dict[int, tuple[Amounts, RewardsTree | None]] = {}
+
+class RewardsTrees:
+    """Committed settlements' amounts and trees by settlement id; only the few asked for lately
+    are kept (the latest, and each leased run's latest). ``leases``: the deployment's
+    ComputeLeases, whose leaves each settlement folds into its root (None: an older
+    deployment)."""
+
+    def __init__(self, leases: Address | None = None) -> None:
+        self.leases = leases
+        self._built: dict[int, tuple[Amounts, RewardsTree | None, list[LeaseLeaf]]] = {}
 
     def of(
-        self, settlement_id: int, amounts_json: Callable[[], str]
+        self, settlement_id: int, amounts_json: Callable[[], str | tuple[str, str | None]]
     ) -> tuple[Amounts, RewardsTree | None]:
-        """The settlement's amounts and tree; ``amounts_json`` reads its stored amounts (called
-        only the first time this settlement is asked for)."""
+        """The settlement's amounts and tree; ``amounts_json`` reads its stored amounts and lease
+        leaves (called only the first time this settlement is asked for)."""
+        amounts, tree, _ = self.built(settlement_id, amounts_json)
+        return amounts, tree
+
+    def built(
+        self, settlement_id: int, amounts_json: Callable[[], str | tuple[str, str | None]]
+    ) -> tuple[Amounts, RewardsTree | None, list[LeaseLeaf]]:
+        """:meth:`of` and the settlement's lease leaves."""
         built = self._built.get(settlement_id)
         if built is None:
-            amounts = {a: int(v) for a, v in json.loads(amounts_json())}
-            built = (amounts, tree_of(amounts))
-            self._built.clear()
+            raw = amounts_json()
+            tree_text, leases_text = raw if isinstance(raw, tuple) else (raw, None)
+            amounts = {a: int(v) for a, v in json.loads(tree_text)}
+            leaves = leaves_of(leases_text)
+            built = (amounts, tree_of(amounts, leaf_hashes(self.leases, leaves)), leaves)
+            if len(self._built) >= _KEPT:
+                self._built.clear()
             self._built[settlement_id] = built
         return built
 

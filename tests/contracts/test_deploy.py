@@ -71,7 +71,13 @@ def test_deploy_wires_roles(deployment: Deployment, anvil: AnvilProcess) -> None
     assert stake.functions.treasury().call() == deployment.treasury
     assert stake.functions.treasury().call() not in (tl, gov)
     # one guardian for every pausable contract, RunFunding included (not only COLOCO_GUARDIAN)
-    for name in ("ContributionLedger", "RewardDistributor", "StakeManager", "RunFunding"):
+    for name in (
+        "ContributionLedger",
+        "RewardDistributor",
+        "StakeManager",
+        "RunFunding",
+        "ComputeLeases",
+    ):
         c = _contract(w3, deployment, name)
         guardian_role = c.functions.GUARDIAN_ROLE().call()
         assert c.functions.hasRole(guardian_role, deployment.guardian).call(), name

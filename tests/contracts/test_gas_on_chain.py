@@ -25,7 +25,7 @@ from protocol.chain import ChainClient
 from protocol.chain_views import attestation_tuple
 from protocol.deployment import Deployment, abi
 from protocol.devnet import AnvilProcess
-from protocol.merkle import RewardsTree
+from protocol.merkle import RewardsTree, lease_leaf_hash
 from protocol.signing import address_of_private_key, sign_attestation
 from protocol.toolchain import REPO_ROOT
 from protocol.types import Address, Bytes32, RoundNumber, RunId
@@ -43,6 +43,9 @@ LIMITS = {
     "slash_equivocation": 150_000,
     "register_newNode": 130_000,
     "stake_newNode": 150_000,
+    "lease_open": 150_000,
+    "lease_claim_1024": 100_000,
+    "lease_refund": 95_000,
 }
 TOLERANCE = 300  # gas: zero bytes in signatures and timestamps vary (4 vs 16 gas each)
 CLAIM_GAS = 300_000  # explicit: eth_estimateGas can miss a new Votes checkpoint
@@ -150,6 +153,8 @@ def _measure(deployment: Deployment, chain: AnvilProcess) -> dict[str, int]:
     assert token.functions.balanceOf(pick).call() == later_tree.amount_of(pick)
     assert token.functions.getVotes(pick).call() == later_tree.amount_of(pick)
 
+    gas.update(_measure_lease(w3, deployment, chain, committer, payer, run, accounts))
+
     # registrations (with the key's proof) and first stakes; the second node is measured
     client = ChainClient(chain.rpc_url, deployment, operator)
     now = int(w3.eth.get_block("latest")["timestamp"])
@@ -194,6 +199,53 @@ def _measure(deployment: Deployment, chain: AnvilProcess) -> dict[str, int]:
     )
     staked_after = int(sm.functions.nodes(node).call()[2])
     assert staked_after == 2 * 10**18 * 9 // 10  # the governed 10 % left at once
+    return gas
+
+
+def _measure_lease(
+    w3: Web3,
+    deployment: Deployment,
+    chain: AnvilProcess,
+    committer: LocalAccount,
+    payer: LocalAccount,
+    run: bytes,
+    accounts: list[Address],
+) -> dict[str, int]:
+    """A two-round lease whose node works one round: open, claim against a 1,024-account root
+    that holds its leaf, and the refund of the other round's escrow to the organiser."""
+    ledger, leases = _c(w3, deployment, "ContributionLedger"), _c(w3, deployment, "ComputeLeases")
+    organiser = Account.from_key(chain.accounts[7][1])
+    node = _accounts(1025)[1024]
+    price = 10**16
+    gas = {
+        "lease_open": _send(
+            w3, organiser, leases.functions.openLease(run, node, price, 2), value=2 * price
+        )
+    }
+    (event,) = leases.events.LeaseOpened().get_logs(from_block=w3.eth.block_number)
+    lease_id, start = bytes(event["args"]["leaseId"]), int(event["args"]["startRound"])
+    tree = None
+    for rnd in (start, start + 1):  # the node works the first round of two, then leaves
+        leaf = lease_leaf_hash(Address(leases.address), lease_id, price, rnd)
+        tree = RewardsTree.build(
+            [(a, (i + 1) * 3 * 10**14) for i, a in enumerate(accounts)], [leaf]
+        )
+        _send(
+            w3,
+            committer,
+            ledger.functions.commitRound(
+                run, rnd, tree.root, bytes([rnd]) * 32, 1024, bytes(32), 0
+            ),
+        )
+    assert tree is not None
+    chain.increase_time(int(ledger.functions.disputeWindow().call()))
+    proof = tree.extra_proof(lease_leaf_hash(Address(leases.address), lease_id, price, start + 1))
+    args = (lease_id, price, start + 1, tree.root, proof)
+    gas["lease_claim_1024"] = _send(w3, payer, leases.functions.claim(*args))
+    before = w3.eth.get_balance(organiser.address)
+    gas["lease_refund"] = _send(w3, payer, leases.functions.refund(*args))
+    assert w3.eth.get_balance(organiser.address) - before == price  # the round it did not work
+    assert w3.eth.get_balance(node) == price
     return gas
 
 

@@ -24,6 +24,7 @@ SENDING = {
     "fund open", "fund deposit", "fund claim", "fund refund", "code submit", "code approve",
     "code propose", "code reject", "code claim", "gov delegate", "gov propose", "gov vote",
     "gov queue", "gov execute", "slash report", "slash propose", "slash veto", "slash execute",
+    "market lease open", "market lease claim", "market lease refund",
 }  # fmt: skip
 
 

@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 
 from protocol.eip712 import keccak256, to_checksum_address
 from protocol.errors import EncodingError, MerkleError
-from protocol.merkle import RewardsTree, hash_pair, leaf_hash, process_proof, verify_proof
+from protocol.merkle import (
+    RewardsTree,
+    hash_pair,
+    leaf_hash,
+    lease_leaf_hash,
+    process_proof,
+    verify_proof,
+)
 from protocol.types import Address
 from tests.vectors.generate import vector_address
 
@@ -90,3 +97,34 @@ def test_root_is_independent_of_input_order_and_depth_is_logarithmic(accts: list
     assert RewardsTree.build(list(reversed(values))).root == tree.root
     depth = max(len(tree.proof(a)) for a in accts)
     assert depth <= max(1, len(accts) - 1).bit_length()
+
+
+def test_lease_leaf_is_double_keccak_of_four_words_and_never_a_reward_leaf() -> None:
+    contract, lease = vector_address("leases"), keccak256(b"lease")
+    encoded = (
+        bytes(12) + bytes.fromhex(contract[2:]) + lease + (7).to_bytes(32, "big")
+        + (3).to_bytes(32, "big")
+    )  # fmt: skip
+    assert lease_leaf_hash(contract, lease, 7, 3) == keccak256(keccak256(encoded))
+    assert lease_leaf_hash(contract, lease, 7, 3) != leaf_hash(contract, 7)
+    with pytest.raises(MerkleError, match="32 bytes"):
+        lease_leaf_hash(contract, b"short", 7, 3)
+
+
+@settings(max_examples=20, deadline=None)
+@given(accts=accounts, n_extra=st.integers(1, 9))
+def test_extra_leaves_share_the_root_and_prove_beside_the_accounts(
+    accts: list[Address], n_extra: int
+) -> None:
+    contract = vector_address("leases")
+    extra = [lease_leaf_hash(contract, keccak256(bytes([i])), i, 1) for i in range(n_extra)]
+    tree = RewardsTree.build([(a, i) for i, a in enumerate(accts)], extra + extra[:1])
+    for leaf in extra:
+        assert process_proof(leaf, tree.extra_proof(leaf)) == tree.root
+    for i, a in enumerate(accts):
+        assert verify_proof(tree.root, a, i, tree.proof(a))
+    assert tree.root != RewardsTree.build([(a, i) for i, a in enumerate(accts)]).root
+    only = RewardsTree.build([], extra)  # a round with leases and no rewards yet
+    assert process_proof(extra[0], only.extra_proof(extra[0])) == only.root
+    with pytest.raises(MerkleError, match="no leaf"):
+        tree.extra_proof(keccak256(b"not a leaf"))

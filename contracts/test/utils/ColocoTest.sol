@@ -5,6 +5,7 @@ import {Test} from "forge-std/Test.sol";
 import {TimelockController} from "@openzeppelin/contracts/governance/TimelockController.sol";
 import {Deploy} from "../../script/Deploy.s.sol";
 import {CodeRegistry} from "../../src/CodeRegistry.sol";
+import {ComputeLeases} from "../../src/ComputeLeases.sol";
 import {ContributionLedger} from "../../src/ContributionLedger.sol";
 import {ModelGovernor} from "../../src/ModelGovernor.sol";
 import {ModelShareToken} from "../../src/ModelShareToken.sol";
@@ -41,6 +42,7 @@ abstract contract ColocoTest is Test {
     TimelockController internal timelock;
     RunFunding internal funding;
     CodeRegistry internal codeRegistry;
+    ComputeLeases internal leases;
 
     function _params() internal virtual returns (Deploy.Params memory p) {
         p = new Deploy().devnetParams();
@@ -66,6 +68,7 @@ abstract contract ColocoTest is Test {
         timelock = d.timelock;
         funding = d.funding;
         codeRegistry = d.codeRegistry;
+        leases = d.leases;
         vm.deal(operator, 1000 ether);
         vm.deal(stranger, 1000 ether);
     }

@@ -54,7 +54,15 @@ _HEAD = RawSelect(
         *GATE_COLUMNS,
     )
 )
-_TREE = RawSelect(sa_select(_SETTLEMENT.c.tree).where(_SETTLEMENT.c.id == bindparam("id")))
+_TREE = RawSelect(
+    sa_select(_SETTLEMENT.c.tree, _SETTLEMENT.c.leases).where(_SETTLEMENT.c.id == bindparam("id"))
+)
+
+
+def settlement_tree(conn: Connection, settlement_id: int) -> tuple[str, str | None]:
+    """A settlement's stored amounts and lease leaves (JSON), as RewardsTrees reads them."""
+    tree, leases = _TREE.one(conn, {"id": settlement_id})
+    return str(tree), None if leases is None else str(leases)
 
 
 def _newest(where: ColumnElement[bool]) -> Any:
@@ -128,7 +136,7 @@ def rewards_json(
     latest_id, root, *gate = _HEAD.one(conn, {"account": account})
     amount, proof = 0, []
     if latest_id is not None:
-        amounts, tree = settled.of(latest_id, lambda: str(_TREE.one(conn, {"id": latest_id})[0]))
+        amounts, tree = settled.of(latest_id, lambda: settlement_tree(conn, latest_id))
         if tree is not None and account in amounts:
             amount = amounts[account]
             proof = ["0x" + p.hex() for p in tree.proof(Address(account))]
