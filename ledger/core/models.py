@@ -129,6 +129,7 @@ class AttestationBase(SQLModel):
     inner_steps: int = _signed("inner_steps")
     tokens: Uint64Out = _signed("tokens")
     result_checkpoint: str = _signed("result_checkpoint")
+    trace_root: str = _signed("trace_root")  # the round's boundary states (reference.trace)
 
 
 class Attestation(AttestationBase, table=True):

@@ -120,7 +120,7 @@ def test_a_batch_item_out_of_range_refuses_the_whole_batch(app: Any) -> None:
             "runId": "0x" + "11" * 32, "round": 1, "node": "0x" + "22" * 20, "configVersion": 1,
             "baseCheckpoint": "0x" + "33" * 32, "pseudoGradient": "0x" + "44" * 32,
             "dataShard": "0x" + "55" * 32, "innerSteps": 8, "tokens": 100,
-            "resultCheckpoint": "0x" + "66" * 32,
+            "resultCheckpoint": "0x" + "66" * 32, "traceRoot": "0x" + "67" * 32,
         },
         "signature": "0x" + "77" * 65,
     }  # fmt: skip

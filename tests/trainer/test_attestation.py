@@ -77,12 +77,12 @@ def test_a_ledger_outage_keeps_attestations_for_later_instead_of_stopping() -> N
     domain = Eip712Domain(chain_id=31337, verifying_contract=DEV_ADDRESS)
     dead = LedgerClient("http://127.0.0.1:9", retry=RetryPolicy(attempts=1))
     attester = Attester(key, domain, RUN_ID, dead)
-    work = WorkRecord(1, 0, bytes(32), {"w": torch.ones(3)}, bytes(32), 1, 32, bytes(32))
+    work = WorkRecord(1, 0, bytes(32), {"w": torch.ones(3)}, bytes(32), 1, 32, bytes(32), bytes(32))
     signed = attester.publish(work, [key.address])
     assert signed.ledger_id is None
     assert [p.attestation.round for p in attester.backlog] == [1]
     attester.publish(WorkRecord(2, 0, bytes(32), {"w": torch.ones(3)}, bytes(32), 1, 32,
-                                bytes(32)), [key.address])  # fmt: skip
+                                bytes(32), bytes(32)), [key.address])  # fmt: skip
     assert [p.attestation.round for p in attester.backlog] == [1, 2], "kept in round order"
 
 

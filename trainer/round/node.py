@@ -504,6 +504,7 @@ class NodeRunner:
             inner_steps=local.inner.steps,
             tokens=local.inner.tokens,
             result_checkpoint=outcome.result_hash,
+            trace_root=local.trace_root,
         )
         check = self.commits.pop(r, None)
         self.commits = {k: v for k, v in self.commits.items() if k > r}
