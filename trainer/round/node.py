@@ -49,6 +49,7 @@ from trainer.round.attest import Attester, WorkRecord
 from trainer.round.commits import PacketCheck, post_commit
 from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.round.hold import hold_at_boundary
+from trainer.round.boundaries import BoundaryStore
 from trainer.round.journal import Journal
 from trainer.round.overlap import Overlap
 from trainer.round.recovery import Recovery
@@ -166,6 +167,8 @@ class NodeRunner:
         self.agreement = ConfigAgreement(self.rdv, config_source,
                                          settings.membership.config_wait_s)  # fmt: skip
         self.disk = CheckpointDir(settings.checkpoint_dir) if settings.checkpoint_dir else None
+        self.boundaries = BoundaryStore(settings.checkpoint_dir) if settings.checkpoint_dir else None
+        """The rounds' boundary states, kept for the audit window (trainer.round.boundaries)."""
         self.server = CheckpointServer(settings.serve_host, settings.serve_port)
         self.rdv.checkpoints.serving = self.server.endpoint  # its joins announce it from round 1
         self.model = GPT(settings.model, seed=settings.seed).to(self.device)
@@ -237,8 +240,12 @@ class NodeRunner:
         box = None
         if boxed is not None:
             box = timebox.budget(self.rdv.board, r, boxed.addresses, settings.inner.steps)
+        keep = self.boundaries.keeper(r) if self.boundaries is not None else None
         with one_thread():  # the protocol's reference kernels: what the ledger's replay runs
-            local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start)
+            local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start,
+                                            keep=keep)  # fmt: skip
+        if self.boundaries is not None and local.trace is not None:
+            self.boundaries.finish(r, local.trace)
         if boxed is not None:
             timebox.post_pace(self.rdv.board, r, local.inner)
         return spec, self.strategy.local_work(self, r, rows, local)
