@@ -22,11 +22,11 @@ from protocol.types import RoundNumber, RunId
 from reference.checkpoint import load_weights_into
 from reference.data import Corpus, ShardSpec
 from reference.inner import InnerConfig, InnerTrainer
-from reference.trace import TraceBuilder
 from reference.mean import simulate_average
 from reference.model import GPT
 from reference.outer import FlatLayout, OuterConfig, OuterState
 from reference.settings import from_e6
+from reference.trace import TraceBuilder
 from tests.redteam.strategies import RoundView, SimStrategy, Tensors
 
 if TYPE_CHECKING:

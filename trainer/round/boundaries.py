@@ -29,6 +29,7 @@ from protocol.blobs import decode_blob, encode_blob
 from protocol.errors import TrainerError
 from protocol.types import Bytes32
 from reference.trace import Boundary, Trace, state_hash
+from trainer.network.ledger_client import LedgerClient
 
 log = logging.getLogger(__name__)
 
@@ -157,3 +158,36 @@ class BoundaryStore:
             log.info("boundaries: removed rounds %s, kept %s (%d bytes)", removed, self.rounds(),
                      self.size())  # fmt: skip
         return removed
+
+
+def answer_requests(store: BoundaryStore, ledger: LedgerClient, run_id: bytes, node: str) -> int:
+    """Serve the ledger's pending requests for ``node``'s boundaries of run ``run_id``: upload
+    each state (the ledger client's signed blob PUT), then deliver its commitment and proof.
+    Returns how many were delivered; a request this node cannot serve (the round is no longer
+    kept) is logged and left to its deadline."""
+    run = "0x" + run_id.hex()
+    delivered = 0
+    for request in ledger.boundary_requests(node):
+        if str(request["run_id"]).lower() != run:
+            continue
+        r, index = int(request["round"]), int(request["boundary"])
+        try:
+            served = store.serve(r, index)
+        except TrainerError as exc:
+            log.error("the ledger asked for boundary %d of round %d: %s", index, r, exc)
+            continue
+        if "0x" + served.root.hex() != str(request["trace_root"]).lower():
+            log.error("the ledger asked for boundary %d of round %d under traceRoot %s, this "
+                      "node kept 0x%s", index, r, request["trace_root"],
+                      served.root.hex())  # fmt: skip
+            continue
+        ledger.put_blob(served.boundary.state_hash, served.blob)
+        b = served.boundary
+        ledger.deliver_boundary({
+            "run_id": run, "round": r, "node": node, "boundary": index, "step": b.step,
+            "state_hash": "0x" + b.state_hash.hex(), "sketch_hash": "0x" + b.sketch_hash.hex(),
+            "proof": ["0x" + p.hex() for p in served.proof],
+        })  # fmt: skip
+        log.info("boundary %d of round %d delivered (%d bytes)", index, r, len(served.blob))
+        delivered += 1
+    return delivered

@@ -111,6 +111,7 @@ class DiLoCo:
         on_step: Callable[[StepInfo], None] | None = None,
         budget_s: float | None = None,
         start: Tensor | None = None,
+        *,
         keep: Callable[[Boundary, dict[str, Tensor]], None] | None = None,
     ) -> LocalWork:
         """H inner steps (or those that fit in ``budget_s``) from the base weights, or from the

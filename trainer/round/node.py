@@ -28,6 +28,7 @@ from protocol.eip712 import Eip712Domain, to_checksum_address
 from protocol.errors import (
     CollectiveError,
     ForgedPacketError,
+    LedgerError,
     LedgerUnavailableError,
     TrainerError,
 )
@@ -46,10 +47,10 @@ from trainer.network.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manif
 from trainer.round import timebox
 from trainer.round.agreement import ConfigAgreement
 from trainer.round.attest import Attester, WorkRecord
+from trainer.round.boundaries import BoundaryStore, answer_requests
 from trainer.round.commits import PacketCheck, post_commit
 from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.round.hold import hold_at_boundary
-from trainer.round.boundaries import BoundaryStore
 from trainer.round.journal import Journal
 from trainer.round.overlap import Overlap
 from trainer.round.recovery import Recovery
@@ -167,7 +168,8 @@ class NodeRunner:
         self.agreement = ConfigAgreement(self.rdv, config_source,
                                          settings.membership.config_wait_s)  # fmt: skip
         self.disk = CheckpointDir(settings.checkpoint_dir) if settings.checkpoint_dir else None
-        self.boundaries = BoundaryStore(settings.checkpoint_dir) if settings.checkpoint_dir else None
+        work_dir = settings.checkpoint_dir
+        self.boundaries = BoundaryStore(work_dir) if work_dir is not None else None
         """The rounds' boundary states, kept for the audit window (trainer.round.boundaries)."""
         self.server = CheckpointServer(settings.serve_host, settings.serve_port)
         self.rdv.checkpoints.serving = self.server.endpoint  # its joins announce it from round 1
@@ -546,6 +548,18 @@ class NodeRunner:
             if self.on_round is not None:
                 self.on_round(report)
 
+    def serve_boundaries(self) -> None:
+        """Answer the ledger's requests for boundary states of this node's kept rounds (an
+        audit's); a ledger that cannot be reached (this node's signed rounds wait unsent) is
+        asked again after a later round."""
+        ledger = self.attester.ledger
+        if ledger is None or self.boundaries is None or self.attester.unsent():
+            return
+        try:
+            answer_requests(self.boundaries, ledger, self.s.run_id, self.address)
+        except LedgerError as exc:
+            log.warning("boundary requests not answered this round: %s", exc)
+
     def _run(self) -> list[RoundReport]:
         reports: list[RoundReport] = []
         try:
@@ -556,6 +570,7 @@ class NodeRunner:
                     hold_at_boundary(self.s.hold_file, r)
                 self.round_now = r
                 self._reported(self.run_round(r), reports)
+                self.serve_boundaries()
                 r += 1
             self._reported(self.schedule.drain(), reports)  # what is in flight lands before leaving
         finally:
