@@ -77,7 +77,7 @@ def _out(row: BoundaryRequest) -> BoundaryRequestOut:
     "/requests",
     response_model=BoundaryRequestOut,
     status_code=201,
-    responses=errors(401, 404, 422, 503),
+    responses=errors(400, 401, 404, 409, 413, 415, 422, 503),
     dependencies=JSON_BODY,
 )
 def post_request(
@@ -103,7 +103,7 @@ def get_requests(
 @router.post(
     "/deliveries",
     response_model=BoundaryRequestOut,
-    responses=errors(404, 409, 422, 503),
+    responses=errors(400, 404, 409, 413, 415, 422, 503),
     dependencies=JSON_BODY,
 )
 async def post_delivery(
