@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from ledger.api.deps import JSON_BODY, AdminDep, BlobsDep, SessionDep
 from ledger.api.errors import errors
 from ledger.core.models import BoundaryRequest
-from ledger.core.schemas import AddressStr, Hex32, RoundIn
+from ledger.core.schemas import AddressStr, Hex32, RoundIn, Uint32
 from ledger.intake import boundaries
 from protocol.eip712 import to_checksum_address
 
@@ -37,7 +37,7 @@ class BoundaryRequestIn(BaseModel):
     run_id: Hex32
     round: RoundIn
     node: AddressStr
-    boundary: int = Field(ge=0, lt=1 << 31)
+    boundary: Uint32
     deadline_s: float = Field(gt=0, le=7 * 86_400, description="seconds the node has to deliver")
 
 
@@ -62,8 +62,8 @@ class DeliveryIn(BaseModel):
     run_id: Hex32
     round: RoundIn
     node: AddressStr
-    boundary: int = Field(ge=0, lt=1 << 31)
-    step: int = Field(ge=0, lt=1 << 31)
+    boundary: Uint32
+    step: Uint32
     state_hash: Hex32
     sketch_hash: Hex32
     proof: list[Hex32] = Field(max_length=MAX_PROOF)
