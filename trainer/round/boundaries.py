@@ -20,6 +20,7 @@ import json
 import logging
 import shutil
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,8 @@ KEEP_ROUNDS = 4
 MAX_BYTES = 8 << 30
 """Disk the boundary states may take (8 GiB: a cpu10m round of 11 boundaries is ~1.3 GB)."""
 TRACE_FILE = "trace.json"
+WRITES_IN_FLIGHT = 2
+"""Boundary states waiting to be written while training goes on (each a copy of the state)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ class BoundaryStore:
         self.root = Path(work_dir) / "boundaries"
         self.keep_rounds = keep_rounds
         self.max_bytes = max_bytes
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="boundary-writer")
+        self._writes: list[Future[None]] = []
 
     def _dir(self, round: int) -> Path:
         return self.root / f"{round:08d}"
@@ -75,22 +80,41 @@ class BoundaryStore:
 
     def keeper(self, round: int) -> Callable[[Boundary, dict[str, Tensor]], None]:
         """The ``keep`` of reference.trace.TraceBuilder for ``round``: writes each boundary's state
-        (a round trained again starts from an empty folder)."""
+        in a background thread while the inner steps go on (at most :data:`WRITES_IN_FLIGHT`
+        states wait in memory; :meth:`finish` waits for them). A round trained again starts
+        from an empty folder."""
+        self._wait()
         folder = self._dir(round)
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
 
-        def keep(boundary: Boundary, state: dict[str, Tensor]) -> None:
-            path = folder / f"{boundary.index:04d}.safetensors"
+        def write(path: Path, state: dict[str, Tensor]) -> None:
             tmp = path.with_name(path.name + ".tmp")
             tmp.write_bytes(encode_blob(state))
             tmp.replace(path)
 
+        def keep(boundary: Boundary, state: dict[str, Tensor]) -> None:
+            while len(self._writes) >= WRITES_IN_FLIGHT:
+                self._writes.pop(0).result()
+            path = folder / f"{boundary.index:04d}.safetensors"
+            self._writes.append(self._writer.submit(write, path, state))
+
         return keep
+
+    def _wait(self) -> None:
+        """Wait for the states being written (raising the first write's error)."""
+        writes, self._writes = self._writes, []
+        for future in writes:
+            future.result()
+
+    def close(self) -> None:
+        self._wait()
+        self._writer.shutdown()
 
     def finish(self, round: int, trace: Trace) -> list[int]:
         """Record ``round``'s trace (its boundaries' files are written) and prune; returns the
         rounds removed."""
+        self._wait()
         folder = self._dir(round)
         missing = [b.index for b in trace.boundaries
                    if not (folder / f"{b.index:04d}.safetensors").is_file()]  # fmt: skip

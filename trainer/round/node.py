@@ -541,6 +541,8 @@ class NodeRunner:
             return self._run()
         finally:
             self.heartbeat.stop()
+            if self.boundaries is not None:
+                self.boundaries.close()  # the last round's states written before the node exits
 
     def _reported(self, report: RoundReport | None, reports: list[RoundReport]) -> None:
         if report is not None:
