@@ -119,7 +119,8 @@ def test_a_node_that_does_not_deliver_by_the_deadline_fails_the_audit(
 ) -> None:  # fmt: skip
     silent, prompt = nodes[0], nodes[1]
     for n in (silent, prompt):
-        _attest(client, n, started_run, domain, _trained_round(BoundaryStore(tmp_path / n.address), 1))
+        root = _trained_round(BoundaryStore(tmp_path / n.address), 1)
+        _attest(client, n, started_run, domain, root)
     _ask(client, started_run, silent, 0, 30)
     _ask(client, started_run, prompt, 0, 30)
     lc = LedgerClient("http://testserver", http=client, retry=RetryPolicy(attempts=1),

@@ -21,8 +21,9 @@ def test_a_fresh_deployment_governs_the_defaults_the_node_and_the_benchmark_use(
 ) -> None:
     client = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[0][1]))
     view = TrainingSettings.read(client)
-    assert (view.inner_steps, view.inner_lr, view.trace_interval, view.outer_lr,
-            view.outer_momentum) == (  # fmt: skip
+    governed_view = (view.inner_steps, view.inner_lr, view.trace_interval, view.outer_lr,
+                     view.outer_momentum)  # fmt: skip
+    assert governed_view == (
         runconfig.INNER_STEPS,
         runconfig.INNER_LR,
         runconfig.TRACE_INTERVAL,
