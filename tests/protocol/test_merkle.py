@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 
 from protocol.eip712 import keccak256, to_checksum_address
 from protocol.errors import EncodingError, MerkleError
-from protocol.merkle import RewardsTree, hash_pair, leaf_hash, process_proof, verify_proof
+from protocol.merkle import (
+    HashTree,
+    RewardsTree,
+    hash_pair,
+    leaf_hash,
+    process_proof,
+    verify_proof,
+)
 from protocol.types import Address
 from tests.vectors.generate import vector_address
 
@@ -90,3 +97,27 @@ def test_root_is_independent_of_input_order_and_depth_is_logarithmic(accts: list
     assert RewardsTree.build(list(reversed(values))).root == tree.root
     depth = max(len(tree.proof(a)) for a in accts)
     assert depth <= max(1, len(accts) - 1).bit_length()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.binary(min_size=32, max_size=32), min_size=1, max_size=40))
+def test_a_hash_tree_proves_each_leaf_by_its_position(leaves: list[bytes]) -> None:
+    """HashTree (the round trace's tree) names leaves by the caller's order, whatever their hash
+    order, and is the rewards tree's layout: the same leaves give the same root."""
+    tree = HashTree.build(leaves)
+    for i, leaf in enumerate(leaves):
+        assert process_proof(leaf, tree.proof(i)) == tree.root
+        assert tree.nodes[tree.tree_index(i)] == leaf
+    assert HashTree.build(list(reversed(leaves))).root == tree.root
+    with pytest.raises(MerkleError, match="no leaf"):
+        tree.proof(len(leaves))
+    if len(set(leaves)) > 1:
+        changed = [*leaves[:-1], keccak256(leaves[-1])]
+        assert HashTree.build(changed).root != tree.root
+
+
+def test_a_hash_tree_refuses_no_leaves_and_short_ones() -> None:
+    with pytest.raises(MerkleError, match="at least one leaf"):
+        HashTree.build([])
+    with pytest.raises(MerkleError, match=r"leaves\[1\] is not 32 bytes"):
+        HashTree.build([bytes(32), bytes(31)])
