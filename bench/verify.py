@@ -62,6 +62,7 @@ def make_cases(n: int) -> tuple[Eip712Domain, list[tuple[ComputeAttestation, byt
             inner_steps=500,
             tokens=500 * 4096,
             result_checkpoint=keccak256(b"result %d" % i),  # type: ignore[arg-type]
+            trace_root=keccak256(b"trace %d" % i),  # type: ignore[arg-type]
         )
         cases.append((att, sign_attestation(att, domain, key)))
     return domain, cases

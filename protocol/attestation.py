@@ -30,6 +30,7 @@ ATTESTATION_FIELDS: Final[tuple[tuple[str, str, str], ...]] = (
     ("inner_steps", "innerSteps", "uint32"),
     ("tokens", "tokens", "uint64"),
     ("result_checkpoint", "resultCheckpoint", "bytes32"),
+    ("trace_root", "traceRoot", "bytes32"),
 )
 ATTESTATION_SPEC: Final = StructSpec(PRIMARY_TYPE, ATTESTATION_FIELDS, what="attestation")
 ATTESTATION_ATTRS: Final = tuple(attr for attr, _, _ in ATTESTATION_FIELDS)
@@ -58,6 +59,9 @@ class ComputeAttestation(Eip712Struct):
     inner_steps: int
     tokens: int
     result_checkpoint: Bytes32
+    trace_root: Bytes32
+    """Merkle root of the round's boundary states every traceInterval inner steps
+    (reference/trace.py); the ledger asks for a boundary and checks it against this root."""
 
     def replace(self, **changes: Any) -> ComputeAttestation:
         """A copy with some fields changed (validated again)."""

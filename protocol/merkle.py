@@ -64,6 +64,63 @@ def verify_proof(root: bytes, account: Address, amount: int, proof: Sequence[byt
     return process_proof(leaf_hash(account, amount), proof) == root
 
 
+def _proof(nodes: Sequence[Bytes32], index: int) -> list[Bytes32]:
+    proof: list[Bytes32] = []
+    while index > 0:
+        proof.append(nodes[index + 1 if index % 2 == 1 else index - 1])
+        index = (index - 1) // 2
+    return proof
+
+
+@dataclass(frozen=True)
+class HashTree:
+    """The layout of every tree here, over leaf hashes the caller made: OpenZeppelin's
+    ``StandardMerkleTree`` (leaves sorted by hash at the end of the flat array ``nodes``,
+    parents at ``(i - 1) // 2``, sorted-pair hashing), so :func:`process_proof` and
+    ``MerkleProof.verify`` check its proofs. ``leaves`` keeps the caller's order: a leaf is named
+    by its position there (a boundary's number in the round's trace, reference/trace.py)."""
+
+    leaves: tuple[Bytes32, ...]
+    nodes: tuple[Bytes32, ...]
+    _sorted_position: tuple[int, ...]
+
+    @classmethod
+    def build(cls, leaves: Sequence[bytes]) -> HashTree:
+        if not leaves:
+            raise MerkleError("merkle tree: needs at least one leaf")
+        for i, leaf in enumerate(leaves):
+            if not isinstance(leaf, bytes) or len(leaf) != 32:
+                raise MerkleError(f"merkle tree: leaves[{i}] is not 32 bytes")
+        order = sorted(range(len(leaves)), key=lambda i: leaves[i])
+        n = len(leaves)
+        nodes: list[bytes] = [b""] * (2 * n - 1)
+        position = [0] * n
+        for rank, i in enumerate(order):
+            nodes[len(nodes) - 1 - rank] = leaves[i]
+            position[i] = rank
+        for i in range(len(nodes) - 1 - n, -1, -1):
+            nodes[i] = hash_pair(nodes[2 * i + 1], nodes[2 * i + 2])
+        return cls(
+            leaves=tuple(Bytes32(x) for x in leaves),
+            nodes=tuple(Bytes32(x) for x in nodes),
+            _sorted_position=tuple(position),
+        )
+
+    @property
+    def root(self) -> Bytes32:
+        return self.nodes[0]
+
+    def tree_index(self, leaf: int) -> int:
+        """The flat-array index in ``nodes`` of ``leaves[leaf]``."""
+        if not 0 <= leaf < len(self.leaves):
+            raise MerkleError(f"merkle tree: no leaf {leaf} (it has {len(self.leaves)})")
+        return len(self.nodes) - 1 - self._sorted_position[leaf]
+
+    def proof(self, leaf: int) -> list[Bytes32]:
+        """Sibling hashes from ``leaves[leaf]`` up to the root (OpenZeppelin order)."""
+        return _proof(self.nodes, self.tree_index(leaf))
+
+
 @dataclass(frozen=True)
 class RewardsTree:
     """A built tree: ``values`` in the caller's order, ``nodes`` in OpenZeppelin's flat layout."""
@@ -85,7 +142,7 @@ class RewardsTree:
         if not pairs and not extras:
             raise MerkleError("rewards tree: needs at least one (account, amount) leaf")
         seen: dict[str, int] = {}
-        hashed: list[tuple[Bytes32, int]] = []
+        hashed: list[Bytes32] = []
         for i, (account, amount) in enumerate(pairs):
             key = str(account).lower()
             if key in seen:
@@ -94,28 +151,14 @@ class RewardsTree:
                     f"values[{i}]); merge its amounts into one cumulative leaf"
                 )
             seen[key] = i
-            hashed.append((leaf_hash(account, amount), i))
-        hashed += [(leaf, -1 - k) for k, leaf in enumerate(extras)]
-        hashed.sort(key=lambda item: item[0])
-        n = len(hashed)
-        nodes: list[bytes] = [b""] * (2 * n - 1)
-        index: dict[Address, int] = {}
-        extra_index: dict[Bytes32, int] = {}
-        for position, (leaf, value_index) in enumerate(hashed):
-            tree_index = len(nodes) - 1 - position
-            nodes[tree_index] = leaf
-            if value_index >= 0:
-                index[pairs[value_index][0]] = tree_index
-            else:
-                extra_index[Bytes32(leaf)] = tree_index
-        for i in range(len(nodes) - 1 - n, -1, -1):
-            nodes[i] = hash_pair(nodes[2 * i + 1], nodes[2 * i + 2])
-        return cls(
-            values=pairs,
-            nodes=tuple(Bytes32(x) for x in nodes),
-            _tree_index=index,
-            _extra_index=extra_index,
-        )
+            hashed.append(leaf_hash(account, amount))
+        hashed += extras
+        tree = HashTree.build(hashed)
+        index = {account: tree.tree_index(i) for i, (account, _) in enumerate(pairs)}
+        extra_index = {
+            Bytes32(leaf): tree.tree_index(len(pairs) + k) for k, leaf in enumerate(extras)
+        }
+        return cls(values=pairs, nodes=tree.nodes, _tree_index=index, _extra_index=extra_index)
 
     @classmethod
     def from_amounts(cls, amounts: Mapping[Address, int]) -> RewardsTree:
@@ -133,22 +176,14 @@ class RewardsTree:
 
     def proof(self, account: Address) -> list[Bytes32]:
         """Sibling hashes from ``account``'s leaf up to the root (OpenZeppelin order)."""
-        return self._path(self._leaf_index(account))
+        return _proof(self.nodes, self._leaf_index(account))
 
     def extra_proof(self, leaf: Bytes32) -> list[Bytes32]:
         """The proof of an ``extra`` leaf (a lease leaf) given by its hash."""
         index = self._extra_index.get(Bytes32(leaf))
         if index is None:
             raise MerkleError(f"rewards tree: no leaf 0x{bytes(leaf).hex()}")
-        return self._path(index)
-
-    def _path(self, index: int) -> list[Bytes32]:
-        proof: list[Bytes32] = []
-        while index > 0:
-            sibling = index + 1 if index % 2 == 1 else index - 1
-            proof.append(self.nodes[sibling])
-            index = (index - 1) // 2
-        return proof
+        return _proof(self.nodes, index)
 
     def _leaf_index(self, account: Address) -> int:
         try:

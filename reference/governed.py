@@ -65,6 +65,7 @@ class Range:
 RANGES: tuple[Range, ...] = (
     Range("innerSteps", 1, "MAX_INNER_STEPS", "inner steps per round"),
     Range("innerLrE6", 1, "MAX_INNER_LR_E6", "learning rate (at most 6 decimals)", _e6),
+    Range("traceInterval", 1, "MAX_TRACE_INTERVAL", "inner steps between committed states"),
     Range("outerLrE6", 1, "MAX_OUTER_LR_E6", "learning rate (at most 6 decimals)", _e6),
     Range(
         "outerMomentumE6", 0, "MOMENTUM_ONE_E6", "momentum, below 1 (at most 6 decimals)", _e6, True

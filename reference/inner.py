@@ -156,13 +156,20 @@ class InnerTrainer:
         *,
         on_step: Callable[[StepInfo], None] | None = None,
         budget_s: float | None = None,
+        on_boundary: Callable[[int], None] | None = None,
+        trace_interval: int = 0,
     ) -> InnerResult:
         """Run ``cfg.steps`` steps over ``rows`` (int64 ``[n, seq_len + 1]``) in order.
 
         ``budget_s`` time-boxes the phase (heterogeneous nodes): after the first step, a step
         starts only if the mean step time so far says it ends within the budget; the result
         declares the steps and tokens actually run (a slower node runs fewer, and is weighted
-        and paid by those tokens)."""
+        and paid by those tokens).
+
+        ``on_boundary(steps_done)`` (reference.trace.TraceBuilder) is called before the first
+        step, after every ``trace_interval``-th step and after the last step run."""
+        if on_boundary is not None and trace_interval <= 0:
+            raise ConfigError(f"trace_interval must be at least 1, got {trace_interval}")
         if budget_s is not None and budget_s <= 0:
             raise ConfigError(f"inner time budget must be positive, got {budget_s} s")
         cfg = self.cfg
@@ -178,6 +185,8 @@ class InnerTrainer:
         self.model.train()
         result = InnerResult(steps=0, tokens=0)
         start = time.perf_counter()
+        if on_boundary is not None:
+            on_boundary(0)
         for step in range(cfg.steps):
             if budget_s is not None and step > 0:
                 elapsed = time.perf_counter() - start
@@ -209,5 +218,9 @@ class InnerTrainer:
                 elapsed = time.perf_counter() - start
                 tps = result.tokens / max(elapsed, 1e-9)
                 on_step(StepInfo(step + 1, value, tps, of=cfg.steps, elapsed_s=elapsed))
+            if on_boundary is not None and (step + 1) % trace_interval == 0:
+                on_boundary(step + 1)
+        if on_boundary is not None and result.steps % trace_interval != 0:
+            on_boundary(result.steps)  # the last boundary: after the last step run
         result.seconds = time.perf_counter() - start
         return result

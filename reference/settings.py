@@ -114,6 +114,7 @@ class TrainingSettings:
     version: int
     inner_steps: int
     inner_lr_e6: int
+    trace_interval: int
     outer_lr_e6: int
     outer_momentum_e6: int
     wire_format: WireFormat

@@ -92,6 +92,7 @@ def attestation(
     inner_steps: int = 50,
     config_version: int = 1,
     shard: str | None = None,
+    trace_root: str | None = None,
 ) -> ComputeAttestation:
     return ComputeAttestation.from_json(
         {
@@ -105,6 +106,7 @@ def attestation(
             "innerSteps": inner_steps,
             "tokens": tokens,
             "resultCheckpoint": result,
+            "traceRoot": trace_root or h(f"trace-{node.address}-{round_}"),
         }
     )
 

@@ -27,7 +27,7 @@ contract ContributionLedger is IContributionLedger, AccessControl, EIP712, Pausa
     bytes32 public constant ATTESTATION_TYPEHASH = keccak256(
         "ComputeAttestation(bytes32 runId,uint64 round,address node,uint64 configVersion,"
         "bytes32 baseCheckpoint,bytes32 pseudoGradient,bytes32 dataShard,uint32 innerSteps,"
-        "uint64 tokens,bytes32 resultCheckpoint)"
+        "uint64 tokens,bytes32 resultCheckpoint,bytes32 traceRoot)"
     );
 
     /// @notice Shortest dispute window governance may set: one second (devnets).
@@ -237,7 +237,8 @@ contract ContributionLedger is IContributionLedger, AccessControl, EIP712, Pausa
                     att.dataShard,
                     att.innerSteps,
                     att.tokens,
-                    att.resultCheckpoint
+                    att.resultCheckpoint,
+                    att.traceRoot
                 )
             )
         );

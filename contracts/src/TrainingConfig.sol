@@ -12,6 +12,8 @@ import {ITrainingConfig} from "./interfaces/ITrainingConfig.sol";
 contract TrainingConfig is ITrainingConfig, IOwnershipSplit, Ownable {
     /// @notice Upper bound on inner steps per round (H).
     uint32 public constant MAX_INNER_STEPS = 100_000;
+    /// @notice Upper bound on the inner steps between two boundaries of a round's trace.
+    uint32 public constant MAX_TRACE_INTERVAL = 100_000;
     /// @notice Upper bound on the inner learning rate: 1.0.
     uint32 public constant MAX_INNER_LR_E6 = 1_000_000;
     /// @notice Upper bound on the outer learning rate: 10.0 (DiLoCo uses ~0.7).
@@ -49,6 +51,7 @@ contract TrainingConfig is ITrainingConfig, IOwnershipSplit, Ownable {
         // on its validation half (tests/trainer/test_governed_defaults.py keeps them equal).
         _config.innerSteps = 50;
         _config.innerLrE6 = 3000;
+        _config.traceInterval = 5; // H / 10: eleven boundaries a round (docs/protocol.md)
         _config.outerLrE6 = 900_000;
         _config.outerMomentumE6 = 900_000;
         _config.wireFormat = 2;
@@ -85,6 +88,15 @@ contract TrainingConfig is ITrainingConfig, IOwnershipSplit, Ownable {
         _config.innerSteps = innerSteps;
         _config.innerLrE6 = innerLrE6;
         _bump("innerLoop");
+    }
+
+    /// @inheritdoc ITrainingConfig
+    function setTraceInterval(uint32 traceInterval) external onlyOwner {
+        if (traceInterval == 0 || traceInterval > MAX_TRACE_INTERVAL) {
+            revert InvalidTraceInterval(traceInterval);
+        }
+        _config.traceInterval = traceInterval;
+        _bump("traceInterval");
     }
 
     /// @inheritdoc ITrainingConfig

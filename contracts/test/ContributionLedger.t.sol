@@ -40,7 +40,8 @@ contract ContributionLedgerTest is ColocoTest {
             dataShard: keccak256("shard"),
             innerSteps: 50,
             tokens: 1_024_000,
-            resultCheckpoint: keccak256("result")
+            resultCheckpoint: keccak256("result"),
+            traceRoot: keccak256("trace")
         });
     }
 
@@ -381,7 +382,7 @@ contract ContributionLedgerTest is ColocoTest {
         assertEq(
             ledger.ATTESTATION_TYPEHASH(),
             keccak256(
-                "ComputeAttestation(bytes32 runId,uint64 round,address node,uint64 configVersion,bytes32 baseCheckpoint,bytes32 pseudoGradient,bytes32 dataShard,uint32 innerSteps,uint64 tokens,bytes32 resultCheckpoint)"
+                "ComputeAttestation(bytes32 runId,uint64 round,address node,uint64 configVersion,bytes32 baseCheckpoint,bytes32 pseudoGradient,bytes32 dataShard,uint32 innerSteps,uint64 tokens,bytes32 resultCheckpoint,bytes32 traceRoot)"
             )
         );
     }
@@ -411,7 +412,8 @@ contract ContributionLedgerTest is ColocoTest {
                 a.dataShard,
                 uint256(a.innerSteps),
                 uint256(a.tokens),
-                a.resultCheckpoint
+                a.resultCheckpoint,
+                a.traceRoot
             )
         );
         assertEq(
@@ -496,7 +498,8 @@ contract ContributionLedgerTest is ColocoTest {
                 dataShard: vm.parseJsonBytes32(json, string.concat(m, "dataShard")),
                 innerSteps: uint32(vm.parseJsonUint(json, string.concat(m, "innerSteps"))),
                 tokens: uint64(vm.parseJsonUint(json, string.concat(m, "tokens"))),
-                resultCheckpoint: vm.parseJsonBytes32(json, string.concat(m, "resultCheckpoint"))
+                resultCheckpoint: vm.parseJsonBytes32(json, string.concat(m, "resultCheckpoint")),
+                traceRoot: vm.parseJsonBytes32(json, string.concat(m, "traceRoot"))
             });
             address at = vm.parseJsonAddress(json, string.concat(d, "verifyingContract"));
             vm.etch(at, code);

@@ -462,7 +462,8 @@ contract StakeManagerTest is ColocoTest {
             dataShard: keccak256("shard"),
             innerSteps: 50,
             tokens: 1000,
-            resultCheckpoint: result
+            resultCheckpoint: result,
+            traceRoot: keccak256("trace")
         });
     }
 

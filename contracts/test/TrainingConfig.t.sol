@@ -71,7 +71,7 @@ contract TrainingConfigTest is Test {
     }
 
     function test_everySetter_revertsWhenNotOwner() public {
-        bytes[] memory calls = new bytes[](9);
+        bytes[] memory calls = new bytes[](10);
         calls[0] = abi.encodeCall(TrainingConfig.setInnerLoop, (10, 10));
         calls[1] = abi.encodeCall(TrainingConfig.setOuterOptimizer, (10, 10));
         calls[2] = abi.encodeCall(TrainingConfig.setWireFormat, (1));
@@ -81,6 +81,7 @@ contract TrainingConfigTest is Test {
         calls[6] = abi.encodeCall(TrainingConfig.setDataMixture, (new uint16[](1)));
         calls[7] = abi.encodeCall(TrainingConfig.releaseCheckpoint, (keccak256("w"), "u"));
         calls[8] = abi.encodeCall(TrainingConfig.setDataRoot, (keccak256("data")));
+        calls[9] = abi.encodeCall(TrainingConfig.setTraceInterval, (2));
         for (uint256 i; i < calls.length; ++i) {
             vm.prank(makeAddr("stranger"));
             (bool ok, bytes memory ret) = address(config).call(calls[i]);
@@ -123,6 +124,26 @@ contract TrainingConfigTest is Test {
         config.setWireFormat(4);
         vm.stopPrank();
         assertEq(config.version(), 3);
+    }
+
+    function test_setTraceInterval_updatesAndRejectsZeroAndAboveBound() public {
+        assertEq(config.current().traceInterval, 5); // H / 10 at the default H 50
+        vm.startPrank(owner);
+        vm.expectEmit(address(config));
+        emit ConfigUpdated(2, "traceInterval");
+        config.setTraceInterval(10);
+        assertEq(config.current().traceInterval, 10);
+        config.setTraceInterval(config.MAX_TRACE_INTERVAL());
+        vm.expectRevert(abi.encodeWithSelector(ITrainingConfig.InvalidTraceInterval.selector, 0));
+        config.setTraceInterval(0);
+        uint32 above = config.MAX_TRACE_INTERVAL() + 1;
+        vm.expectRevert(
+            abi.encodeWithSelector(ITrainingConfig.InvalidTraceInterval.selector, above)
+        );
+        config.setTraceInterval(above);
+        vm.stopPrank();
+        assertEq(config.version(), 3);
+        assertEq(config.current().traceInterval, config.MAX_TRACE_INTERVAL());
     }
 
     function test_setMaxNodes_updatesAndRejectsZero() public {

@@ -37,6 +37,10 @@ _STATUS = {
     "conflicting_name": 409,
     "encoding_error": 422,
     "not_yet_public": 403,
+    "boundary_mismatch": 422,
+    "boundary_late": 409,
+    "bad_boundary": 422,
+    "no_trace": 409,
     "unsupported_media_type": 415,
 }
 

@@ -129,6 +129,7 @@ class AttestationBase(SQLModel):
     inner_steps: int = _signed("inner_steps")
     tokens: Uint64Out = _signed("tokens")
     result_checkpoint: str = _signed("result_checkpoint")
+    trace_root: str = _signed("trace_root")  # the round's boundary states (reference.trace)
 
 
 class Attestation(AttestationBase, table=True):
@@ -218,6 +219,34 @@ class Join(SQLModel, table=True):
     node: str = Field(max_length=42)
     signature: str = Field(max_length=132)
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class BoundaryRequest(SQLModel, table=True):
+    """The ledger asked node ``node`` for boundary ``index`` of its trace of ``round`` (an audit):
+    ``pending`` until the node delivers a state that hashes to its committed leaf
+    (``delivered``, with the blob) or the deadline passes (``missed``: the node fails the audit,
+    ledger.judge.boundaries)."""
+
+    __tablename__ = "boundary_request"
+    __table_args__ = (
+        UniqueConstraint("run_id", "round", "node", "boundary", name="uq_boundary_request"),
+        Index("ix_boundary_request_node_state", "node", "state"),  # a node's open requests
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=66)
+    round: int = Field(sa_type=BigInteger)
+    node: str = Field(max_length=42)
+    boundary: int = Field(sa_type=BigInteger)
+    trace_root: str = Field(max_length=66)
+    deadline: datetime = Field(sa_type=UtcDateTime)
+    state: str = Field(default="pending", max_length=16)
+    step: int | None = Field(default=None, sa_type=BigInteger)
+    state_hash: str | None = Field(default=None, max_length=66)
+    sketch_hash: str | None = Field(default=None, max_length=66)
+    reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    delivered_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
 
 
 class FraudRecord(SQLModel, table=True):

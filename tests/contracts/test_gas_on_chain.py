@@ -183,6 +183,7 @@ def _measure(deployment: Deployment, chain: AnvilProcess) -> dict[str, int]:
         inner_steps=50,
         tokens=1000,
         result_checkpoint=Bytes32(b"\x0e" * 32),
+        trace_root=Bytes32(b"\x0d" * 32),
     )
     twin = att.replace(result_checkpoint=Bytes32(b"\x0f" * 32))
     domain = client.attestation_domain()

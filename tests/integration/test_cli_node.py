@@ -192,7 +192,8 @@ def test_node_status_shows_the_journals_unsent_and_lost_rounds(
     dead = LedgerClient("http://127.0.0.1:9", retry=RetryPolicy(attempts=1))
     attester = Attester(key, domain, bytes(32), dead, journal=Journal(state))
     for r in (1, 2):
-        work = WorkRecord(r, 0, bytes(32), {"w": torch.ones(2)}, bytes(32), 1, 32, bytes(32))
+        work = WorkRecord(r, 0, bytes(32), {"w": torch.ones(2)}, bytes(32), 1, 32, bytes(32),
+                          bytes(32))  # fmt: skip
         attester.publish(work, [key.address])
     Journal(state).lost(attester.backlog[0], "round_closed: round 1 closed without it")
     node = str(key.address)

@@ -65,7 +65,7 @@ def test_report_equivocation_slashes_at_once_and_pays_the_reporter(
         run_id=RunId(b"\x01" * 32), round=RoundNumber(4), node=node, config_version=1,
         base_checkpoint=Bytes32(b"\x02" * 32), pseudo_gradient=Bytes32(b"\x03" * 32),
         data_shard=Bytes32(b"\x04" * 32), inner_steps=50, tokens=100,
-        result_checkpoint=Bytes32(b"\x05" * 32),
+        result_checkpoint=Bytes32(b"\x05" * 32), trace_root=Bytes32(b"\x06" * 32),
     )  # fmt: skip
     first = _evidence(cli_env.parent / "a.json", att, key, viewer)
     twin = att.replace(result_checkpoint=Bytes32(b"\x06" * 32))

@@ -74,7 +74,8 @@ def test_plan_validates_and_schedules() -> None:
 def test_setter_calls_keep_the_other_fields_of_a_group() -> None:
     config_abi = abi("TrainingConfig")
     current = {
-        "innerSteps": 50, "innerLrE6": 1000, "outerLrE6": 700_000, "outerMomentumE6": 900_000,
+        "innerSteps": 50, "innerLrE6": 1000, "traceInterval": 5, "outerLrE6": 700_000,
+        "outerMomentumE6": 900_000,
         "wireFormat": 2, "maxNodes": 64, "minStake": 10**18, "rewardPerRound": 10**20,
         "dataMixtureBps": [10_000], "dataRoot": b"\2" * 32, "releasedCheckpoint": b"\0" * 32,
         "releasedCheckpointURI": "",

@@ -49,6 +49,7 @@ OUT_OF_RANGE = [
     ("inner-steps=0", "--set inner-steps=0: out of range", "1..100000 (MAX_INNER_STEPS)"),
     ("inner-steps=1e8", "--set inner-steps=100000000", "1..100000 (MAX_INNER_STEPS)"),
     ("max-nodes=0", "--set max-nodes=0", "1..65536 (MAX_NODES), nodes per round"),
+    ("trace-interval=0", "--set trace-interval=0", "1..100000 (MAX_TRACE_INTERVAL)"),
     ("data-mixture=5000,4000", "sums to 9000, not 10000", "summing to exactly 10000"),
     ("inner-lr=5", "--set inner-lr=5", "0.000001..1 (MAX_INNER_LR_E6)"),
     ("outer-momentum=2", "--set outer-momentum=2", "0..0.999999 (MOMENTUM_ONE_E6)"),

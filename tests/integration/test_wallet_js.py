@@ -73,6 +73,7 @@ def test_wallet_signs_the_ledgers_typed_data(
         inner_steps=500,
         tokens=2**64 - 1,
         result_checkpoint=bytes.fromhex("55" * 32),
+        trace_root=bytes.fromhex("66" * 32),
     )
     message = attestation.to_json()
     assert message["tokens"] == str(2**64 - 1)  # wallet-safe on the way out

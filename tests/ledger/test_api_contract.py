@@ -120,7 +120,7 @@ def test_a_batch_item_out_of_range_refuses_the_whole_batch(app: Any) -> None:
             "runId": "0x" + "11" * 32, "round": 1, "node": "0x" + "22" * 20, "configVersion": 1,
             "baseCheckpoint": "0x" + "33" * 32, "pseudoGradient": "0x" + "44" * 32,
             "dataShard": "0x" + "55" * 32, "innerSteps": 8, "tokens": 100,
-            "resultCheckpoint": "0x" + "66" * 32,
+            "resultCheckpoint": "0x" + "66" * 32, "traceRoot": "0x" + "67" * 32,
         },
         "signature": "0x" + "77" * 65,
     }  # fmt: skip
@@ -158,7 +158,8 @@ def test_the_admin_routes_declare_their_bearer_scheme(spec: dict[str, Any]) -> N
         "scheme": "bearer",
         "description": "COLOCO_LEDGER_ADMIN_TOKEN, as `Authorization: Bearer <token>`",
     }
-    admin = {("/v1/runs", "post"), ("/v1/runs/{run_id}/close", "post")}
+    admin = {("/v1/runs", "post"), ("/v1/runs/{run_id}/close", "post"),
+             ("/v1/boundaries/requests", "post")}  # fmt: skip
     for path, ops in spec["paths"].items():
         for method, op in ops.items():
             assert (op.get("security") == [{"admin": []}]) == ((path, method) in admin), path

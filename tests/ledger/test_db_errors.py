@@ -127,7 +127,8 @@ def test_group_insert_skips_taken_slots_and_raises_driver_errors_as_sqlalchemy(
         {"run_id": "0x" + "11" * 32, "round": 1, "node": f"0x{i:040x}", "config_version": 1,
          "base_checkpoint": "0x" + "33" * 32, "pseudo_gradient": "0x" + "44" * 32,
          "data_shard": "0x" + "55" * 32, "inner_steps": 5, "tokens": 100,
-         "result_checkpoint": "0x" + "66" * 32, "digest": f"0x{i:064x}",
+         "result_checkpoint": "0x" + "66" * 32, "trace_root": "0x" + "67" * 32,
+         "digest": f"0x{i:064x}",
          "signature": "0x" + "77" * 65, "members": None, "received_at": utcnow()}
         for i in range(40)
     ]  # fmt: skip

@@ -55,6 +55,7 @@ class _Swapped(SQLModel):  # tokens before inner_steps
     tokens: Uint64Out = signed_column(SPEC, "tokens")
     inner_steps: int = signed_column(SPEC, "inner_steps")
     result_checkpoint: str = signed_column(SPEC, "result_checkpoint")
+    trace_root: str = signed_column(SPEC, "trace_root")
 
 
 class _Unsafe(SQLModel):  # round without the wallet-safe JSON type of a uint64
@@ -68,6 +69,7 @@ class _Unsafe(SQLModel):  # round without the wallet-safe JSON type of a uint64
     inner_steps: int = signed_column(SPEC, "inner_steps")
     tokens: Uint64Out = signed_column(SPEC, "tokens")
     result_checkpoint: str = signed_column(SPEC, "result_checkpoint")
+    trace_root: str = signed_column(SPEC, "trace_root")
 
 
 def test_a_table_model_that_drifts_from_the_spec_is_refused() -> None:

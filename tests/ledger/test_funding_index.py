@@ -91,7 +91,8 @@ def test_receipts_of_all_kinds_without_rpc(client, ledger, chain, deployment) ->
         s.add(Attestation(
             run_id=RUN, round=1, node=payout, config_version=1, base_checkpoint=h("b"),
             pseudo_gradient=h("g"), data_shard=h("d"), inner_steps=1, tokens=1,
-            result_checkpoint=h("r"), digest=h("x"), signature="0x", payout=payout, reward="5",
+            result_checkpoint=h("r"), trace_root=h("t"), digest=h("x"), signature="0x",
+            payout=payout, reward="5",
         ))  # fmt: skip
         s.commit()
     tree = RewardsTree.build([(Address(payout), 10**17)])

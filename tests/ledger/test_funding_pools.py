@@ -23,7 +23,7 @@ def _att(i: int, rnd: int, payout: str, reward: int) -> Attestation:
     return Attestation(
         run_id=RUN, round=rnd, node="0x" + f"{i:040x}", config_version=1, base_checkpoint=h,
         pseudo_gradient=h, data_shard=h, inner_steps=1, tokens=1, result_checkpoint=h,
-        digest=h, signature="0x", payout=payout, reward=str(reward),
+        trace_root=h, digest=h, signature="0x", payout=payout, reward=str(reward),
     )  # fmt: skip
 
 

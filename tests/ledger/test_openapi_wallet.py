@@ -71,7 +71,7 @@ def test_request_uints_accept_the_decimal_string_the_schema_promises(spec: dict[
         "runId": "0x" + "11" * 32, "round": str(2**63 - 1), "node": "0x" + "22" * 20,
         "configVersion": 1, "baseCheckpoint": "0x" + "33" * 32, "pseudoGradient": "0x" + "44" * 32,
         "dataShard": "0x" + "55" * 32, "innerSteps": 8, "tokens": str(BIG),
-        "resultCheckpoint": "0x" + "66" * 32,
+        "resultCheckpoint": "0x" + "66" * 32, "traceRoot": "0x" + "67" * 32,
     }  # fmt: skip
     parsed = AttestationFields.model_validate(fields)
     assert parsed.tokens == BIG and parsed.round == 2**63 - 1  # a round: below 2^63 (its column)

@@ -25,7 +25,7 @@ json_values = st.recursive(
     max_leaves=15,
 )
 FIELDS = ("runId", "round", "node", "configVersion", "baseCheckpoint", "pseudoGradient",
-          "dataShard", "innerSteps", "tokens", "resultCheckpoint")  # fmt: skip
+          "dataShard", "innerSteps", "tokens", "resultCheckpoint", "traceRoot")  # fmt: skip
 
 
 def _stored(ledger: Any) -> int:

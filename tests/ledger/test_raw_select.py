@@ -34,7 +34,8 @@ def test_rows_match_sqlalchemy(kind: str, request: pytest.FixtureRequest) -> Non
             rows.append(dict(
                 run_id=h, round=i, node=NODES[i % 2], config_version=0, base_checkpoint=h,
                 pseudo_gradient=h, data_shard=h, inner_steps=1, tokens=2**62 + i,
-                result_checkpoint=h, digest=h, signature="0x", received_at=WHEN + timedelta(i),
+                result_checkpoint=h, trace_root=h, digest=h, signature="0x",
+                received_at=WHEN + timedelta(i),
                 verified=[None, True, False][i % 3], quality=[None, 0.25, 1e-9][i % 3],
             ))  # fmt: skip
         with engine.begin() as conn:

@@ -40,7 +40,8 @@ def _history(engine: Engine) -> None:
         return dict(
             run_id=RUN, round=i, node=node, config_version=0, base_checkpoint=h,
             pseudo_gradient=h, data_shard=h, inner_steps=1, tokens=1, result_checkpoint=h,
-            digest=h, signature="0x" + "e" * 130, payout=PAYOUT if node == NODE else node,
+            trace_root=h, digest=h, signature="0x" + "e" * 130,
+            payout=PAYOUT if node == NODE else node,
             received_at=now,
         )  # fmt: skip
 

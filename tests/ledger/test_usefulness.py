@@ -78,6 +78,7 @@ def test_honest_scores_noise_does_not_wrong_shard_refused(tmp_path: Path) -> Non
             inner_steps=20,
             tokens=tokens,
             result_checkpoint="0x" + "22" * 32,
+            trace_root="0x" + "24" * 32,
             digest="0x" + "33" * 32,
             signature="0x",
         )
@@ -119,7 +120,8 @@ def test_settings_enable_the_trainer_scorer(settings_for, db_url) -> None:
             run_id="0x" + RUN.hex(), round=1, node=NODE, config_version=1,
             base_checkpoint="0x" + "77" * 32, pseudo_gradient="0x" + "88" * 32,
             data_shard="0x" + "99" * 32, inner_steps=1, tokens=64,
-            result_checkpoint="0x" + "22" * 32, digest="0x" + "33" * 32, signature="0x",
+            result_checkpoint="0x" + "22" * 32, trace_root="0x" + "24" * 32,
+            digest="0x" + "33" * 32, signature="0x",
         )  # fmt: skip
         assert scorer(missing_base, {"w": torch.ones(2)}) is None  # not measured, not guessed
     finally:

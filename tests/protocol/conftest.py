@@ -35,6 +35,7 @@ def make_attestation(node: Address | None = None, **changes: object) -> ComputeA
         "inner_steps": 50,
         "tokens": 50 * 4 * 128,
         "result_checkpoint": Bytes32(vector_bytes32("pytest/result")),
+        "trace_root": Bytes32(vector_bytes32("pytest/trace")),
     }
     values.update(changes)
     return ComputeAttestation(**values)  # type: ignore[arg-type]

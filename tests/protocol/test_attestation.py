@@ -35,7 +35,7 @@ def test_json_round_trip(attestation: ComputeAttestation) -> None:
     wire = attestation.to_json()
     assert list(wire) == [
         "runId", "round", "node", "configVersion", "baseCheckpoint", "pseudoGradient",
-        "dataShard", "innerSteps", "tokens", "resultCheckpoint",
+        "dataShard", "innerSteps", "tokens", "resultCheckpoint", "traceRoot",
     ]  # fmt: skip
     assert wire["runId"] == "0x" + attestation.run_id.hex()
     assert ComputeAttestation.from_json(wire) == attestation
@@ -69,7 +69,7 @@ def test_digest_equals_eth_account_reference(
     att = make_attestation(
         run_id=run_id, round=round_, config_version=config_version, base_checkpoint=base,
         pseudo_gradient=pg, data_shard=shard, inner_steps=inner, tokens=tokens,
-        result_checkpoint=result,
+        result_checkpoint=result, trace_root=result,
     )  # fmt: skip
     domain = Eip712Domain(chain_id, vector_address(f"hypothesis/{contract_seed}"))
     reference = _hash_eip191_message(encode_typed_data(full_message=att.typed_data(domain)))
@@ -83,7 +83,7 @@ def test_every_field_changes_the_digest(
         "run_id": b"\x01" * 32, "round": 4, "node": vector_address("other"),
         "config_version": 3, "base_checkpoint": b"\x02" * 32, "pseudo_gradient": b"\x03" * 32,
         "data_shard": b"\x04" * 32, "inner_steps": 51, "tokens": 1,
-        "result_checkpoint": b"\x05" * 32,
+        "result_checkpoint": b"\x05" * 32, "trace_root": b"\x06" * 32,
     }  # fmt: skip
     digests = {attestation.digest(domain)}
     for name, value in changes.items():
@@ -118,6 +118,7 @@ def test_every_field_changes_the_digest(
         ("baseCheckpoint", "0x" + "zz" * 32, "baseCheckpoint: expected a bytes32"),
         ("dataShard", "00" * 32, "dataShard: expected a bytes32"),
         ("resultCheckpoint", 0, "resultCheckpoint: expected a bytes32"),
+        ("traceRoot", "0x" + "00" * 31, "traceRoot: expected a bytes32"),
     ],
 )
 def test_from_json_rejects_bad_fields(

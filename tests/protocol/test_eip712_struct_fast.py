@@ -25,6 +25,7 @@ WIRE = {
     "configVersion": 2**64 - 1, "baseCheckpoint": "0x" + "22" * 32,
     "pseudoGradient": "0x" + "33" * 32, "dataShard": "0x" + "44" * 32, "innerSteps": 50,
     "tokens": "18446744073709551615", "resultCheckpoint": "0x" + "55" * 32,
+    "traceRoot": "0x" + "66" * 32,
 }  # fmt: skip
 
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from protocol.eip712 import keccak256, to_checksum_address
 from protocol.errors import EncodingError, MerkleError
 from protocol.merkle import (
+    HashTree,
     RewardsTree,
     hash_pair,
     leaf_hash,
@@ -128,3 +129,27 @@ def test_extra_leaves_share_the_root_and_prove_beside_the_accounts(
     assert process_proof(extra[0], only.extra_proof(extra[0])) == only.root
     with pytest.raises(MerkleError, match="no leaf"):
         tree.extra_proof(keccak256(b"not a leaf"))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.binary(min_size=32, max_size=32), min_size=1, max_size=40))
+def test_a_hash_tree_proves_each_leaf_by_its_position(leaves: list[bytes]) -> None:
+    """HashTree (the round trace's tree) names leaves by the caller's order, whatever their hash
+    order, and is the rewards tree's layout: the same leaves give the same root."""
+    tree = HashTree.build(leaves)
+    for i, leaf in enumerate(leaves):
+        assert process_proof(leaf, tree.proof(i)) == tree.root
+        assert tree.nodes[tree.tree_index(i)] == leaf
+    assert HashTree.build(list(reversed(leaves))).root == tree.root
+    with pytest.raises(MerkleError, match="no leaf"):
+        tree.proof(len(leaves))
+    if len(set(leaves)) > 1:
+        changed = [*leaves[:-1], keccak256(leaves[-1])]
+        assert HashTree.build(changed).root != tree.root
+
+
+def test_a_hash_tree_refuses_no_leaves_and_short_ones() -> None:
+    with pytest.raises(MerkleError, match="at least one leaf"):
+        HashTree.build([])
+    with pytest.raises(MerkleError, match=r"leaves\[1\] is not 32 bytes"):
+        HashTree.build([bytes(32), bytes(31)])

@@ -26,6 +26,7 @@ from reference.mean import simulate_average
 from reference.model import GPT
 from reference.outer import FlatLayout, OuterConfig, OuterState
 from reference.settings import from_e6
+from reference.trace import TraceBuilder
 from tests.redteam.strategies import RoundView, SimStrategy, Tensors
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class Work:
     shard: bytes
     cpu_s: float
     view: RoundView
+    trace_root: bytes  # the committed boundaries of its inner steps (reference.trace)
 
     @property
     def contributes(self) -> bool:
@@ -97,7 +99,10 @@ class Node:
         steps = self.strategy.inner_steps(cfg.inner_steps)
         inner = InnerConfig(steps=steps, lr=from_e6(cfg.inner_lr_e6), batch_size=cfg.batch)
         t0 = time.process_time()
-        InnerTrainer(model, inner, keep_state=False).train(rows)
+        trace = TraceBuilder(model, dict(model.named_parameters()))
+        InnerTrainer(model, inner, keep_state=False).train(
+            rows, on_boundary=trace, trace_interval=max(steps // 10, 1)
+        )
         cpu = time.process_time() - t0
         self.train_cpu_s += cpu
         local = dict(model.named_parameters())
@@ -106,7 +111,8 @@ class Node:
             bytes.fromhex(net.run_id[2:]), r, self.address, tokens, (10_000,)
         )
         view = RoundView(r, self.address, cfg.inner_steps, own_history=list(self.history))
-        return Work(own, own, tokens, cfg.inner_steps, own_spec.id, cpu, view)
+        root = bytes(trace.trace().root)
+        return Work(own, own, tokens, cfg.inner_steps, own_spec.id, cpu, view, root)
 
     def finish(self, work: Work, peers: dict[str, Work], previous_mean: Tensors | None) -> None:
         """Apply the strategy to the computed pseudo-gradient (it may copy what it sees)."""
@@ -169,6 +175,7 @@ class Node:
             "innerSteps": work.steps,
             "tokens": work.tokens,
             "resultCheckpoint": "0x" + result.hex(),
+            "traceRoot": "0x" + work.trace_root.hex(),
         }
         out = []
         members = self.strategy.round_members(group, work.view)

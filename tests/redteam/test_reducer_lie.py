@@ -72,6 +72,7 @@ def _post(
         "baseCheckpoint": "0x" + bytes(hash_state_dict(node.bases[-1])).hex(),
         "pseudoGradient": "0x" + pg_hash.hex(), "dataShard": "0x" + work.shard.hex(),
         "innerSteps": work.steps, "tokens": work.tokens, "resultCheckpoint": "0x" + result.hex(),
+        "traceRoot": "0x" + work.trace_root.hex(),
     })  # fmt: skip
     body: dict[str, Any] = {
         "attestation": att.to_json(),

@@ -6,6 +6,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from protocol.attestation import ATTESTATION_ATTRS
+from protocol.blobs import decode_blob
 from protocol.eip712 import Eip712Domain
 from protocol.hashing import hash_state_dict
 from protocol.keys import NodeKey
@@ -14,9 +15,11 @@ from reference.checkpoint import CheckpointDir
 from reference.data import Corpus, ShardSpec
 from reference.inner import one_thread
 from reference.model import GPT, GPTConfig
+from reference.trace import check_served
 from tests.trainer.nodes import DEV_KEYS, RUN_ID
 from trainer.network.membership import MembershipConfig
 from trainer.round.attest import WORK_FIELDS, Attester, WorkRecord
+from trainer.round.boundaries import BoundaryStore
 from trainer.round.diloco import DiLoCo
 from trainer.round.node import NodeRunner, NodeSettings
 from trainer.round.recovery import genesis_checkpoint, genesis_hash
@@ -30,7 +33,8 @@ def test_attestation_fields_equal_what_was_trained(
 ) -> None:
     key = NodeKey.from_private_key(bytes.fromhex(DEV_KEYS[0][2:]))
     domain = Eip712Domain(chain_id=31337, verifying_contract=DEV_ADDRESS)
-    config = RunConfig.make(version=7, inner_steps=4, batch_size=4, mixture=(6000, 4000))
+    config = RunConfig.make(version=7, inner_steps=4, batch_size=4, mixture=(6000, 4000),
+                            trace_interval=3)  # fmt: skip
     settings = NodeSettings(
         run_id=RUN_ID,
         model=SMALL,
@@ -62,6 +66,14 @@ def test_attestation_fields_equal_what_was_trained(
     with one_thread():  # the protocol's reference kernels, as the node and the ledger
         local = replay.train_local(rows, config.settings)
     assert hash_state_dict(local.commitment()) == att.pseudo_gradient
+    # ... and its trace: boundaries after 0, 3 and 4 steps, the root the node signed and kept
+    assert local.trace is not None and [b.step for b in local.trace.boundaries] == [0, 3, 4]
+    assert local.trace_root == att.trace_root
+    store = BoundaryStore(tmp_path)
+    assert store.rounds() == [1, 2] and store.trace(1).root == att.trace_root
+    served = store.serve(1, 1)
+    state = decode_blob(served.blob, max_bytes=len(served.blob))
+    check_served(att.trace_root, 1, 3, state, served.boundary.sketch_hash, served.proof)
 
 
 DEV_ADDRESS = NodeKey.from_private_key(bytes.fromhex(DEV_KEYS[4][2:])).address
@@ -77,12 +89,12 @@ def test_a_ledger_outage_keeps_attestations_for_later_instead_of_stopping() -> N
     domain = Eip712Domain(chain_id=31337, verifying_contract=DEV_ADDRESS)
     dead = LedgerClient("http://127.0.0.1:9", retry=RetryPolicy(attempts=1))
     attester = Attester(key, domain, RUN_ID, dead)
-    work = WorkRecord(1, 0, bytes(32), {"w": torch.ones(3)}, bytes(32), 1, 32, bytes(32))
+    work = WorkRecord(1, 0, bytes(32), {"w": torch.ones(3)}, bytes(32), 1, 32, bytes(32), bytes(32))
     signed = attester.publish(work, [key.address])
     assert signed.ledger_id is None
     assert [p.attestation.round for p in attester.backlog] == [1]
     attester.publish(WorkRecord(2, 0, bytes(32), {"w": torch.ones(3)}, bytes(32), 1, 32,
-                                bytes(32)), [key.address])  # fmt: skip
+                                bytes(32), bytes(32)), [key.address])  # fmt: skip
     assert [p.attestation.round for p in attester.backlog] == [1, 2], "kept in round order"
 
 

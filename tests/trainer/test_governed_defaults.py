@@ -21,15 +21,19 @@ def test_a_fresh_deployment_governs_the_defaults_the_node_and_the_benchmark_use(
 ) -> None:
     client = ChainClient(chain.rpc_url, deployment, Account.from_key(chain.accounts[0][1]))
     view = TrainingSettings.read(client)
-    assert (view.inner_steps, view.inner_lr, view.outer_lr, view.outer_momentum) == (
+    governed_view = (view.inner_steps, view.inner_lr, view.trace_interval, view.outer_lr,
+                     view.outer_momentum)  # fmt: skip
+    assert governed_view == (
         runconfig.INNER_STEPS,
         runconfig.INNER_LR,
+        runconfig.TRACE_INTERVAL,
         runconfig.OUTER_LR,
         runconfig.OUTER_MOMENTUM,
     )
     governed = ChainConfig(client, batch_size=8).read().settings
     assert governed.inner.lr == RunConfig.make().settings.inner.lr
     assert governed.outer == RunConfig.make().settings.outer
+    assert governed.trace_interval == RunConfig.make().settings.trace_interval
 
 
 def test_the_node_batch_default_is_one_setting() -> None:

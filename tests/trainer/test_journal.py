@@ -90,7 +90,7 @@ def _attester(port: int, state: Path, **kw: float) -> Attester:
 
 def _work(r: int) -> WorkRecord:
     return WorkRecord(r, 0, bytes(32), {"w": torch.full((3,), float(r))}, bytes(32), 1, 32,
-                      bytes(32))  # fmt: skip
+                      bytes(32), bytes(32))  # fmt: skip
 
 
 def test_journal_written_before_sending_and_survives_a_restart(port: int, tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def test_the_wait_is_bounded(ledger: _Ledger) -> None:
 
 def test_an_attestation_refused_as_future_is_kept_and_drained_later(ledger: _Ledger) -> None:
     attester = _attester(ledger, wait_s=30)
-    work = WorkRecord(4, 0, bytes(32), {"w": torch.ones(3)}, bytes(32), 1, 32, bytes(32))
+    work = WorkRecord(4, 0, bytes(32), {"w": torch.ones(3)}, bytes(32), 1, 32, bytes(32), bytes(32))
     ledger.behind_for = 1
     signed = attester.publish(work, [attester.address])
     assert signed.ledger_id is None and [p.attestation.round for p in attester.backlog] == [4]

@@ -106,7 +106,7 @@ def _report(ledger_id: int | None) -> RoundReport:
         "runId": "0x" + RUN.hex(), "round": 2, "node": ME, "configVersion": 0,
         "baseCheckpoint": "0x" + "11" * 32, "pseudoGradient": "0x" + "22" * 32,
         "dataShard": "0x" + "33" * 32, "innerSteps": 8, "tokens": 512,
-        "resultCheckpoint": "0x" + "44" * 32,
+        "resultCheckpoint": "0x" + "44" * 32, "traceRoot": "0x" + "45" * 32,
     })  # fmt: skip
     return RoundReport(
         round=2, members=(PEER, ME), rank=1, attempts=1, config=RunConfig.make(inner_steps=8),

@@ -69,6 +69,7 @@ def _case(label: str, chain_id: int, contract: str, **fields: Any) -> dict[str, 
         "inner_steps": 500,
         "tokens": 500 * 8 * 256,
         "result_checkpoint": vector_bytes32(label + "/result"),
+        "trace_root": vector_bytes32(label + "/trace"),
     }
     values.update(fields)
     attestation = ComputeAttestation(**values)
@@ -106,6 +107,7 @@ def attestation_cases() -> list[dict[str, Any]]:
             inner_steps=0,
             tokens=0,
             result_checkpoint=zero,
+            trace_root=zero,
         ),
         _case(
             "all-max",
@@ -120,6 +122,7 @@ def attestation_cases() -> list[dict[str, Any]]:
             inner_steps=U32_MAX,
             tokens=U64_MAX,
             result_checkpoint=ones,
+            trace_root=ones,
         ),
         _case("anvil-first-contract", 31337, ANVIL_CREATE_0),
         _case("anvil-second-contract", 31337, ANVIL_CREATE_1, round=RoundNumber(7)),

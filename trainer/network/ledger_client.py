@@ -130,6 +130,18 @@ class LedgerClient:
             raise
         return dict(resp.json())
 
+    def boundary_requests(self, node: str) -> list[dict[str, Any]]:
+        """The boundaries of its rounds' traces the ledger asked ``node`` for, still pending."""
+        resp = self._request("GET", "/v1/boundaries/requests", "boundary requests",
+                             params={"node": node})  # fmt: skip
+        return [dict(r) for r in resp.json()]
+
+    def deliver_boundary(self, delivery: dict[str, Any]) -> dict[str, Any]:
+        """POST a requested boundary's commitment and proof (its state uploaded first)."""
+        what = f"boundary {delivery['boundary']} of round {delivery['round']}"
+        resp = self._request("POST", "/v1/boundaries/deliveries", what, json=delivery)
+        return dict(resp.json())
+
     def join_round(self, join: Any, signature: bytes) -> dict[str, Any]:
         """POST a signed RoundJoin: membership of a round, before it starts."""
         body = {"join": join.to_json(), "signature": "0x" + signature.hex()}

@@ -59,6 +59,7 @@ class WorkRecord:
     inner_steps: int
     tokens: int
     result_checkpoint: bytes
+    trace_root: bytes
 
 
 _ATTESTER_FIELDS = ("run_id", "node")  # the attester's, not the round's work

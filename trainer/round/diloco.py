@@ -28,6 +28,7 @@ from reference.codec.sparse import encode_feedback
 from reference.inner import InnerConfig, InnerResult, InnerTrainer, StepInfo
 from reference.model import GPT
 from reference.outer import OuterConfig, OuterState
+from reference.trace import Boundary, Trace, TraceBuilder
 from trainer.network.comm import Averager, Check
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,15 @@ class RoundSettings:
     # shard, governed settings) and the ledger's replay audit can check it (ledger/judge);
     # True: the AdamW state lives across rounds (the DiLoCo paper), which no audit can replay
     keep_inner_state: bool = False
+    # inner steps between two committed boundary states (TrainingConfig.traceInterval)
+    trace_interval: int = 5
+
+    def __post_init__(self) -> None:
+        if self.trace_interval <= 0:
+            raise TrainerError(
+                f"traceInterval is {self.trace_interval}: a round's trace needs at least 1 inner "
+                "step between boundaries"
+            )
 
 
 @dataclass
@@ -55,6 +65,14 @@ class LocalWork:
     inner: InnerResult
     packet: Packet | None = None  # base - local in the wire format: all-reduced and committed
     residual: Tensor | None = None  # sparse format: the error feedback left for the next round
+    trace: Trace | None = None  # the boundary states' commitments (reference.trace)
+
+    @property
+    def trace_root(self) -> bytes:
+        """The attestation's ``traceRoot``: the Merkle root of the round's boundaries."""
+        if self.trace is None:
+            raise TrainerError("this round's work has no trace of its boundary states")
+        return bytes(self.trace.root)
 
     def commitment(self) -> dict[str, Tensor]:
         """The tensors of the commitment blob (reference.commitment): the all-reduce's packet."""
@@ -97,12 +115,15 @@ class DiLoCo:
         start: Tensor | None = None,
         *,
         residual: Tensor | None = None,
+        keep: Callable[[Boundary, dict[str, Tensor]], None] | None = None,
     ) -> LocalWork:
         """H inner steps (or those that fit in ``budget_s``) from the base weights, or from the
         flat ``start`` (the overlap option: the newest base minus this node's progress still in
-        flight); returns the pseudo-gradient ``start - local`` (no communication). In the sparse
-        format the packet also carries ``residual`` (the node's error feedback from its last
-        round, None: zero) and the work the residual left for the next one."""
+        flight); returns the pseudo-gradient ``start - local`` (no communication) and the trace
+        of the boundary states every ``settings.trace_interval`` steps, each handed to ``keep``
+        (the node's BoundaryStore). In the sparse format the packet also carries ``residual``
+        (the node's error feedback from its last round, None: zero) and the work the residual
+        left for the next one."""
         base_hash = self.base_hash()
         if start is None:
             self.sync_inner_model()
@@ -112,14 +133,18 @@ class DiLoCo:
             self.inner = InnerTrainer(self.model, settings.inner)
         self.inner.cfg = settings.inner  # the config may change between rounds
         self.inner.keep_state = settings.keep_inner_state
-        inner = self.inner.train(rows, on_step=on_step, budget_s=budget_s)
         origin = self.state.base if start is None else start
+        trainer = self.inner
+        builder = TraceBuilder(self.model, self.state.layout.unflatten(origin),
+                               optimizer=lambda: trainer._opt, keep=keep)  # fmt: skip
+        inner = trainer.train(rows, on_step=on_step, budget_s=budget_s, on_boundary=builder,
+                              trace_interval=settings.trace_interval)  # fmt: skip
         flat_local = self.state.layout.flatten(dict(self.model.named_parameters()))
         if WireFormat.parse(settings.wire_format) is WireFormat.SPARSE:
             packet, left = encode_feedback(origin, flat_local, residual)
-            return LocalWork(base_hash, origin - flat_local, inner, packet, left)
+            return LocalWork(base_hash, origin - flat_local, inner, packet, left, builder.trace())
         packet = encode(origin, flat_local, settings.wire_format)
-        return LocalWork(base_hash, origin - flat_local, inner, packet)
+        return LocalWork(base_hash, origin - flat_local, inner, packet, trace=builder.trace())
 
     def local_packet(self, fmt: str) -> Packet:
         """``base - local`` in the wire format, subtraction and quantization fused (the codec's

@@ -28,6 +28,7 @@ from protocol.eip712 import Eip712Domain, to_checksum_address
 from protocol.errors import (
     CollectiveError,
     ForgedPacketError,
+    LedgerError,
     LedgerUnavailableError,
     TrainerError,
 )
@@ -46,6 +47,7 @@ from trainer.network.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manif
 from trainer.round import timebox
 from trainer.round.agreement import ConfigAgreement
 from trainer.round.attest import Attester, WorkRecord
+from trainer.round.boundaries import BoundaryStore, answer_requests
 from trainer.round.commits import PacketCheck, post_commit
 from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.round.hold import hold_at_boundary
@@ -169,6 +171,9 @@ class NodeRunner:
         self.disk = CheckpointDir(settings.checkpoint_dir) if settings.checkpoint_dir else None
         self.residuals = Residuals(settings.checkpoint_dir)
         """The sparse format's error feedback, by round (trainer.round.residual)."""
+        work_dir = settings.checkpoint_dir
+        self.boundaries = BoundaryStore(work_dir) if work_dir is not None else None
+        """The rounds' boundary states, kept for the audit window (trainer.round.boundaries)."""
         self.server = CheckpointServer(settings.serve_host, settings.serve_port)
         self.rdv.checkpoints.serving = self.server.endpoint  # its joins announce it from round 1
         self.model = GPT(settings.model, seed=settings.seed).to(self.device)
@@ -241,10 +246,13 @@ class NodeRunner:
         box = None
         if boxed is not None:
             box = timebox.budget(self.rdv.board, r, boxed.addresses, settings.inner.steps)
+        keep = self.boundaries.keeper(r) if self.boundaries is not None else None
         with one_thread():  # the protocol's reference kernels: what the ledger's replay runs
             local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start,
-                                            residual=self.residuals.before(r))  # fmt: skip
+                                            residual=self.residuals.before(r), keep=keep)  # fmt: skip
         self.residuals.made(r, local.residual)
+        if self.boundaries is not None and local.trace is not None:
+            self.boundaries.finish(r, local.trace)
         if boxed is not None:
             timebox.post_pace(self.rdv.board, r, local.inner)
         return spec, self.strategy.local_work(self, r, rows, local)
@@ -512,6 +520,7 @@ class NodeRunner:
             inner_steps=local.inner.steps,
             tokens=local.inner.tokens,
             result_checkpoint=outcome.result_hash,
+            trace_root=local.trace_root,
         )
         check = self.commits.pop(r, None)
         self.commits = {k: v for k, v in self.commits.items() if k > r}
@@ -539,12 +548,26 @@ class NodeRunner:
             return self._run()
         finally:
             self.heartbeat.stop()
+            if self.boundaries is not None:
+                self.boundaries.close()  # the last round's states written before the node exits
 
     def _reported(self, report: RoundReport | None, reports: list[RoundReport]) -> None:
         if report is not None:
             reports.append(report)
             if self.on_round is not None:
                 self.on_round(report)
+
+    def serve_boundaries(self) -> None:
+        """Answer the ledger's requests for boundary states of this node's kept rounds (an
+        audit's); a ledger that cannot be reached (this node's signed rounds wait unsent) is
+        asked again after a later round."""
+        ledger = self.attester.ledger
+        if ledger is None or self.boundaries is None or self.attester.unsent():
+            return
+        try:
+            answer_requests(self.boundaries, ledger, self.s.run_id, self.address)
+        except LedgerError as exc:
+            log.warning("boundary requests not answered this round: %s", exc)
 
     def _run(self) -> list[RoundReport]:
         reports: list[RoundReport] = []
@@ -556,6 +579,7 @@ class NodeRunner:
                     hold_at_boundary(self.s.hold_file, r)
                 self.round_now = r
                 self._reported(self.run_round(r), reports)
+                self.serve_boundaries()
                 r += 1
             self._reported(self.schedule.drain(), reports)  # what is in flight lands before leaving
         finally:

@@ -23,6 +23,9 @@ from trainer.round.diloco import RoundSettings
 # bench.diloco measures (chosen there on the validation half: docs/trainer.md, "Benchmark").
 INNER_STEPS = 50
 INNER_LR = 3e-3
+# Inner steps between two committed boundary states of a round (the attestation's traceRoot,
+# reference/trace.py): H / 10
+TRACE_INTERVAL = 5
 OUTER_LR = 0.9
 OUTER_MOMENTUM = 0.9
 # Rows per inner step: a node's own setting, not governed (it depends on the node's memory), and
@@ -66,6 +69,7 @@ class RunConfig:
             version=governed.version,
             inner_steps=governed.inner_steps,
             inner_lr=governed.inner_lr,
+            trace_interval=governed.trace_interval,
             batch_size=batch_size,
             outer_lr=governed.outer_lr,
             outer_momentum=governed.outer_momentum,
@@ -81,6 +85,7 @@ class RunConfig:
         version: int = 0,
         inner_steps: int = 10,
         inner_lr: float = INNER_LR,
+        trace_interval: int = TRACE_INTERVAL,
         batch_size: int = NODE_BATCH_SIZE,
         outer_lr: float = OUTER_LR,
         outer_momentum: float = OUTER_MOMENTUM,
@@ -92,6 +97,7 @@ class RunConfig:
             inner=InnerConfig(steps=inner_steps, lr=inner_lr, batch_size=batch_size),
             outer=OuterConfig(lr=outer_lr, momentum=outer_momentum),
             wire_format=check_format(wire_format),
+            trace_interval=trace_interval,
         )
         if sum(mixture) != 10_000:
             raise ConfigError(f"data mixture must sum to 10000 bps, got {list(mixture)}")

@@ -14,6 +14,8 @@ struct ComputeAttestation {
     uint32 innerSteps;
     uint64 tokens;
     bytes32 resultCheckpoint;
+    /// @dev Merkle root of the round's boundary states (every traceInterval inner steps).
+    bytes32 traceRoot;
 }
 
 /// @title IContributionLedger

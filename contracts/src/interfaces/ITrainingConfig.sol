@@ -7,12 +7,14 @@ pragma solidity ^0.8.28;
 interface ITrainingConfig {
     /// @notice One full set of training parameters.
     /// @dev `*E6` fields are fixed-point millionths (1e-3 == 1000). `wireFormat`: 0 fp32, 1 bf16,
-    /// 2 int8. `dataMixtureBps[i]` is the weight of data source i in basis points (sum 10000).
+    /// 2 int8. `traceInterval`: inner steps between two committed boundary states of a round (the
+    /// attestation's traceRoot, reference/trace.py). `dataMixtureBps[i]` is the weight of data source i in basis points (sum 10000).
     /// `dataRoot` names the run's data by content: the root of the manifest of the corpus' files
     /// (reference/manifest.py); nodes refuse to train, and the ledger to score, on other data.
     struct Config {
         uint32 innerSteps;
         uint32 innerLrE6;
+        uint32 traceInterval;
         uint32 outerLrE6;
         uint32 outerMomentumE6;
         uint8 wireFormat;
@@ -32,6 +34,8 @@ interface ITrainingConfig {
 
     /// @notice `innerSteps` is 0 or above `MAX_INNER_STEPS`.
     error InvalidInnerSteps(uint32 innerSteps);
+    /// @notice `traceInterval` is 0 or above `MAX_TRACE_INTERVAL`.
+    error InvalidTraceInterval(uint32 traceInterval);
     /// @notice A learning rate is 0 or above its bound.
     error InvalidLearningRate(bytes32 field, uint32 valueE6);
     /// @notice The outer momentum is 1.0 (1e6) or more.
@@ -65,6 +69,9 @@ interface ITrainingConfig {
 
     /// @notice Sets the inner loop: AdamW steps per round (H) and inner learning rate.
     function setInnerLoop(uint32 innerSteps, uint32 innerLrE6) external;
+
+    /// @notice Sets the inner steps between two committed boundary states (the round's trace).
+    function setTraceInterval(uint32 traceInterval) external;
 
     /// @notice Sets the outer Nesterov optimizer: learning rate and momentum.
     function setOuterOptimizer(uint32 outerLrE6, uint32 outerMomentumE6) external;

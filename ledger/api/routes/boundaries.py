@@ -1,0 +1,120 @@
+"""Boundaries served on demand (ledger.intake.boundaries): the ledger asks a node for one state
+of its committed trace, the node uploads it and delivers it, the ledger checks it against the
+signed ``traceRoot``.
+
+- ``POST /v1/boundaries/requests`` (admin): ask ``node`` for ``boundary`` of round ``round``;
+- ``GET /v1/boundaries/requests?node=0x..``: a node's pending requests (what its loop polls);
+- ``POST /v1/boundaries/deliveries``: the state's hash, step, sketch hash and Merkle proof, after
+  a signed ``PUT /v1/blobs/{stateHash}`` of the state; refused with ``boundary_mismatch`` unless
+  it hashes to the committed leaf.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from ledger.api.deps import JSON_BODY, AdminDep, BlobsDep, SessionDep
+from ledger.api.errors import errors
+from ledger.core.models import BoundaryRequest
+from ledger.core.schemas import AddressStr, Hex32, RoundIn, Uint32
+from ledger.intake import boundaries
+from protocol.eip712 import to_checksum_address
+
+router = APIRouter(prefix="/boundaries", tags=["boundaries"])
+
+_STRICT = ConfigDict(extra="forbid", strict=True)
+MAX_PROOF = 64  # a tree of 2^64 boundaries: far above any round's
+
+
+class BoundaryRequestIn(BaseModel):
+    model_config = _STRICT
+
+    run_id: Hex32
+    round: RoundIn
+    node: AddressStr
+    boundary: Uint32
+    deadline_s: float = Field(gt=0, le=7 * 86_400, description="seconds the node has to deliver")
+
+
+class BoundaryRequestOut(BaseModel):
+    id: int
+    run_id: str
+    round: int
+    node: str
+    boundary: int
+    trace_root: str
+    deadline: datetime
+    state: str
+    step: int | None
+    state_hash: str | None
+    sketch_hash: str | None
+    reason: str | None
+
+
+class DeliveryIn(BaseModel):
+    model_config = _STRICT
+
+    run_id: Hex32
+    round: RoundIn
+    node: AddressStr
+    boundary: Uint32
+    step: Uint32
+    state_hash: Hex32
+    sketch_hash: Hex32
+    proof: list[Hex32] = Field(max_length=MAX_PROOF)
+
+
+def _out(row: BoundaryRequest) -> BoundaryRequestOut:
+    return BoundaryRequestOut.model_validate(row, from_attributes=True)
+
+
+@router.post(
+    "/requests",
+    response_model=BoundaryRequestOut,
+    status_code=201,
+    responses=errors(400, 401, 404, 409, 413, 415, 422, 503),
+    dependencies=JSON_BODY,
+)
+def post_request(
+    session: SessionDep, body: BoundaryRequestIn, _admin: AdminDep
+) -> BoundaryRequestOut:
+    """Ask a node for one boundary state of its round's trace, due in ``deadline_s``."""
+    row = boundaries.request_boundary(
+        session, body.run_id, body.round, to_checksum_address(body.node), body.boundary,
+        deadline_s=body.deadline_s,
+    )  # fmt: skip
+    return _out(row)
+
+
+@router.get("/requests", response_model=list[BoundaryRequestOut], responses=errors(422, 503))
+def get_requests(
+    session: SessionDep, node: Annotated[str, Query(pattern=r"^0x[0-9a-fA-F]{40}$")]
+) -> list[BoundaryRequestOut]:
+    """``node``'s pending requests, oldest first (past-deadline ones are marked missed first)."""
+    boundaries.expire(session)
+    return [_out(r) for r in boundaries.open_requests(session, to_checksum_address(node))]
+
+
+@router.post(
+    "/deliveries",
+    response_model=BoundaryRequestOut,
+    responses=errors(400, 404, 409, 413, 415, 422, 503),
+    dependencies=JSON_BODY,
+)
+async def post_delivery(
+    session: SessionDep, blobs: BlobsDep, body: DeliveryIn
+) -> BoundaryRequestOut:
+    """Deliver a requested boundary: its state must be an uploaded blob that hashes, with the
+    step and sketch hash, to the leaf the proof leads to the node's signed traceRoot."""
+    delivery = boundaries.Delivery(
+        run_id=body.run_id, round=body.round, node=to_checksum_address(body.node),
+        boundary=body.boundary, step=body.step, state_hash=body.state_hash,
+        sketch_hash=body.sketch_hash, proof=tuple(body.proof),
+    )  # fmt: skip
+    row = await run_in_threadpool(boundaries.deliver, session, blobs, delivery)
+    return _out(row)

@@ -1,0 +1,195 @@
+"""Boundaries served on demand: the ledger asks a node for one state of its committed trace, the
+node uploads it, the ledger checks it against the ``traceRoot`` the node signed.
+
+1. :func:`request_boundary` records the request (an audit's, or the operator's through
+   ``POST /v1/boundaries/requests``) with a deadline, against the node's attestation of the round.
+2. The node sees it (``GET /v1/boundaries/requests?node=``), uploads the state as a blob with
+   the existing signed, quota-checked ``PUT /v1/blobs/{stateHash}`` (a state's blob id is its
+   hash: protocol.hashing), then posts :class:`Delivery` (``POST /v1/boundaries/deliveries``).
+3. :func:`deliver` refuses, naming why, anything but the stored blob of a state whose hash, with
+   the claimed step and sketch hash, makes the leaf the proof leads to the signed root
+   (reference.trace.check_served); a good delivery closes the request.
+4. :func:`expire` marks the requests past their deadline ``missed`` with the reason the judge's
+   rule gives (ledger.judge.boundaries): the node fails the audit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from ledger.core.blobstore import BlobStore
+from ledger.core.models import Attestation, BoundaryRequest, utcnow
+from ledger.judge.boundaries import withheld_reason
+from protocol.eip712 import parse_bytes32
+from protocol.errors import EncodingError, LedgerError
+from reference.trace import TraceError, check_served
+
+log = logging.getLogger(__name__)
+
+ZERO = "0x" + "00" * 32
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a node posts for one requested boundary (0x-hex hashes)."""
+
+    run_id: str
+    round: int
+    node: str
+    boundary: int
+    step: int
+    state_hash: str
+    sketch_hash: str
+    proof: tuple[str, ...]
+
+
+def request_boundary(
+    session: Session,
+    run_id: str,
+    round_: int,
+    node: str,
+    boundary: int,
+    *,
+    deadline_s: float,
+    now: datetime | None = None,
+) -> BoundaryRequest:
+    """Ask ``node`` for ``boundary`` of its round ``round_`` by ``now + deadline_s`` (the same
+    request twice is the first one)."""
+    att = session.exec(
+        select(Attestation).where(
+            Attestation.run_id == run_id.lower(), Attestation.round == round_,
+            Attestation.node == node,
+        )
+    ).first()  # fmt: skip
+    if att is None:
+        raise LedgerError(
+            f"node {node} has no attestation of round {round_} of run {run_id}: there is no "
+            "trace to ask a boundary of",
+            code="not_found",
+        )
+    if att.trace_root == ZERO:
+        raise LedgerError(
+            f"node {node}'s attestation of round {round_} commits no trace (zero traceRoot)",
+            code="no_trace",
+        )
+    if boundary < 0:
+        raise LedgerError(f"boundary must be >= 0, got {boundary}", code="bad_boundary")
+    if deadline_s <= 0:
+        raise LedgerError(f"deadline_s must be positive, got {deadline_s}", code="bad_boundary")
+    existing = _find(session, att.run_id, round_, node, boundary)
+    if existing is not None:
+        return existing
+    row = BoundaryRequest(
+        run_id=att.run_id, round=round_, node=node, boundary=boundary,
+        trace_root=att.trace_root, deadline=(now or utcnow()) + timedelta(seconds=deadline_s),
+    )  # fmt: skip
+    session.add(row)
+    try:
+        session.commit()
+    except IntegrityError:  # asked at the same moment by another worker
+        session.rollback()
+        found = _find(session, att.run_id, round_, node, boundary)
+        assert found is not None
+        return found
+    session.refresh(row)
+    log.info("asked %s for boundary %d of round %d (run %s), due %s", node, boundary, round_,
+             att.run_id, row.deadline.isoformat())  # fmt: skip
+    return row
+
+
+def _find(
+    session: Session, run_id: str, round_: int, node: str, boundary: int
+) -> BoundaryRequest | None:
+    return session.exec(
+        select(BoundaryRequest).where(
+            BoundaryRequest.run_id == run_id, BoundaryRequest.round == round_,
+            BoundaryRequest.node == node, BoundaryRequest.boundary == boundary,
+        )
+    ).first()  # fmt: skip
+
+
+def open_requests(session: Session, node: str) -> list[BoundaryRequest]:
+    """``node``'s requests still pending, oldest first."""
+    return list(session.exec(
+        select(BoundaryRequest)
+        .where(BoundaryRequest.node == node, BoundaryRequest.state == "pending")
+        .order_by(col(BoundaryRequest.id))
+    ).all())  # fmt: skip
+
+
+def _bytes32(name: str, value: str) -> bytes:
+    try:
+        return bytes(parse_bytes32(name, value))
+    except EncodingError as exc:
+        raise LedgerError(str(exc), code="encoding_error") from None
+
+
+def deliver(
+    session: Session, blobs: BlobStore, d: Delivery, *, now: datetime | None = None
+) -> BoundaryRequest:
+    """Check a delivery against the request's signed root and close the request."""
+    request = _find(session, d.run_id.lower(), d.round, d.node, d.boundary)
+    if request is None:
+        raise LedgerError(
+            f"no request for boundary {d.boundary} of round {d.round} from {d.node}: the ledger "
+            "only takes the boundaries it asked for (GET /v1/boundaries/requests?node=)",
+            code="not_found",
+        )
+    if request.state == "delivered":
+        return request
+    moment = now or utcnow()
+    if request.state == "missed" or moment >= request.deadline:
+        raise LedgerError(
+            f"boundary {d.boundary} of round {d.round} was due at "
+            f"{request.deadline.isoformat()}: delivered too late, the audit failed",
+            code="boundary_late",
+        )
+    root = _bytes32("traceRoot", request.trace_root)
+    sketch = _bytes32("sketchHash", d.sketch_hash)
+    proof = [_bytes32(f"proof[{i}]", p) for i, p in enumerate(d.proof)]
+    state_hash = "0x" + _bytes32("stateHash", d.state_hash).hex()
+    tensors = blobs.tensors(state_hash)
+    if tensors is None:
+        raise LedgerError(
+            f"no blob {state_hash}: upload the boundary state first with a signed "
+            f"PUT /v1/blobs/{state_hash}",
+            code="not_found",
+        )
+    try:
+        served = check_served(root, d.boundary, d.step, tensors, sketch, proof)
+    except TraceError as exc:
+        raise LedgerError(f"boundary refused: {exc}", code="boundary_mismatch") from None
+    request.state = "delivered"
+    request.step = served.step
+    request.state_hash = "0x" + served.state_hash.hex()
+    request.sketch_hash = "0x" + served.sketch_hash.hex()
+    request.delivered_at = moment
+    session.add(request)
+    session.commit()
+    session.refresh(request)
+    log.info("boundary %d of round %d delivered by %s", d.boundary, d.round, d.node)
+    return request
+
+
+def expire(session: Session, *, now: datetime | None = None) -> list[BoundaryRequest]:
+    """Mark the pending requests past their deadline ``missed`` (the judge's reason); returns
+    them."""
+    moment = now or utcnow()
+    due = session.exec(
+        select(BoundaryRequest).where(
+            BoundaryRequest.state == "pending", col(BoundaryRequest.deadline) <= moment
+        )
+    ).all()
+    for request in due:
+        request.state = "missed"
+        request.reason = withheld_reason(request, moment)
+        session.add(request)
+        log.warning("node %s withheld boundary %d of round %d: %s", request.node,
+                    request.boundary, request.round, request.reason)  # fmt: skip
+    session.commit()
+    return list(due)

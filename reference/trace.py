@@ -1,0 +1,296 @@
+"""The committed trace of a round: hashes of the node's state every ``traceInterval`` inner steps.
+
+Shared by the node (which builds the trace and signs its root as the attestation's ``traceRoot``)
+and the ledger (which asks for one boundary and checks the served state against its leaf).
+
+A **boundary state** is a flat dict of named tensors, each name under a known prefix
+(:data:`PREFIXES`): ``weights/<param>``, ``adam/<param>/exp_avg``, ``adam/<param>/exp_avg_sq``,
+``adam/step`` (present once the inner optimizer has stepped), and later ones such as
+``residual/<param>`` (error feedback). Its hash is protocol.hashing's ``hash_state_dict``.
+
+Boundaries of a round of ``steps`` inner steps with interval ``k`` (:func:`boundary_steps`):
+boundary 0 is the round's start state, boundary i the state after ``i * k`` steps, and the last is
+the state after the last step, even when ``k`` does not divide ``steps``.
+
+Beside each state hash the leaf commits a **sketch**: the int8 codes (reference.codec, block-wise
+int8) of each weight's delta from the round's base, so an auditor can hold a boundary to a
+tolerance from about 1 B/param instead of the 12 B/param of weights plus AdamW state.
+
+``leaf = keccak256(keccak256(abi.encode(uint256 index, uint256 step, bytes32 stateHash,
+bytes32 sketchHash)))``; the root is protocol.merkle's tree (OpenZeppelin's layout) over the
+leaves in boundary order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Final
+
+import torch
+from torch import Tensor
+
+from protocol.eip712 import encode_uint, keccak256
+from protocol.errors import ProtocolError, TrainerError
+from protocol.hashing import hash_state_dict
+from protocol.merkle import HashTree, process_proof
+from protocol.types import Bytes32
+from reference.codec import decode, quantize
+from reference.codec.formats import DEFAULT_BLOCK_SIZE, Packet
+from reference.settings import WireFormat
+
+log = logging.getLogger(__name__)
+
+PREFIXES: Final = ("weights/", "adam/", "residual/")
+"""The prefixes a boundary state's tensor names may start with (add one here to commit more)."""
+WEIGHTS: Final = "weights/"
+SKETCH: Final = "sketch/"
+
+
+class TraceError(TrainerError):
+    """A trace that cannot be built, or a served boundary that does not match its commitment."""
+
+
+def boundary_steps(steps: int, interval: int) -> list[int]:
+    """The inner step after which each boundary is taken: ``[0, k, 2k, ..., steps]``."""
+    if steps <= 0:
+        raise TraceError(f"a trace needs at least one inner step, got {steps}")
+    if interval <= 0:
+        raise TraceError(f"traceInterval must be at least 1 inner step, got {interval}")
+    marks = list(range(0, steps, interval))
+    return [*marks, steps]
+
+
+def is_boundary(step: int, steps: int, interval: int) -> bool:
+    """Whether the state after ``step`` inner steps (of ``steps``) is a boundary."""
+    return step == steps or step % interval == 0
+
+
+def check_state(state: Mapping[str, Tensor]) -> None:
+    """Refuse a boundary state with a tensor name outside :data:`PREFIXES` or no weights."""
+    if not state:
+        raise TraceError("a boundary state has no tensors")
+    for name in state:
+        if not name.startswith(PREFIXES):
+            raise TraceError(
+                f"boundary tensor {name!r} has no known prefix: name it under one of {PREFIXES}"
+            )
+    if not any(name.startswith(WEIGHTS) for name in state):
+        raise TraceError("a boundary state needs its weights (names under 'weights/')")
+
+
+def boundary_state(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    extra: Mapping[str, Tensor] | None = None,
+) -> dict[str, Tensor]:
+    """The state to commit: ``model``'s parameters, ``optimizer``'s Adam moments when it has
+    stepped, and ``extra`` tensors (already named under a prefix). Copies, detached, on CPU."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    state: dict[str, Tensor] = {
+        WEIGHTS + name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters()
+    }
+    if optimizer is not None:
+        step: Tensor | None = None
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                held = optimizer.state.get(p)
+                if not held:
+                    continue
+                name = names[id(p)]
+                for moment in ("exp_avg", "exp_avg_sq"):
+                    state[f"adam/{name}/{moment}"] = held[moment].detach().to("cpu", copy=True)
+                step = torch.as_tensor(held["step"], dtype=torch.float32).detach().cpu().clone()
+        if step is not None:
+            state["adam/step"] = step.reshape(())
+    if extra:
+        state.update(extra)
+    check_state(state)
+    return state
+
+
+def state_hash(state: Mapping[str, Tensor]) -> Bytes32:
+    """The hash committed for a boundary state (protocol.hashing over its named tensors)."""
+    check_state(state)
+    return hash_state_dict(state)
+
+
+def make_sketch(
+    state: Mapping[str, Tensor],
+    base: Mapping[str, Tensor],
+    *,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> dict[str, Tensor]:
+    """The int8 codes and fp32 block scales of each weight's delta from the round's ``base``
+    (``base`` by parameter name, or by ``weights/<name>``): ``sketch/<param>/codes|scales``."""
+    sketch: dict[str, Tensor] = {}
+    for name, tensor in state.items():
+        if not name.startswith(WEIGHTS):
+            continue
+        param = name.removeprefix(WEIGHTS)
+        start = base.get(name, base.get(param))
+        if start is None:
+            raise TraceError(f"the round's base has no weight {param!r} to sketch the delta from")
+        if start.shape != tensor.shape:
+            raise TraceError(
+                f"weight {param!r}: base shape {tuple(start.shape)} != state {tuple(tensor.shape)}"
+            )
+        delta = tensor.detach().float().cpu() - start.detach().float().cpu()
+        packet = quantize(delta, WireFormat.INT8, block_size=block_size)
+        assert packet.scales is not None
+        sketch[f"{SKETCH}{param}/codes"] = packet.payload.cpu()
+        sketch[f"{SKETCH}{param}/scales"] = packet.scales.cpu()
+    return sketch
+
+
+def sketch_deltas(
+    sketch: Mapping[str, Tensor],
+    like: Mapping[str, Tensor],
+    *,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> dict[str, Tensor]:
+    """Decode a sketch back to each weight's approximate delta from the base (fp32), shaped as
+    ``like`` (a state or the base, by parameter name or ``weights/<name>``)."""
+    out: dict[str, Tensor] = {}
+    for name, tensor in like.items():
+        param = name.removeprefix(WEIGHTS)
+        if name.startswith(PREFIXES) and not name.startswith(WEIGHTS):
+            continue
+        codes, scales = sketch.get(f"{SKETCH}{param}/codes"), sketch.get(f"{SKETCH}{param}/scales")
+        if codes is None or scales is None:
+            raise TraceError(f"the sketch has no codes and scales for weight {param!r}")
+        packet = Packet(WireFormat.INT8, tuple(tensor.shape), codes, scales, block_size)
+        out[param] = decode(packet)
+    return out
+
+
+def leaf(index: int, step: int, state: bytes, sketch: bytes) -> Bytes32:
+    """One boundary's leaf (module docstring): double keccak, as OpenZeppelin's leaves."""
+    if len(state) != 32 or len(sketch) != 32:
+        raise TraceError("a boundary leaf commits a 32-byte state hash and sketch hash")
+    return Bytes32(
+        keccak256(keccak256(encode_uint(index) + encode_uint(step) + bytes(state) + bytes(sketch)))
+    )
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """One boundary's commitment: its number, the inner steps done, and the two hashes."""
+
+    index: int
+    step: int
+    state_hash: Bytes32
+    sketch_hash: Bytes32
+
+    @property
+    def leaf(self) -> Bytes32:
+        return leaf(self.index, self.step, self.state_hash, self.sketch_hash)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "step": self.step,
+            "stateHash": "0x" + self.state_hash.hex(),
+            "sketchHash": "0x" + self.sketch_hash.hex(),
+        }
+
+
+def commit_boundary(
+    index: int, step: int, state: Mapping[str, Tensor], base: Mapping[str, Tensor]
+) -> Boundary:
+    """Hash ``state`` and its sketch against ``base``."""
+    return Boundary(index, step, state_hash(state), hash_state_dict(make_sketch(state, base)))
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A round's boundaries in order; :attr:`root` is the attestation's ``traceRoot``."""
+
+    boundaries: tuple[Boundary, ...]
+
+    def __post_init__(self) -> None:
+        if not self.boundaries:
+            raise TraceError("a trace needs at least one boundary")
+        for i, b in enumerate(self.boundaries):
+            if b.index != i:
+                raise TraceError(f"boundary {i} is numbered {b.index}: boundaries go in order")
+
+    @cached_property
+    def tree(self) -> HashTree:
+        return HashTree.build([b.leaf for b in self.boundaries])
+
+    @property
+    def root(self) -> Bytes32:
+        return self.tree.root
+
+    def proof(self, index: int) -> list[Bytes32]:
+        """The Merkle proof of boundary ``index`` against :attr:`root`."""
+        if not 0 <= index < len(self.boundaries):
+            raise TraceError(f"the trace has boundaries 0..{len(self.boundaries) - 1}, not {index}")
+        return self.tree.proof(index)
+
+
+def verify_leaf(root: bytes, boundary: Boundary, proof: Sequence[bytes]) -> bool:
+    """Whether ``boundary`` is a leaf of the trace whose root is ``root``."""
+    return process_proof(boundary.leaf, proof) == bytes(root)
+
+
+def check_served(  # noqa: PLR0917 - the leaf's fields, in the leaf's order
+    root: bytes,
+    index: int,
+    step: int,
+    state: Mapping[str, Tensor],
+    sketch_hash: bytes,
+    proof: Sequence[bytes],
+) -> Boundary:
+    """A served boundary state checked against the committed ``root``: its hash, with the
+    claimed sketch hash, must make a leaf the proof leads to ``root`` from. Returns the
+    boundary; raises TraceError naming what does not match."""
+    try:
+        served = Boundary(index, step, state_hash(state), Bytes32(bytes(sketch_hash)))
+        ok = verify_leaf(root, served, proof)
+    except (TraceError, ProtocolError, ValueError) as exc:
+        raise TraceError(f"boundary {index}: {exc}") from exc
+    if not ok:
+        raise TraceError(
+            f"boundary {index} (after {step} inner steps): the served state hashes to "
+            f"0x{served.state_hash.hex()}, which with sketch 0x{bytes(sketch_hash).hex()} and "
+            f"the proof does not lead to the committed traceRoot 0x{bytes(root).hex()}"
+        )
+    return served
+
+
+class TraceBuilder:
+    """The boundary hook of reference.inner's ``train(on_boundary=...)``: at each boundary it
+    takes the model's (and the optimizer's) state, commits it, and hands the state to ``keep``
+    (the node's BoundaryStore) when given."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        base: Mapping[str, Tensor],
+        *,
+        optimizer: Callable[[], torch.optim.Optimizer | None] = lambda: None,
+        keep: Callable[[Boundary, dict[str, Tensor]], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.base = {name: t.detach().to("cpu", copy=True) for name, t in base.items()}
+        self.optimizer = optimizer
+        self.keep = keep
+        self.boundaries: list[Boundary] = []
+
+    def __call__(self, step: int) -> None:
+        if self.boundaries and step <= self.boundaries[-1].step:
+            raise TraceError(
+                f"boundary after {step} inner steps comes after one at {self.boundaries[-1].step}"
+            )
+        state = boundary_state(self.model, self.optimizer())
+        boundary = commit_boundary(len(self.boundaries), step, state, self.base)
+        self.boundaries.append(boundary)
+        if self.keep is not None:
+            self.keep(boundary, state)
+
+    def trace(self) -> Trace:
+        return Trace(tuple(self.boundaries))

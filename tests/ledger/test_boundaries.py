@@ -1,0 +1,153 @@
+"""Boundaries served on demand, end to end with the real ledger app and real signed uploads: the
+ledger asks a node for one state of the trace it signed, refuses a state that is not the committed
+leaf, takes the node's answer (trainer.round.boundaries.answer_requests), and fails a node that
+does not deliver by the deadline (ledger.judge.boundaries)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+from fastapi.testclient import TestClient
+from sqlmodel import Session, select
+
+from bench.harness.nodes import NodeKey, attestation, h
+from ledger.core.models import Attestation, BoundaryRequest, utcnow
+from ledger.intake import boundaries as intake
+from ledger.judge.boundaries import CHECK, check_boundaries
+from ledger.judge.entries import Entry
+from ledger.service import Ledger
+from protocol.blob_auth import UploadSigner
+from protocol.eip712 import Eip712Domain
+from reference.inner import InnerConfig, InnerTrainer
+from reference.model import GPT, GPTConfig
+from reference.trace import TraceBuilder
+from tests.ledger.conftest import ADMIN, GENESIS
+from tests.ledger.helpers import body, upload_headers
+from trainer.network.ledger_client import LedgerClient, RetryPolicy
+from trainer.round.boundaries import BoundaryStore, answer_requests
+
+SMALL = GPTConfig(n_layer=1, n_head=2, d_model=16, seq_len=8)
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
+
+
+def _trained_round(store: BoundaryStore, r: int) -> bytes:
+    """A node's round 1: 4 inner steps, boundaries every 2 (0, 2, 4) kept in ``store``."""
+    model = GPT(SMALL, seed=5)
+    inner = InnerTrainer(model, InnerConfig(steps=4, lr=3e-3, batch_size=2))
+    builder = TraceBuilder(model, dict(model.named_parameters()),
+                           optimizer=lambda: inner._opt, keep=store.keeper(r))  # fmt: skip
+    rows = torch.randint(0, 256, (8, SMALL.seq_len + 1), generator=torch.Generator().manual_seed(1))
+    inner.train(rows, on_boundary=builder, trace_interval=2)
+    store.finish(r, builder.trace())
+    return bytes(builder.trace().root)
+
+
+def _attest(client: TestClient, node: NodeKey, run: str, domain: Eip712Domain, root: bytes) -> None:
+    att = attestation(node, run_id=run, round_=1, base=GENESIS, result=h("r1"),
+                      trace_root="0x" + root.hex())  # fmt: skip
+    r = client.post("/v1/attestations", json=body(att, node.key, domain))
+    assert r.status_code == 202, r.text
+
+
+def _ask(client: TestClient, run: str, node: NodeKey, boundary: int, deadline_s: float) -> dict:  # type: ignore[type-arg]
+    r = client.post("/v1/boundaries/requests", headers=AUTH, json={
+        "run_id": run, "round": 1, "node": node.address, "boundary": boundary,
+        "deadline_s": deadline_s,
+    })  # fmt: skip
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def test_a_requested_boundary_is_checked_against_the_signed_root(
+    client: TestClient, ledger: Ledger, started_run: str, nodes: list[NodeKey],
+    domain: Eip712Domain, tmp_path: Path,
+) -> None:  # fmt: skip
+    node = nodes[0]
+    store = BoundaryStore(tmp_path / "node")
+    root = _trained_round(store, 1)
+    _attest(client, node, started_run, domain, root)
+    # only the admin (the audit) asks
+    anon = client.post("/v1/boundaries/requests", json={
+        "run_id": started_run, "round": 1, "node": node.address, "boundary": 1, "deadline_s": 60,
+    })  # fmt: skip
+    assert anon.status_code == 401
+    asked = _ask(client, started_run, node, 1, 60)
+    assert asked["state"] == "pending" and asked["trace_root"] == "0x" + root.hex()
+    listed = client.get("/v1/boundaries/requests", params={"node": node.address}).json()
+    assert [(r["round"], r["boundary"]) for r in listed] == [(1, 1)]
+
+    # a state that is not boundary 1 (boundary 2's, uploaded with a real signature) is refused
+    other = store.serve(1, 2)
+    right = store.serve(1, 1)
+    state_hash = "0x" + other.boundary.state_hash.hex()
+    put = client.put(f"/v1/blobs/{state_hash}", content=other.blob,
+                     headers=upload_headers(node, domain, state_hash))  # fmt: skip
+    assert put.status_code == 201, put.text
+    wrong = client.post("/v1/boundaries/deliveries", json={
+        "run_id": started_run, "round": 1, "node": node.address, "boundary": 1,
+        "step": right.boundary.step, "state_hash": state_hash,
+        "sketch_hash": "0x" + right.boundary.sketch_hash.hex(),
+        "proof": ["0x" + p.hex() for p in right.proof],
+    })  # fmt: skip
+    assert wrong.status_code == 422, wrong.text
+    assert wrong.json()["error"]["code"] == "boundary_mismatch"
+    assert "does not lead to the committed traceRoot" in wrong.json()["error"]["message"]
+    # a state never uploaded is named as missing
+    missing = client.post("/v1/boundaries/deliveries", json={
+        "run_id": started_run, "round": 1, "node": node.address, "boundary": 1, "step": 2,
+        "state_hash": h("nothing"), "sketch_hash": h("s"), "proof": [],
+    })  # fmt: skip
+    assert missing.status_code == 404 and "upload the boundary state first" in missing.text
+
+    # the node's own answer: a signed upload of the kept state, then the delivery
+    lc = LedgerClient("http://testserver", http=client, retry=RetryPolicy(attempts=1),
+                      uploader=UploadSigner(node.key, domain))  # fmt: skip
+    assert answer_requests(store, lc, bytes.fromhex(started_run[2:]), node.address) == 1
+    assert client.get("/v1/boundaries/requests", params={"node": node.address}).json() == []
+    with Session(ledger.engine) as s:
+        row = s.exec(select(BoundaryRequest)).one()
+    assert row.state == "delivered" and row.step == 2
+    assert row.state_hash == "0x" + right.boundary.state_hash.hex()
+    assert ledger.blobs.exists(row.state_hash)
+
+
+def test_a_node_that_does_not_deliver_by_the_deadline_fails_the_audit(
+    client: TestClient, ledger: Ledger, started_run: str, nodes: list[NodeKey],
+    domain: Eip712Domain, tmp_path: Path,
+) -> None:  # fmt: skip
+    silent, prompt = nodes[0], nodes[1]
+    for n in (silent, prompt):
+        root = _trained_round(BoundaryStore(tmp_path / n.address), 1)
+        _attest(client, n, started_run, domain, root)
+    _ask(client, started_run, silent, 0, 30)
+    _ask(client, started_run, prompt, 0, 30)
+    lc = LedgerClient("http://testserver", http=client, retry=RetryPolicy(attempts=1),
+                      uploader=UploadSigner(prompt.key, domain))  # fmt: skip
+    answer_requests(BoundaryStore(tmp_path / prompt.address), lc,
+                    bytes.fromhex(started_run[2:]), prompt.address)  # fmt: skip
+    later = utcnow() + timedelta(seconds=31)
+    with Session(ledger.engine) as s:
+        before = list(s.exec(select(BoundaryRequest)).all())
+        entries = [Entry(a) for a in s.exec(select(Attestation)).all()]
+        check_boundaries(entries, before, utcnow())  # not due yet: nobody fails
+        assert all(e.ok for e in entries)
+        check_boundaries(entries, before, later)
+        failed = {e.att.node: e.check for e in entries}
+        assert failed == {silent.address: CHECK, prompt.address: None}
+        assert "not delivered by its deadline" in next(e.reason for e in entries if not e.ok)
+        missed = intake.expire(s, now=later)
+        assert [(m.node, m.state) for m in missed] == [(silent.address, "missed")]
+    # and a delivery after the deadline is refused
+    store = BoundaryStore(tmp_path / silent.address)
+    served = store.serve(1, 0)
+    state_hash = "0x" + served.boundary.state_hash.hex()
+    client.put(f"/v1/blobs/{state_hash}", content=served.blob,
+               headers=upload_headers(silent, domain, state_hash))  # fmt: skip
+    late = client.post("/v1/boundaries/deliveries", json={
+        "run_id": started_run, "round": 1, "node": silent.address, "boundary": 0, "step": 0,
+        "state_hash": state_hash, "sketch_hash": "0x" + served.boundary.sketch_hash.hex(),
+        "proof": ["0x" + p.hex() for p in served.proof],
+    })  # fmt: skip
+    assert late.status_code == 409 and late.json()["error"]["code"] == "boundary_late"

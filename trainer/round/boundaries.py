@@ -1,0 +1,217 @@
+"""The node's boundary states: kept on disk until the round's audit window closes, served on demand.
+
+Every ``traceInterval`` inner steps the node commits its state (reference.trace); the
+attestation signs the root. The ledger may later ask for one boundary of a round (an audit), and
+the node answers with that state (a blob whose id is the state's hash, protocol.blobs) and its
+Merkle proof. So the states stay here, under ``<work dir>/boundaries/<round>/``:
+
+- ``<index>.safetensors``: the boundary state (weights, AdamW moments, ...);
+- ``trace.json``: the round's boundaries (index, step, state hash, sketch hash) and root.
+
+Bounded: a round is removed once ``keep_rounds`` newer rounds are stored (the audit window; the
+ledger asks within it), and the oldest rounds go first while the folder holds more than
+``max_bytes`` (logged as a warning: a boundary asked for after that cannot be served, and the
+node fails that audit). The newest round is never pruned.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import Tensor
+
+from protocol.blobs import decode_blob, encode_blob
+from protocol.errors import TrainerError
+from protocol.types import Bytes32
+from reference.trace import Boundary, Trace, state_hash
+from trainer.network.ledger_client import LedgerClient
+
+log = logging.getLogger(__name__)
+
+KEEP_ROUNDS = 4
+"""Rounds of boundaries kept: the round being audited can be asked for until 3 rounds later."""
+MAX_BYTES = 8 << 30
+"""Disk the boundary states may take (8 GiB: a cpu10m round of 11 boundaries is ~1.3 GB)."""
+TRACE_FILE = "trace.json"
+WRITES_IN_FLIGHT = 2
+"""Boundary states waiting to be written while training goes on (each a copy of the state)."""
+
+
+@dataclass(frozen=True)
+class ServedBoundary:
+    """What the node uploads for one boundary: the state's blob, its commitment and proof."""
+
+    round: int
+    boundary: Boundary
+    blob: bytes
+    proof: list[Bytes32]
+    root: Bytes32
+
+
+class BoundaryStore:
+    """``<work dir>/boundaries``: the boundary states of the node's last rounds."""
+
+    def __init__(
+        self, work_dir: Path, *, keep_rounds: int = KEEP_ROUNDS, max_bytes: int = MAX_BYTES
+    ) -> None:
+        if keep_rounds < 1:
+            raise TrainerError(f"keep_rounds must be at least 1, got {keep_rounds}")
+        self.root = Path(work_dir) / "boundaries"
+        self.keep_rounds = keep_rounds
+        self.max_bytes = max_bytes
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="boundary-writer")
+        self._writes: list[Future[None]] = []
+
+    def _dir(self, round: int) -> Path:
+        return self.root / f"{round:08d}"
+
+    def rounds(self) -> list[int]:
+        """The rounds whose trace is complete here, oldest first."""
+        if not self.root.is_dir():
+            return []
+        return sorted(int(d.name) for d in self.root.iterdir()
+                      if d.name.isdigit() and (d / TRACE_FILE).is_file())  # fmt: skip
+
+    def keeper(self, round: int) -> Callable[[Boundary, dict[str, Tensor]], None]:
+        """The ``keep`` of reference.trace.TraceBuilder for ``round``: writes each boundary's state
+        in a background thread while the inner steps go on (at most :data:`WRITES_IN_FLIGHT`
+        states wait in memory; :meth:`finish` waits for them). A round trained again starts
+        from an empty folder."""
+        self._wait()
+        folder = self._dir(round)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+
+        def write(path: Path, state: dict[str, Tensor]) -> None:
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_bytes(encode_blob(state))
+            tmp.replace(path)
+
+        def keep(boundary: Boundary, state: dict[str, Tensor]) -> None:
+            while len(self._writes) >= WRITES_IN_FLIGHT:
+                self._writes.pop(0).result()
+            path = folder / f"{boundary.index:04d}.safetensors"
+            self._writes.append(self._writer.submit(write, path, state))
+
+        return keep
+
+    def _wait(self) -> None:
+        """Wait for the states being written (raising the first write's error)."""
+        writes, self._writes = self._writes, []
+        for future in writes:
+            future.result()
+
+    def close(self) -> None:
+        self._wait()
+        self._writer.shutdown()
+
+    def finish(self, round: int, trace: Trace) -> list[int]:
+        """Record ``round``'s trace (its boundaries' files are written) and prune; returns the
+        rounds removed."""
+        self._wait()
+        folder = self._dir(round)
+        missing = [b.index for b in trace.boundaries
+                   if not (folder / f"{b.index:04d}.safetensors").is_file()]  # fmt: skip
+        if missing:
+            raise TrainerError(f"round {round}: boundary states {missing} were not written")
+        doc = {"round": round, "root": "0x" + trace.root.hex(),
+               "boundaries": [b.to_json() for b in trace.boundaries]}  # fmt: skip
+        tmp = folder / (TRACE_FILE + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(folder / TRACE_FILE)
+        return self.prune(newest=round)
+
+    def trace(self, round: int) -> Trace:
+        """The committed trace of ``round`` (TrainerError when it is not kept)."""
+        path = self._dir(round) / TRACE_FILE
+        if not path.is_file():
+            raise TrainerError(
+                f"round {round}: no boundary states kept (kept: {self.rounds()}); they are pruned "
+                f"after {self.keep_rounds} rounds or past {self.max_bytes} bytes"
+            )
+        doc = json.loads(path.read_text())
+        return Trace(tuple(
+            Boundary(int(b["index"]), int(b["step"]), Bytes32(bytes.fromhex(b["stateHash"][2:])),
+                     Bytes32(bytes.fromhex(b["sketchHash"][2:])))
+            for b in doc["boundaries"]
+        ))  # fmt: skip
+
+    def serve(self, round: int, index: int) -> ServedBoundary:
+        """Boundary ``index`` of ``round``: its state's blob, checked against the trace here."""
+        trace = self.trace(round)
+        proof = trace.proof(index)
+        boundary = trace.boundaries[index]
+        blob = (self._dir(round) / f"{index:04d}.safetensors").read_bytes()
+        state = decode_blob(blob, max_bytes=len(blob))
+        if state_hash(state) != boundary.state_hash:
+            raise TrainerError(f"round {round} boundary {index}: the file on disk was altered")
+        return ServedBoundary(round, boundary, blob, proof, trace.root)
+
+    def size(self) -> int:
+        if not self.root.is_dir():
+            return 0
+        return sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file())
+
+    def prune(self, *, newest: int) -> list[int]:
+        """Remove rounds older than the audit window, then the oldest while over ``max_bytes``
+        (never ``newest``)."""
+        removed: list[int] = []
+        folders = sorted(int(d.name) for d in self.root.iterdir() if d.name.isdigit())
+        for r in folders:
+            if r <= newest - self.keep_rounds:
+                shutil.rmtree(self._dir(r))
+                removed.append(r)
+        log.debug("boundaries: rounds %s past the audit window removed", removed)
+        left = [r for r in folders if r not in removed and r != newest]
+        while left and self.size() > self.max_bytes:
+            r = left.pop(0)
+            log.warning(
+                "boundaries: %s holds more than %d bytes: round %d's states removed before its "
+                "audit window closed (an audit of it now fails); give the node more disk",
+                self.root, self.max_bytes, r,
+            )  # fmt: skip
+            shutil.rmtree(self._dir(r))
+            removed.append(r)
+        if removed:
+            log.info("boundaries: removed rounds %s, kept %s (%d bytes)", removed, self.rounds(),
+                     self.size())  # fmt: skip
+        return removed
+
+
+def answer_requests(store: BoundaryStore, ledger: LedgerClient, run_id: bytes, node: str) -> int:
+    """Serve the ledger's pending requests for ``node``'s boundaries of run ``run_id``: upload
+    each state (the ledger client's signed blob PUT), then deliver its commitment and proof.
+    Returns how many were delivered; a request this node cannot serve (the round is no longer
+    kept) is logged and left to its deadline."""
+    run = "0x" + run_id.hex()
+    delivered = 0
+    for request in ledger.boundary_requests(node):
+        if str(request["run_id"]).lower() != run:
+            continue
+        r, index = int(request["round"]), int(request["boundary"])
+        try:
+            served = store.serve(r, index)
+        except TrainerError as exc:
+            log.error("the ledger asked for boundary %d of round %d: %s", index, r, exc)
+            continue
+        if "0x" + served.root.hex() != str(request["trace_root"]).lower():
+            log.error("the ledger asked for boundary %d of round %d under traceRoot %s, this "
+                      "node kept 0x%s", index, r, request["trace_root"],
+                      served.root.hex())  # fmt: skip
+            continue
+        ledger.put_blob(served.boundary.state_hash, served.blob)
+        b = served.boundary
+        ledger.deliver_boundary({
+            "run_id": run, "round": r, "node": node, "boundary": index, "step": b.step,
+            "state_hash": "0x" + b.state_hash.hex(), "sketch_hash": "0x" + b.sketch_hash.hex(),
+            "proof": ["0x" + p.hex() for p in served.proof],
+        })  # fmt: skip
+        log.info("boundary %d of round %d delivered (%d bytes)", index, r, len(served.blob))
+        delivered += 1
+    return delivered
