@@ -249,7 +249,8 @@ class NodeRunner:
         keep = self.boundaries.keeper(r) if self.boundaries is not None else None
         with one_thread():  # the protocol's reference kernels: what the ledger's replay runs
             local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start,
-                                            residual=self.residuals.before(r), keep=keep)  # fmt: skip
+                                            residual=self.residuals.before(r),
+                                            keep=keep)  # fmt: skip
         self.residuals.made(r, local.residual)
         if self.boundaries is not None and local.trace is not None:
             self.boundaries.finish(r, local.trace)

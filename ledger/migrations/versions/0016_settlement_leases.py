@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016_settlement_leases"
-down_revision = "0012_round_join_node"
+down_revision = "0013_attestation_trace_root"
 branch_labels = None
 depends_on = None
 
