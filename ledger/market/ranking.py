@@ -53,6 +53,8 @@ class Offer:
     min_hours: int
     expiry: int
     verified: bool
+    active: bool = True
+    """Its node is still registered and staked (the ledger's view of the chain)."""
 
     @property
     def cost_per_pflops_hour(self) -> int | None:
@@ -97,6 +99,8 @@ class Selection:
     cost: int = 0
     filled: bool = False
     shortfall: str | None = None
+    dearest_verified: int = -1
+    """The highest cost per throughput among the chosen verified offers (-1: none)."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -130,6 +134,8 @@ def _choice_json(c: Choice) -> dict[str, Any]:
 
 def _unfit(o: Offer, req: Request, now: int) -> tuple[str, str] | None:
     """Why ``o`` cannot serve ``req`` at all, or None."""
+    if not o.active:
+        return "not_staked", f"node {o.node} is no longer registered and staked"
     if o.expiry <= now:
         return "expired", f"expired at {utc(o.expiry)}"
     if o.device_count == 0 or o.flops == 0:
@@ -152,7 +158,12 @@ def _unfit(o: Offer, req: Request, now: int) -> tuple[str, str] | None:
 
 
 def _key(o: Offer) -> tuple[bool, int, int, int]:
-    return (not o.verified, o.price_per_device_hour * PFLOPS // o.flops, o.price_per_device_hour, o.id)
+    return (
+        not o.verified,
+        o.price_per_device_hour * PFLOPS // o.flops,
+        o.price_per_device_hour,
+        o.id,
+    )
 
 
 def rank(offers: Iterable[Offer], req: Request, now: int) -> Selection:
@@ -189,14 +200,21 @@ def _take(sel: Selection, offers: Sequence[Offer], req: Request) -> None:
             )
             continue
         sel.chosen.append(Choice(o, len(sel.chosen) + 1, cost))
+        if o.verified:
+            sel.dearest_verified = max(sel.dearest_verified, _key(o)[1])
         sel.devices += o.device_count
         sel.cost += cost
 
 
 def _passed_over(o: Offer, sel: Selection) -> tuple[str, str]:
-    filled = f"the request was filled by {len(sel.chosen)} offers ranked before it"
-    if not o.verified:
-        return "unverified", f"no matched hardware challenge: ranked after verified offers; {filled}"
+    """Why an offer that fits was not needed: ``unverified`` when a verified offer dearer per
+    throughput was chosen before it (verified first), else ``not_needed``."""
+    filled = f"filled by {len(sel.chosen)} offers ranked before it"
+    if not o.verified and sel.dearest_verified > _key(o)[1]:
+        return (
+            "unverified",
+            f"no matched hardware challenge: ranked after verified offers; {filled}",
+        )
     return "not_needed", filled
 
 

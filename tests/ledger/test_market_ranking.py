@@ -61,6 +61,7 @@ def test_cheapest_per_throughput_first_and_every_other_has_a_reason() -> None:
         ({"min_hours": 3}, "min_hours"),
         ({"flops": 0}, "no_throughput"),
         ({"device_count": 0}, "no_throughput"),
+        ({"active": False}, "not_staked"),
         ({"price_per_device_hour": 10**18}, "over_budget"),
     ],
 )
