@@ -195,6 +195,7 @@ def offer_of(row: Any, snap: ChainSnapshot) -> Offer:
         expiry=int(row.expiry),
         verified=bool(row.verified),
         active=snap.is_active(row.node),
+        nonce=int(row.nonce),
     )
 
 
@@ -219,6 +220,7 @@ def offer_json(o: Offer) -> dict[str, Any]:
         "cost_per_pflops_hour": o.cost_per_pflops_hour,
         "min_hours": o.min_hours,
         "expiry": o.expiry,
+        "nonce": o.nonce,
         "verified": o.verified,
         "active": o.active,
     }

@@ -55,6 +55,7 @@ class Offer:
     verified: bool
     active: bool = True
     """Its node is still registered and staked (the ledger's view of the chain)."""
+    nonce: int = 0
 
     @property
     def cost_per_pflops_hour(self) -> int | None:
