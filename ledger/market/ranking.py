@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from protocol.display import utc
+from protocol.display import binary_bytes, eth, si, utc
 
 COMM_FRACTION: Final = 0.1
 """The share of a round the packet exchange may take (the rest is the inner steps)."""
@@ -144,12 +144,14 @@ def _unfit(o: Offer, req: Request, now: int) -> tuple[str, str] | None:
     if o.memory_bytes < req.memory_bytes:
         return (
             "memory",
-            f"{o.memory_bytes} bytes per device, below the {req.memory_bytes} the run needs",
+            f"{binary_bytes(o.memory_bytes)} per device, below the "
+            f"{binary_bytes(req.memory_bytes)} the run needs",
         )
     if o.bandwidth < req.min_bandwidth:
         return (
             "bandwidth",
-            f"measured {o.bandwidth} bit/s, below the {req.min_bandwidth} bit/s the run needs",
+            f"measured {si(o.bandwidth, 'bit/s')}, below the {si(req.min_bandwidth, 'bit/s')} "
+            "the run needs",
         )
     if o.min_hours > req.hours:
         return "min_hours", f"leases for at least {o.min_hours} h, the run asks {req.hours} h"
@@ -197,7 +199,7 @@ def _take(sel: Selection, offers: Sequence[Offer], req: Request) -> None:
         left = req.budget - sel.cost
         if cost > left:
             sel.reasons.append(
-                Reason(o, "over_budget", f"costs {cost} wei for {req.hours} h, {left} wei left")
+                Reason(o, "over_budget", f"costs {eth(cost)} for {req.hours} h, {eth(left)} left")
             )
             continue
         sel.chosen.append(Choice(o, len(sel.chosen) + 1, cost))
