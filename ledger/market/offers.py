@@ -11,16 +11,17 @@ signature recovery, so an anonymous flood costs a dictionary lookup per request.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, delete, func, insert, select
 
 from ledger.chain.indexer import ChainSnapshot
 from ledger.core.models import MarketOffer
 from ledger.intake.verify import reject
-from ledger.market.ranking import Offer
+from ledger.market.ranking import Offer, OfferBook
 from protocol.eip712 import Eip712Domain
 from protocol.errors import EncodingError, SignatureError
 from protocol.offer import ComputeOffer, label_text
@@ -203,6 +204,32 @@ def all_offers(conn: Connection, snap: ChainSnapshot) -> list[Offer]:
     """Every node's current offer (at most one per registered node), in id order."""
     rows = conn.execute(select(_TABLE).order_by(_TABLE.c.id)).all()
     return [offer_of(r, snap) for r in rows]
+
+
+class BookCache:
+    """The offers as ranked (:class:`OfferBook`), read again only when they may have changed:
+    another row count or highest id (an offer is only ever added, or replaced by a new row),
+    another database, or another chain snapshot (a node's stake). A request between two such
+    changes ranks the columns already built."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple[Any, ...] | None = None
+        self._book: OfferBook | None = None
+
+    def book(self, conn: Connection, snap: ChainSnapshot) -> OfferBook:
+        count, top = conn.execute(select(func.count(), func.max(_TABLE.c.id))).one()
+        key = (str(conn.engine.url), count, top, id(snap))
+        with self._lock:
+            if key == self._key and self._book is not None:
+                return self._book
+        book = OfferBook(all_offers(conn, snap))
+        with self._lock:
+            self._key, self._book = key, book
+        return book
+
+
+BOOKS = BookCache()
 
 
 def offer_json(o: Offer) -> dict[str, Any]:

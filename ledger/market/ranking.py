@@ -1,7 +1,10 @@
 """Selection on the compute market: a run's needs against the offers, ranked, with a reason for
 every offer not chosen (docs/ledger.md, "The compute market").
 
-Pure: no database, no clock (``now`` is given), so that bench.market times exactly this.
+Pure: no database, no clock (``now`` is given), so that bench.market times exactly this. The
+offers are read once into columns (:class:`OfferBook`, numpy): the refusals are a few array
+comparisons, the order one ``lexsort``, and Python walks only the offers it takes; the message of
+a reason is written when it is read (every one in the API's answer).
 
 Order: verified offers before unverified ones (an offer whose hardware challenge the ledger could
 not match), then by cost per throughput (wei per PFLOP/s per hour: ``price_per_device_hour *
@@ -15,9 +18,12 @@ small nodes fills a request no single node of it could (Akash's fragmentation co
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
 
 from protocol.display import binary_bytes, eth, si, utc
 
@@ -92,18 +98,112 @@ class Choice:
     """wei for the request's hours: price x devices x hours."""
 
 
+_I64 = (1 << 63) - 1
+# reason codes, in the order a refusal is named (the first that applies)
+CODES: Final = (
+    "", "not_staked", "expired", "no_throughput", "memory", "bandwidth", "min_hours",
+    "unverified", "over_budget", "provider_limit", "not_needed",
+)  # fmt: skip
+FIT, NOT_STAKED, EXPIRED, NO_THROUGHPUT, MEMORY, BANDWIDTH, MIN_HOURS = range(7)
+UNVERIFIED, OVER_BUDGET, PROVIDER_LIMIT, NOT_NEEDED = range(7, 11)
+CHOSEN: Final = -1
+
+Array = npt.NDArray[Any]
+
+
+class OfferBook:
+    """Offers as columns (built once per read of the offers; ranked many times)."""
+
+    def __init__(self, offers: Iterable[Offer]) -> None:
+        self.offers = list(offers)
+        n = len(self.offers)
+
+        def col(attr: str, kind: Any) -> Array:
+            return np.fromiter((getattr(o, attr) for o in self.offers), kind, n)
+
+        def capped(attr: str) -> Array:
+            return np.fromiter((min(getattr(o, attr), _I64) for o in self.offers), np.int64, n)
+
+        self.active = col("active", np.bool_)
+        self.verified = col("verified", np.bool_)
+        self.expiry = capped("expiry")
+        self.devices = capped("device_count")
+        self.memory = capped("memory_bytes")
+        self.flops = capped("flops")
+        self.bandwidth = capped("bandwidth")
+        self.min_hours = capped("min_hours")
+        self.ids = capped("id")
+        self.price = np.fromiter((float(o.price_per_device_hour) for o in self.offers), float, n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.cost_key = np.where(self.flops > 0, self.price / self.flops, np.inf)
+        operators, self.provider = np.unique(
+            np.array([o.operator for o in self.offers], dtype=object), return_inverse=True
+        )
+        self.operators = [str(x) for x in operators]
+
+    def __len__(self) -> int:
+        return len(self.offers)
+
+
 @dataclass
 class Selection:
+    book: OfferBook
+    request: Request
+    now: int
+    codes: Array
+    """Per offer: :data:`CHOSEN` or its reason's index in :data:`CODES`."""
     chosen: list[Choice] = field(default_factory=list)
-    reasons: list[Reason] = field(default_factory=list)
+    over_budget: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """offer index -> (its cost, the budget left when it came up)."""
     devices: int = 0
     cost: int = 0
     filled: bool = False
     shortfall: str | None = None
-    dearest_verified: int = -1
-    """The highest cost per throughput among the chosen verified offers (-1: none)."""
+
+    @property
+    def reasons(self) -> list[Reason]:
+        """Every offer not chosen with its reason, in the order the offers were given."""
+        offers = self.book.offers
+        return [
+            Reason(offers[i], CODES[c], self.message(i, c))
+            for i, c in enumerate(self.codes.tolist())
+            if c != CHOSEN
+        ]
+
+    def message(self, i: int, code: int) -> str:
+        o, req = self.book.offers[i], self.request
+        if code == NOT_STAKED:
+            return f"node {o.node} is no longer registered and staked"
+        if code == EXPIRED:
+            return f"expired at {utc(o.expiry)}"
+        if code == NO_THROUGHPUT:
+            return "offers no devices or no measured throughput"
+        if code == MEMORY:
+            return (
+                f"{binary_bytes(o.memory_bytes)} per device, below the "
+                f"{binary_bytes(req.memory_bytes)} the run needs"
+            )
+        if code == BANDWIDTH:
+            return (
+                f"measured {si(o.bandwidth, 'bit/s')}, below the {si(req.min_bandwidth, 'bit/s')} "
+                "the run needs"
+            )
+        if code == MIN_HOURS:
+            return f"leases for at least {o.min_hours} h, the run asks {req.hours} h"
+        if code == UNVERIFIED and req.verified_only:
+            return "no matched hardware challenge, and the run takes verified offers only"
+        filled = f"filled by {len(self.chosen)} offers ranked before it"
+        if code == UNVERIFIED:
+            return f"no matched hardware challenge, ranked after verified offers; {filled}"
+        if code == OVER_BUDGET:
+            cost, left = self.over_budget[i]
+            return f"costs {eth(cost)} for {req.hours} h, {eth(left)} left"
+        if code == PROVIDER_LIMIT:
+            return f"the run takes at most {req.max_providers} providers, all taken"
+        return filled
 
     def as_json(self) -> dict[str, Any]:
+        offers = self.book.offers
         return {
             "filled": self.filled,
             "devices": self.devices,
@@ -111,8 +211,14 @@ class Selection:
             "shortfall": self.shortfall,
             "chosen": [_choice_json(c) for c in self.chosen],
             "not_chosen": [
-                {"id": r.offer.id, "node": r.offer.node, "code": r.code, "reason": r.message}
-                for r in self.reasons
+                {
+                    "id": offers[i].id,
+                    "node": offers[i].node,
+                    "code": CODES[c],
+                    "reason": self.message(i, c),
+                }
+                for i, c in enumerate(self.codes.tolist())
+                if c != CHOSEN
             ],
         }
 
@@ -133,126 +239,112 @@ def _choice_json(c: Choice) -> dict[str, Any]:
     }
 
 
-def _unfit(o: Offer, req: Request, now: int) -> tuple[str, str] | None:
-    """Why ``o`` cannot serve ``req`` at all, or None."""
-    if not o.active:
-        return "not_staked", f"node {o.node} is no longer registered and staked"
-    if o.expiry <= now:
-        return "expired", f"expired at {utc(o.expiry)}"
-    if o.device_count == 0 or o.flops == 0:
-        return "no_throughput", "offers no devices or no measured throughput"
-    if o.memory_bytes < req.memory_bytes:
-        return (
-            "memory",
-            f"{binary_bytes(o.memory_bytes)} per device, below the "
-            f"{binary_bytes(req.memory_bytes)} the run needs",
-        )
-    if o.bandwidth < req.min_bandwidth:
-        return (
-            "bandwidth",
-            f"measured {si(o.bandwidth, 'bit/s')}, below the {si(req.min_bandwidth, 'bit/s')} "
-            "the run needs",
-        )
-    if o.min_hours > req.hours:
-        return "min_hours", f"leases for at least {o.min_hours} h, the run asks {req.hours} h"
-    if req.verified_only and not o.verified:
-        return "unverified", "no matched hardware challenge, and the run takes verified offers only"
-    return None
+def _refusals(book: OfferBook, req: Request, now: int) -> Array:
+    """Each offer's first refusal (:data:`FIT` when none), as array comparisons: the later
+    assignment wins, so they run from the last-named refusal to the first."""
+    codes = np.zeros(len(book), np.int8)
+    if req.verified_only:
+        codes[~book.verified] = UNVERIFIED
+    codes[book.min_hours > min(req.hours, _I64)] = MIN_HOURS
+    codes[book.bandwidth < min(req.min_bandwidth, _I64)] = BANDWIDTH
+    codes[book.memory < min(req.memory_bytes, _I64)] = MEMORY
+    codes[(book.devices == 0) | (book.flops == 0)] = NO_THROUGHPUT
+    codes[book.expiry <= min(now, _I64)] = EXPIRED
+    codes[~book.active] = NOT_STAKED
+    return codes
 
 
-def _key(o: Offer) -> tuple[bool, int, int, int]:
-    return (
-        not o.verified,
-        o.price_per_device_hour * PFLOPS // o.flops,
-        o.price_per_device_hour,
-        o.id,
-    )
-
-
-def rank(offers: Iterable[Offer], req: Request, now: int) -> Selection:
+def rank(offers: Iterable[Offer] | OfferBook, req: Request, now: int) -> Selection:
     """Choose offers for ``req`` at unix time ``now``; every offer not chosen gets one reason."""
-    sel = Selection()
-    fit: list[Offer] = []
-    for o in offers:
-        why = _unfit(o, req, now)
-        if why is None:
-            fit.append(o)
-        else:
-            sel.reasons.append(Reason(o, *why))
-    fit.sort(key=_key)
+    book = offers if isinstance(offers, OfferBook) else OfferBook(offers)
+    codes = _refusals(book, req, now)
+    fit = np.flatnonzero(codes == FIT)
+    order = np.lexsort(
+        (book.ids[fit], book.price[fit], book.cost_key[fit], ~book.verified[fit])
+    )  # the last key is the first: verified, cost per throughput, price, id
+    ranked = fit[order]
+    sel = Selection(book, req, now, codes)
     if req.max_providers is None:
-        _take(sel, fit, req)
+        _take(sel, ranked)
     else:
-        _take_providers(sel, fit, req)
+        _take_providers(sel, ranked)
     sel.filled = sel.devices >= req.devices
     if not sel.filled:
-        sel.shortfall = _shortfall(sel, fit, req)
+        sel.shortfall = _shortfall(sel, fit)
     return sel
 
 
-def _take(sel: Selection, offers: Sequence[Offer], req: Request) -> None:
-    for o in offers:
+def _take(sel: Selection, ranked: Array, limit: int | None = None) -> int:
+    """Take offers of ``ranked`` in order while devices are missing and the budget holds; the
+    rest are passed over. Returns how many of ``ranked`` it walked (``limit``: stop before
+    taking from a new provider once that many providers were taken; ``ranked`` is then in
+    provider order)."""
+    req, book, codes = sel.request, sel.book, sel.codes
+    offers = book.offers
+    walked = 0
+    providers: set[int] = set()
+    last = -1
+    for i in ranked.tolist():
         if sel.devices >= req.devices:
-            sel.reasons.append(Reason(o, *_passed_over(o, sel)))
-            continue
+            break
+        if limit is not None:
+            group = int(book.provider[i])
+            if group != last and len(providers) >= limit:
+                break
+            last = group
+        walked += 1
+        o = offers[i]
         cost = o.price_per_device_hour * o.device_count * req.hours
         left = req.budget - sel.cost
         if cost > left:
-            sel.reasons.append(
-                Reason(o, "over_budget", f"costs {eth(cost)} for {req.hours} h, {eth(left)} left")
-            )
+            codes[i] = OVER_BUDGET
+            sel.over_budget[i] = (cost, left)
             continue
+        codes[i] = CHOSEN
         sel.chosen.append(Choice(o, len(sel.chosen) + 1, cost))
-        if o.verified:
-            sel.dearest_verified = max(sel.dearest_verified, _key(o)[1])
         sel.devices += o.device_count
         sel.cost += cost
+        if limit is not None:
+            providers.add(last)
+    rest = ranked[walked:]
+    if sel.devices >= req.devices:
+        # an unverified offer cheaper than a verified one chosen was passed over for that
+        cheaper = book.cost_key[rest] < _dearest_verified(sel)
+        codes[rest] = np.where(~book.verified[rest] & cheaper, UNVERIFIED, NOT_NEEDED)
+    else:
+        codes[rest] = PROVIDER_LIMIT
+    return walked
 
 
-def _passed_over(o: Offer, sel: Selection) -> tuple[str, str]:
-    """Why an offer that fits was not needed: ``unverified`` when a verified offer dearer per
-    throughput was chosen before it (verified first), else ``not_needed``."""
-    filled = f"filled by {len(sel.chosen)} offers ranked before it"
-    if not o.verified and sel.dearest_verified > _key(o)[1]:
-        return (
-            "unverified",
-            f"no matched hardware challenge: ranked after verified offers; {filled}",
-        )
-    return "not_needed", filled
+def _dearest_verified(sel: Selection) -> float:
+    keys = [c.offer.price_per_device_hour / c.offer.flops for c in sel.chosen if c.offer.verified]
+    return max(keys, default=-1.0)
 
 
-def _take_providers(sel: Selection, offers: Sequence[Offer], req: Request) -> None:
-    """Providers (operators) whole, cheapest aggregate cost per throughput first."""
-    groups: dict[str, list[Offer]] = {}
-    for o in offers:  # already in rank order: each group keeps it
-        groups.setdefault(o.operator, []).append(o)
-
-    def group_key(items: list[Offer]) -> tuple[bool, float, str]:
-        price = sum(o.price_per_device_hour * o.device_count for o in items)
-        flops = sum(o.flops * o.device_count for o in items)
-        return (not all(o.verified for o in items), price / flops, items[0].operator)
-
-    assert req.max_providers is not None
-    used = 0
-    for items in sorted(groups.values(), key=group_key):
-        if sel.devices >= req.devices:
-            sel.reasons.extend(Reason(o, *_passed_over(o, sel)) for o in items)
-        elif used >= req.max_providers:
-            message = f"the run takes at most {req.max_providers} providers, all taken"
-            sel.reasons.extend(Reason(o, "provider_limit", message) for o in items)
-        else:
-            before = len(sel.chosen)
-            _take(sel, items, req)
-            used += len(sel.chosen) > before
+def _take_providers(sel: Selection, ranked: Array) -> None:
+    """Providers (operators) whole, cheapest aggregate cost per throughput first: the ranked
+    offers reordered by their provider's rank (each provider's offers keep their order)."""
+    book = sel.book
+    assert sel.request.max_providers is not None
+    group = book.provider[ranked]
+    groups = len(book.operators)
+    weights = book.devices[ranked].astype(float)
+    price = np.bincount(group, weights=book.price[ranked] * weights, minlength=groups)
+    flops = np.bincount(group, weights=book.flops[ranked] * weights, minlength=groups)
+    unverified = np.bincount(group, weights=~book.verified[ranked], minlength=groups)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        key = np.where(flops > 0, price / flops, np.inf)
+    group_rank = np.empty(groups, np.int64)
+    group_rank[np.lexsort((np.arange(groups), key, unverified > 0))] = np.arange(groups)
+    by_provider = ranked[np.argsort(group_rank[group], kind="stable")]
+    _take(sel, by_provider, limit=sel.request.max_providers)
 
 
-def _shortfall(sel: Selection, fit: Sequence[Offer], req: Request) -> str:
-    providers: dict[str, int] = {}
-    for o in fit:
-        providers[o.operator] = providers.get(o.operator, 0) + o.device_count
-    biggest = max(providers.values(), default=0)
+def _shortfall(sel: Selection, fit: Array) -> str:
+    book, req = sel.book, sel.request
+    per_provider = np.bincount(book.provider[fit], weights=book.devices[fit], minlength=1)
     return (
-        f"{req.devices} devices needed, {sel.devices} chosen: {sum(providers.values())} devices "
-        f"fit the run across {len(providers)} providers (the largest, its nodes grouped, has "
-        f"{biggest}); see each offer's reason"
+        f"{req.devices} devices needed, {sel.devices} chosen: {int(book.devices[fit].sum())} "
+        f"devices fit the run across {int(np.count_nonzero(per_provider))} providers (the "
+        f"largest, its nodes grouped, has {int(per_provider.max())}); see each offer's reason"
     )

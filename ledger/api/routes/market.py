@@ -19,7 +19,7 @@ from ledger.api.deps import JSON_BODY, DomainDep, SessionDep, SnapshotDep
 from ledger.api.errors import errors, json_response
 from ledger.core.schemas import AddressStr, SignatureHex, Uint256, WireStruct, wire_model
 from ledger.intake.verify import reject
-from ledger.market.offers import all_offers, matching, offer_json, post_offer
+from ledger.market.offers import BOOKS, all_offers, matching, offer_json, post_offer
 from ledger.market.ranking import Request, min_bandwidth, rank
 from protocol.offer import OFFER_SPEC
 
@@ -180,7 +180,7 @@ def post_market_request(body: RequestIn, session: SessionDep, snapshot: Snapshot
     for every offer not chosen its reason. Nothing is stored."""
     need = body.need()
     now = _now()
-    selection = rank(all_offers(session.connection(), snapshot), need, now)
+    selection = rank(BOOKS.book(session.connection(), snapshot), need, now)
     return json_response(
         {
             "request": {
