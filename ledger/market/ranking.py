@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.display import binary_bytes, eth, si, utc
+from protocol.eip712 import wallet_int, wallet_safe
 
 COMM_FRACTION: Final = 0.1
 """The share of a round the packet exchange may take (the rest is the inner steps)."""
@@ -203,24 +204,47 @@ class Selection:
         return filled
 
     def as_json(self) -> dict[str, Any]:
+        """Wallet-safe already (amounts beyond 2^53 - 1 as decimal strings), so that the API
+        writes the ten thousand reasons in orjson's one C pass, not walked in Python."""
         offers = self.book.offers
+        say = self._memo()
         return {
             "filled": self.filled,
             "devices": self.devices,
-            "cost_wei": self.cost,
+            "cost_wei": wallet_int(self.cost),
             "shortfall": self.shortfall,
-            "chosen": [_choice_json(c) for c in self.chosen],
+            "chosen": wallet_safe([_choice_json(c) for c in self.chosen]),
             "not_chosen": [
-                {
-                    "id": offers[i].id,
-                    "node": offers[i].node,
-                    "code": CODES[c],
-                    "reason": self.message(i, c),
-                }
+                {"id": offers[i].id, "node": offers[i].node, "code": CODES[c], "reason": say(i, c)}
                 for i, c in enumerate(self.codes.tolist())
                 if c != CHOSEN
             ],
         }
+
+    def _memo(self) -> Any:
+        """:meth:`message`, written once per distinct message: most reasons repeat (every
+        offer passed over once the request was filled says the same)."""
+        seen: dict[tuple[int, Any], str] = {}
+        offers = self.book.offers
+        by_code = {
+            NOT_STAKED: "node",
+            EXPIRED: "expiry",
+            MEMORY: "memory_bytes",
+            BANDWIDTH: "bandwidth",
+            MIN_HOURS: "min_hours",
+        }
+
+        def say(i: int, code: int) -> str:
+            attr = by_code.get(code)
+            key = (code, getattr(offers[i], attr) if attr else None)
+            if code == OVER_BUDGET:
+                key = (code, self.over_budget[i])
+            text = seen.get(key)
+            if text is None:
+                text = seen[key] = self.message(i, code)
+            return text
+
+        return say
 
 
 def _choice_json(c: Choice) -> dict[str, Any]:

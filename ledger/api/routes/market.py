@@ -21,6 +21,7 @@ from ledger.core.schemas import AddressStr, SignatureHex, Uint256, WireStruct, w
 from ledger.intake.verify import reject
 from ledger.market.offers import BOOKS, all_offers, matching, offer_json, post_offer
 from ledger.market.ranking import Request, min_bandwidth, rank
+from protocol.eip712 import wallet_int
 from protocol.offer import OFFER_SPEC
 
 router = APIRouter(prefix="/market", tags=["market"])
@@ -187,7 +188,7 @@ def post_market_request(body: RequestIn, session: SessionDep, snapshot: Snapshot
                 "devices": need.devices,
                 "memory_bytes": need.memory_bytes,
                 "min_bandwidth": need.min_bandwidth,
-                "budget": need.budget,
+                "budget": wallet_int(need.budget),
                 "hours": need.hours,
                 "verified_only": need.verified_only,
                 "max_providers": need.max_providers,
