@@ -219,9 +219,7 @@ def through_http(reps: int, work: Path) -> dict[str, Any]:
                 "memory_bytes": 40 * GIB,
                 "hours": 4,
                 "budget": str(10**18),
-                "packet_bytes": 100 * 10**6,
-                "round_seconds": 600,
-                "group": 8,
+                "bandwidth": {"packet_bytes": 100 * 10**6, "round_seconds": 600, "group": 8},
             }
             times: list[float] = []
             with httpx.Client(timeout=60) as client:

@@ -181,13 +181,12 @@ def request(
         "verified_only": verified_only,
     }
     if min_bandwidth is not None:
-        body["min_bandwidth"] = ops.parse_quantity(
-            min_bandwidth, what="--min-bandwidth", unit="bit/s"
-        )
+        bit_per_s = ops.parse_quantity(min_bandwidth, what="--min-bandwidth", unit="bit/s")
+        body["bandwidth"] = {"bit_per_s": bit_per_s}
     else:
         assert packet_bytes is not None
-        body["packet_bytes"] = ops.parse_quantity(packet_bytes, what="--packet-bytes", unit="B")
-        body["round_seconds"] = round_seconds
+        size = ops.parse_quantity(packet_bytes, what="--packet-bytes", unit="B")
+        body["bandwidth"] = {"packet_bytes": size, "round_seconds": round_seconds}
     if max_providers is not None:
         body["max_providers"] = max_providers
     out = ops.ledger_post(opts.endpoints().ledger_url, "/v1/market/requests", body)

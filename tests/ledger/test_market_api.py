@@ -194,36 +194,40 @@ def test_request_ranks_and_gives_every_reason(
         offer = make_offer(node, price_per_device_hour=price)
         assert post(market, body(node, offer, domain)).status_code == 202
     need = {"devices": 2, "memory_bytes": 40 * GIB, "hours": 2, "budget": str(10**18)}
-    r = market.post("/v1/market/requests", json={**need, "min_bandwidth": 10**8})
+    r = market.post("/v1/market/requests", json={**need, "bandwidth": {"bit_per_s": 10**8}})
     assert r.status_code == 200, r.text
     out = r.json()
     assert [c["node"] for c in out["chosen"]] == [nodes[1].address, nodes[2].address]
     assert [(n["node"], n["code"]) for n in out["not_chosen"]] == [(nodes[0].address, "not_needed")]
     assert out["filled"] and out["cost_wei"] == (10**15 + 2 * 10**15) * 2
     # the bandwidth need derived from the run: 1 GB packets, 2 members, 60 s rounds
-    derived = market.post(
-        "/v1/market/requests", json={**need, "packet_bytes": 10**9, "round_seconds": 60}
-    ).json()
+    run = {"packet_bytes": 10**9, "round_seconds": 60}
+    derived = market.post("/v1/market/requests", json={**need, "bandwidth": run}).json()
     assert derived["request"]["min_bandwidth"] == 8 * 10**9 * 10 // 60 + 1
     assert {n["code"] for n in derived["not_chosen"]} == {"bandwidth"}
     assert not derived["filled"] and "2 devices needed, 0 chosen" in derived["shortfall"]
     missing = market.post("/v1/market/requests", json=need)
-    assert missing.status_code == 422 and "min_bandwidth" in missing.json()["error"]["message"]
+    assert missing.status_code == 422 and "bandwidth" in missing.json()["error"]["message"]
+    half = market.post("/v1/market/requests", json={**need, "bandwidth": {"packet_bytes": 1}})
+    assert half.status_code == 422 and "round_seconds" in half.json()["error"]["message"]
 
 
 def test_request_bounds(market: TestClient) -> None:
     """Threat model: the largest request the schema admits is answered, not overflowed; one
     past it is refused."""
     huge = {
-        "devices": 1_000_000,
-        "memory_bytes": 2**63 - 1,
-        "hours": 100_000,
+        "devices": 2**20 - 1,
+        "memory_bytes": str(2**63 - 1),
+        "hours": 2**17 - 1,
         "budget": str(2**256 - 1),
-        "min_bandwidth": 2**63 - 1,
-        "max_providers": 1_000_000,
+        "bandwidth": {"bit_per_s": str(2**63 - 1)},
+        "max_providers": 2**20 - 1,
     }
     r = market.post("/v1/market/requests", json=huge)
     assert r.status_code == 200 and r.json()["filled"] is False
-    for field, value in [("devices", 1_000_001), ("hours", 0), ("budget", str(2**256))]:
+    derived = {"packet_bytes": str(2**63 - 1), "round_seconds": 1, "group": 2**20 - 1}
+    r = market.post("/v1/market/requests", json={**huge, "bandwidth": derived})
+    assert r.status_code == 200 and int(r.json()["request"]["min_bandwidth"]) > 2**63
+    for field, value in [("devices", 2**20), ("hours", 0), ("budget", str(2**256))]:
         bad = market.post("/v1/market/requests", json={**huge, field: value})
         assert bad.status_code == 422, (field, bad.text)

@@ -12,12 +12,19 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy.exc import IntegrityError
 
 from ledger.api.deps import JSON_BODY, DomainDep, SessionDep, SnapshotDep
 from ledger.api.errors import errors, json_response
-from ledger.core.schemas import AddressStr, SignatureHex, Uint256, WireStruct, wire_model
+from ledger.core.schemas import (
+    AddressStr,
+    SignatureHex,
+    Uint256,
+    WireStruct,
+    wire_model,
+    wire_type,
+)
 from ledger.intake.verify import reject
 from ledger.market.offers import BOOKS, all_offers, matching, offer_json, post_offer
 from ledger.market.ranking import Request, min_bandwidth, rank
@@ -49,44 +56,60 @@ class OfferIn(BaseModel):
     signature: SignatureHex
 
 
-class RequestIn(BaseModel):
-    """POST /v1/market/requests body: what a run needs. The bandwidth need is ``min_bandwidth``
-    (bit/s) or derived from ``packet_bytes`` and ``round_seconds`` (and ``group``, the
-    all-gather's members, by default ``devices``): ledger.market.ranking.min_bandwidth."""
+_DEVICES = wire_type("uint32", least=1, bits=20)  # 1 .. 2^20 - 1
+_HOURS = wire_type("uint32", least=1, bits=17)  # 1 .. 131071 (15 years)
+_U63 = wire_type("uint64", bits=63)
+
+
+class GivenBandwidth(BaseModel):
+    """The bit/s each node needs, as the organiser states it."""
 
     model_config = _STRICT
 
-    devices: int = Field(ge=1, le=1_000_000)
-    memory_bytes: int = Field(ge=0, lt=_INT63, description="per device")
-    hours: int = Field(ge=1, le=100_000)
-    budget: Uint256 = Field(description="wei, for all the devices and hours")
-    min_bandwidth: int | None = Field(default=None, ge=0, lt=_INT63, description="bit/s")
-    packet_bytes: int | None = Field(default=None, ge=0, lt=_INT63)
-    round_seconds: int | None = Field(default=None, ge=1, lt=_INT63)
-    group: int | None = Field(default=None, ge=1, le=1_000_000)
+    bit_per_s: _U63  # type: ignore[valid-type]
+
+
+class DerivedBandwidth(BaseModel):
+    """The run's packet and round time: the ledger derives the bit/s each node needs
+    (ledger.market.ranking.min_bandwidth; ``group``, the all-gather's members, by default
+    ``devices``)."""
+
+    model_config = _STRICT
+
+    packet_bytes: _U63  # type: ignore[valid-type]
+    round_seconds: wire_type("uint64", least=1, bits=63)  # type: ignore[valid-type]
+    group: _DEVICES | None = None  # type: ignore[valid-type]
+
+
+class RequestIn(BaseModel):
+    """POST /v1/market/requests body: what a run needs (devices in all, memory per device,
+    hours, the budget in wei for all of them, each node's bandwidth)."""
+
+    model_config = _STRICT
+
+    devices: _DEVICES  # type: ignore[valid-type]
+    memory_bytes: _U63  # type: ignore[valid-type]
+    hours: _HOURS  # type: ignore[valid-type]
+    budget: Uint256
+    bandwidth: GivenBandwidth | DerivedBandwidth
     verified_only: bool = False
-    max_providers: int | None = Field(default=None, ge=1, le=1_000_000)
+    max_providers: _DEVICES | None = None  # type: ignore[valid-type]
 
     def need(self) -> Request:
-        if self.min_bandwidth is not None:
-            bandwidth = self.min_bandwidth
-        elif self.packet_bytes is not None and self.round_seconds is not None:
-            group = self.group or self.devices
-            bandwidth = min_bandwidth(self.packet_bytes, self.round_seconds, group)
+        bw = self.bandwidth
+        if isinstance(bw, GivenBandwidth):
+            bandwidth = int(bw.bit_per_s)
         else:
-            raise reject(
-                "invalid_field",
-                "state the run's bandwidth need: min_bandwidth (bit/s), or packet_bytes and "
-                "round_seconds (the ledger derives it, docs/ledger.md)",
-            )
+            group = int(bw.group or self.devices)
+            bandwidth = min_bandwidth(int(bw.packet_bytes), int(bw.round_seconds), group)
         return Request(
-            devices=self.devices,
-            memory_bytes=self.memory_bytes,
+            devices=int(self.devices),
+            memory_bytes=int(self.memory_bytes),
             min_bandwidth=bandwidth,
             budget=int(self.budget),
-            hours=self.hours,
+            hours=int(self.hours),
             verified_only=self.verified_only,
-            max_providers=self.max_providers,
+            max_providers=None if self.max_providers is None else int(self.max_providers),
         )
 
 
@@ -186,8 +209,8 @@ def post_market_request(body: RequestIn, session: SessionDep, snapshot: Snapshot
         {
             "request": {
                 "devices": need.devices,
-                "memory_bytes": need.memory_bytes,
-                "min_bandwidth": need.min_bandwidth,
+                "memory_bytes": wallet_int(need.memory_bytes),
+                "min_bandwidth": wallet_int(need.min_bandwidth),
                 "budget": wallet_int(need.budget),
                 "hours": need.hours,
                 "verified_only": need.verified_only,
