@@ -152,3 +152,15 @@ def test_min_bandwidth_formula() -> None:
     assert min_bandwidth(10**6, 600, 1) == 0
     with pytest.raises(ValueError):
         min_bandwidth(1, 0, 2)
+
+
+def test_bench_market_in_process_figures() -> None:
+    """bench.market's in-process half on its 10,000 offers: every key, a reason for every offer
+    not chosen (a smoke run; the speed is the bench's to report, not a test's)."""
+    from bench.market import in_process, synthetic_offers
+
+    figures = in_process(reps=3)
+    assert figures["offers"] == 10_000 and figures["reasons_given_ratio"] == 1.0
+    assert {"rank_p50_ms", "rank_p99_ms", "book_ms"} <= set(figures)
+    codes = {r.code for r in rank(synthetic_offers(), REQ, NOW).reasons}
+    assert {"expired", "memory", "bandwidth", "min_hours", "no_throughput", "not_needed"} <= codes
