@@ -85,6 +85,24 @@ def test_offer_accepted_listed_and_replaced(
     assert "nonce 3" in old.json()["error"]["message"]
 
 
+def test_a_wallet_signs_the_typed_data_the_ledger_serves(
+    market: TestClient, nodes: list[NodeKey]
+) -> None:
+    """GET /v1/market/eip712 plus an offer's message is eth_signTypedData_v4 JSON: eth-account
+    signs it as a wallet would, and the ledger takes that signature."""
+    from eth_account import Account
+    from eth_account.messages import encode_typed_data
+
+    schema = market.get("/v1/market/eip712").json()
+    assert schema["primaryType"] == "ComputeOffer"
+    offer = make_offer(nodes[0], price_per_device_hour=2**60)  # beyond 2^53: a decimal string
+    typed = {**schema, "message": offer.to_json()}
+    assert typed["message"]["pricePerDeviceHour"] == str(2**60)
+    signed = Account.sign_message(encode_typed_data(full_message=typed), nodes[0].key)
+    r = post(market, {"offer": typed["message"], "signature": "0x" + bytes(signed.signature).hex()})
+    assert r.status_code == 202, r.text
+
+
 @pytest.mark.parametrize(
     ("change", "status", "code"),
     [

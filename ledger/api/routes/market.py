@@ -8,7 +8,7 @@ Who may send what, the worst case and its bound: docs/ledger.md, "The compute ma
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
@@ -115,6 +115,12 @@ class RequestIn(BaseModel):
 
 def _now() -> int:
     return int(time.time())
+
+
+@router.get("/eip712")
+def offer_eip712(domain: DomainDep) -> dict[str, Any]:
+    """The domain, types and primaryType a wallet needs to sign a ComputeOffer."""
+    return OFFER_SPEC.signing_schema(domain)
 
 
 @router.post(
