@@ -209,23 +209,29 @@ def all_offers(conn: Connection, snap: ChainSnapshot) -> list[Offer]:
 class BookCache:
     """The offers as ranked (:class:`OfferBook`), read again only when they may have changed:
     another row count or highest id (an offer is only ever added, or replaced by a new row),
-    another database, or another chain snapshot (a node's stake). A request between two such
-    changes ranks the columns already built."""
+    another database, or another view of the nodes or of the config (the indexer replaces its
+    snapshot's ``nodes`` dictionary and ``config`` when a node's stake or the minimum changes,
+    in the same snapshot object). A request between two such changes ranks the columns already
+    built."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._key: tuple[Any, ...] | None = None
+        self._view: tuple[object, object] | None = None  # held: compared by identity
         self._book: OfferBook | None = None
 
     def book(self, conn: Connection, snap: ChainSnapshot) -> OfferBook:
         count, top = conn.execute(select(func.count(), func.max(_TABLE.c.id))).one()
-        key = (str(conn.engine.url), count, top, id(snap))
+        key = (str(conn.engine.url), count, top)
+        view = (snap.nodes, snap.config)
         with self._lock:
-            if key == self._key and self._book is not None:
+            held = self._view or (None, None)
+            same = key == self._key and held[0] is view[0] and held[1] is view[1]
+            if same and self._book is not None:
                 return self._book
         book = OfferBook(all_offers(conn, snap))
         with self._lock:
-            self._key, self._book = key, book
+            self._key, self._view, self._book = key, view, book
         return book
 
 

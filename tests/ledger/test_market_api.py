@@ -249,3 +249,37 @@ def test_request_bounds(market: TestClient) -> None:
     for field, value in [("devices", 2**20), ("hours", 0), ("budget", str(2**256))]:
         bad = market.post("/v1/market/requests", json={**huge, field: value})
         assert bad.status_code == 422, (field, bad.text)
+
+
+def test_requests_see_new_offers_and_stakes_at_once(
+    market: TestClient,
+    nodes: list[NodeKey],
+    domain: Eip712Domain,
+    ledger: Ledger,
+    chain: AnvilProcess,
+    deployment: Deployment,
+) -> None:
+    """The columns a request ranks are read again when an offer is added or the chain view
+    changes (ledger.market.offers.BookCache): a new offer is ranked by the next request, a node
+    that unstaked below the minimum gets `not_staked` at the next one."""
+    from bench.harness.nodes import contract, send
+
+    need = {"devices": 1, "memory_bytes": 0, "hours": 1, "budget": str(10**18)}
+    need["bandwidth"] = {"bit_per_s": 0}
+
+    def ranked() -> dict[str, str]:
+        out = market.post("/v1/market/requests", json=need).json()
+        codes = {c["node"]: "chosen" for c in out["chosen"]}
+        return codes | {n["node"]: n["code"] for n in out["not_chosen"]}
+
+    assert post(market, body(nodes[0], make_offer(nodes[0]), domain)).status_code == 202
+    assert ranked() == {nodes[0].address: "chosen"}
+    cheaper = make_offer(nodes[1], price_per_device_hour=1)
+    assert post(market, body(nodes[1], cheaper, domain)).status_code == 202
+    assert ranked() == {nodes[1].address: "chosen", nodes[0].address: "not_needed"}
+    stake = contract(chain.w3, deployment, "StakeManager")
+    send(chain.w3, stake.functions.requestUnstake(nodes[1].address, 2 * 10**18), nodes[1].operator)
+    chain.call("evm_mine", [])  # the indexer reads confirmed blocks
+    ledger.indexer.catch_up()
+    assert not ledger.indexer.snapshot.is_active(nodes[1].address)
+    assert ranked() == {nodes[0].address: "chosen", nodes[1].address: "not_staked"}
