@@ -422,6 +422,9 @@ class MarketOffer(SQLModel, table=True):
     """
 
     __tablename__ = "market_offer"
+    # a replacing offer gets an id above every one before, never a deleted one's (SQLite reuses
+    # the highest rowid without AUTOINCREMENT): readers tell a changed table by its highest id
+    __table_args__ = {"sqlite_autoincrement": True}
 
     id: int | None = Field(default=None, primary_key=True)
     digest: str = Field(max_length=66, unique=True)

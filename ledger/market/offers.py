@@ -208,7 +208,8 @@ def all_offers(conn: Connection, snap: ChainSnapshot) -> list[Offer]:
 
 class BookCache:
     """The offers as ranked (:class:`OfferBook`), read again only when they may have changed:
-    another row count or highest id (an offer is only ever added, or replaced by a new row),
+    another row count or highest id (an offer is only ever added, or replaced by a new row with
+    an id above every one before: the table never reuses an id),
     another database, or another view of the nodes or of the config (the indexer replaces its
     snapshot's ``nodes`` dictionary and ``config`` when a node's stake or the minimum changes,
     in the same snapshot object). A request between two such changes ranks the columns already

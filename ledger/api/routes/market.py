@@ -26,7 +26,7 @@ from ledger.core.schemas import (
     wire_type,
 )
 from ledger.intake.verify import reject
-from ledger.market.offers import BOOKS, all_offers, matching, offer_json, post_offer
+from ledger.market.offers import BOOKS, matching, offer_json, post_offer
 from ledger.market.ranking import Request, min_bandwidth, rank
 from protocol.eip712 import wallet_int
 from protocol.offer import OFFER_SPEC
@@ -180,7 +180,7 @@ def list_market_offers(
     ``before``, or null."""
     now = _now()
     found = matching(
-        all_offers(session.connection(), snapshot),
+        BOOKS.book(session.connection(), snapshot).offers,
         now,
         node=node,
         operator=operator,

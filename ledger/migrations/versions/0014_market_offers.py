@@ -44,6 +44,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("digest"),
         sa.UniqueConstraint("node"),
+        sqlite_autoincrement=True,  # ids never reused: the offers' readers key on the highest
     )
 
 
