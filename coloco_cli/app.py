@@ -38,6 +38,8 @@ COMMANDS: list[Lazy] = [
     Lazy("ledger", "coloco_cli.ledger.cli", "app", "Run the ledger service."),
     Lazy("rendezvous", "coloco_cli.rendezvous.cli", "app",
          "Host a run's rendezvous store (organisers)."),
+    Lazy("market", "coloco_cli.market.cli", "app",
+         "The compute market: offer hardware, list offers, rank them for a run."),
     Lazy("run", "coloco_cli.run.cli", "app",
          "Open, inspect, list and close training runs (organisers)."),
     Lazy("model", "coloco_cli.model.cli", "app",

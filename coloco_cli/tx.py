@@ -155,6 +155,12 @@ sends = _with_options(_SEND_OPTIONS)
 """A command that sends transactions: it receives the sender's options as `opts: TxOptions`."""
 reads = _with_options(_READ_OPTIONS)
 """A read-only command: it receives `--rpc-url`, `--ledger-url`, `--deployment`, `--json`."""
+signs = _with_options(
+    {name: _SEND_OPTIONS[name] for name in (*_READ_OPTIONS, "account", "keystore",
+                                           "password_file", "private_key")}
+)  # fmt: skip
+"""A command that signs a message for the ledger (no transaction): the read options and the
+signer's (`--account`, `--keystore`, `--password-file`, `--private-key`)."""
 
 
 def report(opts: TxOptions, out: Mapping[str, Any], text: str | Callable[[Any], str]) -> None:

@@ -20,6 +20,7 @@ from ledger.api.routes import (
     boundaries,
     funding,
     leases,
+    market,
     membership,
     meta,
     metrics,
@@ -84,7 +85,7 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
     )
     api = APIRouter(prefix="/v1")
     for module in (meta, attestations, runs, nodes, rewards, blobs, boundaries, membership,
-                   funding, leases):  # fmt: skip
+                   funding, leases, market):  # fmt: skip
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(metrics.router)

@@ -65,3 +65,26 @@ def relative(timestamp: int, now: int, *, future: str, past: str) -> str:
     if timestamp > now:
         return f"{future} in {span(timestamp - now)}"
     return f"{past} {span(now - timestamp)} ago"
+
+
+_SI = ((10**18, "E"), (10**15, "P"), (10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "k"))
+_BINARY = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
+
+
+def si(value: int | str, unit: str) -> str:
+    """50000000000000, 'FLOP/s' -> '50 TFLOP/s'; 10**9, 'bit/s' -> '1 Gbit/s' (3 significant
+    digits at most, exact below 1000)."""
+    amount = int(value)
+    for scale, prefix in _SI:
+        if amount >= scale:
+            return f"{amount / scale:.3g} {prefix}{unit}"
+    return f"{amount} {unit}"
+
+
+def binary_bytes(value: int | str) -> str:
+    """85899345920 -> '80 GiB' (3 significant digits at most)."""
+    amount = int(value)
+    for scale, unit in _BINARY:
+        if amount >= scale:
+            return f"{amount / scale:.3g} {unit}"
+    return f"{amount} B"

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledger.core.schemas import ErrorResponse
 from ledger.core.secrets import redact
 from ledger.intake.verify import HTTP_STATUS
+from ledger.market.offers import HTTP_STATUS as MARKET_STATUS
 from protocol.eip712 import wallet_safe
 from protocol.errors import ChainError, ColocoError
 
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 _STATUS = {
     **HTTP_STATUS,
+    **MARKET_STATUS,
     "not_found": 404,
     "unauthorized": 401,
     "bad_blob": 422,

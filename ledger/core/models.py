@@ -437,3 +437,42 @@ class FundingEvent(SQLModel, table=True):
     block_time: int = Field(sa_type=BigInteger)
     log_index: int
     tx_hash: str = Field(max_length=66)
+
+
+# --- the compute market ---------------------------------------------------------------------------
+
+
+class MarketOffer(SQLModel, table=True):
+    """A node's signed ComputeOffer (protocol/offer.py) as accepted (ledger/market/offers.py).
+
+    One row per node, its offer with the highest nonce: a newer nonce replaces it (so the table
+    holds at most one row per registered node, and an older signed offer, its nonce below the
+    row's, is refused as a replay). One column per signed field (bytes32 as 0x-hex, the price in
+    wei as its decimal string, the uint64 fields once the intake bounded them below 2^63).
+    ``operator``: the node's operator when it was posted (providers are grouped by it);
+    ``verified``: its ``challenge`` matched a recorded hardware challenge of this node.
+    """
+
+    __tablename__ = "market_offer"
+    # a replacing offer gets an id above every one before, never a deleted one's (SQLite reuses
+    # the highest rowid without AUTOINCREMENT): readers tell a changed table by its highest id
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    id: int | None = Field(default=None, primary_key=True)
+    digest: str = Field(max_length=66, unique=True)
+    node: str = Field(max_length=42, unique=True)
+    operator: str = Field(max_length=42)
+    device_kind: str = Field(max_length=66)
+    device_count: int = Field(sa_type=BigInteger)
+    memory_bytes: int = Field(sa_type=BigInteger)
+    flops: int = Field(sa_type=BigInteger)
+    bandwidth: int = Field(sa_type=BigInteger)
+    region: str = Field(max_length=66)
+    price_per_device_hour: str = Field(max_length=80)
+    min_hours: int = Field(sa_type=BigInteger)
+    expiry: int = Field(sa_type=BigInteger)
+    nonce: int = Field(sa_type=BigInteger)
+    challenge: str = Field(max_length=66)
+    signature: str = Field(max_length=132)
+    verified: bool = False
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)

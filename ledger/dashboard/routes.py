@@ -17,8 +17,8 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from web3 import Web3
 
-from ledger.api.deps import BlobsDep, ChainDep, EngineDep, SettingsDep
-from ledger.dashboard import contributors, views
+from ledger.api.deps import BlobsDep, ChainDep, EngineDep, SettingsDep, SnapshotDep
+from ledger.dashboard import contributors, market, views
 from protocol import display
 from protocol.eip712 import wallet_safe
 from protocol.runs import run_id_of_name, short_id
@@ -134,6 +134,16 @@ def contributor_page(address: str, engine: EngineDep, format: FormatQ = "html") 
 def proposals_page(chain: ChainDep, format: FormatQ = "html") -> Response:
     """Governance proposals with their actions, state and votes."""
     return _page("proposals.html", format, views.proposals(chain))
+
+
+@router.get("/market")
+def market_page(
+    request: Request, engine: EngineDep, snapshot: SnapshotDep, format: FormatQ = "html"
+) -> Response:
+    """The live offers and, with the form's fields, a request's ranking with every reason."""
+    fields = ("devices", "memory_gib", "bandwidth_mbit", "hours", "budget_eth", "verified_only")
+    ask = {k: request.query_params[k][:40] for k in fields if k in request.query_params}
+    return _page("market.html", format, market.market(engine, snapshot, ask or None))
 
 
 @router.get("/how-to")

@@ -245,7 +245,7 @@ def _pages(url: str, report: dict[str, Any]) -> list[str]:
     return [
         "/", f"/runs/{report['run_id'].lower()}", "/nodes", f"/nodes/{report['nodes'][0]['node']}",
         "/contributors", f"/contributors/{voters['capital']}", f"/contributors/{voters['code']}",
-        "/proposals", "/how-to",
+        "/proposals", "/how-to", "/market",
     ]  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 // JavaScript wallets read coloco's typed data right: MetaMask's @metamask/eth-sig-util and ethers
-// hash and sign the ComputeAttestation typed data exactly as Python does (protocol/attestation.py).
+// hash and sign the ComputeAttestation and ComputeOffer typed data exactly as Python does
+// (protocol/attestation.py, protocol/offer.py).
 //
 // Run by `make test` (node --test tests/js/). Without COLOCO_WALLET_FIXTURE it checks the golden
 // vectors (tests/vectors/compute_attestation.json, read with plain JSON.parse as any JavaScript
@@ -52,9 +53,12 @@ async function viaEthers(typed, privateKey) {
 const fixturePath = process.env.COLOCO_WALLET_FIXTURE;
 
 if (!fixturePath) {
-  const vectors = JSON.parse(
-    readFileSync(join(here, "..", "vectors", "compute_attestation.json"), "utf8"),
-  );
+  const read = (name) => JSON.parse(readFileSync(join(here, "..", "vectors", name), "utf8"));
+  // attestations, and the compute market's offers (protocol/offer.py): wallets sign both
+  const vectors = [
+    ...read("compute_attestation.json"),
+    ...read("compute_offer.json").map((v) => ({ ...v, name: `offer ${v.name}` })),
+  ];
 
   test("the golden vectors survive JSON.parse: no integer beyond 2^53 is a JSON number", () => {
     for (const v of vectors) {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from protocol import display
 from protocol.display import cms, eth, relative, units, utc
 
 
@@ -22,3 +23,12 @@ def test_times_in_utc_and_relative_to_the_chain_clock() -> None:
     assert utc("2026-12-03T14:05:00+00:00") == "2026-12-03 14:05 UTC" and utc(None) == "-"
     assert relative(190, 100, future="ends", past="ended") == "ends in 1m 30s"
     assert relative(100, 7300, future="opens", past="opened") == "opened 2h ago"
+
+
+def test_rates_and_sizes_in_human_units() -> None:
+    assert display.si(50 * 10**12, "FLOP/s") == "50 TFLOP/s"
+    assert display.si(1_250_000_000, "bit/s") == "1.25 Gbit/s"
+    assert display.si(999, "bit/s") == "999 bit/s"
+    assert display.binary_bytes(80 * 2**30) == "80 GiB"
+    assert display.binary_bytes(1536) == "1.5 KiB"
+    assert display.binary_bytes(12) == "12 B"

@@ -13,6 +13,7 @@ from protocol.attestation import ComputeAttestation
 from protocol.eip712 import Eip712Domain
 from protocol.merkle import RewardsTree, verify_proof
 from protocol.node_key_proof import NodeKeyProof
+from protocol.offer import OFFER_TYPE, ComputeOffer
 from protocol.signing import recover_digest, sign_digest, verify_attestation
 from protocol.types import Address
 from tests.vectors import generate
@@ -20,6 +21,7 @@ from tests.vectors import generate
 ATTESTATIONS: list[dict[str, Any]] = json.loads(generate.ATTESTATION_FILE.read_text())
 TREES: list[dict[str, Any]] = json.loads(generate.REWARDS_FILE.read_text())
 PROOFS: list[dict[str, Any]] = json.loads(generate.NODE_KEY_PROOF_FILE.read_text())
+OFFERS: list[dict[str, Any]] = json.loads(generate.OFFER_FILE.read_text())
 
 
 def test_committed_vectors_regenerate_identically() -> None:
@@ -28,6 +30,7 @@ def test_committed_vectors_regenerate_identically() -> None:
     assert (
         generate.render(generate.node_key_proof_cases()) == generate.NODE_KEY_PROOF_FILE.read_text()
     )
+    assert generate.render(generate.offer_cases()) == generate.OFFER_FILE.read_text()
     assert generate.main(["--check"]) == 0
 
 
@@ -84,6 +87,33 @@ def test_node_key_proof_vector(case: dict[str, Any]) -> None:
     # a proof for another operator or payout is another digest: it cannot be replayed
     other = NodeKeyProof.from_json({**typed["message"], "operator": case["signer"]})
     assert recover_digest(other.digest(domain), signature) != case["signer"]
+
+
+@pytest.mark.parametrize("case", OFFERS, ids=[c["name"] for c in OFFERS])
+def test_offer_vector(case: dict[str, Any]) -> None:
+    """The offer's one field list hashes as eth-account does; a changed field is another digest."""
+    typed = case["typed_data"]
+    offer, domain = ComputeOffer.from_typed_data(typed)
+    digest = bytes.fromhex(case["digest"][2:])
+    assert offer.digest(domain) == digest
+    assert "0x" + offer.struct_hash().hex() == case["struct_hash"]
+    assert _hash_eip191_message(encode_typed_data(full_message=typed)) == digest
+    signature = bytes.fromhex(case["signature"][2:])
+    assert sign_digest(digest, bytes.fromhex(case["private_key"][2:])) == signature
+    assert recover_digest(digest, signature) == case["signer"]
+    cheaper = offer.replace(price_per_device_hour=offer.price_per_device_hour ^ 1)
+    assert recover_digest(cheaper.digest(domain), signature) != case["signer"]
+
+
+def test_offer_type_string() -> None:
+    assert OFFER_TYPE == (
+        "ComputeOffer(address node,bytes32 deviceKind,uint32 deviceCount,uint64 memoryBytes,"
+        "uint64 flops,uint64 bandwidth,bytes32 region,uint256 pricePerDeviceHour,uint32 minHours,"
+        "uint64 expiry,uint64 nonce,bytes32 challenge)"
+    )
+    for case in OFFERS:  # wallet-safe
+        for value in case["typed_data"]["message"].values():
+            assert not isinstance(value, int) or value <= 2**53 - 1, case["name"]
 
 
 @pytest.mark.parametrize("tree", TREES, ids=[f"{len(t['values'])}-leaves" for t in TREES])

@@ -24,12 +24,14 @@ from protocol.attestation import ComputeAttestation
 from protocol.eip712 import Eip712Domain, keccak256
 from protocol.merkle import RewardsTree
 from protocol.node_key_proof import NodeKeyProof
+from protocol.offer import ComputeOffer, label_bytes32
 from protocol.types import Address, Bytes32, RoundNumber, RunId
 
 VECTORS_DIR = Path(__file__).resolve().parent
 ATTESTATION_FILE = VECTORS_DIR / "compute_attestation.json"
 REWARDS_FILE = VECTORS_DIR / "rewards_tree.json"
 NODE_KEY_PROOF_FILE = VECTORS_DIR / "node_key_proof.json"
+OFFER_FILE = VECTORS_DIR / "compute_offer.json"
 
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
@@ -187,6 +189,90 @@ def node_key_proof_cases() -> list[dict[str, Any]]:
     ]
 
 
+def _offer_case(label: str, chain_id: int, contract: str, **fields: Any) -> dict[str, Any]:
+    """A node's ComputeOffer (the compute market, protocol/offer.py), signed by eth-account."""
+    key = vector_key("offer/" + label)
+    values: dict[str, Any] = {
+        "node": Account.from_key(key).address,
+        "device_kind": label_bytes32("nvidia-h200"),
+        "device_count": 8,
+        "memory_bytes": 141 * 2**30,
+        "flops": 60 * 10**12,
+        "bandwidth": 10 * 10**9,
+        "region": label_bytes32("eu-west"),
+        "price_per_device_hour": 2 * 10**15,
+        "min_hours": 1,
+        "expiry": 1_800_000_000,
+        "nonce": 1,
+        "challenge": vector_bytes32(label + "/challenge"),
+    }
+    values.update(fields)
+    offer = ComputeOffer(**values)
+    domain = Eip712Domain(chain_id=chain_id, verifying_contract=Address(contract))
+    typed = offer.typed_data(domain)
+    message = encode_typed_data(full_message=typed)
+    signed = Account.sign_message(message, key)
+    return {
+        "name": label,
+        "typed_data": typed,
+        "struct_hash": "0x" + offer.struct_hash().hex(),
+        "digest": "0x" + _hash_eip191_message(message).hex(),
+        "private_key": "0x" + key.hex(),
+        "signature": "0x" + bytes(signed.signature).hex(),
+        "signer": Account.from_key(key).address,
+    }
+
+
+def offer_cases() -> list[dict[str, Any]]:
+    zero = Bytes32(bytes(32))
+    ones = Bytes32(b"\xff" * 32)
+    return [
+        _offer_case("anvil", 31337, ANVIL_CREATE_0),
+        _offer_case(
+            "anvil-unverified-cpu",
+            31337,
+            ANVIL_CREATE_1,
+            device_kind=label_bytes32("cpu"),
+            device_count=1,
+            memory_bytes=8 * 2**30,
+            flops=10**11,
+            challenge=zero,
+        ),
+        _offer_case(
+            "all-max",
+            1,
+            vector_address("contract/mainnet"),
+            device_kind=ones,
+            device_count=U32_MAX,
+            memory_bytes=U64_MAX,
+            flops=U64_MAX,
+            bandwidth=U64_MAX,
+            region=ones,
+            price_per_device_hour=U256_MAX,
+            min_hours=U32_MAX,
+            expiry=U64_MAX,
+            nonce=U64_MAX,
+            challenge=ones,
+        ),
+        _offer_case(
+            "all-zero",
+            8453,
+            vector_address("contract/base"),
+            device_kind=zero,
+            device_count=0,
+            memory_bytes=0,
+            flops=0,
+            bandwidth=0,
+            region=zero,
+            price_per_device_hour=0,
+            min_hours=0,
+            expiry=0,
+            nonce=0,
+            challenge=zero,
+        ),
+    ]
+
+
 def rewards_trees() -> list[dict[str, Any]]:
     def accounts(prefix: str, n: int) -> list[Address]:
         return [vector_address(f"{prefix}/{i}") for i in range(n)]
@@ -216,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         ATTESTATION_FILE: render(attestation_cases()),
         REWARDS_FILE: render(rewards_trees()),
         NODE_KEY_PROOF_FILE: render(node_key_proof_cases()),
+        OFFER_FILE: render(offer_cases()),
     }
     stale = [p for p, text in outputs.items() if not p.exists() or p.read_text() != text]
     if args.check:

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016_settlement_leases"
-down_revision = "0013_attestation_trace_root"
+down_revision = "0014_market_offers"
 branch_labels = None
 depends_on = None
 

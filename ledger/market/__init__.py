@@ -1,0 +1,1 @@
+"""The compute market (docs/ledger.md, "The compute market"): ranking and offers."""
