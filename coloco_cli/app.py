@@ -40,6 +40,8 @@ COMMANDS: list[Lazy] = [
          "Open, inspect, list and close training runs (organisers)."),
     Lazy("model", "coloco_cli.model.cli", "app",
          "Pull a checkpoint (hash-checked on chain), eval, sample."),
+    Lazy("market", "coloco_cli.market.cli", "app",
+         "The compute market: prove hardware with the timed challenge."),
     Lazy("audit", "coloco_cli.audit", "audit_command"),
 ]  # fmt: skip
 

@@ -17,6 +17,7 @@ from ledger.api.fast_path import FastPath
 from ledger.api.routes import (
     attestations,
     blobs,
+    challenges,
     funding,
     membership,
     meta,
@@ -81,7 +82,9 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
         default_response_class=WalletSafeJSON,  # integers beyond 2^53 as decimal strings
     )
     api = APIRouter(prefix="/v1")
-    for module in (meta, attestations, runs, nodes, rewards, blobs, membership, funding):
+    for module in (
+        meta, attestations, runs, nodes, rewards, blobs, membership, funding, challenges
+    ):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(metrics.router)

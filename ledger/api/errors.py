@@ -38,6 +38,10 @@ _STATUS = {
     "encoding_error": 422,
     "not_yet_public": 403,
     "unsupported_media_type": 415,
+    "challenge_open": 409,
+    "challenge_replayed": 409,
+    "challenge_closed": 409,
+    "challenge_late": 409,
 }
 
 

@@ -1,0 +1,1 @@
+"""`coloco market`: the compute market's commands."""
