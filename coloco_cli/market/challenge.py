@@ -41,27 +41,49 @@ def _ok(status: int, body: Any, what: str) -> Any:
 
 
 def run_challenge(
-    post: Post, key: bytes, domain: Eip712Domain, *, kind: str, devices: int,
-    memory_bytes: int, flops: int, device: str = "cpu", threads: int | None = None,
-) -> Any:  # fmt: skip
+    post: Post,
+    key: bytes,
+    domain: Eip712Domain,
+    *,
+    kind: str,
+    devices: int,
+    memory_bytes: int,
+    flops: int,
+    device: str = "cpu",
+    threads: int | None = None,
+) -> Any:
     """Ask for, compute, commit and open one challenge; the ledger's record of it."""
     node = address_of_private_key(key)
-    claim = {
-        "kind": kind, "devices": devices, "memory_bytes": memory_bytes, "flops": flops,
-        "request": os.urandom(32), "expires": int(time.time()) + 300,
-    }  # fmt: skip
-    digest = challenge_auth.claim_digest(**claim)  # type: ignore[arg-type]
+    request, expires = os.urandom(32), int(time.time()) + 300
+    digest = challenge_auth.claim_digest(
+        kind=kind,
+        devices=devices,
+        memory_bytes=memory_bytes,
+        flops=flops,
+        request=request,
+        expires=expires,
+    )
     body = {
-        "node": node, "kind": kind, "devices": devices, "memoryBytes": memory_bytes,
-        "flops": flops, "request": "0x" + claim["request"].hex(),  # type: ignore[union-attr]
-        "expires": claim["expires"],
+        "node": node,
+        "kind": kind,
+        "devices": devices,
+        "memoryBytes": memory_bytes,
+        "flops": flops,
+        "request": "0x" + request.hex(),
+        "expires": expires,
         "signature": challenge_auth.sign(key, domain, node, "issue", 0, 0, digest),
-    }  # fmt: skip
+    }
     issued = _ok(*post("/v1/market/challenges", body), "challenge request")
     cid, shape = int(issued["id"]), ch.Shape(int(issued["n"]), int(issued["m"]))
     seed = bytes.fromhex(issued["seed"][2:])
-    log.info("challenge %d: %d device(s) of %dx%d, deadline %.2f s", cid, devices, shape.n,
-             shape.m, issued["deadline_s"])  # fmt: skip
+    log.info(
+        "challenge %d: %d device(s) of %dx%d, deadline %.2f s",
+        cid,
+        devices,
+        shape.n,
+        shape.m,
+        issued["deadline_s"],
+    )
 
     def one(d: int) -> Any:
         dev = f"cuda:{d}" if device == "cuda" else device
@@ -69,8 +91,10 @@ def run_challenge(
         root = prover.run(hash_threads=threads or os.cpu_count() or 1)
         sig = challenge_auth.sign(key, domain, node, "commit", cid, d, root)
         path = f"/v1/market/challenges/{cid}"
-        got = _ok(*post(f"{path}/commit", {"device": d, "root": "0x" + root.hex(),
-                                           "signature": sig}), f"device {d} commitment")  # fmt: skip
+        got = _ok(
+            *post(f"{path}/commit", {"device": d, "root": "0x" + root.hex(), "signature": sig}),
+            f"device {d} commitment",
+        )
         opening = prover.open(bytes.fromhex(got["probe"][2:]))
         sig = challenge_auth.sign(key, domain, node, "open", cid, d, opening.digest())
         body = {"device": d, "opening": opening.to_json(), "signature": sig}
@@ -93,6 +117,7 @@ def _parse_bytes(text: str) -> int:
 
 
 def challenge(
+    *,
     memory: Annotated[str, typer.Option(help="Claimed memory per device, e.g. 16GiB.")],
     flops: Annotated[
         float, typer.Option(help="Claimed challenge FLOP/s per device (0 with --measure).")
@@ -106,7 +131,9 @@ def challenge(
     node_key: Annotated[
         str | None, typer.Option(envvar="COLOCO_NODE_KEY", help="The node's hot key (0x hex).")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the ledger's record as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the ledger's record as JSON.")
+    ] = False,
 ) -> None:
     """Prove a hardware claim with the ledger's timed challenge (its verdict and measured values
     are what an offer carries)."""
@@ -135,9 +162,15 @@ def challenge(
 
         try:
             record = run_challenge(
-                post, bytes.fromhex(node_key.removeprefix("0x")), domain, kind=device,
-                devices=devices, memory_bytes=memory_bytes, flops=int(flops), device=device,
-            )  # fmt: skip
+                post,
+                bytes.fromhex(node_key.removeprefix("0x")),
+                domain,
+                kind=device,
+                devices=devices,
+                memory_bytes=memory_bytes,
+                flops=int(flops),
+                device=device,
+            )
         except ChallengeRefused as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None

@@ -7,6 +7,7 @@ import typer
 
 from coloco_cli.market.challenge import challenge
 
-app = typer.Typer(help="The compute market: prove hardware with the timed challenge.",
-                  no_args_is_help=True)  # fmt: skip
+app = typer.Typer(
+    help="The compute market: prove hardware with the timed challenge.", no_args_is_help=True
+)
 app.command("challenge")(challenge)

@@ -51,10 +51,15 @@ class Finding:
 
 
 def judge_rate(
-    tokens: int, seconds: float, flops_per_token: float, offered_flops: float,
-    *, floor: float = FLOOR, ceiling: float = CEILING,
-) -> str | None:  # fmt: skip
-    """"over", "under" or None (consistent with the offer)."""
+    tokens: int,
+    seconds: float,
+    flops_per_token: float,
+    offered_flops: float,
+    *,
+    floor: float = FLOOR,
+    ceiling: float = CEILING,
+) -> str | None:
+    """ "over", "under" or None (consistent with the offer)."""
     rate = tokens * flops_per_token / max(seconds, 1e-9)
     if rate > offered_flops * ceiling:
         return "over"
@@ -64,9 +69,14 @@ def judge_rate(
 
 
 def check_round(
-    session: Session, run_id: str, round_: int, offers: Mapping[str, float],
-    flops_per_token: float, *, floor: float = FLOOR,
-) -> list[Finding]:  # fmt: skip
+    session: Session,
+    run_id: str,
+    round_: int,
+    offers: Mapping[str, float],
+    flops_per_token: float,
+    *,
+    floor: float = FLOOR,
+) -> list[Finding]:
     """The findings of one round for the nodes in ``offers`` (node -> offered FLOP/s)."""
     rnd = session.exec(
         select(RoundState).where(RoundState.run_id == run_id, RoundState.round == round_)
@@ -85,10 +95,17 @@ def check_round(
         if verdict is not None:
             found.append(
                 Finding(
-                    run_id, round_, att.node, att.digest, int(att.tokens), seconds,
-                    flops_per_token, int(att.tokens) * flops_per_token / max(seconds, 1e-9),
-                    offered, verdict,
-                )  # fmt: skip
+                    run_id,
+                    round_,
+                    att.node,
+                    att.digest,
+                    int(att.tokens),
+                    seconds,
+                    flops_per_token,
+                    int(att.tokens) * flops_per_token / max(seconds, 1e-9),
+                    offered,
+                    verdict,
+                )
             )
     return found
 
@@ -100,9 +117,10 @@ def record(session: Session, findings: list[Finding]) -> int:
     for f in findings:
         exists = session.exec(
             select(FraudRecord).where(
-                FraudRecord.run_id == f.run_id, FraudRecord.round == f.round,
+                FraudRecord.run_id == f.run_id,
+                FraudRecord.round == f.round,
                 FraudRecord.node == f.node,
-            )  # fmt: skip
+            )
         ).first()
         if exists is not None:
             continue
@@ -111,9 +129,13 @@ def record(session: Session, findings: list[Finding]) -> int:
         )
         session.add(
             FraudRecord(
-                run_id=f.run_id, round=f.round, node=f.node, digest=f.digest,
-                evidence_hash="0x" + keccak256(text.encode()).hex(), evidence=text,
-            )  # fmt: skip
+                run_id=f.run_id,
+                round=f.round,
+                node=f.node,
+                digest=f.digest,
+                evidence_hash="0x" + keccak256(text.encode()).hex(),
+                evidence=text,
+            )
         )
         added += 1
     return added

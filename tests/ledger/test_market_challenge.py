@@ -41,34 +41,55 @@ def _post(client: TestClient) -> Any:
 
 
 def _issue(
-    client: TestClient, node: NodeKey, domain: Eip712Domain, *, flops: int = SLOW,
-    devices: int = 1, signer: bytes | None = None, request: bytes | None = None,
-) -> Any:  # fmt: skip
+    client: TestClient,
+    node: NodeKey,
+    domain: Eip712Domain,
+    *,
+    flops: int = SLOW,
+    devices: int = 1,
+    signer: bytes | None = None,
+    request: bytes | None = None,
+) -> Any:
     request = request or os.urandom(32)
     expires = int(time.time()) + 60
     claim = {"kind": "cpu", "devices": devices, "memory_bytes": MEMORY, "flops": flops}
     digest = challenge_auth.claim_digest(**claim, request=request, expires=expires)  # type: ignore[arg-type]
     sig = challenge_auth.sign(signer or node.key, domain, node.address, "issue", 0, 0, digest)
     body = {
-        "node": node.address, "kind": "cpu", "devices": devices, "memoryBytes": MEMORY,
-        "flops": flops, "request": "0x" + request.hex(), "expires": expires, "signature": sig,
-    }  # fmt: skip
+        "node": node.address,
+        "kind": "cpu",
+        "devices": devices,
+        "memoryBytes": MEMORY,
+        "flops": flops,
+        "request": "0x" + request.hex(),
+        "expires": expires,
+        "signature": sig,
+    }
     return client.post("/v1/market/challenges", json=body)
 
 
 def _commit(
-    client: TestClient, node: NodeKey, domain: Eip712Domain, cid: int, root: bytes,
-    signer: bytes | None = None, device: int = 0,
-) -> Any:  # fmt: skip
+    client: TestClient,
+    node: NodeKey,
+    domain: Eip712Domain,
+    cid: int,
+    root: bytes,
+    signer: bytes | None = None,
+    device: int = 0,
+) -> Any:
     sig = challenge_auth.sign(signer or node.key, domain, node.address, "commit", cid, device, root)
     body = {"device": device, "root": "0x" + root.hex(), "signature": sig}
     return client.post(f"/v1/market/challenges/{cid}/commit", json=body)
 
 
 def _open(
-    client: TestClient, node: NodeKey, domain: Eip712Domain, cid: int, opening: ch.Opening,
+    client: TestClient,
+    node: NodeKey,
+    domain: Eip712Domain,
+    cid: int,
+    opening: ch.Opening,
     signer: bytes | None = None,
-) -> Any:  # fmt: skip
+) -> Any:
     digest = opening.digest()
     sig = challenge_auth.sign(signer or node.key, domain, node.address, "open", cid, 0, digest)
     body = {"device": 0, "opening": opening.to_json(), "signature": sig}
@@ -105,9 +126,11 @@ def test_an_honest_node_passes_on_every_device_and_its_measures_are_recorded(
 
 
 def test_a_late_commitment_is_refused_and_recorded_as_a_misclaim(
-    client: TestClient, registered: list[NodeKey], domain: Eip712Domain,
+    client: TestClient,
+    registered: list[NodeKey],
+    domain: Eip712Domain,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.setattr(challenges, "LATENCY_S", 0.0)
     node = registered[0]
     issued = _issue(client, node, domain, flops=10**15).json()  # claims a petaFLOP/s
@@ -123,9 +146,11 @@ def test_a_late_commitment_is_refused_and_recorded_as_a_misclaim(
 
 
 def test_a_node_that_never_commits_fails_at_its_deadline(
-    client: TestClient, registered: list[NodeKey], domain: Eip712Domain,
+    client: TestClient,
+    registered: list[NodeKey],
+    domain: Eip712Domain,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.setattr(challenges, "LATENCY_S", 0.0)
     node = registered[1]
     issued = _issue(client, node, domain, flops=10**15).json()
@@ -160,8 +185,9 @@ def test_a_product_never_computed_is_refused_even_with_a_true_projection(
     opening = prover.open(key)
     # the forger answers the projection A @ (B @ R), which needs no C: the rows betray it
     shape = ch.Shape(issued["n"], issued["m"])
-    a_t, b = ch.operands(bytes.fromhex(issued["seed"][2:]),
-                         bytes.fromhex(issued["nonces"][0][2:]), shape, np.float64)  # fmt: skip
+    a_t, b = ch.operands(
+        bytes.fromhex(issued["seed"][2:]), bytes.fromhex(issued["nonces"][0][2:]), shape, np.float64
+    )
     true_y = (a_t.T @ (b @ ch.probe(key, shape).r)).astype(np.int64).tolist()
     forged = ch.Opening(true_y, opening.rows, opening.proofs)
     r = _open(client, node, domain, issued["id"], forged)
@@ -237,9 +263,15 @@ def test_a_replayed_request_is_refused(
     digest = challenge_auth.claim_digest(**claim, request=request, expires=expires)  # type: ignore[arg-type]
     sig = challenge_auth.sign(node.key, domain, node.address, "issue", 0, 0, digest)
     body = {
-        "node": node.address, "kind": "cpu", "devices": 1, "memoryBytes": MEMORY,
-        "flops": SLOW, "request": "0x" + request.hex(), "expires": expires, "signature": sig,
-    }  # fmt: skip
+        "node": node.address,
+        "kind": "cpu",
+        "devices": 1,
+        "memoryBytes": MEMORY,
+        "flops": SLOW,
+        "request": "0x" + request.hex(),
+        "expires": expires,
+        "signature": sig,
+    }
     first = client.post("/v1/market/challenges", json=body)
     assert first.status_code == 201, first.text
     issued = first.json()
@@ -249,3 +281,28 @@ def test_a_replayed_request_is_refused(
     assert _open(client, node, domain, issued["id"], prover.open(key)).json()["verdict"] == "passed"
     r = client.post("/v1/market/challenges", json=body)  # the same signed claim again
     assert r.status_code == 409 and r.json()["error"]["code"] == "challenge_replayed", r.text
+
+
+def test_the_command_proves_a_claim_against_a_served_ledger(
+    ledger: Ledger, registered: list[NodeKey], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from coloco_cli.app import app
+    from tests.ledger.conftest import serving
+
+    node = registered[0]
+    with serving(ledger) as url:
+        args = ["market", "challenge", "--memory", "4MiB", "--flops", str(SLOW)]
+        args += ["--ledger-url", url, "--node-key", "0x" + node.key.hex(), "--json"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        record = json.loads(result.output)
+        assert record["verdict"] == "passed" and record["node"] == node.address
+        # a claim it cannot meet: exit 1, the reason named
+        monkeypatch.setattr(challenges, "LATENCY_S", 0.0)
+        args[5] = str(10**16)
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 1 and "late" in result.output, result.output

@@ -21,11 +21,20 @@ OFFER = 1e12  # FLOP/s the challenge measured
 
 def _att(node: str, tokens: int, at: object, i: int) -> Attestation:
     return Attestation(
-        run_id=RUN, round=1, node=node, config_version=1, base_checkpoint=h("b"),
-        pseudo_gradient=h(f"pg{i}"), data_shard=h(f"d{i}"), inner_steps=10, tokens=tokens,
-        result_checkpoint=h("r"), digest=h(f"digest{i}"), signature="0x" + "11" * 65,
+        run_id=RUN,
+        round=1,
+        node=node,
+        config_version=1,
+        base_checkpoint=h("b"),
+        pseudo_gradient=h(f"pg{i}"),
+        data_shard=h(f"d{i}"),
+        inner_steps=10,
+        tokens=tokens,
+        result_checkpoint=h("r"),
+        digest=h(f"digest{i}"),
+        signature="0x" + "11" * 65,
         received_at=at,
-    )  # fmt: skip
+    )
 
 
 def test_rates_over_the_proven_hardware_or_far_under_the_offer_are_recorded(

@@ -120,19 +120,23 @@ def test_each_forgery_is_refused(proved: tuple[ch.Prover, bytes]) -> None:
     cases = {
         "differs from A @ (B @ R)": _forge(op, y=y),
         "Merkle proof does not lead": _forge(op, rows={**op.rows, spot: bytes(row)}),
-        "expected exactly the spot rows": _forge(op, rows={k: v for k, v in op.rows.items() if k != spot}),
+        "expected exactly the spot rows": _forge(
+            op, rows={k: v for k, v in op.rows.items() if k != spot}
+        ),
         "expected 768 bytes": _forge(op, rows={**op.rows, spot: op.rows[spot][:-4]}),
         "does not lead": _forge(op, proofs={**op.proofs, spot: op.proofs[other]}),
         "rows of": _forge(op, y=y[:-1]),
-    }  # fmt: skip
+    }
     for message, forged in cases.items():
         with pytest.raises(ch.ChallengeError, match=re.escape(message)):
             ch.verify(SEED, NONCE, SHAPE, root, key, forged)
     # a row that is not integer is refused even where its hash is committed
-    tree = ch.tree([ch.leaf(bytes(half)) if i == spot else prover._levels[0][i]
-                    for i in range(SHAPE.n)])  # fmt: skip
-    fake = _forge(op, rows={**op.rows, spot: bytes(half)},
-                  proofs={**op.proofs, spot: ch.proof(tree, spot)})  # fmt: skip
+    tree = ch.tree(
+        [ch.leaf(bytes(half)) if i == spot else prover._levels[0][i] for i in range(SHAPE.n)]
+    )
+    fake = _forge(
+        op, rows={**op.rows, spot: bytes(half)}, proofs={**op.proofs, spot: ch.proof(tree, spot)}
+    )
     with pytest.raises(ch.ChallengeError, match="is not row"):
         ch.verify(SEED, NONCE, SHAPE, tree[-1][0], key, fake)
 

@@ -60,9 +60,13 @@ def post_challenge(
 ) -> Any:
     """Challenge a registered node on its signed claim; the clock starts now."""
     claim = challenges.Claim(
-        kind=body.kind, devices=body.devices, memory_bytes=body.memoryBytes, flops=body.flops,
-        request=bytes.fromhex(body.request[2:]), expires=body.expires,
-    )  # fmt: skip
+        kind=body.kind,
+        devices=body.devices,
+        memory_bytes=body.memoryBytes,
+        flops=body.flops,
+        request=bytes.fromhex(body.request[2:]),
+        expires=body.expires,
+    )
     row, devices = challenges.issue(
         session, snapshot, domain, body.node, claim, body.signature, utcnow()
     )
@@ -84,12 +88,19 @@ def post_challenge(
 
 
 @router.post("/{challenge_id}/commit", responses=errors(404, 409, 422), dependencies=JSON_BODY)
-def post_commit(challenge_id: IdPath, body: CommitIn, session: SessionDep, domain: DomainDep) -> Any:
+def post_commit(
+    challenge_id: IdPath, body: CommitIn, session: SessionDep, domain: DomainDep
+) -> Any:
     """One device's Merkle root of C; the answer is its probe key (R and the spot rows)."""
     key = challenges.commit(
-        session, domain, challenge_id, body.device, bytes.fromhex(body.root[2:]),
-        body.signature, utcnow(),
-    )  # fmt: skip
+        session,
+        domain,
+        challenge_id,
+        body.device,
+        bytes.fromhex(body.root[2:]),
+        body.signature,
+        utcnow(),
+    )
     return {"device": body.device, "probe": "0x" + key.hex()}
 
 
