@@ -13,7 +13,7 @@ shape, refreshed between batches as a node would re-measure); the planted miscla
 - ``devices_2x``: two devices on a machine that is one (two nonces share the cores);
 - ``shared_machine``: two nodes on one machine each claiming all of it, challenged together.
 
-``verifier_cost_ratio``: the verifier's time over the prover's (issue to opening) at a 256 MiB
+``verifier_cost_ratio``: the verifier's time over the prover's (issue to opening) at a 512 MiB
 memory claim; ``verifier_cost_ratio_small`` the same at the honest runs' size.
 """
 
@@ -38,7 +38,7 @@ from reference import challenge as ch
 log = logging.getLogger("bench.market_challenge")
 
 HONEST_MEMORY = 32 << 20
-COST_MEMORY = 256 << 20
+COST_MEMORY = 512 << 20
 NODE_NICE = -15
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_ARENA_MAX": "2"}
 

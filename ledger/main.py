@@ -83,7 +83,15 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
     )
     api = APIRouter(prefix="/v1")
     for module in (
-        meta, attestations, runs, nodes, rewards, blobs, membership, funding, challenges
+        meta,
+        attestations,
+        runs,
+        nodes,
+        rewards,
+        blobs,
+        membership,
+        funding,
+        challenges,
     ):
         api.include_router(module.router)
     app.include_router(api)

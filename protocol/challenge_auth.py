@@ -44,7 +44,7 @@ def claim_digest(
     return hashlib.sha256(text.encode()).digest()
 
 
-def message(
+def message(  # noqa: PLR0917 - the signed lines, in order
     domain: Eip712Domain, node: str, step: Step, challenge: int, device: int, digest: bytes
 ) -> bytes:
     """The exact text a node signs (see the module docstring)."""
@@ -57,7 +57,7 @@ def message(
     ).encode()
 
 
-def message_digest(
+def message_digest(  # noqa: PLR0917 - the signed lines, in order
     domain: Eip712Domain, node: str, step: Step, challenge: int, device: int, digest: bytes
 ) -> bytes:
     """keccak256 of the EIP-191 (personal_sign) framing of :func:`message`."""
@@ -65,24 +65,38 @@ def message_digest(
     return bytes(keccak256(b"\x19Ethereum Signed Message:\n" + str(len(msg)).encode() + msg))
 
 
-def sign(
-    key: bytes, domain: Eip712Domain, node: str, step: Step, challenge: int, device: int,
+def sign(  # noqa: PLR0917 - the signed lines, in order
+    key: bytes,
+    domain: Eip712Domain,
+    node: str,
+    step: Step,
+    challenge: int,
+    device: int,
     digest: bytes,
-) -> str:  # fmt: skip
+) -> str:
     """0x-hex signature of one step by ``key`` (the node's hot key)."""
-    return "0x" + sign_digest(message_digest(domain, node, step, challenge, device, digest), key).hex()
+    return (
+        "0x" + sign_digest(message_digest(domain, node, step, challenge, device, digest), key).hex()
+    )
 
 
-def check(
-    domain: Eip712Domain, node: str, step: Step, challenge: int, device: int, digest: bytes,
+def check(  # noqa: PLR0917 - the signed lines, in order
+    domain: Eip712Domain,
+    node: str,
+    step: Step,
+    challenge: int,
+    device: int,
+    digest: bytes,
     signature: str,
-) -> None:  # fmt: skip
+) -> None:
     """SignatureError unless ``signature`` is ``node``'s over this step."""
     try:
         sig = bytes.fromhex(signature.removeprefix("0x"))
     except ValueError:
         raise SignatureError("signature is not hex") from None
-    signer: Address = recover_digest(message_digest(domain, node, step, challenge, device, digest), sig)
+    signer: Address = recover_digest(
+        message_digest(domain, node, step, challenge, device, digest), sig
+    )
     if signer.lower() != node.lower():
         raise SignatureError(
             f"the {step} of challenge {challenge} is signed by {signer}, not by node {node}: "

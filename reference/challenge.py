@@ -12,11 +12,12 @@ keep 10 mantissa bits) computes C exactly in any summation order, so the check i
 error bound to calibrate and no false positive from rounding.
 
 **What the prover sends.** C is n^2 numbers, so it is committed, not sent: (1) before the
-deadline, the Merkle root of C's rows (leaf = sha256(0x00 || row as fp32 LE, every value an integer, zero as +0.0), inner =
-sha256(0x01 || left || right), an odd node carried up); (2) then the ledger reveals a probe key
-(sha256 of a secret it kept and the committed root, so the probe cannot be known before the
-commitment) from which both sides derive ``R`` (n x t, entries in [0, 2^b)) and ``SPOT_ROWS``
-row indices; (3) the prover opens ``y = C @ R`` and the spot rows with their Merkle proofs.
+deadline, the Merkle root of C's rows (leaf = sha256(0x00 || row as fp32 little endian, every
+value an integer, zero as +0.0), inner = sha256(0x01 || left || right), an odd node carried
+up); (2) then the ledger reveals a probe key (sha256 of a secret it kept and the committed root,
+so the probe cannot be known before the commitment) from which both sides derive ``R`` (n x t,
+entries in [0, 2^b)) and ``SPOT_ROWS`` row indices; (3) the prover opens ``y = C @ R`` and the
+spot rows with their Merkle proofs.
 The verifier checks ``y == A @ (B @ R)`` exactly (Freivalds: O(nm t), not O(n^2 m)), and for
 every spot row that its proof leads to the root and ``row @ R == y[row]``. A committed row that
 is not the true row passes the last test with probability at most 2^-(b t) <= 2^-PROBE_BITS; a
@@ -40,9 +41,9 @@ deadline; nodes sharing cores (or a node claiming twice its cores) get half the 
 from __future__ import annotations
 
 import hashlib
-import os
 import logging
 import math
+import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -80,7 +81,9 @@ class Shape:
 
     def __post_init__(self) -> None:
         if self.n < 1 or not 1 <= self.m <= MAX_INNER:
-            raise ValueError(f"challenge shape {self.n}x{self.m}: need n >= 1, 1 <= m <= {MAX_INNER}")
+            raise ValueError(
+                f"challenge shape {self.n}x{self.m}: need n >= 1, 1 <= m <= {MAX_INNER}"
+            )
 
     @property
     def flops(self) -> int:
@@ -108,7 +111,9 @@ def size(memory_bytes: int, kind: str = "cpu") -> Shape:
     return Shape(n, m)
 
 
-def deadline_s(shape: Shape, claimed_flops: float, *, slack: float = SLACK, latency_s: float = 0.0) -> float:
+def deadline_s(
+    shape: Shape, claimed_flops: float, *, slack: float = SLACK, latency_s: float = 0.0
+) -> float:
     """Seconds from issue to the commitment's arrival for one device claiming ``claimed_flops``."""
     if claimed_flops <= 0:
         raise ValueError(f"claimed throughput {claimed_flops} FLOP/s: must be positive")
@@ -303,8 +308,6 @@ class Prover:
         return [(i, self._c[i : i + step]) for i in range(0, n, step)]
 
     def _leaves(self, threads: int) -> list[bytes]:
-        import torch
-
         out: list[bytes] = []
         with ThreadPoolExecutor(max(1, threads)) as pool:
             for _, blk in self._row_blocks():
@@ -321,10 +324,7 @@ class Prover:
         r = torch.from_numpy(pr.r).to(self.device)
         ys = [(blk.to(torch.float64) @ r).cpu().numpy() for _, blk in self._row_blocks(1 << 20)]
         y = np.concatenate(ys).astype(np.int64)
-        rows = {
-            i: self._c[i].cpu().numpy().astype("<f4", copy=False).tobytes()
-            for i in pr.spots
-        }
+        rows = {i: self._c[i].cpu().numpy().astype("<f4", copy=False).tobytes() for i in pr.spots}
         proofs = {i: proof(self._levels, i) for i in pr.spots}
         return Opening(y.tolist(), rows, proofs)
 
@@ -345,7 +345,7 @@ def measure(shape: Shape, device: str = "cpu", *, repeats: int = 2) -> float:
 # --- the verifier ---------------------------------------------------------------------------------
 
 
-def verify(
+def verify(  # noqa: PLR0917 - the verifier's inputs, in the protocol's order
     seed: bytes, nonce: bytes, shape: Shape, root: bytes, key: bytes, opening: Opening
 ) -> None:
     """Check one device's opening against its committed root; ChallengeError says what failed.

@@ -57,9 +57,13 @@ class Claim:
 
     def digest(self) -> bytes:
         return challenge_auth.claim_digest(
-            kind=self.kind, devices=self.devices, memory_bytes=self.memory_bytes,
-            flops=self.flops, request=self.request, expires=self.expires,
-        )  # fmt: skip
+            kind=self.kind,
+            devices=self.devices,
+            memory_bytes=self.memory_bytes,
+            flops=self.flops,
+            request=self.request,
+            expires=self.expires,
+        )
 
 
 def _refuse(code: str, message: str) -> LedgerError:
@@ -83,10 +87,15 @@ def _devices(session: Session, challenge_id: int) -> list[MarketChallengeDevice]
     )
 
 
-def issue(
-    session: Session, snapshot: ChainSnapshot, domain: Eip712Domain, node: str, claim: Claim,
-    signature: str, now: datetime,
-) -> tuple[MarketChallenge, list[MarketChallengeDevice]]:  # fmt: skip
+def issue(  # noqa: PLR0917 - a step's inputs
+    session: Session,
+    snapshot: ChainSnapshot,
+    domain: Eip712Domain,
+    node: str,
+    claim: Claim,
+    signature: str,
+    now: datetime,
+) -> tuple[MarketChallenge, list[MarketChallengeDevice]]:
     """A new challenge for ``node``'s signed ``claim`` (see the module docstring)."""
     addr = to_checksum_address(node)
     info = snapshot.nodes.get(addr)
@@ -123,11 +132,20 @@ def issue(
         raise _refuse("challenge_replayed", "this signed request was used: sign a new one")
     deadline = ch.deadline_s(shape, claim.flops, latency_s=LATENCY_S)
     row = MarketChallenge(
-        node=addr, request=request, kind=claim.kind, devices=claim.devices,
-        memory_bytes=claim.memory_bytes, flops=claim.flops, n=shape.n, m=shape.m,
-        seed="0x" + os.urandom(32).hex(), secret="0x" + os.urandom(32).hex(), slack=ch.SLACK,
-        issued_at=now, deadline_at=now + timedelta(seconds=deadline),
-    )  # fmt: skip
+        node=addr,
+        request=request,
+        kind=claim.kind,
+        devices=claim.devices,
+        memory_bytes=claim.memory_bytes,
+        flops=claim.flops,
+        n=shape.n,
+        m=shape.m,
+        seed="0x" + os.urandom(32).hex(),
+        secret="0x" + os.urandom(32).hex(),
+        slack=ch.SLACK,
+        issued_at=now,
+        deadline_at=now + timedelta(seconds=deadline),
+    )
     session.add(row)
     session.flush()
     assert row.id is not None
@@ -143,9 +161,7 @@ def issue(
 def _device(session: Session, row: MarketChallenge, device: int) -> MarketChallengeDevice:
     found = session.exec(
         select(MarketChallengeDevice)
-        .where(
-            MarketChallengeDevice.challenge_id == row.id, MarketChallengeDevice.device == device
-        )
+        .where(MarketChallengeDevice.challenge_id == row.id, MarketChallengeDevice.device == device)
         .with_for_update()
     ).first()
     if found is None:
@@ -155,10 +171,15 @@ def _device(session: Session, row: MarketChallenge, device: int) -> MarketChalle
     return found
 
 
-def commit(
-    session: Session, domain: Eip712Domain, challenge_id: int, device: int, root: bytes,
-    signature: str, now: datetime,
-) -> bytes:  # fmt: skip
+def commit(  # noqa: PLR0917 - a step's inputs
+    session: Session,
+    domain: Eip712Domain,
+    challenge_id: int,
+    device: int,
+    root: bytes,
+    signature: str,
+    now: datetime,
+) -> bytes:
     """Record ``device``'s root if it came by the deadline; its probe key."""
     row = _load(session, challenge_id)
     dev = _device(session, row, device)
@@ -179,14 +200,21 @@ def commit(
     return ch.probe_key(bytes.fromhex(row.secret[2:]), device, root)
 
 
-def open_(
-    session: Session, domain: Eip712Domain, challenge_id: int, device: int,
-    opening: ch.Opening, signature: str, now: datetime,
-) -> MarketChallenge:  # fmt: skip
+def open_(  # noqa: PLR0917 - a step's inputs
+    session: Session,
+    domain: Eip712Domain,
+    challenge_id: int,
+    device: int,
+    opening: ch.Opening,
+    signature: str,
+    now: datetime,
+) -> MarketChallenge:
     """Check ``device``'s opening; the challenge (its verdict once every device is decided)."""
     row = _load(session, challenge_id)
     dev = _device(session, row, device)
-    challenge_auth.check(domain, row.node, "open", challenge_id, device, opening.digest(), signature)
+    challenge_auth.check(
+        domain, row.node, "open", challenge_id, device, opening.digest(), signature
+    )
     if dev.verdict != "committed" or dev.root is None:
         raise _refuse(
             "challenge_closed", f"device {device} is {dev.verdict}: only a commitment opens"
@@ -198,9 +226,13 @@ def open_(
         key = ch.probe_key(bytes.fromhex(row.secret[2:]), device, root)
         try:
             ch.verify(
-                bytes.fromhex(row.seed[2:]), bytes.fromhex(dev.nonce[2:]),
-                ch.Shape(row.n, row.m), root, key, opening,
-            )  # fmt: skip
+                bytes.fromhex(row.seed[2:]),
+                bytes.fromhex(dev.nonce[2:]),
+                ch.Shape(row.n, row.m),
+                root,
+                key,
+                opening,
+            )
             dev.verdict = "passed"
         except ch.ChallengeError as exc:
             _fail(dev, f"wrong product: {exc}")
@@ -266,7 +298,9 @@ def evidence(row: MarketChallenge, devices: list[MarketChallengeDevice]) -> dict
         "node": row.node,
         "request": row.request,
         "claim": {
-            "kind": row.kind, "devices": row.devices, "memory_bytes": row.memory_bytes,
+            "kind": row.kind,
+            "devices": row.devices,
+            "memory_bytes": row.memory_bytes,
             "flops": row.flops,
         },
         "shape": [row.n, row.m],
@@ -278,27 +312,29 @@ def evidence(row: MarketChallenge, devices: list[MarketChallengeDevice]) -> dict
         "verdict": row.verdict,
         "reason": row.reason,
         "measured": {
-            "flops": row.measured_flops, "memory_bytes": row.measured_memory_bytes,
+            "flops": row.measured_flops,
+            "memory_bytes": row.measured_memory_bytes,
             "devices": row.measured_devices,
         },
         "device_outcomes": [
             {
-                "device": d.device, "nonce": d.nonce, "root": d.root,
+                "device": d.device,
+                "nonce": d.nonce,
+                "root": d.root,
                 "committed_at": d.committed_at.isoformat() if d.committed_at else None,
-                "verdict": d.verdict, "reason": d.reason,
+                "verdict": d.verdict,
+                "reason": d.reason,
             }
             for d in devices
         ],
-    }  # fmt: skip
+    }
 
 
 def _record_fraud(
     session: Session, row: MarketChallenge, devices: list[MarketChallengeDevice]
 ) -> None:
     exists = session.exec(
-        select(FraudRecord).where(
-            FraudRecord.run_id == MARKET_RUN_ID, FraudRecord.round == row.id
-        )
+        select(FraudRecord).where(FraudRecord.run_id == MARKET_RUN_ID, FraudRecord.round == row.id)
     ).first()
     if exists is not None:
         return

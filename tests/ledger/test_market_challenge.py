@@ -284,7 +284,7 @@ def test_a_replayed_request_is_refused(
 
 
 def test_the_command_proves_a_claim_against_a_served_ledger(
-    ledger: Ledger, registered: list[NodeKey], monkeypatch: pytest.MonkeyPatch
+    client: TestClient, ledger: Ledger, registered: list[NodeKey], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import json
 
