@@ -1,41 +1,45 @@
 """The timed hardware challenge: one exact integer matrix product per device, committed before a
-deadline set by the claimed throughput, checked by Freivalds projections and spot rows.
+deadline set by the claimed throughput, checked by a Freivalds projection of a random sub-block.
 
 Shared by the node (the prover: :class:`Prover`) and the ledger (the verifier: :func:`verify`).
 
 **The product.** From the ledger's fresh ``seed`` and one ``nonce`` per device, a PCG64 stream
-keyed by sha256 gives ``n*m`` bytes; byte ``k*n + i`` holds ``A[i, k]`` in its low nibble and
-``B[k, i]`` in its high nibble, each minus 8 (entries in [-8, 7]). The prover computes
-``C = A @ B`` (n x n, inner dimension m). Every product is at most 64 in magnitude and
-``m <= MAX_INNER``, so every partial sum is an integer below 2^24: fp32 (and TF32, whose inputs
-keep 10 mantissa bits) computes C exactly in any summation order, so the check is exact, with no
-error bound to calibrate and no false positive from rounding.
+keyed by sha256 gives ``n*m`` bytes; byte ``i*m + k`` holds ``A[i, k]`` in its low nibble and
+``B[k, i]`` in its high nibble, each minus 8 (entries in [-8, 7]): row i of A and column i of B
+are m contiguous bytes, which anyone can generate alone (PCG64 jumps ahead in O(log n)). The
+prover computes ``C = A @ B`` (n x n, inner dimension m). Every product is at most 64 in
+magnitude and ``m <= MAX_INNER``, so every partial sum is an integer below 2^24: fp32 (and TF32,
+whose inputs keep 10 mantissa bits) computes C exactly in any summation order, so the check is
+exact, with no error bound to calibrate and no false positive from rounding.
 
 **What the prover sends.** C is n^2 numbers, so it is committed, not sent: (1) before the
 deadline, the Merkle root of C's rows (leaf = sha256(0x00 || row as fp32 little endian, every
 value an integer, zero as +0.0), inner = sha256(0x01 || left || right), an odd node carried
 up); (2) then the ledger reveals a probe key (sha256 of a secret it kept and the committed root,
-so the probe cannot be known before the commitment) from which both sides derive ``R`` (n x t,
-entries in [0, 2^b)) and ``SPOT_ROWS`` row indices; (3) the prover opens ``y = C @ R`` and the
-spot rows with their Merkle proofs.
-The verifier checks ``y == A @ (B @ R)`` exactly (Freivalds: O(nm t), not O(n^2 m)), and for
-every spot row that its proof leads to the root and ``row @ R == y[row]``. A committed row that
-is not the true row passes the last test with probability at most 2^-(b t) <= 2^-PROBE_BITS; a
-prover that skipped a fraction f of the rows to meet the deadline passes with (1 - f)^SPOT_ROWS
-(a 2x throughput claim under SLACK 1.5 needs f >= 1/4: 0.75^48 < 1e-6). ``y`` alone would be
-forgeable without C (A @ (B @ R) is cheap), which is why the rows are committed first.
+so the probe cannot be known before the commitment) from which both sides derive ``SPOT_ROWS``
+rows S, ``SPOT_COLS`` columns J and ``R`` (|J| x t integers in [0, 2^b)); (3) the prover opens
+the rows S with their Merkle proofs. The verifier checks every proof against the root, that the
+rows hold integers, and Freivalds on the sub-block: ``C[S, J] @ R == A[S] @ (B[:, J] @ R)``,
+exactly in float64 (b is chosen so every sum stays below 2^53). Freivalds compresses the
+|S| x |J| entries into |S| x t numbers: O((|S| + |J|) m) work, against O(|S| |J| m) to check
+each entry and the prover's 2 n^2 m; it needs only |S| rows of A and |J| columns of B, never the
+whole operands (a GPU prover's n^2 m at tens of TFLOP/s would otherwise cost the verifier more
+than the prover). A wrong entry in the sub-block survives with probability at most 2^-(b t) <=
+2^-PROBE_BITS; a prover that skipped a fraction f of C (rows, columns or entries) to meet the
+deadline is missed with probability (1 - f)^48 at most (a 2x claim under SLACK 1.5 needs f >=
+1/4: below 1e-6). Committing before the probe is what makes this sound: the sub-block, once
+known, is cheap to compute alone.
 
 **Sizing.** Memory: the honest prover holds A and B in fp32 (8nm bytes) and C (4n^2): n is the
 largest multiple of 64 with 4n^2 + 9nm <= MEMORY_FRACTION * claimed memory (the 9th byte per
 (i, k) is the stream). A node claiming twice its memory needs 1.5x what it has. A product is
-blockable, so a prover built to compute C in blocks, regenerating or streaming A and B, needs
-less; what it pays for that (regeneration passes, host transfers) must fit in the slack.
-Throughput: the deadline is ``SLACK * flops / claimed_flops + latency``, ``flops = 2 n^2 m`` per
-device; a node's throughput is this challenge's end to end (generate, multiply, hash), measured
-by running it (:func:`measure`), so the slack only absorbs noise: SLACK 1.5 was calibrated on
-honest runs of 2 shared cores (bench.market_challenge), and a 2x claim needs the node to run
-1.33x faster than it measured. Devices: one nonce per device, all run at once, each its own
-deadline; nodes sharing cores (or a node claiming twice its cores) get half the throughput each.
+blockable, so a prover built to compute C in blocks needs less; what it pays for that (streaming
+or regenerating A and B) must fit in the slack. Throughput: the deadline is
+``SLACK * flops / claimed_flops + latency``, ``flops = 2 n^2 m`` per device; a node's throughput
+is this challenge's end to end (generate, multiply, hash), measured by running it
+(:func:`measure`), so the slack only absorbs noise (SLACK 1.5, calibrated on honest runs in
+bench.market_challenge). Devices: one nonce per device, all run at once, each its own deadline;
+nodes sharing cores (or a node claiming twice its devices) get half the throughput each.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ MAX_INNER: Final = EXACT_FP32 // 64
 MEMORY_FRACTION: Final = 0.75
 SLACK: Final = 1.5
 SPOT_ROWS: Final = 48
+SPOT_COLS: Final = 64
 PROBE_BITS: Final = 40
 """A wrong committed row survives the projection check with probability at most 2^-PROBE_BITS."""
 ROW_ALIGN: Final = 64
@@ -131,47 +136,68 @@ def _rng(key: bytes) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(int.from_bytes(key, "big")))
 
 
-def stream(seed: bytes, nonce: bytes, shape: Shape) -> npt.NDArray[np.uint8]:
-    """The ``n*m`` operand bytes of one device's challenge (see the module docstring)."""
+def _generator(seed: bytes, nonce: bytes, shape: Shape) -> np.random.PCG64:
     key = _key(b"operands", seed, nonce, shape.n.to_bytes(8, "big"), shape.m.to_bytes(8, "big"))
-    words = -(-shape.n * shape.m // 8)
-    raw = np.random.PCG64(int.from_bytes(key, "big")).random_raw(words)
-    return raw.astype("<u8", copy=False).view(np.uint8)[: shape.n * shape.m]
+    return np.random.PCG64(int.from_bytes(key, "big"))
+
+
+def stream(seed: bytes, nonce: bytes, shape: Shape) -> npt.NDArray[np.uint8]:
+    """The ``n*m`` operand bytes of one device's challenge, as n x m (see the module docstring)."""
+    raw = _generator(seed, nonce, shape).random_raw(shape.n * shape.m // 8)
+    return raw.astype("<u8", copy=False).view(np.uint8).reshape(shape.n, shape.m)
+
+
+def stream_rows(
+    seed: bytes, nonce: bytes, shape: Shape, rows: Sequence[int]
+) -> npt.NDArray[np.uint8]:
+    """Rows ``rows`` of :func:`stream` without the others (a jump ahead for each)."""
+    out = np.empty((len(rows), shape.m), np.uint8)
+    words = shape.m // 8
+    for r, i in enumerate(rows):
+        gen = _generator(seed, nonce, shape)
+        gen.advance(i * words)
+        out[r] = gen.random_raw(words).astype("<u8", copy=False).view(np.uint8)
+    return out
+
+
+def _nibbles(s: npt.NDArray[np.uint8], dtype: Any) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    lo = (s & 15).astype(dtype)
+    lo -= 8
+    hi = (s >> 4).astype(dtype)
+    hi -= 8
+    return lo, hi
 
 
 def operands(
     seed: bytes, nonce: bytes, shape: Shape, dtype: Any = np.float32
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-    """(A^T, B), both m x n, in ``dtype``: A is the transpose of the first."""
-    s = stream(seed, nonce, shape).reshape(shape.m, shape.n)
-    a_t = (s & 15).astype(dtype)
-    a_t -= 8
-    b = (s >> 4).astype(dtype)
-    b -= 8
-    return a_t, b
+    """(A, B^T), both n x m, in ``dtype``."""
+    return _nibbles(stream(seed, nonce, shape), dtype)
 
 
 @dataclass(frozen=True)
 class Probe:
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
     r: npt.NDArray[np.float64]
-    spots: tuple[int, ...]
 
 
 def probe_bits(shape: Shape) -> int:
-    """Bits per entry of R such that every sum in C @ R and A @ (B @ R) is exact in float64."""
-    bound_bits = math.ceil(math.log2(64 * shape.n * shape.m))
+    """Bits per entry of R such that every sum of the sub-block check is exact in float64."""
+    bound_bits = math.ceil(math.log2(64 * shape.m * min(SPOT_COLS, shape.n)))
     return max(1, min(20, 52 - bound_bits))
 
 
-def probe(key: bytes, shape: Shape, spots: int = SPOT_ROWS) -> Probe:
-    """R and the spot rows derived from the ledger's probe key (revealed after the commitment)."""
+def probe(key: bytes, shape: Shape) -> Probe:
+    """The spot rows, columns and R, derived from the ledger's probe key (revealed after the
+    commitment)."""
     bits = probe_bits(shape)
     t = -(-PROBE_BITS // bits)
     rng = _rng(_key(b"probe", key))
-    r = rng.integers(0, 1 << bits, size=(shape.n, t), dtype=np.int64).astype(np.float64)
-    count = min(spots, shape.n)
-    rows = rng.choice(shape.n, size=count, replace=False)
-    return Probe(r, tuple(sorted(int(i) for i in rows)))
+    rows = rng.choice(shape.n, size=min(SPOT_ROWS, shape.n), replace=False)
+    cols = rng.choice(shape.n, size=min(SPOT_COLS, shape.n), replace=False)
+    r = rng.integers(0, 1 << bits, size=(len(cols), t), dtype=np.int64).astype(np.float64)
+    return Probe(tuple(sorted(int(i) for i in rows)), tuple(int(j) for j in cols), r)
 
 
 def probe_key(secret: bytes, device: int, root: bytes) -> bytes:
@@ -236,15 +262,13 @@ def root_of(leaf_hash: bytes, index: int, count: int, siblings: Sequence[bytes])
 
 @dataclass(frozen=True)
 class Opening:
-    """The prover's answer to a probe: y = C @ R and the spot rows with their proofs."""
+    """The prover's answer to a probe: the spot rows of C with their Merkle proofs."""
 
-    y: list[list[int]]
     rows: dict[int, bytes]
     proofs: dict[int, list[bytes]]
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "y": self.y,
             "rows": {str(i): r.hex() for i, r in self.rows.items()},
             "proofs": {str(i): ["0x" + s.hex() for s in p] for i, p in self.proofs.items()},
         }
@@ -252,7 +276,6 @@ class Opening:
     @classmethod
     def from_json(cls, data: Any) -> Opening:
         try:
-            y = [[int(v) for v in row] for row in data["y"]]
             rows = {int(i): bytes.fromhex(r) for i, r in data["rows"].items()}
             proofs = {
                 int(i): [bytes.fromhex(s.removeprefix("0x")) for s in p]
@@ -260,15 +283,14 @@ class Opening:
             }
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ChallengeError(
-                f"opening: expected y (list of integer lists), rows (index -> hex fp32 LE row) "
-                f"and proofs (index -> list of 0x hashes): {exc}"
+                f"opening: expected rows (index -> hex fp32 LE row) and proofs (index -> list "
+                f"of 0x hashes): {exc}"
             ) from None
-        return cls(y, rows, proofs)
+        return cls(rows, proofs)
 
     def digest(self) -> bytes:
         """What the node signs for this opening."""
         h = hashlib.sha256(b"opening")
-        h.update(np.asarray(self.y, dtype="<i8").tobytes())
         for i in sorted(self.rows):
             h.update(i.to_bytes(8, "big") + self.rows[i] + b"".join(self.proofs.get(i, [])))
         return h.digest()
@@ -292,11 +314,11 @@ class Prover:
         if self.device.startswith("cuda"):
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
-        a_t, b = operands(self.seed, self.nonce, self.shape)
-        ta = torch.from_numpy(a_t).to(self.device)
-        tb = torch.from_numpy(b).to(self.device)
-        del a_t, b
-        self._c = ta.T @ tb
+        a, b_t = operands(self.seed, self.nonce, self.shape)
+        ta = torch.from_numpy(a).to(self.device)
+        tb = torch.from_numpy(b_t).to(self.device)
+        del a, b_t
+        self._c = ta @ tb.T
         self._c.add_(0.0)  # -0.0 -> +0.0: one byte string per value
         del ta, tb
         self._levels = tree(self._leaves(hash_threads))
@@ -316,17 +338,11 @@ class Prover:
         return out
 
     def open(self, key: bytes) -> Opening:
-        import torch
-
         if self._c is None:
             raise RuntimeError("run() the challenge before opening it")
-        pr = probe(key, self.shape)
-        r = torch.from_numpy(pr.r).to(self.device)
-        ys = [(blk.to(torch.float64) @ r).cpu().numpy() for _, blk in self._row_blocks(1 << 20)]
-        y = np.concatenate(ys).astype(np.int64)
-        rows = {i: self._c[i].cpu().numpy().astype("<f4", copy=False).tobytes() for i in pr.spots}
-        proofs = {i: proof(self._levels, i) for i in pr.spots}
-        return Opening(y.tolist(), rows, proofs)
+        spots = probe(key, self.shape).rows
+        rows = {i: self._c[i].cpu().numpy().astype("<f4", copy=False).tobytes() for i in spots}
+        return Opening(rows, {i: proof(self._levels, i) for i in spots})
 
 
 def measure(shape: Shape, device: str = "cpu", *, repeats: int = 2) -> float:
@@ -350,29 +366,28 @@ def verify(  # noqa: PLR0917 - the verifier's inputs, in the protocol's order
 ) -> None:
     """Check one device's opening against its committed root; ChallengeError says what failed.
 
-    Cost: regenerating A and B and two products with R (O(nm t)) and the spot rows (O(n t) and
-    a Merkle path each), against the prover's 2 n^2 m.
+    Cost: hashing |S| rows and their Merkle paths, generating |S| rows of A and |J| columns of
+    B, and two small products: O((|S| + |J|) m + |S| n), against the prover's 2 n^2 m.
     """
     pr = probe(key, shape)
-    t = pr.r.shape[1]
-    y = np.asarray(opening.y, dtype=np.float64) if opening.y else np.zeros((0, t))
-    if y.shape != (shape.n, t):
-        raise ChallengeError(f"y: expected {shape.n} rows of {t} integers, got shape {y.shape}")
-    if set(opening.rows) != set(pr.spots) or set(opening.proofs) != set(pr.spots):
-        raise ChallengeError(f"opening: expected exactly the spot rows {list(pr.spots)}")
-    a_t, b = operands(seed, nonce, shape, np.float64)
-    expect = a_t.T @ (b @ pr.r)
-    bad = np.flatnonzero((expect != y).any(axis=1))
-    if bad.size:
-        raise ChallengeError(
-            f"y = C @ R differs from A @ (B @ R) in {bad.size} row(s) (first: {int(bad[0])})"
-        )
-    for i in pr.spots:
+    if set(opening.rows) != set(pr.rows) or set(opening.proofs) != set(pr.rows):
+        raise ChallengeError(f"opening: expected exactly the spot rows {list(pr.rows)}")
+    block = np.empty((len(pr.rows), len(pr.cols)))
+    for r, i in enumerate(pr.rows):
         raw = opening.rows[i]
         if len(raw) != 4 * shape.n:
             raise ChallengeError(f"row {i}: expected {4 * shape.n} bytes, got {len(raw)}")
         if root_of(leaf(raw), i, shape.n, opening.proofs[i]) != root:
             raise ChallengeError(f"row {i}: its Merkle proof does not lead to the committed root")
         row = np.frombuffer(raw, dtype="<f4").astype(np.float64)
-        if not np.array_equal(row, np.round(row)) or not np.array_equal(row @ pr.r, y[i]):
-            raise ChallengeError(f"row {i}: the committed row is not row {i} of A @ B")
+        if not np.array_equal(row, np.round(row)):
+            raise ChallengeError(f"row {i}: C holds integers only")
+        block[r] = row[list(pr.cols)]
+    a, _ = _nibbles(stream_rows(seed, nonce, shape, pr.rows), np.float64)
+    _, b_t = _nibbles(stream_rows(seed, nonce, shape, pr.cols), np.float64)
+    bad = np.flatnonzero((block @ pr.r != a @ (b_t.T @ pr.r)).any(axis=1))
+    if bad.size:
+        raise ChallengeError(
+            f"row {pr.rows[int(bad[0])]}: the committed row is not that row of A @ B "
+            f"({bad.size} of {len(pr.rows)} spot rows wrong)"
+        )
