@@ -39,7 +39,7 @@ log = logging.getLogger("bench.market_challenge")
 
 HONEST_MEMORY = 32 << 20
 COST_MEMORY = 512 << 20
-NODE_NICE = -15
+NODE_NICE = -20
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_ARENA_MAX": "2"}
 
 
@@ -68,12 +68,13 @@ def _node(conn: Connection, threads: int, memory_limit: int) -> None:
     warm.run(hash_threads=threads)
     warm.open(b"w")
     del warm
-    if memory_limit:
-        cap = _vm_bytes() + memory_limit
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     conn.send("ready")
     while (job := conn.recv()) is not None:
         seed, nonce, shape = job
+        if memory_limit:  # what it maps now and the memory it has; the hard limit stays open
+            gc.collect()
+            cap = _vm_bytes() + memory_limit
+            resource.setrlimit(resource.RLIMIT_AS, (cap, resource.RLIM_INFINITY))
         try:
             prover = ch.Prover(seed, nonce, shape)
             root = prover.run(hash_threads=threads)
@@ -81,7 +82,7 @@ def _node(conn: Connection, threads: int, memory_limit: int) -> None:
             conn.send(("error", f"{type(exc).__name__}: {exc}"[:200], time.time()))
             conn.recv()
             conn.send(("error", "no commitment", 0.0))
-            continue
+            return  # out of memory: the node's process ends, as an OOM kill would end it
         conn.send(("root", root, time.time()))
         key = conn.recv()
         try:
@@ -96,6 +97,15 @@ def _node(conn: Connection, threads: int, memory_limit: int) -> None:
 class Node:
     proc: Any
     conn: Connection
+    threads: int
+    memory_limit: int
+
+    def revive(self) -> None:
+        """Start the node again if its process ended (out of memory)."""
+        if not self.proc.is_alive():
+            self.proc.join()
+            fresh = start(self.threads, self.memory_limit)
+            self.proc, self.conn = fresh.proc, fresh.conn
 
 
 def start(threads: int, memory_limit: int = 0) -> Node:
@@ -116,7 +126,7 @@ def start(threads: int, memory_limit: int = 0) -> Node:
                 os.environ[k] = v
     if parent.recv() != "ready":
         raise RuntimeError("node process did not start")
-    return Node(proc, parent)
+    return Node(proc, parent, threads, memory_limit)
 
 
 def stop(nodes: list[Node]) -> None:
@@ -152,6 +162,10 @@ def challenge(
         keys.append(key)
         dev.conn.send(key)
     openings = [dev.conn.recv() for dev in devices]
+    for dev, (kind, _, _) in zip(devices, commits, strict=True):
+        if kind != "root":
+            dev.proc.join(timeout=30)
+            dev.revive()
     prover_s = time.time() - issued  # issue to the last opening received
     reasons: list[str] = []
     seconds: list[float] = []
