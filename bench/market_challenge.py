@@ -68,13 +68,13 @@ def _node(conn: Connection, threads: int, memory_limit: int) -> None:
     warm.run(hash_threads=threads)
     warm.open(b"w")
     del warm
+    if memory_limit:  # what it maps once warm, and the memory it has
+        gc.collect()
+        cap = _vm_bytes() + memory_limit
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     conn.send("ready")
     while (job := conn.recv()) is not None:
         seed, nonce, shape = job
-        if memory_limit:  # what it maps now and the memory it has; the hard limit stays open
-            gc.collect()
-            cap = _vm_bytes() + memory_limit
-            resource.setrlimit(resource.RLIMIT_AS, (cap, resource.RLIM_INFINITY))
         try:
             prover = ch.Prover(seed, nonce, shape)
             root = prover.run(hash_threads=threads)
