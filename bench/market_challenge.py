@@ -37,7 +37,7 @@ from reference import challenge as ch
 
 log = logging.getLogger("bench.market_challenge")
 
-HONEST_MEMORY = 32 << 20
+HONEST_MEMORY = 64 << 20
 COST_MEMORY = 512 << 20
 NODE_NICE = -20
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_ARENA_MAX": "2"}
@@ -145,7 +145,7 @@ class Outcome:
 
 
 def challenge(
-    devices: list[Node], shape: ch.Shape, flops_per_device: float, latency_s: float = 0.05
+    devices: list[Node], shape: ch.Shape, flops_per_device: float, latency_s: float = 0.0
 ) -> Outcome:
     """Issue one challenge per device at once; each device's verdict by the rules of the ledger."""
     seed = os.urandom(32)
