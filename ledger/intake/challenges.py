@@ -8,7 +8,7 @@ open, verdict.
 2. **commit**: each device's Merkle root of C, signed, must arrive by the deadline (the ledger's
    clock); the answer is that device's probe key, derived from the secret and the root, so the
    probe cannot be known before the commitment.
-3. **open**: y = C @ R and the spot rows, signed; checked by :func:`reference.challenge.verify`.
+3. **open**: the probed rows of C, signed; checked by :func:`reference.challenge.verify`.
 
 A device that misses its deadline, commits a wrong C or never opens fails the challenge. A
 failed challenge is a misclaim and ends as a fraud record (run :data:`MARKET_RUN_ID`, round =

@@ -1,6 +1,6 @@
 """The compute market's timed hardware challenge: POST /v1/market/challenges (a node's signed
 claim -> seed, one nonce per device, deadline), POST .../{id}/commit (each device's Merkle root
-of C by the deadline -> its probe key), POST .../{id}/open (y = C @ R and the spot rows -> the
+of C by the deadline -> its probe key), POST .../{id}/open (the probed rows of C -> the
 verdict), GET .../{id} (the record: claim, outcome, measured throughput, memory and devices).
 The rules are in ledger/intake/challenges.py, the math in reference/challenge.py."""
 
