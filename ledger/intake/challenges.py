@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from sqlalchemy import Connection
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from ledger.chain.indexer import ChainSnapshot
@@ -297,6 +299,7 @@ def evidence(row: MarketChallenge, devices: list[MarketChallengeDevice]) -> dict
         "challenge": row.id,
         "node": row.node,
         "request": row.request,
+        "result": row.request if row.verdict == "passed" else None,  # what an offer names
         "claim": {
             "kind": row.kind,
             "devices": row.devices,
@@ -357,3 +360,36 @@ def status(session: Session, challenge_id: int, now: datetime) -> dict[str, Any]
     expire(session, row, now)
     session.commit()
     return evidence(row, _devices(session, challenge_id))
+
+
+def matches_offer(
+    conn: Connection,
+    *,
+    node: str,
+    challenge: bytes,
+    device_count: int,
+    memory_bytes: int,
+    flops: int,
+) -> bool:
+    """Whether an offer's ``challenge`` (bytes32: the challenge's ``request``, its result id) is
+    a passed challenge of ``node`` that measured at least what the offer carries: the device
+    count exactly, at least ``memory_bytes`` per device and ``flops`` per device. The check the
+    offers' ranking asks for (ledger/market/offers.py's ``ChallengeCheck``)."""
+    table = MarketChallenge.__table__  # type: ignore[attr-defined]
+    row = conn.execute(
+        sa_select(
+            table.c.node,
+            table.c.verdict,
+            table.c.measured_flops,
+            table.c.measured_memory_bytes,
+            table.c.measured_devices,
+        ).where(table.c.request == "0x" + challenge.hex())
+    ).first()
+    if row is None or row.verdict != "passed" or row.node.lower() != node.lower():
+        return False
+    devices = int(row.measured_devices or 0)
+    return (
+        devices == device_count
+        and int(row.measured_memory_bytes or 0) >= memory_bytes
+        and int(row.measured_flops or 0) >= flops * devices
+    )

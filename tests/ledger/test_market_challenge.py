@@ -108,7 +108,7 @@ def _frauds(client: TestClient, node: NodeKey) -> list[Any]:
 
 
 def test_an_honest_node_passes_on_every_device_and_its_measures_are_recorded(
-    client: TestClient, registered: list[NodeKey], domain: Eip712Domain
+    client: TestClient, ledger: Ledger, registered: list[NodeKey], domain: Eip712Domain
 ) -> None:
     node = registered[0]
     record = run_challenge(
@@ -123,6 +123,26 @@ def test_an_honest_node_passes_on_every_device_and_its_measures_are_recorded(
     assert _frauds(client, node) == []
     again = client.get(f"/v1/market/challenges/{record['challenge']}").json()
     assert again["verdict"] == "passed"
+    # an offer naming this result matches when it carries no more than was measured
+    result = bytes.fromhex(record["result"][2:])
+    per_device = record["measured"]["flops"] // 2
+    offer = {"node": node.address, "challenge": result, "device_count": 2}
+    with ledger.engine.connect() as conn:
+        assert challenges.matches_offer(conn, **offer, memory_bytes=MEMORY, flops=per_device)
+        assert not challenges.matches_offer(
+            conn, **offer, memory_bytes=MEMORY, flops=2 * per_device
+        )
+        assert not challenges.matches_offer(
+            conn, **offer, memory_bytes=2 * MEMORY, flops=per_device
+        )
+        assert not challenges.matches_offer(
+            conn, **{**offer, "device_count": 4}, memory_bytes=MEMORY, flops=per_device
+        )
+        other = {**offer, "node": registered[1].address}
+        assert not challenges.matches_offer(conn, **other, memory_bytes=MEMORY, flops=1)
+        assert not challenges.matches_offer(
+            conn, **{**offer, "challenge": bytes(32)}, memory_bytes=MEMORY, flops=1
+        )
 
 
 def test_a_late_commitment_is_refused_and_recorded_as_a_misclaim(
