@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from protocol import challenge_auth
-from protocol.eip712 import Eip712Domain
+from protocol.eip712 import Eip712Domain, wallet_int
 from protocol.signing import address_of_private_key
 from reference import challenge as ch
 
@@ -67,8 +67,8 @@ def run_challenge(
         "node": node,
         "kind": kind,
         "devices": devices,
-        "memoryBytes": memory_bytes,
-        "flops": flops,
+        "memoryBytes": wallet_int(memory_bytes),  # above 2^53 - 1 as a decimal string
+        "flops": wallet_int(flops),
         "request": "0x" + request.hex(),
         "expires": expires,
         "signature": challenge_auth.sign(key, domain, node, "issue", 0, 0, digest),

@@ -45,7 +45,7 @@ LATENCY_S: Final = 2.0
 OPEN_WINDOW_S: Final = 120.0
 """How long after the deadline a committed device may still open (the root is already fixed)."""
 MAX_VALIDITY_S: Final = 900
-MAX_DEVICES: Final = 64
+MAX_DEVICES: Final = 63
 
 
 @dataclass(frozen=True)

@@ -6,35 +6,45 @@ The rules are in ledger/intake/challenges.py, the math in reference/challenge.py
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ledger.api.deps import JSON_BODY, DomainDep, SessionDep, SnapshotDep
 from ledger.api.errors import errors, json_response
 from ledger.core.models import utcnow
-from ledger.core.schemas import AddressStr, Hex32, SignatureHex
+from ledger.core.schemas import (
+    JS_SAFE_MAX,
+    AddressStr,
+    Hex32,
+    SignatureHex,
+    _decimal,
+    _uint_schema,
+)
 from ledger.intake import challenges
 from protocol.errors import LedgerError
 from reference import challenge as ch
 
 router = APIRouter(prefix="/market/challenges", tags=["market"])
 
-IdPath = Annotated[int, Path(ge=1, lt=1 << 62)]
-Device = Annotated[int, Field(ge=0, lt=challenges.MAX_DEVICES)]
+IdPath = Annotated[int, Path(ge=1, le=JS_SAFE_MAX)]
+Device = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=64), _uint_schema(6)]
+Devices = Annotated[int, BeforeValidator(_decimal), Field(ge=1, lt=64), _uint_schema(6, least=1)]
+Positive = Annotated[int, BeforeValidator(_decimal), Field(ge=1, lt=1 << 63), _uint_schema(63, 1)]
+Expires = Annotated[int, BeforeValidator(_decimal), Field(ge=0, lt=1 << 40), _uint_schema(40)]
 
 
 class ClaimIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     node: AddressStr
-    kind: str
-    devices: Annotated[int, Field(ge=1, le=challenges.MAX_DEVICES)]
-    memoryBytes: Annotated[int, Field(ge=1, lt=1 << 62)]  # noqa: N815 - wire names
-    flops: Annotated[int, Field(ge=1, lt=1 << 62)]
+    kind: Literal["cpu", "cuda"]
+    devices: Devices
+    memoryBytes: Positive  # noqa: N815 - wire names
+    flops: Positive
     request: Hex32
-    expires: Annotated[int, Field(ge=0, lt=1 << 40)]
+    expires: Expires
     signature: SignatureHex
 
 
@@ -46,15 +56,29 @@ class CommitIn(BaseModel):
     signature: SignatureHex
 
 
+class OpeningIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    rows: dict[str, str]
+    """Spot row index -> the row as hex fp32 little endian."""
+    proofs: dict[str, list[str]]
+    """Spot row index -> its Merkle proof, 0x hashes from the leaf up."""
+
+
 class OpenIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     device: Device
-    opening: dict[str, Any]
+    opening: OpeningIn
     signature: SignatureHex
 
 
-@router.post("", status_code=201, responses=errors(403, 409, 422, 503), dependencies=JSON_BODY)
+@router.post(
+    "",
+    status_code=201,
+    responses=errors(400, 403, 409, 413, 415, 422, 503),
+    dependencies=JSON_BODY,
+)
 def post_challenge(
     body: ClaimIn, session: SessionDep, snapshot: SnapshotDep, domain: DomainDep
 ) -> Any:
@@ -87,7 +111,11 @@ def post_challenge(
     )
 
 
-@router.post("/{challenge_id}/commit", responses=errors(404, 409, 422), dependencies=JSON_BODY)
+@router.post(
+    "/{challenge_id}/commit",
+    responses=errors(400, 404, 409, 413, 415, 422),
+    dependencies=JSON_BODY,
+)
 def post_commit(
     challenge_id: IdPath, body: CommitIn, session: SessionDep, domain: DomainDep
 ) -> Any:
@@ -104,11 +132,16 @@ def post_commit(
     return {"device": body.device, "probe": "0x" + key.hex()}
 
 
-@router.post("/{challenge_id}/open", responses=errors(404, 409, 422), dependencies=JSON_BODY)
+@router.post(
+    "/{challenge_id}/open",
+    responses=errors(400, 404, 409, 413, 415, 422),
+    dependencies=JSON_BODY,
+)
 def post_open(challenge_id: IdPath, body: OpenIn, session: SessionDep, domain: DomainDep) -> Any:
     """One device's opening; the challenge's record (decided once every device is)."""
+    challenges.status(session, challenge_id, utcnow())  # 404 for an unknown challenge first
     try:
-        opening = ch.Opening.from_json(body.opening)
+        opening = ch.Opening.from_json(body.opening.model_dump())
     except ch.ChallengeError as exc:
         raise LedgerError(str(exc), code="invalid_field") from None
     row = challenges.open_(
