@@ -18,6 +18,7 @@ from ledger.api.routes import (
     attestations,
     blobs,
     boundaries,
+    challenges,
     funding,
     leases,
     market,
@@ -85,7 +86,7 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
     )
     api = APIRouter(prefix="/v1")
     for module in (meta, attestations, runs, nodes, rewards, blobs, boundaries, membership,
-                   funding, leases, market):  # fmt: skip
+                   funding, leases, challenges, market):  # fmt: skip
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(metrics.router)

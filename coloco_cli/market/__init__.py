@@ -1,1 +1,1 @@
-"""`coloco market`: the compute market (leases here; offers and challenges join this group)."""
+"""`coloco market`: the compute market's commands (offers, requests, leases, challenges)."""

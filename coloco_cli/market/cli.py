@@ -1,9 +1,11 @@
-"""`coloco market offer | offers | request | lease`: the compute market (docs/cli.md).
+"""`coloco market offer | offers | request | lease | challenge`: the compute market (docs/cli.md).
 
 A node signs an offer of its measured hardware at a price (`offer`); anyone lists the offers
 (`offers`); an organiser states a run's needs and reads the ledger's ranked choice, with the
 reason every other offer was not chosen (`request`), and leases a node for a run's rounds, paid
-in the round's root (`lease`, coloco_cli.market.lease). Every command takes `--json`.
+in the round's root (`lease`, coloco_cli.market.lease); a node proves its hardware with the timed
+challenge whose measured figures an offer carries (`challenge`, coloco_cli.market.challenge).
+Every command takes `--json`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import typer
 
 from coloco_cli.common import parse_amount
 from coloco_cli.market import lease, ops
+from coloco_cli.market.challenge import challenge
 from coloco_cli.tx import TxOptions, reads, report, signs
 from protocol.display import binary_bytes, eth, si, utc
 
@@ -23,6 +26,7 @@ app.add_typer(
     name="lease",
     help="Lease a node for a run's rounds: open, status, claim, refund (paid in the round's root).",
 )
+app.command("challenge")(challenge)
 
 ZERO32 = "0x" + "00" * 32
 

@@ -44,6 +44,10 @@ _STATUS = {
     "bad_boundary": 422,
     "no_trace": 409,
     "unsupported_media_type": 415,
+    "challenge_open": 409,
+    "challenge_replayed": 409,
+    "challenge_closed": 409,
+    "challenge_late": 409,
 }
 
 

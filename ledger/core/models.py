@@ -476,3 +476,52 @@ class MarketOffer(SQLModel, table=True):
     signature: str = Field(max_length=132)
     verified: bool = False
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+# --- market: hardware challenges ------------------------------------------------------------------
+
+
+class MarketChallenge(SQLModel, table=True):
+    """A node's timed hardware challenge (reference/challenge.py): what it claimed, what it was
+    given, and the verdict with what it measured (what an offer carries). Migration 0015."""
+
+    __tablename__ = "market_challenge"
+
+    id: int | None = Field(default=None, primary_key=True)
+    node: str = Field(max_length=42, index=True)
+    request: str = Field(max_length=66, unique=True)  # the signed claim's digest: no replay
+    kind: str = Field(max_length=8)
+    devices: int
+    memory_bytes: int = Field(sa_type=BigInteger)  # claimed, per device
+    flops: int = Field(sa_type=BigInteger)  # claimed FLOP/s, per device
+    n: int
+    m: int
+    seed: str = Field(max_length=66)
+    secret: str = Field(max_length=66)  # probe keys derive from it: never served
+    slack: float
+    issued_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    deadline_at: datetime = Field(sa_type=UtcDateTime)
+    verdict: str = Field(default="open", max_length=8, index=True)  # open, passed, failed
+    reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    measured_flops: int | None = Field(default=None, sa_type=BigInteger)  # all devices, FLOP/s
+    measured_memory_bytes: int | None = Field(default=None, sa_type=BigInteger)  # per device
+    measured_devices: int | None = None
+    decided_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+
+
+class MarketChallengeDevice(SQLModel, table=True):
+    """One device's nonce, commitment (Merkle root of C, and when it arrived) and verdict."""
+
+    __tablename__ = "market_challenge_device"
+    __table_args__ = (
+        UniqueConstraint("challenge_id", "device", name="uq_market_challenge_device"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    challenge_id: int
+    device: int
+    nonce: str = Field(max_length=66)
+    root: str | None = Field(default=None, max_length=66)
+    committed_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    verdict: str = Field(default="open", max_length=8)  # open, committed, passed, failed
+    reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, delete, func, insert, select
 
 from ledger.chain.indexer import ChainSnapshot
 from ledger.core.models import MarketOffer
+from ledger.intake.challenges import matches_offer
 from ledger.intake.verify import reject
 from ledger.market.ranking import Offer, OfferBook
 from protocol.eip712 import Eip712Domain
@@ -39,11 +40,18 @@ _TABLE = MarketOffer.__table__  # type: ignore[attr-defined]
 ChallengeCheck = Callable[[Connection, ComputeOffer], bool]
 
 
-def no_challenges(conn: Connection, offer: ComputeOffer) -> bool:
-    """Whether ``offer``'s ``challenge`` is a recorded hardware challenge of its node whose
-    measured fields it carries. The challenge's records are not in this ledger yet: every offer
-    is unverified (ranked after every verified one) until they are and this check reads them."""
-    return False
+def challenged(conn: Connection, offer: ComputeOffer) -> bool:
+    """Whether ``offer``'s ``challenge`` names a passed hardware challenge of its node that
+    measured at least what the offer carries (ledger.intake.challenges.matches_offer); an offer
+    that names none, or more than was measured, is unverified (ranked after every verified one)."""
+    return matches_offer(
+        conn,
+        node=str(offer.node),
+        challenge=bytes(offer.challenge),
+        device_count=offer.device_count,
+        memory_bytes=offer.memory_bytes,
+        flops=offer.flops,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +117,7 @@ def post_offer(
     snap: ChainSnapshot,
     *,
     now: int,
-    challenges: ChallengeCheck = no_challenges,
+    challenges: ChallengeCheck = challenged,
 ) -> Posted:
     """Verify and store a signed offer in ``conn``'s transaction (the caller commits).
 

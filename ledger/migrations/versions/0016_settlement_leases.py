@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016_settlement_leases"
-down_revision = "0014_market_offers"
+down_revision = "0015_market_challenges"
 branch_labels = None
 depends_on = None
 

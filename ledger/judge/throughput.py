@@ -1,0 +1,141 @@
+"""After admission: the throughput a node attests round by round, checked against its offer.
+
+What it uses: the attestation's signed ``tokens``, and the time the node had for them, from the
+round's opening (``ledger_round.opened_at``) to the attestation's arrival (``received_at``),
+both on the ledger's clock; ``flops_per_token`` is the run's model cost (6 x parameters for a
+training step). The attested rate ``tokens * flops_per_token / seconds`` is compared with the
+offer's measured throughput (the challenge's ``measured_flops``):
+
+- above ``offered * CEILING``: the node attests more work than the hardware it proved can do
+  (tokens it did not train, or hardware that is not the offer's). The seconds counted are at
+  least what it had, so this never flags a node that was only fast;
+- below ``offered * floor``: the node delivers less than it offered (it passed the challenge on
+  hardware it no longer has, or shares it). ``floor`` is the run's expected utilisation (model
+  FLOP/s over matmul FLOP/s), a per-run setting: a small model on a large device is far below
+  its peak, so the default (:data:`FLOOR`) is low.
+
+Each finding becomes a fraud record like a failed replay (unique per run, round and node: a
+replay's record for the same slot is kept), so the slasher proposes the slash
+(ledger/chain/slash.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Final
+
+from sqlmodel import Session, select
+
+from ledger.core.models import Attestation, FraudRecord, RoundState
+from protocol.eip712 import keccak256
+from reference.challenge import SLACK
+
+CEILING: Final = SLACK
+FLOOR: Final = 0.02
+
+
+@dataclass(frozen=True)
+class Finding:
+    run_id: str
+    round: int
+    node: str
+    digest: str
+    tokens: int
+    seconds: float
+    flops_per_token: float
+    attested_flops: float
+    offered_flops: float
+    verdict: str  # "over" or "under"
+
+
+def judge_rate(
+    tokens: int,
+    seconds: float,
+    flops_per_token: float,
+    offered_flops: float,
+    *,
+    floor: float = FLOOR,
+    ceiling: float = CEILING,
+) -> str | None:
+    """ "over", "under" or None (consistent with the offer)."""
+    rate = tokens * flops_per_token / max(seconds, 1e-9)
+    if rate > offered_flops * ceiling:
+        return "over"
+    if rate < offered_flops * floor:
+        return "under"
+    return None
+
+
+def check_round(
+    session: Session,
+    run_id: str,
+    round_: int,
+    offers: Mapping[str, float],
+    flops_per_token: float,
+    *,
+    floor: float = FLOOR,
+) -> list[Finding]:
+    """The findings of one round for the nodes in ``offers`` (node -> offered FLOP/s)."""
+    rnd = session.exec(
+        select(RoundState).where(RoundState.run_id == run_id, RoundState.round == round_)
+    ).first()
+    if rnd is None:
+        return []
+    found = []
+    for att in session.exec(
+        select(Attestation).where(Attestation.run_id == run_id, Attestation.round == round_)
+    ).all():
+        offered = offers.get(att.node)
+        if offered is None:
+            continue
+        seconds = (att.received_at - rnd.opened_at).total_seconds()
+        verdict = judge_rate(int(att.tokens), seconds, flops_per_token, offered, floor=floor)
+        if verdict is not None:
+            found.append(
+                Finding(
+                    run_id,
+                    round_,
+                    att.node,
+                    att.digest,
+                    int(att.tokens),
+                    seconds,
+                    flops_per_token,
+                    int(att.tokens) * flops_per_token / max(seconds, 1e-9),
+                    offered,
+                    verdict,
+                )
+            )
+    return found
+
+
+def record(session: Session, findings: list[Finding]) -> int:
+    """A fraud record per finding whose slot has none yet; how many were added (the caller
+    commits)."""
+    added = 0
+    for f in findings:
+        exists = session.exec(
+            select(FraudRecord).where(
+                FraudRecord.run_id == f.run_id,
+                FraudRecord.round == f.round,
+                FraudRecord.node == f.node,
+            )
+        ).first()
+        if exists is not None:
+            continue
+        text = json.dumps(
+            {"kind": "attested_throughput", **asdict(f)}, sort_keys=True, separators=(",", ":")
+        )
+        session.add(
+            FraudRecord(
+                run_id=f.run_id,
+                round=f.round,
+                node=f.node,
+                digest=f.digest,
+                evidence_hash="0x" + keccak256(text.encode()).hex(),
+                evidence=text,
+            )
+        )
+        added += 1
+    return added
