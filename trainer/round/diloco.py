@@ -126,15 +126,15 @@ class DiLoCo:
         optimizer's moments: a governed lr or H change included, a rule a replay can follow)."""
         kept = self.inner
         if (
-            kept is None
-            or kept.cfg != settings.inner
-            or kept.keep_state != settings.keep_inner_state
+            kept is not None
+            and kept.cfg == settings.inner
+            and kept.keep_state == settings.keep_inner_state
         ):
-            if kept is not None and settings.keep_inner_state:
-                log.info("inner config changed (%s): the carried AdamW state starts fresh",
-                         settings.inner)  # fmt: skip
-            self.inner = InnerTrainer(self.model, settings.inner,
-                                      keep_state=settings.keep_inner_state)  # fmt: skip
+            return kept
+        if kept is not None and settings.keep_inner_state:
+            log.info("inner config changed (%s): the carried AdamW state starts fresh",
+                     settings.inner)  # fmt: skip
+        self.inner = InnerTrainer(self.model, settings.inner, keep_state=settings.keep_inner_state)
         return self.inner
 
     def local_packet(self, fmt: str) -> Packet:
