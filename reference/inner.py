@@ -16,6 +16,9 @@ validation loss but the baseline's as much, and the ledger's fresh-AdamW fingerp
 (ledger/judge/steps.py) rely on a first step of about lr and no step much above lr. And so is
 DEFAULT_EPS (1e-4): it lowers DiLoCo's validation loss and not the baseline's (same eps), and it
 damps the chaotic spread of a replay whose kernels differ from the node's (docs/trainer.md).
+A state carried across rounds has its own constants (CARRIED_BETAS, CARRIED_EPS,
+CARRIED_WARMUP_STEPS: :meth:`InnerConfig.protocol`), and CARRY_STATE is the protocol's one switch
+between the two modes.
 
 The ledger's reference computations (the replay of a round, the fingerprints' probe) run inside
 :func:`one_thread`: torch's result depends on how many threads split a reduction, and a node
