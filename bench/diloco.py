@@ -25,6 +25,12 @@ its error-feedback residual) at low bits and carries the rest to its next round;
 averaged as every node would after the checked all-gather (``sparse_*`` keys: loss ratios on
 both corpora, its settings, and its bytes beside int8's).
 
+The carried arms (``--skip-carried`` leaves them out) run DiLoCo with each worker's AdamW kept
+across rounds (``Setup.carried``: the paper's setting, what a node with
+``RoundSettings.keep_inner_state`` runs, with reference.inner's CARRIED_* constants), on the int8
+wire (``carried_*`` keys) and on the sparse format (``sparse_carried_*``), beside the fresh arms
+of the same run against the same baseline.
+
 Bytes are what one rank puts on the wire: a ring all-reduce of fp32 sends 2(K-1)/K * 4 bytes per
 value; a quantized round sends what trainer.network.comm.wire_bytes says for the format.
 The last line of output is one JSON object.
@@ -56,6 +62,9 @@ from reference.codec.sparse import (
 )
 from reference.data import Corpus, DataSource, ShardSpec
 from reference.inner import (
+    CARRIED_BETAS,
+    CARRIED_EPS,
+    CARRIED_WARMUP_STEPS,
     DEFAULT_BETAS,
     DEFAULT_EPS,
     DEFAULT_WARMUP_STEPS,
@@ -112,6 +121,17 @@ class Setup:
     sparse_outer: OuterConfig = field(
         default_factory=lambda: OuterConfig(lr=SPARSE_OUTER_LR, momentum=SPARSE_OUTER_MOMENTUM)
     )
+    # the carried arms (carried(): each worker keeps its AdamW across rounds, with the protocol's
+    # constants for that mode); the baseline keeps its own settings
+    carried_betas: tuple[float, float] = CARRIED_BETAS
+    carried_eps: float = CARRIED_EPS
+    carried_warmup: int = CARRIED_WARMUP_STEPS
+
+    def carried(self) -> Setup:
+        """This setup with each DiLoCo worker's AdamW carried across rounds (once-per-state
+        warmup, the carried constants), as a node with ``RoundSettings.keep_inner_state`` runs."""
+        return replace(self, keep_inner_state=True, betas=self.carried_betas,
+                       eps=self.carried_eps, warmup=self.carried_warmup)  # fmt: skip
 
 
 def run_factor(rnd: int, rounds: int, floor: float) -> float:
@@ -324,8 +344,9 @@ def corpus_named(name: str) -> Corpus:
 
 @dataclass(frozen=True)
 class Task:
-    """One independent run: ``kind`` sync, fp32 or int8 (DiLoCo's wire), evaluated on the
-    ``split`` (val or test) half of ``corpus``'s held-out rows."""
+    """One independent run: ``kind`` sync, fp32, int8 or sparse (DiLoCo's wire; ``carried``: int8
+    with the AdamW state carried, ``sparse_carried``: sparse with it), evaluated on the ``split``
+    (val or test) half of ``corpus``'s held-out rows."""
 
     kind: str
     corpus: str
@@ -347,7 +368,12 @@ def run_task(task: Task, threads: int = 1) -> tuple[float, int, list[float]]:
         log.info("%s seed %d sync lr %g on %s: %.4f", task.corpus, s.seed, s.sync_lr, task.split,
                  loss)  # fmt: skip
         return loss, sent, curve
+    if task.kind in CARRIED:
+        return run_diloco(corpus, s.carried(), rows, CARRIED[task.kind])
     return run_diloco(corpus, s, rows, task.kind)
+
+
+CARRIED = {"carried": "int8", "sparse_carried": "sparse"}  # carried arm -> its wire format
 
 
 class Pool:
@@ -402,12 +428,16 @@ def comparisons(
     *,
     int8: tuple[str, int] | None = None,
     sparse: bool = False,
+    carried: bool = False,
 ) -> dict[tuple[str, int], dict[str, object]]:
     """Per (corpus, seed): the synchronous baseline and DiLoCo (fp32 wire; int8 too for the
-    ``int8`` pair; the sparse format too with ``sparse``), every run in the pool at once
-    (DiLoCo's, the longest, first), each evaluated on the test half of its corpus."""
+    ``int8`` pair; the sparse format too with ``sparse``; with ``carried``, int8 and, with
+    ``sparse``, the sparse format with the AdamW state carried across rounds), every run in the
+    pool at once (DiLoCo's, the longest, first), each evaluated on the test half of its corpus."""
     tasks = [Task("fp32", c, "test", s) for c, s in items]
     tasks += [Task("sparse", c, "test", s) for c, s in items if sparse]
+    tasks += [Task("carried", c, "test", s) for c, s in items if carried]
+    tasks += [Task("sparse_carried", c, "test", s) for c, s in items if carried and sparse]
     tasks += [Task("int8", c, "test", s) for c, s in items if (c, s.seed) == int8]
     tasks += [Task("sync", c, "test", s) for c, s in items]
     results = dict(zip([(t.kind, t.corpus, t.setup.seed) for t in tasks], pool.map(tasks),
@@ -443,6 +473,14 @@ def comparisons(
                 "sparse_bytes_ratio_vs_sync": round(sync_bytes / sp_bytes, 1),
                 "diloco_curve_sparse": sp_curve,
             }
+        for kind in CARRIED:
+            if (kind, c, s.seed) in results:
+                k_loss, _, k_curve = results[(kind, c, s.seed)]
+                one |= {
+                    f"{kind}_eval_loss": round(k_loss, 4),
+                    f"{kind}_loss_ratio": round(k_loss / sync_loss, 4),
+                    f"diloco_curve_{kind}": k_curve,
+                }
         log.info("seed %d on %s: %s", s.seed, c, one)
         out[(c, s.seed)] = one
     return out
@@ -490,6 +528,31 @@ def sparse_figures(
     return out
 
 
+def carried_figures(
+    s: Setup, runs: list[dict[str, object]], other_runs: list[dict[str, object]]
+) -> dict[str, object]:
+    """The carried arms' JSON keys (int8 wire; the sparse format where it ran), beside the fresh
+    arms of the same run: loss ratios on the default corpus (mean, sd) and on the other one."""
+    out: dict[str, object] = {
+        "carried_wire_format": CARRIED["carried"],
+        "carried_betas": list(s.carried_betas),
+        "carried_eps": s.carried_eps,
+        "carried_warmup_steps": s.carried_warmup,
+    }
+    for kind in CARRIED:
+        key = f"{kind}_loss_ratio"
+        if key not in runs[0]:
+            continue
+        ratios = [float(r[key]) for r in runs]  # type: ignore[arg-type]
+        out[f"{key}_mean"], out[f"{key}_sd"] = _mean_sd(ratios)
+        out[f"{key}s"] = ratios
+        if other_runs:
+            other = [float(r[key]) for r in other_runs]  # type: ignore[arg-type]
+            out[f"{kind}_other_loss_ratio_mean"] = _mean_sd(other)[0]
+            out[f"{kind}_other_loss_ratios"] = other
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer rounds (under 20 min on 2 cores)")
@@ -515,6 +578,12 @@ def main() -> None:
                    help="DiLoCo's inner AdamW betas (default: the node's)")  # fmt: skip
     p.add_argument("--keep-inner-state", action="store_true",
                    help="keep each AdamW state across rounds (nodes start fresh)")  # fmt: skip
+    p.add_argument("--skip-carried", action="store_true",
+                   help="no runs of the carried AdamW arms (int8, sparse)")  # fmt: skip
+    p.add_argument("--carried-betas", type=float, nargs=2, default=CARRIED_BETAS)
+    p.add_argument("--carried-eps", type=float, default=CARRIED_EPS)
+    p.add_argument("--carried-warmup", type=int, default=CARRIED_WARMUP_STEPS,
+                   help="warmup steps once per carried state")  # fmt: skip
     p.add_argument("--warm-start", type=int, default=200,
                    help="synchronous steps both runs start from (not counted)")  # fmt: skip
     p.add_argument("--skip-sparse", action="store_true", help="no runs of the sparse format")
@@ -545,6 +614,9 @@ def main() -> None:
         sparse=SparseSpec(args.sparse_chunk, args.sparse_k, args.sparse_bits),
         sparse_beta=args.sparse_beta,
         sparse_outer=OuterConfig(lr=args.sparse_outer_lr, momentum=args.sparse_outer_momentum),
+        carried_betas=(args.carried_betas[0], args.carried_betas[1]),
+        carried_eps=args.carried_eps,
+        carried_warmup=args.carried_warmup,
     )
     t0 = time.perf_counter()
     load = os.getloadavg()
@@ -564,9 +636,8 @@ def main() -> None:
     items = [("stdlib", replace(s, seed=k)) for k in seeds]
     items += [("code", replace(s, seed=k)) for k in other_seeds] if other is not None else []
     # --quick: int8's loss cost is measured in the full run (and on the wire by bench.network)
-    done = comparisons(
-        pool, items, int8=None if args.quick else ("stdlib", 0), sparse=not args.skip_sparse
-    )
+    done = comparisons(pool, items, int8=None if args.quick else ("stdlib", 0),
+                       sparse=not args.skip_sparse, carried=not args.skip_carried)  # fmt: skip
     pool.close()
     runs = [done[("stdlib", k)] for k in seeds]
     ratios = [float(r["loss_ratio"]) for r in runs]  # type: ignore[arg-type]
@@ -602,6 +673,9 @@ def main() -> None:
     if not args.skip_sparse:
         code_runs = [done[("code", k)] for k in other_seeds] if other is not None else []
         out |= sparse_figures(s, [done[("stdlib", k)] for k in seeds], code_runs)
+    if not args.skip_carried:
+        code_runs = [done[("code", k)] for k in other_seeds] if other is not None else []
+        out |= carried_figures(s, runs, code_runs)
     if args.skip_other_corpus:
         pass
     elif other is None:

@@ -16,6 +16,9 @@ validation loss but the baseline's as much, and the ledger's fresh-AdamW fingerp
 (ledger/judge/steps.py) rely on a first step of about lr and no step much above lr. And so is
 DEFAULT_EPS (1e-4): it lowers DiLoCo's validation loss and not the baseline's (same eps), and it
 damps the chaotic spread of a replay whose kernels differ from the node's (docs/trainer.md).
+A state carried across rounds has its own constants (CARRIED_BETAS, CARRIED_EPS,
+CARRIED_WARMUP_STEPS: :meth:`InnerConfig.protocol`), and CARRY_STATE is the protocol's one switch
+between the two modes.
 
 The ledger's reference computations (the replay of a round, the fingerprints' probe) run inside
 :func:`one_thread`: torch's result depends on how many threads split a reduction, and a node
@@ -45,6 +48,20 @@ DEFAULT_WARMUP_STEPS = 0
 # AdamW's eps: 1e-4 rather than torch's 1e-8 tempers the fresh state's sign-like steps on the
 # coordinates whose gradient is tiny (chosen on bench.diloco's validation half, docs/trainer.md)
 DEFAULT_EPS = 1e-4
+# The protocol's one switch between the two inner optimizers: False, a fresh AdamW every round (a
+# round replays from public inputs: what the ledger's whole-round replay and the fingerprints of
+# ledger.judge.steps check); True, each node keeps its AdamW state across rounds (the DiLoCo
+# paper), which those checks cannot follow until they read a committed state (docs/trainer.md,
+# "The carried inner state").
+CARRY_STATE = False
+# AdamW for a state carried across rounds, chosen on bench.diloco's validation half like the fresh
+# ones (docs/trainer.md, "The carried inner state": seed 0, betas (0.7 / 0.8 / 0.9, 0.95) and
+# (0.9, 0.99): 1.8134 / 1.8047 / 1.8189 / 1.8272); eps and the warmup were not searched for it. The
+# warmup runs once per fresh state (a node's first round, after a rejoin, a checkpoint load or a
+# change of the inner config), never per round
+CARRIED_BETAS = (0.8, 0.95)
+CARRIED_EPS = DEFAULT_EPS
+CARRIED_WARMUP_STEPS = 0
 
 
 @contextmanager
@@ -83,6 +100,15 @@ class InnerConfig:
             raise ConfigError(f"inner batch_size must be positive, got {self.batch_size}")
         if self.warmup_steps < 0:
             raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+
+    @classmethod
+    def protocol(cls, steps: int, lr: float, batch_size: int, *, carried: bool) -> InnerConfig:
+        """The protocol's AdamW for ``steps`` steps at ``lr``: the fresh state's constants, or the
+        carried state's (``carried``)."""
+        if carried:
+            return cls(steps, lr, batch_size, betas=CARRIED_BETAS, eps=CARRIED_EPS,
+                       warmup_steps=CARRIED_WARMUP_STEPS)  # fmt: skip
+        return cls(steps, lr, batch_size)
 
     def tokens(self, seq_len: int) -> int:
         """Tokens one call to :meth:`InnerTrainer.train` consumes."""

@@ -56,9 +56,7 @@ class _KeepState(ChainConfig):
 
     def read(self, block: int | None = None) -> RunConfig:
         cfg = super().read(block)
-        return dataclasses.replace(
-            cfg, settings=dataclasses.replace(cfg.settings, keep_inner_state=True)
-        )
+        return dataclasses.replace(cfg, settings=cfg.settings.with_inner_state(True))
 
 
 def _audited_rounds(

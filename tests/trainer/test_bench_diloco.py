@@ -54,7 +54,8 @@ def test_runs_in_a_process_pool_give_the_same_bits_as_inline() -> None:
     from bench.diloco import Pool, Task
 
     tasks = [Task("sync", "stdlib", "val", SETUP), Task("fp32", "stdlib", "test", SETUP),
-             Task("int8", "code", "test", Setup(**{**SETUP.__dict__, "seed": 1}))]  # fmt: skip
+             Task("int8", "code", "test", Setup(**{**SETUP.__dict__, "seed": 1})),
+             Task("sparse_carried", "stdlib", "test", SETUP)]  # fmt: skip
     inline = Pool(1).map(tasks)
     pool = Pool(2)
     try:
@@ -99,3 +100,29 @@ def test_sparse_runs_carry_error_feedback_and_send_a_fraction_of_int8(corpus_dir
     figures = sparse_figures(s, [run, run], [run])
     assert figures["sparse_loss_ratio_mean"] == 1.01 and figures["sparse_other_loss_ratio_mean"]
     assert float(figures["sparse_packet_ratio_vs_int8"]) > 10  # type: ignore[arg-type]
+
+
+def test_the_carried_arms_keep_each_workers_adamw_and_report_beside_the_fresh(
+    corpus_dir: Path,
+) -> None:
+    """The carried arm is the fresh one with every worker's AdamW kept across rounds (its own
+    constants); deterministic, another result than the fresh run, and its keys per wire format."""
+    from bench.diloco import carried_figures
+    from reference.inner import CARRIED_BETAS, CARRIED_EPS
+
+    corpus = Corpus.from_folder(corpus_dir)
+    rows = corpus.eval_rows(32, 16, seed=1)
+    carried = SETUP.carried()
+    assert carried.keep_inner_state and not SETUP.keep_inner_state
+    assert (carried.betas, carried.eps) == (CARRIED_BETAS, CARRIED_EPS)
+    fresh, _, _ = run_diloco(corpus, SETUP, rows, "int8")
+    kept, _, _ = run_diloco(corpus, carried, rows, "int8")
+    again, _, _ = run_diloco(corpus, carried, rows, "int8")
+    assert kept == again and kept != fresh
+    run: dict[str, object] = {"carried_loss_ratio": 1.01, "sparse_carried_loss_ratio": 1.05}
+    figures = carried_figures(SETUP, [run, {**run, "carried_loss_ratio": 1.03}], [run])
+    assert figures["carried_loss_ratio_mean"] == 1.02
+    assert figures["carried_loss_ratios"] == [1.01, 1.03] and figures["carried_loss_ratio_sd"]
+    assert figures["sparse_carried_loss_ratio_mean"] == 1.05
+    assert figures["sparse_carried_other_loss_ratio_mean"] == 1.05
+    assert figures["carried_wire_format"] == "int8"

@@ -65,7 +65,7 @@ class BoundaryStore:
         self.root = Path(work_dir) / "boundaries"
         self.keep_rounds = keep_rounds
         self.max_bytes = max_bytes
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="boundary-writer")
+        self._writer: ThreadPoolExecutor | None = None  # started by keeper, stopped by close
         self._writes: list[Future[None]] = []
 
     def _dir(self, round: int) -> Path:
@@ -87,6 +87,9 @@ class BoundaryStore:
         folder = self._dir(round)
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="boundary-writer")
+        writer = self._writer
 
         def write(path: Path, state: dict[str, Tensor]) -> None:
             tmp = path.with_name(path.name + ".tmp")
@@ -97,7 +100,7 @@ class BoundaryStore:
             while len(self._writes) >= WRITES_IN_FLIGHT:
                 self._writes.pop(0).result()
             path = folder / f"{boundary.index:04d}.safetensors"
-            self._writes.append(self._writer.submit(write, path, state))
+            self._writes.append(writer.submit(write, path, state))
 
         return keep
 
@@ -108,8 +111,13 @@ class BoundaryStore:
             future.result()
 
     def close(self) -> None:
+        """Wait for the states being written and stop the writer thread (a later round's
+        :meth:`keeper` starts a new one: a node trained again after its run loop, as a rejoin
+        does, keeps its boundaries)."""
         self._wait()
-        self._writer.shutdown()
+        if self._writer is not None:
+            self._writer.shutdown()
+            self._writer = None
 
     def finish(self, round: int, trace: Trace) -> list[int]:
         """Record ``round``'s trace (its boundaries' files are written) and prune; returns the

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -25,7 +25,7 @@ from protocol.hashing import hash_state_dict
 from reference import commitment
 from reference.codec import Packet, WireFormat, encode
 from reference.codec.sparse import encode_feedback
-from reference.inner import InnerConfig, InnerResult, InnerTrainer, StepInfo
+from reference.inner import CARRY_STATE, InnerConfig, InnerResult, InnerTrainer, StepInfo
 from reference.model import GPT
 from reference.outer import OuterConfig, OuterState
 from reference.trace import Boundary, Trace, TraceBuilder
@@ -43,8 +43,10 @@ class RoundSettings:
     wire_format: str = "fp32"
     # False: a fresh inner AdamW every round, so a round is a pure function of (base weights,
     # shard, governed settings) and the ledger's replay audit can check it (ledger/judge);
-    # True: the AdamW state lives across rounds (the DiLoCo paper), which no audit can replay
-    keep_inner_state: bool = False
+    # True: the AdamW state lives across rounds (the DiLoCo paper); its state is committed in the
+    # round's trace. The protocol's switch is reference.inner.CARRY_STATE; :meth:`with_inner_state`
+    # sets the flag and its AdamW constants.
+    keep_inner_state: bool = CARRY_STATE
     # inner steps between two committed boundary states (TrainingConfig.traceInterval)
     trace_interval: int = 5
 
@@ -54,6 +56,13 @@ class RoundSettings:
                 f"traceInterval is {self.trace_interval}: a round's trace needs at least 1 inner "
                 "step between boundaries"
             )
+
+    def with_inner_state(self, carried: bool) -> RoundSettings:
+        """These settings with the inner AdamW state fresh each round or carried across rounds,
+        with that mode's protocol constants (betas, eps, warmup: ``InnerConfig.protocol``)."""
+        i = self.inner
+        inner = InnerConfig.protocol(i.steps, i.lr, i.batch_size, carried=carried)
+        return replace(self, keep_inner_state=carried, inner=inner)
 
 
 @dataclass
@@ -129,12 +138,8 @@ class DiLoCo:
             self.sync_inner_model()
         else:
             self.load_flat(start)
-        if self.inner is None:
-            self.inner = InnerTrainer(self.model, settings.inner)
-        self.inner.cfg = settings.inner  # the config may change between rounds
-        self.inner.keep_state = settings.keep_inner_state
+        trainer = self.inner_trainer(settings)
         origin = self.state.base if start is None else start
-        trainer = self.inner
         builder = TraceBuilder(self.model, self.state.layout.unflatten(origin),
                                optimizer=lambda: trainer._opt, keep=keep)  # fmt: skip
         inner = trainer.train(rows, on_step=on_step, budget_s=budget_s, on_boundary=builder,
@@ -145,6 +150,26 @@ class DiLoCo:
             return LocalWork(base_hash, origin - flat_local, inner, packet, left, builder.trace())
         packet = encode(origin, flat_local, settings.wire_format)
         return LocalWork(base_hash, origin - flat_local, inner, packet, trace=builder.trace())
+
+    def inner_trainer(self, settings: RoundSettings) -> InnerTrainer:
+        """The round's inner trainer. A carried AdamW state lives in it from round to round (its
+        moments untouched by the outer step, as in the DiLoCo paper: they are statistics of the
+        gradients, not of where the weights are); a new one, so a fresh state, whenever there is
+        none (a new :class:`DiLoCo`: the node's start, a rejoin, a checkpoint load or a resync,
+        ``NodeRunner.adopt``) or the inner config or mode differs from the last round's (another
+        optimizer's moments: a governed lr or H change included, a rule a replay can follow)."""
+        kept = self.inner
+        if (
+            kept is not None
+            and kept.cfg == settings.inner
+            and kept.keep_state == settings.keep_inner_state
+        ):
+            return kept
+        if kept is not None and settings.keep_inner_state:
+            log.info("inner config changed (%s): the carried AdamW state starts fresh",
+                     settings.inner)  # fmt: skip
+        self.inner = InnerTrainer(self.model, settings.inner, keep_state=settings.keep_inner_state)
+        return self.inner
 
     def local_packet(self, fmt: str) -> Packet:
         """``base - local`` in the wire format, subtraction and quantization fused (the codec's

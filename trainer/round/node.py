@@ -193,6 +193,9 @@ class NodeRunner:
     # --- verbs ------------------------------------------------------------------------------
 
     def adopt(self, ckpt: RoundCheckpoint) -> None:
+        """Hold ``ckpt``'s state (the start, a rejoin's catch-up, a checkpoint load, a resync):
+        a new DiLoCo, so a carried inner AdamW state starts fresh (a checkpoint holds the outer
+        state only; the moments of rounds this node did not train are nobody's)."""
         self.diloco = DiLoCo(self.model, ckpt.to_state())
         self.residuals.adopt(ckpt.round)  # its own sparse residual, or zero (round.residual)
         self.state_round = ckpt.round

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from protocol.errors import ConfigError
-from reference.inner import InnerConfig
+from reference.inner import CARRY_STATE, InnerConfig
 from reference.outer import OuterConfig
 from reference.settings import TrainingSettings
 from trainer.network.comm import check_format
@@ -59,8 +59,12 @@ class RunConfig:
         return values
 
     @classmethod
-    def from_settings(cls, governed: TrainingSettings, *, batch_size: int) -> RunConfig:
-        """The round's settings from the chain's (real values of the ``*_e6`` fields)."""
+    def from_settings(
+        cls, governed: TrainingSettings, *, batch_size: int, keep_inner_state: bool = CARRY_STATE
+    ) -> RunConfig:
+        """The round's settings from the chain's (real values of the ``*_e6`` fields), the inner
+        AdamW state fresh each round or carried (``keep_inner_state``, the protocol's
+        ``reference.inner.CARRY_STATE`` unless a run's code says otherwise)."""
         if governed.inner_steps <= 0:
             raise ConfigError(
                 f"TrainingConfig.innerSteps is {governed.inner_steps}: must be positive"
@@ -76,6 +80,7 @@ class RunConfig:
             wire_format=governed.wire_format.label,
             mixture=governed.data_mixture_bps or (10_000,),
             data_root=bytes(governed.data_root),
+            keep_inner_state=keep_inner_state,
         )
 
     @classmethod
@@ -92,13 +97,14 @@ class RunConfig:
         wire_format: str = "fp32",
         mixture: tuple[int, ...] = (10_000,),
         data_root: bytes | None = None,
+        keep_inner_state: bool = CARRY_STATE,
     ) -> RunConfig:
         settings = RoundSettings(
             inner=InnerConfig(steps=inner_steps, lr=inner_lr, batch_size=batch_size),
             outer=OuterConfig(lr=outer_lr, momentum=outer_momentum),
             wire_format=check_format(wire_format),
             trace_interval=trace_interval,
-        )
+        ).with_inner_state(keep_inner_state)
         if sum(mixture) != 10_000:
             raise ConfigError(f"data mixture must sum to 10000 bps, got {list(mixture)}")
         return cls(version, settings, tuple(mixture), data_root)
@@ -134,13 +140,18 @@ class ChainConfig:
     node's own setting. Everything else comes from the chain.
     """
 
-    def __init__(self, chain: Any, *, batch_size: int) -> None:
+    def __init__(
+        self, chain: Any, *, batch_size: int, keep_inner_state: bool = CARRY_STATE
+    ) -> None:
         self.chain = chain
         self.batch_size = batch_size
+        self.keep_inner_state = keep_inner_state
 
     def head(self) -> int:
         return int(self.chain.block_number())
 
     def read(self, block: int | None = None) -> RunConfig:
         governed = TrainingSettings.read(self.chain, block="latest" if block is None else block)
-        return RunConfig.from_settings(governed, batch_size=self.batch_size)
+        return RunConfig.from_settings(
+            governed, batch_size=self.batch_size, keep_inner_state=self.keep_inner_state
+        )
