@@ -169,6 +169,12 @@ class AnvilProcess:
     def block_number(self) -> int:
         return int(self.call("eth_blockNumber"), 16)
 
+    def __enter__(self) -> AnvilProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the process group by pid; wait until it is gone."""
         stop_pid(self.pid, timeout=timeout)

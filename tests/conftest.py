@@ -99,11 +99,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def anvil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnvilProcess]:
     """A real anvil on a free 127.0.0.1 port for the whole session, stopped by its pid."""
-    node = AnvilProcess.start(tmp_path_factory.mktemp("anvil"))
-    try:
+    with AnvilProcess.start(tmp_path_factory.mktemp("anvil")) as node:
         yield node
-    finally:
-        node.stop()
 
 
 @pytest.fixture(scope="session")

@@ -140,11 +140,8 @@ def ledger_answer() -> Iterator[tuple[str, dict[str, Any]]]:
 @pytest.fixture(scope="session")
 def demo_chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnvilProcess]:
     """An anvil of the demo's own: the demo deploys, mines and moves time on it freely."""
-    node = AnvilProcess.start(tmp_path_factory.mktemp("demo-anvil"))
-    try:
+    with AnvilProcess.start(tmp_path_factory.mktemp("demo-anvil")) as node:
         yield node
-    finally:
-        node.stop()
 
 
 @pytest.fixture(scope="session")

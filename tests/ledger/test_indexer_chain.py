@@ -28,11 +28,8 @@ def anvil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnvilProcess]:
     session's earlier tests mined and reverted, and there anvil once answered a mined commit's
     block with no logs (a full run under load: "recommit in block 122 not indexed ... logs of
     that block now []"), a state this test cannot own."""
-    node = AnvilProcess.start(tmp_path_factory.mktemp("indexer-anvil"))
-    try:
+    with AnvilProcess.start(tmp_path_factory.mktemp("indexer-anvil")) as node:
         yield node
-    finally:
-        node.stop()
 
 
 @pytest.fixture(scope="module")
