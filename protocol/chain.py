@@ -95,6 +95,13 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, requests.ConnectionError | requests.Timeout | ProviderConnectionError)
 
 
+GAS_HEADROOM = 30_000
+"""Gas added to every estimate (after ``gas_margin``): a transaction mined in a later second than
+the block its estimate ran on can write a storage slot the estimate did not (ERC20Votes with a
+timestamp clock pushes a new checkpoint instead of updating the second's one: +20,000), which a
+relative margin does not cover on a small transaction. Only gas used is paid."""
+
+
 class ChainClient(ChainViews):
     """Calls and transactions against one deployment (see module docstring)."""
 
@@ -237,8 +244,10 @@ class ChainClient(ChainViews):
                         "eth_getTransactionCount",
                     )
                 nonce = self._nonce
-                limit = gas or int(
-                    self.rpc(lambda: func.estimate_gas(params), label) * self.gas_margin
+                limit = (
+                    gas
+                    or int(self.rpc(lambda: func.estimate_gas(params), label) * self.gas_margin)
+                    + GAS_HEADROOM
                 )
                 tx_params = {**params, "nonce": nonce, "gas": limit}
                 signed = self._sign(account, func, tx_params, label)

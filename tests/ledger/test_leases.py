@@ -34,6 +34,7 @@ from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.errors import ConfigError
 from protocol.toolchain import REPO_ROOT
+from tests.integration.test_cli_fund_code import _as
 from tests.ledger.conftest import serving
 from tests.ledger.helpers import tick_until
 from tests.ledger.test_settlement import _commit_events, _scored_round
@@ -114,6 +115,11 @@ def test_lease_paid_in_the_round_root_exactly_after_a_kill9(
 ) -> None:
     organiser, organiser_key = chain.accounts[7]
     leases = contract(chain.w3, deployment, "ComputeLeases")
+    # A dispute window the test's own steps cannot outlast under load (the devnet's is 2 s; the
+    # ledger reads a root as finalized once the wall clock passes it): set by its admin, the
+    # Timelock, as a vote would; the chain fixture reverts it.
+    cl = contract(chain.w3, deployment, "ContributionLedger")
+    _as(chain, deployment.address("TimelockController"), cl, "setDisputeWindow", 600)
     worked = _open(cli_env, started_run, nodes[0].address, organiser_key)
     idle = _open(cli_env, started_run, nodes[1].address, organiser_key)
     chain.mine(2)  # past the indexer's confirmation depth
@@ -135,7 +141,6 @@ def test_lease_paid_in_the_round_root_exactly_after_a_kill9(
         assert _commit_events(chain, deployment, started_run, 1) == 1
         # one transaction for the round, whatever the number of leases
         assert chain.w3.eth.get_transaction_count(committer) == nonce_before + 1
-        cl = contract(chain.w3, deployment, "ContributionLedger")
         info = cl.functions.rootInfo(bytes.fromhex(row.rewards_root[2:])).call()
         assert info[0] > 0  # the intent's root, lease leaves folded in, is the one committed
         ledger.indexer.catch_up()
