@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from ledger.core.models import Attestation, FundingEvent
+from ledger.core.models import Attestation, FundingEvent, MarketOffer
 from protocol.deployment import Deployment
 from protocol.merkle import lease_leaf_hash
 from protocol.types import Address, Bytes32
@@ -147,3 +147,20 @@ def leaf_hashes(contract: Address | None, leaves: list[LeaseLeaf]) -> list[Bytes
     if contract is None:
         return []
     return [lease_leaf_hash(contract, bytes.fromhex(i[2:]), w, t) for i, w, t in leaves]
+
+
+def leased_offers(session: Session, run_id: str, round_: int) -> dict[str, float]:
+    """node -> offered FLOP/s (per device x devices) of the nodes leased in ``round_`` of the
+    run that hold an offer (node addresses lower-cased)."""
+    nodes = {
+        t.node.lower()
+        for t in lease_terms(session, run_id=run_id)
+        if t.start_round <= round_ <= t.end_round
+    }
+    if not nodes:
+        return {}
+    return {
+        o.node.lower(): float(int(o.flops) * int(o.device_count))
+        for o in session.exec(select(MarketOffer)).all()
+        if o.node.lower() in nodes
+    }

@@ -17,6 +17,15 @@ offer's measured throughput (the challenge's ``measured_flops``):
 Each finding becomes a fraud record like a failed replay (unique per run, round and node: a
 replay's record for the same slot is kept), so the slasher proposes the slash
 (ledger/chain/slash.py).
+
+Where rounds are judged (:func:`ledger.judge.verdicts.judge_round`), :func:`check_leased` runs
+this for every node leased in the round (a ``LeaseOpened`` of the run whose window holds it)
+and holding an offer (:func:`ledger.chain.leases.leased_offers`, in the round's context): a
+finding fails the node's entry (check ``throughput``, before rewards are shared) with the
+finding as its fraud evidence. So the round is neither rewarded nor a
+completed round of the lease (its leaf counts verified attestations only:
+:mod:`ledger.chain.leases`), and :func:`ledger.judge.fraud.record_frauds` stores the fraud
+record the slasher proposes.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ from typing import Final
 from sqlmodel import Session, select
 
 from ledger.core.models import Attestation, FraudRecord, RoundState
+from ledger.judge.entries import Entry, Fraud
+from ledger.judge.tensors import Tensors
 from protocol.eip712 import keccak256
 from reference.challenge import SLACK
 
@@ -139,3 +150,46 @@ def record(session: Session, findings: list[Finding]) -> int:
         )
         added += 1
     return added
+
+
+def flops_per_token(tensors: Tensors | None) -> float | None:
+    """6 x the model's parameters (a training step's FLOPs per token), or None without it."""
+    if not tensors:
+        return None
+    return 6.0 * sum(t.numel() for t in tensors.values())
+
+
+def check_leased(
+    entries: list[Entry], rnd: RoundState, offers: Mapping[str, float], fpt: float | None
+) -> list[Finding]:
+    """Fail the entries of leased nodes whose attested rate contradicts their offer (see the
+    module docstring); the findings. ``offers``: node (lower-case) -> offered FLOP/s of the
+    nodes leased in the round (:func:`ledger.chain.leases.leased_offers`)."""
+    if fpt is None or not offers:
+        return []
+    found = []
+    for e in entries:
+        offered = offers.get(e.att.node.lower())
+        if offered is None or not e.ok:
+            continue
+        seconds = (e.att.received_at - rnd.opened_at).total_seconds()
+        verdict = judge_rate(int(e.att.tokens), seconds, fpt, offered)
+        if verdict is None:
+            continue
+        rate = int(e.att.tokens) * fpt / max(seconds, 1e-9)
+        f = Finding(
+            rnd.run_id, rnd.round, e.att.node, e.att.digest, int(e.att.tokens), seconds, fpt,
+            rate, offered, verdict,
+        )  # fmt: skip
+        text = json.dumps(
+            {"kind": "attested_throughput", **asdict(f)}, sort_keys=True, separators=(",", ":")
+        )
+        e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
+        bound = "above 1.5x" if verdict == "over" else "below the utilisation floor of"
+        e.fail(
+            "throughput",
+            f"attested {rate:.3g} FLOP/s ({e.att.tokens} tokens in {seconds:.1f} s), "
+            f"{bound} its offer's {offered:.3g} FLOP/s; fraud record {e.fraud.evidence_hash}",
+        )
+        found.append(f)
+    return found
