@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -303,12 +304,10 @@ def figures(quick: bool) -> dict[str, Any]:
         if sum(planted.values()) < 4 * trials_n:
             measure(claims, node)  # fresh, as a node measures before it asks
             flops = claims.flops
-            plant("throughput_2x", trials(lambda f=flops: challenge([node], shape, 2 * f)))
-            plant(
-                "memory_2x",
-                trials(lambda f=flops: challenge([limited], ch.size(2 * HONEST_MEMORY), f)),
-            )
-            plant("devices_2x", trials(lambda f=flops: challenge([node, twin], shape, f)))
+            double = ch.size(2 * HONEST_MEMORY)
+            plant("throughput_2x", trials(partial(challenge, [node], shape, 2 * flops)))
+            plant("memory_2x", trials(partial(challenge, [limited], double, flops)))
+            plant("devices_2x", trials(partial(challenge, [node, twin], shape, flops)))
             plant("shared_machine", shared())
             measure(claims, node)
     big = ch.size(COST_MEMORY)
