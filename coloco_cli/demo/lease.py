@@ -63,7 +63,7 @@ def _final_leaf(net: DemoNet, shell: Shell, lease: DemoLease, last: int, timeout
     while True:
         st = shell.json("market", "lease", "status", lease.lease_id)
         leaf = st.get("leaf") or {}
-        if leaf.get("through_round") == last and leaf.get("root_state") == "final":
+        if leaf.get("through_round") == last and leaf.get("root_state") == "finalized":
             return st
         if time.monotonic() > deadline:
             return st
@@ -76,7 +76,8 @@ def settle_lease(
 ) -> list[str]:
     """The node's claim and the organiser's early refund; the report's `lease` section."""
     st = _final_leaf(net, shell, lease, last, timeout=60)
-    paid = shell.json("market", "lease", "claim", lease.lease_id)
+    # anyone may send the claim (the ETH goes to the node); the organiser's wallet does here
+    paid = shell.json("market", "lease", "claim", lease.lease_id, "--private-key", organiser_key)
     refund = shell.json(
         "market", "lease", "refund", lease.lease_id, "--early", "--private-key", organiser_key
     )

@@ -144,9 +144,10 @@ class DemoRun:
         )
 
     def lease_a_node(self) -> None:
-        """node-1 offers its hardware; the organiser (the backer's key) leases it for the run."""
+        """node-1 offers its hardware; the organiser (a lessee wallet) leases it for the run."""
+        self.require_net().fund(self.capital.lessee.address)
         self.lease, lines = open_lease(
-            self.shell, self.run_id, self.actors[0], self.capital.backer_key, self.plan.rounds
+            self.shell, self.run_id, self.actors[0], self.capital.lessee_key, self.plan.rounds
         )
         for line in lines:
             self.step(line)
@@ -157,7 +158,7 @@ class DemoRun:
             return
         net = self.require_net()
         last = int(net.chain().last_round(RunId(self.run_id)))
-        for line in settle_lease(net, self.shell, self.lease, self.capital.backer_key, last):
+        for line in settle_lease(net, self.shell, self.lease, self.capital.lessee_key, last):
             self.step(line)
 
     def fund_and_submit_code(self) -> None:

@@ -1,10 +1,13 @@
 """After admission: the throughput a node attests round by round, checked against its offer.
 
-What it uses: the attestation's signed ``tokens``, and the time the node had for them, from the
-round's opening (``ledger_round.opened_at``) to the attestation's arrival (``received_at``),
-both on the ledger's clock; ``flops_per_token`` is the run's model cost (6 x parameters for a
-training step). The attested rate ``tokens * flops_per_token / seconds`` is compared with the
-offer's measured throughput (the challenge's ``measured_flops``):
+What it uses: the attestation's signed ``tokens``, and the time the node had for them, from when
+it could start the round's work (its previous attestation, or the run's start: the judge's
+``start_of``, as the token cap uses) to the attestation's arrival (``received_at``), both on the
+ledger's clock (:func:`check_round`, a table view, counts from ``ledger_round.opened_at``: that
+is when the round's first message arrived, so it only suits rounds opened by a join);
+``flops_per_token`` is the run's model cost (6 x parameters for a training step). The attested
+rate ``tokens * flops_per_token / seconds`` is compared with the offer's measured throughput
+(the challenge's ``measured_flops``):
 
 - above ``offered * CEILING``: the node attests more work than the hardware it proved can do
   (tokens it did not train, or hardware that is not the offer's). The seconds counted are at
@@ -31,8 +34,9 @@ record the slasher proposes.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Final
 
 from sqlmodel import Session, select
@@ -160,11 +164,17 @@ def flops_per_token(tensors: Tensors | None) -> float | None:
 
 
 def check_leased(
-    entries: list[Entry], rnd: RoundState, offers: Mapping[str, float], fpt: float | None
+    entries: list[Entry],
+    rnd: RoundState,
+    offers: Mapping[str, float],
+    fpt: float | None,
+    start_of: Callable[[Attestation], datetime],
 ) -> list[Finding]:
     """Fail the entries of leased nodes whose attested rate contradicts their offer (see the
     module docstring); the findings. ``offers``: node (lower-case) -> offered FLOP/s of the
-    nodes leased in the round (:func:`ledger.chain.leases.leased_offers`)."""
+    nodes leased in the round (:func:`ledger.chain.leases.leased_offers`); ``start_of``: when
+    the node could start the round's work (its previous attestation, or the run's start: the
+    round's ``opened_at`` is when its first message arrived, after the work was done)."""
     if fpt is None or not offers:
         return []
     found = []
@@ -172,7 +182,9 @@ def check_leased(
         offered = offers.get(e.att.node.lower())
         if offered is None or not e.ok:
             continue
-        seconds = (e.att.received_at - rnd.opened_at).total_seconds()
+        seconds = (e.att.received_at - start_of(e.att)).total_seconds()
+        if seconds <= 0:
+            continue  # no time base (a clock step): nothing to judge the rate by
         verdict = judge_rate(int(e.att.tokens), seconds, fpt, offered)
         if verdict is None:
             continue

@@ -63,7 +63,7 @@ def judge_round(
     score_usefulness(entries, ctx)
     probe_cpu = probe_inner_steps(entries, ctx, base_tensors)
     _cap_tokens(entries, ctx)
-    check_leased(entries, rnd, ctx.leased, flops_per_token(base_tensors))
+    check_leased(entries, rnd, ctx.leased, flops_per_token(base_tensors), ctx.start_of)
     if base_tensors is None:
         return _legacy(entries, ctx)
     momentum = load_momentum(session, ctx.blobs, rnd.run_id, ctx.last_round)

@@ -129,12 +129,14 @@ def test_the_round_judge_fails_a_leased_node_far_below_its_offer(tmp_path: Path)
         offers = leased_offers(s, RUN, 1)
         assert offers == {honest: OFFER, slow: OFFER}
         entries = [Entry(a) for a in atts]
-        found = throughput.check_leased(entries, rnd, offers, FPT)
+        found = throughput.check_leased(entries, rnd, offers, FPT, lambda a: opened)
         assert [(f.node, f.verdict) for f in found] == [(slow, "under")]
         assert [e.check for e in entries] == [None, "throughput", None, None]
         assert entries[1].fraud is not None and '"attested_throughput"' in entries[1].fraud.evidence
         assert "below the utilisation floor" in entries[1].reason
-        assert throughput.check_leased(entries[:1], rnd, offers, None) == []  # no model: no check
+        assert throughput.check_leased(entries[:1], rnd, offers, None, lambda a: opened) == []
+        # no time base (work "started" after the attestation arrived): not judged
+        assert throughput.check_leased([Entry(atts[1])], rnd, offers, FPT, lambda a: utcnow()) == []
         record_frauds(s, rnd, entries)
         s.commit()
         frauds = s.exec(select(FraudRecord)).all()
