@@ -316,14 +316,14 @@ def _misclaim(session: Session, row: MarketChallenge, failed: list[MarketChallen
         .limit(ch.VERDICT_TRIALS)
     ).all()
     if len(last) < ch.VERDICT_TRIALS:
-        row.reason += (
+        row.reason = (row.reason or "") + (
             f" (late {sum(v == 'failed' for v in last)} of {len(last)} decided challenges: a "
             f"misclaim when a majority of {ch.VERDICT_TRIALS} is; ask again)"
         )
         return False
     refused = ch.majority_refused([v == "failed" for v in last])
     if not refused:
-        row.reason += f" (late in a minority of the last {ch.VERDICT_TRIALS}: not a misclaim)"
+        row.reason = (row.reason or "") + f" (late in a minority of the last {ch.VERDICT_TRIALS}: not a misclaim)"
     return refused
 
 
