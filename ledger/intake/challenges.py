@@ -323,7 +323,8 @@ def _misclaim(session: Session, row: MarketChallenge, failed: list[MarketChallen
         return False
     refused = ch.majority_refused([v == "failed" for v in last])
     if not refused:
-        row.reason = (row.reason or "") + f" (late in a minority of the last {ch.VERDICT_TRIALS}: not a misclaim)"
+        note = f" (late in a minority of the last {ch.VERDICT_TRIALS}: not a misclaim)"
+        row.reason = (row.reason or "") + note
     return refused
 
 
