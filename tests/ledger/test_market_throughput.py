@@ -123,8 +123,6 @@ def test_the_round_judge_fails_a_leased_node_far_below_its_offer(tmp_path: Path)
         atts = [_att(n, t, at, i) for i, (n, t) in enumerate(
             [(honest, tokens), (slow, tokens // 300), (ended, tokens // 300),
              (unleased, tokens // 300)])]  # fmt: skip
-        for a in atts:
-            a.trace_root = h(f"trace{a.node}")
         s.add_all(atts)
         s.commit()
         offers = leased_offers(s, RUN, 1)
