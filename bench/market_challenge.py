@@ -28,8 +28,10 @@ import os
 import resource
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -198,9 +200,13 @@ def together(calls: list[tuple[list[Node], ch.Shape, float]]) -> list[Outcome]:
 
 
 class Claims:
-    """What a node measures and claims: the median challenge throughput of its last runs."""
+    """What a node measures and claims: the median challenge throughput of its last few runs.
 
-    def __init__(self, shape: ch.Shape, window: int = 9) -> None:
+    A short window: on a shared machine the load drifts by 2x within a minute, so a claim from
+    the last 9 runs (tens of seconds old) lags it; a node that measures right before it asks
+    (``coloco market challenge --measure``) claims what its machine does now."""
+
+    def __init__(self, shape: ch.Shape, window: int = 3) -> None:
         self.shape, self.window, self.times = shape, window, list[float]()
 
     def add(self, out: Outcome) -> None:
@@ -212,49 +218,98 @@ class Claims:
         return self.shape.flops / statistics.median(self.times)
 
 
+@dataclass
+class Verdict:
+    """A claim's verdict over TRIALS challenges (each its own fresh seed and claim): refused
+    when a majority of them is refused (:func:`reference.challenge.majority_refused`)."""
+
+    trials: list[Outcome]
+
+    @property
+    def passed(self) -> bool:
+        return not ch.majority_refused([not t.passed for t in self.trials])
+
+    @property
+    def reasons(self) -> list[str]:
+        return [r for t in self.trials for r in t.reasons]
+
+
+def trials(run: Callable[[], Outcome], claims: Claims | None = None) -> Verdict:
+    """ch.VERDICT_TRIALS challenges of one claim, one after the other (an honest node's claims
+    refreshed from each)."""
+    out = []
+    for _ in range(ch.VERDICT_TRIALS):
+        one = run()
+        out.append(one)
+        if claims is not None:
+            claims.add(one)
+    return Verdict(out)
+
+
+def measure(claims: Claims, node: Node) -> None:
+    """The node re-measures (a window of runs) before it claims again."""
+    for _ in range(claims.window):
+        claims.add(challenge([node], claims.shape, 1.0))
+
+
 def figures(quick: bool) -> dict[str, Any]:
     _raise_priority()
     cores = len(os.sched_getaffinity(0))
     honest_runs = 100 if quick else 300
-    trials = 2 if quick else 5
+    trials_n = 2 if quick else 5
     shape = ch.size(HONEST_MEMORY)
     node, twin = start(cores), start(cores)
     limited = start(cores, memory_limit=HONEST_MEMORY)
     claims = Claims(shape)
-    for _ in range(5):  # the node measures before it claims
-        claims.add(challenge([node], shape, 1.0))
-    fp, ratios, over_claim = 0, list[float](), list[float]()
+    measure(claims, node)  # the node measures before it claims
+    fp, single_late, ratios, over_claim = 0, 0, list[float](), list[float]()
     caught: dict[str, int] = {}
     planted: dict[str, int] = {}
 
-    def plant(name: str, out: Outcome) -> None:
+    def plant(name: str, out: Verdict) -> None:
         planted[name] = planted.get(name, 0) + 1
         caught[name] = caught.get(name, 0) + (not out.passed)
-        log.info("%s: %s %s", name, "caught" if not out.passed else "PASSED", out.reasons[:1])
+        log.info("%s: %s %s", name, "caught" if not out.passed else "PASSED", out.reasons[:2])
 
-    per_batch = honest_runs // (trials + 1)
+    def shared() -> Verdict:
+        # two nodes on one machine, each claiming all of it, challenged together: caught when
+        # the ledger refuses either (each node's verdict over its own trials)
+        pairs = [
+            together([([node], shape, claims.flops), ([twin], shape, claims.flops)])
+            for _ in range(ch.VERDICT_TRIALS)
+        ]
+        first, second = Verdict([p[0] for p in pairs]), Verdict([p[1] for p in pairs])
+        return second if first.passed else first
+
+    per_batch = honest_runs // (trials_n + 1)
     done = 0
     while done < honest_runs:
         for _ in range(min(per_batch, honest_runs - done)):
             who = limited if done % 4 == 3 else node  # a quarter on the memory-limited node
-            flops = claims.flops
-            out = challenge([who], shape, flops)
+
+            def honest(who: Node = who) -> Outcome:
+                flops = claims.flops
+                out = challenge([who], shape, flops)
+                ratios.append(out.verifier_s / out.prover_s)
+                if out.seconds:
+                    over_claim.append(max(out.seconds) * flops / shape.flops)
+                return out
+
+            verdict = trials(honest, claims)
             done += 1
-            fp += not out.passed
-            ratios.append(out.verifier_s / out.prover_s)
-            over_claim.append(max(out.seconds) * flops / shape.flops)
-            claims.add(out)
-            if not out.passed:
-                log.warning("honest run refused: %s", out.reasons)
-        if sum(planted.values()) < 4 * trials:
+            fp += not verdict.passed
+            single_late += sum(not t.passed for t in verdict.trials)
+            if not verdict.passed:
+                log.warning("honest claim refused: %s", verdict.reasons)
+        if sum(planted.values()) < 4 * trials_n:
+            measure(claims, node)  # fresh, as a node measures before it asks
             flops = claims.flops
-            plant("throughput_2x", challenge([node], shape, 2 * flops))
-            plant("memory_2x", challenge([limited], ch.size(2 * HONEST_MEMORY), flops))
-            plant("devices_2x", challenge([node, twin], shape, flops))
-            # two nodes on one machine, each claiming all of it, challenged together: caught
-            # when the ledger refuses both
-            pair = together([([node], shape, flops), ([twin], shape, flops)])
-            plant("shared_machine", pair[0] if pair[0].passed else pair[1])
+            double = ch.size(2 * HONEST_MEMORY)
+            plant("throughput_2x", trials(partial(challenge, [node], shape, 2 * flops)))
+            plant("memory_2x", trials(partial(challenge, [limited], double, flops)))
+            plant("devices_2x", trials(partial(challenge, [node, twin], shape, flops)))
+            plant("shared_machine", shared())
+            measure(claims, node)
     big = ch.size(COST_MEMORY)
     cost = challenge([node], big, claims.flops)
     stop([node, limited, twin])
@@ -264,6 +319,8 @@ def figures(quick: bool) -> dict[str, Any]:
         "challenge_caught_by_kind": {k: f"{caught[k]}/{planted[k]}" for k in planted},
         "challenge_honest_runs": honest_runs,
         "challenge_false_positives": fp,
+        "challenge_verdict_trials": ch.VERDICT_TRIALS,
+        "challenge_single_runs_late": single_late,
         "challenge_honest_time_over_deadline_p50": round(
             statistics.median(over_claim) / ch.SLACK, 3
         ),

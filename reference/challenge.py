@@ -65,6 +65,10 @@ MAX_INNER: Final = EXACT_FP32 // 64
 """Largest inner dimension whose sums of products of entries in [-8, 7] stay exact in fp32."""
 MEMORY_FRACTION: Final = 0.75
 SLACK: Final = 1.5
+VERDICT_TRIALS: Final = 3
+"""Challenges per verdict on a claim: a claim is refused when a majority of them is refused
+(:func:`majority_refused`). A timed run on a shared machine is late now and then (the load
+drifts by 2x within a minute), a misclaim is late every time (or most)."""
 SPOT_ROWS: Final = 48
 SPOT_COLS: Final = 64
 PROBE_BITS: Final = 40
@@ -123,6 +127,14 @@ def deadline_s(
     if claimed_flops <= 0:
         raise ValueError(f"claimed throughput {claimed_flops} FLOP/s: must be positive")
     return slack * shape.flops / claimed_flops + latency_s
+
+
+def majority_refused(refused: Sequence[bool]) -> bool:
+    """A claim's verdict over its challenges: refused when more than half of them were (a
+    wrong answer is refused whatever the others: the caller fails it on its own)."""
+    if not refused:
+        raise ValueError("a verdict needs at least one challenge")
+    return 2 * sum(refused) > len(refused)
 
 
 def _key(*parts: bytes) -> bytes:

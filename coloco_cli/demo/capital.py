@@ -64,6 +64,7 @@ class Capital:
     backer: Wallet = field(default_factory=Wallet.new)
     devs: list[Wallet] = field(default_factory=lambda: [Wallet.new(), Wallet.new()])
     reviewer: Wallet = field(default_factory=Wallet.new)
+    lessee: Wallet = field(default_factory=Wallet.new)  # the organiser's lease (demo/lease.py)
     code_ids: list[int] = field(default_factory=list)
     outcome: dict[str, Any] = field(default_factory=dict)
 
@@ -74,6 +75,10 @@ class Capital:
     @property
     def reviewer_key(self) -> Secret:
         return Secret(self.reviewer.key, "REVIEWER_KEY")
+
+    @property
+    def lessee_key(self) -> Secret:
+        return Secret(self.lessee.key, "LESSEE_KEY")
 
     def dev_key(self, i: int) -> Secret:
         return Secret(self.devs[i].key, f"DEV_KEY_{i + 1}")

@@ -132,6 +132,7 @@ def collect(run: DemoRun, wall_s: float) -> dict[str, Any]:
         "wall_s": round(wall_s, 2),
         "chain_id": net.deployment.chain_id,
         "contracts": dict(net.deployment.contracts),
+        "lease": run.lease.outcome if run.lease is not None else None,
     }
 
 
@@ -156,6 +157,12 @@ def checks(report: dict[str, Any], rounds: int) -> dict[str, bool]:
         "the proposal executed through the Timelock": report["proposal_executed"],
         "trainers attested the new config": report["config_change_seen_by_trainers"],
         "eval loss went down": first is not None and last is not None and last < first,
+        "the leased node was paid in the settlement; the rest refunded": bool(
+            (lease := report.get("lease") or {}).get("paid_in_settlement")
+            and lease.get("escrow_accounted")
+            and int(lease.get("paid_wei") or 0) > 0
+            and int(lease.get("refunded_wei") or 0) > 0
+        ),
     }
 
 

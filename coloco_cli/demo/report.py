@@ -138,6 +138,13 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
     first, last = report["eval_loss_first"], report["eval_loss_last"]
     if first is not None and last is not None:
         summary.add_row("eval loss", f"{first:.4f} -> {last:.4f}")
+    if lease := report.get("lease"):
+        summary.add_row(
+            "lease",
+            f"{lease['node'][:10]}… paid {int(lease['paid_wei']) / 1e18:g} ETH for "
+            f"{lease['rounds_completed']} rounds; refunded {int(lease['refunded_wei']) / 1e18:g}"
+            " ETH (the run stopped early)",
+        )
     summary.add_row("wall time", f"{report['wall_s']:.1f} s")
     for name, ok in report.get("checks", {}).items():
         summary.add_row("[green]✓[/]" if ok else "[red]✗[/]", name)

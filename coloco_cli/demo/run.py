@@ -20,6 +20,7 @@ from rich.markup import escape
 from coloco_cli.demo.actors import Actor, make_actors, register_and_stake
 from coloco_cli.demo.capital import Capital, fund_and_submit, scoped_env, settle
 from coloco_cli.demo.gov import GovOutcome, claim_all, govern
+from coloco_cli.demo.lease import DemoLease, open_lease, settle_lease
 from coloco_cli.demo.net import ADMIN_TOKEN, DemoNet, grant_slasher, start_chain, start_ledger
 from coloco_cli.demo.plan import DemoPlan
 from coloco_cli.demo.shell import Secret, Shell
@@ -37,6 +38,7 @@ from coloco_cli.demo.train import (
 from coloco_cli.procs import ProcessManager
 from protocol.errors import ColocoError
 from protocol.runs import run_id_of_name
+from protocol.types import RunId
 
 if TYPE_CHECKING:
     from protocol.devnet import AnvilProcess
@@ -64,6 +66,7 @@ class DemoRun:
         self.nodes: list[NodeProc] = []
         self.rendezvous = ""
         self.gov: GovOutcome | None = None
+        self.lease: DemoLease | None = None
         self.claims: list[dict[str, Any]] = []
         self.config_version_start = 0
         self.capital = Capital()  # the backer, the code contributors and the reviewer
@@ -139,6 +142,24 @@ class DemoRun:
             f"committed as round 0; TrainingConfig v{self.config_version_start}, "
             f"H={self.plan.inner_steps}"
         )
+
+    def lease_a_node(self) -> None:
+        """node-1 offers its hardware; the organiser (a lessee wallet) leases it for the run."""
+        self.require_net().fund(self.capital.lessee.address)
+        self.lease, lines = open_lease(
+            self.shell, self.run_id, self.actors[0], self.capital.lessee_key, self.plan.rounds
+        )
+        for line in lines:
+            self.step(line)
+
+    def settle_lease(self) -> None:
+        """After the run (the clock past the dispute windows): the node's pay, the refund."""
+        if self.lease is None:
+            return
+        net = self.require_net()
+        last = int(net.chain().last_round(RunId(self.run_id)))
+        for line in settle_lease(net, self.shell, self.lease, self.capital.lessee_key, last):
+            self.step(line)
 
     def fund_and_submit_code(self) -> None:
         for line in fund_and_submit(

@@ -38,7 +38,12 @@ HINTS = {
     "LeaseSettled": "this lease was already refunded (its node may still claim what it earned)",
     "LeaseNotEnded": (
         "the window's last round is not settled yet: refund once the ledger has committed it "
-        "(`coloco market lease status LEASE` says `ended`)"
+        "(`coloco market lease status LEASE` says `ended`), or, the run stopped, as its "
+        "organiser with --early"
+    ),
+    "RunNotStopped": (
+        "an early refund counts every committed round: wait until the root of the run's last "
+        "committed round is final"
     ),
     "NothingToClaim": "the node was already paid everything the latest root says it earned",
     "LeaseOverpaid": "the root pays beyond the lease's cap: report it to the guardian",
@@ -237,11 +242,23 @@ def claim(lease_id: LeaseArg, *, opts: TxOptions) -> None:
 
 @app.command()
 @sends
-def refund(lease_id: LeaseArg, *, opts: TxOptions) -> None:
+def refund(
+    lease_id: LeaseArg,
+    *,
+    opts: TxOptions,
+    early: Annotated[
+        bool,
+        typer.Option(
+            help="The run stopped before the window's end: settle through its last committed "
+            "round (the organiser only; every committed round is paid)."
+        ),
+    ] = False,
+) -> None:
     """Return the unearned escrow to the organiser in one transaction, after the window.
 
     Once the ledger has settled the window's last round; anyone may send it, and it is never
-    paused. The node keeps what it earned (claimable with `claim`).
+    paused. The node keeps what it earned (claimable with `claim`). A run that stopped early:
+    its organiser sends `--early` once the root of the run's last committed round is final.
 
     Example: coloco market lease refund 0xLEASE
     """
@@ -250,7 +267,19 @@ def refund(lease_id: LeaseArg, *, opts: TxOptions) -> None:
     def send(chain: ChainClient) -> dict[str, Any]:
         st = on_chain(chain, lease_id)
         leaf = _claimable(ledger_leaf(ledger_url, lease_id), lease_id, "refund")
-        if not leaf["ended"]:
+        if early and not leaf["ended"]:
+            last = int(
+                chain.contract("ContributionLedger")
+                .functions.lastRound(bytes.fromhex(st["run_id"][2:]))
+                .call()
+            )
+            if int(leaf["through_round"]) != last:
+                raise ConfigError(
+                    f"run {st['run_id']} has committed round {last}; the latest final root "
+                    f"counts through round {leaf['through_round']}: an early refund waits until "
+                    f"round {last}'s root is final (and no later round is committed)"
+                )
+        elif not leaf["ended"]:
             raise ConfigError(
                 f"lease {lease_id} runs through round {st['end_round']}; the latest root counts "
                 f"through round {leaf['through_round']}: refund after the ledger settles round "

@@ -113,7 +113,12 @@ contract ComputeLeases is IComputeLeases, AccessControl, Pausable {
         Lease storage l = _proven(leaseId, cumulativeWei, throughRound, root, proof);
         if (l.settled) revert LeaseSettled(leaseId);
         uint64 end = l.endRound;
-        if (throughRound < end) revert LeaseNotEnded(leaseId, end, throughRound);
+        if (throughRound < end) {
+            // early: only the organiser, and only with the run's last committed round
+            if (msg.sender != l.organiser) revert LeaseNotEnded(leaseId, end, throughRound);
+            uint64 last = ledger.lastRound(l.runId);
+            if (throughRound != last) revert RunNotStopped(l.runId, last, throughRound);
+        }
         uint256 earned = Math.max(cumulativeWei, l.paid);
         // earned <= the cap <= the escrow: no underflow, fits a uint128
         refunded = uint256(l.weiPerRound) * (end - l.startRound + 1) - earned;

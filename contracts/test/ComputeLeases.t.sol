@@ -212,6 +212,47 @@ contract ComputeLeasesTest is LeaseBase {
         assertEq(address(leases).balance, 0);
     }
 
+    function test_refund_runStoppedEarly_organiserSettlesThroughTheLastCommittedRound() public {
+        bytes32 id = _open(leased, PRICE, 5);
+        _commitLeaf(id, PRICE); // round 1 done
+        bytes32[] memory tree = _commitLeaf(id, 2 * PRICE); // round 2: the run stops here
+        _final();
+        // before the window's end: not anyone's to settle, and never a stale round
+        vm.prank(stranger);
+        vm.expectRevert(
+            abi.encodeWithSelector(IComputeLeases.LeaseNotEnded.selector, id, uint64(5), uint64(2))
+        );
+        leases.refund(id, 2 * PRICE, 2, tree[0], _proof(tree, id, 2 * PRICE, 2));
+        uint256 before = organiser.balance;
+        vm.prank(organiser);
+        assertEq(_refund(tree, id, 2 * PRICE, 2), 3 * PRICE); // one transaction
+        assertEq(organiser.balance - before, 3 * PRICE);
+        assertTrue(leases.leaseOf(id).settled);
+        // the node is paid exactly its two completed rounds, and nothing more ever
+        assertEq(_claim(tree, id, 2 * PRICE, 2), 2 * PRICE);
+        assertEq(address(leases).balance, 0);
+        bytes32[] memory later = _commitLeaf(id, 3 * PRICE); // a round committed after all
+        _final();
+        vm.expectRevert(
+            abi.encodeWithSelector(IComputeLeases.LeaseOverpaid.selector, id, 3 * PRICE, 2 * PRICE)
+        );
+        _claim(later, id, 3 * PRICE, 3);
+    }
+
+    function test_refund_earlyNeedsTheRunsLastCommittedRound() public {
+        bytes32 id = _open(leased, PRICE, 5);
+        bytes32[] memory tree = _commitLeaf(id, PRICE); // round 1
+        _commitLeaf(id, 2 * PRICE); // round 2 committed: a leaf through 1 leaves it out
+        _final();
+        vm.prank(organiser);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IComputeLeases.RunNotStopped.selector, DEFAULT_RUN, uint64(2), uint64(1)
+            )
+        );
+        leases.refund(id, PRICE, 1, tree[0], _proof(tree, id, PRICE, 1));
+    }
+
     function test_refund_whenAllEarnedReturnsNothingAndSettles() public {
         bytes32 id = _open(leased, PRICE, 1);
         bytes32[] memory tree = _commitLeaf(id, PRICE);

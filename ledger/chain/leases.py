@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from ledger.core.models import Attestation, FundingEvent
+from ledger.core.models import Attestation, FundingEvent, MarketOffer
 from protocol.deployment import Deployment
+from protocol.eip712 import to_checksum_address
 from protocol.merkle import lease_leaf_hash
 from protocol.types import Address, Bytes32
 
@@ -147,3 +148,19 @@ def leaf_hashes(contract: Address | None, leaves: list[LeaseLeaf]) -> list[Bytes
     if contract is None:
         return []
     return [lease_leaf_hash(contract, bytes.fromhex(i[2:]), w, t) for i, w, t in leaves]
+
+
+def leased_offers(session: Session, run_id: str, round_: int) -> dict[str, float]:
+    """node -> offered FLOP/s (per device x devices) of the nodes leased in ``round_`` of the
+    run that hold an offer (node addresses lower-cased)."""
+    terms = lease_terms(session, run_id=run_id)
+    nodes = {t.node for t in terms if t.start_round <= round_ <= t.end_round}
+    if not nodes:
+        return {}
+    # both addresses as the chain and the offer's intake wrote them (checksummed); the book may
+    # hold thousands of offers, so only the leased nodes' rows are read
+    spellings = {n for node in nodes for n in (node, to_checksum_address(node))}
+    return {
+        o.node.lower(): float(int(o.flops) * int(o.device_count))
+        for o in session.exec(select(MarketOffer).where(col(MarketOffer.node).in_(spellings)))
+    }

@@ -11,7 +11,10 @@ open, verdict.
 3. **open**: the probed rows of C, signed; checked by :func:`reference.challenge.verify`.
 
 A device that misses its deadline, commits a wrong C or never opens fails the challenge. A
-failed challenge is a misclaim and ends as a fraud record (run :data:`MARKET_RUN_ID`, round =
+wrong answer is a misclaim at once; a timing failure (late, or no commitment by the deadline)
+is one when a majority of the node's last ``VERDICT_TRIALS`` (3) decided challenges failed
+(:func:`reference.challenge.majority_refused`: a single timed run on a loaded machine can be
+late). A misclaim ends as a fraud record (run :data:`MARKET_RUN_ID`, round =
 the challenge id, evidence = the claim, the challenge and each device's outcome), which the
 slasher (ledger/chain/slash.py) turns into a slash proposal like a failed replay. A passed one
 records the measured throughput (sum over devices of 2 n^2 m / seconds to commitment), the
@@ -275,7 +278,8 @@ def _decide(session: Session, row: MarketChallenge, now: datetime) -> None:
     if failed:
         row.verdict, row.decided_at = "failed", now
         row.reason = "; ".join(f"device {d.device}: {d.reason}" for d in failed)
-        _record_fraud(session, row, devices)
+        if _misclaim(session, row, failed):
+            _record_fraud(session, row, devices)
     elif all(d.verdict == "passed" for d in devices):
         shape = ch.Shape(row.n, row.m)
         row.verdict, row.decided_at = "passed", now
@@ -289,6 +293,39 @@ def _decide(session: Session, row: MarketChallenge, now: datetime) -> None:
         row.measured_memory_bytes = row.memory_bytes
         row.measured_devices = row.devices
     session.add(row)
+
+
+TIMING_FAILURES: Final = ("late:", "no commitment by the deadline")
+
+
+def _misclaim(session: Session, row: MarketChallenge, failed: list[MarketChallengeDevice]) -> bool:
+    """Whether this failed challenge makes the node's claim a misclaim (a fraud record): a wrong
+    answer always; being late only when a majority of the node's last
+    ``ch.VERDICT_TRIALS`` decided challenges (this one included) failed, and once it has had
+    that many (one late run on a loaded machine is noise; the node asks again)."""
+    if any(not (d.reason or "").startswith(TIMING_FAILURES) for d in failed):
+        return True
+    session.flush()
+    last = session.exec(
+        select(MarketChallenge.verdict)
+        .where(
+            MarketChallenge.node == row.node,
+            col(MarketChallenge.verdict).in_(("passed", "failed")),
+        )
+        .order_by(col(MarketChallenge.id).desc())
+        .limit(ch.VERDICT_TRIALS)
+    ).all()
+    if len(last) < ch.VERDICT_TRIALS:
+        row.reason = (row.reason or "") + (
+            f" (late {sum(v == 'failed' for v in last)} of {len(last)} decided challenges: a "
+            f"misclaim when a majority of {ch.VERDICT_TRIALS} is; ask again)"
+        )
+        return False
+    refused = ch.majority_refused([v == "failed" for v in last])
+    if not refused:
+        note = f" (late in a minority of the last {ch.VERDICT_TRIALS}: not a misclaim)"
+        row.reason = (row.reason or "") + note
+    return refused
 
 
 def evidence(row: MarketChallenge, devices: list[MarketChallengeDevice]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ check is the one a receipt names (:meth:`Entry.fail`), later checks skip failed 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -92,6 +92,9 @@ class Context:
     start_of: Callable[[Attestation], datetime]  # when the node could start the round's work
     model: Tensors | None = None  # the base checkpoint's tensors (set by judge_round)
     domain: Eip712Domain | None = None  # the chain's: members' signed commits are checked in it
+    leased: Mapping[str, float] = field(default_factory=dict)
+    """Offered FLOP/s of the nodes leased in the round (lower-case address): their attested rate
+    is checked against it (:func:`ledger.judge.throughput.check_leased`)."""
 
 
 def can_audit(ctx: Context) -> bool:

@@ -1,10 +1,13 @@
 """After admission: the throughput a node attests round by round, checked against its offer.
 
-What it uses: the attestation's signed ``tokens``, and the time the node had for them, from the
-round's opening (``ledger_round.opened_at``) to the attestation's arrival (``received_at``),
-both on the ledger's clock; ``flops_per_token`` is the run's model cost (6 x parameters for a
-training step). The attested rate ``tokens * flops_per_token / seconds`` is compared with the
-offer's measured throughput (the challenge's ``measured_flops``):
+What it uses: the attestation's signed ``tokens``, and the time the node had for them, from when
+it could start the round's work (its previous attestation, or the run's start: the judge's
+``start_of``, as the token cap uses) to the attestation's arrival (``received_at``), both on the
+ledger's clock (:func:`check_round`, a table view, counts from ``ledger_round.opened_at``: that
+is when the round's first message arrived, so it only suits rounds opened by a join);
+``flops_per_token`` is the run's model cost (6 x parameters for a training step). The attested
+rate ``tokens * flops_per_token / seconds`` is compared with the offer's measured throughput
+(the challenge's ``measured_flops``):
 
 - above ``offered * CEILING``: the node attests more work than the hardware it proved can do
   (tokens it did not train, or hardware that is not the offer's). The seconds counted are at
@@ -17,18 +20,30 @@ offer's measured throughput (the challenge's ``measured_flops``):
 Each finding becomes a fraud record like a failed replay (unique per run, round and node: a
 replay's record for the same slot is kept), so the slasher proposes the slash
 (ledger/chain/slash.py).
+
+Where rounds are judged (:func:`ledger.judge.verdicts.judge_round`), :func:`check_leased` runs
+this for every node leased in the round (a ``LeaseOpened`` of the run whose window holds it)
+and holding an offer (:func:`ledger.chain.leases.leased_offers`, in the round's context): a
+finding fails the node's entry (check ``throughput``, before rewards are shared) with the
+finding as its fraud evidence. So the round is neither rewarded nor a
+completed round of the lease (its leaf counts verified attestations only:
+:mod:`ledger.chain.leases`), and :func:`ledger.judge.fraud.record_frauds` stores the fraud
+record the slasher proposes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Final
 
 from sqlmodel import Session, select
 
 from ledger.core.models import Attestation, FraudRecord, RoundState
+from ledger.judge.entries import Entry, Fraud
+from ledger.judge.tensors import Tensors
 from protocol.eip712 import keccak256
 from reference.challenge import SLACK
 
@@ -139,3 +154,54 @@ def record(session: Session, findings: list[Finding]) -> int:
         )
         added += 1
     return added
+
+
+def flops_per_token(tensors: Tensors | None) -> float | None:
+    """6 x the model's parameters (a training step's FLOPs per token), or None without it."""
+    if not tensors:
+        return None
+    return 6.0 * sum(t.numel() for t in tensors.values())
+
+
+def check_leased(
+    entries: list[Entry],
+    rnd: RoundState,
+    offers: Mapping[str, float],
+    fpt: float | None,
+    start_of: Callable[[Attestation], datetime],
+) -> list[Finding]:
+    """Fail the entries of leased nodes whose attested rate contradicts their offer (see the
+    module docstring); the findings. ``offers``: node (lower-case) -> offered FLOP/s of the
+    nodes leased in the round (:func:`ledger.chain.leases.leased_offers`); ``start_of``: when
+    the node could start the round's work (its previous attestation, or the run's start: the
+    round's ``opened_at`` is when its first message arrived, after the work was done)."""
+    if fpt is None or not offers:
+        return []
+    found = []
+    for e in entries:
+        offered = offers.get(e.att.node.lower())
+        if offered is None or not e.ok:
+            continue
+        seconds = (e.att.received_at - start_of(e.att)).total_seconds()
+        if seconds <= 0:
+            continue  # no time base (a clock step): nothing to judge the rate by
+        verdict = judge_rate(int(e.att.tokens), seconds, fpt, offered)
+        if verdict is None:
+            continue
+        rate = int(e.att.tokens) * fpt / max(seconds, 1e-9)
+        f = Finding(
+            rnd.run_id, rnd.round, e.att.node, e.att.digest, int(e.att.tokens), seconds, fpt,
+            rate, offered, verdict,
+        )  # fmt: skip
+        text = json.dumps(
+            {"kind": "attested_throughput", **asdict(f)}, sort_keys=True, separators=(",", ":")
+        )
+        e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
+        bound = "above 1.5x" if verdict == "over" else "below the utilisation floor of"
+        e.fail(
+            "throughput",
+            f"attested {rate:.3g} FLOP/s ({e.att.tokens} tokens in {seconds:.1f} s), "
+            f"{bound} its offer's {offered:.3g} FLOP/s; fraud record {e.fraud.evidence_hash}",
+        )
+        found.append(f)
+    return found

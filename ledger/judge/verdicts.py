@@ -10,7 +10,8 @@ match the model and are finite and non-zero (:mod:`.pseudo_gradients`); magnitud
 previous round's mean, the node's own earlier updates) (:mod:`.comparisons`); usefulness on the
 node's shard (with the audit on, an update that does not lower its own-shard loss is replayed:
 honest work is paid at the usefulness floor, anything else fails the audit) and the first-step
-probe (:mod:`.scores`); then the outer step over the members' pseudo-gradients (each result
+probe (:mod:`.scores`); a leased node's attested rate against its offer (:mod:`.throughput`);
+then the outer step over the members' pseudo-gradients (each result
 checkpoint must equal it: :mod:`.result`), the replay audit (:mod:`.audits`), the reward split
 (:mod:`.rewards`), and the committed step: over the members' pseudo-gradients that are safe to
 apply (the model's shapes, finite, within the magnitude bounds): what the members' all-reduce
@@ -41,6 +42,7 @@ from ledger.judge.result import check_results, declared_group, members_step
 from ledger.judge.rewards import share_rewards
 from ledger.judge.rules import cap_tokens, majority_checkpoint
 from ledger.judge.scores import probe_inner_steps, score_usefulness, settle_unhelpful
+from ledger.judge.throughput import check_leased, flops_per_token
 
 
 def judge_round(
@@ -61,6 +63,7 @@ def judge_round(
     score_usefulness(entries, ctx)
     probe_cpu = probe_inner_steps(entries, ctx, base_tensors)
     _cap_tokens(entries, ctx)
+    check_leased(entries, rnd, ctx.leased, flops_per_token(base_tensors), ctx.start_of)
     if base_tensors is None:
         return _legacy(entries, ctx)
     momentum = load_momentum(session, ctx.blobs, rnd.run_id, ctx.last_round)

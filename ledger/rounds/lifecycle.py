@@ -20,6 +20,7 @@ from sqlalchemy import Engine, and_, func
 from sqlmodel import Session, col, select
 
 from ledger.chain.indexer import Indexer
+from ledger.chain.leases import leased_offers
 from ledger.chain.pools import compute_reward
 from ledger.chain.settlement import add_rewards
 from ledger.core.blobstore import BlobStore
@@ -264,6 +265,7 @@ class RoundKeeper:
                 members=members, usefulness=self.usefulness,
                 start_of=lambda a: self._start_of(session, a, run),
                 domain=self.indexer.chain.domain,
+                leased=leased_offers(session, rnd.run_id, rnd.round),
             )  # fmt: skip
             judged = judge_round(session, rnd, atts, ctx)
             self.audit_cpu_s += judged.audit_cpu_s

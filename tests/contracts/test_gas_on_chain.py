@@ -46,6 +46,7 @@ LIMITS = {
     "lease_open": 150_000,
     "lease_claim_1024": 100_000,
     "lease_refund": 95_000,
+    "lease_refund_early": 95_000,
 }
 TOLERANCE = 300  # gas: zero bytes in signatures and timestamps vary (4 vs 16 gas each)
 CLAIM_GAS = 300_000  # explicit: eth_estimateGas can miss a new Votes checkpoint
@@ -213,7 +214,9 @@ def _measure_lease(
     accounts: list[Address],
 ) -> dict[str, int]:
     """A two-round lease whose node works one round: open, claim against a 1,024-account root
-    that holds its leaf, and the refund of the other round's escrow to the organiser."""
+    that holds its leaf, and the refund of the other round's escrow to the organiser. Beside
+    it a five-round lease of the same node, which its organiser settles early (the run stopped
+    after the two rounds): one transaction returns the three rounds never run."""
     ledger, leases = _c(w3, deployment, "ContributionLedger"), _c(w3, deployment, "ComputeLeases")
     organiser = Account.from_key(chain.accounts[7][1])
     node = _accounts(1025)[1024]
@@ -225,11 +228,15 @@ def _measure_lease(
     }
     (event,) = leases.events.LeaseOpened().get_logs(from_block=w3.eth.block_number)
     lease_id, start = bytes(event["args"]["leaseId"]), int(event["args"]["startRound"])
+    _send(w3, organiser, leases.functions.openLease(run, node, price, 5), value=5 * price)
+    (event,) = leases.events.LeaseOpened().get_logs(from_block=w3.eth.block_number)
+    early_id = bytes(event["args"]["leaseId"])
     tree = None
     for rnd in (start, start + 1):  # the node works the first round of two, then leaves
         leaf = lease_leaf_hash(Address(leases.address), lease_id, price, rnd)
+        early = lease_leaf_hash(Address(leases.address), early_id, price, rnd)
         tree = RewardsTree.build(
-            [(a, (i + 1) * 3 * 10**14) for i, a in enumerate(accounts)], [leaf]
+            [(a, (i + 1) * 3 * 10**14) for i, a in enumerate(accounts)], [leaf, early]
         )
         _send(
             w3,
@@ -247,6 +254,13 @@ def _measure_lease(
     gas["lease_refund"] = _send(w3, payer, leases.functions.refund(*args))
     assert w3.eth.get_balance(organiser.address) - before == price  # the round it did not work
     assert w3.eth.get_balance(node) == price
+    proof = tree.extra_proof(lease_leaf_hash(Address(leases.address), early_id, price, start + 1))
+    gas["lease_refund_early"] = _send(
+        w3, organiser, leases.functions.refund(early_id, price, start + 1, tree.root, proof)
+    )
+    (event,) = leases.events.LeaseRefunded().get_logs(from_block=w3.eth.block_number)
+    # the 3 rounds the run never reached and the round the node did not work, in one transaction
+    assert (event["args"]["refunded"], event["args"]["earned"]) == (4 * price, price)
     return gas
 
 

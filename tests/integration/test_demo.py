@@ -55,6 +55,15 @@ def test_report_has_every_required_field(demo_run: tuple[dict[str, Any], Path]) 
     assert rounds[0]["inner_steps"] == INNER_STEPS
     assert rounds[-1]["config_version"] == gov["config_version_after"]
     assert rounds[-1]["inner_steps"] == gov["inner_steps_after"] != INNER_STEPS
+    # the lease of node-1 (window = the run + 2 rounds): paid its rounds inside the roots, the
+    # two rounds the run never reached refunded early, in one transaction each
+    lease = report["lease"]
+    price = int(lease["wei_per_round"])
+    assert lease["node"] == report["nodes"][0]["node"]
+    assert lease["window"] == [1, ROUNDS + 2] and lease["through_round"] == ROUNDS
+    assert lease["rounds_completed"] == len(report["nodes"][0]["rounds_credited"])
+    assert int(lease["paid_wei"]) == price * lease["rounds_completed"]
+    assert int(lease["refunded_wei"]) == price * (ROUNDS + 2) - int(lease["paid_wei"])
 
 
 def test_chain_state_matches_the_report(

@@ -4,15 +4,26 @@ attests more than its proven hardware can do, or far less than it offered, gets 
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 
 from sqlmodel import Session, select
 
 from bench.harness.nodes import h
+from ledger.chain.leases import leased_offers
 from ledger.core import db
-from ledger.core.models import Attestation, FraudRecord, RoundState, utcnow
+from ledger.core.models import (
+    Attestation,
+    FraudRecord,
+    FundingEvent,
+    MarketOffer,
+    RoundState,
+    utcnow,
+)
 from ledger.judge import throughput
+from ledger.judge.entries import Entry
+from ledger.judge.fraud import record_frauds
 
 RUN = h("run-throughput")
 FPT = 6 * 1_000_000  # a 1M-parameter model: 6 FLOPs per parameter per token
@@ -74,3 +85,68 @@ def test_the_bounds() -> None:
     assert throughput.judge_rate(150, 1.0, 1.0, 100.0) is None
     assert throughput.judge_rate(1, 1.0, 1.0, 100.0) == "under"
     assert throughput.judge_rate(2, 1.0, 1.0, 100.0) is None
+
+
+def _lease(node: str, start: int, end: int, i: int) -> FundingEvent:
+    args = {"node": node, "organiser": "0x" + "ee" * 20, "weiPerRound": "1", "startRound": start,
+            "endRound": end, "escrow": str(end - start + 1)}  # fmt: skip
+    return FundingEvent(contract="ComputeLeases", name="LeaseOpened", run_id=RUN, ref=h(f"l{i}"),
+                        args=json.dumps(args), block_number=1, block_time=0, log_index=i,
+                        tx_hash=h(f"tx{i}"))  # fmt: skip
+
+
+def _offer(node: str, i: int) -> MarketOffer:
+    return MarketOffer(digest=h(f"o{i}"), node=node, operator=node, device_kind=h("cpu"),
+                       device_count=2, memory_bytes=1 << 30, flops=int(OFFER / 2), bandwidth=1,
+                       region=h("eu"), price_per_device_hour="1", min_hours=1, expiry=2**40,
+                       nonce=1, challenge=h("c"), signature="0x" + "11" * 65)  # fmt: skip
+
+
+def test_the_round_judge_fails_a_leased_node_far_below_its_offer(tmp_path: Path) -> None:
+    """Wired where rounds are judged: the leased node attesting 0.3% of its offer (2 devices x
+    half of OFFER) fails its entry with check ``throughput`` and fraud evidence, so
+    record_frauds writes the slash path's record and the round is not verified (not paid, not a
+    completed round of its lease); the honest leased node, a node whose lease ended and an
+    unleased node are untouched."""
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    db.upgrade(url)
+    engine = db.make_engine(url)
+    opened = utcnow() - timedelta(seconds=100)
+    honest, slow, ended, unleased = ("0x" + c * 40 for c in "abcd")
+    tokens = int(0.3 * OFFER * 100 / FPT)
+    with Session(engine) as s:
+        rnd = RoundState(run_id=RUN, round=1, opened_at=opened, deadline_at=utcnow())
+        s.add(rnd)
+        s.add_all([_lease(honest, 1, 5, 0), _lease(slow, 1, 5, 1), _lease(ended, 0, 0, 2)])
+        s.add_all([_offer(n, i) for i, n in enumerate((honest, slow, ended, unleased))])
+        at = opened + timedelta(seconds=100)
+        atts = [_att(n, t, at, i) for i, (n, t) in enumerate(
+            [(honest, tokens), (slow, tokens // 300), (ended, tokens // 300),
+             (unleased, tokens // 300)])]  # fmt: skip
+        s.add_all(atts)
+        s.commit()
+        offers = leased_offers(s, RUN, 1)
+        assert offers == {honest: OFFER, slow: OFFER}
+        entries = [Entry(a) for a in atts]
+        found = throughput.check_leased(entries, rnd, offers, FPT, lambda a: opened)
+        assert [(f.node, f.verdict) for f in found] == [(slow, "under")]
+        assert [e.check for e in entries] == [None, "throughput", None, None]
+        assert entries[1].fraud is not None and '"attested_throughput"' in entries[1].fraud.evidence
+        assert "below the utilisation floor" in entries[1].reason
+        assert throughput.check_leased(entries[:1], rnd, offers, None, lambda a: opened) == []
+        # no time base (work "started" after the attestation arrived): not judged
+        assert throughput.check_leased([Entry(atts[1])], rnd, offers, FPT, lambda a: utcnow()) == []
+        record_frauds(s, rnd, entries)
+        s.commit()
+        frauds = s.exec(select(FraudRecord)).all()
+        assert [(f.node, f.round, f.evidence_hash) for f in frauds] == [
+            (slow, 1, entries[1].fraud.evidence_hash)
+        ]
+    engine.dispose()
+
+
+def test_flops_per_token_is_six_per_parameter() -> None:
+    import torch
+
+    assert throughput.flops_per_token({"w": torch.zeros(3, 4), "b": torch.zeros(4)}) == 96.0
+    assert throughput.flops_per_token(None) is None

@@ -27,3 +27,13 @@ def test_honest_passes_twice_the_memory_fails_and_the_node_comes_back() -> None:
         assert not impossible.passed and "late" in impossible.reasons[0]
     finally:
         bm.stop([node])
+
+
+def test_a_claims_verdict_is_refused_only_by_a_majority_of_its_challenges() -> None:
+    assert ch.VERDICT_TRIALS == 3
+    assert not ch.majority_refused([True, False, False])  # one late run: noise
+    assert ch.majority_refused([True, True, False])  # late most times: a misclaim
+    assert ch.majority_refused([True])
+    late = bm.Outcome(False, ["late"], [2.0], 2.0, 0.0)
+    ok = bm.Outcome(True, [], [1.0], 1.0, 0.0)
+    assert bm.Verdict([late, ok, ok]).passed and not bm.Verdict([late, late, ok]).passed

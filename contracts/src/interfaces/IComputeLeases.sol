@@ -86,6 +86,9 @@ interface IComputeLeases {
     /// @notice The lease runs through round `endRound`; the leaf only counts through
     /// `throughRound`: refund with a root committed after the last round of the window.
     error LeaseNotEnded(bytes32 leaseId, uint64 endRound, uint64 throughRound);
+    /// @notice An early refund counts every committed round: the leaf is through `throughRound`,
+    /// the run's last committed round is `lastRound` (refund with that round's root once final).
+    error RunNotStopped(bytes32 runId, uint64 lastRound, uint64 throughRound);
     /// @notice Sending `amount` wei to `to` failed.
     error EthTransferFailed(address to, uint256 amount);
 
@@ -115,6 +118,9 @@ interface IComputeLeases {
     /// @notice Settles `leaseId` in one transaction once a claimable root holds its leaf through
     /// the window's last round: the organiser gets the escrow minus max(`cumulativeWei`, paid);
     /// the node keeps what it earned (claimable). Anyone may call; never paused.
+    /// A run that stops early: its organiser may settle before the window's end with the leaf
+    /// through the run's last committed round (`throughRound` == the ledger's `lastRound`, its
+    /// root final), so every committed round counts; the node's later rounds are not paid.
     /// @return refunded The wei sent back to the organiser.
     function refund(
         bytes32 leaseId,
