@@ -38,7 +38,7 @@ from reference.model import GPT, GPTConfig, evaluate
 from reference.outer import FlatLayout, OuterConfig, OuterState
 from trainer.network.comm import GroupAverager
 from trainer.round.diloco import RoundSettings
-from trainer.round.sharded import ShardedDiLoCo, shard_model
+from trainer.round.sharded import ShardedDiLoCo, local_rows, shard_model
 from trainer.round.sharded_state import ShardOuterState
 from trainer.round.sharded_world import LocalRank, spawn_nodes
 
@@ -180,7 +180,8 @@ def host_bytes(where: LocalRank, spec: Spec, out: str) -> None:
     probe.model, probe.layout, probe.world, probe.rank = model, layout, world, rank
     rows = spec.rows(where.node, 0)
     per = InnerConfig.protocol(spec.steps, spec.lr, spec.batch // world, carried=False)
-    InnerTrainer(model, per).train(probe.local_rows(rows, spec.batch, spec.steps))
+    warm = InnerTrainer(model, per)  # the model's own: its gradients and one AdamW state
+    warm.train(local_rows(rows, spec.batch, spec.steps, rank, world))
     gc.collect()
     before = _rss()
     state = OuterState(layout, probe.flat_params())
@@ -190,8 +191,10 @@ def host_bytes(where: LocalRank, spec: Spec, out: str) -> None:
     local = node.train_local(rows, settings)
     node.finish_round(local, _Solo(), settings)
     del local
+    node.inner = None  # the round's AdamW state: the model's own, counted once (in ``warm``)
     gc.collect()
     after = _rss()
+    del warm
     (Path(out) / f"rss{rank}.json").write_text(json.dumps(
         {"delta": after - before, "numel": layout.numel, "outer": node.outer.nbytes()}))  # fmt: skip
 
@@ -222,9 +225,8 @@ def speed(where: LocalRank, spec: Spec, out: str) -> None:
     world = torch.distributed.get_world_size(where.group)
     if world > 1:
         shard_model(model, DeviceMesh.from_group(where.group, "cpu"))
-    probe = ShardedDiLoCo.__new__(ShardedDiLoCo)
-    probe.world, probe.rank = world, torch.distributed.get_rank(where.group)
-    rows = probe.local_rows(spec.rows(0, 0), spec.batch, spec.steps)
+    rank = torch.distributed.get_rank(where.group)
+    rows = local_rows(spec.rows(0, 0), spec.batch, spec.steps, rank, world)
     per = InnerConfig.protocol(spec.steps, spec.lr, spec.batch // world, carried=False)
     trainer = InnerTrainer(model, per)
     warm = InnerConfig.protocol(1, spec.lr, spec.batch // world, carried=False)
@@ -233,7 +235,7 @@ def speed(where: LocalRank, spec: Spec, out: str) -> None:
     start = time.perf_counter()
     trainer.train(rows)
     seconds = time.perf_counter() - start
-    if probe.rank == 0:
+    if rank == 0:
         seq = GPTConfig.preset(spec.preset).seq_len
         (Path(out) / f"speed{world}.json").write_text(
             json.dumps({"tokens_per_s": spec.steps * spec.batch * seq / seconds}))  # fmt: skip

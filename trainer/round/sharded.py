@@ -116,6 +116,23 @@ def shard_model(
     return model
 
 
+def local_rows(rows: Tensor, batch_size: int, steps: int, rank: int, world: int) -> Tensor:
+    """Local rank ``rank``'s ``batch_size / world`` rows of each step's batch, in step order."""
+    if batch_size % world:
+        raise ConfigError(
+            f"batch size {batch_size} does not split over {world} local ranks: "
+            "use a batch size that the node's rank count divides"
+        )
+    if rows.shape[0] < steps * batch_size:
+        raise ConfigError(
+            f"{rows.shape[0]} rows do not fill {steps} inner steps of {batch_size} rows"
+        )
+    per = batch_size // world
+    return rows[: steps * batch_size].reshape(steps, world, per, -1)[:, rank].reshape(
+        steps * per, -1
+    )
+
+
 class ShardedDiLoCo:
     """DiLoCo for one local rank of a node of ``W`` ranks (``group``: the node's local group)."""
 
@@ -173,19 +190,6 @@ class ShardedDiLoCo:
             mine = distribute_tensor(views[name], p.device_mesh, p.placements, src_data_rank=None)
             p.to_local().copy_(mine.to_local())
 
-    def local_rows(self, rows: Tensor, batch_size: int, steps: int) -> Tensor:
-        """This rank's ``batch_size / W`` rows of each step's batch, in step order."""
-        if batch_size % self.world:
-            raise ConfigError(
-                f"batch size {batch_size} does not split over {self.world} local ranks: "
-                "use a batch size that the node's rank count divides"
-            )
-        if rows.shape[0] < steps * batch_size:
-            raise ConfigError(f"{rows.shape[0]} rows do not fill {steps} steps of {batch_size}")
-        per = batch_size // self.world
-        steps_rows = rows[: steps * batch_size].view(steps, self.world, per, -1)
-        return steps_rows[:, self.rank].reshape(steps * per, -1)
-
     def train_local(
         self, rows: Tensor, settings: RoundSettings,
         keep: Callable[[Boundary, dict[str, Tensor]], None] | None = None,
@@ -195,13 +199,13 @@ class ShardedDiLoCo:
         self.load_flat(origin)
         cfg = settings.inner
         per = replace(cfg, batch_size=cfg.batch_size // self.world)
-        local_rows = self.local_rows(rows, cfg.batch_size, cfg.steps)
+        mine = local_rows(rows, cfg.batch_size, cfg.steps, self.rank, self.world)
         if self.inner is None or self.inner.cfg != per or not settings.keep_inner_state:
             self.inner = InnerTrainer(self.model, per, keep_state=settings.keep_inner_state)
         trainer = self.inner
         builder = ShardedTraceBuilder(self.model, self.layout.unflatten(origin), leader=self.leader,
                                       optimizer=lambda: trainer._opt, keep=keep)  # fmt: skip
-        done = trainer.train(local_rows, on_boundary=builder,
+        done = trainer.train(mine, on_boundary=builder,
                              trace_interval=settings.trace_interval)  # fmt: skip
         inner = InnerResult(done.steps, done.tokens * self.world, done.losses, done.seconds)
         flat_local = self.flat_params()

@@ -7,6 +7,7 @@ of the nodes' leaders (local rank 0), for tests, benchmarks and a torchrun-style
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -19,6 +20,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from protocol.errors import ConfigError
+
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,21 @@ def join_world(rank: int, sizes: Sequence[int], port: int, timeout_s: float = 12
     return LocalRank(node, local, tuple(sizes), groups[node], leaders if local == 0 else None)
 
 
+def return_freed_memory(threshold: int = 1 << 16) -> bool:
+    """Serve every allocation above ``threshold`` bytes from its own mapping (glibc's
+    ``M_MMAP_THRESHOLD``), so the round's transient full-size buffers (the gathered weights, the
+    boundary states) go back to the OS when freed instead of staying in the heap: the host memory
+    of a rank is then its outer state, its model shard and its optimizer. False off glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold))
+
+
 def _entry(rank: int, fn: Callable[..., None], sizes: Sequence[int], port: int, args: tuple) -> None:  # type: ignore[type-arg]
     os.environ["OMP_NUM_THREADS"] = "1"
+    return_freed_memory()
     where = join_world(rank, sizes, port)
     try:
         fn(where, *args)
