@@ -295,9 +295,21 @@ def bf16_momentum_loss(rounds: int, steps: int, nodes: int = 2, seed: int = 0) -
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small shapes (minutes on 2 cores)")
+    ap.add_argument("--nodes", help="one run only: the nodes' local rank counts, e.g. 1,2,4")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the --nodes run")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
+    if args.nodes:
+        try:
+            sizes = [int(n) for n in args.nodes.split(",")]
+        except ValueError:
+            ap.error(f"--nodes {args.nodes!r}: give local rank counts separated by commas, e.g. 1,2,4")
+        found = run_nodes(Spec(rounds=args.rounds), sizes)
+        found["ok"] = all(found[k] for k in EXACT) and found["inner_rel_err"] <= INNER_TOLERANCE
+        found["seconds"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps(found))
+        return found
     spec = Spec()
     exact = run_nodes(spec, [2, 2])
     hetero = run_nodes(spec, [1, 2, 4])

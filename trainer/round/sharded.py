@@ -187,7 +187,8 @@ class ShardedDiLoCo:
             if not isinstance(p, DTensor):
                 p.copy_(views[name])
                 continue
-            mine = distribute_tensor(views[name], p.device_mesh, p.placements, src_data_rank=None)
+            full = views[name].to(p.to_local().device)
+            mine = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None)
             p.to_local().copy_(mine.to_local())
 
     def train_local(

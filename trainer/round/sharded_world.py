@@ -55,17 +55,21 @@ def placement(rank: int, sizes: Sequence[int]) -> tuple[int, int]:
     raise ConfigError(f"rank {rank} is outside a world of nodes of {list(sizes)} ranks")
 
 
-def join_world(rank: int, sizes: Sequence[int], port: int, timeout_s: float = 120) -> LocalRank:
-    """Init the gloo world and make every node's local group and the leaders' group (every
-    process makes all of them, in the same order, as torch.distributed needs)."""
+def join_world(
+    rank: int, sizes: Sequence[int], port: int, timeout_s: float = 120, backend: str = "gloo"
+) -> LocalRank:
+    """Init the world (``backend``: gloo on CPU; ``cpu:gloo,cuda:nccl`` on GPUs, where the outer
+    state's collectives stay on the host) and make every node's local group and the leaders'
+    group (every process makes all of them, in the same order, as torch.distributed needs)."""
     if not sizes or min(sizes) <= 0:
         raise ConfigError(f"node sizes must be positive rank counts, got {list(sizes)}")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=sum(sizes), timeout=timedelta(seconds=timeout_s))  # fmt: skip
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    groups = [dist.new_group(list(range(a, a + s))) for a, s in zip(starts, sizes, strict=True)]
-    leaders = dist.new_group(starts)
+    groups = [dist.new_group(list(range(a, a + s)), backend=backend)
+              for a, s in zip(starts, sizes, strict=True)]  # fmt: skip
+    leaders = dist.new_group(starts, backend=backend)
     node, local = placement(rank, sizes)
     return LocalRank(node, local, tuple(sizes), groups[node], leaders if local == 0 else None)
 
@@ -82,18 +86,23 @@ def return_freed_memory(threshold: int = 1 << 16) -> bool:
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold))
 
 
-def _entry(rank: int, fn: Callable[..., None], sizes: Sequence[int], port: int, args: tuple) -> None:  # type: ignore[type-arg]
+def _entry(  # noqa: PLR0917 - torch.multiprocessing's positional arguments
+    rank: int, fn: Callable[..., None], sizes: Sequence[int], port: int, backend: str,
+    args: tuple[Any, ...],
+) -> None:  # fmt: skip
     os.environ["OMP_NUM_THREADS"] = "1"
     return_freed_memory()
-    where = join_world(rank, sizes, port)
+    where = join_world(rank, sizes, port, backend=backend)
     try:
         fn(where, *args)
     finally:
         dist.destroy_process_group()
 
 
-def spawn_nodes(fn: Callable[..., None], sizes: Sequence[int], *args: Any) -> None:
+def spawn_nodes(
+    fn: Callable[..., None], sizes: Sequence[int], *args: Any, backend: str = "gloo"
+) -> None:
     """Run ``fn(local_rank: LocalRank, *args)`` in ``sum(sizes)`` fresh processes; raises if
     any of them fails."""
-    mp.start_processes(_entry, args=(fn, list(sizes), free_port(), args), nprocs=sum(sizes),
-                       join=True, start_method="spawn")  # fmt: skip
+    mp.start_processes(_entry, args=(fn, list(sizes), free_port(), backend, args),
+                       nprocs=sum(sizes), join=True, start_method="spawn")  # fmt: skip
