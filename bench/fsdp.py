@@ -25,7 +25,8 @@ import json
 import logging
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,12 @@ def asdict_packet(p: Packet) -> dict[str, Any]:
     return {"fmt": str(p.fmt), "payload": p.payload, "scales": p.scales}
 
 
+def _opt_of(trainer: InnerTrainer) -> Callable[[], torch.optim.Optimizer | None]:
+    """The trainer's optimizer as it is at each call (``InnerTrainer.optimizer()`` would make a
+    fresh one)."""
+    return lambda: trainer._opt
+
+
 def check_run(spec: Spec, sizes: list[int], out: Path) -> dict[str, Any]:
     """Replay the run single-process from its records; what matched."""
     settings = spec.settings()
@@ -142,7 +149,7 @@ def check_run(spec: Spec, sizes: list[int], out: Path) -> dict[str, Any]:
             ref_model = spec.model()
             OuterState(layout, base).load_into(ref_model)
             trainer = InnerTrainer(ref_model, settings.inner, keep_state=False)
-            builder = TraceBuilder(ref_model, layout.unflatten(base), optimizer=lambda t=trainer: t._opt)
+            builder = TraceBuilder(ref_model, layout.unflatten(base), optimizer=_opt_of(trainer))
             trainer.train(spec.rows(n, rnd), on_boundary=builder,
                           trace_interval=settings.trace_interval)  # fmt: skip
             # the start state is the same bits: its boundary hashes the same; the later ones
@@ -207,8 +214,8 @@ def host_bytes(where: LocalRank, spec: Spec, out: str) -> None:
     gc.collect()
     after = _rss()
     del warm
-    (Path(out) / f"rss{rank}.json").write_text(json.dumps(
-        {"delta": after - before, "numel": layout.numel, "outer": node.outer.nbytes()}))  # fmt: skip
+    found = {"delta": after - before, "numel": layout.numel, "outer": node.outer.nbytes()}
+    (Path(out) / f"rss{rank}.json").write_text(json.dumps(found))
 
 
 class _Solo:
@@ -304,7 +311,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         try:
             sizes = [int(n) for n in args.nodes.split(",")]
         except ValueError:
-            ap.error(f"--nodes {args.nodes!r}: give local rank counts separated by commas, e.g. 1,2,4")
+            ap.error(
+                f"--nodes {args.nodes!r}: give local rank counts separated by commas, e.g. 1,2,4"
+            )
         found = run_nodes(Spec(rounds=args.rounds), sizes)
         found["ok"] = all(found[k] for k in EXACT) and found["inner_rel_err"] <= INNER_TOLERANCE
         found["seconds"] = round(time.perf_counter() - t0, 1)

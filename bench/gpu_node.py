@@ -97,7 +97,8 @@ def run_case(where: LocalRank, case: Case, device: str) -> dict[str, Any]:
     return {"shape": case.shape, "offload": case.offload, "bf16": case.bf16, "params": params,
             "ranks": world, "peak_gib": round(peak, 2), "step_s": round(step_s, 4),
             "tokens_per_s": round(tokens_per_s, 1), "outer_step_s": round(outer_s, 3),
-            "outer_setup_s": round(setup_s, 3), "flops_per_s": 6 * params * tokens_per_s}  # fmt: skip
+            "outer_setup_s": round(setup_s, 3),
+            "flops_per_s": 6 * params * tokens_per_s}  # fmt: skip
 
 
 def _sync(device: str, where: LocalRank) -> None:

@@ -3,6 +3,8 @@ single-process outer step and checkpoint, and the bad inputs refused by name."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -69,7 +71,7 @@ def test_shard_ranges_cover_the_vector_once() -> None:
         spans = [(ShardRange(r, world, numel).start, ShardRange(r, world, numel).end)
                  for r in range(world)]  # fmt: skip
         assert spans[0][0] == 0 and spans[-1][1] == numel
-        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
 
 
 def test_bad_shapes_and_ranks_are_refused_by_name() -> None:

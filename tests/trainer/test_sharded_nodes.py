@@ -53,7 +53,8 @@ def test_the_docs_commands_run_as_written() -> None:
     single-process nodes, and the GPU script's dry run starts and ends on CPU."""
     lines = _docs_block()
     assert [line.split()[:3] for line in lines] == [
-        ["python", "-m", "bench.fsdp"], ["python", "-m", "bench.gpu_node"]
+        ["python", "-m", "bench.fsdp"],
+        ["python", "-m", "bench.gpu_node"],
     ]
     env = os.environ | {"PYTHONPATH": str(ROOT)}
     outs = []

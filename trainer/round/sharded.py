@@ -25,14 +25,19 @@ node of any size loads them (:meth:`ShardOuterState.of`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+)
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from protocol.errors import ConfigError
@@ -62,7 +67,9 @@ class _FullView(nn.Module):
         super().__init__()
         self._full = params
 
-    def named_parameters(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def,override]
+    def named_parameters(  # type: ignore[override]
+        self, *args: object, **kwargs: object
+    ) -> Iterator[tuple[str, Tensor]]:
         yield from self._full.items()
 
 
@@ -70,7 +77,9 @@ class _FullOptimizer:
     """An optimizer's Adam moments gathered to full tensors, keyed like the full parameters."""
 
     def __init__(self, opt: torch.optim.Optimizer, full: dict[int, Tensor]) -> None:
-        self.param_groups = [{"params": [full[id(p)] for p in g["params"]]} for g in opt.param_groups]
+        self.param_groups = [
+            {"params": [full[id(p)] for p in g["params"]]} for g in opt.param_groups
+        ]
         self.state = {
             full[id(p)]: {k: _full(v) for k, v in opt.state[p].items()}
             for g in opt.param_groups
@@ -102,17 +111,14 @@ class ShardedTraceBuilder(TraceBuilder):
             self.keep(boundary, state)
 
 
-def shard_model(
-    model: GPT, mesh: DeviceMesh, *, offload: bool = False, bf16: bool = False
-) -> GPT:
+def shard_model(model: GPT, mesh: DeviceMesh, *, offload: bool = False, bf16: bool = False) -> GPT:
     """``fully_shard`` each block, then the root, over the node's local mesh (in place)."""
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 \
         else MixedPrecisionPolicy()  # fmt: skip
-    policy = CPUOffloadPolicy() if offload else None
-    kwargs = {"mesh": mesh, "mp_policy": mp} | ({"offload_policy": policy} if policy else {})
+    policy = CPUOffloadPolicy() if offload else OffloadPolicy()
     for block in model.blocks:
-        fully_shard(block, **kwargs)  # type: ignore[arg-type]
-    fully_shard(model, **kwargs)  # type: ignore[arg-type]
+        fully_shard(block, mesh=mesh, mp_policy=mp, offload_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=policy)
     return model
 
 
@@ -128,8 +134,8 @@ def local_rows(rows: Tensor, batch_size: int, steps: int, rank: int, world: int)
             f"{rows.shape[0]} rows do not fill {steps} inner steps of {batch_size} rows"
         )
     per = batch_size // world
-    return rows[: steps * batch_size].reshape(steps, world, per, -1)[:, rank].reshape(
-        steps * per, -1
+    return (
+        rows[: steps * batch_size].reshape(steps, world, per, -1)[:, rank].reshape(steps * per, -1)
     )
 
 
@@ -196,6 +202,11 @@ class ShardedDiLoCo:
         keep: Callable[[Boundary, dict[str, Tensor]], None] | None = None,
     ) -> LocalWork:  # fmt: skip
         """The round's inner steps from the base; the leader's work carries the packet."""
+        if WireFormat.parse(settings.wire_format) is WireFormat.SPARSE:
+            raise ConfigError(
+                "wire format sparse: a node of several ranks sends fp32, bf16 or int8 packets "
+                "(the sparse format's error feedback is not sharded yet)"
+            )
         origin = self.base()
         self.load_flat(origin)
         cfg = settings.inner
@@ -211,8 +222,6 @@ class ShardedDiLoCo:
         inner = InnerResult(done.steps, done.tokens * self.world, done.losses, done.seconds)
         flat_local = self.flat_params()
         base_hash = bytes(hash_state_dict(self.layout.unflatten(origin)))
-        if WireFormat.parse(settings.wire_format) is WireFormat.SPARSE:
-            raise ConfigError("a node of several ranks sends fp32, bf16 or int8 packets, not sparse")
         packet = encode(origin, flat_local, settings.wire_format) if self.leader else None
         trace = builder.trace() if self.leader else None
         return LocalWork(base_hash, origin - flat_local, inner, packet, trace=trace)

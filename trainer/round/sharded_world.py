@@ -64,8 +64,9 @@ def join_world(
     if not sizes or min(sizes) <= 0:
         raise ConfigError(f"node sizes must be positive rank counts, got {list(sizes)}")
     torch.set_num_threads(1)
+    timeout = timedelta(seconds=timeout_s)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=sum(sizes), timeout=timedelta(seconds=timeout_s))  # fmt: skip
+                            world_size=sum(sizes), timeout=timeout)  # fmt: skip
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     groups = [dist.new_group(list(range(a, a + s)), backend=backend)
               for a, s in zip(starts, sizes, strict=True)]  # fmt: skip
@@ -104,5 +105,6 @@ def spawn_nodes(
 ) -> None:
     """Run ``fn(local_rank: LocalRank, *args)`` in ``sum(sizes)`` fresh processes; raises if
     any of them fails."""
-    mp.start_processes(_entry, args=(fn, list(sizes), free_port(), backend, args),
-                       nprocs=sum(sizes), join=True, start_method="spawn")  # fmt: skip
+    spawn_args = (fn, list(sizes), free_port(), backend, args)
+    start = mp.start_processes  # type: ignore[attr-defined]
+    start(_entry, args=spawn_args, nprocs=sum(sizes), join=True, start_method="spawn")  # type: ignore[no-untyped-call]
