@@ -21,23 +21,27 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import logging
+import math
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ledger.core.config import SEGMENT_TOLERANCE
 from reference.checkpoint import RoundCheckpoint
 from reference.codec import Packet, encode
 from reference.inner import InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig, evaluate
 from reference.outer import FlatLayout, OuterConfig, OuterState
-from reference.trace import TraceBuilder
+from reference.segment import STEP, fresh_state, replay_segment, segment_error, segment_rows
+from reference.trace import WEIGHTS, Boundary, TraceBuilder, state_hash
 from trainer.network.comm import GroupAverager
 from trainer.round.diloco import RoundSettings
 from trainer.round.sharded import ShardedDiLoCo, local_rows, shard_model
@@ -46,7 +50,7 @@ from trainer.round.sharded_world import LocalRank, spawn_nodes
 
 log = logging.getLogger(__name__)
 INNER_TOLERANCE = 1e-5
-EXACT = ("outer_equal", "packets_equal", "same_base", "trace_same")
+EXACT = ("outer_equal", "packets_equal", "same_base", "trace_same", "segments_pass")
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,12 @@ def train_nodes(where: LocalRank, spec: Spec, out: str) -> None:
     if where.leaders is not None:
         averager = _Recorder(GroupAverager(where.leaders, timedelta(seconds=120)))
     for rnd in range(1, spec.rounds + 1):
-        local = node.train_local(spec.rows(where.node, rnd), settings)
+        kept: list[tuple[int, dict[str, torch.Tensor]]] = []
+
+        def keep(b: Boundary, state: dict[str, torch.Tensor], kept: list[Any] = kept) -> None:
+            kept.append((b.step, state))  # the boundary states the ledger may ask for
+
+        local = node.train_local(spec.rows(where.node, rnd), settings, keep=keep)
         outcome = node.finish_round(local, averager, settings)
         ckpt = node.checkpoint(rnd)
         if ckpt is None or averager is None or local.packet is None:
@@ -116,6 +125,7 @@ def train_nodes(where: LocalRank, spec: Spec, out: str) -> None:
             "boundaries": [bytes(b.state_hash) for b in local.trace.boundaries]
             if local.trace is not None else [],
             "tokens": local.inner.tokens,
+            "states": kept,
             "world": outcome.world_size,
         },
             Path(out) / f"node{where.node}_round{rnd}.pt")  # fmt: skip
@@ -131,6 +141,28 @@ def _opt_of(trainer: InnerTrainer) -> Callable[[], torch.optim.Optimizer | None]
     return lambda: trainer._opt
 
 
+def segment_audit(spec: Spec, rec: dict[str, Any], rows: torch.Tensor) -> float:
+    """The ledger's segment audit of every segment of a sharded node's round: each served
+    boundary state must hash to its committed leaf, and the replay of the segment from it must
+    land within reference.segment's error of the next one. Returns the largest error (inf when a
+    served state does not match its commitment)."""
+    settings = spec.settings()
+    states: list[tuple[int, dict[str, torch.Tensor]]] = rec["states"]
+    if [bytes(state_hash(s)) for _, s in states] != rec["boundaries"]:
+        return math.inf
+    worst = 0.0
+    for (first, served), (last, end) in itertools.pairwise(states):
+        start = served
+        if STEP not in served:  # the round's start: a fresh AdamW's state
+            start = fresh_state({k.removeprefix(WEIGHTS): v for k, v in served.items()})
+        cfg = replace(settings.inner, steps=last - first)
+        part = segment_rows(rows, first, last - first, settings.inner.batch_size)
+        replayed = replay_segment(start, part, cfg, GPTConfig.preset(spec.preset),
+                                  first_step=first, threads=1)  # fmt: skip
+        worst = max(worst, segment_error(end, replayed, start).value)
+    return worst
+
+
 def check_run(spec: Spec, sizes: list[int], out: Path) -> dict[str, Any]:
     """Replay the run single-process from its records; what matched."""
     settings = spec.settings()
@@ -138,6 +170,7 @@ def check_run(spec: Spec, sizes: list[int], out: Path) -> dict[str, Any]:
     state = OuterState.from_model(model)
     layout = state.layout
     outer_equal = packets_equal = same_base = trace_same = True
+    audit = 0.0
     worst = 0.0
     for rnd in range(1, spec.rounds + 1):
         recs = [torch.load(out / f"node{n}_round{rnd}.pt") for n in range(len(sizes))]
@@ -157,6 +190,7 @@ def check_run(spec: Spec, sizes: list[int], out: Path) -> dict[str, Any]:
             ref_trace = [bytes(b.state_hash) for b in builder.trace().boundaries]
             trace_same &= len(ref_trace) == len(rec["boundaries"])
             trace_same &= ref_trace[0] == rec["boundaries"][0]
+            audit = max(audit, segment_audit(spec, rec, spec.rows(n, rnd)))
             ref_local = layout.flatten(dict(ref_model.named_parameters()))
             err = float((ref_local - flat_local).norm() / ref_local.norm())
             worst = max(worst, err)
@@ -169,7 +203,8 @@ def check_run(spec: Spec, sizes: list[int], out: Path) -> dict[str, Any]:
             same_base &= rec["result_hash"] == recs[0]["result_hash"]
             same_base &= torch.equal(rec["mean"], recs[0]["mean"])
     return {"outer_equal": outer_equal, "packets_equal": packets_equal, "same_base": same_base,
-            "trace_same": trace_same, "inner_rel_err": worst}  # fmt: skip
+            "trace_same": trace_same, "inner_rel_err": worst,
+            "segment_error": audit, "segments_pass": audit <= SEGMENT_TOLERANCE}  # fmt: skip
 
 
 def run_nodes(spec: Spec, sizes: list[int]) -> dict[str, Any]:

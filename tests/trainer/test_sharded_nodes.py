@@ -26,6 +26,7 @@ def _assert_exact(found: dict[str, object]) -> None:
     assert found["packets_equal"], "a packet differs from a single-process node's encoding"
     assert found["same_base"], "nodes ended a round on different bases (or lost a member)"
     assert found["trace_same"], "the trace's start state or boundary count differs"
+    assert found["segments_pass"], f"segment audit error {found['segment_error']}"
     assert isinstance(found["inner_rel_err"], float)
     assert found["inner_rel_err"] <= INNER_TOLERANCE
 

@@ -221,23 +221,28 @@ class ShardedDiLoCo:
                              trace_interval=settings.trace_interval)  # fmt: skip
         inner = InnerResult(done.steps, done.tokens * self.world, done.losses, done.seconds)
         flat_local = self.flat_params()
+        if not self.leader:  # the hashes, the packet and the trace are the leader's
+            return LocalWork(b"", origin - flat_local, inner)
         base_hash = bytes(hash_state_dict(self.layout.unflatten(origin)))
-        packet = encode(origin, flat_local, settings.wire_format) if self.leader else None
-        trace = builder.trace() if self.leader else None
-        return LocalWork(base_hash, origin - flat_local, inner, packet, trace=trace)
+        packet = encode(origin, flat_local, settings.wire_format)
+        return LocalWork(base_hash, origin - flat_local, inner, packet, trace=builder.trace())
 
     def finish_round(
         self, local: LocalWork, averager: Averager | None, settings: RoundSettings,
         check: Check | None = None,
     ) -> RoundOutcome:  # fmt: skip
         """The leader averages with the other nodes (``averager``: its leaders' group, None on
-        the other ranks); every rank steps its chunk; the new base goes into the FSDP model."""
+        the other ranks); every rank steps its chunk; the new base goes into the FSDP model.
+        The hashes (``base_hash``, ``result_hash``) are the leader's; the other ranks' are empty.
+        If the leader's average fails, the other ranks wait in the broadcast until the group's
+        timeout."""
         mean = torch.empty(self.layout.numel, dtype=torch.float32)
         sent = 0
         if self.leader:
             if averager is None:
                 raise ConfigError("the node's leader rank needs the averager of the nodes' leaders")
-            avg, sent = averager.average(local.packet or local.pseudo_gradient,
+            vector = local.packet if local.packet is not None else local.pseudo_gradient
+            avg, sent = averager.average(vector,
                                          settings.wire_format, weight=local.inner.tokens,
                                          check=check)  # fmt: skip
             mean.copy_(avg)
@@ -245,9 +250,11 @@ class ShardedDiLoCo:
         self.outer.step(mean, settings.outer)
         base = self.base()
         self.load_flat(base)
+        if not self.leader:
+            return RoundOutcome(local, b"", 0, 0)
         result = bytes(hash_state_dict(self.layout.unflatten(base)))
-        world = averager.world_size if averager is not None else 0
-        return RoundOutcome(local, result, sent, world)
+        assert averager is not None
+        return RoundOutcome(local, result, sent, averager.world_size)
 
     def checkpoint(self, round: int, run_id: bytes = bytes(32)) -> RoundCheckpoint | None:
         """The canonical checkpoint on the leader (None on the other ranks; all take part)."""
