@@ -220,7 +220,7 @@ def _rss() -> int:
     return pages * resource.getpagesize()
 
 
-def host_bytes(where: LocalRank, spec: Spec, out: str) -> None:
+def host_bytes(where: LocalRank, spec: Spec, out: str, bf16: bool) -> None:
     """RSS after the outer state and one round, minus RSS with the model trained alone."""
     from torch.distributed.device_mesh import DeviceMesh
 
@@ -239,7 +239,7 @@ def host_bytes(where: LocalRank, spec: Spec, out: str) -> None:
     gc.collect()
     before = _rss()
     state = OuterState(layout, probe.flat_params())
-    node = ShardedDiLoCo(model, state, where.group, presharded=True)
+    node = ShardedDiLoCo(model, state, where.group, presharded=True, bf16_momentum=bf16)
     del state
     gc.collect()
     local = node.train_local(rows, settings)
@@ -263,12 +263,16 @@ class _Solo:
 
 
 def measure_host_bytes(spec: Spec, ranks: int = 2) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="coloco-fsdp-") as tmp:
-        spawn_nodes(host_bytes, [ranks], spec, tmp)
-        recs = [json.loads((Path(tmp) / f"rss{r}.json").read_text()) for r in range(ranks)]
-    numel = recs[0]["numel"]
-    return {"host_bytes_per_param": round(sum(r["delta"] for r in recs) / numel, 2),
-            "outer_bytes_per_param": round(sum(r["outer"] for r in recs) / numel, 2)}  # fmt: skip
+    """``host_bytes_per_param`` (fp32 momentum) and ``host_bytes_per_param_bf16``."""
+    out: dict[str, float] = {}
+    for bf16, key in ((False, "host_bytes_per_param"), (True, "host_bytes_per_param_bf16")):
+        with tempfile.TemporaryDirectory(prefix="coloco-fsdp-") as tmp:
+            spawn_nodes(host_bytes, [ranks], spec, tmp, bf16)
+            recs = [json.loads((Path(tmp) / f"rss{r}.json").read_text()) for r in range(ranks)]
+        numel = recs[0]["numel"]
+        out[key] = round(sum(r["delta"] for r in recs) / numel, 2)
+        out[key.replace("host", "outer")] = round(sum(r["outer"] for r in recs) / numel, 2)
+    return out
 
 
 def speed(where: LocalRank, spec: Spec, out: str) -> None:
