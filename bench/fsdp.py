@@ -370,6 +370,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "exact_equal": all(exact[k] for k in EXACT) and exact["inner_rel_err"] <= INNER_TOLERANCE,
         "inner_rel_err": exact["inner_rel_err"],
+        "segment_error": max(exact["segment_error"], hetero["segment_error"]),
         "heterogeneous_ok": all(hetero[k] for k in EXACT)
         and hetero["inner_rel_err"] <= INNER_TOLERANCE,
         "heterogeneous_inner_rel_err": hetero["inner_rel_err"],
