@@ -282,7 +282,7 @@ def speed(where: LocalRank, spec: Spec, out: str) -> None:
     model = spec.model()
     world = torch.distributed.get_world_size(where.group)
     if world > 1:
-        shard_model(model, DeviceMesh.from_group(where.group, "cpu"))
+        shard_model(model, DeviceMesh.from_group(where.group, "cpu"), reshard=False)
     rank = torch.distributed.get_rank(where.group)
     rows = local_rows(spec.rows(0, 0), spec.batch, spec.steps, rank, world)
     per = InnerConfig.protocol(spec.steps, spec.lr, spec.batch // world, carried=False)

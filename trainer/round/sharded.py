@@ -111,13 +111,19 @@ class ShardedTraceBuilder(TraceBuilder):
             self.keep(boundary, state)
 
 
-def shard_model(model: GPT, mesh: DeviceMesh, *, offload: bool = False, bf16: bool = False) -> GPT:
-    """``fully_shard`` each block, then the root, over the node's local mesh (in place)."""
+def shard_model(
+    model: GPT, mesh: DeviceMesh, *, offload: bool = False, bf16: bool = False,
+    reshard: bool = True,
+) -> GPT:  # fmt: skip
+    """``fully_shard`` each block, then the root, over the node's local mesh (in place).
+    ``reshard=False`` keeps each block's gathered parameters from its forward to its backward
+    (one all-gather less per step, the full parameters held during the step)."""
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 \
         else MixedPrecisionPolicy()  # fmt: skip
     policy = CPUOffloadPolicy() if offload else OffloadPolicy()
     for block in model.blocks:
-        fully_shard(block, mesh=mesh, mp_policy=mp, offload_policy=policy)
+        fully_shard(block, mesh=mesh, mp_policy=mp, offload_policy=policy,
+                    reshard_after_forward=reshard)  # fmt: skip
     fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=policy)
     return model
 
@@ -145,10 +151,11 @@ class ShardedDiLoCo:
     def __init__(
         self, model: GPT, state: OuterState, group: dist.ProcessGroup, *,
         bf16_momentum: bool = False, offload: bool = False, device: str = "cpu",
-        presharded: bool = False,
+        presharded: bool = False, reshard: bool = True,
     ) -> None:  # fmt: skip
         """``state``: the full outer state (a checkpoint of a node of any size); this rank keeps
-        its chunk. ``presharded``: ``model`` went through :func:`shard_model` already."""
+        its chunk. ``presharded``: ``model`` went through :func:`shard_model` already;
+        ``reshard``: :func:`shard_model`'s."""
         self.group = group
         self.rank = dist.get_rank(group)
         self.world = dist.get_world_size(group)
@@ -161,7 +168,8 @@ class ShardedDiLoCo:
             self.load_flat(state.base)
             return
         state.load_into(model)
-        shard_model(model, DeviceMesh.from_group(group, device), offload=offload)
+        mesh = DeviceMesh.from_group(group, device)
+        shard_model(model, mesh, offload=offload, reshard=reshard)
 
     @property
     def leader(self) -> bool:
