@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from bench.harness import forked
 from ledger.core.config import SEGMENT_TOLERANCE
 from reference.checkpoint import RoundCheckpoint
 from reference.codec import Packet, encode
@@ -77,6 +78,12 @@ class Spec:
         gen = torch.Generator().manual_seed(1000 * rnd + node)
         seq = GPTConfig.preset(self.preset).seq_len
         return torch.randint(0, 256, (self.steps * self.batch, seq + 1), generator=gen)
+
+
+def _forked() -> str:
+    """The forkserver start method, its server preloading torch, the node and this bench."""
+    forked.context("bench.fsdp", "trainer.round.sharded")
+    return "forkserver"
 
 
 class _Recorder:
@@ -209,7 +216,7 @@ def check_run(spec: Spec, sizes: list[int], out: Path) -> dict[str, Any]:
 
 def run_nodes(spec: Spec, sizes: list[int]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="coloco-fsdp-") as tmp:
-        spawn_nodes(train_nodes, sizes, spec, tmp)
+        spawn_nodes(train_nodes, sizes, spec, tmp, start_method=_forked())
         return check_run(spec, sizes, Path(tmp))
 
 
@@ -267,7 +274,7 @@ def measure_host_bytes(spec: Spec, ranks: int = 2) -> dict[str, float]:
     out: dict[str, float] = {}
     for bf16, key in ((False, "host_bytes_per_param"), (True, "host_bytes_per_param_bf16")):
         with tempfile.TemporaryDirectory(prefix="coloco-fsdp-") as tmp:
-            spawn_nodes(host_bytes, [ranks], spec, tmp, bf16)
+            spawn_nodes(host_bytes, [ranks], spec, tmp, bf16, start_method=_forked())
             recs = [json.loads((Path(tmp) / f"rss{r}.json").read_text()) for r in range(ranks)]
         numel = recs[0]["numel"]
         out[key] = round(sum(r["delta"] for r in recs) / numel, 2)
@@ -305,7 +312,7 @@ def measure_speedup(spec: Spec) -> dict[str, float]:
     wall, per_cpu = {}, {}
     with tempfile.TemporaryDirectory(prefix="coloco-fsdp-") as tmp:
         for ranks in (1, 2):
-            spawn_nodes(speed, [ranks], spec, tmp)
+            spawn_nodes(speed, [ranks], spec, tmp, start_method=_forked())
             recs = [json.loads((Path(tmp) / f"speed{ranks}_{r}.json").read_text())
                     for r in range(ranks)]  # fmt: skip
             wall[ranks] = min(r["tokens_per_s"] for r in recs)

@@ -101,10 +101,12 @@ def _entry(  # noqa: PLR0917 - torch.multiprocessing's positional arguments
 
 
 def spawn_nodes(
-    fn: Callable[..., None], sizes: Sequence[int], *args: Any, backend: str = "gloo"
-) -> None:
+    fn: Callable[..., None], sizes: Sequence[int], *args: Any, backend: str = "gloo",
+    start_method: str = "spawn",
+) -> None:  # fmt: skip
     """Run ``fn(local_rank: LocalRank, *args)`` in ``sum(sizes)`` fresh processes; raises if
-    any of them fails."""
+    any of them fails. ``start_method="forkserver"``: forked from the server that
+    bench.harness.forked preloaded (torch and the node imported once)."""
     spawn_args = (fn, list(sizes), free_port(), backend, args)
     start = mp.start_processes  # type: ignore[attr-defined]
-    start(_entry, args=spawn_args, nprocs=sum(sizes), join=True, start_method="spawn")  # type: ignore[no-untyped-call]
+    start(_entry, args=spawn_args, nprocs=sum(sizes), join=True, start_method=start_method)  # type: ignore[no-untyped-call]
