@@ -29,7 +29,6 @@ against an oracle of the node's states in one go.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -183,8 +182,3 @@ def bisect_segment(
     check = check_step(before, after, rows[lo * b : hi * b], one, model_cfg,
                        tolerance=one_step_tolerance, threads=threads)  # fmt: skip
     return Bisection(lo, check, before, after, tuple(probes), one.lr)
-
-
-def finite(value: float) -> float | None:
-    """A float for JSON (None for inf or NaN)."""
-    return value if math.isfinite(value) else None
