@@ -37,7 +37,14 @@ from torch import Tensor
 from protocol.errors import ConfigError
 from reference.inner import InnerConfig, lr_at
 from reference.model import GPTConfig
-from reference.segment import STEP, SegmentError, State, replay_segment, segment_error
+from reference.segment import (
+    STEP,
+    SegmentError,
+    State,
+    fresh_state,
+    replay_segment,
+    segment_error,
+)
 
 Claimed = Callable[[int], Mapping[str, Tensor]]
 """The node's claimed state after ``i`` inner steps of the round (an oracle: the ledger's is a
@@ -48,6 +55,17 @@ def schedule_step(state: Mapping[str, Tensor]) -> int:
     """The lr schedule's step a replay from ``state`` starts at: AdamW's step count (as
     ledger.judge.replay.audit_segment), 0 for a state AdamW has not stepped."""
     return int(float(state[STEP])) if STEP in state else 0
+
+
+def as_segment_state(state: Mapping[str, Tensor]) -> State:
+    """A node's state in reference.segment's format: a boundary taken before AdamW's first step
+    (reference.trace.boundary_state: weights only) gets the zero moments and step 0 a fresh
+    AdamW starts from; ``residual/`` tensors are not the inner steps' (dropped)."""
+    out = {k: v for k, v in state.items() if not k.startswith("residual/")}
+    if STEP in out:
+        return out
+    weights = {k.removeprefix("weights/"): v for k, v in out.items() if k.startswith("weights/")}
+    return {**fresh_state(weights), **out}
 
 
 def step_config(cfg: InnerConfig, step: int, steps: int = 1) -> InnerConfig:
@@ -86,6 +104,7 @@ def check_step(
     ``before`` and compare with ``after`` (``cfg``: :func:`step_config`'s, one step)."""
     if cfg.steps != 1:
         raise ConfigError(f"a one-step check runs one step, the config says {cfg.steps}")
+    before = as_segment_state(before)
     replayed = replay_segment(before, batch, cfg, model_cfg, first_step=0, threads=threads)
     return StepCheck(segment_error(after, replayed, before), tolerance)
 
@@ -118,6 +137,7 @@ def agrees_between(
     ``lo .. mid - 1`` from its state after ``lo`` (``span``: ``(lo, mid)``; ``rows``: the
     round's rows in reading order); compare :attr:`SegmentError.value` with a tolerance."""
     lo, mid = span
+    start = as_segment_state(start)
     b = cfg.batch_size
     n = mid - lo
     if rows.shape[0] < mid * b:
