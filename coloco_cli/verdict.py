@@ -31,10 +31,11 @@ def load_evidence(target: str, http: httpx.Client) -> dict[str, Any]:
     if target.isdigit() and not path.exists():
         resp = http.get(f"/v1/frauds/{int(target)}/verdict")
         if resp.status_code != 200:
-            raise LedgerError(
-                f"ledger answered {resp.status_code} for the verdict of fraud record {target}: "
-                f"{resp.text[:300]} (GET /v1/frauds lists the records and their ids)"
-            )
+            try:
+                why = str(resp.json()["error"]["message"])
+            except (ValueError, KeyError, TypeError):
+                why = resp.text[:300]
+            raise LedgerError(f"ledger answered {resp.status_code}: {why}")
         doc = resp.json()
     elif path.is_file():
         try:

@@ -75,7 +75,7 @@ def bisect_failed_segment(
     start_hash: str,
     end_hash: str,
     cfg: InnerConfig,
-    preset: str,
+    model_cfg: GPTConfig,
     rows: Tensor,
     ask: Ask,
     shard: dict[str, Any] | None = None,
@@ -85,14 +85,15 @@ def bisect_failed_segment(
     """Start (or resume: one per node-round) the bisection of the failed segment ``segment``
     (step counts ``lo, hi``) after committed boundary ``boundary``, whose ends the node
     committed as ``start_hash`` and ``end_hash`` (blobs here). ``cfg``: the round's inner
-    config (lr schedule, AdamW constants); ``rows``: the round's rows in reading order."""
+    config (lr schedule, AdamW constants), ``model_cfg`` the run's model; ``rows``: the
+    round's rows in reading order."""
     lo, hi = segment
     next_probe(lo, hi)  # refuses lo >= hi
     run = run_id.lower()
     row = _find(session, run, round_, node)
     if row is None:
-        inputs = {"preset": preset, "inner": dataclasses.asdict(cfg), "deadline_s": deadline_s,
-                  "shard": shard or {}}  # fmt: skip
+        inputs = {"model": model_cfg.to_dict(), "inner": dataclasses.asdict(cfg),
+                  "deadline_s": deadline_s, "shard": shard or {}}  # fmt: skip
         row = SegmentBisection(
             run_id=run, round=round_, node=node, boundary=boundary, seg_lo=lo, seg_hi=hi,
             lo=lo, hi=hi, states=json.dumps({str(lo): start_hash, str(hi): end_hash}),
@@ -118,7 +119,7 @@ def _config(row: SegmentBisection) -> tuple[InnerConfig, GPTConfig, dict[str, An
     inputs = json.loads(row.inputs)
     inner = dict(inputs["inner"])
     inner["betas"] = tuple(inner["betas"])
-    return InnerConfig(**inner), GPTConfig.preset(inputs["preset"]), inputs
+    return InnerConfig(**inner), GPTConfig(**inputs["model"]), inputs
 
 
 def _state(blobs: BlobStore, blob_hash: str) -> State:
