@@ -168,3 +168,34 @@ def test_an_honest_node_s_last_step_holds(
     assert probes == [4, 6, 7]
     assert row.state == "done" and row.holds is True and (row.lo, row.hi) == (K - 1, K)
     assert "is not one step's" in (row.reason or "")
+
+
+def test_a_probe_that_is_not_a_state_is_refused(
+    client: TestClient, ledger: Ledger, started_run: str, nodes: list[NodeKey],
+    domain: Eip712Domain, tmp_path: Path,
+) -> None:  # fmt: skip
+    from protocol.blobs import encode_blob
+    from protocol.hashing import hash_state_dict
+    from tests.ledger.helpers import upload_headers
+
+    node = nodes[2]
+    trace, _ = kept_round(BoundaryStore(tmp_path / "n"), node_advance(None))
+    att = attestation(node, run_id=started_run, round_=1, base=GENESIS, result=h("r1"),
+                      trace_root="0x" + trace.root.hex())  # fmt: skip
+    assert client.post("/v1/attestations", json=body(att, node.key, domain)).status_code == 202
+    with Session(ledger.engine) as s:
+        intake.request_boundary(s, started_run, 1, node.address, 0, deadline_s=60, at_step=3)
+    listed = client.get("/v1/boundaries/requests", params={"node": node.address}).json()
+    assert [(r["boundary"], r["at_step"]) for r in listed] == [(0, 3)]
+    junk = {"notes/x": torch.zeros(3)}  # a blob, signed and stored, but no state
+    blob_hash = "0x" + hash_state_dict(junk).hex()
+    put = client.put(f"/v1/blobs/{blob_hash}", content=encode_blob(junk),
+                     headers=upload_headers(node, domain, blob_hash))  # fmt: skip
+    assert put.status_code == 201, put.text
+    delivery = {"run_id": started_run, "round": 1, "node": node.address, "boundary": 0,
+                "step": 3, "state_hash": blob_hash, "sketch_hash": h("s"), "proof": []}  # fmt: skip
+    refused = client.post("/v1/boundaries/deliveries", json={**delivery, "at_step": 3})
+    assert refused.status_code == 422 and "no known prefix" in refused.text
+    # a probe nobody asked for is not taken either
+    other = client.post("/v1/boundaries/deliveries", json={**delivery, "at_step": 2})
+    assert other.status_code == 404
