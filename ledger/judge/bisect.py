@@ -223,12 +223,15 @@ def advance_bisections(
     *,
     ask: Ask,
     threads: int | None = None,
+    now: datetime | None = None,
 ) -> list[SegmentBisection]:
-    """Move every running bisection on (``rows_of``: the round's rows of a bisection's node)."""
+    """Move every running bisection on (``rows_of``: the round's rows of a bisection's node);
+    what is stored is all it needs, so a restarted ledger resumes where it stopped."""
     running = session.exec(
         select(SegmentBisection).where(SegmentBisection.state == "running")
     ).all()
-    return [advance(session, blobs, row, rows_of(row), ask=ask, threads=threads) for row in running]
+    return [advance(session, blobs, row, rows_of(row), ask=ask, threads=threads, now=now)
+            for row in running]  # fmt: skip
 
 
 def verdict_of_fraud(session: Session, fraud_id: int) -> SegmentBisection | None:

@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 from bench.harness.nodes import NodeKey, attestation, h
 from coloco_cli.main import app
-from ledger.core.models import BoundaryRequest, FraudRecord
+from ledger.core.models import BoundaryRequest, FraudRecord, SegmentBisection
 from ledger.intake import boundaries as intake
-from ledger.judge.bisect import advance, bisect_failed_segment
+from ledger.judge.bisect import advance_bisections, bisect_failed_segment
 from ledger.service import Ledger
 from protocol.blob_auth import UploadSigner
 from protocol.eip712 import Eip712Domain
@@ -91,25 +91,29 @@ def bisect(  # type: ignore[no-untyped-def]
     assert answer_requests(store, lc, bytes.fromhex(run[2:]), node.address) == 2
     probes = []
     with Session(ledger.engine) as s:
-        ask = intake.ask_probe(s)
         row = bisect_failed_segment(
             s, ledger.blobs, run_id=run, round_=1, node=node.address, boundary=0,
             segment=(0, K), start_hash=start, end_hash=end, cfg=CFG, model_cfg=SMALL, rows=ROWS,
-            ask=ask, threads=1,
+            ask=intake.ask_probe(s), threads=1,
         )  # fmt: skip
-        while row.state == "running":
-            probes.append(row.probe)
-            # the node answers the probe (recomputed from boundary 0, uploaded signed)
-            assert answer_requests(store, lc, bytes.fromhex(run[2:]), node.address,
-                                   advance=advance_fn) == 1  # fmt: skip
-            row = advance(s, ledger.blobs, row, ROWS, ask=ask, threads=1)
+        state, probe = row.state, row.probe
+    while state == "running":
+        probes.append(probe)
+        # the node answers the probe (recomputed from boundary 0, uploaded signed)
+        assert answer_requests(store, lc, bytes.fromhex(run[2:]), node.address,
+                               advance=advance_fn) == 1  # fmt: skip
+        with Session(ledger.engine) as s:  # a new session each time: all it needs is stored
+            (row,) = advance_bisections(s, ledger.blobs, lambda r: ROWS, ask=intake.ask_probe(s),
+                                        threads=1)  # fmt: skip
+            state, probe = row.state, row.probe
+    with Session(ledger.engine) as s:
         # the segment audit's fraud record (the lead's failure path writes it)
         fraud = FraudRecord(run_id=run, round=1, node=node.address, digest=h("d"),
                             evidence_hash=h("e"), evidence="{}")  # fmt: skip
         s.add(fraud)
         s.commit()
         s.refresh(fraud)
-        s.refresh(row)
+        row = s.exec(select(SegmentBisection).where(SegmentBisection.node == node.address)).one()
         s.expunge(row)
         asked = [r.at_step for r in s.exec(select(BoundaryRequest)).all()]
     return row, probes, asked, fraud.id
@@ -199,3 +203,40 @@ def test_a_probe_that_is_not_a_state_is_refused(
     # a probe nobody asked for is not taken either
     other = client.post("/v1/boundaries/deliveries", json={**delivery, "at_step": 2})
     assert other.status_code == 404
+
+
+def test_a_probe_not_delivered_in_time_ends_the_bisection_missed(
+    client: TestClient, ledger: Ledger, started_run: str, nodes: list[NodeKey],
+    domain: Eip712Domain, tmp_path: Path,
+) -> None:  # fmt: skip
+    from datetime import timedelta
+
+    from ledger.core.models import utcnow
+
+    node = nodes[1]
+    store = BoundaryStore(tmp_path / "silent")
+    trace, (start, end) = kept_round(store, node_advance(2))
+    att = attestation(node, run_id=started_run, round_=1, base=GENESIS, result=h("r1"),
+                      trace_root="0x" + trace.root.hex())  # fmt: skip
+    assert client.post("/v1/attestations", json=body(att, node.key, domain)).status_code == 202
+    lc = LedgerClient("http://testserver", http=client, retry=RetryPolicy(attempts=1),
+                      uploader=UploadSigner(node.key, domain))  # fmt: skip
+    with Session(ledger.engine) as s:
+        for b in (0, 1):
+            intake.request_boundary(s, started_run, 1, node.address, b, deadline_s=60)
+    answer_requests(store, lc, bytes.fromhex(started_run[2:]), node.address)
+    with Session(ledger.engine) as s:
+        row = bisect_failed_segment(
+            s, ledger.blobs, run_id=started_run, round_=1, node=node.address, boundary=0,
+            segment=(0, K), start_hash=start, end_hash=end, cfg=CFG, model_cfg=SMALL, rows=ROWS,
+            ask=intake.ask_probe(s), deadline_s=30, threads=1,
+        )  # fmt: skip
+        assert (row.state, row.probe) == ("running", 4)
+        # a node without its round inputs cannot answer: nothing is delivered
+        assert answer_requests(store, lc, bytes.fromhex(started_run[2:]), node.address) == 0
+        (row,) = advance_bisections(s, ledger.blobs, lambda r: ROWS, ask=intake.ask_probe(s),
+                                    now=utcnow() + timedelta(seconds=31))  # fmt: skip
+        assert row.state == "missed" and row.evidence is None
+        assert "after 4 steps in time" in (row.reason or "")
+        probe = s.exec(select(BoundaryRequest).where(BoundaryRequest.at_step == 4)).one()
+        assert probe.state == "missed"  # and the request's own rule fails the node
