@@ -181,7 +181,7 @@ def run_setup(
     node_threads: int,
     tally: Tally,
     rng: random.Random,
-    one_step: list[float],
+    one_step: OneStep,
 ) -> None:
     from ledger.judge.usefulness import corpus_of
     from reference.data import ShardSpec
@@ -266,30 +266,60 @@ def run_setup(
                     log.info("%s round %d cheat %s in segment %d: %.3g", setup.name, rnd, kind, j,
                              err)  # fmt: skip
             if i == 0 and rnd == 1 and setup.name == "tiny-2t-ledger1t":
-                one_step.extend(_one_step_errors(cfg, setup, base, rows, node_threads))
+                _one_step_errors(cfg, setup, base, rows, node_threads, one_step)
         previous_base = base
         base = {n: t - 0.9 * sum(t - u[n] for u in updates) / len(updates) for n, t in base.items()}
 
 
-def _one_step_errors(
-    cfg: GPTConfig, setup: Setup, base: dict[str, torch.Tensor], rows: torch.Tensor, threads: int
-) -> list[float]:
-    """Honest one-step errors (the bisection's verdict unit): a node's state after every step of
-    a round, each step replayed on its own."""
+@dataclass
+class OneStep:
+    """The bisection's unit (reference.bisect): honest one-step errors, the smallest cheats at
+    one step, and what re-checking one step costs against the node's round."""
+
+    honest: list[float] = field(default_factory=list)
+    cheats: dict[str, list[float]] = field(default_factory=dict)
+    check_cpu: list[float] = field(default_factory=list)
+    round_cpu: list[float] = field(default_factory=list)
+
+
+def _one_step_errors(  # noqa: PLR0917
+    cfg: GPTConfig,
+    setup: Setup,
+    base: dict[str, torch.Tensor],
+    rows: torch.Tensor,
+    threads: int,
+    out: OneStep,
+) -> None:
+    """Honest one-step errors: a node's state after every step of a round (on ``threads``), each
+    step replayed on its own (the ledger's threads); at every step the cheats a one-step verdict
+    must name (the step skipped but claimed, the step at lr x 0.9) and the CPU of one check
+    (reference.bisect.check_step, what ``coloco audit`` runs) against the round's training."""
+    from reference.bisect import check_step, step_config
+
     torch.set_num_threads(threads)
     trainer = _trainer_at(cfg, setup, fresh_state(base), 1)
     model, opt = trainer.model, trainer.optimizer()
     step_cfg = trainer.cfg
     states = [fresh_state(base)]
+    began = time.process_time()
     for s in range(setup.inner_steps):
         trainer.train(segment_rows(rows, s, 1, setup.batch))
         states.append(capture_state(model, opt))
-    out = []
+    out.round_cpu.append(time.process_time() - began)
     for s in range(setup.inner_steps):
-        rep = replay_segment(states[s], segment_rows(rows, s, 1, setup.batch), step_cfg, cfg,
-                             first_step=s, threads=setup.ledger_threads)  # fmt: skip
-        out.append(segment_error(states[s + 1], rep, states[s]).value)
-    return out
+        batch = segment_rows(rows, s, 1, setup.batch)
+        one = step_config(step_cfg, s)
+        began = time.process_time()
+        check = check_step(states[s], states[s + 1], batch, one, cfg,
+                           tolerance=ONE_STEP_TOLERANCE, threads=setup.ledger_threads)  # fmt: skip
+        out.check_cpu.append(time.process_time() - began)
+        out.honest.append(check.error.value)
+        skipped = {**states[s], STEP: states[s][STEP] + 1}
+        rep = replay_segment(states[s], batch, one, cfg, threads=setup.ledger_threads)
+        out.cheats.setdefault("skip", []).append(segment_error(skipped, rep, states[s]).value)
+        slow = dataclasses.replace(one, lr=one.lr * 0.9)
+        wrong = replay_segment(states[s], batch, slow, cfg, threads=threads)
+        out.cheats.setdefault("lr_x0.9", []).append(segment_error(wrong, rep, states[s]).value)
 
 
 def _plot(path: Path, honest: list[float], cheats: dict[str, list[float]], tol: float) -> None:
@@ -373,7 +403,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     if args.smoke:
         chosen = [dataclasses.replace(chosen[0], rounds=2, nodes=1, cheat_rounds=(2,))]
     tallies: dict[str, Tally] = {}
-    one_step: list[float] = []
+    one_step = OneStep()
     for setup in chosen:
         tallies[setup.name] = Tally()
         run_setup(setup, node_threads, tallies[setup.name], rng, one_step)
@@ -412,8 +442,25 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "cheat_segments": sum(len(v) for v in cheats.values()),
         "cheats_passed": sum(e <= SEGMENT_TOLERANCE for v in cheats.values() for e in v),
         "margin": smallest / worst if worst > 0 else math.inf,
-        "one_step_worst_honest": max(one_step) if one_step else None,
+        "one_step_worst_honest": max(one_step.honest) if one_step.honest else None,
         "one_step_tolerance": ONE_STEP_TOLERANCE,
+        "one_step_checks": len(one_step.honest),
+        "one_step_honest_penalised": sum(e > ONE_STEP_TOLERANCE for e in one_step.honest),
+        "one_step_smallest_cheat": min((min(v) for v in one_step.cheats.values()), default=None),
+        "one_step_smallest_by_cheat": {k_: min(v) for k_, v in sorted(one_step.cheats.items())},
+        "one_step_margin": (
+            min(min(v) for v in one_step.cheats.values()) / max(one_step.honest)
+            if one_step.honest and one_step.cheats and max(one_step.honest) > 0
+            else None
+        ),
+        # one verdict re-checked (`coloco audit`: one step) over the node's round of H steps
+        "verdict_cost_ratio": (
+            (sum(one_step.check_cpu) / len(one_step.check_cpu))
+            / (sum(one_step.round_cpu) / len(one_step.round_cpu))
+            if one_step.check_cpu
+            else None
+        ),
+        "verdict_cost_ratio_model": 1 / h,
         "audit_cpu_ratio": max(ratios.values()) if ratios else None,
         "audit_cpu_ratio_by_config": ratios,
         "audit_cpu_ratio_model": p * s * k / h,

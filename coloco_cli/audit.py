@@ -127,7 +127,14 @@ def _tensors(http: httpx.Client, hash_hex: str) -> Any:
 
 
 def audit_command(  # noqa: PLR0917 - typer options
-    run_id: Annotated[str, typer.Option("--run-id", help="bytes32 run id (0x..)")],
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            help="a fraud record's id or a verdict's evidence file: re-check its one-step "
+            "verdict instead of replaying rounds"
+        ),
+    ] = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="bytes32 run id (0x..)")] = None,
     ledger_url: LedgerUrlOpt = None,
     fraction: Annotated[float, typer.Option(help="share of paid pairs to replay (0..1)")] = 0.1,
     model: Annotated[str, typer.Option(help="the run's model preset")] = "tiny",
@@ -154,10 +161,23 @@ def audit_command(  # noqa: PLR0917 - typer options
     rpc_url: RpcUrlOpt = None,
     deployment: DeploymentOpt = None,
 ) -> None:
-    """Replay a sample of a run's paid rounds on CPU; exit 1 if one does not match.
+    """Replay a sample of a run's paid rounds on CPU; exit 1 if one does not match. With a
+    fraud record's id or an evidence file: re-check its one-step verdict (exit 1: the step
+    differs).
 
-    Example: coloco audit --run-id 0xRUN --fraction 1 --json
+    Examples: coloco audit --run-id 0xRUN --fraction 1 --json; coloco audit 3
     """
+    if target is not None:
+        from coloco_cli.verdict import check_verdict
+
+        url = resolve(rpc_url, ledger_url, deployment).ledger_url
+        check_verdict(target, url, json_out=json_out, threads=None)
+        return
+    if run_id is None:
+        raise ConfigError(
+            "pass --run-id RUN to replay a run's rounds, or a fraud record's id / an evidence "
+            "file to re-check its one-step verdict"
+        )
     rid = "0x" + parse_run_id(run_id, what="--run-id").hex()
     if not 0.0 <= fraction <= 1.0:
         raise ConfigError(f"--fraction {fraction} is not a share: pass a number from 0 to 1")

@@ -140,6 +140,19 @@ class InnerResult:
         return self.losses[-1] if self.losses else float("nan")
 
 
+def lr_at(cfg: InnerConfig, step: int) -> float:
+    """The learning rate of inner step ``step`` (0-based, on the schedule's count) under ``cfg``:
+    the warmup, then the cosine over ``schedule_steps`` (0: constant ``cfg.lr``)."""
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule_steps:
+        span = max(cfg.schedule_steps - cfg.warmup_steps, 1)
+        progress = min(max(step - cfg.warmup_steps, 0) / span, 1.0)
+        ratio = cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        return cfg.lr * ratio
+    return cfg.lr
+
+
 class InnerTrainer:
     """Runs AdamW steps on a model; knows nothing of rounds, peers or chains."""
 
@@ -152,17 +165,7 @@ class InnerTrainer:
         self._opt: torch.optim.AdamW | None = None
 
     def _lr_at(self, step: int) -> float:
-        cfg = self.cfg
-        if cfg.warmup_steps and step < cfg.warmup_steps:
-            return cfg.lr * (step + 1) / cfg.warmup_steps
-        if cfg.schedule_steps:
-            span = max(cfg.schedule_steps - cfg.warmup_steps, 1)
-            progress = min(max(step - cfg.warmup_steps, 0) / span, 1.0)
-            ratio = cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (
-                1 + math.cos(math.pi * progress)
-            )
-            return cfg.lr * ratio
-        return cfg.lr
+        return lr_at(self.cfg, step)
 
     def optimizer(self) -> torch.optim.AdamW:
         if self._opt is None or not self.keep_state:

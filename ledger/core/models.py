@@ -229,7 +229,9 @@ class BoundaryRequest(SQLModel, table=True):
 
     __tablename__ = "boundary_request"
     __table_args__ = (
-        UniqueConstraint("run_id", "round", "node", "boundary", name="uq_boundary_request"),
+        UniqueConstraint(
+            "run_id", "round", "node", "boundary", "at_step", name="uq_boundary_request"
+        ),
         Index("ix_boundary_request_node_state", "node", "state"),  # a node's open requests
     )
 
@@ -238,6 +240,12 @@ class BoundaryRequest(SQLModel, table=True):
     round: int = Field(sa_type=BigInteger)
     node: str = Field(max_length=42)
     boundary: int = Field(sa_type=BigInteger)
+    at_step: int = Field(
+        default=-1, sa_column=Column(BigInteger, nullable=False, server_default="-1")
+    )
+    """-1: the committed boundary ``boundary``; else the node's state after ``at_step`` inner
+    steps, inside the segment after boundary ``boundary`` (a bisection's probe,
+    ledger.judge.bisect: no leaf commits it, the node recomputes it from that boundary)."""
     trace_root: str = Field(max_length=66)
     deadline: datetime = Field(sa_type=UtcDateTime)
     state: str = Field(default="pending", max_length=16)
@@ -265,6 +273,36 @@ class FraudRecord(SQLModel, table=True):
     withheld: str = Field(default="0", max_length=80)
     slash_tx: str | None = Field(default=None, max_length=66)
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class SegmentBisection(SQLModel, table=True):
+    """A failed segment of a node's round bisected to one step (ledger.judge.bisect): the
+    interval ``lo .. hi`` still holding the first differing step, the probe awaited from the
+    node, the node's states by step (JSON ``{step: state hash}``), and once ``done`` the one-step
+    verdict's evidence (reference.verdict) beside the round's fraud record."""
+
+    __tablename__ = "segment_bisection"
+    __table_args__ = (UniqueConstraint("run_id", "round", "node", name="uq_segment_bisection"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=66, index=True)
+    round: int = Field(sa_type=BigInteger)
+    node: str = Field(max_length=42, index=True)
+    boundary: int = Field(sa_type=BigInteger)
+    seg_lo: int = Field(sa_type=BigInteger)
+    seg_hi: int = Field(sa_type=BigInteger)
+    lo: int = Field(sa_type=BigInteger)
+    hi: int = Field(sa_type=BigInteger)
+    probe: int | None = Field(default=None, sa_type=BigInteger)
+    state: str = Field(default="running", max_length=16)
+    states: str = Field(sa_column=Column(Text, nullable=False))
+    inputs: str = Field(sa_column=Column(Text, nullable=False))
+    evidence: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    evidence_hash: str | None = Field(default=None, max_length=66)
+    holds: bool | None = None
+    reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
 
 
 # --- runs and rounds ------------------------------------------------------------------------------

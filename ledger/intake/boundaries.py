@@ -16,6 +16,7 @@ node uploads it, the ledger checks it against the ``traceRoot`` the node signed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -23,11 +24,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from ledger.core.blobstore import BlobStore
-from ledger.core.models import Attestation, BoundaryRequest, utcnow
+from ledger.core.models import Attestation, BoundaryRequest, SegmentBisection, utcnow
 from ledger.judge.boundaries import withheld_reason
 from protocol.eip712 import parse_bytes32
 from protocol.errors import EncodingError, LedgerError
-from reference.trace import TraceError, check_served
+from reference.trace import TraceError, check_served, check_state
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ class Delivery:
     state_hash: str
     sketch_hash: str
     proof: tuple[str, ...]
+    at_step: int = -1
+    """-1: the committed boundary; else the state after ``at_step`` steps (a bisection's probe:
+    no sketch or proof, the state must hash to ``state_hash``)."""
 
 
 def request_boundary(
@@ -57,9 +61,11 @@ def request_boundary(
     *,
     deadline_s: float,
     now: datetime | None = None,
+    at_step: int = -1,
 ) -> BoundaryRequest:
     """Ask ``node`` for ``boundary`` of its round ``round_`` by ``now + deadline_s`` (the same
-    request twice is the first one)."""
+    request twice is the first one); ``at_step`` >= 0 asks instead for its state after that
+    many inner steps, recomputed from ``boundary`` (a bisection's probe, ledger.judge.bisect)."""
     att = session.exec(
         select(Attestation).where(
             Attestation.run_id == run_id.lower(), Attestation.round == round_,
@@ -81,11 +87,14 @@ def request_boundary(
         raise LedgerError(f"boundary must be >= 0, got {boundary}", code="bad_boundary")
     if deadline_s <= 0:
         raise LedgerError(f"deadline_s must be positive, got {deadline_s}", code="bad_boundary")
-    existing = _find(session, att.run_id, round_, node, boundary)
+    if at_step < -1:
+        raise LedgerError(f"at_step must be >= 0 (or -1: the boundary), got {at_step}",
+                          code="bad_boundary")  # fmt: skip
+    existing = _find(session, att.run_id, round_, node, boundary, at_step)
     if existing is not None:
         return existing
     row = BoundaryRequest(
-        run_id=att.run_id, round=round_, node=node, boundary=boundary,
+        run_id=att.run_id, round=round_, node=node, boundary=boundary, at_step=at_step,
         trace_root=att.trace_root, deadline=(now or utcnow()) + timedelta(seconds=deadline_s),
     )  # fmt: skip
     session.add(row)
@@ -93,7 +102,7 @@ def request_boundary(
         session.commit()
     except IntegrityError:  # asked at the same moment by another worker
         session.rollback()
-        found = _find(session, att.run_id, round_, node, boundary)
+        found = _find(session, att.run_id, round_, node, boundary, at_step)
         assert found is not None
         return found
     session.refresh(row)
@@ -102,13 +111,14 @@ def request_boundary(
     return row
 
 
-def _find(
-    session: Session, run_id: str, round_: int, node: str, boundary: int
+def _find(  # noqa: PLR0917 - the request's key, in order
+    session: Session, run_id: str, round_: int, node: str, boundary: int, at_step: int = -1
 ) -> BoundaryRequest | None:
     return session.exec(
         select(BoundaryRequest).where(
             BoundaryRequest.run_id == run_id, BoundaryRequest.round == round_,
             BoundaryRequest.node == node, BoundaryRequest.boundary == boundary,
+            BoundaryRequest.at_step == at_step,
         )
     ).first()  # fmt: skip
 
@@ -133,7 +143,7 @@ def deliver(
     session: Session, blobs: BlobStore, d: Delivery, *, now: datetime | None = None
 ) -> BoundaryRequest:
     """Check a delivery against the request's signed root and close the request."""
-    request = _find(session, d.run_id.lower(), d.round, d.node, d.boundary)
+    request = _find(session, d.run_id.lower(), d.round, d.node, d.boundary, d.at_step)
     if request is None:
         raise LedgerError(
             f"no request for boundary {d.boundary} of round {d.round} from {d.node}: the ledger "
@@ -160,14 +170,21 @@ def deliver(
             f"PUT /v1/blobs/{state_hash}",
             code="not_found",
         )
-    try:
-        served = check_served(root, d.boundary, d.step, tensors, sketch, proof)
-    except TraceError as exc:
-        raise LedgerError(f"boundary refused: {exc}", code="boundary_mismatch") from None
+    if d.at_step >= 0:  # a probe: no leaf commits it, the blob (its hash) is the state named
+        try:
+            check_state(tensors)
+        except TraceError as exc:
+            raise LedgerError(f"state refused: {exc}", code="boundary_mismatch") from None
+        request.step, request.state_hash = d.at_step, state_hash
+    else:
+        try:
+            served = check_served(root, d.boundary, d.step, tensors, sketch, proof)
+        except TraceError as exc:
+            raise LedgerError(f"boundary refused: {exc}", code="boundary_mismatch") from None
+        request.step = served.step
+        request.state_hash = "0x" + served.state_hash.hex()
+        request.sketch_hash = "0x" + served.sketch_hash.hex()
     request.state = "delivered"
-    request.step = served.step
-    request.state_hash = "0x" + served.state_hash.hex()
-    request.sketch_hash = "0x" + served.sketch_hash.hex()
     request.delivered_at = moment
     session.add(request)
     session.commit()
@@ -193,3 +210,19 @@ def expire(session: Session, *, now: datetime | None = None) -> list[BoundaryReq
                     request.boundary, request.round, request.reason)  # fmt: skip
     session.commit()
     return list(due)
+
+
+def ask_probe(
+    session: Session,
+) -> Callable[[SegmentBisection, int, float, datetime], BoundaryRequest]:
+    """The bisection's asker (ledger.judge.bisect.Ask) over ``session``: expire what is due, then
+    the request for the node's state after ``at_step`` steps of the bisected segment."""
+
+    def ask(
+        row: SegmentBisection, at_step: int, deadline_s: float, now: datetime
+    ) -> BoundaryRequest:
+        expire(session, now=now)
+        return request_boundary(session, row.run_id, row.round, row.node, row.boundary,
+                                deadline_s=deadline_s, now=now, at_step=at_step)  # fmt: skip
+
+    return ask

@@ -27,6 +27,12 @@ def test_the_audit_bench_separates_honest_segments_from_cheats(tmp_path: Path) -
     assert summary["margin"] >= 10 and summary["node_threads"] >= 1
     assert summary["skip_one_expected_net_gain"] < 0
     assert 0 < summary["audit_cpu_ratio"] < 0.05
+    # the bisection's unit: honest one-step errors far below the tolerance, both cheats above,
+    # and one verdict re-checked costs about one of the round's H steps
+    assert summary["one_step_checks"] == 50 and summary["one_step_honest_penalised"] == 0
+    assert summary["one_step_smallest_cheat"] > 10 * summary["one_step_tolerance"]
+    assert set(summary["one_step_smallest_by_cheat"]) == {"skip", "lr_x0.9"}
+    assert 0 < summary["verdict_cost_ratio"] < 5 * summary["verdict_cost_ratio_model"]
     assert png.stat().st_size > 10_000
     kept = json.loads(png.with_suffix(".json").read_text())
     assert len(kept["honest_errors"]) == 20 and set(kept["cheat_errors"]) == set(

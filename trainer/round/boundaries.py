@@ -16,6 +16,7 @@ node fails that audit). The newest round is never pruned.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -29,6 +30,8 @@ from torch import Tensor
 from protocol.blobs import decode_blob, encode_blob
 from protocol.errors import TrainerError
 from protocol.types import Bytes32
+from reference.inner import InnerConfig, InnerTrainer
+from reference.model import GPT, GPTConfig
 from reference.trace import Boundary, Trace, state_hash
 from trainer.network.ledger_client import LedgerClient
 
@@ -41,6 +44,33 @@ MAX_BYTES = 8 << 30
 TRACE_FILE = "trace.json"
 WRITES_IN_FLIGHT = 2
 """Boundary states waiting to be written while training goes on (each a copy of the state)."""
+
+
+Advance = Callable[[int, dict[str, Tensor], int, int], dict[str, Tensor]]
+"""``advance(round, state, from_step, steps)``: the node's own inner steps re-run from a kept
+state (the node's round inputs: its rows, lr schedule; trainer.round.boundaries.recompute)."""
+
+
+def recompute(rows_of: Callable[[int], Tensor], cfg: InnerConfig, model_cfg: GPTConfig) -> Advance:
+    """An :data:`Advance` re-running ``cfg``'s AdamW steps over round ``r``'s rows
+    (``rows_of(r)``, in reading order) on this process's threads."""
+    from reference.bisect import as_segment_state, schedule_step
+    from reference.segment import capture_state, load_state
+
+    def advance(
+        round: int, state: dict[str, Tensor], from_step: int, steps: int
+    ) -> dict[str, Tensor]:
+        start = as_segment_state(state)
+        rows = rows_of(round)[from_step * cfg.batch_size : (from_step + steps) * cfg.batch_size]
+        model = GPT(model_cfg)
+        trainer = InnerTrainer(model, dataclasses.replace(cfg, steps=steps), keep_state=True)
+        opt = trainer.optimizer()
+        load_state(model, opt, start)
+        trainer.global_step = schedule_step(start)
+        trainer.train(rows)
+        return capture_state(model, opt)
+
+    return advance
 
 
 @dataclass(frozen=True)
@@ -161,6 +191,25 @@ class BoundaryStore:
             raise TrainerError(f"round {round} boundary {index}: the file on disk was altered")
         return ServedBoundary(round, boundary, blob, proof, trace.root)
 
+    def state_at(self, round: int, boundary: int, step: int, advance: Advance) -> dict[str, Tensor]:
+        """The node's state after ``step`` inner steps of ``round``, recomputed from its kept
+        ``boundary`` (which must come at or before ``step``) by ``advance`` (a bisection's probe,
+        ledger.judge.bisect: the node re-runs its own steps, on its own threads)."""
+        trace = self.trace(round)
+        if not 0 <= boundary < len(trace.boundaries):
+            raise TrainerError(f"round {round} has boundaries 0..{len(trace.boundaries) - 1}, "
+                               f"not {boundary}")  # fmt: skip
+        start = trace.boundaries[boundary]
+        ends = [b.step for b in trace.boundaries if b.step > start.step]
+        if not start.step <= step <= (ends[0] if ends else start.step):
+            raise TrainerError(f"round {round}: step {step} is not inside the segment after "
+                               f"boundary {boundary} (step {start.step})")  # fmt: skip
+        blob = (self._dir(round) / f"{boundary:04d}.safetensors").read_bytes()
+        state = decode_blob(blob, max_bytes=len(blob))
+        if step == start.step:
+            return state
+        return advance(round, state, start.step, step - start.step)
+
     def size(self) -> int:
         if not self.root.is_dir():
             return 0
@@ -192,17 +241,29 @@ class BoundaryStore:
         return removed
 
 
-def answer_requests(store: BoundaryStore, ledger: LedgerClient, run_id: bytes, node: str) -> int:
+def answer_requests(
+    store: BoundaryStore,
+    ledger: LedgerClient,
+    run_id: bytes,
+    node: str,
+    advance: Advance | None = None,
+) -> int:
     """Serve the ledger's pending requests for ``node``'s boundaries of run ``run_id``: upload
-    each state (the ledger client's signed blob PUT), then deliver its commitment and proof.
-    Returns how many were delivered; a request this node cannot serve (the round is no longer
-    kept) is logged and left to its deadline."""
+    each state (the ledger client's signed blob PUT), then deliver its commitment and proof; a
+    request for the state after ``at_step`` steps (a bisection's probe) is recomputed from its
+    boundary by ``advance`` and delivered by hash. Returns how many were delivered; a request
+    this node cannot serve (the round is no longer kept, no ``advance``) is logged and left to
+    its deadline."""
     run = "0x" + run_id.hex()
     delivered = 0
     for request in ledger.boundary_requests(node):
         if str(request["run_id"]).lower() != run:
             continue
         r, index = int(request["round"]), int(request["boundary"])
+        at_step = int(request.get("at_step", -1))
+        if at_step >= 0:
+            delivered += _answer_probe(store, ledger, run, node, request, advance=advance)
+            continue
         try:
             served = store.serve(r, index)
         except TrainerError as exc:
@@ -223,3 +284,37 @@ def answer_requests(store: BoundaryStore, ledger: LedgerClient, run_id: bytes, n
         log.info("boundary %d of round %d delivered (%d bytes)", index, r, len(served.blob))
         delivered += 1
     return delivered
+
+
+def _answer_probe(
+    store: BoundaryStore,
+    ledger: LedgerClient,
+    run: str,
+    node: str,
+    request: dict[str, object],
+    *,
+    advance: Advance | None,
+) -> int:
+    r, index, at_step = (
+        int(str(request["round"])),
+        int(str(request["boundary"])),
+        int(str(request["at_step"])),
+    )
+    if advance is None:
+        log.error("the ledger asked for the state after %d steps of round %d (a bisection): "
+                  "this node has no round inputs to recompute it", at_step, r)  # fmt: skip
+        return 0
+    try:
+        state = store.state_at(r, index, at_step, advance)
+    except TrainerError as exc:
+        log.error("the ledger asked for the state after %d steps of round %d: %s", at_step, r, exc)
+        return 0
+    digest = state_hash(state)
+    ledger.put_blob(digest, encode_blob(state))
+    ledger.deliver_boundary({
+        "run_id": run, "round": r, "node": node, "boundary": index, "step": at_step,
+        "state_hash": "0x" + digest.hex(), "sketch_hash": "0x" + "00" * 32, "proof": [],
+        "at_step": at_step,
+    })  # fmt: skip
+    log.info("state after %d steps of round %d delivered (a bisection's probe)", at_step, r)
+    return 1

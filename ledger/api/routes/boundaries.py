@@ -28,6 +28,10 @@ from protocol.eip712 import to_checksum_address
 router = APIRouter(prefix="/boundaries", tags=["boundaries"])
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
+AT_STEP = (
+    "absent or null: the committed boundary; else the node's state after at_step inner steps, "
+    "recomputed from the boundary (a bisection's probe)"
+)
 MAX_PROOF = 64  # a tree of 2^64 boundaries: far above any round's
 
 
@@ -39,6 +43,7 @@ class BoundaryRequestIn(BaseModel):
     node: AddressStr
     boundary: Uint32
     deadline_s: float = Field(gt=0, le=7 * 86_400, description="seconds the node has to deliver")
+    at_step: Uint32 | None = Field(default=None, description=AT_STEP)
 
 
 class BoundaryRequestOut(BaseModel):
@@ -47,6 +52,7 @@ class BoundaryRequestOut(BaseModel):
     round: int
     node: str
     boundary: int
+    at_step: int
     trace_root: str
     deadline: datetime
     state: str
@@ -67,6 +73,11 @@ class DeliveryIn(BaseModel):
     state_hash: Hex32
     sketch_hash: Hex32
     proof: list[Hex32] = Field(max_length=MAX_PROOF)
+    at_step: Uint32 | None = Field(default=None, description=AT_STEP)
+
+
+def _at(at_step: int | None) -> int:
+    return -1 if at_step is None else at_step
 
 
 def _out(row: BoundaryRequest) -> BoundaryRequestOut:
@@ -86,7 +97,7 @@ def post_request(
     """Ask a node for one boundary state of its round's trace, due in ``deadline_s``."""
     row = boundaries.request_boundary(
         session, body.run_id, body.round, to_checksum_address(body.node), body.boundary,
-        deadline_s=body.deadline_s,
+        deadline_s=body.deadline_s, at_step=_at(body.at_step),
     )  # fmt: skip
     return _out(row)
 
@@ -114,7 +125,7 @@ async def post_delivery(
     delivery = boundaries.Delivery(
         run_id=body.run_id, round=body.round, node=to_checksum_address(body.node),
         boundary=body.boundary, step=body.step, state_hash=body.state_hash,
-        sketch_hash=body.sketch_hash, proof=tuple(body.proof),
+        sketch_hash=body.sketch_hash, proof=tuple(body.proof), at_step=_at(body.at_step),
     )  # fmt: skip
     row = await run_in_threadpool(boundaries.deliver, session, blobs, delivery)
     return _out(row)

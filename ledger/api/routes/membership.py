@@ -25,6 +25,7 @@ from ledger.api.errors import errors, json_response
 from ledger.core.models import FraudRecord, KeyValue, RoundState, utcnow
 from ledger.core.schemas import AddressStr, Hex32, RoundIn, SignatureHex, SignedAddress
 from ledger.intake.verify import reject
+from ledger.judge.bisect import verdict_of_fraud
 from ledger.judge.outer_step import momentum_key
 from protocol.errors import EncodingError, LedgerError
 from protocol.join import RoundJoin
@@ -130,6 +131,7 @@ def list_frauds(session: SessionDep, node: AddressStr | None = None) -> Any:
         stmt = stmt.where(col(FraudRecord.node) == node)
     return [
         {
+            "id": f.id,
             "run_id": f.run_id,
             "round": f.round,
             "node": f.node,
@@ -142,3 +144,27 @@ def list_frauds(session: SessionDep, node: AddressStr | None = None) -> Any:
         }
         for f in session.exec(stmt).all()
     ]
+
+
+@router.get("/frauds/{fraud_id}/verdict", responses=errors(404, 422, 503))
+def get_verdict(fraud_id: Annotated[int, Path(ge=1, lt=1 << 63)], session: SessionDep) -> Any:
+    """The one-step verdict of fraud record ``fraud_id``'s failed segment (ledger.judge.bisect):
+    its evidence (reference.verdict; the blobs it names are served at ``/v1/blobs/{hash}``), or
+    the bisection's state while it runs. ``coloco audit <fraud id>`` re-checks it."""
+    row = verdict_of_fraud(session, fraud_id)
+    if row is None:
+        raise LedgerError(
+            f"fraud record {fraud_id} has no bisected segment (GET /v1/frauds lists the records)",
+            code="not_found",
+        )
+    return {
+        "fraud_id": fraud_id,
+        "state": row.state,
+        "segment": [row.seg_lo, row.seg_hi],
+        "interval": [row.lo, row.hi],
+        "probe": row.probe,
+        "holds": row.holds,
+        "reason": row.reason,
+        "evidence_hash": row.evidence_hash,
+        "evidence": json.loads(row.evidence) if row.evidence else None,
+    }
