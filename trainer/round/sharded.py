@@ -48,7 +48,8 @@ from reference.inner import InnerResult, InnerTrainer
 from reference.model import GPT
 from reference.outer import OuterState
 from reference.trace import Boundary, TraceBuilder, boundary_state, commit_boundary
-from trainer.network.comm import Averager, Check
+from trainer.network.collective import Check
+from trainer.network.comm import Averager
 from trainer.round.diloco import LocalWork, RoundOutcome, RoundSettings
 from trainer.round.sharded_state import ShardOuterState
 
