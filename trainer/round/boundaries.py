@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from pathlib import Path
 from torch import Tensor
 
 from protocol.blobs import decode_blob, encode_blob
-from protocol.errors import TrainerError
+from protocol.errors import LedgerError, TrainerError
 from protocol.types import Bytes32
 from reference.trace import Boundary, Trace, state_hash
 from trainer.network.ledger_client import LedgerClient
@@ -39,6 +40,9 @@ KEEP_ROUNDS = 4
 MAX_BYTES = 8 << 30
 """Disk the boundary states may take (8 GiB: a cpu10m round of 11 boundaries is ~1.3 GB)."""
 TRACE_FILE = "trace.json"
+LINGER_S = 120.0
+"""How long ``coloco node run`` waits after its last round for the ledger to judge it, serving the
+boundaries its audit asks for (NodeSettings.audit_linger_s)."""
 WRITES_IN_FLIGHT = 2
 """Boundary states waiting to be written while training goes on (each a copy of the state)."""
 
@@ -223,3 +227,32 @@ def answer_requests(store: BoundaryStore, ledger: LedgerClient, run_id: bytes, n
         log.info("boundary %d of round %d delivered (%d bytes)", index, r, len(served.blob))
         delivered += 1
     return delivered
+
+
+def linger(  # noqa: PLR0917 - answer_requests' arguments and the wait
+    store: BoundaryStore,
+    ledger: LedgerClient,
+    run_id: bytes,
+    node: str,
+    last: int,
+    wait_s: float,
+    *,
+    poll_s: float = 1.0,
+) -> bool:
+    """After a node's last round: answer the ledger's boundary requests until it has judged round
+    ``last`` (its outer state is published, so no audit of it asks any more) or ``wait_s`` pass.
+    Returns whether the ledger judged it in time."""
+    store.close()  # every boundary state written before one is served
+    until = time.monotonic() + wait_s
+    while True:
+        try:
+            answer_requests(store, ledger, run_id, node)
+            if ledger.outer(run_id, last) is not None:
+                return True
+        except LedgerError as exc:
+            log.warning("boundary requests not answered: %s", exc)
+        if time.monotonic() >= until:
+            log.warning("left before the ledger judged round %d (waited %.0fs): an audit of it "
+                        "that asks for a boundary now fails", last, wait_s)  # fmt: skip
+            return False
+        time.sleep(poll_s)
