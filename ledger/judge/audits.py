@@ -255,12 +255,9 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     has not asked for yet go into ``wanted``; once all are delivered the drawn segments are
     replayed. Returns the replay's CPU seconds, or None while it waits (a withheld boundary is
     failed by ``check_boundaries``)."""
-    from reference import inner as protocol_inner
-
     assert e.tensors is not None
     plan = segments.plan(seed, e.att.node, e.att.inner_steps, ctx.config.trace_interval,
-                         ctx.settings.audit_segments,
-                         carried=protocol_inner.CARRY_STATE)  # fmt: skip
+                         ctx.settings.audit_segments)  # fmt: skip
     requests = segments.existing(session, rnd.run_id, rnd.round, e.att.node, plan.needed)
     missing = [b for b in plan.needed if b not in requests]
     if missing:

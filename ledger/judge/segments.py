@@ -5,10 +5,12 @@ An audited node-round (drawn by :func:`ledger.judge.audits.sampled`, or suspicio
 ``AUDIT_SEGMENTS`` of its segments (:func:`ledger.judge.audits.drawn_segments`, from the round's
 seed, fixed after the round closed) instead of a whole-round replay:
 
-1. :func:`plan` names the boundaries needed: each drawn segment's start (none for segment 0 of a
-   fresh-AdamW round: the public base) and end, and the round's last boundary, whose weights must
-   give the submitted pseudo-gradient (``base - last``, encoded as the node's packet): that binds
-   the trace to the work that was paid for.
+1. :func:`plan` names the boundaries needed: each drawn segment's start and end, and the round's
+   last boundary, whose weights must give the submitted pseudo-gradient (``base - last``, encoded
+   as the node's packet): that binds the trace to the work that was paid for. Boundary 0 is asked
+   for too when segment 0 is drawn: its weights must be the public base, and its AdamW moments
+   are the node's carried state (none committed: a fresh AdamW), so one rule audits both inner
+   modes (reference.inner.CARRY_STATE) without the ledger knowing which a node ran.
 2. Those not asked for yet are raised in :class:`AuditPending` once every audited entry was
    seen; ``ledger.rounds.lifecycle.RoundKeeper`` files them (``ledger.intake.boundaries``, due in
    ``BOUNDARY_DEADLINE_S``); the node uploads each state, checked against the leaf of the
@@ -66,7 +68,6 @@ class SegmentPlan:
 
     segments: tuple[int, ...]
     marks: tuple[int, ...]  # the inner step of each boundary (reference.trace.boundary_steps)
-    carried: bool  # the inner AdamW state is carried: boundary 0 is the node's, not public
 
     @property
     def last(self) -> int:
@@ -77,8 +78,6 @@ class SegmentPlan:
         wanted = {self.last}
         for j in self.segments:
             wanted |= {j, j + 1}
-        if not self.carried:
-            wanted.discard(0)  # the public base with a fresh AdamW
         return sorted(wanted)
 
     def span(self, segment: int) -> tuple[int, int]:
@@ -86,14 +85,12 @@ class SegmentPlan:
         return self.marks[segment], self.marks[segment + 1] - self.marks[segment]
 
 
-def plan(
-    seed: bytes, node: str, inner_steps: int, interval: int, count: int, *, carried: bool
-) -> SegmentPlan:
+def plan(seed: bytes, node: str, inner_steps: int, interval: int, count: int) -> SegmentPlan:
     from ledger.judge.audits import drawn_segments
 
     marks = tuple(boundary_steps(inner_steps, interval))
     segments = drawn_segments(seed, node, len(marks) - 1, count)
-    return SegmentPlan(tuple(segments), marks, carried)
+    return SegmentPlan(tuple(segments), marks)
 
 
 def existing(
@@ -138,14 +135,6 @@ def replay_state(state: Tensors) -> State:
     if not any(k.startswith("adam/") for k in kept):
         return fresh_state({k.removeprefix("weights/"): t for k, t in kept.items()})
     return kept
-
-
-def start_state(
-    plan_: SegmentPlan, segment: int, base: Tensors, states: dict[int, Tensors]
-) -> State:
-    if segment == 0 and not plan_.carried:
-        return fresh_state(base)
-    return replay_state(states[segment])
 
 
 def last_pseudo_gradient(base: Tensors, last: Tensors) -> dict[str, torch.Tensor]:
@@ -203,7 +192,6 @@ def check_entry(  # noqa: PLR0917 - the audit's inputs, each public or committed
         "segments": list(plan_.segments),
         "boundary_steps": list(plan_.marks),
         "boundary_state_hashes": hashes,
-        "fresh_start_from_base": not plan_.carried,
         "segment_tolerance": tolerance,
     }
     claimed = encoded_as(packet, last_pseudo_gradient(base, states[plan_.last]))
@@ -215,11 +203,20 @@ def check_entry(  # noqa: PLR0917 - the audit's inputs, each public or committed
             "it is not the work the signed trace commits"
         )
         return SegmentOutcome(False, 0.0, why, common | {"last_boundary_error": rel})
+    if 0 in plan_.segments:
+        start = {n[len("weights/") :]: t for n, t in states[0].items() if n.startswith("weights/")}
+        moved = relative_error(start, {n: t.float() for n, t in base.items()})
+        if not moved <= LAST_BOUNDARY_TOLERANCE:
+            why = (
+                f"boundary 0 is not the round's committed base (relative L2 distance {moved:.3g}):"
+                " the node's round did not start from the checkpoint it signed"
+            )
+            return SegmentOutcome(False, 0.0, why, common | {"start_error": moved})
     cpu = 0.0
     passed: list[str] = []
     for j in plan_.segments:
         first, steps = plan_.span(j)
-        verdict = audit_span(start_state(plan_, j, base, states), replay_state(states[j + 1]),
+        verdict = audit_span(replay_state(states[j]), replay_state(states[j + 1]),
                              inputs, corpus, first=first, steps=steps, tolerance=tolerance,
                              threads=threads)  # fmt: skip
         cpu += verdict.cpu_seconds

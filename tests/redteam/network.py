@@ -191,6 +191,8 @@ class Network:
         start = time.monotonic()
         while True:
             self.ledger.tick()
+            for node in self.nodes:  # the nodes answer the segment audit's requests
+                node.serve()
             rnd = self.client.get(f"/v1/runs/{self.run_id}/rounds/{r}").json()
             if rnd.get("state") in ("committed", "final"):
                 break
