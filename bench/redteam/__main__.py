@@ -14,8 +14,8 @@ training CPU seconds, auditing ``--audit-fraction`` of node-rounds plus every su
 node_threads (torch threads each node trains on: torch's default, one a core; the ledger's
 segment audit holds on any count), probe_cpu_s (the first-step probe of ledger.judge.steps: level
 2, not in the ratio, like the usefulness scorer), load_average_1m. A cheater's earnings are its
-``reward`` in the round views of the rounds its strategy touched (what enters the rewards tree; a failed audit's is withheld),
-over the mean honest node's ``reward`` in those rounds.
+``reward`` in the round views of the rounds its strategy touched (what enters the rewards tree; a
+failed audit's is withheld), over the mean honest node's ``reward`` in those rounds.
 """
 
 from __future__ import annotations
