@@ -190,9 +190,12 @@ def audit_span(
     steps: int,
     tolerance: float,
     threads: int | None = None,
+    carried: bool | None = None,
 ) -> SegmentVerdict:
     """:func:`audit_segment` for the ``steps`` inner steps from step ``first`` (a trace's last
-    segment is shorter when ``traceInterval`` does not divide H)."""
+    segment is shorter when ``traceInterval`` does not divide H), with the AdamW constants of
+    the protocol's inner mode (``carried``; None: ``reference.inner.CARRY_STATE``)."""
+    from reference import inner as protocol_inner
     from reference.inner import InnerConfig
     from reference.model import GPTConfig
     from reference.segment import STEP, replay_segment, segment_error, segment_rows
@@ -204,7 +207,8 @@ def audit_span(
             f"{inputs.inner_steps} inner steps"
         )
     rows, batch = round_rows(inputs, corpus)
-    inner = InnerConfig(steps=steps, lr=inputs.inner_lr, batch_size=batch)
+    mode = protocol_inner.CARRY_STATE if carried is None else carried
+    inner = InnerConfig.protocol(steps, inputs.inner_lr, batch, carried=mode)
     step0 = int(float(start[STEP])) if STEP in start else 0
     replayed = replay_segment(
         start,

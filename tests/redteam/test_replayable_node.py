@@ -226,6 +226,7 @@ def test_a_node_that_withholds_its_boundaries_fails_at_the_deadline(
     assert "not delivered by its deadline" in score["reason"], score
 
 
+@pytest.mark.slow  # 3 minutes here: two rounds, every segment replayed
 def test_carried_adamw_state_passes_the_segment_audit(
     chain: AnvilProcess,
     deployment: Deployment,
@@ -235,7 +236,11 @@ def test_carried_adamw_state_passes_the_segment_audit(
     corpus_dir: Path,  # noqa: F811
     store_port: int,  # noqa: F811
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import reference.inner
+
+    monkeypatch.setattr(reference.inner, "CARRY_STATE", True)  # the protocol's switch, for all
     key = NodeKey.from_private_key(nodes[0].key)
     scores, states, _ = _audited_rounds(
         chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
