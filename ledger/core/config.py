@@ -165,6 +165,10 @@ class Settings(BaseSettings):
     segment_tolerance: float = Field(
         default=SEGMENT_TOLERANCE, gt=0, description="segment audit: reference.segment error"
     )
+    audit_threads: int = Field(
+        default=0, ge=0, le=1024,
+        description="torch threads of a segment replay; 0: one a core (os.cpu_count())",
+    )  # fmt: skip
     boundary_deadline_s: float = Field(
         default=BOUNDARY_DEADLINE_S, gt=0,
         description="seconds a node has to deliver a boundary state an audit asked for",

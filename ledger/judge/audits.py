@@ -271,7 +271,7 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     outcome = segments.check_entry(
         e.tensors, e.packet, base, inputs, corpus, plan, requests,
         segments.load_states(ctx.blobs, requests), tolerance=ctx.settings.segment_tolerance,
-        threads=os.cpu_count(),
+        threads=ctx.settings.audit_threads or os.cpu_count(),
     )  # fmt: skip
     if outcome.passed:
         e.replayed = True
