@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -256,3 +257,37 @@ def linger(  # noqa: PLR0917 - answer_requests' arguments and the wait
                         "that asks for a boundary now fails", last, wait_s)  # fmt: skip
             return False
         time.sleep(poll_s)
+
+
+class BoundaryServer:
+    """Answers the ledger's boundary requests every ``poll_s`` in a background thread while the
+    node runs: a round's verdict waits for them, and the node may itself wait for that verdict
+    (its next join waits for the ledger to commit the earlier rounds), so answering only between
+    rounds would hold both until the request's deadline."""
+
+    def __init__(self, store: BoundaryStore, ledger: LedgerClient, run_id: bytes, node: str,
+                 *, poll_s: float = 2.0) -> None:  # fmt: skip
+        self.store, self.ledger, self.run_id, self.node = store, ledger, run_id, node
+        self.poll_s = poll_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="boundary-server",
+                                            daemon=True)  # fmt: skip
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                answer_requests(self.store, self.ledger, self.run_id, self.node)
+            except (LedgerError, TrainerError, OSError) as exc:
+                log.warning("boundary requests not answered: %s", exc)

@@ -47,7 +47,7 @@ from trainer.network.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manif
 from trainer.round import timebox
 from trainer.round.agreement import ConfigAgreement
 from trainer.round.attest import Attester, WorkRecord
-from trainer.round.boundaries import BoundaryStore, answer_requests, linger
+from trainer.round.boundaries import BoundaryServer, BoundaryStore, answer_requests, linger
 from trainer.round.commits import PacketCheck, post_commit
 from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.round.hold import hold_at_boundary
@@ -552,9 +552,16 @@ class NodeRunner:
     def run(self) -> list[RoundReport]:
         self.check_data(self.config_source.read())
         self.heartbeat.start()
+        server = None
+        if self.attester.ledger is not None and self.boundaries is not None:
+            server = BoundaryServer(self.boundaries, self.attester.ledger, self.s.run_id,
+                                    self.address)  # fmt: skip
+            server.start()  # the audit's requests answered while the node trains or waits
         try:
             return self._run()
         finally:
+            if server is not None:
+                server.stop()
             self.heartbeat.stop()
             if self.boundaries is not None:
                 self.boundaries.close()  # the last round's states written before the node exits
