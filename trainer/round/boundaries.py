@@ -41,7 +41,7 @@ KEEP_ROUNDS = 4
 MAX_BYTES = 8 << 30
 """Disk the boundary states may take (8 GiB: a cpu10m round of 11 boundaries is ~1.3 GB)."""
 TRACE_FILE = "trace.json"
-LINGER_S = 120.0
+LINGER_S = 60.0
 """How long ``coloco node run`` waits after its last round for the ledger to judge it, serving the
 boundaries its audit asks for (NodeSettings.audit_linger_s)."""
 WRITES_IN_FLIGHT = 2
