@@ -81,7 +81,7 @@ def _skipping(call: int) -> Iterator[None]:
                     self.state[p]["step"] += 1
         return None
 
-    torch.optim.AdamW.step = step  # type: ignore[method-assign]
+    torch.optim.AdamW.step = step  # type: ignore[method-assign, assignment]
     try:
         yield
     finally:
