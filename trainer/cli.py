@@ -178,6 +178,8 @@ def build(options: NodeOptions) -> NodeRunner:
     if ledger is not None:
         ledger.health()
     serve_host, serve_port = parse_hostport(net.serve_checkpoints, "--serve-checkpoints")
+    from trainer.round.boundaries import LINGER_S
+
     settings = NodeSettings(
         run_id=run_id, model=cfg, rendezvous_host=host, rendezvous_port=port,
         host_rendezvous=net.host_rendezvous, seed=train.seed,
@@ -190,6 +192,7 @@ def build(options: NodeOptions) -> NodeRunner:
         device=train.device, data_path=train.data,
         checkpoint_dir=options.checkpoints.checkpoint_dir, max_rounds=train.rounds,
         leave_after_round=train.leave_after, hold_file=train.hold_file, time_box=train.time_box,
+        audit_linger_s=LINGER_S if ledger is not None else 0.0,
     )  # fmt: skip
     recovery = Recovery(run_id, cfg, settings.seed, chain=chain, ledger=ledger)
     runner = NodeRunner(settings, Attester(key, domain, run_id, ledger), source, recovery=recovery)

@@ -11,10 +11,11 @@ Prints one JSON object as its last line: strategies, caught, per_strategy {name:
 round_caught, earnings_ratio, why}}, honest_penalised, honest_node_rounds,
 max_cheater_earnings_ratio, audit_cpu_ratio (the ledger's replay CPU seconds over the nodes'
 training CPU seconds, auditing ``--audit-fraction`` of node-rounds plus every suspicious one),
-probe_cpu_s (the first-step probe of ledger.judge.steps: level 2, not in the ratio, like the
-usefulness scorer), load_average_1m. A cheater's earnings are its ``reward`` in the round views of
-the rounds its strategy touched (what enters the rewards tree; a failed audit's is withheld),
-over the mean honest node's ``reward`` in those rounds.
+node_threads (torch threads each node trains on: torch's default, one a core; the ledger's
+segment audit holds on any count), probe_cpu_s (the first-step probe of ledger.judge.steps: level
+2, not in the ratio, like the usefulness scorer), load_average_1m. A cheater's earnings are its
+``reward`` in the round views of the rounds its strategy touched (what enters the rewards tree; a
+failed audit's is withheld), over the mean honest node's ``reward`` in those rounds.
 """
 
 from __future__ import annotations

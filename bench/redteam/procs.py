@@ -24,10 +24,20 @@ class NodePlan:
     log_dir: str = ""  # its log and its report (<label>.json) go here
     min_nodes: int = 4
     join_window_s: float = 1.0
+    threads: int = 0  # torch threads of the node's inner steps; 0: torch's default (every core)
+    linger_s: float = 120.0  # after its last round, serve that round's audit (NodeSettings)
+
+
+def node_threads() -> int:
+    """Torch's default intra-op threads on this machine (one a core): what the nodes train on."""
+    return os.cpu_count() or 1
 
 
 def node_main(plan: NodePlan) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if plan.threads:
+        os.environ["OMP_NUM_THREADS"] = str(plan.threads)
+    else:
+        os.environ.pop("OMP_NUM_THREADS", None)  # torch's default: one thread a core
     import json
     import logging
     import time
@@ -35,7 +45,7 @@ def node_main(plan: NodePlan) -> None:
 
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(plan.threads or node_threads())
     fmt = "%(asctime)s %(name)s %(levelname)s %(message)s"
     logging.basicConfig(filename=f"{plan.log_dir}/{plan.label}.log", level=logging.INFO,
                         format=fmt, force=True)  # fmt: skip
@@ -68,6 +78,8 @@ def node_main(plan: NodePlan) -> None:
             heartbeat_timeout_s=30.0,
         ),
         max_rounds=plan.rounds, eval_rows=0,
+        checkpoint_dir=Path(plan.log_dir) / plan.label,  # its boundary states, for the audit
+        audit_linger_s=plan.linger_s,
     )  # fmt: skip
     runner = NodeRunner(
         settings,

@@ -32,7 +32,7 @@ from bench.harness import forked
 from bench.harness.nodes import NodeKey, h, new_node
 from bench.redteam.cheats import JumpAhead, SybilPrimary, SybilShared
 from bench.redteam.config import ADMIN, NetConfig, configure_chain
-from bench.redteam.procs import NodePlan, node_main
+from bench.redteam.procs import NodePlan, node_main, node_threads
 from ledger.core.config import Settings
 from ledger.main import create_app
 from ledger.service import Ledger
@@ -285,6 +285,7 @@ def score(net: RealNet, plan: Schedule, *, views: dict[int, dict[str, Any]],
         "train_cpu_s": round(train_cpu, 2),
         "nodes_wall_s": round(wall, 1),
         "node_processes": HONEST + len(cheater_keys),
+        "node_threads": node_threads(),
         "attackers": {
             name: {"address": cheater_keys[c].address, "payout": cheater_keys[c].payout,
                    "rounds": plan.touched[name]}

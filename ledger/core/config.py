@@ -37,6 +37,9 @@ SEGMENT_TOLERANCE = 1e-3
 ONE_STEP_TOLERANCE = 1e-3
 # segments replayed per audited node-round; more only add to the chance of catching a cheat
 AUDIT_SEGMENTS = 1
+# a node answers the ledger's boundary requests after each round it trains and while it lingers
+# after its last one (trainer.round.node): an audited round's verdict waits at most this long
+BOUNDARY_DEADLINE_S = 300.0
 # a node's minimum stake valued in its rewards of one round (governance's valuation: minStake at
 # the stake's price over one node's share of rewardPerRound at the share token's price)
 STAKE_IN_ROUND_REWARDS = 200.0
@@ -159,6 +162,17 @@ class Settings(BaseSettings):
     audit_tolerance: float = Field(
         default=AUDIT_TOLERANCE, gt=0, description="replay relative L2 error"
     )
+    segment_tolerance: float = Field(
+        default=SEGMENT_TOLERANCE, gt=0, description="segment audit: reference.segment error"
+    )
+    audit_threads: int = Field(
+        default=0, ge=0, le=1024,
+        description="torch threads of a segment replay; 0: one a core (os.cpu_count())",
+    )  # fmt: skip
+    boundary_deadline_s: float = Field(
+        default=BOUNDARY_DEADLINE_S, gt=0,
+        description="seconds a node has to deliver a boundary state an audit asked for",
+    )  # fmt: skip
     audit_segments: int = Field(
         default=AUDIT_SEGMENTS, ge=1, le=1000, description="segments replayed per audited round"
     )

@@ -18,11 +18,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from ledger.core.models import Attestation, KeyValue, RoundState
+from ledger.core.models import Attestation, KeyValue, RoundState, utcnow
+from ledger.judge import segments
+from ledger.judge.boundaries import check_boundaries
 from ledger.judge.entries import Context, Entry, Fraud
 from ledger.judge.replay import ReplayInputs, audit
 from ledger.judge.tensors import Tensors
@@ -31,7 +34,11 @@ from protocol.eip712 import keccak256
 from protocol.errors import CheckpointError
 from reference.settings import WireFormat
 
+if TYPE_CHECKING:
+    from reference.data import Corpus
+
 log = logging.getLogger(__name__)
+NO_TRACE = "0x" + "00" * 32  # an attestation's traceRoot when it commits no trace
 
 
 def sampled(seed: bytes, node: str, fraction: float) -> bool:
@@ -131,6 +138,15 @@ def replay_audits(
             e.suspicious.append("new to the run (probation)")
     seed = round_seed(session, rnd)
     cleared: set[str] = set()  # nodes whose copy partner failed: the pair is explained
+    waiting: list[str] = []  # nodes whose requested boundaries the segment audit waits for
+    wanted: dict[str, list[int]] = {}  # boundaries the segment audit is still to ask for
+
+    def why_of(e: Entry) -> str:
+        reasons = [w for w in e.suspicious if not (e.att.node in cleared and "cosine" in w)]
+        return (
+            f"sampled, seed 0x{seed.hex()}" if not reasons else "suspicious: " + "; ".join(reasons)
+        )
+
     for e in sorted(entries, key=lambda x: (track.get(x.att.node, 0), x.id)):
         if not e.ok or e.tensors is None:
             continue
@@ -157,7 +173,22 @@ def replay_audits(
             )
             or 0,
         )
-        try:
+        if e.att.trace_root not in (None, "", NO_TRACE):
+            try:
+                wait = _segment_audit(session, e, ctx, rnd, base, inputs, corpus, seed,
+                                      why_of(e), wanted)  # fmt: skip
+            except CheckpointError as exc:  # the ledger's preset is not this run's model
+                log.error("segment audit does not fit the run's model: %s", exc)
+                e.reason += "; not audited: the ledger's model preset does not fit this run"
+                continue
+            if wait is None:
+                waiting.append(e.att.node)
+            else:
+                cpu += wait
+                if not e.ok:  # a failed audit explains its copy partner's cosine
+                    cleared.update(_partners(e))
+            continue
+        try:  # no trace committed (an older node): the whole round is replayed
             verdict = audit(
                 base,
                 e.tensors,
@@ -193,9 +224,74 @@ def replay_audits(
         }
         text = json.dumps(evidence, sort_keys=True, default=str)
         e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
-        cleared.update(w.rsplit(" ", 1)[-1] for w in e.suspicious if "cosine" in w)
+        cleared.update(_partners(e))
         e.fail(
             "audit_failed",
             f"{verdict.reason}; fraud record {e.fraud.evidence_hash} (selected: {why})",
         )
+    check_boundaries(entries, segments.round_requests(session, rnd), utcnow())
+    if waiting:
+        raise segments.AuditPending(rnd.run_id, rnd.round, wanted, waiting)
     return cpu
+
+
+def _partners(e: Entry) -> set[str]:
+    return {w.rsplit(" ", 1)[-1] for w in e.suspicious if "cosine" in w}
+
+
+def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
+    session: Session,
+    e: Entry,
+    ctx: Context,
+    rnd: RoundState,
+    base: Tensors,
+    inputs: ReplayInputs,
+    corpus: Corpus,
+    seed: bytes,
+    why: str,
+    wanted: dict[str, list[int]],
+) -> float | None:
+    """The segment audit of ``e`` (:mod:`ledger.judge.segments`): the boundaries it needs and
+    has not asked for yet go into ``wanted``; once all are delivered the drawn segments are
+    replayed. Returns the replay's CPU seconds, or None while it waits (a withheld boundary is
+    failed by ``check_boundaries``)."""
+    assert e.tensors is not None
+    plan = segments.plan(seed, e.att.node, e.att.inner_steps, ctx.config.trace_interval,
+                         ctx.settings.audit_segments)  # fmt: skip
+    requests = segments.existing(session, rnd.run_id, rnd.round, e.att.node, plan.needed)
+    missing = [b for b in plan.needed if b not in requests]
+    if missing:
+        wanted[e.att.node] = missing
+        return None
+    if segments.pending(requests, utcnow()):
+        e.reason += f"; audit ({why}) waits for boundaries {plan.needed}"
+        return None
+    if not segments.delivered(requests):
+        return 0.0  # withheld: check_boundaries fails the entry
+    outcome = segments.check_entry(
+        e.tensors, e.packet, base, inputs, corpus, plan, requests,
+        segments.load_states(ctx.blobs, requests), tolerance=ctx.settings.segment_tolerance,
+        threads=ctx.settings.audit_threads or os.cpu_count(),
+    )  # fmt: skip
+    if outcome.passed:
+        e.replayed = True
+        e.reason += f"; audited ({why}): {outcome.reason}"
+        return outcome.cpu_seconds
+    evidence = {
+        "attestation": {k: getattr(e.att, k) for k in ATTESTATION_ATTRS},
+        "digest": e.att.digest,
+        "signature": e.att.signature,
+        "replay_inputs": inputs.to_json(),
+        "base_checkpoint": ctx.base,
+        "submitted": e.att.pseudo_gradient,
+        "trace_root": e.att.trace_root,
+        "selected": why,
+        "audit_seed": "0x" + seed.hex(),
+        **outcome.evidence,
+    }
+    text = json.dumps(evidence, sort_keys=True, default=str)
+    e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
+    # the place a failed segment hands over to the bisection to one step (ledger.judge.bisect)
+    e.fail("audit_failed", f"{outcome.reason}; fraud record {e.fraud.evidence_hash} "
+                           f"(selected: {why})")  # fmt: skip
+    return outcome.cpu_seconds

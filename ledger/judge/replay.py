@@ -170,23 +170,49 @@ def audit_segment(
     it read, and compare with its committed end state (``reference.segment.segment_error``
     against ``tolerance``, e.g. ``ledger.core.config.SEGMENT_TOLERANCE``). Runs on ``threads``
     torch threads (None: the process's): the segment's tolerance holds on any thread count."""
-    from reference.inner import InnerConfig
-    from reference.model import GPTConfig
-    from reference.segment import STEP, replay_segment, segment_error, segment_rows
-
-    began = time.process_time()
     first = segment * segment_steps
     if segment < 0 or segment_steps <= 0 or first + segment_steps > inputs.inner_steps:
         raise ValueError(
             f"segment {segment} of {segment_steps} steps is outside the round's "
             f"{inputs.inner_steps} inner steps"
         )
+    return audit_span(start, claimed_end, inputs, corpus, first=first, steps=segment_steps,
+                      tolerance=tolerance, threads=threads)  # fmt: skip
+
+
+def audit_span(
+    start: Tensors,
+    claimed_end: Tensors,
+    inputs: ReplayInputs,
+    corpus: Corpus,
+    *,
+    first: int,
+    steps: int,
+    tolerance: float,
+    threads: int | None = None,
+    carried: bool | None = None,
+) -> SegmentVerdict:
+    """:func:`audit_segment` for the ``steps`` inner steps from step ``first`` (a trace's last
+    segment is shorter when ``traceInterval`` does not divide H), with the AdamW constants of
+    the protocol's inner mode (``carried``; None: ``reference.inner.CARRY_STATE``)."""
+    from reference import inner as protocol_inner
+    from reference.inner import InnerConfig
+    from reference.model import GPTConfig
+    from reference.segment import STEP, replay_segment, segment_error, segment_rows
+
+    began = time.process_time()
+    if first < 0 or steps <= 0 or first + steps > inputs.inner_steps:
+        raise ValueError(
+            f"steps {first}..{first + steps - 1} are outside the round's "
+            f"{inputs.inner_steps} inner steps"
+        )
     rows, batch = round_rows(inputs, corpus)
-    inner = InnerConfig(steps=segment_steps, lr=inputs.inner_lr, batch_size=batch)
+    mode = protocol_inner.CARRY_STATE if carried is None else carried
+    inner = InnerConfig.protocol(steps, inputs.inner_lr, batch, carried=mode)
     step0 = int(float(start[STEP])) if STEP in start else 0
     replayed = replay_segment(
         start,
-        segment_rows(rows, first, segment_steps, batch),
+        segment_rows(rows, first, steps, batch),
         inner,
         GPTConfig.preset(inputs.preset),
         first_step=step0,
@@ -194,14 +220,40 @@ def audit_segment(
     )
     err = segment_error(claimed_end, replayed, start)
     seconds = time.process_time() - began
-    steps = f"steps {first}..{first + segment_steps - 1}"
+    span = f"steps {first}..{first + steps - 1}"
     if err.value <= tolerance:
-        why = f"segment replay matches ({steps}: error {err.value:.2e} <= {tolerance:g})"
+        why = f"segment replay matches ({span}: error {err.value:.2e} <= {tolerance:g})"
     else:
         why = (
-            f"segment replay of {steps} from the node's committed state differs from its "
+            f"segment replay of {span} from the node's committed state differs from its "
             f"committed end state: error {err.value:.3g} > tolerance {tolerance:g} (weights "
             f"{err.weights:.3g}, exp_avg {err.exp_avg:.3g}, exp_avg_sq {err.exp_avg_sq:.3g})"
             + (f": {err.reason}" if err.reason else "")
         )
-    return SegmentVerdict(err.value <= tolerance, err.value, first, segment_steps, seconds, why)
+    return SegmentVerdict(err.value <= tolerance, err.value, first, steps, seconds, why)
+
+
+def relative_error(submitted: Tensors, replayed: Tensors) -> float:
+    """``|submitted - replayed| / |replayed|`` over all tensors (float64); infinite when the names
+    or shapes differ or a submitted value is not finite."""
+    names = sorted(replayed)
+    if sorted(submitted) != names or any(submitted[n].shape != replayed[n].shape for n in names):
+        return float("inf")
+    sub = torch.cat([submitted[n].double().reshape(-1) for n in names])
+    rep = torch.cat([replayed[n].double().reshape(-1) for n in names])
+    if not torch.isfinite(sub).all():
+        return float("inf")
+    return float((sub - rep).norm()) / (float(rep.norm()) or 1.0)
+
+
+def encoded_as(packet: Packet | None, tensors: Tensors) -> dict[str, torch.Tensor]:
+    """``tensors`` through the node's packet encoding (int8 codes), as its all-reduce sent them;
+    unchanged without a packet."""
+    if packet is None:
+        return dict(tensors)
+    from reference.codec import decode, quantize
+    from reference.outer import FlatLayout
+
+    layout = FlatLayout({n: t.shape for n, t in tensors.items()})
+    coded = quantize(layout.flatten(tensors), packet.fmt, block_size=packet.block_size)
+    return layout.unflatten(decode(coded))

@@ -3,6 +3,8 @@
 Which nodes are expected is set by their signed joins (:mod:`ledger.intake.membership`). Scoring
 runs levels 1-3 (:mod:`ledger.judge.verdicts`) on every accepted attestation of a round once every
 earlier round of the run is committed; the checkpoint it commits is the ledger's own outer step.
+A round whose segment audit asked nodes for boundary states stays closing until each is delivered
+or past its deadline (:mod:`ledger.judge.segments`), and later rounds wait behind it.
 Each attestation gets a receipt: verified tokens, quality, reward and the reason (the check that
 decided it, with its evidence). Settlement takes it from there.
 """
@@ -25,11 +27,13 @@ from ledger.chain.pools import compute_reward
 from ledger.chain.settlement import add_rewards
 from ledger.core.blobstore import BlobStore
 from ledger.core.config import Settings
-from ledger.core.models import Attestation, RoundState, Run, utcnow
+from ledger.core.models import Attestation, BoundaryRequest, RoundState, Run, utcnow
 from ledger.core.retry import Backoff
 from ledger.core.round_book import RoundBook
+from ledger.intake import boundaries
 from ledger.intake.membership import Membership
 from ledger.judge.rules import attestations_root
+from ledger.judge.segments import AuditPending
 from ledger.judge.tensors import UsefulnessFn
 from ledger.judge.verdicts import Context, judge_round, record_frauds
 
@@ -205,16 +209,45 @@ class RoundKeeper:
             if not self.backoff.due(key):
                 continue
             try:
-                if self._ready(rnd):
+                if self._ready(rnd) and not self.audit_waits(rnd):
                     started = time.perf_counter()
                     scored.append(self.score_round(rnd))
                     if self.observe_scoring is not None:
                         self.observe_scoring(time.perf_counter() - started)
+            except AuditPending as wait:  # judged once the boundaries land or are due
+                self.request_boundaries(wait)
+                log.info("%s", wait)
             except Exception as exc:  # isolate: this round waits, the others go on
                 self.backoff.failed(key, exc)
             else:
                 self.backoff.succeeded(key)
         return scored
+
+    def request_boundaries(self, wait: AuditPending) -> None:
+        """Ask the nodes for the boundary states the round's segment audit needs."""
+        with Session(self.engine) as session:
+            due = self.settings.boundary_deadline_s
+            for node, wanted in wait.wanted.items():
+                for b in wanted:
+                    boundaries.request_boundary(
+                        session, wait.run_id, wait.round, node, b, deadline_s=due
+                    )
+
+    def audit_waits(self, rnd: RoundState, now: datetime | None = None) -> bool:
+        """Whether ``rnd``'s audit asked for a boundary still pending and not due (the due ones
+        are marked missed first): its verdicts wait for the delivery or the deadline."""
+        moment = now or utcnow()
+        with Session(self.engine) as session:
+            boundaries.expire(session, now=moment)
+            row = session.exec(
+                select(BoundaryRequest.id).where(
+                    BoundaryRequest.run_id == rnd.run_id,
+                    BoundaryRequest.round == rnd.round,
+                    BoundaryRequest.state == "pending",
+                    col(BoundaryRequest.deadline) > moment,
+                )
+            ).first()
+        return row is not None
 
     def _ready(self, rnd: RoundState) -> bool:
         with Session(self.engine) as session:

@@ -28,6 +28,8 @@ from reference.outer import FlatLayout, OuterConfig, OuterState
 from reference.settings import from_e6
 from reference.trace import TraceBuilder
 from tests.redteam.strategies import RoundView, SimStrategy, Tensors
+from trainer.network.ledger_client import LedgerClient
+from trainer.round.boundaries import BoundaryStore, answer_requests
 
 if TYPE_CHECKING:
     from tests.redteam.network import Network
@@ -68,6 +70,17 @@ class Node:
         self.signed: dict[int, list[dict[str, Any]]] = {}  # round -> bodies posted
         self.train_cpu_s = 0.0
         self.bases: list[dict[str, torch.Tensor]] = []
+        self.boundaries = BoundaryStore(net.work / "nodes" / self.address)
+        """The boundary states it committed, served when the ledger's segment audit asks."""
+        self.ledger = LedgerClient("http://testserver", http=net.client,
+                                   uploader=UploadSigner(key.key, net.domain))  # fmt: skip
+
+    def serve(self) -> int:
+        """Answer the ledger's boundary requests (unless the strategy withholds them)."""
+        if self.strategy.withhold_boundaries():
+            return 0
+        return answer_requests(self.boundaries, self.ledger, bytes.fromhex(self.net.run_id[2:]),
+                               self.address)  # fmt: skip
 
     # --- protocol steps ---------------------------------------------------------------------
 
@@ -99,11 +112,15 @@ class Node:
         steps = self.strategy.inner_steps(cfg.inner_steps)
         inner = InnerConfig(steps=steps, lr=from_e6(cfg.inner_lr_e6), batch_size=cfg.batch)
         t0 = time.process_time()
-        trace = TraceBuilder(model, dict(model.named_parameters()))
-        InnerTrainer(model, inner, keep_state=False).train(
-            rows, on_boundary=trace, trace_interval=max(steps // 10, 1)
-        )
+        trainer = InnerTrainer(model, inner, keep_state=False)
+        keep = self.boundaries.keeper(r)
+        trace = TraceBuilder(model, dict(model.named_parameters()),
+                             optimizer=lambda: trainer._opt, keep=keep)  # fmt: skip
+        snap = net.ledger.indexer.snapshot.config
+        assert snap is not None
+        trainer.train(rows, on_boundary=trace, trace_interval=snap.trace_interval)
         cpu = time.process_time() - t0
+        self.boundaries.finish(r, trace.trace())
         self.train_cpu_s += cpu
         local = dict(model.named_parameters())
         own = {n: (start_base[n] - local[n].detach()).contiguous() for n in start_base}

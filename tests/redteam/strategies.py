@@ -53,6 +53,10 @@ class SimStrategy:
     def train_on_other_data(self) -> bool:
         return False
 
+    def withhold_boundaries(self) -> bool:
+        """Never answer the ledger's requests for boundary states (the segment audit's)."""
+        return False
+
     def pseudo_gradient(self, own: Tensors, view: RoundView) -> Tensors:
         """The pseudo-gradient to upload and commit to."""
         return own

@@ -1,24 +1,29 @@
-"""The default trainer is auditable: a real :class:`trainer.round.node.NodeRunner` (the code
-``coloco node run`` runs) trains two rounds against anvil and the ledger, which replays every one
-of its node-rounds (audit fraction 1) and finds each the declared work: the node starts a fresh
-inner AdamW every round (``RoundSettings.keep_inner_state`` False), so a round is a pure function
-of the base, the shard and the governed settings; it trains on one torch thread as the replay does,
-so the replay matches bit for bit in a process set to two. With the AdamW state carried across
-rounds, round 2 fails the replay (the second test)."""
+"""The segment audit end to end: a real :class:`trainer.round.node.NodeRunner` (the code ``coloco
+node run`` runs) trains on torch's default threads (2 here) against anvil and the ledger, which
+audits every one of its node-rounds (audit fraction 1, every segment drawn): it asks the node for
+the boundary states of its signed trace, the node uploads them (trainer.round.boundaries), and the
+ledger replays each segment from the node's own state on its cores (ledger.judge.segments). An
+honest node passes, fresh or with its inner AdamW carried across rounds; a node that skips one
+inner step inside a segment is caught with a fraud record; a node that withholds its boundaries
+fails once their deadline passes."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from sqlmodel import Session, select
 
 from bench.harness.nodes import domain_of
 from ledger.core.config import Settings
+from ledger.core.models import FraudRecord, RoundState
 from ledger.main import create_app
 from ledger.service import Ledger
 from protocol.chain import ChainClient
@@ -34,12 +39,12 @@ from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     nodes,
     settings_for,
 )
-from tests.ledger.helpers import tick_until
 from tests.trainer.conftest import corpus_dir, store_port  # noqa: F401 - pytest fixtures
 from tests.trainer.test_chain_ledger import _as_timelock
 from trainer.network.ledger_client import LedgerClient
 from trainer.network.membership import MembershipConfig
 from trainer.round.attest import Attester
+from trainer.round.boundaries import answer_requests
 from trainer.round.node import NodeRunner, NodeSettings
 from trainer.round.recovery import Recovery, genesis_hash
 from trainer.round.runconfig import ChainConfig, RunConfig
@@ -48,7 +53,7 @@ pytestmark = [pytest.mark.anvil]
 
 TINY = GPTConfig.preset("tiny")
 RUN = bytes.fromhex("a7" * 32)
-ROUNDS = 2  # the round window: the test ticks the ledger only after the node ran
+THREADS = 2  # torch's default on this machine: the node no longer trains on one thread
 
 
 class _KeepState(ChainConfig):
@@ -59,6 +64,50 @@ class _KeepState(ChainConfig):
         return dataclasses.replace(cfg, settings=cfg.settings.with_inner_state(True))
 
 
+@contextmanager
+def _skipping(call: int) -> Iterator[None]:
+    """AdamW's ``call``-th step in this process skipped: no update, but its step count advanced
+    (a node that saves one step's compute and keeps its trace's step counts plausible)."""
+    original = torch.optim.AdamW.step
+    calls = [0]
+
+    def step(self: torch.optim.AdamW, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] != call:
+            return original(self, *args, **kwargs)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if "step" in self.state.get(p, {}):
+                    self.state[p]["step"] += 1
+        return None
+
+    torch.optim.AdamW.step = step  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        torch.optim.AdamW.step = original  # type: ignore[method-assign]
+
+
+def _settle(ledger: Ledger, node: NodeRunner | None, lc: LedgerClient, r: int,
+            timeout: float = 180.0) -> str:  # fmt: skip
+    """Tick the ledger until round ``r`` is committed or final; ``node`` (None: it withholds)
+    answers the boundary requests of the audit meanwhile, as its run loop does after a round."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        ledger.tick()
+        if node is not None:
+            assert node.boundaries is not None
+            answer_requests(node.boundaries, lc, RUN, node.address)
+        with Session(ledger.engine) as s:
+            rnd = s.exec(select(RoundState).where(RoundState.round == r)).first()
+        if rnd is not None and rnd.state in ("committed", "final"):
+            return rnd.state
+        assert time.monotonic() < deadline, f"round {r} is {rnd and rnd.state}"
+        time.sleep(0.05)
+
+
 def _audited_rounds(
     chain: AnvilProcess,
     deployment: Deployment,
@@ -67,14 +116,19 @@ def _audited_rounds(
     key: NodeKey,
     corpus: Path,
     port: int,
-    config: type[ChainConfig],
-    states: tuple[str, ...],
-) -> list[dict[str, Any]]:
-    """The node's scores once round r reached ``states[r - 1]`` (final: nothing was paid)."""
+    work: Path,
+    *,
+    rounds: int = 2,
+    config: type[ChainConfig] = ChainConfig,
+    serve: bool = True,
+    skip_call: int = 0,
+    **overrides: Any,
+) -> tuple[list[dict[str, Any]], list[str], Ledger]:
+    """The node's scores of each round, the rounds' states, and the (stopped) ledger."""
     _as_timelock(chain, deployment, "setDataRoot", Corpus.from_folder(corpus).root)  # the run's
-    settings = settings_for(
-        db_url, audit_fraction=1.0, usefulness_model="tiny", usefulness_corpus=corpus
-    )
+    settings = settings_for(db_url, audit_fraction=1.0, audit_segments=1000,
+                            usefulness_model="tiny", usefulness_corpus=corpus,
+                            **overrides)  # fmt: skip
     ledger = Ledger(settings)
     try:
         with TestClient(create_app(ledger=ledger)) as client:
@@ -90,35 +144,38 @@ def _audited_rounds(
             cc = ChainClient(chain.rpc_url, deployment)
             node = NodeRunner(
                 NodeSettings(
-                    run_id=RUN,
-                    model=TINY,
-                    rendezvous_port=port,
+                    run_id=RUN, model=TINY, rendezvous_port=port,
                     membership=MembershipConfig(min_nodes=1, join_window_s=0.0),
-                    data_path=str(corpus),
-                    max_rounds=ROUNDS,
-                    eval_rows=8,
+                    data_path=str(corpus), max_rounds=rounds, eval_rows=8,
+                    checkpoint_dir=work,
                 ),
                 Attester(key, domain_of(deployment), RUN, lc),
                 config(cc, batch_size=4),
                 recovery=Recovery(RUN, TINY, 0, chain=cc, ledger=lc),
-            )
+            )  # fmt: skip
             threads = torch.get_num_threads()
-            torch.set_num_threads(2)  # an operator's process on two cores: the node trains on one
+            torch.set_num_threads(THREADS)
             try:
-                node.run()
+                with _skipping(skip_call) if skip_call else _nothing():
+                    node.run()
             finally:
                 torch.set_num_threads(threads)
+            states = [_settle(ledger, node if serve else None, lc, r_)
+                      for r_ in range(1, rounds + 1)]  # fmt: skip
             scores = []
-            for r_, state in enumerate(states, start=1):
-                tick_until(ledger, "0x" + RUN.hex(), r_, state, timeout=120.0)
-                got = client.get(f"/v1/runs/0x{RUN.hex()}/rounds/{r_}").json()
-                scores += got["scores"]
-            return scores
+            for r_ in range(1, rounds + 1):
+                scores += client.get(f"/v1/runs/0x{RUN.hex()}/rounds/{r_}").json()["scores"]
+            return scores, states, ledger
     finally:
         ledger.stop()
 
 
-def test_every_round_of_the_default_node_passes_the_replay_audit(
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def test_a_multi_threaded_node_passes_the_segment_audit_and_a_skipped_step_is_caught(
     chain: AnvilProcess,
     deployment: Deployment,
     settings_for: Callable[..., Settings],  # noqa: F811
@@ -126,28 +183,29 @@ def test_every_round_of_the_default_node_passes_the_replay_audit(
     nodes: list[Any],  # noqa: F811
     corpus_dir: Path,  # noqa: F811
     store_port: int,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     key = NodeKey.from_private_key(nodes[0].key)
-    scores = _audited_rounds(
-        chain,
-        deployment,
-        settings_for,
-        db_url,
-        key,
-        corpus_dir,
-        store_port,
-        ChainConfig,
-        ("committed",) * ROUNDS,
-    )
-    assert len(scores) == ROUNDS
-    for s in scores:
-        assert s["verified"] and int(s["reward"]) > 0, s
-        assert "audited (" in s["reason"] and "replay matches" in s["reason"], s
-        assert "relative L2 error 0.00e+00" in s["reason"], s  # bit for bit: the same kernels
+    # round 2's 8th inner step (H 50: AdamW's 58th call) is skipped, inside segment 1 (steps 5-9)
+    scores, states, ledger = _audited_rounds(
+        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        skip_call=50 + 8,
+    )  # fmt: skip
+    honest, cheat = sorted(scores, key=lambda s: s["round"])
+    assert states == ["committed", "final"], (states, scores)
+    assert honest["verified"] and int(honest["reward"]) > 0, honest
+    assert "audited (" in honest["reason"] and "segment replay matches" in honest["reason"]
+    assert honest["reason"].count("segment ") >= 10, honest  # every segment of H 50 / 5
+    assert cheat["reason"].startswith("[audit_failed] segment 1: segment replay of steps 5..9")
+    with Session(ledger.engine) as s:
+        (fraud,) = s.exec(select(FraudRecord)).all()
+    evidence = json.loads(fraud.evidence)
+    assert fraud.round == 2 and evidence["segment"] == 1 and evidence["first_step"] == 5
+    assert evidence["segment_error"] > 10 * 1e-3 and evidence["audit_seed"].startswith("0x")
+    assert set(evidence["boundary_state_hashes"]) >= {"1", "2", "10"}, evidence
 
 
-@pytest.mark.slow
-def test_carried_adamw_state_fails_the_replay(
+def test_a_node_that_withholds_its_boundaries_fails_at_the_deadline(
     chain: AnvilProcess,
     deployment: Deployment,
     settings_for: Callable[..., Settings],  # noqa: F811
@@ -155,19 +213,39 @@ def test_carried_adamw_state_fails_the_replay(
     nodes: list[Any],  # noqa: F811
     corpus_dir: Path,  # noqa: F811
     store_port: int,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     key = NodeKey.from_private_key(nodes[0].key)
-    scores = _audited_rounds(
-        chain,
-        deployment,
-        settings_for,
-        db_url,
-        key,
-        corpus_dir,
-        store_port,
-        _KeepState,
-        ("committed", "final"),
-    )
-    first, *later = sorted(scores, key=lambda s: s["round"])
-    assert "replay matches" in first["reason"], first  # a fresh AdamW either way
-    assert later and all(s["reason"].startswith("[audit_failed]") for s in later), later
+    scores, states, _ = _audited_rounds(
+        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rounds=1, serve=False, boundary_deadline_s=2.0,
+    )  # fmt: skip
+    (score,) = scores
+    assert states == ["final"], scores
+    assert score["reason"].startswith("[boundary_withheld] boundary "), score
+    assert "not delivered by its deadline" in score["reason"], score
+
+
+@pytest.mark.slow  # 3 minutes here: two rounds, every segment replayed
+def test_carried_adamw_state_passes_the_segment_audit(
+    chain: AnvilProcess,
+    deployment: Deployment,
+    settings_for: Callable[..., Settings],  # noqa: F811
+    db_url: str,  # noqa: F811
+    nodes: list[Any],  # noqa: F811
+    corpus_dir: Path,  # noqa: F811
+    store_port: int,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import reference.inner
+
+    monkeypatch.setattr(reference.inner, "CARRY_STATE", True)  # the protocol's switch, for all
+    key = NodeKey.from_private_key(nodes[0].key)
+    scores, states, _ = _audited_rounds(
+        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        config=_KeepState,
+    )  # fmt: skip
+    assert states == ["committed", "committed"], scores
+    for s in scores:  # round 2 starts from the moments round 1 left: boundary 0 carries them
+        assert s["verified"] and "segment 0: segment replay matches" in s["reason"], s

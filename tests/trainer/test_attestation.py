@@ -13,7 +13,6 @@ from protocol.keys import NodeKey
 from protocol.signing import verify_attestation
 from reference.checkpoint import CheckpointDir
 from reference.data import Corpus, ShardSpec
-from reference.inner import one_thread
 from reference.model import GPT, GPTConfig
 from reference.trace import check_served
 from tests.trainer.nodes import DEV_KEYS, RUN_ID
@@ -63,8 +62,7 @@ def test_attestation_fields_equal_what_was_trained(
     model = GPT(SMALL)
     replay = DiLoCo(model, genesis_checkpoint(SMALL, 0).to_state())
     rows = Corpus.from_folder(corpus_dir).shard_rows(spec, SMALL.seq_len)
-    with one_thread():  # the protocol's reference kernels, as the node and the ledger
-        local = replay.train_local(rows, config.settings)
+    local = replay.train_local(rows, config.settings)  # the node's threads: the process's
     assert hash_state_dict(local.commitment()) == att.pseudo_gradient
     # ... and its trace: boundaries after 0, 3 and 4 steps, the root the node signed and kept
     assert local.trace is not None and [b.step for b in local.trace.boundaries] == [0, 3, 4]

@@ -20,6 +20,8 @@ import dataclasses
 import json
 import logging
 import shutil
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from pathlib import Path
 from torch import Tensor
 
 from protocol.blobs import decode_blob, encode_blob
-from protocol.errors import TrainerError
+from protocol.errors import LedgerError, TrainerError
 from protocol.types import Bytes32
 from reference.inner import InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig
@@ -42,6 +44,9 @@ KEEP_ROUNDS = 4
 MAX_BYTES = 8 << 30
 """Disk the boundary states may take (8 GiB: a cpu10m round of 11 boundaries is ~1.3 GB)."""
 TRACE_FILE = "trace.json"
+LINGER_S = 60.0
+"""How long ``coloco node run`` waits after its last round for the ledger to judge it, serving the
+boundaries its audit asks for (NodeSettings.audit_linger_s)."""
 WRITES_IN_FLIGHT = 2
 """Boundary states waiting to be written while training goes on (each a copy of the state)."""
 
@@ -318,3 +323,66 @@ def _answer_probe(
     })  # fmt: skip
     log.info("state after %d steps of round %d delivered (a bisection's probe)", at_step, r)
     return 1
+
+
+def linger(  # noqa: PLR0917 - answer_requests' arguments and the wait
+    store: BoundaryStore,
+    ledger: LedgerClient,
+    run_id: bytes,
+    node: str,
+    last: int,
+    wait_s: float,
+    *,
+    poll_s: float = 1.0,
+) -> bool:
+    """After a node's last round: answer the ledger's boundary requests until it has judged round
+    ``last`` (its outer state is published, so no audit of it asks any more) or ``wait_s`` pass.
+    Returns whether the ledger judged it in time."""
+    store.close()  # every boundary state written before one is served
+    until = time.monotonic() + wait_s
+    while True:
+        try:
+            answer_requests(store, ledger, run_id, node)
+            if ledger.outer(run_id, last) is not None:
+                return True
+        except LedgerError as exc:
+            log.warning("boundary requests not answered: %s", exc)
+        if time.monotonic() >= until:
+            log.warning("left before the ledger judged round %d (waited %.0fs): an audit of it "
+                        "that asks for a boundary now fails", last, wait_s)  # fmt: skip
+            return False
+        time.sleep(poll_s)
+
+
+class BoundaryServer:
+    """Answers the ledger's boundary requests every ``poll_s`` in a background thread while the
+    node runs: a round's verdict waits for them, and the node may itself wait for that verdict
+    (its next join waits for the ledger to commit the earlier rounds), so answering only between
+    rounds would hold both until the request's deadline."""
+
+    def __init__(self, store: BoundaryStore, ledger: LedgerClient, run_id: bytes, node: str,
+                 *, poll_s: float = 2.0) -> None:  # fmt: skip
+        self.store, self.ledger, self.run_id, self.node = store, ledger, run_id, node
+        self.poll_s = poll_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="boundary-server",
+                                            daemon=True)  # fmt: skip
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                answer_requests(self.store, self.ledger, self.run_id, self.node)
+            except (LedgerError, TrainerError, OSError) as exc:
+                log.warning("boundary requests not answered: %s", exc)

@@ -35,7 +35,7 @@ from protocol.errors import (
 from protocol.types import Address
 from reference.checkpoint import CheckpointDir, RoundCheckpoint
 from reference.data import EVAL_ROWS, EVAL_SEED, Corpus, ShardSpec, check_data
-from reference.inner import StepInfo, one_thread
+from reference.inner import StepInfo
 from reference.model import GPT, GPTConfig, evaluate
 from trainer.network.coordination.heartbeat import Heartbeat, Liveness, StalledError, watching
 from trainer.network.coordination.ledger_view import LedgerMembers
@@ -47,7 +47,7 @@ from trainer.network.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manif
 from trainer.round import timebox
 from trainer.round.agreement import ConfigAgreement
 from trainer.round.attest import Attester, WorkRecord
-from trainer.round.boundaries import BoundaryStore, answer_requests
+from trainer.round.boundaries import BoundaryServer, BoundaryStore, answer_requests, linger
 from trainer.round.commits import PacketCheck, post_commit
 from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.round.hold import hold_at_boundary
@@ -91,6 +91,10 @@ class NodeSettings:
     overlap: bool = False
     """One-round delayed outer step (trainer.round.overlap): round r's all-reduce runs in the
     background during round r+1's compute; round r's attestation follows at the end of round r+1."""
+    audit_linger_s: float = 0.0
+    """After its last round, answer the ledger's boundary requests (its segment audit) until the
+    ledger has judged that round or this many seconds pass (trainer.round.boundaries.linger);
+    0: leave at once (an audit of the last round then finds its boundaries withheld)."""
     time_box: bool = False
     """Heterogeneous nodes (trainer.round.timebox): run only the inner steps that fit H + 1 steps
     at the fastest member's pace of the round before, and declare them (weighted and paid by
@@ -250,10 +254,10 @@ class NodeRunner:
         if boxed is not None:
             box = timebox.budget(self.rdv.board, r, boxed.addresses, settings.inner.steps)
         keep = self.boundaries.keeper(r) if self.boundaries is not None else None
-        with one_thread():  # the protocol's reference kernels: what the ledger's replay runs
-            local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start,
-                                            residual=self.residuals.before(r),
-                                            keep=keep)  # fmt: skip
+        # torch's default threads: the ledger's segment audit replays k steps from the node's own
+        # committed states, within a tolerance that holds on any thread count (bench.audit)
+        local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start,
+                                        residual=self.residuals.before(r), keep=keep)  # fmt: skip
         self.residuals.made(r, local.residual)
         if self.boundaries is not None and local.trace is not None:
             self.boundaries.finish(r, local.trace)
@@ -548,9 +552,16 @@ class NodeRunner:
     def run(self) -> list[RoundReport]:
         self.check_data(self.config_source.read())
         self.heartbeat.start()
+        server = None
+        if self.attester.ledger is not None and self.boundaries is not None:
+            server = BoundaryServer(self.boundaries, self.attester.ledger, self.s.run_id,
+                                    self.address)  # fmt: skip
+            server.start()  # the audit's requests answered while the node trains or waits
         try:
             return self._run()
         finally:
+            if server is not None:
+                server.stop()
             self.heartbeat.stop()
             if self.boundaries is not None:
                 self.boundaries.close()  # the last round's states written before the node exits
@@ -573,6 +584,15 @@ class NodeRunner:
         except LedgerError as exc:
             log.warning("boundary requests not answered this round: %s", exc)
 
+    def linger(self, last: int) -> None:
+        """Serve the audit of round ``last`` before leaving (NodeSettings.audit_linger_s)."""
+        ledger = self.attester.ledger
+        if ledger is None or self.boundaries is None or self.s.audit_linger_s <= 0:
+            return
+        self.attester.drain(None)  # the ledger judges the round once it has the attestation
+        linger(self.boundaries, ledger, self.s.run_id, self.address, last,
+               self.s.audit_linger_s)  # fmt: skip
+
     def _run(self) -> list[RoundReport]:
         reports: list[RoundReport] = []
         try:
@@ -586,6 +606,7 @@ class NodeRunner:
                 self.serve_boundaries()
                 r += 1
             self._reported(self.schedule.drain(), reports)  # what is in flight lands before leaving
+            self.linger(r - 1)
         finally:
             self.server.close()
         self.drop_group()
