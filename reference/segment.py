@@ -20,6 +20,7 @@ with the replayed one; the verdict is that error against a tolerance calibrated 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -32,6 +33,19 @@ from reference.model import GPT, GPTConfig
 
 State = dict[str, Tensor]
 STEP = "adam/step"
+_MODELS = threading.local()
+"""Each thread's last replay model (``.cfg``, ``.model``): a replay overwrites every parameter
+from its start state, so the model is built (and randomly initialised) once per shape."""
+
+
+def _replay_model(model_cfg: GPTConfig) -> GPT:
+    """This thread's model of shape ``model_cfg`` for a replay; its parameters are then loaded
+    from a state (:func:`load_state`), so the init it was built with does not matter."""
+    if getattr(_MODELS, "cfg", None) != model_cfg:
+        _MODELS.model = GPT(model_cfg)
+        _MODELS.cfg = model_cfg
+    model: GPT = _MODELS.model
+    return model
 
 
 def _adam_key(name: str, moment: str) -> str:
@@ -124,13 +138,13 @@ def replay_segment(
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        model = GPT(model_cfg)
+        model = _replay_model(model_cfg)
         trainer = InnerTrainer(model, cfg, keep_state=True)
         opt = trainer.optimizer()
         load_state(model, opt, start_state)
         trainer.global_step = first_step
         trainer.train(rows)
-        return capture_state(model, opt)
+        return capture_state(model, opt)  # copies: the model is this thread's next replay's
     finally:
         torch.set_num_threads(previous)
 
@@ -151,7 +165,9 @@ class SegmentError:
 
 
 def _flat(state: Mapping[str, Tensor], keys: list[str]) -> Tensor:
-    return torch.cat([state[k].detach().double().reshape(-1) for k in keys])
+    # one cat, then one conversion to float64 (exact from any float dtype, as is cat's
+    # promotion): a tensor op per key, not three
+    return torch.cat([state[k].detach().reshape(-1) for k in keys]).double()
 
 
 def _rel(diff: Tensor, scale: Tensor) -> float:
