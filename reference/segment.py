@@ -62,9 +62,13 @@ def fresh_state(weights: Mapping[str, Tensor]) -> State:
     return state
 
 
-def capture_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> State:
+def capture_state(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, *, own_moments: bool = False
+) -> State:
     """The boundary state of ``model`` trained by the AdamW ``opt`` (copies, on CPU, float32);
-    a parameter AdamW has not stepped yet has zero moments, as torch would start it."""
+    a parameter AdamW has not stepped yet has zero moments, as torch would start it.
+    ``own_moments``: the moments are AdamW's own CPU float32 tensors, not copies (for an ``opt``
+    its caller discards, as :func:`replay_segment` does)."""
     state: State = {}
     steps: set[float] = set()
     for name, p in model.named_parameters():
@@ -72,11 +76,13 @@ def capture_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> State:
         s = opt.state.get(p, {})
         for moment in ("exp_avg", "exp_avg_sq"):
             value = s.get(moment)
-            state[_adam_key(name, moment)] = (
-                value.detach().float().cpu().clone()
-                if value is not None
-                else torch.zeros_like(state[f"weights/{name}"])
-            )
+            if value is None:
+                kept = torch.zeros_like(state[f"weights/{name}"])
+            elif own_moments and value.dtype == torch.float32 and value.device.type == "cpu":
+                kept = value.detach()
+            else:
+                kept = value.detach().float().cpu().clone()
+            state[_adam_key(name, moment)] = kept
         steps.add(float(s["step"]) if "step" in s else 0.0)
     if len(steps) > 1:
         raise ConfigError(f"AdamW's parameters are at different steps {sorted(steps)}")
@@ -144,7 +150,9 @@ def replay_segment(
         load_state(model, opt, start_state)
         trainer.global_step = first_step
         trainer.train(rows)
-        return capture_state(model, opt)  # copies: the model is this thread's next replay's
+        # the weights copied (the model is this thread's next replay's), the moments handed
+        # over (load_state gave this AdamW its own copies, and it is discarded here)
+        return capture_state(model, opt, own_moments=True)
     finally:
         torch.set_num_threads(previous)
 
@@ -171,10 +179,13 @@ def _flat(state: Mapping[str, Tensor], keys: list[str]) -> Tensor:
 
 
 def _rel(diff: Tensor, scale: Tensor) -> float:
-    if not torch.isfinite(diff).all():
+    # a NaN or an infinity anywhere makes the float64 norm non-finite (finite float32/bf16
+    # differences cannot overflow it): one pass instead of an isfinite pass first
+    moved = float(diff.norm())
+    if not math.isfinite(moved):
         return math.inf
     norm = float(scale.norm())
-    return float(diff.norm()) / norm if norm > 0 else (0.0 if float(diff.norm()) == 0 else math.inf)
+    return moved / norm if norm > 0 else (0.0 if moved == 0 else math.inf)
 
 
 def segment_error(
