@@ -23,15 +23,23 @@ between the two modes.
 The ledger's reference computations (the replay of a round, the fingerprints' probe) run inside
 :func:`one_thread`: torch's result depends on how many threads split a reduction, and a node
 started with ``OMP_NUM_THREADS=1`` (as the demo's are) is then matched bit for bit.
+
+A node whose work is audited trains inside :func:`pinned`: fp32 (no bf16 autocast), TF32 off for
+matmul and cuDNN, ``torch.use_deterministic_algorithms(True)`` with a deterministic cuBLAS
+workspace, on however many threads it likes (the segment audit's tolerance holds on any count).
+bf16 autocast on a GPU (``coloco node run --bf16``)
+is faster but the ledger's fp32 CPU replay cannot match it: its rounds fail the audit.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
@@ -74,6 +82,74 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+# cuBLAS's deterministic workspace (torch.use_deterministic_algorithms needs one of these set
+# before cuBLAS makes its first handle)
+CUBLAS_WORKSPACE = ":4096:8"
+_PINNED: ContextVar[bool] = ContextVar("pinned", default=False)
+
+
+def is_pinned() -> bool:
+    """Whether the calling code runs inside :func:`pinned` (then no bf16 autocast)."""
+    return _PINNED.get()
+
+
+@contextmanager
+def pinned(device: torch.device | str) -> Iterator[None]:
+    """The pinned precision an audited node trains in on ``device``: fp32 (InnerTrainer's bf16
+    autocast off), TF32 off for matmul and cuDNN, cuDNN deterministic and not benchmarking,
+    ``torch.use_deterministic_algorithms(True)`` and ``CUBLAS_WORKSPACE_CONFIG``. The thread
+    count is left as it is: the ledger's segment audit holds on any number of CPU threads
+    (``bench.audit``). Every setting is restored on exit."""
+    device = torch.device(device)
+    cuda, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (cuda.allow_tf32, cudnn.allow_tf32, cudnn.deterministic, cudnn.benchmark,
+             torch.are_deterministic_algorithms_enabled(),
+             torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.get_float32_matmul_precision(),
+             os.environ.get("CUBLAS_WORKSPACE_CONFIG"))  # fmt: skip
+    token = _PINNED.set(True)
+    try:
+        cuda.allow_tf32 = False
+        cudnn.allow_tf32 = False
+        cudnn.deterministic = True
+        cudnn.benchmark = False
+        torch.set_float32_matmul_precision("highest")
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+        torch.use_deterministic_algorithms(True)
+        yield
+    finally:
+        _PINNED.reset(token)
+        cuda.allow_tf32, cudnn.allow_tf32, cudnn.deterministic, cudnn.benchmark = saved[:4]
+        torch.use_deterministic_algorithms(saved[4], warn_only=saved[5])
+        torch.set_float32_matmul_precision(saved[6])
+        if saved[7] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = saved[7]
+
+
+def autocast_bf16(device: torch.device) -> bool:
+    """Whether :class:`InnerTrainer` runs its forward pass under bf16 autocast on ``device``: on
+    a GPU outside :func:`pinned` only."""
+    return device.type == "cuda" and not is_pinned()
+
+
+def precision(device: torch.device | str, *, bf16: bool = False) -> AbstractContextManager[None]:
+    """The precision a node trains its inner steps in on ``device``: :func:`pinned` (what the
+    audit replays), or with ``bf16`` (a GPU only) torch's bf16 autocast, whose rounds fail the
+    audit."""
+    device = torch.device(device)
+    if not bf16:
+        return pinned(device)
+    if device.type != "cuda":
+        raise ConfigError(
+            f"bf16 autocast is for a GPU (--device cuda), not {device.type}: drop --bf16"
+        )
+    log.warning("bf16 autocast on %s: the ledger's fp32 replay cannot match it, the audited "
+                "rounds of this node fail the audit", device)  # fmt: skip
+    return nullcontext()
 
 
 @dataclass(frozen=True)
@@ -227,7 +303,7 @@ class InnerTrainer:
             for group in opt.param_groups:
                 group["lr"] = self._lr_at(self.global_step)
             with torch.autocast(
-                self.device.type, torch.bfloat16, enabled=self.device.type == "cuda"
+                self.device.type, torch.bfloat16, enabled=autocast_bf16(self.device)
             ):
                 _, loss = self.model(batch[:, :-1], batch[:, 1:])
             assert loss is not None

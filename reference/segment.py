@@ -20,6 +20,7 @@ with the replayed one; the verdict is that error against a tolerance calibrated 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -32,6 +33,19 @@ from reference.model import GPT, GPTConfig
 
 State = dict[str, Tensor]
 STEP = "adam/step"
+_MODELS = threading.local()
+"""Each thread's last replay model (``.cfg``, ``.model``): a replay overwrites every parameter
+from its start state, so the model is built (and randomly initialised) once per shape."""
+
+
+def _replay_model(model_cfg: GPTConfig) -> GPT:
+    """This thread's model of shape ``model_cfg`` for a replay; its parameters are then loaded
+    from a state (:func:`load_state`), so the init it was built with does not matter."""
+    if getattr(_MODELS, "cfg", None) != model_cfg:
+        _MODELS.model = GPT(model_cfg)
+        _MODELS.cfg = model_cfg
+    model: GPT = _MODELS.model
+    return model
 
 
 def _adam_key(name: str, moment: str) -> str:
@@ -48,9 +62,13 @@ def fresh_state(weights: Mapping[str, Tensor]) -> State:
     return state
 
 
-def capture_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> State:
+def capture_state(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, *, own_moments: bool = False
+) -> State:
     """The boundary state of ``model`` trained by the AdamW ``opt`` (copies, on CPU, float32);
-    a parameter AdamW has not stepped yet has zero moments, as torch would start it."""
+    a parameter AdamW has not stepped yet has zero moments, as torch would start it.
+    ``own_moments``: the moments are AdamW's own CPU float32 tensors, not copies (for an ``opt``
+    its caller discards, as :func:`replay_segment` does)."""
     state: State = {}
     steps: set[float] = set()
     for name, p in model.named_parameters():
@@ -58,11 +76,13 @@ def capture_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> State:
         s = opt.state.get(p, {})
         for moment in ("exp_avg", "exp_avg_sq"):
             value = s.get(moment)
-            state[_adam_key(name, moment)] = (
-                value.detach().float().cpu().clone()
-                if value is not None
-                else torch.zeros_like(state[f"weights/{name}"])
-            )
+            if value is None:
+                kept = torch.zeros_like(state[f"weights/{name}"])
+            elif own_moments and value.dtype == torch.float32 and value.device.type == "cpu":
+                kept = value.detach()
+            else:
+                kept = value.detach().float().cpu().clone()
+            state[_adam_key(name, moment)] = kept
         steps.add(float(s["step"]) if "step" in s else 0.0)
     if len(steps) > 1:
         raise ConfigError(f"AdamW's parameters are at different steps {sorted(steps)}")
@@ -124,13 +144,15 @@ def replay_segment(
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        model = GPT(model_cfg)
+        model = _replay_model(model_cfg)
         trainer = InnerTrainer(model, cfg, keep_state=True)
         opt = trainer.optimizer()
         load_state(model, opt, start_state)
         trainer.global_step = first_step
         trainer.train(rows)
-        return capture_state(model, opt)
+        # the weights copied (the model is this thread's next replay's), the moments handed
+        # over (load_state gave this AdamW its own copies, and it is discarded here)
+        return capture_state(model, opt, own_moments=True)
     finally:
         torch.set_num_threads(previous)
 
@@ -151,14 +173,19 @@ class SegmentError:
 
 
 def _flat(state: Mapping[str, Tensor], keys: list[str]) -> Tensor:
-    return torch.cat([state[k].detach().double().reshape(-1) for k in keys])
+    # one cat, then one conversion to float64 (exact from any float dtype, as is cat's
+    # promotion): a tensor op per key, not three
+    return torch.cat([state[k].detach().reshape(-1) for k in keys]).double()
 
 
 def _rel(diff: Tensor, scale: Tensor) -> float:
-    if not torch.isfinite(diff).all():
+    # a NaN or an infinity anywhere makes the float64 norm non-finite (finite float32/bf16
+    # differences cannot overflow it): one pass instead of an isfinite pass first
+    moved = float(diff.norm())
+    if not math.isfinite(moved):
         return math.inf
     norm = float(scale.norm())
-    return float(diff.norm()) / norm if norm > 0 else (0.0 if float(diff.norm()) == 0 else math.inf)
+    return moved / norm if norm > 0 else (0.0 if moved == 0 else math.inf)
 
 
 def segment_error(

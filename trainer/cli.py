@@ -189,7 +189,7 @@ def build(options: NodeOptions) -> NodeRunner:
                                     collective_timeout_s=net.collective_timeout,
                                     heartbeat_timeout_s=net.heartbeat_timeout,
                                     connect_timeout_s=net.connect_timeout),
-        device=train.device, data_path=train.data,
+        device=train.device, bf16=train.bf16, data_path=train.data,
         checkpoint_dir=options.checkpoints.checkpoint_dir, max_rounds=train.rounds,
         leave_after_round=train.leave_after, hold_file=train.hold_file, time_box=train.time_box,
         audit_linger_s=LINGER_S if ledger is not None else 0.0,

@@ -11,7 +11,8 @@ them, and :func:`trainer.cli.build` wires a filled tree into a
       endpoints    rpc_url, deployment, ledger_url           chain and ledger (none: offline)
       network      rendezvous, successor_endpoint, serve_checkpoints, host_rendezvous,
                    min_nodes, join_window, connect_timeout, collective_timeout, heartbeat_timeout
-      training     device, data, model, seed, batch_size, rounds, leave_after, hold_file, time_box
+      training     device, bf16, data, model, seed, batch_size, rounds, leave_after, hold_file,
+                   time_box
       static       inner_steps, inner_lr, wire_format        the round settings without a chain
       checkpoints  checkpoint_dir
       plain
@@ -124,7 +125,20 @@ class Network:
 class Training:
     """What the node trains, where, and for how many rounds."""
 
-    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu"
+    device: Annotated[
+        str,
+        typer.Option(
+            help="cpu, cuda or cuda:N. A GPU trains in pinned fp32 (no bf16, TF32 off, "
+            "deterministic algorithms): what the ledger's CPU replay audits."
+        ),
+    ] = "cpu"
+    bf16: Annotated[
+        bool,
+        typer.Option(
+            help="On a GPU: bf16 autocast instead of pinned fp32. Faster, but the ledger's fp32 "
+            "replay cannot match it: the audited rounds FAIL the audit (slashed)."
+        ),
+    ] = False
     data: Annotated[
         str | None,
         typer.Option(help="Folder of .txt/.jsonl/.parquet; default: the shipped stdlib snapshot."),

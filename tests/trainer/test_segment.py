@@ -11,7 +11,7 @@ import torch
 from ledger.core.config import SEGMENT_TOLERANCE
 from protocol.errors import ConfigError
 from reference.data import ShardSpec
-from reference.inner import InnerConfig, InnerTrainer
+from reference.inner import InnerConfig, InnerTrainer, one_thread
 from reference.model import GPT, GPTConfig
 from reference.segment import (
     STEP,
@@ -141,3 +141,38 @@ def test_a_state_that_does_not_fit_the_model_is_refused(base: dict[str, torch.Te
         load_state(model, opt, state)
     with pytest.raises(ConfigError, match="need"):
         segment_rows(torch.zeros(8, CFG.seq_len + 1, dtype=torch.long), 1, 2, 4)
+
+
+def test_a_replay_reuses_its_model_without_carrying_anything_over(
+    states: list[State], rows: torch.Tensor
+) -> None:
+    """The replay keeps one model per thread (reference.segment._replay_model): a replay after
+    others (another segment, another shape) is bit for bit a replay on a freshly built model."""
+    first = _replay(states, rows, 0, 1)
+    _replay(states, rows, 1, 1)
+    other = GPTConfig(n_layer=1, n_head=2, d_model=16, seq_len=CFG.seq_len)
+    replay_segment(fresh_state(dict(GPT(other).named_parameters())), rows[:BATCH],
+                   InnerConfig(steps=1, lr=LR, batch_size=BATCH), other, threads=1)  # fmt: skip
+    again = _replay(states, rows, 0, 1)
+    assert again.keys() == first.keys()
+    assert all(torch.equal(again[k], first[k]) for k in first)
+    model = GPT(CFG)
+    trainer = InnerTrainer(model, InnerConfig(steps=K, lr=LR, batch_size=BATCH), keep_state=True)
+    load_state(model, trainer.optimizer(), states[0])
+    with one_thread():
+        trainer.train(segment_rows(rows, 0, K, BATCH))
+    fresh = capture_state(model, trainer.optimizer())
+    assert all(torch.equal(fresh[k], first[k]) for k in first)
+
+
+def test_segment_error_reads_any_float_dtype_exactly(states: list[State]) -> None:
+    """A claimed state in bf16 or float64 is compared in float64 as stored (no rounding)."""
+    end, start = states[1], states[0]
+    for dtype in (torch.bfloat16, torch.float64):
+        claimed = {k: v.to(dtype) if k.startswith("weights/") else v for k, v in end.items()}
+        keys = sorted(k for k in end if k.startswith("weights/"))
+        by_key = torch.cat([claimed[k].double().reshape(-1) for k in keys])
+        rep = torch.cat([end[k].double().reshape(-1) for k in keys])
+        moved = rep - torch.cat([start[k].double().reshape(-1) for k in keys])
+        expected = float((by_key - rep).norm()) / float(moved.norm())
+        assert segment_error(claimed, end, start).weights == expected

@@ -35,7 +35,7 @@ from protocol.errors import (
 from protocol.types import Address
 from reference.checkpoint import CheckpointDir, RoundCheckpoint
 from reference.data import EVAL_ROWS, EVAL_SEED, Corpus, ShardSpec, check_data
-from reference.inner import StepInfo
+from reference.inner import StepInfo, precision
 from reference.model import GPT, GPTConfig, evaluate
 from trainer.network.coordination.heartbeat import Heartbeat, Liveness, StalledError, watching
 from trainer.network.coordination.ledger_view import LedgerMembers
@@ -79,6 +79,9 @@ class NodeSettings:
     membership: MembershipConfig = field(default_factory=MembershipConfig)
     seed: int = 0
     device: str = "cpu"
+    bf16: bool = False
+    """bf16 autocast on a GPU instead of the pinned fp32 the audit replays (its rounds fail the
+    audit; reference.inner.precision)."""
     data_path: str | None = None
     checkpoint_dir: Path | None = None
     max_rounds: int | None = None
@@ -99,6 +102,14 @@ class NodeSettings:
     """Heterogeneous nodes (trainer.round.timebox): run only the inner steps that fit H + 1 steps
     at the fastest member's pace of the round before, and declare them (weighted and paid by
     tokens)."""
+
+    def __post_init__(self) -> None:
+        self.precision()  # --bf16 off a GPU fails at start, not in round 1
+
+    def precision(self) -> AbstractContextManager[None]:
+        """The precision this node trains its inner steps in (reference.inner.precision):
+        pinned fp32 on a CPU and by default on a GPU, bf16 autocast only with ``bf16``."""
+        return precision(torch.device(self.device), bf16=self.bf16)
 
 
 ProgressFn = Callable[[int, StepInfo], None]
@@ -254,10 +265,12 @@ class NodeRunner:
         if boxed is not None:
             box = timebox.budget(self.rdv.board, r, boxed.addresses, settings.inner.steps)
         keep = self.boundaries.keeper(r) if self.boundaries is not None else None
-        # torch's default threads: the ledger's segment audit replays k steps from the node's own
-        # committed states, within a tolerance that holds on any thread count (bench.audit)
-        local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start,
-                                        residual=self.residuals.before(r), keep=keep)  # fmt: skip
+        # pinned fp32 on torch's default threads: the ledger's segment audit replays k steps from
+        # the node's own committed states, within a tolerance that holds on any thread count
+        with self.s.precision():
+            local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start,
+                                            residual=self.residuals.before(r),
+                                            keep=keep)  # fmt: skip
         self.residuals.made(r, local.residual)
         if self.boundaries is not None and local.trace is not None:
             self.boundaries.finish(r, local.trace)
