@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Final
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 PREFIXES: Final = ("weights/", "adam/", "residual/")
 """The prefixes a boundary state's tensor names may start with (add one here to commit more)."""
 WEIGHTS: Final = "weights/"
+COMMITS_IN_FLIGHT: Final = 2
+"""Boundary states a background :class:`TraceBuilder` holds while they are hashed."""
 RESIDUAL: Final = "residual/"
 SKETCH: Final = "sketch/"
 
@@ -301,7 +304,9 @@ class TraceBuilder:
     """The boundary hook of reference.inner's ``train(on_boundary=...)``: at each boundary it
     takes the model's (and the optimizer's) state, commits it, and hands the state to ``keep``
     (the node's BoundaryStore) when given. ``first``: tensors boundary 0 commits besides
-    (the sparse format's starting residual, :func:`residual_entries`)."""
+    (the sparse format's starting residual, :func:`residual_entries`). ``background``: the
+    inner steps' thread only copies the state; its hash, sketch and ``keep`` run in a thread of
+    their own (at most :data:`COMMITS_IN_FLIGHT` states wait), the same commitments."""
 
     def __init__(
         self,
@@ -311,25 +316,49 @@ class TraceBuilder:
         optimizer: Callable[[], torch.optim.Optimizer | None] = lambda: None,
         keep: Callable[[Boundary, dict[str, Tensor]], None] | None = None,
         first: Mapping[str, Tensor] | None = None,
+        background: bool = False,
     ) -> None:
         self.model = model
         self.first = first
         self.base = {name: t.detach().to("cpu", copy=True) for name, t in base.items()}
         self.optimizer = optimizer
         self.keep = keep
-        self.boundaries: list[Boundary] = []
+        self._done: list[Boundary] = []
+        self._steps: list[int] = []
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="trace") if background else None
+        self._pending: list[Future[Boundary]] = []
 
     def __call__(self, step: int) -> None:
-        if self.boundaries and step <= self.boundaries[-1].step:
-            raise TraceError(
-                f"boundary after {step} inner steps comes after one at {self.boundaries[-1].step}"
-            )
-        extra = None if self.boundaries else self.first
+        if self._steps and step <= self._steps[-1]:
+            raise TraceError(f"boundary after {step} inner steps comes after one at "
+                             f"{self._steps[-1]}")  # fmt: skip
+        extra = None if self._steps else self.first
         state = boundary_state(self.model, self.optimizer(), extra)
-        boundary = commit_boundary(len(self.boundaries), step, state, self.base)
-        self.boundaries.append(boundary)
+        index = len(self._steps)
+        self._steps.append(step)
+        if self._pool is None:
+            self._done.append(self._commit(index, step, state))
+            return
+        while len(self._pending) >= COMMITS_IN_FLIGHT:
+            self._done.append(self._pending.pop(0).result())
+        self._pending.append(self._pool.submit(self._commit, index, step, state))
+
+    def _commit(self, index: int, step: int, state: dict[str, Tensor]) -> Boundary:
+        boundary = commit_boundary(index, step, state, self.base)
         if self.keep is not None:
             self.keep(boundary, state)
+        return boundary
+
+    @property
+    def boundaries(self) -> list[Boundary]:
+        """The boundaries committed so far, in order (waits for those being committed)."""
+        while self._pending:
+            self._done.append(self._pending.pop(0).result())
+        return self._done
 
     def trace(self) -> Trace:
-        return Trace(tuple(self.boundaries))
+        done = tuple(self.boundaries)
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        return Trace(done)

@@ -143,7 +143,8 @@ class DiLoCo:
         sparse = WireFormat.parse(settings.wire_format) is WireFormat.SPARSE
         first = residual_entries(residual, self.state.layout) if sparse else None
         builder = TraceBuilder(self.model, self.state.layout.unflatten(origin),
-                               optimizer=lambda: trainer._opt, keep=keep, first=first)  # fmt: skip
+                               optimizer=lambda: trainer._opt, keep=keep, first=first,
+                               background=True)  # fmt: skip
         inner = trainer.train(rows, on_step=on_step, budget_s=budget_s, on_boundary=builder,
                               trace_interval=settings.trace_interval)  # fmt: skip
         flat_local = self.state.layout.flatten(dict(self.model.named_parameters()))
