@@ -26,6 +26,7 @@ Backends (bit-identical): Triton on CUDA tensors, native C kernels on CPU (built
 machine's cc, cached), pure torch otherwise; `COLOCO_CODEC=torch|native|triton` overrides.
 """
 
+from reference.codec.backend import resolve_backend
 from reference.codec.dispatch import (
     decode,
     decode_into,
@@ -33,7 +34,6 @@ from reference.codec.dispatch import (
     encode_flat,
     flatten,
     quantize,
-    resolve_backend,
     unflatten,
 )
 from reference.codec.formats import DEFAULT_BLOCK_SIZE, Packet, wire_bytes

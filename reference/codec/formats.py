@@ -30,7 +30,7 @@ from protocol.errors import ConfigError, TrainerError
 from reference.settings import WireFormat
 
 if TYPE_CHECKING:
-    from reference.codec.sparse import SparsePacket
+    from reference.codec.sparse_packet import SparsePacket
 
 DEFAULT_BLOCK_SIZE = 256
 MIN_BLOCK_SIZE = 32
@@ -130,7 +130,7 @@ class Packet:
 
     def sparse(self) -> SparsePacket:
         """This packet as the sparse format's :class:`~reference.codec.sparse.SparsePacket`."""
-        from reference.codec.sparse import SPARSE_SPEC, SparsePacket
+        from reference.codec.sparse_packet import SPARSE_SPEC, SparsePacket
 
         if self.fmt is not WireFormat.SPARSE:
             raise TrainerError(f"a {self.fmt.name} packet is not a sparse one")
@@ -148,7 +148,7 @@ def wire_bytes(
     """Bytes a packet of `numel` values takes on the wire in `fmt` (payload + scales)."""
     fmt = WireFormat.parse(fmt)
     if fmt is WireFormat.SPARSE:
-        from reference.codec.sparse import SPARSE_SPEC, sparse_wire_bytes
+        from reference.codec.sparse_packet import SPARSE_SPEC, sparse_wire_bytes
 
         return sparse_wire_bytes(numel, SPARSE_SPEC)
     if fmt is WireFormat.INT8:

@@ -10,6 +10,7 @@ import pytest
 from eth_account import Account
 from web3 import Web3
 
+from protocol.abi_struct import returned
 from protocol.deploy import deploy
 from protocol.deployment import CONTRACT_NAMES, Deployment, abi
 from protocol.devnet import AnvilProcess
@@ -43,10 +44,11 @@ def test_deploy_writes_json_and_reads_back(deployment: Deployment, anvil: AnvilP
     assert deployment.treasury not in (None, deployment.address("TimelockController"))
     config = _contract(w3, deployment, "TrainingConfig")
     assert config.functions.version().call() == 1
-    cfg = config.functions.current().call()
-    assert cfg[0] == 50  # innerSteps
-    assert cfg[6] == 10**18  # minStake
-    assert cfg[8] == [10_000]  # dataMixtureBps
+    cfg = returned("TrainingConfig", "current", config.functions.current().call())
+    assert cfg["innerSteps"] == 50
+    assert cfg["traceInterval"] == 5
+    assert cfg["minStake"] == 10**18
+    assert list(cfg["dataMixtureBps"]) == [10_000]
     assert config.functions.owner().call() == deployment.address("TimelockController")
 
 

@@ -31,6 +31,7 @@ def _att(node: str, tokens: int, at: object, i: int) -> Attestation:
         inner_steps=10,
         tokens=tokens,
         result_checkpoint=h("r"),
+        trace_root=h(f"trace{i}"),
         digest=h(f"digest{i}"),
         signature="0x" + "11" * 65,
         received_at=at,

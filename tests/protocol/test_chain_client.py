@@ -135,10 +135,12 @@ def test_an_unknown_wire_format_on_chain_is_an_error_naming_it(
     as fp32."""
     config = committer.deployment.address("TrainingConfig")
     # Ownable's owner is slot 0; Config's first members share slot 1, low bytes first:
-    # innerSteps, innerLrE6, outerLrE6, outerMomentumE6 (4 bytes each), then wireFormat (1).
+    # innerSteps, innerLrE6, traceInterval, outerLrE6, outerMomentumE6 (4 bytes each), then
+    # wireFormat (1 byte, at bit 160).
     slot = int(chain.call("eth_getStorageAt", [config, "0x1", "latest"]), 16)
     assert slot & 0xFFFFFFFF == TrainingSettings.read(committer).inner_steps
-    slot = slot & ~(0xFF << 128) | (7 << 128)
+    assert (slot >> 160) & 0xFF == TrainingSettings.read(committer).wire_format.value
+    slot = slot & ~(0xFF << 160) | (7 << 160)
     chain.call("anvil_setStorageAt", [config, "0x1", "0x" + slot.to_bytes(32, "big").hex()])
     with pytest.raises(ConfigError, match=r"wireFormat is 7.*2 \(int8\) or 3 \(sparse\)"):
         TrainingSettings.read(committer)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
@@ -49,39 +48,13 @@ from protocol.errors import CollectiveError, TrainerError
 from reference.codec import Packet, WireFormat, decode_into, quantize
 from reference.codec.formats import DEFAULT_BLOCK_SIZE
 from reference.mean import chunk_packet, reduce_chunk, unit_of, zero_pad
-from trainer.network.coordination.heartbeat import is_watching, wait_work
+from trainer.network.collective import Check, Clock, as_timedelta, run_collective
+from trainer.network.coordination.heartbeat import is_watching
 
 log = logging.getLogger(__name__)
 
 PIECE_BYTES = 1 << 19
 """Bytes of payload per point-to-point piece of the pipelined exchange (512 KiB)."""
-
-Check = Callable[[int, Packet, int | None], None]
-"""``check(src, packet, weight)``: raise (ForgedPacketError) if rank ``src``'s packet (or its
-all-reduce weight, None when unweighted) is not the one it committed to."""
-
-
-def _as_timedelta(timeout: float | timedelta) -> timedelta:
-    td = timeout if isinstance(timeout, timedelta) else timedelta(seconds=float(timeout))
-    if td.total_seconds() <= 0:
-        raise TrainerError(f"all-reduce timeout must be positive, got {td.total_seconds()} s")
-    return td
-
-
-def _collective(
-    phase: str, timeout: timedelta, start: Callable[[], dist.Work | _Waited | None]
-) -> None:
-    """Start one async collective and wait for it; any failure becomes CollectiveError."""
-    try:
-        work = start()
-        if work is None:
-            raise CollectiveError(f"all-reduce {phase}: torch.distributed returned no work handle")
-        wait_work(work, timeout)  # work.wait, ended early when a peer's heartbeat stops
-    except RuntimeError as exc:  # gloo/NCCL timeouts and peer failures (DistBackendError too)
-        raise CollectiveError(
-            f"all-reduce {phase} failed or timed out after {timeout.total_seconds():g} s "
-            f"({exc}); a peer is gone or stalled: drop it from the round and re-form the group"
-        ) from exc
 
 
 def _to_packet(
@@ -128,7 +101,7 @@ def average(
     """
     if not dist.is_available() or not dist.is_initialized():
         raise TrainerError("torch.distributed is not initialized: call init_process_group first")
-    wait_for = _as_timedelta(timeout)
+    wait_for = as_timedelta(timeout)
     packet = _to_packet(x, fmt, block_size)
     world = dist.get_world_size(group)
     if world == 1:
@@ -138,7 +111,7 @@ def average(
         return mean, 0
     rank = dist.get_rank(group)
     device = packet.device
-    clock = _Clock(timings)
+    clock = Clock(timings)
     weights = None
     if weight is not None:
         weights = _gather_weights(weight, group, wait_for, device)
@@ -173,20 +146,6 @@ def average(
     return mean, bytes_sent
 
 
-class _Clock:
-    """Seconds per phase into ``timings`` (when given), for profiling the round."""
-
-    def __init__(self, timings: dict[str, float] | None) -> None:
-        self.timings = timings
-        self.last = time.perf_counter()
-
-    def mark(self, phase: str) -> None:
-        if self.timings is not None:
-            now = time.perf_counter()
-            self.timings[phase] = self.timings.get(phase, 0.0) + now - self.last
-            self.last = now
-
-
 def _gather_weights(
     weight: int, group: dist.ProcessGroup | None, timeout: timedelta, device: torch.device
 ) -> list[int]:
@@ -195,7 +154,7 @@ def _gather_weights(
     world = dist.get_world_size(group)
     mine = torch.tensor([int(weight)], dtype=torch.int64, device=device)
     out = torch.empty(world, dtype=torch.int64, device=device)
-    _collective(
+    run_collective(
         "all_gather (weights)",
         timeout,
         partial(dist.all_gather_single, out, mine, group=group, async_op=True),
@@ -214,7 +173,7 @@ def _collectives(
     weights: list[int] | None,
     world: int,
     rank: int,
-    clock: _Clock,
+    clock: Clock,
     check: Check | None,
 ) -> tuple[torch.Tensor, int]:
     """All-gather every rank's whole packet in two collectives (payload, scales: NCCL), check
@@ -222,7 +181,7 @@ def _collectives(
     device = packet.device
     payload = packet.payload.contiguous()
     gathered = torch.empty(world * payload.numel(), dtype=payload.dtype, device=device)
-    _collective(
+    run_collective(
         "all_gather",
         wait_for,
         partial(dist.all_gather_single, gathered, payload, group=group, async_op=True),
@@ -231,7 +190,7 @@ def _collectives(
     if packet.scales is not None:
         scales = packet.scales.contiguous()
         gathered_s = torch.empty(world * scales.numel(), dtype=torch.float32, device=device)
-        _collective(
+        run_collective(
             "all_gather (scales)",
             wait_for,
             partial(dist.all_gather_single, gathered_s, scales, group=group, async_op=True),
@@ -358,7 +317,7 @@ def _pipelined(
     weights: list[int] | None,
     world: int,
     rank: int,
-    clock: _Clock,
+    clock: Clock,
     check: Check | None,
     on_piece: Callable[[int, int, torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, int]:
@@ -389,10 +348,10 @@ def _pipelined(
 
     def wait(phase: str, works: list[dist.Work]) -> None:
         if watched:
-            _collective(phase, wait_for, partial(_Waited, works, wait_for))
+            run_collective(phase, wait_for, partial(_Waited, works, wait_for))
             return
         for work in works:
-            _collective(phase, wait_for, partial(_same, work))
+            run_collective(phase, wait_for, partial(_same, work))
 
     posted: list[list[list[dist.Work]]] = []  # every work posted, kept if the exchange fails
     try:

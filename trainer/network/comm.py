@@ -10,7 +10,6 @@ Every collective failure becomes :class:`protocol.errors.CollectiveError`; nothi
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Protocol
 
@@ -21,10 +20,7 @@ from torch import Tensor
 from protocol.errors import CollectiveError, ColocoError, ConfigError
 from reference.codec import Packet
 from reference.settings import WireFormat
-
-Check = Callable[[int, Packet, int | None], None]
-"""A peer's packet check (trainer.round.commits.PacketCheck): raises if rank ``src``'s packet or
-weight is not the one it committed to."""
+from trainer.network.collective import Check
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from protocol.errors import ForgedPacketError, TrainerError
 from reference.codec import Packet
 from reference.mean import sparse_mean
-from trainer.network.allreduce import Check, _Clock, _collective
+from trainer.network.collective import Check, Clock, run_collective
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def gather_sparse(
     weights: list[int] | None,
     world: int,
     rank: int,
-    clock: _Clock,
+    clock: Clock,
     check: Check | None,
 ) -> tuple[torch.Tensor, int]:
     """(the mean, bytes of this rank's packet): every packet gathered, parsed, checked, averaged."""
@@ -60,7 +60,7 @@ def gather_sparse(
     got_steps = torch.empty(world * m, dtype=torch.float32, device=payload.device)
     for what, out, mine in (("payload", got, payload), ("steps", got_steps, steps)):
         gather = partial(dist.all_gather_single, out, mine, group=group, async_op=True)
-        _collective(f"all_gather (sparse {what})", wait_for, gather)
+        run_collective(f"all_gather (sparse {what})", wait_for, gather)
     clock.mark("exchange")
     packets: list[Packet] = []
     for src in range(world):

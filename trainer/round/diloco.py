@@ -29,7 +29,8 @@ from reference.inner import CARRY_STATE, InnerConfig, InnerResult, InnerTrainer,
 from reference.model import GPT
 from reference.outer import OuterConfig, OuterState
 from reference.trace import Boundary, Trace, TraceBuilder, residual_entries
-from trainer.network.comm import Averager, Check
+from trainer.network.collective import Check
+from trainer.network.comm import Averager
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from trainer.round.diloco import LocalWork, RoundOutcome
 from trainer.round.schedule import LeftOut, RoundReport, RoundWork, Runner
 
 if TYPE_CHECKING:
-    from trainer.network.comm import Check
+    from trainer.network.collective import Check
     from trainer.network.group import RoundGroup
     from trainer.network.members import Members
 
