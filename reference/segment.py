@@ -30,6 +30,7 @@ from torch import Tensor
 from protocol.errors import ConfigError
 from reference.inner import InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig
+from reference.trace import RESIDUAL
 
 State = dict[str, Tensor]
 STEP = "adam/step"
@@ -96,6 +97,8 @@ def load_state(
     """Put a boundary state into ``model`` and the AdamW ``opt`` (its moments and step);
     a state missing a parameter's tensors, or with other shapes, is refused by name."""
     params = dict(model.named_parameters())
+    # boundary 0's error-feedback residual (sparse format) is not training state: not loaded
+    state = {k: v for k, v in state.items() if not k.startswith(RESIDUAL)}
     expected = {f"weights/{n}" for n in params} | {STEP}
     expected |= {_adam_key(n, m) for n in params for m in ("exp_avg", "exp_avg_sq")}
     if set(state) != expected:

@@ -8,6 +8,12 @@ A **boundary state** is a flat dict of named tensors, each name under a known pr
 ``adam/step`` (present once the inner optimizer has stepped), and later ones such as
 ``residual/<param>`` (error feedback). Its hash is protocol.hashing's ``hash_state_dict``.
 
+In the sparse wire format boundary 0 also commits the **error-feedback residual the round starts
+from** (``residual/<param>``, the flat residual cut by parameter, zeros when the node carries
+none: :func:`residual_entries`, read back by :func:`residual_of`). Compression is deterministic,
+so the round's packet is a function of committed state alone: boundary 0's weights (the round's
+origin), the last boundary's weights and boundary 0's residual (ledger.judge.sparse_check).
+
 Boundaries of a round of ``steps`` inner steps with interval ``k`` (:func:`boundary_steps`):
 boundary 0 is the round's start state, boundary i the state after ``i * k`` steps, and the last is
 the state after the last step, even when ``k`` does not divide ``steps``.
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Final
@@ -39,6 +46,7 @@ from protocol.merkle import HashTree, process_proof
 from protocol.types import Bytes32
 from reference.codec import decode, quantize
 from reference.codec.formats import DEFAULT_BLOCK_SIZE, Packet
+from reference.outer import FlatLayout
 from reference.settings import WireFormat
 
 log = logging.getLogger(__name__)
@@ -46,6 +54,9 @@ log = logging.getLogger(__name__)
 PREFIXES: Final = ("weights/", "adam/", "residual/")
 """The prefixes a boundary state's tensor names may start with (add one here to commit more)."""
 WEIGHTS: Final = "weights/"
+COMMITS_IN_FLIGHT: Final = 2
+"""Boundary states a background :class:`TraceBuilder` holds while they are hashed."""
+RESIDUAL: Final = "residual/"
 SKETCH: Final = "sketch/"
 
 
@@ -109,6 +120,33 @@ def boundary_state(
         state.update(extra)
     check_state(state)
     return state
+
+
+def residual_entries(residual: Tensor | None, layout: FlatLayout) -> dict[str, Tensor]:
+    """The flat residual a round starts from as boundary-0 tensors ``residual/<param>`` (the
+    parameters' :class:`~reference.outer.FlatLayout` cut; zeros when ``residual`` is None)."""
+    flat = torch.zeros(layout.numel) if residual is None else residual.detach().float().cpu()
+    return {RESIDUAL + n: t.clone() for n, t in layout.unflatten(flat.reshape(-1)).items()}
+
+
+def residual_of(state: Mapping[str, Tensor], layout: FlatLayout) -> Tensor | None:
+    """The flat residual a boundary state commits (None: it commits none); a state that
+    commits it for some parameters only, or in other shapes, is refused by name."""
+    held = {n.removeprefix(RESIDUAL): t for n, t in state.items() if n.startswith(RESIDUAL)}
+    if not held:
+        return None
+    if set(held) != set(layout.names):
+        names = set(layout.names)
+        missing, extra = sorted(names - set(held)), sorted(set(held) - names)
+        raise TraceError(
+            f"the committed residual does not fit the model: missing {missing[:4]}, unexpected "
+            f"{extra[:4]} (boundary 0 commits residual/<param> for every parameter)"
+        )
+    for n in layout.names:
+        if held[n].shape != layout.shapes[n] or held[n].dtype != torch.float32:
+            raise TraceError(f"residual/{n} is {held[n].dtype} {tuple(held[n].shape)}, the "
+                             f"model's {n} is fp32 {tuple(layout.shapes[n])}")  # fmt: skip
+    return layout.flatten(held)
 
 
 def state_hash(state: Mapping[str, Tensor]) -> Bytes32:
@@ -265,7 +303,10 @@ def check_served(  # noqa: PLR0917 - the leaf's fields, in the leaf's order
 class TraceBuilder:
     """The boundary hook of reference.inner's ``train(on_boundary=...)``: at each boundary it
     takes the model's (and the optimizer's) state, commits it, and hands the state to ``keep``
-    (the node's BoundaryStore) when given."""
+    (the node's BoundaryStore) when given. ``first``: tensors boundary 0 commits besides
+    (the sparse format's starting residual, :func:`residual_entries`). ``background``: the
+    inner steps' thread only copies the state; its hash, sketch and ``keep`` run in a thread of
+    their own (at most :data:`COMMITS_IN_FLIGHT` states wait), the same commitments."""
 
     def __init__(
         self,
@@ -274,23 +315,50 @@ class TraceBuilder:
         *,
         optimizer: Callable[[], torch.optim.Optimizer | None] = lambda: None,
         keep: Callable[[Boundary, dict[str, Tensor]], None] | None = None,
+        first: Mapping[str, Tensor] | None = None,
+        background: bool = False,
     ) -> None:
         self.model = model
+        self.first = first
         self.base = {name: t.detach().to("cpu", copy=True) for name, t in base.items()}
         self.optimizer = optimizer
         self.keep = keep
-        self.boundaries: list[Boundary] = []
+        self._done: list[Boundary] = []
+        self._steps: list[int] = []
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="trace") if background else None
+        self._pending: list[Future[Boundary]] = []
 
     def __call__(self, step: int) -> None:
-        if self.boundaries and step <= self.boundaries[-1].step:
-            raise TraceError(
-                f"boundary after {step} inner steps comes after one at {self.boundaries[-1].step}"
-            )
-        state = boundary_state(self.model, self.optimizer())
-        boundary = commit_boundary(len(self.boundaries), step, state, self.base)
-        self.boundaries.append(boundary)
+        if self._steps and step <= self._steps[-1]:
+            raise TraceError(f"boundary after {step} inner steps comes after one at "
+                             f"{self._steps[-1]}")  # fmt: skip
+        extra = None if self._steps else self.first
+        state = boundary_state(self.model, self.optimizer(), extra)
+        index = len(self._steps)
+        self._steps.append(step)
+        if self._pool is None:
+            self._done.append(self._commit(index, step, state))
+            return
+        while len(self._pending) >= COMMITS_IN_FLIGHT:
+            self._done.append(self._pending.pop(0).result())
+        self._pending.append(self._pool.submit(self._commit, index, step, state))
+
+    def _commit(self, index: int, step: int, state: dict[str, Tensor]) -> Boundary:
+        boundary = commit_boundary(index, step, state, self.base)
         if self.keep is not None:
             self.keep(boundary, state)
+        return boundary
+
+    @property
+    def boundaries(self) -> list[Boundary]:
+        """The boundaries committed so far, in order (waits for those being committed)."""
+        while self._pending:
+            self._done.append(self._pending.pop(0).result())
+        return self._done
 
     def trace(self) -> Trace:
-        return Trace(tuple(self.boundaries))
+        done = tuple(self.boundaries)
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        return Trace(done)

@@ -28,6 +28,7 @@ from ledger.judge import segments
 from ledger.judge.boundaries import check_boundaries
 from ledger.judge.entries import Context, Entry, Fraud
 from ledger.judge.replay import ReplayInputs, audit
+from ledger.judge.sparse_check import sparse_round
 from ledger.judge.tensors import Tensors
 from protocol.attestation import ATTESTATION_ATTRS
 from protocol.eip712 import keccak256
@@ -154,9 +155,7 @@ def replay_audits(
         if not (reasons or sampled(seed, e.att.node, ctx.settings.audit_fraction)):
             continue
         if e.packet is not None and e.packet.fmt is WireFormat.SPARSE:
-            # its packet holds the node's error-feedback residual, which no commitment holds
-            # yet: a replay cannot recompute it, and must not condemn an honest node for that
-            e.reason += "; not audited: a sparse packet's residual is not committed yet"
+            sparse_round(session, e, ctx, rnd)  # exact, from its trace (ledger.judge.sparse_check)
             continue
         inputs = ReplayInputs(
             run_id=bytes.fromhex(rnd.run_id[2:]),

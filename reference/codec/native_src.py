@@ -128,9 +128,11 @@ void coloco_dec_bf16(const uint16_t *restrict in, int64_t n, float *restrict out
 
 /* The sparse format's selection (reference/codec/sparse.py), bit for bit: per chunk the k
    largest keys bits(|x|) << 16 | (65535 - offset) (unique: the set does not depend on the
-   algorithm; padding past n ranks below every real value, lower offsets first), found with a
-   quickselect; offsets ascending; step = amax / (L - 0.5) (one fp32 division); codes
-   floor(v / step) + L clamped. Returns the number of NaN/Inf values (0: a valid packet). */
+   algorithm; padding past n ranks below every real value, lower offsets first), found in one
+   pass keeping the k largest (k <= FEW) or with a quickselect; offsets ascending;
+   step = amax / (L - 0.5) (one fp32 division); codes floor(v / step) + L clamped. Returns the
+   number of NaN/Inf values (0: a valid packet). */
+#define FEW 32 /* k up to this: kth_largest_few (one pass); above: quickselect */
 static int64_t kth_largest(int64_t *a, int64_t len, int64_t k) {
     /* quickselect: the k-th largest of a[0..len) (a is reordered) */
     int64_t lo = 0, hi = len - 1, want = k - 1;
@@ -144,6 +146,24 @@ static int64_t kth_largest(int64_t *a, int64_t len, int64_t k) {
         if (want <= j) hi = j; else if (want >= i) lo = i; else return a[want];
     }
     return a[want];
+}
+
+static int64_t kth_largest_few(const int64_t *keys, int64_t len, int64_t k, int64_t *top) {
+    /* the k-th largest of keys[0..len) for a small k: top[0..k) holds the k largest seen so far,
+       ascending, so most keys are refused by one comparison with top[0] (keys are unique) */
+    for (int64_t i = 0; i < k; i++) {
+        int64_t v = keys[i], j = i;
+        while (j > 0 && top[j - 1] > v) { top[j] = top[j - 1]; j--; }
+        top[j] = v;
+    }
+    for (int64_t i = k; i < len; i++) {
+        int64_t v = keys[i];
+        if (v <= top[0]) continue;
+        int64_t j = 1;
+        while (j < k && top[j] < v) { top[j - 1] = top[j]; j++; }
+        top[j - 1] = v;
+    }
+    return top[0];
 }
 
 int64_t coloco_sparse_select(const float *restrict x, int64_t n, int64_t chunk, int64_t k,
@@ -165,9 +185,9 @@ int64_t coloco_sparse_select(const float *restrict x, int64_t n, int64_t chunk, 
             } else {
                 keys[i] = tie - ((int64_t)1 << 48);
             }
-            work[i] = keys[i];
+            if (k > FEW) work[i] = keys[i];
         }
-        int64_t th = kth_largest(work, chunk, k);
+        int64_t th = k > FEW ? kth_largest(work, chunk, k) : kth_largest_few(keys, chunk, k, work);
         int64_t *po = offsets + c * k, *pq = codes + c * k, m = 0;
         float amax = 0.0f;
         for (int64_t i = 0; i < chunk && m < k; i++) {

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -115,4 +118,43 @@ def test_a_peer_that_dies_with_a_round_in_flight_is_dropped_and_the_others_land_
     for rec in rounds[1].values():
         assert rec["attempts"] >= 2, "round 1 was averaged again by a re-formed group"
         assert len(rec["members"]) == 2
+    _assert_agree(rounds)
+
+
+def _proc_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_peer_that_stalls_with_a_round_in_flight_is_found_by_its_heartbeat(
+    corpus_dir: Path, store_port: int
+) -> None:
+    """Node 2 stops (SIGSTOP) in round 2's compute while round 1 is in flight: the survivors'
+    background all-reduce and landing hash check are heartbeat-watched, so they drop it after
+    the heartbeat timeout, not the collective timeout, re-form and land round 1 as a pair (and
+    round 2 after it)."""
+    collective_s = 40.0
+    plans = [Plan(key=k, rounds=3, min_nodes=3, overlap=True, collective_timeout_s=collective_s,
+                  heartbeat_timeout_s=2.0, stall_in_round=2 if k == 2 else None)
+             for k in range(3)]  # fmt: skip
+    procs, results, manager = start_nodes(plans, store_port, corpus_dir)
+    deadline = time.monotonic() + 240
+    while _proc_state(procs[2].pid) != "T":
+        assert time.monotonic() < deadline and procs[2].is_alive(), "node 2 never stalled"
+        time.sleep(0.05)
+    stopped = time.monotonic()
+    while not all(any(r["round"] == 1 for r in results.get(k, [])) for k in (0, 1)):
+        assert time.monotonic() < deadline, "the survivors never landed round 1"
+        time.sleep(0.05)
+    took = time.monotonic() - stopped  # round 1 lands at the end of round 2's compute
+    os.kill(procs[2].pid, signal.SIGCONT)
+    out = collect(procs, results, manager)
+    assert out["exit_codes"][:2] == [0, 0], out["errors"]
+    print(f"round 1 landed {took:.1f}s after the stall (collective timeout {collective_s:g}s)")
+    for k in (0, 1):  # dropped by the watch of the background all-reduce (StalledError), then
+        # by the watch of the re-form-and-retry path's first attempt with the same members
+        assert [r for r, _ in out["stalled"][k]][:2] == [1, 1], out["stalled"]
+    found = {tuple(who) for k in (0, 1) for _, who in out["stalled"][k]}
+    assert len(found) == 1 and len(next(iter(found))) == 1, out["stalled"]  # node 2, by both
+    rounds = _by_round(out["results"])
+    assert {0, 1} <= set(rounds[2]) and 2 not in rounds[2], "the stalled node was dropped"
     _assert_agree(rounds)

@@ -28,7 +28,7 @@ from reference.codec.sparse import encode_feedback
 from reference.inner import CARRY_STATE, InnerConfig, InnerResult, InnerTrainer, StepInfo
 from reference.model import GPT
 from reference.outer import OuterConfig, OuterState
-from reference.trace import Boundary, Trace, TraceBuilder
+from reference.trace import Boundary, Trace, TraceBuilder, residual_entries
 from trainer.network.collective import Check
 from trainer.network.comm import Averager
 
@@ -132,8 +132,8 @@ class DiLoCo:
         flight); returns the pseudo-gradient ``start - local`` (no communication) and the trace
         of the boundary states every ``settings.trace_interval`` steps, each handed to ``keep``
         (the node's BoundaryStore). In the sparse format the packet also carries ``residual``
-        (the node's error feedback from its last round, None: zero) and the work the residual
-        left for the next one."""
+        (the node's error feedback from its last round, None: zero), committed in boundary 0,
+        and the work the residual left for the next one."""
         base_hash = self.base_hash()
         if start is None:
             self.sync_inner_model()
@@ -141,12 +141,15 @@ class DiLoCo:
             self.load_flat(start)
         trainer = self.inner_trainer(settings)
         origin = self.state.base if start is None else start
+        sparse = WireFormat.parse(settings.wire_format) is WireFormat.SPARSE
+        first = residual_entries(residual, self.state.layout) if sparse else None
         builder = TraceBuilder(self.model, self.state.layout.unflatten(origin),
-                               optimizer=lambda: trainer._opt, keep=keep)  # fmt: skip
+                               optimizer=lambda: trainer._opt, keep=keep, first=first,
+                               background=True)  # fmt: skip
         inner = trainer.train(rows, on_step=on_step, budget_s=budget_s, on_boundary=builder,
                               trace_interval=settings.trace_interval)  # fmt: skip
         flat_local = self.state.layout.flatten(dict(self.model.named_parameters()))
-        if WireFormat.parse(settings.wire_format) is WireFormat.SPARSE:
+        if sparse:  # the packet is a function of committed state (reference.trace)
             packet, left = encode_feedback(origin, flat_local, residual)
             return LocalWork(base_hash, origin - flat_local, inner, packet, left, builder.trace())
         packet = encode(origin, flat_local, settings.wire_format)

@@ -288,7 +288,7 @@ class NodeRunner:
             snapshot = (self.diloco.state.base.clone(), self.diloco.state.momentum.clone())
             try:
                 check = self.packet_check(group, local)
-                with self._watched(group):
+                with self.watched(group):
                     outcome = self.diloco.finish_round(local, group.averager, config.settings,
                                                        check)  # fmt: skip
                     if timeout is not None:
@@ -332,7 +332,7 @@ class NodeRunner:
         self.commits[group.members.round] = check
         return check
 
-    def _watched(self, group: RoundGroup) -> AbstractContextManager[None]:
+    def watched(self, group: RoundGroup) -> AbstractContextManager[None]:
         """While the collective runs, a peer whose heartbeat stops ends it (StalledError)."""
         peers = tuple(a for a in group.members.addresses if a != self.address)
         if self.s.membership.heartbeat_timeout_s <= 0 or not peers:

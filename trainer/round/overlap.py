@@ -24,8 +24,10 @@ round r from it. A failed background all-reduce (a peer died, or was evicted by 
 and left the group) falls back to the synchronous re-form-and-retry path of
 ``NodeRunner.synchronize`` for that round, and so does a hash check that fails because a peer
 died after the mean (during this node's compute; the step is undone first). The background
-collective is not heartbeat-watched: a dead peer closes its sockets (found at once), a stalled
-one is found by the collective timeout.
+collective is heartbeat-watched in its own thread (the watch is per thread,
+trainer.network.coordination.heartbeat), and so is the hash check when the round lands: a dead
+peer closes its sockets (found at once), a stalled one is found by its silent heartbeat, well
+before the collective timeout.
 
 The round itself (its opening gates, the inner phase, the group) is the node's one round
 procedure (:meth:`trainer.round.node.NodeRunner.run_round`); :class:`Overlap` is the
@@ -38,12 +40,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from torch import Tensor
 
 from protocol.errors import CollectiveError
+from trainer.network.coordination.heartbeat import StalledError
 from trainer.network.group import DivergedError
 from trainer.round.diloco import LocalWork, RoundOutcome
 from trainer.round.schedule import LeftOut, RoundReport, RoundWork, Runner
@@ -64,6 +68,8 @@ class InFlight:
     group: RoundGroup
     commit: Callable[[RoundGroup, LocalWork], Check | None]
     """Posts this node's signed packet commitment; the check of every peer's (node.packet_check)."""
+    watch: Callable[[RoundGroup], AbstractContextManager[None]] = lambda _: nullcontext()
+    """The heartbeat watch over the group's peers (node.watched), entered in the thread."""
     thread: threading.Thread | None = None
     result: tuple[Tensor, int] | None = None
     error: Exception | None = None
@@ -86,8 +92,9 @@ class InFlight:
         def run() -> None:
             try:
                 tokens = local.inner.tokens
-                self.result = self.group.averager.average(vector, settings.wire_format, tokens,
-                                                          check)  # fmt: skip
+                with self.watch(self.group):  # a stalled peer ends it (StalledError)
+                    self.result = self.group.averager.average(vector, settings.wire_format,
+                                                              tokens, check)  # fmt: skip
             except Exception as exc:  # reported where the round lands, in the main thread
                 self.error = exc
             finally:
@@ -150,7 +157,8 @@ class Overlap:
         diloco = self.node.diloco
         assert diloco is not None
         self.node.keep_group(group)  # kept: round r's all-reduce runs in it
-        self.inflight = InFlight(work, group, self.node.packet_check)  # started at r+1's start
+        self.inflight = InFlight(work, group, self.node.packet_check,  # started at r+1's start
+                                 self.node.watched)  # fmt: skip
         self._start = diloco.state.base - work.local.pseudo_gradient
         return landed
 
@@ -174,6 +182,8 @@ class Overlap:
         r, local, config = f.round, f.work.local, f.work.config
         local.base_hash = diloco.base_hash()  # the committed checkpoint the mean steps from
         got = f.wait()
+        if isinstance(f.error, StalledError):  # found by the watch of the background collective
+            n.stalled.append((r, f.error.stalled))
         group = f.group
         try:
             if got is None:  # a peer died mid-collective: the synchronous re-form-and-retry path
@@ -188,7 +198,8 @@ class Overlap:
                 timeout = getattr(group.averager, "timeout", None)
                 try:
                     if timeout is not None:
-                        group.check_same(outcome.result_hash, timeout)
+                        with n.watched(group):
+                            group.check_same(outcome.result_hash, timeout)
                 except CollectiveError as exc:  # a peer died after the mean, before the check
                     # (during this node's compute): undo the step, and the survivors average
                     # the round again without it, as when a peer dies mid-all-reduce

@@ -23,6 +23,8 @@ from protocol.errors import TrainerError
 from trainer.network.group import DivergedError
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from torch import Tensor
 
     from reference.checkpoint import RoundCheckpoint
@@ -84,6 +86,9 @@ class RoundReport:
 class Runner(Protocol):
     """What a schedule asks of its node (:class:`trainer.round.node.NodeRunner`)."""
 
+    stalled: list[tuple[int, tuple[str, ...]]]
+    """(round, members) dropped from a collective because their heartbeat stopped."""
+
     @property
     def diloco(self) -> DiLoCo | None: ...
 
@@ -94,6 +99,8 @@ class Runner(Protocol):
     def save_and_publish(self, r: int, group: RoundGroup) -> RoundCheckpoint: ...
 
     def packet_check(self, group: RoundGroup, local: LocalWork) -> PacketCheck | None: ...
+
+    def watched(self, group: RoundGroup) -> AbstractContextManager[None]: ...
 
     def keep_group(self, group: RoundGroup) -> None: ...
 

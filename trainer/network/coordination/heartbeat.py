@@ -206,8 +206,16 @@ class Liveness:
 
 # --- waiting on a collective with the heartbeats watched ------------------------------------------
 
-_watch: Callable[[], None] | None = None
+
+class _Watch(threading.local):
+    check: Callable[[], None] | None = None
+
+
+_watch = _Watch()
+"""The active check, per thread: the overlap schedule's background all-reduce is watched in its
+own thread while the main thread computes (trainer.round.overlap)."""
 _abandoned: list[Any] = []
+_abandoned_lock = threading.Lock()  # a background all-reduce and the main thread share it
 """Collectives dropped while a peer was stalled. Kept referenced: letting a pending gloo work go
 would make destroying its process group block until the op's own timeout."""
 
@@ -215,27 +223,27 @@ would make destroying its process group block until the op's own timeout."""
 @contextmanager
 def watching(check: Callable[[], None]) -> Iterator[None]:
     """While inside, :func:`wait_work` calls ``check`` (which raises to drop the collective)."""
-    global _watch
-    before, _watch = _watch, check
+    before, _watch.check = _watch.check, check
     try:
         yield
     finally:
-        _watch = before
+        _watch.check = before
 
 
 def is_watching() -> bool:
     """Whether a :func:`watching` check is active (collectives are then polled, not waited on)."""
-    return _watch is not None
+    return _watch.check is not None
 
 
 def wait_work(work: Any, timeout: timedelta) -> None:
     """``work.wait(timeout)``, but a stalled peer (the active :func:`watching` check) ends it
     early. Raises what the check raises, CollectiveError on the timeout, or the work's error."""
-    check = _watch
+    check = _watch.check
     if check is None:
         work.wait(timeout=timeout)
         return
-    _abandoned[:] = [w for w in _abandoned if not w.is_completed()]
+    with _abandoned_lock:
+        _abandoned[:] = [w for w in _abandoned if not w.is_completed()]
     deadline = time.monotonic() + timeout.total_seconds()
     while not work.is_completed():
         try:
@@ -243,7 +251,8 @@ def wait_work(work: Any, timeout: timedelta) -> None:
             if time.monotonic() > deadline:
                 raise CollectiveError(f"collective did not finish within {timeout}")
         except CollectiveError:
-            _abandoned.append(work)
+            with _abandoned_lock:
+                _abandoned.append(work)
             raise
         time.sleep(_POLL_S)
     work.wait(timeout=timeout)

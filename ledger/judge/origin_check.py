@@ -1,0 +1,83 @@
+"""Where a round's inner steps started: the rule an audit needs before it replays an overlapped
+node (trainer.round.overlap).
+
+A lockstep node trains round r from the base checkpoint its attestation names. A node on the
+overlap schedule trains round r while round r-1 is still in flight, from
+``S_r = B - (origin_{r-1} - end_{r-1})``: the newest base it holds (the checkpoint round r-1's
+attestation names as its base) less its own round r-1 progress (fp32, the same subtraction as
+``Overlap.worked``). Replaying such a round from its attested base is wrong (measured on the
+tiny model, 20 inner steps: the replayed pseudo-gradient is 0.96 relative L2 away from the
+honest one, against the replay tolerance of 1e-2), so an audit must replay it from its
+committed origin (boundary 0's weights, reference.trace), and that origin must be one of the two
+public points, bit for bit:
+
+- the round's attested base (lockstep, or the first round after the in-flight round landed);
+- ``flatten(base_{r-1}) - (flatten(origin_{r-1}) - flatten(end_{r-1}))`` from round r-1's
+  attested base and its committed boundary 0 and last boundary (overlap).
+
+:func:`check_origin` is that rule; it is not wired into the replay yet (docs/trainer.md,
+"Overlap by default": what is missing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from reference.outer import FlatLayout
+from reference.trace import WEIGHTS
+
+Tensors = Mapping[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class OriginVerdict:
+    passed: bool
+    schedule: str  # "lockstep", "overlap" or "" (neither)
+    reason: str
+
+
+@dataclass(frozen=True)
+class PreviousRound:
+    """Round r-1 of the same node: its attested base weights and its committed boundary 0 and
+    last boundary states."""
+
+    base: Tensors
+    start: Tensors
+    end: Tensors
+
+
+def weights_of(state: Tensors) -> dict[str, torch.Tensor]:
+    """A boundary state's weights by parameter name (a checkpoint's names pass unchanged)."""
+    if any(n.startswith(WEIGHTS) for n in state):
+        return {n.removeprefix(WEIGHTS): t for n, t in state.items() if n.startswith(WEIGHTS)}
+    return dict(state)
+
+
+def overlap_origin(prev: PreviousRound, layout: FlatLayout) -> torch.Tensor:
+    """``S_r``, flat: the node's round r-1 base less its own round r-1 progress."""
+    progress = layout.flatten(weights_of(prev.start)) - layout.flatten(weights_of(prev.end))
+    return layout.flatten(weights_of(prev.base)) - progress
+
+
+def check_origin(
+    origin: Tensors, base: Tensors, prev: PreviousRound | None = None
+) -> OriginVerdict:
+    """Whether round r's committed ``origin`` (boundary 0) is its attested ``base`` or, given
+    round r-1 (``prev``), the overlap schedule's start; equality is bit for bit."""
+    layout = FlatLayout({n: t.shape for n, t in weights_of(base).items()})
+    start = layout.flatten(weights_of(origin))
+    if torch.equal(start.view(torch.int32), layout.flatten(weights_of(base)).view(torch.int32)):
+        return OriginVerdict(True, "lockstep", "the round started from its attested base")
+    if prev is not None:
+        want = overlap_origin(prev, layout)
+        if torch.equal(start.view(torch.int32), want.view(torch.int32)):
+            return OriginVerdict(True, "overlap", "the round started from the last round's base "
+                                 "less the node's own last-round progress")  # fmt: skip
+    return OriginVerdict(False, "", (
+        "the committed origin (boundary 0) of the round is neither its attested base nor "
+        + ("the overlap schedule's start from the last round's committed state"
+           if prev is not None else "(no last round given to check an overlap start against)")
+    ))  # fmt: skip

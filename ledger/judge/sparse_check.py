@@ -1,0 +1,159 @@
+"""The sparse round's exact check: the signed packet recomputed from the node's committed state.
+
+In the sparse wire format a node sends the top-k of ``(origin - local) + residual * beta`` and
+carries the rest to its next round (reference.codec.sparse.encode_feedback). Every input is in
+the round's committed trace (reference.trace): boundary 0 holds the round's origin weights and
+the residual the round starts from (``residual/<param>``), the last boundary the end-of-round
+weights. Compression is deterministic, so the ledger holds a sparse round to two exact rules:
+
+1. the packet recomputed from those committed states equals the signed packet bit for bit
+   (offsets, codes and fp32 steps);
+2. the residual the node's next round commits in its boundary 0 is what this round's compression
+   left, or zero (a node that adopts a checkpoint it did not land itself starts afresh:
+   trainer.round.residual); any other residual is mass the node never sent, injected.
+
+The audit's tolerance applies only to the training steps (the replay or segment audit holds the
+committed weights to the replayed inner steps); the packet's derivation from them has none, so a
+mismatch is fraud by construction. :func:`check_sparse_round` is the rule on the states;
+:func:`sparse_round` reads them from the boundaries the node delivered (``BoundaryRequest``
+rows, asked for with :func:`needed`) and marks the entry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from sqlmodel import Session, select
+
+from ledger.core.models import BoundaryRequest, RoundState
+from ledger.judge.entries import Context, Entry, Fraud
+from protocol.blobs import decode_blob
+from protocol.eip712 import keccak256
+from protocol.errors import ColocoError
+from reference.codec import Packet
+from reference.codec.sparse import encode_feedback
+from reference.outer import FlatLayout
+from reference.settings import WireFormat
+from reference.trace import WEIGHTS, TraceError, boundary_steps, residual_of
+
+log = logging.getLogger(__name__)
+
+CHECK = "sparse_packet"
+Tensors = Mapping[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class SparseVerdict:
+    passed: bool
+    reason: str
+
+
+def _weights(state: Tensors) -> dict[str, torch.Tensor]:
+    return {n.removeprefix(WEIGHTS): t for n, t in state.items() if n.startswith(WEIGHTS)}
+
+
+def check_sparse_round(
+    packet: Packet, start: Tensors, end: Tensors, next_start: Tensors | None = None
+) -> SparseVerdict:
+    """Rules 1 and 2 of the module docstring on a round's committed boundary 0 (``start``), its
+    last boundary (``end``) and, when known, the next round's boundary 0 (``next_start``)."""
+    if packet.fmt is not WireFormat.SPARSE:
+        return SparseVerdict(False, f"the signed packet is {packet.fmt.label}, not sparse")
+    weights = _weights(end)
+    layout = FlatLayout({n: t.shape for n, t in weights.items()})
+    try:
+        residual = residual_of(start, layout)
+        origin, local = layout.flatten(_weights(start)), layout.flatten(weights)
+    except (TraceError, ColocoError) as exc:
+        return SparseVerdict(False, f"the committed boundaries do not fit each other: {exc}")
+    if residual is None:
+        return SparseVerdict(False, "boundary 0 commits no error-feedback residual (residual/"
+                             "<param>): the sparse packet cannot be recomputed")  # fmt: skip
+    # a zero residual is the node's "none" (its compress starts from the update itself)
+    recomputed, left = encode_feedback(origin, local, residual if bool(residual.any()) else None)
+    if packet.payload.numel() != recomputed.payload.numel() or packet.numel != recomputed.numel:
+        return SparseVerdict(False, f"the signed packet holds {packet.numel} values in "
+                             f"{packet.payload.numel()} payload bytes, the committed model "
+                             f"{recomputed.numel} in {recomputed.payload.numel()}")  # fmt: skip
+    assert packet.scales is not None and recomputed.scales is not None
+    payload_ok = torch.equal(packet.payload.cpu(), recomputed.payload)
+    steps_ok = torch.equal(packet.scales.cpu().view(torch.int32),
+                           recomputed.scales.view(torch.int32))  # fmt: skip
+    if not (payload_ok and steps_ok):
+        differ = int((packet.payload.cpu() != recomputed.payload).sum())
+        return SparseVerdict(False, (
+            "the sparse packet recomputed from the committed end-of-round weights and residual "
+            f"differs from the signed packet ({differ} payload bytes differ, steps "
+            f"{'equal' if steps_ok else 'differ'}): the packet is not the committed state's"
+        ))  # fmt: skip
+    if next_start is None:
+        return SparseVerdict(True, "sparse packet recomputed bit for bit from the committed "
+                             "trace (the next round's residual not checked yet)")  # fmt: skip
+    try:
+        carried = residual_of(next_start, layout)
+    except TraceError as exc:
+        return SparseVerdict(False, f"the next round's boundary 0: {exc}")
+    if carried is None:
+        return SparseVerdict(False, "the next round's boundary 0 commits no residual")
+    if not (torch.equal(carried, left) or not bool(carried.any())):
+        wrong = int((carried != left).sum())
+        return SparseVerdict(False, (
+            f"the residual the next round starts from differs from what this round's packet "
+            f"left in {wrong} of {left.numel()} values (neither that nor zero): mass the node "
+            "never sent"
+        ))  # fmt: skip
+    return SparseVerdict(True, "sparse packet recomputed bit for bit from the committed trace, "
+                         "and the next round starts from the residual it left")  # fmt: skip
+
+
+def needed(round_: int, inner_steps: int, trace_interval: int) -> list[tuple[int, int]]:
+    """The (round, boundary) states the check of a node's ``round_`` reads: its boundary 0 and
+    last boundary, and the next round's boundary 0."""
+    last = len(boundary_steps(inner_steps, trace_interval)) - 1
+    return [(round_, 0), (round_, last), (round_ + 1, 0)]
+
+
+def _delivered(session: Session, ctx: Context, e: Entry, at: tuple[int, int]) -> Tensors | None:
+    """The state the node delivered for (round, boundary) ``at`` (None: not delivered)."""
+    row = session.exec(select(BoundaryRequest).where(
+        BoundaryRequest.run_id == e.att.run_id, BoundaryRequest.round == at[0],
+        BoundaryRequest.node == e.att.node, BoundaryRequest.boundary == at[1],
+        BoundaryRequest.state == "delivered",
+    )).first()  # fmt: skip
+    if row is None or row.state_hash is None or not ctx.blobs.exists(row.state_hash):
+        return None
+    blob = ctx.blobs.path(row.state_hash).read_bytes()
+    return decode_blob(blob, max_bytes=len(blob))
+
+
+def sparse_round(session: Session, e: Entry, ctx: Context, rnd: RoundState) -> bool:
+    """Hold ``e``'s sparse packet to the node's delivered boundaries; returns whether the check
+    ran and passed. A mismatch fails the entry (``sparse_packet``) with its fraud evidence;
+    boundaries not delivered yet leave it not audited (said in its reason)."""
+    assert e.packet is not None
+    att = e.att
+    want = needed(rnd.round, att.inner_steps, ctx.config.trace_interval)
+    states = [_delivered(session, ctx, e, at) for at in want]
+    start, end, after = states
+    if start is None or end is None:
+        e.reason += ("; not audited: a sparse round is checked from its delivered boundaries "
+                     f"{want[:2]} (round, boundary)")  # fmt: skip
+        return False
+    verdict = check_sparse_round(e.packet, start, end, after)
+    if verdict.passed:
+        e.reason += f"; {verdict.reason}"
+        return True
+    evidence = {
+        "attestation": att.digest, "signature": att.signature, "reason": verdict.reason,
+        "submitted": att.pseudo_gradient, "trace_root": att.trace_root,
+        "boundaries": [list(w) for w in want],
+    }  # fmt: skip
+    text = json.dumps(evidence, sort_keys=True, default=str)
+    e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
+    e.fail(CHECK, f"{verdict.reason}; fraud record {e.fraud.evidence_hash}")
+    log.warning("node %s round %d: %s", att.node, rnd.round, verdict.reason)
+    return False
