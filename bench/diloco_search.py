@@ -43,11 +43,14 @@ class MaskCodec:
     the values (position p in round r when ``(p + r) % period == 0``), so no offsets travel and
     the K packets of a round cover the same positions (no dilution in the mean); values at the
     codec's quantizer (per chunk of ``spec.chunk``: ``bits`` bits, step amax / (L - 0.5), codes
-    ``floor(x / step) + L``), with the same error feedback. Bytes: the codes plus one fp32 step a
-    chunk. Patched into bench.diloco's sparse path for ``mask`` arms (a search, never the node)."""
+    ``floor(x / step) + L``; with ``rms`` the step is the kept values' RMS, near the 2-bit
+    Lloyd-Max quantizer of a Gaussian), with the same error feedback. Bytes: the codes plus one
+    fp32 step a chunk. Patched into bench.diloco's sparse path for ``mask`` arms (a search,
+    never the node)."""
 
     period: int
     workers: int
+    rms: bool = False
     calls: int = 0
 
     def compress(
@@ -65,9 +68,13 @@ class MaskCodec:
         rows = rows.view(chunks, c)
         pos = torch.arange(chunks * c).view(chunks, c)
         keep = ((pos + rnd) % self.period == 0) & (pos < n)
-        amax = torch.where(keep, rows.abs(), torch.zeros_like(rows)).amax(dim=1)
+        kept = torch.where(keep, rows, torch.zeros_like(rows))
         levels = 1 << (spec.bits - 1)
-        step = amax / (levels - 0.5)
+        if self.rms:  # step = the kept values' RMS: at 2 bits, levels +-0.5 and +-1.5 RMS
+            count = keep.sum(dim=1).clamp(min=1)
+            step = (kept.square().sum(dim=1) / count).sqrt()
+        else:
+            step = kept.abs().amax(dim=1) / (levels - 0.5)
         div = torch.where(step > 0, step, torch.ones_like(step))[:, None]
         q = (torch.floor(rows / div) + levels).clamp(0, 2 * levels - 1)
         dec = torch.where(keep & (step[:, None] > 0), (q - levels + 0.5) * step[:, None], 0.0)
@@ -87,10 +94,11 @@ class MaskPacket:
 
 
 def run_arm(task: Task, period: int = 0) -> tuple[float, int, list[float]]:
-    """bench.diloco.run_task, with a ``mask`` arm's codec patched into its sparse path."""
+    """bench.diloco.run_task, with a ``mask`` arm's codec patched into its sparse path (a
+    negative period: the RMS step)."""
     if not task.kind.startswith("mask"):
         return diloco.run_task(task)
-    codec = MaskCodec(period, task.setup.workers)
+    codec = MaskCodec(abs(period), task.setup.workers, rms=period < 0)
     saved = diloco.compress, diloco.average_sparse
     diloco.compress, diloco.average_sparse = codec.compress, codec.average  # type: ignore[assignment]
     try:
@@ -121,6 +129,7 @@ KEYS: dict[str, Callable[[Setup, str], Setup]] = {
     "sparse_beta": lambda s, v: replace(s, sparse_beta=float(v)),
     "sparse_outer_lr": lambda s, v: replace(s, sparse_outer=replace(s.sparse_outer, lr=float(v))),
     "mask_period": lambda s, v: s,  # mask arms: read by parse_arm
+    "mask_rms": lambda s, v: s,
     "sparse_outer_momentum": lambda s, v: replace(
         s, sparse_outer=replace(s.sparse_outer, momentum=float(v))
     ),
@@ -133,7 +142,7 @@ def parse_arm(text: str, base: Setup) -> tuple[str, Setup, int]:
     kind, _, rest = text.partition(":")
     if kind not in KINDS:
         raise SystemExit(f"arm {text!r}: kind must be one of {', '.join(KINDS)}")
-    s, period = base, 0
+    s, period, rms = base, 0, False
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
         if not eq or key not in KEYS:
@@ -142,11 +151,12 @@ def parse_arm(text: str, base: Setup) -> tuple[str, Setup, int]:
             )
         s = KEYS[key](s, value)
         period = int(value) if key == "mask_period" else period
+        rms = rms or (key == "mask_rms" and value == "1")
     if kind.startswith("sparse"):
         SparseSpec(s.sparse.chunk, s.sparse.k, s.sparse.bits)  # refuses a bad shape now
     if kind.startswith("mask") and period < 1:
         raise SystemExit(f"arm {text!r}: a mask arm needs mask_period=N (N >= 1)")
-    return kind, s, period
+    return kind, s, -period if rms else period
 
 
 def main() -> None:
