@@ -165,6 +165,7 @@ def main() -> None:
     p.add_argument("--seeds", type=lambda v: [int(x) for x in v.split(",")], default=[0],
                    help="comma-separated, e.g. 0,1,2")  # fmt: skip
     p.add_argument("--rounds", type=int, default=16, help="bench.diloco --quick's 16")
+    p.add_argument("--inner-steps", type=int, default=INNER_STEPS, help="H, both arms")
     p.add_argument("--sync-lr", type=float, default=6e-3, help="bench.diloco's tuned lr")
     p.add_argument("--sync-losses", type=lambda v: [float(x) for x in v.split(",")],
                    help="the baseline's validation losses per seed from an earlier run "
@@ -173,8 +174,9 @@ def main() -> None:
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     base = Setup(
-        model=GPTConfig.preset("tiny"), workers=4, rounds=args.rounds, inner_steps=INNER_STEPS,
-        batch=8, inner_lr=INNER_LR, outer=OuterConfig(lr=OUTER_LR, momentum=OUTER_MOMENTUM),
+        model=GPTConfig.preset("tiny"), workers=4, rounds=args.rounds,
+        inner_steps=args.inner_steps, batch=8, inner_lr=INNER_LR,
+        outer=OuterConfig(lr=OUTER_LR, momentum=OUTER_MOMENTUM),
         eval_rows=256, warm_start=200, sync_lr=args.sync_lr,
     )  # fmt: skip
     arms = [parse_arm(a, base) for a in args.arms]
@@ -218,7 +220,8 @@ def main() -> None:
         log.info("%s", row)
         rows.append(row)
     emit("diloco_search", {
-        "split": "val", "seeds": args.seeds, "rounds": args.rounds, "sync_lr": args.sync_lr,
+        "split": "val", "seeds": args.seeds, "rounds": args.rounds,
+        "inner_steps": args.inner_steps, "sync_lr": args.sync_lr,
         "sync_val_losses": [round(x, 4) for x in sync], "arms": rows,
         "sync_bytes_per_round_per_rank": sent[0] // args.rounds,
         "wall_s": round(time.perf_counter() - t0, 1),
