@@ -99,13 +99,18 @@ def run_arm(task: Task, period: int = 0) -> tuple[float, int, list[float]]:
     if not task.kind.startswith("mask"):
         return diloco.run_task(task)
     codec = MaskCodec(abs(period), task.setup.workers, rms=period < 0)
-    saved = diloco.compress, diloco.average_sparse
-    diloco.compress, diloco.average_sparse = codec.compress, codec.average  # type: ignore[assignment]
+    saved = [getattr(diloco, name) for name in SPARSE_PATH]
+    for name, fn in zip(SPARSE_PATH, (codec.compress, codec.average), strict=True):
+        setattr(diloco, name, fn)
     try:
         kind = "sparse_carried" if task.kind == "mask_carried" else "sparse"
         return diloco.run_task(replace(task, kind=kind))
     finally:
-        diloco.compress, diloco.average_sparse = saved
+        for name, fn in zip(SPARSE_PATH, saved, strict=True):
+            setattr(diloco, name, fn)
+
+
+SPARSE_PATH = ("compress", "average_sparse")  # what bench.diloco's sparse path calls
 
 
 def _pair(v: str) -> tuple[float, float]:

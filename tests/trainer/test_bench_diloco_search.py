@@ -9,7 +9,7 @@ import torch
 
 from bench import diloco
 from bench.diloco import Setup, Task
-from bench.diloco_search import MaskCodec, parse_arm, run_arm
+from bench.diloco_search import SPARSE_PATH, MaskCodec, parse_arm, run_arm
 from reference.codec.sparse import SparseSpec
 from reference.model import GPTConfig
 from reference.outer import OuterConfig
@@ -52,10 +52,10 @@ def test_the_mask_rotates_is_shared_and_carries_the_rest(rms: bool) -> None:
 
 
 def test_a_mask_run_patches_the_sparse_path_only_for_its_run() -> None:
-    saved = diloco.compress, diloco.average_sparse
+    saved = [getattr(diloco, name) for name in SPARSE_PATH]
     task = Task("mask", "stdlib", "val", SETUP)
     masked = run_arm(task, 4)
-    assert (diloco.compress, diloco.average_sparse) == saved
+    assert [getattr(diloco, name) for name in SPARSE_PATH] == saved
     sparse = run_arm(Task("sparse", "stdlib", "val", SETUP))
     assert masked[0] != sparse[0]
     assert masked[1] < sparse[1]  # fewer bytes: no offsets
