@@ -1,0 +1,61 @@
+"""bench.diloco_search's parts: an arm's settings reach the run (and a bad arm is refused with
+what was wrong), and the diagnostic shared-mask wire keeps the same rotating positions on every
+node, carries what it did not send, and restores the codec once its run is over."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench import diloco
+from bench.diloco import Setup, Task
+from bench.diloco_search import SPARSE_PATH, MaskCodec, parse_arm, run_arm
+from reference.codec.sparse import SparseSpec
+from reference.model import GPTConfig
+from reference.outer import OuterConfig
+
+SETUP = Setup(model=GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32), workers=2, rounds=2,
+              inner_steps=2, batch=2, inner_lr=3e-3, outer=OuterConfig(), eval_rows=16)  # fmt: skip
+SPEC = SparseSpec(256, 16, 2)
+
+
+def test_an_arm_sets_what_it_names_and_a_bad_one_is_refused() -> None:
+    kind, s, period = parse_arm("carried:outer_lr=0.7,carried_eps=1e-6", SETUP)
+    assert (kind, s.outer.lr, s.carried_eps, period) == ("carried", 0.7, 1e-6, 0)
+    assert s.outer.momentum == SETUP.outer.momentum
+    kind, s, period = parse_arm("mask_carried:mask_period=4,mask_rms=1,sparse_outer_lr=1.5", SETUP)
+    assert (kind, s.sparse_outer.lr, period) == ("mask_carried", 1.5, -4)
+    with pytest.raises(SystemExit, match="kind must be one of"):
+        parse_arm("dense:outer_lr=1", SETUP)
+    with pytest.raises(SystemExit, match="not key=value"):
+        parse_arm("carried:outer=1", SETUP)
+    with pytest.raises(SystemExit, match="mask_period"):
+        parse_arm("mask", SETUP)
+    with pytest.raises(Exception, match="sparse value bits"):
+        parse_arm("sparse:sparse_bits=3", SETUP)
+
+
+@pytest.mark.parametrize("rms", [False, True])
+def test_the_mask_rotates_is_shared_and_carries_the_rest(rms: bool) -> None:
+    torch.manual_seed(0)
+    codec = MaskCodec(4, workers=2, rms=rms)
+    updates = [torch.randn(1000), torch.randn(1000)]
+    round1 = [codec.compress(u, None, SPEC, 0.95) for u in updates]
+    sent = [p.values != 0 for p, _ in round1]
+    assert torch.equal(sent[0], sent[1])  # every node the same positions: no offsets travel
+    assert torch.equal(sent[0], torch.arange(1000) % 4 == 0)
+    for u, (p, left) in zip(updates, round1, strict=True):
+        assert torch.allclose(left + p.values, u, atol=1e-6)  # the rest is carried
+        assert p.nbytes == 63 + 4 * 4  # 250 2-bit codes (63 B) + one fp32 step a chunk
+    p2, _ = codec.compress(updates[0], round1[0][1], SPEC, 0.95)
+    assert torch.equal(p2.values != 0, torch.arange(1000) % 4 == 3)  # round 2: the next share
+
+
+def test_a_mask_run_patches_the_sparse_path_only_for_its_run() -> None:
+    saved = [getattr(diloco, name) for name in SPARSE_PATH]
+    task = Task("mask", "stdlib", "val", SETUP)
+    masked = run_arm(task, 4)
+    assert [getattr(diloco, name) for name in SPARSE_PATH] == saved
+    sparse = run_arm(Task("sparse", "stdlib", "val", SETUP))
+    assert masked[0] != sparse[0]
+    assert masked[1] < sparse[1]  # fewer bytes: no offsets
