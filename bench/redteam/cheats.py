@@ -76,7 +76,7 @@ def post_persistently(node: NodeRunner, work: WorkRecord, members: Sequence[str]
         time.sleep(0.2)
 
 
-def round_view(node: NodeRunner, q: int, timeout: float = 90.0) -> dict[str, Any]:
+def round_view(node: NodeRunner, q: int, timeout: float = 240.0) -> dict[str, Any]:
     """Round ``q`` as the ledger shows it once scored (its pseudo-gradients are public then)."""
     assert node.attester.ledger is not None
     http = node.attester.ledger.http

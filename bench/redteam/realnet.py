@@ -91,6 +91,9 @@ class RealNet:
             database_url=f"sqlite:///{work / 'ledger.db'}", blob_dir=work / "blobs",
             admin_token=ADMIN, run_background=True, auto_create_schema=True, confirmations=0,
             indexer_poll_s=0.05, lifecycle_poll_s=0.1, round_deadline_s=60,
+            # the nodes answer boundary requests every 2 s: a node that does not within 30 s has
+            # withheld them (failed), and the rounds after the audited one stop waiting for it
+            boundary_deadline_s=30,
             join_window_s=cfg.join_window_s, tokens_per_step=cfg.batch * self.model.seq_len,
             usefulness_model=MODEL, audit_fraction=cfg.audit_fraction,
             slasher_private_key=cfg.slasher_key,

@@ -52,23 +52,6 @@ def sampled(seed: bytes, node: str, fraction: float) -> bool:
     return draw < int(fraction * (1 << 256))
 
 
-def drawn_segments(seed: bytes, node: str, segments: int, count: int) -> list[int]:
-    """The segments of an audited node-round that the segment audit replays: ``count`` distinct
-    indices of ``segments`` (all of them when ``count`` >= ``segments``), drawn from keccak of
-    the round's seed (fixed after the round closed, :func:`round_seed`) and the node's address,
-    so a node cannot know which of its segments will be checked when it trains or signs
-    (docs/ledger.md, "Segment audit": the chance a cheat hidden in one segment is caught)."""
-    if segments <= 0 or count <= 0:
-        raise ValueError(f"segments ({segments}) and count ({count}) must be positive")
-    address = bytes.fromhex(node.removeprefix("0x").lower())
-    pool = list(range(segments))
-    picked: list[int] = []
-    for i in range(min(count, segments)):
-        draw = keccak256(seed + address + b"coloco-segment" + i.to_bytes(4, "big"))
-        picked.append(pool.pop(int.from_bytes(draw, "big") % len(pool)))
-    return sorted(picked)
-
-
 def _seed_key(run_id: str, round_: int) -> str:
     return "audit:" + keccak256(run_id.lower().encode() + b":" + str(round_).encode()).hex()[:56]
 

@@ -2,7 +2,7 @@
 audit").
 
 An audited node-round (drawn by :func:`ledger.judge.audits.sampled`, or suspicious) is checked on
-``AUDIT_SEGMENTS`` of its segments (:func:`ledger.judge.audits.drawn_segments`, from the round's
+``AUDIT_SEGMENTS`` of its segments (:func:`drawn_segments`, from the round's
 seed, fixed after the round closed) instead of a whole-round replay:
 
 1. :func:`plan` names the boundaries needed: each drawn segment's start and end, and the round's
@@ -35,6 +35,7 @@ from sqlmodel import Session, col, select
 from ledger.core.blobstore import BlobStore
 from ledger.core.models import BoundaryRequest, RoundState
 from ledger.judge.tensors import Tensors
+from protocol.eip712 import keccak256
 from reference.segment import State, fresh_state
 from reference.trace import boundary_steps
 
@@ -85,8 +86,25 @@ class SegmentPlan:
         return self.marks[segment], self.marks[segment + 1] - self.marks[segment]
 
 
+def drawn_segments(seed: bytes, node: str, segments: int, count: int) -> list[int]:
+    """The segments of an audited node-round that the segment audit replays: ``count`` distinct
+    indices of ``segments`` (all of them when ``count`` >= ``segments``), drawn from keccak of
+    the round's seed (fixed after the round closed, :func:`ledger.judge.audits.round_seed`) and
+    the node's address, so a node cannot know which of its segments will be checked when it
+    trains or signs (docs/ledger.md, "Segment audit": the chance a cheat hidden in one segment
+    is caught)."""
+    if segments <= 0 or count <= 0:
+        raise ValueError(f"segments ({segments}) and count ({count}) must be positive")
+    address = bytes.fromhex(node.removeprefix("0x").lower())
+    pool = list(range(segments))
+    picked: list[int] = []
+    for i in range(min(count, segments)):
+        draw = keccak256(seed + address + b"coloco-segment" + i.to_bytes(4, "big"))
+        picked.append(pool.pop(int.from_bytes(draw, "big") % len(pool)))
+    return sorted(picked)
+
+
 def plan(seed: bytes, node: str, inner_steps: int, interval: int, count: int) -> SegmentPlan:
-    from ledger.judge.audits import drawn_segments
 
     marks = tuple(boundary_steps(inner_steps, interval))
     segments = drawn_segments(seed, node, len(marks) - 1, count)

@@ -62,7 +62,7 @@ def test_segments_of_a_two_thread_node_pass_and_a_skipped_step_fails() -> None:
 
 
 def test_the_segment_draw_is_fixed_by_the_seed_and_spread_over_the_segments() -> None:
-    from ledger.judge.audits import drawn_segments
+    from ledger.judge.segments import drawn_segments
 
     seed = bytes(range(32))
     assert drawn_segments(seed, NODE, 10, 1) == drawn_segments(seed, NODE, 10, 1)
