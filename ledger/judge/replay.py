@@ -11,6 +11,7 @@ with a tolerance measured on honest nodes (docs/ledger.md, "Replay audit").
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from protocol.errors import ConfigError
 from protocol.hashing import hash_state_dict
 
 if TYPE_CHECKING:
@@ -210,17 +212,21 @@ def audit_span(
     mode = protocol_inner.CARRY_STATE if carried is None else carried
     inner = InnerConfig.protocol(steps, inputs.inner_lr, batch, carried=mode)
     step0 = int(float(start[STEP])) if STEP in start else 0
-    replayed = replay_segment(
-        start,
-        segment_rows(rows, first, steps, batch),
-        inner,
-        GPTConfig.preset(inputs.preset),
-        first_step=step0,
-        threads=threads,
-    )
+    span = f"steps {first}..{first + steps - 1}"
+    try:
+        replayed = replay_segment(
+            start,
+            segment_rows(rows, first, steps, batch),
+            inner,
+            GPTConfig.preset(inputs.preset),
+            first_step=step0,
+            threads=threads,
+        )
+    except ConfigError as exc:  # the node's state is not of the run's model: not its work
+        why = f"segment {span} cannot be replayed from the node's committed state: {exc}"
+        return SegmentVerdict(False, math.inf, first, steps, time.process_time() - began, why)
     err = segment_error(claimed_end, replayed, start)
     seconds = time.process_time() - began
-    span = f"steps {first}..{first + steps - 1}"
     if err.value <= tolerance:
         why = f"segment replay matches ({span}: error {err.value:.2e} <= {tolerance:g})"
     else:
