@@ -76,3 +76,18 @@ def test_the_segment_draw_is_fixed_by_the_seed_and_spread_over_the_segments() ->
     assert min(counts) > 140 and max(counts) < 260, counts
     with pytest.raises(ValueError, match="positive"):
         drawn_segments(seed, NODE, 0, 1)
+
+
+def test_a_state_of_another_model_fails_the_segment_instead_of_stalling_the_round() -> None:
+    """A node whose committed state is not of the run's model (another preset) fails its audit
+    with the reason; an exception here would leave the round unscored, retried forever."""
+    small = GPTConfig.preset("tiny")
+    other = {n: t.float() for n, t in genesis_checkpoint(small, 0).weights.items()}
+    state = fresh_state({n: t for n, t in other.items() if not n.startswith("blocks.1.")})
+    tokens = H * BATCH * small.seq_len
+    inputs = ReplayInputs(RUN, 3, NODE, tokens, H, LR, (10_000,), "tiny")
+    verdict = audit_segment(state, state, inputs, corpus_of(None), segment=0, segment_steps=K,
+                            tolerance=SEGMENT_TOLERANCE, threads=1)  # fmt: skip
+    assert not verdict.passed and verdict.error == float("inf")
+    assert "cannot be replayed from the node's committed state" in verdict.reason
+    assert "does not fit the model" in verdict.reason
