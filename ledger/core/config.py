@@ -37,9 +37,10 @@ SEGMENT_TOLERANCE = 1e-3
 ONE_STEP_TOLERANCE = 1e-3
 # segments replayed per audited node-round; more only add to the chance of catching a cheat
 AUDIT_SEGMENTS = 1
-# a node answers the ledger's boundary requests after each round it trains and while it lingers
-# after its last one (trainer.round.node): an audited round's verdict waits at most this long
-BOUNDARY_DEADLINE_S = 300.0
+# a node answers the ledger's boundary requests every 2 s from a background thread and while it
+# lingers after its last one (trainer.round.node): an audited round's verdict waits at most this
+# long, and so do the rounds after it, when a node does not answer (withholding fails it)
+BOUNDARY_DEADLINE_S = 60.0
 # a node's minimum stake valued in its rewards of one round (governance's valuation: minStake at
 # the stake's price over one node's share of rewardPerRound at the share token's price)
 STAKE_IN_ROUND_REWARDS = 200.0
