@@ -150,9 +150,11 @@ def test_a_peer_that_stalls_with_a_round_in_flight_is_found_by_its_heartbeat(
     out = collect(procs, results, manager)
     assert out["exit_codes"][:2] == [0, 0], out["errors"]
     print(f"round 1 landed {took:.1f}s after the stall (collective timeout {collective_s:g}s)")
-    for k in (0, 1):  # dropped by the watch of the background all-reduce (StalledError), then
-        # by the watch of the re-form-and-retry path's first attempt with the same members
-        assert [r for r, _ in out["stalled"][k]][:2] == [1, 1], out["stalled"]
+    for k in (0, 1):  # dropped by the watch of the background all-reduce (StalledError), and
+        # under load possibly again by the re-form-and-retry path's first attempt with the same
+        # members (when node 2's stale heartbeat still lists it): round 1's, by the watch
+        stalls = [r for r, _ in out["stalled"][k]]
+        assert stalls and set(stalls[:2]) == {1}, out["stalled"]
     found = {tuple(who) for k in (0, 1) for _, who in out["stalled"][k]}
     assert len(found) == 1 and len(next(iter(found))) == 1, out["stalled"]  # node 2, by both
     rounds = _by_round(out["results"])
