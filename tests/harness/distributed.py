@@ -78,12 +78,16 @@ def run_workers(
                 f"{len(alive)} of {world_size} workers still running after {timeout}s"
             )
         out: list[Any] = []
+        failed: list[str] = []  # every worker's failure, not the first rank's only
         for rank in range(world_size):
             if rank not in results:
                 code = procs[rank].exitcode
-                raise RuntimeError(f"worker {rank} died without a result (exit code {code})")
+                failed.append(f"worker {rank} died without a result (exit code {code})")
+                continue
             status, value = results[rank]
             if status == "error":
-                raise RuntimeError(f"worker {rank} failed:\n{value}")
+                failed.append(f"worker {rank} failed:\n{value}")
             out.append(value)
+        if failed:
+            raise RuntimeError("\n".join(failed))
         return out

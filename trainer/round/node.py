@@ -17,6 +17,7 @@ the one-round delayed outer step (:class:`trainer.round.overlap.Overlap`, ``Node
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -186,9 +187,14 @@ class NodeRunner:
         self.disk = CheckpointDir(settings.checkpoint_dir) if settings.checkpoint_dir else None
         self.residuals = Residuals(settings.checkpoint_dir)
         """The sparse format's error feedback, by round (trainer.round.residual)."""
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
         work_dir = settings.checkpoint_dir
-        self.boundaries = BoundaryStore(work_dir) if work_dir is not None else None
-        """The rounds' boundary states, kept for the audit window (trainer.round.boundaries)."""
+        if work_dir is None:  # its signed traceRoot must be servable: the audit asks for them
+            self._scratch = tempfile.TemporaryDirectory(prefix="coloco-boundaries-")
+            work_dir = Path(self._scratch.name)
+        self.boundaries: BoundaryStore | None = BoundaryStore(work_dir)
+        """The rounds' boundary states, kept for the audit window (trainer.round.boundaries): in
+        the checkpoint folder, else a scratch folder removed when the node stops."""
         self.server = CheckpointServer(settings.serve_host, settings.serve_port)
         self.rdv.checkpoints.serving = self.server.endpoint  # its joins announce it from round 1
         self.model = GPT(settings.model, seed=settings.seed).to(self.device)
@@ -578,6 +584,8 @@ class NodeRunner:
             self.heartbeat.stop()
             if self.boundaries is not None:
                 self.boundaries.close()  # the last round's states written before the node exits
+            if self._scratch is not None:
+                self._scratch.cleanup()
 
     def _reported(self, report: RoundReport | None, reports: list[RoundReport]) -> None:
         if report is not None:
