@@ -23,6 +23,7 @@ from trainer.round.diloco import DiLoCo
 from trainer.round.node import NodeRunner, NodeSettings
 from trainer.round.recovery import genesis_checkpoint, genesis_hash
 from trainer.round.runconfig import RunConfig, StaticConfig
+from trainer.round.schedule import RoundReport
 
 SMALL = GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32)
 
@@ -100,3 +101,37 @@ def test_a_work_record_carries_the_attestations_fields_less_the_attesters() -> N
     """WorkRecord is written out (its pseudo-gradient is tensors); its fields are the spec's."""
     assert tuple(f.name for f in fields(WorkRecord)) == WORK_FIELDS
     assert tuple(a for a in ATTESTATION_ATTRS if a not in ("run_id", "node")) == WORK_FIELDS
+
+
+def test_a_node_without_a_checkpoint_folder_still_serves_the_trace_it_signed(
+    corpus_dir: Path, store_port: int
+) -> None:
+    """The traceRoot a node signs must be servable when the audit asks (else it is failed as
+    withholding): with no checkpoint folder the boundaries live in a scratch folder while the node
+    runs, removed when it stops."""
+    key = NodeKey.from_private_key(bytes.fromhex(DEV_KEYS[0][2:]))
+    domain = Eip712Domain(chain_id=31337, verifying_contract=DEV_ADDRESS)
+    config = RunConfig.make(inner_steps=4, batch_size=4, trace_interval=2)
+    settings = NodeSettings(
+        run_id=RUN_ID, model=SMALL, rendezvous_port=store_port,
+        membership=MembershipConfig(min_nodes=1, join_window_s=0.0),
+        data_path=str(corpus_dir), checkpoint_dir=None, max_rounds=1, eval_rows=8,
+    )  # fmt: skip
+    served: list[bool] = []
+
+    def on_round(report: RoundReport) -> None:
+        store = runner.boundaries
+        assert store is not None
+        att = report.signed.attestation
+        boundary = store.serve(att.round, 1)
+        state = decode_blob(boundary.blob, max_bytes=len(boundary.blob))
+        check_served(att.trace_root, 1, 2, state, boundary.boundary.sketch_hash, boundary.proof)
+        served.append(True)
+
+    runner = NodeRunner(settings, Attester(key, domain, RUN_ID, None), StaticConfig(config),
+                        on_round=on_round)  # fmt: skip
+    assert runner.boundaries is not None
+    scratch = runner.boundaries.root
+    runner.run()
+    assert served == [True]
+    assert not scratch.exists(), "the scratch folder outlived the node"
