@@ -64,6 +64,7 @@ class Plan:
     step_sleep_s: float = 0.0  # a slower machine: every inner step takes this much longer
     forge_in_round: int | None = None  # commits to its packet, sends its peers another (F6)
     run_id: bytes = RUN_ID  # another run on the same rendezvous (test_rendezvous_reuse)
+    local_ranks: int = 1  # NodeSettings.local_ranks (trainer.round.ranks)
 
 
 def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
@@ -129,6 +130,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         overlap=plan.overlap,
         hold_file=Path(plan.hold_file) if plan.hold_file else None,
         time_box=plan.time_box,
+        local_ranks=plan.local_ranks,
     )
     if plan.events:
         import logging

@@ -1,0 +1,106 @@
+"""``coloco node run --local-ranks N`` for real (trainer.round.ranks): a node of 2 local ranks
+(FSDP2 over their own gloo world, one chunk of the outer state each) and a one-rank node train
+rounds together through :class:`~trainer.round.node.NodeRunner`, with a real anvil, the real
+ledger served over HTTP (joins, attestations, the judge, every round committed on chain) and the
+rendezvous. Both nodes are credited every round, and the ledger's own outer step lands on the
+weights both hold: what the 2-rank node committed, signed and uploaded is a one-rank node's."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+from protocol.chain import ChainClient
+from protocol.deployment import Deployment
+from protocol.errors import ConfigError
+from protocol.types import RoundNumber, RunId
+from reference.model import GPT
+from reference.outer import OuterState
+from tests.trainer.nodes import RUN_ID, collect, start_nodes
+from tests.trainer.rogue import OnChain, assert_agree, by_round
+from tests.trainer.test_ledger_members import MODEL, RUN, served  # noqa: F401 - the fixture
+from trainer.round.node import NodeSettings
+from trainer.round.ranks import RankedDiLoCo, RankPool
+from trainer.round.runconfig import RunConfig
+
+pytestmark = [pytest.mark.distributed]
+
+
+def _scores(url: str, r: int) -> dict[str, Any]:
+    view = httpx.get(f"{url}/v1/runs/{RUN}/rounds/{r}", timeout=10).json()
+    return {s["node"]: s for s in view.get("scores", [])}
+
+
+@pytest.mark.anvil
+def test_a_two_rank_node_and_a_one_rank_node_train_one_run_and_are_credited(
+    served: tuple[str, OnChain],  # noqa: F811
+    corpus_dir: Path,
+    store_port: int,
+) -> None:
+    url, run = served
+    last = 2
+    plans = [
+        run.plan(i, rounds=last, min_nodes=2, ledger_url=url, collective_timeout_s=60.0,
+                 local_ranks=ranks)
+        for i, ranks in enumerate((2, 1))
+    ]  # fmt: skip
+    out = collect(*start_nodes(plans, store_port, corpus_dir), timeout=300.0)
+    assert out["exit_codes"] == [0, 0], out
+    rounds = by_round(out["results"])
+    assert sorted(rounds) == list(range(1, last + 1)), out["results"]
+    both = {run.addresses[0], run.addresses[1]}
+    for r, recs in rounds.items():
+        assert sorted(recs) == [0, 1], f"round {r}: {recs}"
+        for rec in recs.values():
+            assert set(rec["members"]) == both and rec["attempts"] == 1, rec
+        # one single-process token count: 3 inner steps x 4 rows x 32 tokens, either node
+        assert {rec["tokens"] for rec in recs.values()} == {3 * 4 * 32}, recs
+    assert_agree(rounds)
+    chain = ChainClient(run.rpc_url, Deployment.load(Path(run.deployment)))
+    deadline = time.monotonic() + 120
+    while chain.last_round(RunId(RUN_ID)) < last:
+        assert time.monotonic() < deadline, f"round {last} never committed on chain"
+        time.sleep(0.2)
+    for r, recs in rounds.items():  # the ledger's outer step over both packets: the nodes' weights
+        (result,) = {rec["result_checkpoint"] for rec in recs.values()}
+        committed = bytes(chain.checkpoint_of(RunId(RUN_ID), RoundNumber(r)))
+        assert "0x" + committed.hex() == result, f"round {r}"
+        scores = _scores(url, r)
+        for addr in both:
+            s = scores[addr]
+            assert s["verified"] and int(s["reward"]) > 0, f"round {r}, {addr}: {s}"
+
+
+def test_node_settings_refuse_what_a_node_of_several_ranks_does_not_do() -> None:
+    ok = NodeSettings(run_id=RUN_ID, model=MODEL, local_ranks=2)
+    assert ok.local_ranks == 2
+    cases = [
+        ({"local_ranks": 0}, "--local-ranks 0: a node runs at least 1 rank"),
+        ({"local_ranks": 2, "overlap": True}, "--local-ranks 2 with --overlap"),
+        ({"local_ranks": 2, "time_box": True}, "--local-ranks 2 with --time-box"),
+        ({"local_ranks": 2, "device": "cuda"}, "--local-ranks 2 on --device cuda"),
+    ]
+    for kw, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            NodeSettings(run_id=RUN_ID, model=MODEL, **kw)  # type: ignore[arg-type]
+
+
+def test_a_failing_rank_is_named_and_the_pool_stops() -> None:
+    """A batch that does not split over the ranks fails in every rank; the node raises the
+    rank's ConfigError (exit 2 at the CLI) instead of waiting, and the rank processes are gone."""
+    pool = RankPool(MODEL, 0, 2)
+    try:
+        node = RankedDiLoCo(pool, OuterState.from_model(GPT(MODEL, seed=0)))
+        settings = RunConfig.make(inner_steps=2, batch_size=3).settings
+        rows = torch.randint(0, 256, (6, MODEL.seq_len + 1))
+        split = r"local rank \d, 'train': batch size 3 does not split over 2 local ranks"
+        with pytest.raises(ConfigError, match=split):
+            node.train_local(rows, settings)
+        assert pool.procs == [] and pool.conns == []
+    finally:
+        pool.close()
