@@ -19,11 +19,13 @@ from protocol.chain import ChainClient
 from protocol.deployment import Deployment
 from protocol.errors import ConfigError
 from protocol.types import RoundNumber, RunId
+from reference.checkpoint import RoundCheckpoint
 from reference.model import GPT
 from reference.outer import OuterState
 from tests.trainer.nodes import RUN_ID, collect, start_nodes
 from tests.trainer.rogue import OnChain, assert_agree, by_round
 from tests.trainer.test_ledger_members import MODEL, RUN, served  # noqa: F401 - the fixture
+from trainer.round.diloco import DiLoCo
 from trainer.round.node import NodeSettings
 from trainer.round.ranks import RankedDiLoCo, RankPool
 from trainer.round.runconfig import RunConfig
@@ -88,6 +90,62 @@ def test_node_settings_refuse_what_a_node_of_several_ranks_does_not_do() -> None
     for kw, message in cases:
         with pytest.raises(ConfigError, match=message):
             NodeSettings(run_id=RUN_ID, model=MODEL, **kw)  # type: ignore[arg-type]
+
+
+class _Fixed:
+    """An averager that returns a given mean (both nodes step with the same one)."""
+
+    world_size = 1
+
+    def __init__(self, mean: torch.Tensor) -> None:
+        self.mean = mean
+
+    def average(self, flat: Any, fmt: str, weight: int | None = None, check: Any = None) -> Any:
+        return self.mean.clone(), 0
+
+
+def test_rounds_of_a_two_rank_node_match_a_one_rank_node() -> None:
+    """RankedDiLoCo (2 rank processes) against DiLoCo in this process, 2 rounds from the same
+    base with the same mean, an eval between them (as NodeRunner.report does): the same base
+    hash and trace start, the inner steps within 1e-5, the same packet encoding of its weights,
+    the outer step and the checkpoint bit-equal, the same eval loss."""
+    settings = RunConfig.make(inner_steps=3, batch_size=4, trace_interval=2).settings
+    ref = DiLoCo(GPT(MODEL, seed=0), OuterState.from_model(GPT(MODEL, seed=0)))
+    pool = RankPool(MODEL, 0, 2)
+    try:
+        node = RankedDiLoCo(pool, OuterState.from_model(GPT(MODEL, seed=0)))
+        evals = torch.randint(
+            0, 256, (8, MODEL.seq_len + 1), generator=torch.Generator().manual_seed(9)
+        )
+        for rnd in range(2):
+            rows = torch.randint(0, 256, (12, MODEL.seq_len + 1),
+                                 generator=torch.Generator().manual_seed(rnd))  # fmt: skip
+            kept: list[int] = []
+            mine = node.train_local(
+                rows, settings, keep=lambda b, s, kept=kept: kept.append(b.step)
+            )
+            theirs = ref.train_local(rows, settings)
+            assert mine.base_hash == theirs.base_hash, f"round {rnd}: another base"
+            assert mine.trace is not None and theirs.trace is not None
+            assert len(mine.trace.boundaries) == len(theirs.trace.boundaries) == len(kept)
+            assert mine.trace.boundaries[0].state_hash == theirs.trace.boundaries[0].state_hash
+            err = (mine.pseudo_gradient - theirs.pseudo_gradient).norm()
+            assert float(err / theirs.pseudo_gradient.norm()) <= 1e-5, f"round {rnd}: {err}"
+            assert mine.inner.tokens == theirs.inner.tokens == 3 * 4 * MODEL.seq_len
+            assert mine.packet is not None
+            # fp32: the packet is base - local, as a one-rank node's (DiLoCo.train_local) is
+            assert theirs.packet is not None
+            assert torch.equal(theirs.packet.payload, theirs.pseudo_gradient)
+            assert torch.equal(mine.packet.payload, mine.pseudo_gradient)
+            mean = theirs.pseudo_gradient
+            done = node.finish_round(mine, _Fixed(mean), settings)
+            ref.finish_round(theirs, _Fixed(mean), settings)
+            assert done.result_hash == ref.base_hash()
+            ckpt = RoundCheckpoint.of(node.state, rnd + 1).to_bytes()
+            assert ckpt == RoundCheckpoint.of(ref.state, rnd + 1).to_bytes(), f"round {rnd}"
+            assert abs(node.evaluate(evals) - ref.evaluate(evals)) <= 1e-5
+    finally:
+        pool.close()
 
 
 def test_a_failing_rank_is_named_and_the_pool_stops() -> None:

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import (
     CPUOffloadPolicy,
+    FSDPModule,
     MixedPrecisionPolicy,
     OffloadPolicy,
     fully_shard,
@@ -276,8 +277,14 @@ class ShardedDiLoCo:
 
     def evaluate(self, rows: Tensor) -> float:
         """Every rank: the model's mean loss on ``rows`` (the same rows on every rank: each
-        forward gathers the sharded parameters, a collective)."""
-        return evaluate(self.model, rows)
+        forward gathers the sharded parameters, a collective). The blocks are resharded after
+        it: with ``reshard=False`` a forward without a backward leaves them gathered, and the
+        weights loaded and trained next are the sharded ones."""
+        loss = evaluate(self.model, rows)
+        for module in self.model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        return loss
 
     def checkpoint(self, round: int, run_id: bytes = bytes(32)) -> RoundCheckpoint | None:
         """The canonical checkpoint on the leader (None on the other ranks; all take part)."""
