@@ -44,23 +44,32 @@ def test_a_two_rank_node_and_a_one_rank_node_train_one_run_and_are_credited(
     corpus_dir: Path,
     store_port: int,
 ) -> None:
+    """The one-rank node starts once the 2-rank node's ranks are up; with the ledger's 0.2 s
+    join window either may still get into the run a round late (then it trains from the next
+    round, fetching the checkpoint from its peer): both must train every round from their first,
+    and together in at least 2 of the 3."""
     url, run = served
-    last = 2
+    last = 3
     plans = [
-        run.plan(i, rounds=last, min_nodes=2, ledger_url=url, collective_timeout_s=60.0,
-                 local_ranks=ranks)
-        for i, ranks in enumerate((2, 1))
+        run.plan(0, rounds=last, min_nodes=2, ledger_url=url, collective_timeout_s=60.0,
+                 local_ranks=2),
+        run.plan(1, rounds=last, min_nodes=2, ledger_url=url, collective_timeout_s=60.0,
+                 after_ready=0),
     ]  # fmt: skip
     out = collect(*start_nodes(plans, store_port, corpus_dir), timeout=300.0)
     assert out["exit_codes"] == [0, 0], out
     rounds = by_round(out["results"])
     assert sorted(rounds) == list(range(1, last + 1)), out["results"]
+    for k, recs in out["results"].items():
+        worked = [rec["round"] for rec in recs]
+        assert worked == list(range(worked[0], last + 1)), f"node {k} worked {worked}"
+    together = [r for r, recs in rounds.items() if sorted(recs) == [0, 1]]
+    assert len(together) >= 2, f"the nodes trained together in rounds {together} only"
     both = {run.addresses[0], run.addresses[1]}
-    for r, recs in rounds.items():
-        assert sorted(recs) == [0, 1], f"round {r}: {recs}"
-        for rec in recs.values():
+    for r in together:
+        for rec in rounds[r].values():
             assert set(rec["members"]) == both and rec["attempts"] == 1, rec
-        # one single-process token count: 3 inner steps x 4 rows x 32 tokens, either node
+    for recs in rounds.values():  # a single-process token count: 3 steps x 4 rows x 32 tokens
         assert {rec["tokens"] for rec in recs.values()} == {3 * 4 * 32}, recs
     assert_agree(rounds)
     chain = ChainClient(run.rpc_url, Deployment.load(Path(run.deployment)))
@@ -68,14 +77,15 @@ def test_a_two_rank_node_and_a_one_rank_node_train_one_run_and_are_credited(
     while chain.last_round(RunId(RUN_ID)) < last:
         assert time.monotonic() < deadline, f"round {last} never committed on chain"
         time.sleep(0.2)
-    for r, recs in rounds.items():  # the ledger's outer step over both packets: the nodes' weights
+    for r, recs in rounds.items():  # the ledger's outer step over the packets: the nodes' weights
         (result,) = {rec["result_checkpoint"] for rec in recs.values()}
         committed = bytes(chain.checkpoint_of(RunId(RUN_ID), RoundNumber(r)))
         assert "0x" + committed.hex() == result, f"round {r}"
         scores = _scores(url, r)
-        for addr in both:
-            s = scores[addr]
-            assert s["verified"] and int(s["reward"]) > 0, f"round {r}, {addr}: {s}"
+        for k in recs:
+            s = scores[run.addresses[k]]
+            assert s["verified"] and int(s["reward"]) > 0, f"round {r}, node {k}: {s}"
+    print(f"a 2-rank and a 1-rank node, {last} rounds, together in rounds {together}")
 
 
 def test_node_settings_refuse_what_a_node_of_several_ranks_does_not_do() -> None:

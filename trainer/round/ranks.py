@@ -81,6 +81,7 @@ class RankPool:
             theirs.close()  # the rank's end lives in the rank: its exit is an EOF here
             self.conns.append(mine)
             self.procs.append(proc)
+        self.call("ping")  # every rank in the node's world: the node joins nothing before
         log.info("started %d local ranks (pids %s)", ranks, [p.pid for p in self.procs])
 
     @property
@@ -239,6 +240,9 @@ class _Rank:
         if self._node is None:
             raise TrainerError("this rank holds no state yet: the node adopts one first")
         return self._node
+
+    def do_ping(self, _: None) -> None:
+        pass
 
     def do_adopt(self, state: OuterState) -> None:
         first = self._node is None  # the model is sharded once, later states are loaded in
