@@ -99,10 +99,10 @@ class RankPool:
         pending = set(range(self.size))
         value = None
         while pending:
-            for conn in wait([self.conns[r] for r in pending]):
-                rank = self.conns.index(conn)  # type: ignore[arg-type]
+            for ready in wait([self.conns[r] for r in pending]):
+                rank = next(r for r in pending if self.conns[r] is ready)
                 try:
-                    msg = conn.recv()  # type: ignore[union-attr]
+                    msg = self.conns[rank].recv()
                 except EOFError:
                     code = self.procs[rank].exitcode
                     self.close()
@@ -148,7 +148,7 @@ class RankedDiLoCo(DiLoCo):
         self.inner = None
         pool.call("adopt", state)
 
-    @property  # type: ignore[override]
+    @property
     def state(self) -> OuterState:
         """The outer state gathered from the ranks (a copy: writing it changes nothing)."""
         base, momentum = self.pool.call("state")
