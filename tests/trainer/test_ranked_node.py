@@ -166,6 +166,10 @@ def test_a_failing_rank_is_named_and_the_pool_stops() -> None:
         node = RankedDiLoCo(pool, OuterState.from_model(GPT(MODEL, seed=0)))
         settings = RunConfig.make(inner_steps=2, batch_size=3).settings
         rows = torch.randint(0, 256, (6, MODEL.seq_len + 1))
+        sparse = RunConfig.make(inner_steps=2, batch_size=4, wire_format="sparse").settings
+        with pytest.raises(ConfigError, match="wire format sparse: a node of several local"):
+            node.train_local(rows, sparse)  # refused here, before the ranks are asked
+        assert len(pool.procs) == 2
         split = r"local rank \d, 'train': batch size 3 does not split over 2 local ranks"
         with pytest.raises(ConfigError, match=split):
             node.train_local(rows, settings)

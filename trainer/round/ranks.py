@@ -40,7 +40,7 @@ from typing import Any
 import torch.distributed as dist
 from torch import Tensor
 
-from protocol.errors import ConfigError, TrainerError
+from protocol.errors import ColocoError, ConfigError, TrainerError
 from protocol.hashing import hash_state_dict
 from reference.codec import WireFormat
 from reference.inner import StepInfo, precision
@@ -314,6 +314,9 @@ def _rank_main(  # noqa: PLR0917 - multiprocessing's positional arguments
                 conn.send(("ok", getattr(me, f"do_{cmd}")(arg)))
             except Exception as exc:  # the node raises it, naming this rank
                 log.exception("local rank %d: %s failed", rank, cmd)
-                conn.send(("error", type(exc).__name__, getattr(exc, "message", str(exc))))
+                text = (
+                    exc.message if isinstance(exc, ColocoError) else f"{type(exc).__name__}: {exc}"
+                )
+                conn.send(("error", type(exc).__name__, text))
     finally:
         dist.destroy_process_group()
