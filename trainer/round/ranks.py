@@ -33,6 +33,7 @@ import contextlib
 import logging
 import multiprocessing as mp
 import os
+import signal
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -299,6 +300,7 @@ def _rank_main(  # noqa: PLR0917 - multiprocessing's positional arguments
     """A rank process: join the node's world, then answer commands until ``stop`` (or until
     the node's end of the pipe closes)."""
     os.environ["OMP_NUM_THREADS"] = "1"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the node, and the node the ranks
     return_freed_memory()
     where = join_world(rank, [world], port, timeout_s=timeout_s)
     me = _Rank(where, GPT(cfg, seed=seed), conn)
