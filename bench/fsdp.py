@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import itertools
 import json
@@ -45,6 +46,7 @@ from reference.segment import STEP, fresh_state, replay_segment, segment_error, 
 from reference.trace import WEIGHTS, Boundary, TraceBuilder, state_hash
 from trainer.network.comm import GroupAverager
 from trainer.round.diloco import RoundSettings
+from trainer.round.ranks import RESHARD
 from trainer.round.sharded import ShardedDiLoCo, local_rows, shard_model
 from trainer.round.sharded_state import ShardOuterState
 from trainer.round.sharded_world import LocalRank, spawn_nodes
@@ -282,14 +284,16 @@ def measure_host_bytes(spec: Spec, ranks: int = 2) -> dict[str, float]:
     return out
 
 
-def speed(where: LocalRank, spec: Spec, out: str) -> None:
-    """Inner tokens/s of one node (every rank times the same steps after one warm-up step)."""
+def speed(where: LocalRank, spec: Spec, out: str, profile: bool = False) -> None:
+    """Inner tokens/s of one node (every rank times the same steps after one warm-up step);
+    ``profile``: the timed steps under torch's profiler, the ops taking most of this rank's own
+    CPU time written beside (``--profile``)."""
     from torch.distributed.device_mesh import DeviceMesh
 
     model = spec.model()
     world = torch.distributed.get_world_size(where.group)
     if world > 1:
-        shard_model(model, DeviceMesh.from_group(where.group, "cpu"), reshard=False)
+        shard_model(model, DeviceMesh.from_group(where.group, "cpu"), reshard=RESHARD)
     rank = torch.distributed.get_rank(where.group)
     rows = local_rows(spec.rows(0, 0), spec.batch, spec.steps, rank, world)
     per = InnerConfig.protocol(spec.steps, spec.lr, spec.batch // world, carried=False)
@@ -297,29 +301,42 @@ def speed(where: LocalRank, spec: Spec, out: str) -> None:
     warm = InnerConfig.protocol(1, spec.lr, spec.batch // world, carried=False)
     InnerTrainer(model, warm).train(rows)
     torch.distributed.barrier(where.group)
-    start, cpu = time.perf_counter(), time.process_time()
-    trainer.train(rows)
-    seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    with prof if profile else contextlib.nullcontext():
+        start, cpu = time.perf_counter(), time.process_time()
+        trainer.train(rows)
+        seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
     tokens = spec.steps * spec.batch * GPTConfig.preset(spec.preset).seq_len
-    found = {"tokens_per_s": tokens / seconds, "tokens": tokens, "cpu_s": cpu_s}
+    found: dict[str, Any] = {"tokens_per_s": tokens / seconds, "tokens": tokens, "cpu_s": cpu_s,
+                             "seconds": seconds}  # fmt: skip
+    if profile:
+        ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:15]
+        found["ops_self_cpu_s"] = {e.key: round(e.self_cpu_time_total / 1e6, 3) for e in ops}
     (Path(out) / f"speed{world}_{rank}.json").write_text(json.dumps(found))
 
 
-def measure_speedup(spec: Spec) -> dict[str, float]:
+def measure_speedup(spec: Spec, profile: bool = False) -> dict[str, Any]:
     """Wall-clock tokens/s of a 2-rank node over a 1-rank node, and the same ratio per CPU
     second (``two_rank_cpu_efficiency``: 1.0 when sharding costs no compute; what a 2-rank node
     gains on two idle cores is about twice it, the wall-clock figure depends on the other load)."""
-    wall, per_cpu = {}, {}
+    wall, per_cpu, profiles = {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="coloco-fsdp-") as tmp:
         for ranks in (1, 2):
-            spawn_nodes(speed, [ranks], spec, tmp, start_method=_forked())
+            spawn_nodes(speed, [ranks], spec, tmp, profile, start_method=_forked())
             recs = [json.loads((Path(tmp) / f"speed{ranks}_{r}.json").read_text())
                     for r in range(ranks)]  # fmt: skip
             wall[ranks] = min(r["tokens_per_s"] for r in recs)
             per_cpu[ranks] = recs[0]["tokens"] / sum(r["cpu_s"] for r in recs)
-    return {"tokens_per_s_1": round(wall[1], 1), "tokens_per_s_2": round(wall[2], 1),
-            "two_rank_speedup": round(wall[2] / wall[1], 3),
-            "two_rank_cpu_efficiency": round(per_cpu[2] / per_cpu[1], 3)}  # fmt: skip
+            profiles[f"{ranks}_ranks"] = [{k: r[k] for k in ("seconds", "cpu_s", "ops_self_cpu_s")
+                                           if k in r} for r in recs]  # fmt: skip
+    found: dict[str, Any] = {
+        "tokens_per_s_1": round(wall[1], 1), "tokens_per_s_2": round(wall[2], 1),
+        "two_rank_speedup": round(wall[2] / wall[1], 3),
+        "two_rank_cpu_efficiency": round(per_cpu[2] / per_cpu[1], 3),
+    }  # fmt: skip
+    if profile:
+        found["profile"] = profiles
+    return found
 
 
 def bf16_momentum_loss(rounds: int, steps: int, nodes: int = 2, seed: int = 0) -> dict[str, float]:
@@ -356,6 +373,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--quick", action="store_true", help="small shapes (minutes on 2 cores)")
     ap.add_argument("--nodes", help="one run only: the nodes' local rank counts, e.g. 1,2,4")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the --nodes run")
+    ap.add_argument(
+        "--speed",
+        action="store_true",
+        help="only two_rank_speedup (the small preset, 1 rank then 2)",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="with --speed: each rank's top ops by its own CPU time",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -368,6 +395,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
         found = run_nodes(Spec(rounds=args.rounds), sizes)
         found["ok"] = all(found[k] for k in EXACT) and found["inner_rel_err"] <= INNER_TOLERANCE
+        found["seconds"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps(found))
+        return found
+    speed_spec = Spec(preset="small", steps=3 if args.quick else 8, batch=8)
+    if args.speed:
+        found = measure_speedup(speed_spec, profile=args.profile)
         found["seconds"] = round(time.perf_counter() - t0, 1)
         print(json.dumps(found))
         return found
@@ -384,7 +417,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     out |= measure_host_bytes(Spec(preset="cpu10m", rounds=1, steps=2, batch=4))
     out |= bf16_momentum_loss(rounds=6 if args.quick else 20, steps=10 if args.quick else 25)
-    out |= measure_speedup(Spec(preset="small", steps=3 if args.quick else 8, batch=8))
+    out |= measure_speedup(speed_spec)
     out["seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(out))
     return out

@@ -12,7 +12,7 @@ them, and :func:`trainer.cli.build` wires a filled tree into a
       network      rendezvous, successor_endpoint, serve_checkpoints, host_rendezvous,
                    min_nodes, join_window, connect_timeout, collective_timeout, heartbeat_timeout
       training     device, bf16, data, model, seed, batch_size, rounds, leave_after, hold_file,
-                   time_box
+                   time_box, local_ranks
       static       inner_steps, inner_lr, wire_format        the round settings without a chain
       checkpoints  checkpoint_dir
       plain
@@ -163,6 +163,15 @@ class Training:
             "fastest member's pace of the round before, and declare them (paid by tokens)."
         ),
     ] = False
+    local_ranks: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Processes of this node (CPU, one thread each): FSDP2 shards the model over "
+            "them, each keeps a chunk of the outer state; what the node signs and uploads is "
+            "a one-rank node's. The batch size must split over them.",
+        ),
+    ] = 1
 
 
 @dataclass(frozen=True)

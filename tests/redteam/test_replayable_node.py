@@ -122,6 +122,7 @@ def _audited_rounds(
     config: type[ChainConfig] = ChainConfig,
     serve: bool = True,
     skip_call: int = 0,
+    local_ranks: int = 1,
     **overrides: Any,
 ) -> tuple[list[dict[str, Any]], list[str], Ledger]:
     """The node's scores of each round, the rounds' states, and the (stopped) ledger."""
@@ -147,7 +148,7 @@ def _audited_rounds(
                     run_id=RUN, model=TINY, rendezvous_port=port,
                     membership=MembershipConfig(min_nodes=1, join_window_s=0.0),
                     data_path=str(corpus), max_rounds=rounds, eval_rows=8,
-                    checkpoint_dir=work,
+                    checkpoint_dir=work, local_ranks=local_ranks,
                 ),
                 Attester(key, domain_of(deployment), RUN, lc),
                 config(cc, batch_size=4),
@@ -203,6 +204,32 @@ def test_a_multi_threaded_node_passes_the_segment_audit_and_a_skipped_step_is_ca
     assert fraud.round == 2 and evidence["segment"] == 1 and evidence["first_step"] == 5
     assert evidence["segment_error"] > 10 * 1e-3 and evidence["audit_seed"].startswith("0x")
     assert set(evidence["boundary_state_hashes"]) >= {"1", "2", "10"}, evidence
+
+
+@pytest.mark.slow  # ~50 s here: one round of H 50 on 2 rank processes, every segment replayed
+def test_a_node_of_two_local_ranks_passes_the_segment_audit(
+    chain: AnvilProcess,
+    deployment: Deployment,
+    settings_for: Callable[..., Settings],  # noqa: F811
+    db_url: str,  # noqa: F811
+    nodes: list[Any],  # noqa: F811
+    corpus_dir: Path,  # noqa: F811
+    store_port: int,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """``--local-ranks 2`` (trainer.round.ranks): the boundary states its rank 0 gathered are
+    served by the node, and the ledger's replay of every segment from them (each step's 4 rows
+    on one process, where the node split them over 2 ranks) matches."""
+    key = NodeKey.from_private_key(nodes[0].key)
+    scores, states, _ = _audited_rounds(
+        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rounds=1, local_ranks=2,
+    )  # fmt: skip
+    (score,) = scores
+    assert states[0] in ("committed", "final"), (states, scores)
+    assert score["verified"] and int(score["reward"]) > 0, score
+    assert "audited (" in score["reason"] and "segment replay matches" in score["reason"]
+    assert score["reason"].count("segment ") >= 10, score  # every segment of H 50 / 5
 
 
 def test_a_node_that_withholds_its_boundaries_fails_at_the_deadline(

@@ -64,6 +64,8 @@ class Plan:
     step_sleep_s: float = 0.0  # a slower machine: every inner step takes this much longer
     forge_in_round: int | None = None  # commits to its packet, sends its peers another (F6)
     run_id: bytes = RUN_ID  # another run on the same rendezvous (test_rendezvous_reuse)
+    local_ranks: int = 1  # NodeSettings.local_ranks (trainer.round.ranks)
+    after_ready: int | None = None  # start once node k's NodeRunner is built (its ranks up)
 
 
 def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
@@ -129,6 +131,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         overlap=plan.overlap,
         hold_file=Path(plan.hold_file) if plan.hold_file else None,
         time_box=plan.time_box,
+        local_ranks=plan.local_ranks,
     )
     if plan.events:
         import logging
@@ -144,7 +147,12 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         ledger = LedgerClient(plan.ledger_url)
     recovery = Recovery(plan.run_id, model, 0, chain=chain, peer_timeout_s=60.0, ledger=ledger)
     attester = Attester(key, domain, plan.run_id, ledger)
+    deadline = time.monotonic() + 120
+    while plan.after_ready is not None and f"ready/{plan.after_ready}" not in results:
+        assert time.monotonic() < deadline, f"node {plan.after_ready} never got ready"
+        time.sleep(0.05)
     runner = NodeRunner(settings, attester, source, recovery=recovery)
+    results[f"ready/{plan.key}"] = True
     if plan.late_first_join and ledger is not None:
         _join_late(runner, ledger, results, plan.key)
     if plan.serve_corrupt:

@@ -48,6 +48,24 @@ def test_offline_run_trains_and_writes_checkpoints(
     assert CheckpointDir(ckpts).rounds() == [1, 2]
 
 
+def test_offline_run_of_a_node_of_two_local_ranks(
+    keystore: tuple[Path, Path], corpus_dir: Path, tmp_path: Path
+) -> None:
+    """`--local-ranks 2`: the node starts two rank processes (trainer.round.ranks), trains a
+    round with them and writes the canonical checkpoint; a count below 1 is refused."""
+    port = free_port()
+    ckpts = tmp_path / "ckpt"
+    result = CliRunner().invoke(app, _args(
+        keystore, "--host-rendezvous", "--rendezvous", f"127.0.0.1:{port}", "--data",
+        str(corpus_dir), "--checkpoint-dir", str(ckpts), "--rounds", "1", "--inner-steps", "2",
+        "--batch-size", "2", "--join-window", "0", "--local-ranks", "2",
+    ))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert CheckpointDir(ckpts).rounds() == [1]
+    refused = CliRunner().invoke(app, _args(keystore, "--local-ranks", "0"))
+    assert refused.exit_code == 2 and "--local-ranks" in refused.output, refused.output
+
+
 def test_unreachable_peers_exit_5_with_a_message(keystore: tuple[Path, Path]) -> None:
     port = free_port()  # nobody hosts a rendezvous there
     result = CliRunner().invoke(app, _args(keystore, "--rendezvous", f"127.0.0.1:{port}",

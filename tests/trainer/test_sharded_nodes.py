@@ -40,6 +40,19 @@ def test_nodes_of_one_two_and_four_ranks_train_one_run() -> None:
     _assert_exact(run_nodes(Spec(rounds=3), [1, 2, 4]))
 
 
+def test_the_gpu_script_starts_and_ends_on_cpu() -> None:
+    """bench.gpu_node's dry run (CPU/gloo, tiny shape, 2 ranks) in make test: the prepared GPU
+    check is known to start, shard, train, step and report before a device is lent."""
+    from bench.gpu_node import main
+
+    out = main(["--dry-run"])
+    assert out["device"] == "cpu" and out["ranks"] == 2
+    assert [r["bf16"] for r in out["runs"]] == [False, True]
+    for run in out["runs"]:
+        assert "error" not in run, run
+        assert run["tokens_per_s"] > 0 and run["outer_step_s"] > 0 and run["params"] > 0
+
+
 def _docs_block() -> list[str]:
     text = DOC.read_text()
     after = text[text.index(MARKER) + len(MARKER) :]

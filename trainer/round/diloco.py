@@ -26,7 +26,7 @@ from reference import commitment
 from reference.codec import Packet, WireFormat, encode
 from reference.codec.sparse import encode_feedback
 from reference.inner import CARRY_STATE, InnerConfig, InnerResult, InnerTrainer, StepInfo
-from reference.model import GPT
+from reference.model import GPT, evaluate
 from reference.outer import OuterConfig, OuterState
 from reference.trace import Boundary, Trace, TraceBuilder, residual_entries
 from trainer.network.collective import Check
@@ -206,6 +206,23 @@ class DiLoCo:
 
     def sync_inner_model(self) -> None:
         self.state.load_into(self.model)
+
+    def snapshot(self) -> object:
+        """The outer state as it is now, for :meth:`restore` (a collective that fails after the
+        outer step: the node retries the round's average from the state before it)."""
+        return self.state.base.clone(), self.state.momentum.clone()
+
+    def restore(self, snapshot: object) -> None:
+        """Back to a :meth:`snapshot`'s outer state, the inner model reloaded from it."""
+        assert isinstance(snapshot, tuple)
+        base, momentum = snapshot
+        self.state.base.copy_(base)
+        self.state.momentum.copy_(momentum)
+        self.sync_inner_model()
+
+    def evaluate(self, rows: Tensor) -> float:
+        """The inner model's mean loss on ``rows`` (after a round: the new base's)."""
+        return evaluate(self.model, rows)
 
     def finish_round(
         self,

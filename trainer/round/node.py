@@ -28,6 +28,7 @@ import torch
 from protocol.eip712 import Eip712Domain, to_checksum_address
 from protocol.errors import (
     CollectiveError,
+    ConfigError,
     ForgedPacketError,
     LedgerError,
     LedgerUnavailableError,
@@ -37,7 +38,7 @@ from protocol.types import Address
 from reference.checkpoint import CheckpointDir, RoundCheckpoint
 from reference.data import EVAL_ROWS, EVAL_SEED, Corpus, ShardSpec, check_data
 from reference.inner import StepInfo, precision
-from reference.model import GPT, GPTConfig, evaluate
+from reference.model import GPT, GPTConfig
 from trainer.network.coordination.heartbeat import Heartbeat, Liveness, StalledError, watching
 from trainer.network.coordination.ledger_view import LedgerMembers
 from trainer.network.coordination.registry import AnyKeyRegistry, ChainRegistry, Registry
@@ -54,6 +55,7 @@ from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.round.hold import hold_at_boundary
 from trainer.round.journal import Journal
 from trainer.round.overlap import Overlap
+from trainer.round.ranks import RankedDiLoCo, RankPool
 from trainer.round.recovery import Recovery
 from trainer.round.residual import Residuals
 from trainer.round.runconfig import ConfigSource, RunConfig
@@ -103,9 +105,32 @@ class NodeSettings:
     """Heterogeneous nodes (trainer.round.timebox): run only the inner steps that fit H + 1 steps
     at the fastest member's pace of the round before, and declare them (weighted and paid by
     tokens)."""
+    local_ranks: int = 1
+    """Local ranks (processes) of this node (trainer.round.ranks): FSDP2 shards the model over
+    them, each holds a chunk of the outer state; 1: the node trains in its own process."""
 
     def __post_init__(self) -> None:
         self.precision()  # --bf16 off a GPU fails at start, not in round 1
+        self.check_ranks()
+
+    def check_ranks(self) -> None:
+        """What a node of several local ranks does not do yet fails at start, named."""
+        n = self.local_ranks
+        if n < 1:
+            raise ConfigError(f"--local-ranks {n}: a node runs at least 1 rank")
+        if n == 1:
+            return
+        for on, flag in ((self.overlap, "--overlap"), (self.time_box, "--time-box")):
+            if on:
+                raise ConfigError(
+                    f"--local-ranks {n} with {flag}: not built for a node of several ranks; "
+                    f"drop {flag} or run one rank"
+                )
+        if torch.device(self.device).type != "cpu":
+            raise ConfigError(
+                f"--local-ranks {n} on --device {self.device}: the node's ranks run on CPU/gloo "
+                "here (the NCCL path is bench.gpu_node's); use --device cpu or one rank"
+            )
 
     def precision(self) -> AbstractContextManager[None]:
         """The precision this node trains its inner steps in (reference.inner.precision):
@@ -197,7 +222,10 @@ class NodeRunner:
         the checkpoint folder, else a scratch folder removed when the node stops."""
         self.server = CheckpointServer(settings.serve_host, settings.serve_port)
         self.rdv.checkpoints.serving = self.server.endpoint  # its joins announce it from round 1
-        self.model = GPT(settings.model, seed=settings.seed).to(self.device)
+        self.ranks = None if settings.local_ranks == 1 else \
+            RankPool(settings.model, settings.seed, settings.local_ranks)  # fmt: skip
+        """The node's local ranks (trainer.round.ranks); None: it trains in this process."""
+        self.model = None if self.ranks else GPT(settings.model, seed=settings.seed).to(self.device)
         self.diloco: DiLoCo | None = None
         self._upload_due: RoundCheckpoint | None = None
         self.state_round = -1
@@ -217,7 +245,11 @@ class NodeRunner:
         """Hold ``ckpt``'s state (the start, a rejoin's catch-up, a checkpoint load, a resync):
         a new DiLoCo, so a carried inner AdamW state starts fresh (a checkpoint holds the outer
         state only; the moments of rounds this node did not train are nobody's)."""
-        self.diloco = DiLoCo(self.model, ckpt.to_state())
+        if self.ranks is not None:
+            self.diloco = RankedDiLoCo(self.ranks, ckpt.to_state())
+        else:
+            assert self.model is not None
+            self.diloco = DiLoCo(self.model, ckpt.to_state())
         self.residuals.adopt(ckpt.round)  # its own sparse residual, or zero (round.residual)
         self.state_round = ckpt.round
         self.held[ckpt.round] = ckpt.weights_hash
@@ -291,7 +323,7 @@ class NodeRunner:
         assert self.diloco is not None
         timeout = group.averager.timeout if hasattr(group.averager, "timeout") else None
         for retry in range(self.s.max_collective_retries + 1):
-            snapshot = (self.diloco.state.base.clone(), self.diloco.state.momentum.clone())
+            snapshot = self.diloco.snapshot()
             try:
                 check = self.packet_check(group, local)
                 with self.watched(group):
@@ -301,9 +333,7 @@ class NodeRunner:
                         group.check_same(outcome.result_hash, timeout)
                 return outcome, group
             except CollectiveError as exc:
-                self.diloco.state.base.copy_(snapshot[0])
-                self.diloco.state.momentum.copy_(snapshot[1])
-                self.diloco.sync_inner_model()
+                self.diloco.restore(snapshot)
                 group.close()
                 if retry == self.s.max_collective_retries:
                     raise
@@ -537,7 +567,9 @@ class NodeRunner:
     def report(self, done: RoundWork, group: RoundGroup, outcome: RoundOutcome) -> RoundReport:
         """Evaluate the model (holding the round's result), sign and publish the attestation."""
         r, config, spec, local = done.round, done.config, done.spec, done.local
-        eval_loss = evaluate(self.model, self.eval_rows) if self.eval_rows is not None else None
+        eval_loss = None
+        if self.eval_rows is not None and self.diloco is not None:
+            eval_loss = self.diloco.evaluate(self.eval_rows)
         work = WorkRecord(
             round=r,
             config_version=config.version,
@@ -586,6 +618,8 @@ class NodeRunner:
                 self.boundaries.close()  # the last round's states written before the node exits
             if self._scratch is not None:
                 self._scratch.cleanup()
+            if self.ranks is not None:
+                self.ranks.close()
 
     def _reported(self, report: RoundReport | None, reports: list[RoundReport]) -> None:
         if report is not None:

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import (
     CPUOffloadPolicy,
+    FSDPModule,
     MixedPrecisionPolicy,
     OffloadPolicy,
     fully_shard,
@@ -44,9 +45,9 @@ from protocol.errors import ConfigError
 from protocol.hashing import hash_state_dict
 from reference.checkpoint import RoundCheckpoint
 from reference.codec import WireFormat, encode
-from reference.inner import InnerResult, InnerTrainer
-from reference.model import GPT
-from reference.outer import OuterState
+from reference.inner import InnerResult, InnerTrainer, StepInfo
+from reference.model import GPT, evaluate
+from reference.outer import OuterConfig, OuterState
 from reference.trace import Boundary, TraceBuilder, boundary_state, commit_boundary
 from trainer.network.collective import Check
 from trainer.network.comm import Averager
@@ -209,8 +210,11 @@ class ShardedDiLoCo:
     def train_local(
         self, rows: Tensor, settings: RoundSettings,
         keep: Callable[[Boundary, dict[str, Tensor]], None] | None = None,
+        on_step: Callable[[StepInfo], None] | None = None,
     ) -> LocalWork:  # fmt: skip
-        """The round's inner steps from the base; the leader's work carries the packet."""
+        """The round's inner steps from the base; the leader's work carries the packet.
+        ``on_step``: after each inner step (this rank's rows: its ``tokens_per_s`` is the
+        rank's)."""
         if WireFormat.parse(settings.wire_format) is WireFormat.SPARSE:
             raise ConfigError(
                 "wire format sparse: a node of several ranks sends fp32, bf16 or int8 packets "
@@ -226,7 +230,7 @@ class ShardedDiLoCo:
         trainer = self.inner
         builder = ShardedTraceBuilder(self.model, self.layout.unflatten(origin), leader=self.leader,
                                       optimizer=lambda: trainer._opt, keep=keep)  # fmt: skip
-        done = trainer.train(mine, on_boundary=builder,
+        done = trainer.train(mine, on_step=on_step, on_boundary=builder,
                              trace_interval=settings.trace_interval)  # fmt: skip
         inner = InnerResult(done.steps, done.tokens * self.world, done.losses, done.seconds)
         flat_local = self.flat_params()
@@ -256,14 +260,31 @@ class ShardedDiLoCo:
                                          check=check)  # fmt: skip
             mean.copy_(avg)
         dist.broadcast(mean, src=self.leader_global, group=self.group)
-        self.outer.step(mean, settings.outer)
-        base = self.base()
-        self.load_flat(base)
+        result = self.apply_mean(mean, settings.outer)
         if not self.leader:
             return RoundOutcome(local, b"", 0, 0)
-        result = bytes(hash_state_dict(self.layout.unflatten(base)))
         assert averager is not None
         return RoundOutcome(local, result, sent, averager.world_size)
+
+    def apply_mean(self, mean: Tensor, cfg: OuterConfig) -> bytes:
+        """Every rank: the outer step of its chunk with the nodes' ``mean`` (the full flat
+        vector or this rank's chunk), the new base into the FSDP shards. Returns the new base's
+        hash on the leader, b"" on the other ranks."""
+        self.outer.step(mean, cfg)
+        base = self.base()
+        self.load_flat(base)
+        return bytes(hash_state_dict(self.layout.unflatten(base))) if self.leader else b""
+
+    def evaluate(self, rows: Tensor) -> float:
+        """Every rank: the model's mean loss on ``rows`` (the same rows on every rank: each
+        forward gathers the sharded parameters, a collective). The blocks are resharded after
+        it: with ``reshard=False`` a forward without a backward leaves them gathered, and the
+        weights loaded and trained next are the sharded ones."""
+        loss = evaluate(self.model, rows)
+        for module in self.model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        return loss
 
     def checkpoint(self, round: int, run_id: bytes = bytes(32)) -> RoundCheckpoint | None:
         """The canonical checkpoint on the leader (None on the other ranks; all take part)."""

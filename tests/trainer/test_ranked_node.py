@@ -1,0 +1,178 @@
+"""``coloco node run --local-ranks N`` for real (trainer.round.ranks): a node of 2 local ranks
+(FSDP2 over their own gloo world, one chunk of the outer state each) and a one-rank node train
+rounds together through :class:`~trainer.round.node.NodeRunner`, with a real anvil, the real
+ledger served over HTTP (joins, attestations, the judge, every round committed on chain) and the
+rendezvous. Both nodes are credited every round, and the ledger's own outer step lands on the
+weights both hold: what the 2-rank node committed, signed and uploaded is a one-rank node's."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+from protocol.chain import ChainClient
+from protocol.deployment import Deployment
+from protocol.errors import ConfigError
+from protocol.types import RoundNumber, RunId
+from reference.checkpoint import RoundCheckpoint
+from reference.model import GPT
+from reference.outer import OuterState
+from tests.trainer.nodes import RUN_ID, collect, start_nodes
+from tests.trainer.rogue import OnChain, assert_agree, by_round
+from tests.trainer.test_ledger_members import MODEL, RUN, served  # noqa: F401 - the fixture
+from trainer.round.diloco import DiLoCo
+from trainer.round.node import NodeSettings
+from trainer.round.ranks import RankedDiLoCo, RankPool
+from trainer.round.runconfig import RunConfig
+
+pytestmark = [pytest.mark.distributed]
+
+
+def _scores(url: str, r: int) -> dict[str, Any]:
+    view = httpx.get(f"{url}/v1/runs/{RUN}/rounds/{r}", timeout=10).json()
+    return {s["node"]: s for s in view.get("scores", [])}
+
+
+@pytest.mark.anvil
+def test_a_two_rank_node_and_a_one_rank_node_train_one_run_and_are_credited(
+    served: tuple[str, OnChain],  # noqa: F811
+    corpus_dir: Path,
+    store_port: int,
+) -> None:
+    """The one-rank node starts once the 2-rank node's ranks are up; with the ledger's 0.2 s
+    join window either may still get into the run a round late (then it trains from the next
+    round, fetching the checkpoint from its peer): both must train every round from their first,
+    and together in at least 2 of the 3."""
+    url, run = served
+    last = 3
+    plans = [
+        run.plan(0, rounds=last, min_nodes=2, ledger_url=url, collective_timeout_s=60.0,
+                 local_ranks=2),
+        run.plan(1, rounds=last, min_nodes=2, ledger_url=url, collective_timeout_s=60.0,
+                 after_ready=0),
+    ]  # fmt: skip
+    out = collect(*start_nodes(plans, store_port, corpus_dir), timeout=300.0)
+    assert out["exit_codes"] == [0, 0], out
+    rounds = by_round(out["results"])
+    assert sorted(rounds) == list(range(1, last + 1)), out["results"]
+    for k, recs in out["results"].items():
+        worked = [rec["round"] for rec in recs]
+        assert worked == list(range(worked[0], last + 1)), f"node {k} worked {worked}"
+    together = [r for r, recs in rounds.items() if sorted(recs) == [0, 1]]
+    assert len(together) >= 2, f"the nodes trained together in rounds {together} only"
+    both = {run.addresses[0], run.addresses[1]}
+    for r in together:
+        for rec in rounds[r].values():
+            assert set(rec["members"]) == both and rec["attempts"] == 1, rec
+    for recs in rounds.values():  # a single-process token count: 3 steps x 4 rows x 32 tokens
+        assert {rec["tokens"] for rec in recs.values()} == {3 * 4 * 32}, recs
+    assert_agree(rounds)
+    chain = ChainClient(run.rpc_url, Deployment.load(Path(run.deployment)))
+    deadline = time.monotonic() + 120
+    while chain.last_round(RunId(RUN_ID)) < last:
+        assert time.monotonic() < deadline, f"round {last} never committed on chain"
+        time.sleep(0.2)
+    for r, recs in rounds.items():  # the ledger's outer step over the packets: the nodes' weights
+        (result,) = {rec["result_checkpoint"] for rec in recs.values()}
+        committed = bytes(chain.checkpoint_of(RunId(RUN_ID), RoundNumber(r)))
+        assert "0x" + committed.hex() == result, f"round {r}"
+        scores = _scores(url, r)
+        for k in recs:
+            s = scores[run.addresses[k]]
+            assert s["verified"] and int(s["reward"]) > 0, f"round {r}, node {k}: {s}"
+    print(f"a 2-rank and a 1-rank node, {last} rounds, together in rounds {together}")
+
+
+def test_node_settings_refuse_what_a_node_of_several_ranks_does_not_do() -> None:
+    ok = NodeSettings(run_id=RUN_ID, model=MODEL, local_ranks=2)
+    assert ok.local_ranks == 2
+    cases = [
+        ({"local_ranks": 0}, "--local-ranks 0: a node runs at least 1 rank"),
+        ({"local_ranks": 2, "overlap": True}, "--local-ranks 2 with --overlap"),
+        ({"local_ranks": 2, "time_box": True}, "--local-ranks 2 with --time-box"),
+        ({"local_ranks": 2, "device": "cuda"}, "--local-ranks 2 on --device cuda"),
+    ]
+    for kw, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            NodeSettings(run_id=RUN_ID, model=MODEL, **kw)  # type: ignore[arg-type]
+
+
+class _Fixed:
+    """An averager that returns a given mean (both nodes step with the same one)."""
+
+    world_size = 1
+
+    def __init__(self, mean: torch.Tensor) -> None:
+        self.mean = mean
+
+    def average(self, flat: Any, fmt: str, weight: int | None = None, check: Any = None) -> Any:
+        return self.mean.clone(), 0
+
+
+def test_rounds_of_a_two_rank_node_match_a_one_rank_node() -> None:
+    """RankedDiLoCo (2 rank processes) against DiLoCo in this process, 2 rounds from the same
+    base with the same mean, an eval between them (as NodeRunner.report does): the same base
+    hash and trace start, the inner steps within 1e-5, the same packet encoding of its weights,
+    the outer step and the checkpoint bit-equal, the same eval loss."""
+    settings = RunConfig.make(inner_steps=3, batch_size=4, trace_interval=2).settings
+    ref = DiLoCo(GPT(MODEL, seed=0), OuterState.from_model(GPT(MODEL, seed=0)))
+    pool = RankPool(MODEL, 0, 2)
+    try:
+        node = RankedDiLoCo(pool, OuterState.from_model(GPT(MODEL, seed=0)))
+        evals = torch.randint(
+            0, 256, (8, MODEL.seq_len + 1), generator=torch.Generator().manual_seed(9)
+        )
+        for rnd in range(2):
+            rows = torch.randint(0, 256, (12, MODEL.seq_len + 1),
+                                 generator=torch.Generator().manual_seed(rnd))  # fmt: skip
+            kept: list[int] = []
+            mine = node.train_local(
+                rows, settings, keep=lambda b, s, kept=kept: kept.append(b.step)
+            )
+            theirs = ref.train_local(rows, settings)
+            assert mine.base_hash == theirs.base_hash, f"round {rnd}: another base"
+            assert mine.trace is not None and theirs.trace is not None
+            assert len(mine.trace.boundaries) == len(theirs.trace.boundaries) == len(kept)
+            assert mine.trace.boundaries[0].state_hash == theirs.trace.boundaries[0].state_hash
+            err = (mine.pseudo_gradient - theirs.pseudo_gradient).norm()
+            assert float(err / theirs.pseudo_gradient.norm()) <= 1e-5, f"round {rnd}: {err}"
+            assert mine.inner.tokens == theirs.inner.tokens == 3 * 4 * MODEL.seq_len
+            assert mine.packet is not None
+            # fp32: the packet is base - local, as a one-rank node's (DiLoCo.train_local) is
+            assert theirs.packet is not None
+            assert torch.equal(theirs.packet.payload, theirs.pseudo_gradient)
+            assert torch.equal(mine.packet.payload, mine.pseudo_gradient)
+            mean = theirs.pseudo_gradient
+            done = node.finish_round(mine, _Fixed(mean), settings)
+            ref.finish_round(theirs, _Fixed(mean), settings)
+            assert done.result_hash == ref.base_hash()
+            ckpt = RoundCheckpoint.of(node.state, rnd + 1).to_bytes()
+            assert ckpt == RoundCheckpoint.of(ref.state, rnd + 1).to_bytes(), f"round {rnd}"
+            assert abs(node.evaluate(evals) - ref.evaluate(evals)) <= 1e-5
+    finally:
+        pool.close()
+
+
+def test_a_failing_rank_is_named_and_the_pool_stops() -> None:
+    """A batch that does not split over the ranks fails in every rank; the node raises the
+    rank's ConfigError (exit 2 at the CLI) instead of waiting, and the rank processes are gone."""
+    pool = RankPool(MODEL, 0, 2)
+    try:
+        node = RankedDiLoCo(pool, OuterState.from_model(GPT(MODEL, seed=0)))
+        settings = RunConfig.make(inner_steps=2, batch_size=3).settings
+        rows = torch.randint(0, 256, (6, MODEL.seq_len + 1))
+        sparse = RunConfig.make(inner_steps=2, batch_size=4, wire_format="sparse").settings
+        with pytest.raises(ConfigError, match="wire format sparse: a node of several local"):
+            node.train_local(rows, sparse)  # refused here, before the ranks are asked
+        assert len(pool.procs) == 2
+        split = r"local rank \d, 'train': batch size 3 does not split over 2 local ranks"
+        with pytest.raises(ConfigError, match=split):
+            node.train_local(rows, settings)
+        assert pool.procs == [] and pool.conns == []
+    finally:
+        pool.close()
