@@ -36,14 +36,14 @@ State = dict[str, Tensor]
 STEP = "adam/step"
 _MODELS = threading.local()
 """Each thread's last replay model (``.cfg``, ``.model``): a replay overwrites every parameter
-from its start state, so the model is built (and randomly initialised) once per shape."""
+from its start state, so the model is built once per shape, without an init."""
 
 
 def _replay_model(model_cfg: GPTConfig) -> GPT:
     """This thread's model of shape ``model_cfg`` for a replay; its parameters are then loaded
     from a state (:func:`load_state`), so the init it was built with does not matter."""
     if getattr(_MODELS, "cfg", None) != model_cfg:
-        _MODELS.model = GPT(model_cfg)
+        _MODELS.model = GPT(model_cfg, init=False)  # every parameter is loaded before a step
         _MODELS.cfg = model_cfg
     model: GPT = _MODELS.model
     return model
