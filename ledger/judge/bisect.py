@@ -268,12 +268,15 @@ def advance_bisections(
     ask: Ask,
     threads: int | None = None,
     now: datetime | None = None,
+    errors: dict[int, str] | None = None,
 ) -> list[SegmentBisection]:
     """Move every running bisection on (``rows_of``: the round's rows of a bisection's node,
     read only when a replay needs them); what is stored is all it needs, so a restarted ledger
     resumes where it stopped. A bisection whose states cannot be replayed on the run's model
     (ConfigError: the node's state is not of its shape) ends ``error`` with the reason; any
-    other failure leaves it running for the next pass, and the others go on."""
+    other failure leaves it running for the next pass, and the others go on (``errors``: the
+    last failure of each, by row id, so a failure that persists is logged once)."""
+    seen = errors if errors is not None else {}
     running = session.exec(
         select(SegmentBisection).where(SegmentBisection.state == "running")
     ).all()
@@ -289,10 +292,13 @@ def advance_bisections(
             log.warning("bisection of node %s round %d stopped: %s", row.node, row.round,
                         row.reason)  # fmt: skip
             out.append(_save(session, row, json.loads(row.states)))
-        except Exception:  # isolate: this one is retried next pass, the others go on
+        except Exception as exc:  # isolate: this one is retried next pass, the others go on
             session.rollback()
-            log.exception("bisection of node %s round %d not advanced (retried next pass)",
-                          row.node, row.round)  # fmt: skip
+            why = f"{type(exc).__name__}: {exc}"
+            if seen.get(row.id or 0) != why:
+                seen[row.id or 0] = why
+                log.warning("bisection of node %s round %d not advanced (retried each pass): %s",
+                            row.node, row.round, why)  # fmt: skip
     return out
 
 

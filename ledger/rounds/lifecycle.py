@@ -83,6 +83,7 @@ class RoundKeeper:
         self._counts: dict[tuple[str, int], int] = {}  # attestations per open round, last look
         self.backoff = Backoff("scoring of (run, round)")
         self.observe_scoring: Callable[[float], object] | None = None  # seconds per round
+        self.bisect_errors: dict[int, str] = {}  # a running bisection's last failure, logged once
 
     def close_due(self, now: datetime | None = None) -> list[tuple[str, int]]:
         """Move open rounds to closing when all expected nodes attested or the deadline passed.
@@ -269,6 +270,7 @@ class RoundKeeper:
             return bisect.advance_bisections(
                 session, self.blobs, bisect.round_rows_of(self.settings.usefulness_corpus),
                 ask=boundaries.ask_probe(session), threads=self._audit_threads(), now=now,
+                errors=self.bisect_errors,
             )  # fmt: skip
 
     def _audit_threads(self) -> int | None:
