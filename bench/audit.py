@@ -285,7 +285,11 @@ class OneStep:
     step_cpu: list[float] = field(default_factory=list)
     """Of which ``reference.bisect.check_step`` alone (the model already built)."""
     round_cpu: list[float] = field(default_factory=list)
-    """Process CPU of the node's round: H inner steps in one ``InnerTrainer.train``."""
+    """Process CPU of the node's round: H inner steps in one ``InnerTrainer.train`` with its
+    trace (a boundary committed every k = H/10 steps, reference.trace.TraceBuilder, as
+    ``DiLoCo.train_local`` runs it; without writing the states to disk)."""
+    steps_cpu: list[float] = field(default_factory=list)
+    """Process CPU of the H inner steps alone (no trace)."""
 
 
 def _one_step_errors(  # noqa: PLR0917
@@ -302,12 +306,23 @@ def _one_step_errors(  # noqa: PLR0917
     check (what ``coloco audit`` runs: :func:`_whole_check`) against the node's round of H
     steps (one ``InnerTrainer.train`` call, as a node trains)."""
     from reference.bisect import check_step, step_config
+    from reference.trace import TraceBuilder
 
     torch.set_num_threads(threads)
-    trainer = _trainer_at(cfg, setup, fresh_state(base), setup.inner_steps)
-    began = time.process_time()
-    trainer.train(segment_rows(rows, 0, setup.inner_steps, setup.batch))
-    out.round_cpu.append(time.process_time() - began)
+    h, k = setup.inner_steps, max(1, setup.inner_steps // 10)
+    for traced in (False, True):  # the bare H steps, then the node's round: its trace too
+        trainer = _trainer_at(cfg, setup, fresh_state(base), h)
+        began = time.process_time()
+        if traced:  # as DiLoCo.train_local: every k steps a boundary committed (hash, sketch)
+            builder = TraceBuilder(trainer.model, base, optimizer=lambda t=trainer: t._opt,
+                                   background=True)  # fmt: skip
+            trainer.train(segment_rows(rows, 0, h, setup.batch), on_boundary=builder,
+                          trace_interval=k)  # fmt: skip
+            builder.trace()
+            out.round_cpu.append(time.process_time() - began)
+        else:
+            trainer.train(segment_rows(rows, 0, h, setup.batch))
+            out.steps_cpu.append(time.process_time() - began)
     trainer = _trainer_at(cfg, setup, fresh_state(base), 1)
     model, opt = trainer.model, trainer.optimizer()
     step_cfg = trainer.cfg
@@ -346,7 +361,7 @@ def _whole_check(  # noqa: PLR0917
     it fetches): decoding them, :func:`reference.verdict.recheck` (each blob hashed to the name
     the evidence gives, the one step replayed on a model built for it: the thread's cached
     replay model is dropped first, as a fresh process has none, and the error)."""
-    from protocol.blobs import decode_blob, encode_blob
+    from protocol.blobs import encode_blob, tensors_of_buffer
     from protocol.hashing import hash_state_dict
     from reference import segment
     from reference.verdict import Evidence, batch_blob, recheck
@@ -363,7 +378,8 @@ def _whole_check(  # noqa: PLR0917
     )  # fmt: skip
     segment._MODELS.__dict__.clear()  # a fresh `coloco audit` process builds its model
     began = time.process_time()
-    done = recheck(evidence, lambda h: decode_blob(named[h], max_bytes=len(named[h])),
+    done = recheck(evidence,  # coloco_cli.verdict's fetch: views of the bytes fetched
+                   lambda h: tensors_of_buffer(memoryview(named[h]), max_bytes=len(named[h])),
                    threads=threads)  # fmt: skip
     spent = time.process_time() - began
     assert done.holds, done.to_json()
@@ -540,15 +556,20 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
 
 
 def _verdict_cost(one_step: OneStep, h: int) -> dict[str, float | None]:
-    """One verdict re-checked (`coloco audit`, whole) over the node's round of H steps; and
-    the one-step replay alone (``check_step``) over the same round."""
+    """One verdict re-checked (`coloco audit`, the whole check) over the node's round (H steps
+    and its trace); the same over the H bare steps; and the one-step replay alone
+    (``check_step``, the model built) over the round."""
     if not one_step.check_cpu:
-        return {"verdict_cost_ratio": None, "verdict_step_ratio": None,
-                "verdict_cost_ratio_model": 1 / h}  # fmt: skip
+        return {"verdict_cost_ratio": None, "verdict_cost_ratio_bare_steps": None,
+                "verdict_step_ratio": None, "verdict_cost_ratio_model": 1 / h}  # fmt: skip
+    check = sum(one_step.check_cpu) / len(one_step.check_cpu)  # means, as the round's is
+    step = sum(one_step.step_cpu) / len(one_step.step_cpu)
     round_cpu = sum(one_step.round_cpu) / len(one_step.round_cpu)
+    steps_cpu = sum(one_step.steps_cpu) / len(one_step.steps_cpu)
     return {
-        "verdict_cost_ratio": sum(one_step.check_cpu) / len(one_step.check_cpu) / round_cpu,
-        "verdict_step_ratio": sum(one_step.step_cpu) / len(one_step.step_cpu) / round_cpu,
+        "verdict_cost_ratio": check / round_cpu,
+        "verdict_cost_ratio_bare_steps": check / steps_cpu,
+        "verdict_step_ratio": step / round_cpu,
         "verdict_cost_ratio_model": 1 / h,
     }
 
@@ -580,8 +601,9 @@ def _verdict_only(node_threads: int, seed: int) -> dict[str, object]:
         "one_step_tolerance": ONE_STEP_TOLERANCE,
         "one_step_honest_penalised": sum(e > ONE_STEP_TOLERANCE for e in one_step.honest),
         "one_step_smallest_cheat": min(min(v) for v in one_step.cheats.values()),
-        "check_cpu_s_median": sorted(one_step.check_cpu)[len(one_step.check_cpu) // 2],
+        "check_cpu_s_mean": sum(one_step.check_cpu) / len(one_step.check_cpu),
         "round_cpu_s": sum(one_step.round_cpu) / len(one_step.round_cpu),
+        "bare_steps_cpu_s": sum(one_step.steps_cpu) / len(one_step.steps_cpu),
         **_verdict_cost(one_step, setup.inner_steps),
         "wall_s": round(time.monotonic() - began, 1),
         "load_average_1m": round(os.getloadavg()[0], 2),
