@@ -306,23 +306,10 @@ def _one_step_errors(  # noqa: PLR0917
     check (what ``coloco audit`` runs: :func:`_whole_check`) against the node's round of H
     steps (one ``InnerTrainer.train`` call, as a node trains)."""
     from reference.bisect import check_step, step_config
-    from reference.trace import TraceBuilder
 
     torch.set_num_threads(threads)
-    h, k = setup.inner_steps, max(1, setup.inner_steps // 10)
-    for traced in (False, True):  # the bare H steps, then the node's round: its trace too
-        trainer = _trainer_at(cfg, setup, fresh_state(base), h)
-        began = time.process_time()
-        if traced:  # as DiLoCo.train_local: every k steps a boundary committed (hash, sketch)
-            builder = TraceBuilder(trainer.model, base, optimizer=lambda t=trainer: t._opt,
-                                   background=True)  # fmt: skip
-            trainer.train(segment_rows(rows, 0, h, setup.batch), on_boundary=builder,
-                          trace_interval=k)  # fmt: skip
-            builder.trace()
-            out.round_cpu.append(time.process_time() - began)
-        else:
-            trainer.train(segment_rows(rows, 0, h, setup.batch))
-            out.steps_cpu.append(time.process_time() - began)
+    out.steps_cpu.append(_node_round(cfg, setup, base, rows, traced=False))
+    out.round_cpu.append(_node_round(cfg, setup, base, rows, traced=True))
     trainer = _trainer_at(cfg, setup, fresh_state(base), 1)
     model, opt = trainer.model, trainer.optimizer()
     step_cfg = trainer.cfg
@@ -346,6 +333,29 @@ def _one_step_errors(  # noqa: PLR0917
         slow = dataclasses.replace(one, lr=one.lr * 0.9)
         wrong = replay_segment(states[s], batch, slow, cfg, threads=threads)
         out.cheats.setdefault("lr_x0.9", []).append(segment_error(wrong, rep, states[s]).value)
+
+
+def _node_round(
+    cfg: GPTConfig, setup: Setup, base: dict[str, torch.Tensor], rows: torch.Tensor, *,
+    traced: bool,
+) -> float:  # fmt: skip
+    """Process CPU of a node's H inner steps from ``base``; ``traced``: with its trace, as
+    ``DiLoCo.train_local`` runs them (a boundary committed every k = H/10 steps: its state
+    taken, hashed and sketched in a background thread; not written to disk)."""
+    from reference.trace import TraceBuilder
+
+    h = setup.inner_steps
+    trainer = _trainer_at(cfg, setup, fresh_state(base), h)
+    began = time.process_time()
+    if not traced:
+        trainer.train(segment_rows(rows, 0, h, setup.batch))
+        return time.process_time() - began
+    opt = trainer.optimizer()
+    builder = TraceBuilder(trainer.model, base, optimizer=lambda: opt, background=True)
+    trainer.train(segment_rows(rows, 0, h, setup.batch), on_boundary=builder,
+                  trace_interval=max(1, h // 10))  # fmt: skip
+    builder.trace()
+    return time.process_time() - began
 
 
 def _whole_check(  # noqa: PLR0917

@@ -32,6 +32,7 @@ refines the evidence to one step.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Callable, Iterable
@@ -283,7 +284,7 @@ def advance_bisections(
     out: list[SegmentBisection] = []
     for row in running:
         try:
-            out.append(advance(session, blobs, row, lambda r=row: rows_of(r), ask=ask,
+            out.append(advance(session, blobs, row, functools.partial(rows_of, row), ask=ask,
                                threads=threads, now=now))  # fmt: skip
         except ConfigError as exc:
             session.rollback()
@@ -323,7 +324,7 @@ def start_bisections(
         started.append(bisect_failed_segment(
             session, blobs, run_id=f.run_id, round_=f.round, node=f.node, boundary=f.boundary,
             segment=f.segment, start_hash=f.start_hash, end_hash=f.end_hash, cfg=cfg,
-            model_cfg=model_cfg, rows=lambda i=inputs: _rows(i, corpus_dir), ask=ask,
+            model_cfg=model_cfg, rows=functools.partial(_rows, inputs, corpus_dir), ask=ask,
             threads=threads, replay=f.replay,
             shard={"tokens": inputs.shard_tokens or inputs.tokens,
                    "mixture": list(inputs.mixture)},
