@@ -7,7 +7,8 @@ This command fetches the evidence (from the ledger by fraud id, or a JSON file: 
 itself or the ledger's answer holding it), fetches the three blobs it names from the ledger
 (``/v1/blobs/{hash}``; each must hash to its name) and replays the one step on CPU: ``holds``
 (the node's next state is its step's replay, within the one-step tolerance) or ``differs``
-(naming the step). Its cost is one inner step, a ``1/H`` of the round's compute.
+(naming the step). Its cost is one inner step plus hashing the two states and building the
+model, on one thread by default (``--threads``): ``python -m bench.audit --verdict``.
 """
 
 from __future__ import annotations
