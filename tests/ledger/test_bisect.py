@@ -140,6 +140,15 @@ def test_a_skipped_step_is_named_and_rechecked_by_coloco_audit(
     assert evidence["step"] == skip and evidence["kind"] == "one_step_verdict"
     assert row.evidence_hash and row.evidence_hash.startswith("0x")
 
+    # the blob store's collection keeps what the verdict names, however old
+    from datetime import timedelta
+
+    from ledger.core.models import utcnow
+
+    ledger.blobs.collect_garbage(grace_s=60, now=utcnow() + timedelta(days=30))
+    for name in ("before", "after", "batch"):
+        assert ledger.blobs.exists(evidence[name]), name
+
     monkeypatch.chdir(tmp_path)
     for var in ("COLOCO_CONFIG", "COLOCO_LEDGER_URL"):
         monkeypatch.delenv(var, raising=False)
