@@ -299,6 +299,7 @@ def _one_step_errors(  # noqa: PLR0917
     rows: torch.Tensor,
     threads: int,
     out: OneStep,
+    checks: int | None = None,
 ) -> None:
     """Honest one-step errors: a node's state after every step of a round (on ``threads``), each
     step replayed on its own (the ledger's threads); at every step the cheats a one-step verdict
@@ -313,11 +314,12 @@ def _one_step_errors(  # noqa: PLR0917
     trainer = _trainer_at(cfg, setup, fresh_state(base), 1)
     model, opt = trainer.model, trainer.optimizer()
     step_cfg = trainer.cfg
+    n = setup.inner_steps if checks is None else min(checks, setup.inner_steps)
     states = [fresh_state(base)]
-    for s in range(setup.inner_steps):
+    for s in range(n):
         trainer.train(segment_rows(rows, s, 1, setup.batch))
         states.append(capture_state(model, opt))
-    for s in range(setup.inner_steps):
+    for s in range(n):
         batch = segment_rows(rows, s, 1, setup.batch)
         one = step_config(step_cfg, s)
         out.check_cpu.append(_whole_check(states[s], states[s + 1], batch, one, cfg, s,
@@ -464,8 +466,12 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument(
         "--verdict",
         action="store_true",
-        help="only the one-step verdicts (tiny, H 50, one round): their errors and what one "
-        "`coloco audit` check costs against the node's round; prints the verdict keys",
+        help="only the one-step verdicts (tiny, H 50, one round; --only NAME: another "
+        "configuration's model): their errors and what one `coloco audit` check costs against "
+        "the node's round; prints the verdict keys",
+    )
+    parser.add_argument(
+        "--checks", type=int, default=None, help="--verdict: check the first N steps (default H)"
     )
     parser.add_argument(
         "--gpu",
@@ -480,7 +486,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
     if args.verdict:
-        return _verdict_only(node_threads, args.seed)
+        return _verdict_only(node_threads, args.seed, args.only, args.checks)
     chosen = [s for s in setups(args.quick, args.gpu) if not args.only or s.name in args.only]
     if args.smoke:
         chosen = [dataclasses.replace(chosen[0], rounds=2, nodes=1, cheat_rounds=(2,))]
@@ -584,14 +590,17 @@ def _verdict_cost(one_step: OneStep, h: int) -> dict[str, float | None]:
     }
 
 
-def _verdict_only(node_threads: int, seed: int) -> dict[str, object]:
-    """``--verdict``: the one-step part alone (one round of one tiny node)."""
+def _verdict_only(
+    node_threads: int, seed: int, only: list[str] | None, checks: int | None
+) -> dict[str, object]:
+    """``--verdict``: the one-step part alone (one round of one node; tiny unless ``only``
+    names another configuration; ``checks``: the first steps checked)."""
     from ledger.judge.usefulness import corpus_of
     from reference.data import ShardSpec
     from trainer.round.recovery import genesis_checkpoint
 
     began = time.monotonic()
-    setup = setups(quick=True)[0]
+    setup = next(s for s in setups(quick=True) if not only or s.name in only)
     cfg = GPTConfig.preset(setup.preset)
     base = {n: t.float() for n, t in genesis_checkpoint(cfg, 0).weights.items()}
     tokens = setup.inner_steps * setup.batch * cfg.seq_len
@@ -600,7 +609,7 @@ def _verdict_only(node_threads: int, seed: int) -> dict[str, object]:
     )
     one_step = OneStep()
     torch.manual_seed(seed)
-    _one_step_errors(cfg, setup, base, rows, node_threads, one_step)
+    _one_step_errors(cfg, setup, base, rows, node_threads, one_step, checks)
     torch.set_num_threads(node_threads)
     summary: dict[str, object] = {
         "config": setup.name,
