@@ -279,7 +279,17 @@ class OneStep:
     honest: list[float] = field(default_factory=list)
     cheats: dict[str, list[float]] = field(default_factory=dict)
     check_cpu: list[float] = field(default_factory=list)
+    """Process CPU of one whole ``coloco audit`` check: the three blobs decoded, each hashed
+    to its name, the replay model built (a fresh process has none), the step replayed and
+    compared (reference.verdict.recheck)."""
+    step_cpu: list[float] = field(default_factory=list)
+    """Of which ``reference.bisect.check_step`` alone (the model already built)."""
     round_cpu: list[float] = field(default_factory=list)
+    """Process CPU of the node's round: H inner steps in one ``InnerTrainer.train`` with its
+    trace (a boundary committed every k = H/10 steps, reference.trace.TraceBuilder, as
+    ``DiLoCo.train_local`` runs it; without writing the states to disk)."""
+    steps_cpu: list[float] = field(default_factory=list)
+    """Process CPU of the H inner steps alone (no trace)."""
 
 
 def _one_step_errors(  # noqa: PLR0917
@@ -289,30 +299,35 @@ def _one_step_errors(  # noqa: PLR0917
     rows: torch.Tensor,
     threads: int,
     out: OneStep,
+    checks: int | None = None,
 ) -> None:
     """Honest one-step errors: a node's state after every step of a round (on ``threads``), each
     step replayed on its own (the ledger's threads); at every step the cheats a one-step verdict
-    must name (the step skipped but claimed, the step at lr x 0.9) and the CPU of one check
-    (reference.bisect.check_step, what ``coloco audit`` runs) against the round's training."""
+    must name (the step skipped but claimed, the step at lr x 0.9) and the CPU of one whole
+    check (what ``coloco audit`` runs: :func:`_whole_check`) against the node's round of H
+    steps (one ``InnerTrainer.train`` call, as a node trains)."""
     from reference.bisect import check_step, step_config
 
     torch.set_num_threads(threads)
+    out.steps_cpu.append(_node_round(cfg, setup, base, rows, traced=False))
+    out.round_cpu.append(_node_round(cfg, setup, base, rows, traced=True))
     trainer = _trainer_at(cfg, setup, fresh_state(base), 1)
     model, opt = trainer.model, trainer.optimizer()
     step_cfg = trainer.cfg
+    n = setup.inner_steps if checks is None else min(checks, setup.inner_steps)
     states = [fresh_state(base)]
-    began = time.process_time()
-    for s in range(setup.inner_steps):
+    for s in range(n):
         trainer.train(segment_rows(rows, s, 1, setup.batch))
         states.append(capture_state(model, opt))
-    out.round_cpu.append(time.process_time() - began)
-    for s in range(setup.inner_steps):
+    for s in range(n):
         batch = segment_rows(rows, s, 1, setup.batch)
         one = step_config(step_cfg, s)
+        out.check_cpu.append(_whole_check(states[s], states[s + 1], batch, one, cfg, s,
+                                          setup.ledger_threads))  # fmt: skip
         began = time.process_time()
         check = check_step(states[s], states[s + 1], batch, one, cfg,
                            tolerance=ONE_STEP_TOLERANCE, threads=setup.ledger_threads)  # fmt: skip
-        out.check_cpu.append(time.process_time() - began)
+        out.step_cpu.append(time.process_time() - began)
         out.honest.append(check.error.value)
         skipped = {**states[s], STEP: states[s][STEP] + 1}
         rep = replay_segment(states[s], batch, one, cfg, threads=setup.ledger_threads)
@@ -320,6 +335,67 @@ def _one_step_errors(  # noqa: PLR0917
         slow = dataclasses.replace(one, lr=one.lr * 0.9)
         wrong = replay_segment(states[s], batch, slow, cfg, threads=threads)
         out.cheats.setdefault("lr_x0.9", []).append(segment_error(wrong, rep, states[s]).value)
+
+
+def _node_round(
+    cfg: GPTConfig, setup: Setup, base: dict[str, torch.Tensor], rows: torch.Tensor, *,
+    traced: bool,
+) -> float:  # fmt: skip
+    """Process CPU of a node's H inner steps from ``base``; ``traced``: with its trace, as
+    ``DiLoCo.train_local`` runs them (a boundary committed every k = H/10 steps: its state
+    taken, hashed and sketched in a background thread; not written to disk)."""
+    from reference.trace import TraceBuilder
+
+    h = setup.inner_steps
+    trainer = _trainer_at(cfg, setup, fresh_state(base), h)
+    began = time.process_time()
+    if not traced:
+        trainer.train(segment_rows(rows, 0, h, setup.batch))
+        return time.process_time() - began
+    opt = trainer.optimizer()
+    builder = TraceBuilder(trainer.model, base, optimizer=lambda: opt, background=True)
+    trainer.train(segment_rows(rows, 0, h, setup.batch), on_boundary=builder,
+                  trace_interval=max(1, h // 10))  # fmt: skip
+    builder.trace()
+    return time.process_time() - began
+
+
+def _whole_check(  # noqa: PLR0917
+    before: State,
+    after: State,
+    batch: torch.Tensor,
+    one: InnerConfig,
+    cfg: GPTConfig,
+    step: int,
+    threads: int,
+) -> float:
+    """Process CPU of ``coloco audit``'s check of one verdict from its three blobs' bytes (what
+    it fetches): decoding them, :func:`reference.verdict.recheck` (each blob hashed to the name
+    the evidence gives, the one step replayed on a model built for it: the thread's cached
+    replay model is dropped first, as a fresh process has none, and the error)."""
+    from protocol.blobs import encode_blob, tensors_of_buffer
+    from protocol.hashing import hash_state_dict
+    from reference import segment
+    from reference.verdict import Evidence, batch_blob, recheck
+
+    named = {"0x" + hash_state_dict(t).hex(): encode_blob(t)
+             for t in (before, after, batch_blob(batch))}  # fmt: skip
+    before_h, after_h, batch_h = named
+    evidence = Evidence(
+        run_id="0x" + RUN.hex(), round=1, node="0x" + "01" * 20, step=step, lr=one.lr,
+        before=before_h, after=after_h, batch=batch_h, model=cfg.to_dict(),
+        inner={"batch_size": one.batch_size, "betas": list(one.betas), "eps": one.eps,
+               "weight_decay": one.weight_decay, "grad_clip": one.grad_clip},
+        error={}, tolerance=ONE_STEP_TOLERANCE, holds=True,
+    )  # fmt: skip
+    segment._MODELS.__dict__.clear()  # a fresh `coloco audit` process builds its model
+    began = time.process_time()
+    done = recheck(evidence,  # coloco_cli.verdict's fetch: views of the bytes fetched
+                   lambda h: tensors_of_buffer(memoryview(named[h]), max_bytes=len(named[h])),
+                   threads=threads)  # fmt: skip
+    spent = time.process_time() - began
+    assert done.holds, done.to_json()
+    return spent
 
 
 def _plot(path: Path, honest: list[float], cheats: dict[str, list[float]], tol: float) -> None:
@@ -388,6 +464,16 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--json", type=Path, default=None, help="default: the PNG's .json")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--verdict",
+        action="store_true",
+        help="only the one-step verdicts (tiny, H 50, one round; --only NAME: another "
+        "configuration's model): their errors and what one `coloco audit` check costs against "
+        "the node's round; prints the verdict keys",
+    )
+    parser.add_argument(
+        "--checks", type=int, default=None, help="--verdict: check the first N steps (default H)"
+    )
+    parser.add_argument(
         "--gpu",
         action="store_true",
         help="also nodes that train on the GPU in pinned fp32 (TF32 off, deterministic "
@@ -399,6 +485,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     node_threads = torch.get_num_threads()  # torch's default: what a node runs without flags
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
+    if args.verdict:
+        return _verdict_only(node_threads, args.seed, args.only, args.checks)
     chosen = [s for s in setups(args.quick, args.gpu) if not args.only or s.name in args.only]
     if args.smoke:
         chosen = [dataclasses.replace(chosen[0], rounds=2, nodes=1, cheat_rounds=(2,))]
@@ -453,14 +541,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             if one_step.honest and one_step.cheats and max(one_step.honest) > 0
             else None
         ),
-        # one verdict re-checked (`coloco audit`: one step) over the node's round of H steps
-        "verdict_cost_ratio": (
-            (sum(one_step.check_cpu) / len(one_step.check_cpu))
-            / (sum(one_step.round_cpu) / len(one_step.round_cpu))
-            if one_step.check_cpu
-            else None
-        ),
-        "verdict_cost_ratio_model": 1 / h,
+        **_verdict_cost(one_step, h),
         "audit_cpu_ratio": max(ratios.values()) if ratios else None,
         "audit_cpu_ratio_by_config": ratios,
         "audit_cpu_ratio_model": p * s * k / h,
@@ -486,6 +567,66 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "cheat_errors": cheats,
     }  # the file keeps the histogram's data
     out.write_text(json.dumps({**summary, **errors}, indent=1) + "\n", encoding="utf-8")
+    emit("audit", summary)
+    return summary
+
+
+def _verdict_cost(one_step: OneStep, h: int) -> dict[str, float | None]:
+    """One verdict re-checked (`coloco audit`, the whole check) over the node's round (H steps
+    and its trace); the same over the H bare steps; and the one-step replay alone
+    (``check_step``, the model built) over the round."""
+    if not one_step.check_cpu:
+        return {"verdict_cost_ratio": None, "verdict_cost_ratio_bare_steps": None,
+                "verdict_step_ratio": None, "verdict_cost_ratio_model": 1 / h}  # fmt: skip
+    check = sum(one_step.check_cpu) / len(one_step.check_cpu)  # means, as the round's is
+    step = sum(one_step.step_cpu) / len(one_step.step_cpu)
+    round_cpu = sum(one_step.round_cpu) / len(one_step.round_cpu)
+    steps_cpu = sum(one_step.steps_cpu) / len(one_step.steps_cpu)
+    return {
+        "verdict_cost_ratio": check / round_cpu,
+        "verdict_cost_ratio_bare_steps": check / steps_cpu,
+        "verdict_step_ratio": step / round_cpu,
+        "verdict_cost_ratio_model": 1 / h,
+    }
+
+
+def _verdict_only(
+    node_threads: int, seed: int, only: list[str] | None, checks: int | None
+) -> dict[str, object]:
+    """``--verdict``: the one-step part alone (one round of one node; tiny unless ``only``
+    names another configuration; ``checks``: the first steps checked)."""
+    from ledger.judge.usefulness import corpus_of
+    from reference.data import ShardSpec
+    from trainer.round.recovery import genesis_checkpoint
+
+    began = time.monotonic()
+    setup = next(s for s in setups(quick=True) if not only or s.name in only)
+    cfg = GPTConfig.preset(setup.preset)
+    base = {n: t.float() for n, t in genesis_checkpoint(cfg, 0).weights.items()}
+    tokens = setup.inner_steps * setup.batch * cfg.seq_len
+    rows = corpus_of(None).shard_rows(
+        ShardSpec.for_node(RUN, 1, "0x" + f"{1:040x}", tokens, (10_000,)), cfg.seq_len
+    )
+    one_step = OneStep()
+    torch.manual_seed(seed)
+    _one_step_errors(cfg, setup, base, rows, node_threads, one_step, checks)
+    torch.set_num_threads(node_threads)
+    summary: dict[str, object] = {
+        "config": setup.name,
+        "node_threads": node_threads,
+        "ledger_threads": setup.ledger_threads,
+        "one_step_checks": len(one_step.honest),
+        "one_step_worst_honest": max(one_step.honest),
+        "one_step_tolerance": ONE_STEP_TOLERANCE,
+        "one_step_honest_penalised": sum(e > ONE_STEP_TOLERANCE for e in one_step.honest),
+        "one_step_smallest_cheat": min(min(v) for v in one_step.cheats.values()),
+        "check_cpu_s_mean": sum(one_step.check_cpu) / len(one_step.check_cpu),
+        "round_cpu_s": sum(one_step.round_cpu) / len(one_step.round_cpu),
+        "bare_steps_cpu_s": sum(one_step.steps_cpu) / len(one_step.steps_cpu),
+        **_verdict_cost(one_step, setup.inner_steps),
+        "wall_s": round(time.monotonic() - began, 1),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
     emit("audit", summary)
     return summary
 

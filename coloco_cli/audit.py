@@ -160,6 +160,14 @@ def audit_command(  # noqa: PLR0917 - typer options
     json_out: JsonOpt = False,
     rpc_url: RpcUrlOpt = None,
     deployment: DeploymentOpt = None,
+    threads: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="torch threads for a verdict's re-check (1: the fewest CPU seconds for one "
+            "step; 0: torch's default, sooner on a large model)",
+        ),
+    ] = 1,
 ) -> None:
     """Replay a sample of a run's paid rounds on CPU; exit 1 if one does not match. With a
     fraud record's id or an evidence file: re-check its one-step verdict (exit 1: the step
@@ -171,7 +179,7 @@ def audit_command(  # noqa: PLR0917 - typer options
         from coloco_cli.verdict import check_verdict
 
         url = resolve(rpc_url, ledger_url, deployment).ledger_url
-        check_verdict(target, url, json_out=json_out, threads=None)
+        check_verdict(target, url, json_out=json_out, threads=threads or None)
         return
     if run_id is None:
         raise ConfigError(

@@ -7,7 +7,8 @@ This command fetches the evidence (from the ledger by fraud id, or a JSON file: 
 itself or the ledger's answer holding it), fetches the three blobs it names from the ledger
 (``/v1/blobs/{hash}``; each must hash to its name) and replays the one step on CPU: ``holds``
 (the node's next state is its step's replay, within the one-step tolerance) or ``differs``
-(naming the step). Its cost is one inner step, a ``1/H`` of the round's compute.
+(naming the step). Its cost is one inner step plus hashing the two states and building the
+model, on one thread by default (``--threads``): ``python -m bench.audit --verdict``.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def load_evidence(target: str, http: httpx.Client) -> dict[str, Any]:
 
 def check_verdict(target: str, ledger_url: str, *, json_out: bool, threads: int | None) -> None:
     """Fetch ``target``'s evidence and blobs, replay its step, print the verdict."""
-    from protocol.blobs import decode_blob
+    from protocol.blobs import tensors_of_buffer
     from reference.verdict import Evidence, recheck
 
     def fetch(blob_hash: str) -> Any:
@@ -71,7 +72,8 @@ def check_verdict(target: str, ledger_url: str, *, json_out: bool, threads: int 
             raise LedgerError(
                 f"ledger answered {resp.status_code} for blob {blob_hash} the evidence names"
             )
-        return decode_blob(resp.content, max_bytes=MAX_BLOB)
+        # read-only views of the response's bytes, no copy (the replay copies what it loads)
+        return tensors_of_buffer(memoryview(resp.content), max_bytes=MAX_BLOB)
 
     try:
         with httpx.Client(base_url=ledger_url, timeout=60) as http:

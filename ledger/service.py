@@ -249,6 +249,7 @@ class Ledger:
             ("index", self._index),
             ("close", self.keeper.close_due),
             ("score", self.keeper.score_ready),
+            ("bisect", self.keeper.advance_bisections),  # failed segments to one step
             ("settle", self._settle),
             ("fund", self.funding.tick),  # ETH roots of funded runs (ledger/chain/funding.py)
             ("slash", self.slasher.tick if self.slasher else lambda: None),  # audit frauds

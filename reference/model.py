@@ -118,14 +118,18 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Token + position embeddings, ``n_layer`` pre-norm blocks, a tied output head."""
 
-    def __init__(self, cfg: GPTConfig, *, seed: int = 0) -> None:
+    def __init__(self, cfg: GPTConfig, *, seed: int = 0, init: bool = True) -> None:
+        """``init`` False: torch's default init only, not the run's seeded one, for a model
+        whose every parameter is loaded next (a replay's: reference.segment); building on the
+        meta device instead costs more than it saves at the sizes replayed on a CPU."""
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.reset_parameters(seed)
+        if init:
+            self.reset_parameters(seed)
 
     @torch.no_grad()
     def reset_parameters(self, seed: int) -> None:

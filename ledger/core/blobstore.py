@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import mmap
 import os
@@ -30,7 +31,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from ledger.core.blob_holds import Hold, UploadHolds, UploadLimits
-from ledger.core.models import Attestation, Blob, ChainCommit, KeyValue, RoundState, Run
+from ledger.core.models import (
+    Attestation,
+    Blob,
+    ChainCommit,
+    KeyValue,
+    RoundState,
+    Run,
+    SegmentBisection,
+)
 from protocol.blobs import tensors_of_buffer
 from protocol.errors import EncodingError, LedgerError
 from protocol.hashing import hash_state_dict
@@ -146,6 +155,20 @@ class Upload:
         finally:
             self._release(self.size if self.uploader is not None and new else 0)
         return self.size
+
+
+def _bisection_blobs(session: Session) -> set[str]:
+    """The blobs of the one-step verdicts (ledger.judge.bisect): the node's states a bisection
+    holds (running: it replays them; done: its evidence names two of them) and each verdict's
+    batch, which ``coloco audit`` fetches to re-check it."""
+    out: set[str] = set()
+    for states, evidence in session.exec(
+        select(SegmentBisection.states, SegmentBisection.evidence)
+    ).all():
+        out.update(str(h) for h in json.loads(states).values())
+        if evidence:
+            out.add(str(json.loads(evidence).get("batch")))
+    return out
 
 
 class BlobStore:
@@ -358,6 +381,7 @@ class BlobStore:
                 for kv in session.exec(select(KeyValue)).all()
                 if kv.key.startswith("outer:")
             )
+            keep.update(_bisection_blobs(session))
             candidates = [h for h in old if h not in keep]
             for i in range(0, len(candidates), 500):
                 chunk = candidates[i : i + 500]

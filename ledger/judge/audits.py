@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from ledger.core.models import Attestation, KeyValue, RoundState, utcnow
+from ledger.core.models import Attestation, BoundaryRequest, KeyValue, RoundState, utcnow
 from ledger.judge import segments
+from ledger.judge.bisect import FailedSegment
 from ledger.judge.boundaries import check_boundaries
 from ledger.judge.entries import Context, Entry, Fraud
 from ledger.judge.replay import ReplayInputs, audit
@@ -273,7 +274,32 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     }
     text = json.dumps(evidence, sort_keys=True, default=str)
     e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
-    # the place a failed segment hands over to the bisection to one step (ledger.judge.bisect)
+    e.failed_segment = _failed_segment(e, rnd, inputs, plan, requests, outcome.evidence)
     e.fail("audit_failed", f"{outcome.reason}; fraud record {e.fraud.evidence_hash} "
                            f"(selected: {why})")  # fmt: skip
     return outcome.cpu_seconds
+
+
+def _failed_segment(  # noqa: PLR0917 - the failed audit's parts
+    e: Entry,
+    rnd: RoundState,
+    inputs: ReplayInputs,
+    plan: segments.SegmentPlan,
+    requests: dict[int, BoundaryRequest],
+    evidence: dict[str, object],
+) -> FailedSegment | None:
+    """The failed segment handed over to the bisection (ledger.judge.bisect): its steps and the
+    node's delivered states at both ends; None when the failure is not a segment's replay (the
+    last boundary or boundary 0 that is not the base: no step to name)."""
+    j = evidence.get("segment")
+    if not isinstance(j, int) or j not in plan.segments:
+        return None
+    first, steps = plan.span(j)
+    start, end = requests.get(j), requests.get(j + 1)
+    if start is None or end is None or not start.state_hash or not end.state_hash:
+        return None
+    return FailedSegment(
+        run_id=rnd.run_id, round=rnd.round, node=e.att.node, boundary=j,
+        segment=(first, first + steps), start_hash=start.state_hash, end_hash=end.state_hash,
+        replay=inputs.to_json(),
+    )  # fmt: skip

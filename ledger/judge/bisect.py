@@ -19,15 +19,26 @@ read. The bisection (reference.bisect) then runs as a state machine stored in
 A probe the node does not deliver by its deadline ends the bisection ``missed`` (the request's
 own rule already fails the node: ledger.judge.boundaries). :func:`advance_bisections` moves every
 running bisection on (the ledger's periodic work calls it).
+
+Wired live: the segment audit (ledger.judge.audits) marks a failed segment on its entry
+(:class:`FailedSegment`); once the round's verdicts are committed the keeper
+(``ledger.rounds.lifecycle.RoundKeeper``) starts its bisection with :func:`start_bisections`
+(``ask``: the intake's, passed in), and its periodic work calls :func:`advance_bisections` with
+:func:`round_rows_of` (the round's rows rebuilt from the replay inputs stored with the row). The
+round's verdict does not wait: the segment's failure already failed the node; the bisection
+refines the evidence to one step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from sqlmodel import Session, select
@@ -36,8 +47,9 @@ from torch import Tensor
 from ledger.core.blobstore import BlobStore
 from ledger.core.config import ONE_STEP_TOLERANCE, SEGMENT_TOLERANCE
 from ledger.core.models import BoundaryRequest, FraudRecord, SegmentBisection, utcnow
+from ledger.judge.replay import ReplayInputs, round_rows
 from protocol.blobs import encode_blob
-from protocol.errors import LedgerError
+from protocol.errors import ConfigError, LedgerError
 from reference.bisect import (
     Bisection,
     agrees_between,
@@ -62,6 +74,28 @@ intake's :func:`ledger.intake.boundaries.ask_probe` (the judge does not import t
 PROBE_DEADLINE_S = 600.0
 """Seconds a node has to recompute and upload one probe's state (a few of its inner steps)."""
 
+Rows = Tensor | Callable[[], Tensor]
+"""A round's rows in reading order, or how to get them (read only when a replay needs them: a
+bisection waiting on the node costs no corpus read)."""
+
+
+@dataclass(frozen=True)
+class FailedSegment:
+    """A segment of a node-round that failed its audit (ledger.judge.audits), what
+    :func:`bisect_failed_segment` needs: the segment after committed boundary ``boundary``
+    (step counts ``lo .. hi``), the hashes of the node's delivered states at both ends, and the
+    round's replay inputs (``ledger.judge.replay.ReplayInputs.to_json``: its rows, batch, lr
+    and model preset)."""
+
+    run_id: str
+    round: int
+    node: str
+    boundary: int
+    segment: tuple[int, int]
+    start_hash: str
+    end_hash: str
+    replay: dict[str, Any]
+
 
 def bisect_failed_segment(
     session: Session,
@@ -76,17 +110,19 @@ def bisect_failed_segment(
     end_hash: str,
     cfg: InnerConfig,
     model_cfg: GPTConfig,
-    rows: Tensor,
+    rows: Rows,
     ask: Ask,
     shard: dict[str, Any] | None = None,
     deadline_s: float = PROBE_DEADLINE_S,
     threads: int | None = None,
+    replay: dict[str, Any] | None = None,
 ) -> SegmentBisection:
     """Start (or resume: one per node-round) the bisection of the failed segment ``segment``
     (step counts ``lo, hi``) after committed boundary ``boundary``, whose ends the node
     committed as ``start_hash`` and ``end_hash`` (blobs here). ``cfg``: the round's inner
     config (lr schedule, AdamW constants), ``model_cfg`` the run's model; ``rows``: the
-    round's rows in reading order."""
+    round's rows in reading order (or a callable giving them); ``replay``: the round's replay
+    inputs, stored so that :func:`round_rows_of` rebuilds the rows after a restart."""
     lo, hi = segment
     next_probe(lo, hi)  # refuses lo >= hi
     run = run_id.lower()
@@ -94,6 +130,8 @@ def bisect_failed_segment(
     if row is None:
         inputs = {"model": model_cfg.to_dict(), "inner": dataclasses.asdict(cfg),
                   "deadline_s": deadline_s, "shard": shard or {}}  # fmt: skip
+        if replay is not None:
+            inputs["replay"] = replay
         row = SegmentBisection(
             run_id=run, round=round_, node=node, boundary=boundary, seg_lo=lo, seg_hi=hi,
             lo=lo, hi=hi, states=json.dumps({str(lo): start_hash, str(hi): end_hash}),
@@ -134,7 +172,7 @@ def advance(
     session: Session,
     blobs: BlobStore,
     row: SegmentBisection,
-    rows: Tensor,
+    rows: Rows,
     *,
     ask: Ask,
     threads: int | None = None,
@@ -144,6 +182,13 @@ def advance(
     with ``probe`` awaited, ``done`` with its evidence, or ``missed``)."""
     if row.state != "running":
         return row
+    read: list[Tensor] = []
+
+    def round_rows() -> Tensor:
+        if not read:
+            read.append(rows() if callable(rows) else rows)
+        return read[0]
+
     cfg, model_cfg, inputs = _config(row)
     states: dict[str, str] = json.loads(row.states)
     moment = now or utcnow()
@@ -160,12 +205,12 @@ def advance(
                 row.probe = mid
                 return _save(session, row, states)
         err = agrees_between(_state(blobs, states[str(row.lo)]), _state(blobs, states[str(mid)]),
-                             rows, (row.lo, mid), cfg, model_cfg=model_cfg,
+                             round_rows(), (row.lo, mid), cfg, model_cfg=model_cfg,
                              threads=threads)  # fmt: skip
         row.lo, row.hi = narrow(row.lo, row.hi, mid, err.value <= SEGMENT_TOLERANCE)
         row.probe = None
         _save(session, row, states)
-    return _finish(session, blobs, row, states, rows, cfg, model_cfg, inputs, threads)
+    return _finish(session, blobs, row, states, round_rows(), cfg, model_cfg, inputs, threads)
 
 
 def _finish(  # noqa: PLR0917 - the bisection's last step
@@ -224,14 +269,102 @@ def advance_bisections(
     ask: Ask,
     threads: int | None = None,
     now: datetime | None = None,
+    errors: dict[int, str] | None = None,
 ) -> list[SegmentBisection]:
-    """Move every running bisection on (``rows_of``: the round's rows of a bisection's node);
-    what is stored is all it needs, so a restarted ledger resumes where it stopped."""
+    """Move every running bisection on (``rows_of``: the round's rows of a bisection's node,
+    read only when a replay needs them); what is stored is all it needs, so a restarted ledger
+    resumes where it stopped. A bisection whose states cannot be replayed on the run's model
+    (ConfigError: the node's state is not of its shape) ends ``error`` with the reason; any
+    other failure leaves it running for the next pass, and the others go on (``errors``: the
+    last failure of each, by row id, so a failure that persists is logged once)."""
+    seen = errors if errors is not None else {}
     running = session.exec(
         select(SegmentBisection).where(SegmentBisection.state == "running")
     ).all()
-    return [advance(session, blobs, row, rows_of(row), ask=ask, threads=threads, now=now)
-            for row in running]  # fmt: skip
+    out: list[SegmentBisection] = []
+    for row in running:
+        try:
+            out.append(advance(session, blobs, row, functools.partial(rows_of, row), ask=ask,
+                               threads=threads, now=now))  # fmt: skip
+        except ConfigError as exc:
+            session.rollback()
+            row.state, row.probe = "error", None
+            row.reason = f"the node's states cannot be replayed on the run's model: {exc}"
+            log.warning("bisection of node %s round %d stopped: %s", row.node, row.round,
+                        row.reason)  # fmt: skip
+            out.append(_save(session, row, json.loads(row.states)))
+        except Exception as exc:  # isolate: this one is retried next pass, the others go on
+            session.rollback()
+            why = f"{type(exc).__name__}: {exc}"
+            if seen.get(row.id or 0) != why:
+                seen[row.id or 0] = why
+                log.warning("bisection of node %s round %d not advanced (retried each pass): %s",
+                            row.node, row.round, why)  # fmt: skip
+    return out
+
+
+def start_bisections(
+    session: Session,
+    blobs: BlobStore,
+    failed: Iterable[FailedSegment],
+    *,
+    ask: Ask,
+    corpus_dir: Path | None,
+    threads: int | None = None,
+) -> list[SegmentBisection]:
+    """Start the bisection of each failed segment of a judged round (its first probe asked at
+    once: no replay runs until the node delivers it). ``corpus_dir``: the ledger's corpus
+    (``Settings.usefulness_corpus``), the rows are read from it when a replay needs them."""
+    started: list[SegmentBisection] = []
+    for f in failed:
+        inputs = replay_inputs(f.replay)
+        model_cfg = GPTConfig.preset(inputs.preset)
+        batch = inputs.tokens // (inputs.inner_steps * model_cfg.seq_len)
+        cfg = _inner_config(inputs.inner_steps, inputs.inner_lr, batch)
+        started.append(bisect_failed_segment(
+            session, blobs, run_id=f.run_id, round_=f.round, node=f.node, boundary=f.boundary,
+            segment=f.segment, start_hash=f.start_hash, end_hash=f.end_hash, cfg=cfg,
+            model_cfg=model_cfg, rows=functools.partial(_rows, inputs, corpus_dir), ask=ask,
+            threads=threads, replay=f.replay,
+            shard={"tokens": inputs.shard_tokens or inputs.tokens,
+                   "mixture": list(inputs.mixture)},
+        ))  # fmt: skip
+    return started
+
+
+def round_rows_of(corpus_dir: Path | None) -> Callable[[SegmentBisection], Tensor]:
+    """:func:`advance_bisections`' ``rows_of``: a bisection's round rows, rebuilt from the
+    replay inputs stored with it over the ledger's corpus (checked against the run's data
+    root)."""
+
+    def rows_of(row: SegmentBisection) -> Tensor:
+        replay = json.loads(row.inputs).get("replay")
+        if replay is None:
+            raise ConfigError(
+                f"the bisection of node {row.node}'s round {row.round} stores no replay inputs: "
+                "its rows cannot be rebuilt (started by hand: pass rows_of yourself)"
+            )
+        return _rows(replay_inputs(replay), corpus_dir)
+
+    return rows_of
+
+
+def replay_inputs(doc: dict[str, Any]) -> ReplayInputs:
+    return ReplayInputs.from_json(doc)
+
+
+def _inner_config(steps: int, lr: float, batch: int) -> InnerConfig:
+    """The round's AdamW as the segment audit replays it (the protocol's inner mode)."""
+    from reference import inner
+
+    return InnerConfig.protocol(steps, lr, batch, carried=inner.CARRY_STATE)
+
+
+def _rows(inputs: ReplayInputs, corpus_dir: Path | None) -> Tensor:
+    from ledger.judge.usefulness import corpus_of
+
+    rows, _ = round_rows(inputs, corpus_of(corpus_dir, inputs.data_root))
+    return rows
 
 
 def verdict_of_fraud(session: Session, fraud_id: int) -> SegmentBisection | None:

@@ -23,6 +23,7 @@ from ledger.judge.tensors import Tensors, UsefulnessFn
 from reference.settings import TrainingSettings
 
 if TYPE_CHECKING:
+    from ledger.judge.bisect import FailedSegment
     from protocol.eip712 import Eip712Domain
     from reference.codec import Packet
 
@@ -57,6 +58,9 @@ class Entry:
     excused: str | None = None
     """Why the result check cannot hold this entry to the ledger's step (a member of its group
     equivocated on its packet: :mod:`ledger.judge.commits`)."""
+    failed_segment: FailedSegment | None = None
+    """The segment whose replay failed the audit, bisected to one step once the round's verdicts
+    are committed (:func:`ledger.judge.bisect.start_bisections`)."""
 
     def fail(self, check: str, reason: str) -> None:
         if self.check is None:

@@ -56,6 +56,26 @@ class ReplayInputs:
             "data_root": None if self.data_root is None else "0x" + self.data_root.hex(),
         }
 
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ReplayInputs:
+        """The inverse of :meth:`to_json` (a fraud record's or a bisection's stored inputs)."""
+        try:
+            root = doc.get("data_root")
+            return cls(
+                run_id=bytes.fromhex(str(doc["run_id"]).removeprefix("0x")),
+                round=int(doc["round"]),
+                node=str(doc["node"]),
+                tokens=int(doc["tokens"]),
+                inner_steps=int(doc["inner_steps"]),
+                inner_lr=float(doc["inner_lr"]),
+                mixture=tuple(int(m) for m in doc["mixture"]),
+                preset=str(doc["model_preset"]),
+                shard_tokens=int(doc.get("shard_tokens") or 0),
+                data_root=None if root is None else bytes.fromhex(str(root).removeprefix("0x")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"replay inputs do not parse ({exc!r}): {dict(doc)}") from None
+
 
 @dataclass(frozen=True)
 class ReplayVerdict:

@@ -122,6 +122,7 @@ def existing(
             BoundaryRequest.round == round_,
             BoundaryRequest.node == node,
             col(BoundaryRequest.boundary).in_(boundaries),
+            BoundaryRequest.at_step == -1,  # a bisection's probes are not the boundaries
         )
     ).all()
     return {int(r.boundary): r for r in rows}

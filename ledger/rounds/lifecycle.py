@@ -4,7 +4,10 @@ Which nodes are expected is set by their signed joins (:mod:`ledger.intake.membe
 runs levels 1-3 (:mod:`ledger.judge.verdicts`) on every accepted attestation of a round once every
 earlier round of the run is committed; the checkpoint it commits is the ledger's own outer step.
 A round whose segment audit asked nodes for boundary states stays closing until each is delivered
-or past its deadline (:mod:`ledger.judge.segments`), and later rounds wait behind it.
+or past its deadline (:mod:`ledger.judge.segments`), and later rounds wait behind it. A segment
+that failed is bisected to one step once the round's verdicts are committed (the verdict does not
+wait for it): :meth:`RoundKeeper.advance_bisections`, the ledger's periodic work, moves each on
+as the node answers its probes (:mod:`ledger.judge.bisect`).
 Each attestation gets a receipt: verified tokens, quality, reward and the reason (the check that
 decided it, with its evidence). Settlement takes it from there.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -27,11 +31,20 @@ from ledger.chain.pools import compute_reward
 from ledger.chain.settlement import add_rewards
 from ledger.core.blobstore import BlobStore
 from ledger.core.config import Settings
-from ledger.core.models import Attestation, BoundaryRequest, RoundState, Run, utcnow
+from ledger.core.models import (
+    Attestation,
+    BoundaryRequest,
+    RoundState,
+    Run,
+    SegmentBisection,
+    utcnow,
+)
 from ledger.core.retry import Backoff
 from ledger.core.round_book import RoundBook
 from ledger.intake import boundaries
 from ledger.intake.membership import Membership
+from ledger.judge import bisect
+from ledger.judge.entries import Entry
 from ledger.judge.rules import attestations_root
 from ledger.judge.segments import AuditPending
 from ledger.judge.tensors import UsefulnessFn
@@ -70,6 +83,7 @@ class RoundKeeper:
         self._counts: dict[tuple[str, int], int] = {}  # attestations per open round, last look
         self.backoff = Backoff("scoring of (run, round)")
         self.observe_scoring: Callable[[float], object] | None = None  # seconds per round
+        self.bisect_errors: dict[int, str] = {}  # a running bisection's last failure, logged once
 
     def close_due(self, now: datetime | None = None) -> list[tuple[str, int]]:
         """Move open rounds to closing when all expected nodes attested or the deadline passed.
@@ -233,6 +247,35 @@ class RoundKeeper:
                         session, wait.run_id, wait.round, node, b, deadline_s=due
                     )
 
+    def start_bisections(self, entries: list[Entry]) -> None:
+        """Start the bisection of every segment the round's audit failed (after its verdicts
+        are committed: they do not wait for it); a failure here is logged, the round stands."""
+        failed = [e.failed_segment for e in entries if e.failed_segment is not None]
+        if not failed:
+            return
+        with Session(self.engine) as session:
+            try:
+                bisect.start_bisections(session, self.blobs, failed,
+                                        ask=boundaries.ask_probe(session),
+                                        corpus_dir=self.settings.usefulness_corpus,
+                                        threads=self._audit_threads())  # fmt: skip
+            except Exception:  # the verdicts stand; the bisection refines their evidence
+                session.rollback()
+                log.exception("bisections of %d failed segments not started", len(failed))
+
+    def advance_bisections(self, now: datetime | None = None) -> list[SegmentBisection]:
+        """Move every running bisection on (the ledger's periodic work): ask the node's next
+        state, replay what it delivered, end on the one-step verdict."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            return bisect.advance_bisections(
+                session, self.blobs, bisect.round_rows_of(self.settings.usefulness_corpus),
+                ask=boundaries.ask_probe(session), threads=self._audit_threads(), now=now,
+                errors=self.bisect_errors,
+            )  # fmt: skip
+
+    def _audit_threads(self) -> int | None:
+        return self.settings.audit_threads or os.cpu_count()
+
     def audit_waits(self, rnd: RoundState, now: datetime | None = None) -> bool:
         """Whether ``rnd``'s audit asked for a boundary still pending and not due (the due ones
         are marked missed first): its verdicts wait for the delivery or the deadline."""
@@ -342,7 +385,8 @@ class RoundKeeper:
                 len(atts),
                 majority,
             )
-            return row
+        self.start_bisections(judged.entries)
+        return row
 
     def _start_of(self, session: Session, a: Attestation, run: Run | None) -> datetime:
         """When this node's work for the round began: its previous attestation, or the run start."""

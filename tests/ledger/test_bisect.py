@@ -140,6 +140,15 @@ def test_a_skipped_step_is_named_and_rechecked_by_coloco_audit(
     assert evidence["step"] == skip and evidence["kind"] == "one_step_verdict"
     assert row.evidence_hash and row.evidence_hash.startswith("0x")
 
+    # the blob store's collection keeps what the verdict names, however old
+    from datetime import timedelta
+
+    from ledger.core.models import utcnow
+
+    ledger.blobs.collect_garbage(grace_s=60, now=utcnow() + timedelta(days=30))
+    for name in ("before", "after", "batch"):
+        assert ledger.blobs.exists(evidence[name]), name
+
     monkeypatch.chdir(tmp_path)
     for var in ("COLOCO_CONFIG", "COLOCO_LEDGER_URL"):
         monkeypatch.delenv(var, raising=False)
@@ -240,3 +249,68 @@ def test_a_probe_not_delivered_in_time_ends_the_bisection_missed(
         assert "after 4 steps in time" in (row.reason or "")
         probe = s.exec(select(BoundaryRequest).where(BoundaryRequest.at_step == 4)).one()
         assert probe.state == "missed"  # and the request's own rule fails the node
+
+
+def test_a_bisection_that_cannot_replay_ends_in_error_and_a_failing_one_does_not_stop_others(
+    client: TestClient, ledger: Ledger, started_run: str, nodes: list[NodeKey],
+    domain: Eip712Domain, tmp_path: Path,
+) -> None:  # fmt: skip
+    """The ledger's periodic work moves every running bisection on: one whose rows or states do
+    not fit the run's model (ConfigError) ends ``error`` with the reason, one whose replay fails
+    otherwise stays running for the next pass, and neither stops the other."""
+    from ledger.judge import segments
+    from protocol.errors import ConfigError
+
+    run = started_run
+    rows: dict[str, BaseException] = {
+        nodes[0].address: ConfigError("the stored inputs name another model"),
+        nodes[1].address: RuntimeError("the corpus folder is not mounted yet"),
+    }
+    for node in nodes[:2]:
+        store = BoundaryStore(tmp_path / node.address)
+        advance_fn = node_advance(None)
+        trace, (start, end) = kept_round(store, advance_fn)
+        att = attestation(node, run_id=run, round_=1, base=GENESIS, result=h("r1"),
+                          trace_root="0x" + trace.root.hex())  # fmt: skip
+        assert client.post("/v1/attestations", json=body(att, node.key, domain)).status_code == 202
+        lc = LedgerClient("http://testserver", http=client, retry=RetryPolicy(attempts=1),
+                          uploader=UploadSigner(node.key, domain))  # fmt: skip
+        with Session(ledger.engine) as s:
+            for b in (0, 1):
+                intake.request_boundary(s, run, 1, node.address, b, deadline_s=60)
+        answer_requests(store, lc, bytes.fromhex(run[2:]), node.address)
+        with Session(ledger.engine) as s:  # no rows read: the first probe is only asked for
+            row = bisect_failed_segment(
+                s, ledger.blobs, run_id=run, round_=1, node=node.address, boundary=0,
+                segment=(0, K), start_hash=start, end_hash=end, cfg=CFG, model_cfg=SMALL,
+                rows=ROWS, ask=intake.ask_probe(s), threads=1,
+            )  # fmt: skip
+            assert (row.state, row.probe) == ("running", 4)
+            # the probe (boundary 0, at_step 4) does not stand for boundary 0 in the audit
+            kept = segments.existing(s, run, 1, node.address, [0, 1])
+            assert {b: r.at_step for b, r in kept.items()} == {0: -1, 1: -1}
+        assert answer_requests(store, lc, bytes.fromhex(run[2:]), node.address,
+                               advance=advance_fn) == 1  # fmt: skip
+
+    def rows_of(row: SegmentBisection) -> torch.Tensor:
+        raise rows[row.node]
+
+    with Session(ledger.engine) as s:
+        out = advance_bisections(s, ledger.blobs, rows_of, ask=intake.ask_probe(s), threads=1)
+        assert [r.node for r in out] == [nodes[0].address]  # the other one: retried next pass
+        states = {r.node: (r.state, r.reason) for r in s.exec(select(SegmentBisection)).all()}
+    assert states[nodes[0].address][0] == "error"
+    assert "cannot be replayed on the run's model" in (states[nodes[0].address][1] or "")
+    assert states[nodes[1].address] == ("running", None)
+
+
+def test_replay_inputs_round_trip_through_their_json() -> None:
+    """A bisection stores the round's replay inputs as JSON and rebuilds its rows from them."""
+    from ledger.judge.replay import ReplayInputs
+    from protocol.errors import ConfigError
+
+    inputs = ReplayInputs(bytes(range(32)), 3, "0x" + "22" * 20, 4096, 10, 3e-3, (7000, 3000),
+                          "tiny", shard_tokens=8192, data_root=bytes(32))  # fmt: skip
+    assert ReplayInputs.from_json(json.loads(json.dumps(inputs.to_json()))) == inputs
+    with pytest.raises(ConfigError, match="replay inputs do not parse"):
+        ReplayInputs.from_json({"round": 3})

@@ -4,8 +4,11 @@ audits every one of its node-rounds (audit fraction 1, every segment drawn): it 
 the boundary states of its signed trace, the node uploads them (trainer.round.boundaries), and the
 ledger replays each segment from the node's own state on its cores (ledger.judge.segments). An
 honest node passes, fresh or with its inner AdamW carried across rounds; a node that skips one
-inner step inside a segment is caught with a fraud record; a node that withholds its boundaries
-fails once their deadline passes."""
+inner step inside a segment is caught with a fraud record, and the failed segment is bisected
+live to the one step it skipped: the ledger asks for the node's states inside the segment, the
+node recomputes them from its kept boundary (``NodeRunner.advance``), and ``coloco audit <fraud
+id>`` re-checks the verdict the ledger serves; a node that withholds its boundaries fails once
+their deadline passes."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from sqlmodel import Session, select
 
 from bench.harness.nodes import domain_of
 from ledger.core.config import Settings
-from ledger.core.models import FraudRecord, RoundState
+from ledger.core.models import FraudRecord, RoundState, SegmentBisection
 from ledger.main import create_app
 from ledger.service import Ledger
 from protocol.chain import ChainClient
@@ -32,6 +35,7 @@ from protocol.devnet import AnvilProcess
 from protocol.keys import NodeKey
 from reference.data import Corpus
 from reference.model import GPTConfig
+from reference.segment import STEP
 from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     ADMIN,
     db_url,
@@ -44,7 +48,7 @@ from tests.trainer.test_chain_ledger import _as_timelock
 from trainer.network.ledger_client import LedgerClient
 from trainer.network.membership import MembershipConfig
 from trainer.round.attest import Attester
-from trainer.round.boundaries import answer_requests
+from trainer.round.boundaries import Advance, answer_requests
 from trainer.round.node import NodeRunner, NodeSettings
 from trainer.round.recovery import Recovery, genesis_hash
 from trainer.round.runconfig import ChainConfig, RunConfig
@@ -89,9 +93,10 @@ def _skipping(call: int) -> Iterator[None]:
 
 
 def _settle(ledger: Ledger, node: NodeRunner | None, lc: LedgerClient, r: int,
-            timeout: float = 180.0) -> str:  # fmt: skip
+            timeout: float = 180.0, advance: Advance | None = None) -> str:  # fmt: skip
     """Tick the ledger until round ``r`` is committed or final; ``node`` (None: it withholds)
-    answers the boundary requests of the audit meanwhile, as its run loop does after a round."""
+    answers the boundary requests of the audit meanwhile, as its run loop does after a round
+    (``advance``: how it recomputes a bisection's probe, default its own steps)."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -99,7 +104,7 @@ def _settle(ledger: Ledger, node: NodeRunner | None, lc: LedgerClient, r: int,
         ledger.tick()
         if node is not None:
             assert node.boundaries is not None
-            answer_requests(node.boundaries, lc, RUN, node.address)
+            answer_requests(node.boundaries, lc, RUN, node.address, advance or node.advance)
         with Session(ledger.engine) as s:
             rnd = s.exec(select(RoundState).where(RoundState.round == r)).first()
         if rnd is not None and rnd.state in ("committed", "final"):
@@ -123,9 +128,13 @@ def _audited_rounds(
     serve: bool = True,
     skip_call: int = 0,
     local_ranks: int = 1,
+    advance_of: Callable[[NodeRunner], Advance] | None = None,
+    then: Callable[[Ledger, TestClient, NodeRunner, LedgerClient], None] | None = None,
     **overrides: Any,
 ) -> tuple[list[dict[str, Any]], list[str], Ledger]:
-    """The node's scores of each round, the rounds' states, and the (stopped) ledger."""
+    """The node's scores of each round, the rounds' states, and the (stopped) ledger;
+    ``advance_of(node)``: how the node answers a bisection's probes (default its own steps);
+    ``then``: run before the ledger stops."""
     _as_timelock(chain, deployment, "setDataRoot", Corpus.from_folder(corpus).root)  # the run's
     settings = settings_for(db_url, audit_fraction=1.0, audit_segments=1000,
                             usefulness_model="tiny", usefulness_corpus=corpus,
@@ -161,11 +170,14 @@ def _audited_rounds(
                     node.run()
             finally:
                 torch.set_num_threads(threads)
-            states = [_settle(ledger, node if serve else None, lc, r_)
+            advance = advance_of(node) if advance_of is not None else None
+            states = [_settle(ledger, node if serve else None, lc, r_, advance=advance)
                       for r_ in range(1, rounds + 1)]  # fmt: skip
             scores = []
             for r_ in range(1, rounds + 1):
                 scores += client.get(f"/v1/runs/0x{RUN.hex()}/rounds/{r_}").json()["scores"]
+            if then is not None:
+                then(ledger, client, node, lc)
             return scores, states, ledger
     finally:
         ledger.stop()
@@ -174,6 +186,40 @@ def _audited_rounds(
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
+
+
+def _skipping_step(node: NodeRunner, round_: int, step: int) -> Advance:
+    """The cheater's answers to a bisection's probes: its own steps re-run (``node.advance``)
+    with step ``step`` of round ``round_`` skipped again (its trace's lie, told consistently)."""
+
+    def advance(r: int, state: dict[str, torch.Tensor], first: int, steps: int,
+                ) -> dict[str, torch.Tensor]:  # fmt: skip
+        for i in range(first, first + steps):
+            skip = (r, i) == (round_, step)
+            state = {**state, STEP: state[STEP] + 1} if skip else node.advance(r, state, i, 1)
+        return state
+
+    return advance
+
+
+def _bisected(ledger: Ledger, client: TestClient, node: NodeRunner, lc: LedgerClient,
+              advance: Advance, timeout: float = 180.0) -> SegmentBisection:  # fmt: skip
+    """Tick the ledger (its periodic work advances the bisection) while the node answers its
+    probes, until the bisection of the failed segment ends."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        ledger.tick()
+        assert node.boundaries is not None
+        answer_requests(node.boundaries, lc, RUN, node.address, advance)
+        with Session(ledger.engine) as s:
+            row = s.exec(select(SegmentBisection)).one()
+            s.expunge(row)
+        if row.state != "running":
+            return row
+        assert time.monotonic() < deadline, f"bisection still at {row.lo}..{row.hi}"
+        time.sleep(0.05)
 
 
 def test_a_multi_threaded_node_passes_the_segment_audit_and_a_skipped_step_is_caught(
@@ -187,10 +233,29 @@ def test_a_multi_threaded_node_passes_the_segment_audit_and_a_skipped_step_is_ca
     tmp_path: Path,
 ) -> None:
     key = NodeKey.from_private_key(nodes[0].key)
+    checked: dict[str, Any] = {}
+
+    def verdict(ledger: Ledger, client: TestClient, node: NodeRunner, lc: LedgerClient) -> None:
+        """The live bisection of the failed segment, its verdict served and re-checked."""
+        from typer.testing import CliRunner
+
+        from coloco_cli.main import app
+        from tests.ledger.conftest import serving
+
+        row = _bisected(ledger, client, node, lc, _skipping_step(node, 2, 7))
+        checked["row"] = row
+        (fraud,) = client.get("/v1/frauds").json()
+        served = client.get(f"/v1/frauds/{fraud['id']}/verdict")
+        assert served.status_code == 200, served.text
+        checked["served"] = served.json()
+        with serving(ledger) as url:
+            out = CliRunner().invoke(app, ["audit", str(fraud["id"]), "--ledger-url", url])
+        checked["audit"] = (out.exit_code, out.output)
+
     # round 2's 8th inner step (H 50: AdamW's 58th call) is skipped, inside segment 1 (steps 5-9)
     scores, states, ledger = _audited_rounds(
         chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
-        skip_call=50 + 8,
+        skip_call=50 + 8, advance_of=lambda node: _skipping_step(node, 2, 7), then=verdict,
     )  # fmt: skip
     honest, cheat = sorted(scores, key=lambda s: s["round"])
     assert states == ["committed", "final"], (states, scores)
@@ -204,6 +269,14 @@ def test_a_multi_threaded_node_passes_the_segment_audit_and_a_skipped_step_is_ca
     assert fraud.round == 2 and evidence["segment"] == 1 and evidence["first_step"] == 5
     assert evidence["segment_error"] > 10 * 1e-3 and evidence["audit_seed"].startswith("0x")
     assert set(evidence["boundary_state_hashes"]) >= {"1", "2", "10"}, evidence
+    # the round's verdict did not wait; the bisection then named the skipped step (index 7)
+    row = checked["row"]
+    assert (row.state, row.holds, row.round, row.lo, row.hi) == ("done", False, 2, 7, 8), row
+    assert (row.seg_lo, row.seg_hi, row.boundary) == (5, 10, 1), row
+    assert checked["served"]["evidence"]["step"] == 7, checked["served"]
+    code, output = checked["audit"]
+    assert code == 1, output  # `coloco audit <fraud id>` re-checks it in one step: differs
+    assert f"differs: round 2 node {key.address}, step 7".lower() in output.lower(), output
 
 
 @pytest.mark.slow  # ~50 s here: one round of H 50 on 2 rank processes, every segment replayed

@@ -67,7 +67,7 @@ def recompute(rows_of: Callable[[int], Tensor], cfg: InnerConfig, model_cfg: GPT
     ) -> dict[str, Tensor]:
         start = as_segment_state(state)
         rows = rows_of(round)[from_step * cfg.batch_size : (from_step + steps) * cfg.batch_size]
-        model = GPT(model_cfg)
+        model = GPT(model_cfg, init=False)  # load_state sets every parameter
         trainer = InnerTrainer(model, dataclasses.replace(cfg, steps=steps), keep_state=True)
         opt = trainer.optimizer()
         load_state(model, opt, start)
@@ -334,15 +334,17 @@ def linger(  # noqa: PLR0917 - answer_requests' arguments and the wait
     wait_s: float,
     *,
     poll_s: float = 1.0,
+    advance: Advance | None = None,
 ) -> bool:
     """After a node's last round: answer the ledger's boundary requests until it has judged round
     ``last`` (its outer state is published, so no audit of it asks any more) or ``wait_s`` pass.
-    Returns whether the ledger judged it in time."""
+    Returns whether the ledger judged it in time. ``advance``: the node's steps, to recompute a
+    bisection's probe (:func:`answer_requests`)."""
     store.close()  # every boundary state written before one is served
     until = time.monotonic() + wait_s
     while True:
         try:
-            answer_requests(store, ledger, run_id, node)
+            answer_requests(store, ledger, run_id, node, advance)
             if ledger.outer(run_id, last) is not None:
                 return True
         except LedgerError as exc:
@@ -361,9 +363,10 @@ class BoundaryServer:
     rounds would hold both until the request's deadline."""
 
     def __init__(self, store: BoundaryStore, ledger: LedgerClient, run_id: bytes, node: str,
-                 *, poll_s: float = 2.0) -> None:  # fmt: skip
+                 *, poll_s: float = 2.0, advance: Advance | None = None) -> None:  # fmt: skip
         self.store, self.ledger, self.run_id, self.node = store, ledger, run_id, node
         self.poll_s = poll_s
+        self.advance = advance  # a bisection's probes recomputed (answer_requests)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -383,6 +386,6 @@ class BoundaryServer:
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
             try:
-                answer_requests(self.store, self.ledger, self.run_id, self.node)
+                answer_requests(self.store, self.ledger, self.run_id, self.node, self.advance)
             except (LedgerError, TrainerError, OSError) as exc:
                 log.warning("boundary requests not answered: %s", exc)

@@ -37,7 +37,7 @@ from protocol.errors import (
 from protocol.types import Address
 from reference.checkpoint import CheckpointDir, RoundCheckpoint
 from reference.data import EVAL_ROWS, EVAL_SEED, Corpus, ShardSpec, check_data
-from reference.inner import StepInfo, precision
+from reference.inner import InnerConfig, StepInfo, precision
 from reference.model import GPT, GPTConfig
 from trainer.network.coordination.heartbeat import Heartbeat, Liveness, StalledError, watching
 from trainer.network.coordination.ledger_view import LedgerMembers
@@ -49,7 +49,14 @@ from trainer.network.peer_checkpoint import CHUNK_BYTES, CheckpointServer, Manif
 from trainer.round import timebox
 from trainer.round.agreement import ConfigAgreement
 from trainer.round.attest import Attester, WorkRecord
-from trainer.round.boundaries import BoundaryServer, BoundaryStore, answer_requests, linger
+from trainer.round.boundaries import (
+    KEEP_ROUNDS,
+    BoundaryServer,
+    BoundaryStore,
+    answer_requests,
+    linger,
+    recompute,
+)
 from trainer.round.commits import PacketCheck, post_commit
 from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.round.hold import hold_at_boundary
@@ -220,6 +227,9 @@ class NodeRunner:
         self.boundaries: BoundaryStore | None = BoundaryStore(work_dir)
         """The rounds' boundary states, kept for the audit window (trainer.round.boundaries): in
         the checkpoint folder, else a scratch folder removed when the node stops."""
+        self.round_inputs: dict[int, tuple[torch.Tensor, InnerConfig]] = {}
+        """The rows and inner config each of the last rounds trained with (the audit window's):
+        what :meth:`advance` re-runs to answer a bisection's probe."""
         self.server = CheckpointServer(settings.serve_host, settings.serve_port)
         self.rdv.checkpoints.serving = self.server.endpoint  # its joins announce it from round 1
         self.ranks = None if settings.local_ranks == 1 else \
@@ -303,6 +313,7 @@ class NodeRunner:
         if boxed is not None:
             box = timebox.budget(self.rdv.board, r, boxed.addresses, settings.inner.steps)
         keep = self.boundaries.keeper(r) if self.boundaries is not None else None
+        self.keep_inputs(r, rows, settings.inner)
         # pinned fp32 on torch's default threads: the ledger's segment audit replays k steps from
         # the node's own committed states, within a tolerance that holds on any thread count
         with self.s.precision():
@@ -315,6 +326,27 @@ class NodeRunner:
         if boxed is not None:
             timebox.post_pace(self.rdv.board, r, local.inner)
         return spec, self.strategy.local_work(self, r, rows, local)
+
+    def keep_inputs(self, r: int, rows: torch.Tensor, inner: InnerConfig) -> None:
+        """Keep round ``r``'s rows and inner config for the audit window (:meth:`advance`)."""
+        kept = self.boundaries.keep_rounds if self.boundaries is not None else KEEP_ROUNDS
+        self.round_inputs = {q: v for q, v in self.round_inputs.items() if q > r - kept}
+        self.round_inputs[r] = (rows, inner)
+
+    def advance(
+        self, r: int, state: dict[str, torch.Tensor], from_step: int, steps: int
+    ) -> dict[str, torch.Tensor]:
+        """Re-run ``steps`` of this node's inner steps of round ``r`` from ``state`` (its state
+        after ``from_step`` steps) over the round's own rows and settings: a bisection's probe
+        (trainer.round.boundaries.Advance), on the CPU in fp32 on this process's threads."""
+        kept = self.round_inputs.get(r)
+        if kept is None:
+            raise TrainerError(
+                f"round {r}'s rows and settings are not kept here (kept: "
+                f"{sorted(self.round_inputs)}): this node cannot recompute a state inside it"
+            )
+        rows, inner = kept
+        return recompute(lambda _: rows, inner, self.s.model)(r, state, from_step, steps)
 
     def synchronize(
         self, r: int, group: RoundGroup, local: LocalWork, config: RunConfig
@@ -606,7 +638,7 @@ class NodeRunner:
         server = None
         if self.attester.ledger is not None and self.boundaries is not None:
             server = BoundaryServer(self.boundaries, self.attester.ledger, self.s.run_id,
-                                    self.address)  # fmt: skip
+                                    self.address, advance=self.advance)  # fmt: skip
             server.start()  # the audit's requests answered while the node trains or waits
         try:
             return self._run()
@@ -635,7 +667,7 @@ class NodeRunner:
         if ledger is None or self.boundaries is None or self.attester.unsent():
             return
         try:
-            answer_requests(self.boundaries, ledger, self.s.run_id, self.address)
+            answer_requests(self.boundaries, ledger, self.s.run_id, self.address, self.advance)
         except LedgerError as exc:
             log.warning("boundary requests not answered this round: %s", exc)
 
@@ -646,7 +678,7 @@ class NodeRunner:
             return
         self.attester.drain(None)  # the ledger judges the round once it has the attestation
         linger(self.boundaries, ledger, self.s.run_id, self.address, last,
-               self.s.audit_linger_s)  # fmt: skip
+               self.s.audit_linger_s, advance=self.advance)  # fmt: skip
 
     def _run(self) -> list[RoundReport]:
         reports: list[RoundReport] = []
