@@ -333,13 +333,13 @@ def run_setup(
                     claimed = _cheat(kind, cfg, setup, node_start, seg, other[: k * b], k, rng)
                     # the replay from the audited start is the honest one computed above
                     end = _hash(claimed)
-                    err = sketch_error(make_sketch(claimed, base, end), replays[j],
-                                       audited_start, base, end).value  # fmt: skip
-                    tally.cheats.setdefault(kind, []).append(err)
+                    seen = sketch_error(make_sketch(claimed, base, end), replays[j],
+                                        audited_start, base, end).value  # fmt: skip
+                    tally.cheats.setdefault(kind, []).append(seen)
                     full = segment_error(claimed, replays[j], audited_start).value
                     tally.full_cheats.setdefault(kind, []).append(full)
                     log.info("%s round %d cheat %s in segment %d: %.3g", setup.name, rnd, kind, j,
-                             err)  # fmt: skip
+                             seen)  # fmt: skip
             if i == 0 and rnd == 1 and setup.name == "tiny-2t-ledger1t":
                 _one_step_errors(cfg, setup, base, rows, node_threads, one_step)
         previous_base = base
