@@ -55,7 +55,7 @@ class SketchError(ValueError):
 
 
 Seed = tuple[int, int]
-"""``(a, b)``: the affine step of the coordinate hash (:func:`buckets_and_signs`)."""
+"""``(a, b)``: the affine step of the coordinate hash (:func:`slots`)."""
 
 
 def sketch_seed(state_hash: bytes) -> Seed:
@@ -68,24 +68,23 @@ def sketch_seed(state_hash: bytes) -> Seed:
     return a | 1, b
 
 
-def buckets_and_signs(
-    seed: Seed, start: int, count: int, buckets: int = SKETCH_BUCKETS
-) -> tuple[Tensor, Tensor]:
-    """The bucket (int64) and sign (float64, +-1) of coordinates ``start .. start + count - 1``:
-    ``h = mix((a x + b) mod 2^32)``, a 32-bit integer mixer (xor-shifts and odd multipliers
-    below 2^31, so every product stays below 2^63: exact in int64); the bucket is ``h``'s low
-    bits, the sign its top bit."""
+def slots(seed: Seed, start: int, count: int, buckets: int = SKETCH_BUCKETS) -> Tensor:
+    """Where coordinates ``start .. start + count - 1`` go: ``2 x bucket + (sign is +1)`` (int64),
+    from ``h = mix((a x + b) mod 2^32)``, a 32-bit integer mixer (xor-shifts and odd multipliers
+    below 2^31, so every product stays below 2^63: exact in int64, in place); the bucket is
+    ``h``'s low bits, the sign its top bit (1: +1, 0: -1)."""
     if buckets <= 1 or buckets & (buckets - 1) or buckets > 1 << 16:
         raise SketchError(f"the sketch's buckets must be a power of two up to 2^16, got {buckets}")
     if start < 0 or start + count > _MAX_INDEX:
         raise SketchError(f"a sketch covers coordinates 0 .. {_MAX_INDEX - 1}")
     a, b = seed
-    h = (torch.arange(start, start + count, dtype=torch.int64) * a + b) & _M32
+    h = torch.arange(start, start + count, dtype=torch.int64)
+    h.mul_(a).add_(b).bitwise_and_(_M32)
     for shift, mul in _MIX:
-        h ^= h >> shift
-        h = (h * mul) & _M32
-    h ^= h >> 16
-    return h & (buckets - 1), (h >> 31).to(torch.float64) * 2 - 1
+        h.bitwise_xor_(h >> shift)
+        h.mul_(mul).bitwise_and_(_M32)
+    h.bitwise_xor_(h >> 16)
+    return (h & (buckets - 1)).mul_(2).add_(h >> 31)
 
 
 class Projection:
@@ -99,7 +98,7 @@ class Projection:
         self.seed, self.buckets = seed, buckets
         self.names = sorted(shapes)
         self.shapes = {n: torch.Size(shapes[n]) for n in self.names}
-        self._cache: dict[str, tuple[Tensor, Tensor]] = {}
+        self._cache: dict[str, Tensor] = {}
         offset = 0
         self.offsets: dict[str, int] = {}
         for n in self.names:
@@ -110,9 +109,9 @@ class Projection:
     def of(cls, state_hash: bytes, shapes: Mapping[str, torch.Size]) -> Projection:
         return cls(sketch_seed(state_hash), shapes)
 
-    def _of(self, name: str) -> tuple[Tensor, Tensor]:
+    def _of(self, name: str) -> Tensor:
         if name not in self._cache:
-            self._cache[name] = buckets_and_signs(
+            self._cache[name] = slots(
                 self.seed, self.offsets[name], self.shapes[name].numel(), self.buckets
             )
         return self._cache[name]
@@ -129,9 +128,9 @@ class Projection:
                 raise SketchError(
                     f"{n} has shape {tuple(t.shape)}, the model's {tuple(self.shapes[n])}"
                 )
-            bucket, sign = self._of(n)
-            values = t.detach().reshape(-1).to("cpu", torch.float64) * sign
-            out += torch.bincount(bucket, weights=values, minlength=self.buckets)
+            values = t.detach().reshape(-1).to("cpu", torch.float64)
+            sums = torch.bincount(self._of(n), weights=values, minlength=2 * self.buckets)
+            out += sums[1::2] - sums[0::2]  # the +1 slots less the -1 slots, bucket by bucket
         return out
 
 
