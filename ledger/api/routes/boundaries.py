@@ -16,6 +16,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 from starlette.concurrency import run_in_threadpool
 
 from ledger.api.deps import JSON_BODY, AdminDep, BlobsDep, SessionDep
@@ -28,7 +29,6 @@ from protocol.errors import LedgerError
 
 router = APIRouter(prefix="/boundaries", tags=["boundaries"])
 
-_STRICT = ConfigDict(extra="forbid", strict=True)
 AT_STEP = (
     "absent or null: the committed boundary; else the node's state after at_step inner steps, "
     "recomputed from the boundary (a bisection's probe)"
@@ -37,11 +37,17 @@ SKETCH = (
     "true: the boundary's sketch only (reference.sketch; the blob named sketch_hash), what the "
     "segment audit compares a segment's end with; not with at_step"
 )
+ONE_KIND: JsonDict = {  # the schema says it: a sketch or a probe, never both
+    "not": {
+        "required": ["sketch", "at_step"],
+        "properties": {"sketch": {"const": True}, "at_step": {"not": {"type": "null"}}},
+    }
+}
 MAX_PROOF = 64  # a tree of 2^64 boundaries: far above any round's
 
 
 class BoundaryRequestIn(BaseModel):
-    model_config = _STRICT
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=ONE_KIND)
 
     run_id: Hex32
     round: RoundIn
@@ -70,7 +76,7 @@ class BoundaryRequestOut(BaseModel):
 
 
 class DeliveryIn(BaseModel):
-    model_config = _STRICT
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=ONE_KIND)
 
     run_id: Hex32
     round: RoundIn
