@@ -176,3 +176,29 @@ def test_a_sketch_that_is_not_of_its_state_and_a_pseudo_gradient_off_the_trace_f
     off = {n: t * 1.001 for n, t in honest.pseudo_gradient.items()}
     bad = _check(honest, plan, submitted=off)
     assert not bad.passed and "not base minus the weights of the trace's last" in bad.reason
+
+
+def test_an_int8_packet_is_bound_to_the_last_sketch_within_its_rounding(honest: Round) -> None:
+    """An int8 packet rounds each value by up to half a code: the honest packet's distance from
+    the last boundary's sketch stays well inside the bound the packet's scales give, a packet
+    of a pseudo-gradient 5% off does not."""
+    from ledger.judge.segments import last_gap
+    from reference.codec import decode, quantize
+    from reference.outer import FlatLayout
+    from reference.settings import WireFormat
+
+    last = honest.boundaries[-1]
+    sketch = make_sketch(honest.states[-1], honest.base, last.state_hash)
+    layout = FlatLayout({n: t.shape for n, t in honest.pseudo_gradient.items()})
+
+    def gap(scale: float) -> tuple[float, float]:
+        g = {n: t * scale for n, t in honest.pseudo_gradient.items()}
+        packet = quantize(layout.flatten(g), WireFormat.INT8)
+        return last_gap(sketch, layout.unflatten(decode(packet)), packet, last.state_hash)
+
+    honest_gap, allowed = gap(1.0)
+    assert 0 < honest_gap < allowed / 2
+    off, allowed_off = gap(1.05)
+    assert off > allowed_off
+    exact, slack = last_gap(sketch, honest.pseudo_gradient, None, last.state_hash)
+    assert exact == 0.0 and slack > 0  # fp32: the same bits
