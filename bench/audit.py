@@ -24,6 +24,18 @@ governed draw (``AUDIT_FRACTION`` x ``AUDIT_SEGMENTS`` segments of the measured 
 node-round) over the nodes' process CPU seconds of training, the largest over the
 configurations; ``audit_cpu_ratio_model`` is the same from step counts (p x s x k / H).
 
+The judge compares a segment's end on **sketches** (reference.sketch: the count-sketch the
+node's leaf commits, seeded by the end state's hash), so the verdict's figures
+(``worst_honest_error``, ``smallest_cheat_error``, ``margin``, ``honest_penalised``) are read on
+sketches; the same errors on full states are ``full_state_*``. ``audit_bytes_moved`` is what
+the ledger downloads per audited node-round (the blobs the node uploads for the plan of each
+possible drawn segment, their encoded sizes, averaged; the largest configuration), beside one
+full state (12 B/param) and the three the audit moved before sketches
+(``audit_bytes_before``); ``full_states_moved_max`` counts the full states in any plan (<= 1).
+``last_binding_int8_ratio_max``: the last boundary's sketch against an int8 packet of the
+honest pseudo-gradient, as a share of what the packet's rounding allows (< 1 passes; fp32
+binds exactly, ``last_binding_fp32_max`` 0).
+
 Prints one JSON object as its last line and writes a PNG histogram (``--png``, default
 ``reports/bench-audit.png``) and the JSON (``--json``) beside it.
 """
@@ -75,7 +87,9 @@ from reference.segment import (
     replay_segment,
     segment_error,
     segment_rows,
+    sketch_error,
 )
+from reference.sketch import make_sketch
 
 log = logging.getLogger("bench.audit")
 RUN = bytes(range(32))
@@ -100,12 +114,59 @@ class Setup:
 
 @dataclass
 class Tally:
-    honest: list[float] = field(default_factory=list)
+    honest: list[float] = field(default_factory=list)  # read on sketches, as the judge does
     cheats: dict[str, list[float]] = field(default_factory=dict)
+    full_honest: list[float] = field(default_factory=list)  # the same on full states
+    full_cheats: dict[str, list[float]] = field(default_factory=dict)
     train_cpu: float = 0.0
     node_rounds: int = 0
     replay_cpu: float = 0.0
     replayed: int = 0
+    bytes_moved: list[int] = field(default_factory=list)  # per audited node-round's plan
+    full_states: int = 0  # the most full states one plan moves
+    state_bytes: int = 0  # one full state, encoded
+    binding_int8: list[float] = field(default_factory=list)
+    binding_fp32: list[float] = field(default_factory=list)
+
+
+def _hash(state: State) -> bytes:
+    from reference.trace import state_hash
+
+    return bytes(state_hash(state))
+
+
+def _moved(setup: Setup, boundaries: list[State], sketches: list[int], tally: Tally) -> None:
+    """The bytes the ledger downloads for the plan of each segment that could be drawn (one per
+    audit): the full start state (none for segment 0 at the public base), the sketches of the
+    end and of the last boundary (ledger.judge.segments.SegmentPlan); encoded blobs."""
+    from ledger.judge.segments import SegmentPlan
+    from protocol.blobs import encode_blob
+
+    marks = tuple(range(len(boundaries)))
+    for j in range(len(boundaries) - 1):
+        plan = SegmentPlan((j,), marks, public_start=not setup.carried)
+        full = sum(len(encode_blob(boundaries[b])) for b in plan.full)
+        tally.bytes_moved.append(full + sum(sketches[b] for b in plan.sketches))
+        tally.full_states = max(tally.full_states, len(plan.full))
+    tally.state_bytes = max(tally.state_bytes, len(encode_blob(boundaries[-1])))
+
+
+def _binding(base: dict[str, torch.Tensor], last: State, sketch: State, tally: Tally) -> None:
+    """The last boundary's sketch against the submitted pseudo-gradient (ledger.judge.segments
+    .last_gap): fp32 (exact) and an int8 packet (within its rounding bound)."""
+    from ledger.judge.segments import last_gap
+    from reference.codec import decode, quantize
+    from reference.outer import FlatLayout
+    from reference.settings import WireFormat
+
+    g = {n: (base[n] - last[f"weights/{n}"]).contiguous() for n in base}
+    gap, allowed = last_gap(sketch, g, None, _hash(last))
+    tally.binding_fp32.append(gap)
+    layout = FlatLayout({n: t.shape for n, t in g.items()})
+    packet = quantize(layout.flatten(g), WireFormat.INT8)
+    decoded = layout.unflatten(decode(packet))
+    gap, allowed = last_gap(sketch, decoded, packet, _hash(last))
+    tally.binding_int8.append(gap / allowed)
 
 
 def _step(
@@ -229,6 +290,11 @@ def run_setup(
             tally.node_rounds += 1
             carried[i] = boundaries[-1]
             updates.append({n: boundaries[-1][f"weights/{n}"] for n in base})
+            hashes = [_hash(state) for state in boundaries]  # the node's leaves
+            sketches = [make_sketch(state, base, h_) for state, h_ in zip(boundaries, hashes,
+                                                                          strict=True)]  # fmt: skip
+            _moved(setup, boundaries, [len(_blob(sk)) for sk in sketches], tally)
+            _binding(base, boundaries[-1], sketches[-1], tally)
             replays: list[State] = []
             for j in range(h // k):  # the ledger replays every segment (the draw picks s of them)
                 began = time.process_time()
@@ -240,10 +306,15 @@ def run_setup(
                     first_step=first + j * k,
                     threads=setup.ledger_threads,
                 )
+                # the judge: the start's committed sketch checked, the end read on its sketch
+                make_sketch(boundaries[j], base, hashes[j])
+                err = sketch_error(sketches[j + 1], replayed, boundaries[j], base, hashes[j + 1])
                 tally.replay_cpu += time.process_time() - began
                 tally.replayed += 1
                 replays.append(replayed)
-                tally.honest.append(segment_error(boundaries[j + 1], replayed, boundaries[j]).value)
+                tally.honest.append(err.value)
+                full = segment_error(boundaries[j + 1], replayed, boundaries[j]).value
+                tally.full_honest.append(full)
             log.info("%s round %d node %d: worst honest segment so far %.3g", setup.name, rnd, i,
                      max(tally.honest))  # fmt: skip
             if i == 0 and rnd in setup.cheat_rounds:
@@ -261,14 +332,24 @@ def run_setup(
                     torch.set_num_threads(node_threads)
                     claimed = _cheat(kind, cfg, setup, node_start, seg, other[: k * b], k, rng)
                     # the replay from the audited start is the honest one computed above
-                    err = segment_error(claimed, replays[j], audited_start).value
-                    tally.cheats.setdefault(kind, []).append(err)
+                    end = _hash(claimed)
+                    seen = sketch_error(make_sketch(claimed, base, end), replays[j],
+                                        audited_start, base, end).value  # fmt: skip
+                    tally.cheats.setdefault(kind, []).append(seen)
+                    full = segment_error(claimed, replays[j], audited_start).value
+                    tally.full_cheats.setdefault(kind, []).append(full)
                     log.info("%s round %d cheat %s in segment %d: %.3g", setup.name, rnd, kind, j,
-                             err)  # fmt: skip
+                             seen)  # fmt: skip
             if i == 0 and rnd == 1 and setup.name == "tiny-2t-ledger1t":
                 _one_step_errors(cfg, setup, base, rows, node_threads, one_step)
         previous_base = base
         base = {n: t - 0.9 * sum(t - u[n] for u in updates) / len(updates) for n, t in base.items()}
+
+
+def _blob(tensors: State) -> bytes:
+    from protocol.blobs import encode_blob
+
+    return encode_blob(tensors)
 
 
 @dataclass
@@ -413,7 +494,7 @@ def _plot(path: Path, honest: list[float], cheats: dict[str, list[float]], tol: 
     ax.hist([v for _, v in cheat_logs], bins=20, stacked=True,
             label=[f"{kind} ({len(v)})" for kind, v in cheat_logs])  # fmt: skip
     ax.axvline(math.log10(tol), color="black", linestyle="--", label=f"tolerance {tol:g}")
-    ax.set_xlabel("log10 segment error (relative to the segment's displacement / moments)")
+    ax.set_xlabel("log10 segment error on sketches (relative to the segment's displacement)")
     ax.set_ylabel("segments")
     ax.set_title("bench.audit: honest segments vs cheats (k = H/10)")
     ax.legend(fontsize=7)
@@ -499,11 +580,18 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
 
     honest = [e for t in tallies.values() for e in t.honest]
     cheats: dict[str, list[float]] = {}
+    full_cheats: dict[str, list[float]] = {}
     for t in tallies.values():
         for kind, values in t.cheats.items():
             cheats.setdefault(kind, []).extend(values)
+        for kind, values in t.full_cheats.items():
+            full_cheats.setdefault(kind, []).extend(values)
     worst = max(honest)
     smallest = min((min(v) for v in cheats.values()), default=math.inf)
+    full_worst = max(e for t in tallies.values() for e in t.full_honest)
+    full_smallest = min((min(v) for v in full_cheats.values()), default=math.inf)
+    moved = {n: sum(t.bytes_moved) / len(t.bytes_moved) for n, t in tallies.items()}
+    largest = max(moved, key=lambda n: moved[n])
     settings = Settings(environment="development", _env_file=None)  # type: ignore[call-arg]
     p, s = settings.audit_fraction, settings.audit_segments
     slash = slash_in_round_rewards(settings.slash_bps, settings.stake_in_round_rewards)
@@ -530,6 +618,22 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "cheat_segments": sum(len(v) for v in cheats.values()),
         "cheats_passed": sum(e <= SEGMENT_TOLERANCE for v in cheats.values() for e in v),
         "margin": smallest / worst if worst > 0 else math.inf,
+        "compared_on": "sketches (reference.sketch: 3 x 1024 float64 per boundary)",
+        "full_state_worst_honest_error": full_worst,
+        "full_state_smallest_cheat_error": full_smallest,
+        "full_state_margin": full_smallest / full_worst if full_worst > 0 else math.inf,
+        "full_state_smallest_error_by_cheat": {
+            kind: min(v) for kind, v in sorted(full_cheats.items())
+        },
+        "audit_bytes_moved": round(moved[largest]),
+        "audit_bytes_moved_config": largest,
+        "audit_bytes_moved_by_config": {n: round(v) for n, v in moved.items()},
+        "full_states_moved_max": max(t.full_states for t in tallies.values()),
+        "state_bytes_by_config": {n: t.state_bytes for n, t in tallies.items()},
+        "audit_bytes_before": 3 * tallies[largest].state_bytes,
+        "bytes_per_param_state": 12,
+        "last_binding_fp32_max": max(g for t in tallies.values() for g in t.binding_fp32),
+        "last_binding_int8_ratio_max": max(g for t in tallies.values() for g in t.binding_int8),
         "one_step_worst_honest": max(one_step.honest) if one_step.honest else None,
         "one_step_tolerance": ONE_STEP_TOLERANCE,
         "one_step_checks": len(one_step.honest),
@@ -557,7 +661,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     }
     args.png.parent.mkdir(parents=True, exist_ok=True)
     try:
-        _plot(args.png, honest, cheats, SEGMENT_TOLERANCE)
+        _plot(args.png, honest, cheats, SEGMENT_TOLERANCE)  # the judge's errors: on sketches
         summary["png"] = str(args.png)
     except ImportError:  # matplotlib is a dependency; a trimmed install may lack it
         summary["png"] = None
@@ -565,6 +669,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     errors = {
         "honest_errors": honest,
         "cheat_errors": cheats,
+        "full_state_honest_errors": [e for t in tallies.values() for e in t.full_honest],
+        "full_state_cheat_errors": full_cheats,
     }  # the file keeps the histogram's data
     out.write_text(json.dumps({**summary, **errors}, indent=1) + "\n", encoding="utf-8")
     emit("audit", summary)

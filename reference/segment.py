@@ -30,6 +30,9 @@ from torch import Tensor
 from protocol.errors import ConfigError
 from reference.inner import InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig
+from reference.sketch import PREFIX as SKETCH_PREFIX
+from reference.sketch import STEP as SKETCH_STEP
+from reference.sketch import Projection, SketchError, check_sketch, make_sketch
 from reference.trace import RESIDUAL
 
 State = dict[str, Tensor]
@@ -238,6 +241,40 @@ def segment_error(
     for moment in ("exp_avg", "exp_avg_sq"):
         keys = sorted(k for k in replayed_end if k.startswith("adam/") and k.endswith("/" + moment))
         parts[moment] = _rel(claimed_end, replayed_end, keys, _norm(replayed_end[k] for k in keys))
+    return SegmentError(parts["weights"], parts["exp_avg"], parts["exp_avg_sq"])
+
+
+def sketch_error(
+    claimed: Mapping[str, Tensor],
+    replayed_end: Mapping[str, Tensor],
+    start: Mapping[str, Tensor],
+    base: Mapping[str, Tensor],
+    end_hash: bytes,
+) -> SegmentError:
+    """:func:`segment_error` read on sketches (reference.sketch): the node's committed sketch
+    of its end state (``claimed``, under the projection its ``end_hash`` seeds) against the
+    sketches of the replayed end and of the start state, under the same projection. The same
+    three parts and scales: weights ``|S(claimed) - S(replayed)| / |S(replayed) - S(start)|``
+    (the sketch is linear: the segment's displacement, read in its buckets), each moment
+    ``|S(claimed) - S(replayed)| / |S(replayed)|``, the step equal."""
+    try:
+        check_sketch(claimed)
+    except SketchError as exc:
+        return SegmentError(math.inf, math.inf, math.inf, f"the committed sketch: {exc}")
+    shapes = {k.removeprefix("weights/"): t.shape for k, t in replayed_end.items()
+              if k.startswith("weights/")}  # fmt: skip
+    proj = Projection.of(end_hash, shapes)
+    replayed = make_sketch(replayed_end, base, end_hash, proj)
+    if float(claimed[SKETCH_STEP]) != float(replayed[SKETCH_STEP]):
+        return SegmentError(math.inf, math.inf, math.inf,
+                            f"adam/step {float(claimed[SKETCH_STEP]):g} != replayed "
+                            f"{float(replayed[SKETCH_STEP]):g}")  # fmt: skip
+    begun = make_sketch(start, base, end_hash, proj)
+    w = SKETCH_PREFIX + "weights"
+    parts = {"weights": _rel(claimed[w] - replayed[w], replayed[w] - begun[w])}
+    for moment in ("exp_avg", "exp_avg_sq"):
+        key = SKETCH_PREFIX + moment
+        parts[moment] = _rel(claimed[key] - replayed[key], replayed[key])
     return SegmentError(parts["weights"], parts["exp_avg"], parts["exp_avg_sq"])
 
 

@@ -18,9 +18,10 @@ Boundaries of a round of ``steps`` inner steps with interval ``k`` (:func:`bound
 boundary 0 is the round's start state, boundary i the state after ``i * k`` steps, and the last is
 the state after the last step, even when ``k`` does not divide ``steps``.
 
-Beside each state hash the leaf commits a **sketch**: the int8 codes (reference.codec, block-wise
-int8) of each weight's delta from the round's base, so an auditor can hold a boundary to a
-tolerance from about 1 B/param instead of the 12 B/param of weights plus AdamW state.
+Beside each state hash the leaf commits the hash of the state's **sketch** (reference.sketch: a
+count-sketch of its pseudo-gradient so far and its AdamW moments, 3 x 1,024 float64 numbers,
+seeded by the state's own hash), so an audit holds a segment's end to the tolerance from a few
+KiB instead of the 12 B/param of weights plus AdamW state: it moves at most one full state.
 
 ``leaf = keccak256(keccak256(abi.encode(uint256 index, uint256 step, bytes32 stateHash,
 bytes32 sketchHash)))``; the root is protocol.merkle's tree (OpenZeppelin's layout) over the
@@ -44,10 +45,8 @@ from protocol.errors import ProtocolError, TrainerError
 from protocol.hashing import hash_state_dict
 from protocol.merkle import HashTree, process_proof
 from protocol.types import Bytes32
-from reference.codec import decode, quantize
-from reference.codec.formats import DEFAULT_BLOCK_SIZE, Packet
 from reference.outer import FlatLayout
-from reference.settings import WireFormat
+from reference.sketch import SketchError, make_sketch
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,6 @@ WEIGHTS: Final = "weights/"
 COMMITS_IN_FLIGHT: Final = 2
 """Boundary states a background :class:`TraceBuilder` holds while they are hashed."""
 RESIDUAL: Final = "residual/"
-SKETCH: Final = "sketch/"
 
 
 class TraceError(TrainerError):
@@ -155,55 +153,6 @@ def state_hash(state: Mapping[str, Tensor]) -> Bytes32:
     return hash_state_dict(state)
 
 
-def make_sketch(
-    state: Mapping[str, Tensor],
-    base: Mapping[str, Tensor],
-    *,
-    block_size: int = DEFAULT_BLOCK_SIZE,
-) -> dict[str, Tensor]:
-    """The int8 codes and fp32 block scales of each weight's delta from the round's ``base``
-    (``base`` by parameter name, or by ``weights/<name>``): ``sketch/<param>/codes|scales``."""
-    sketch: dict[str, Tensor] = {}
-    for name, tensor in state.items():
-        if not name.startswith(WEIGHTS):
-            continue
-        param = name.removeprefix(WEIGHTS)
-        start = base.get(name, base.get(param))
-        if start is None:
-            raise TraceError(f"the round's base has no weight {param!r} to sketch the delta from")
-        if start.shape != tensor.shape:
-            raise TraceError(
-                f"weight {param!r}: base shape {tuple(start.shape)} != state {tuple(tensor.shape)}"
-            )
-        delta = tensor.detach().float().cpu() - start.detach().float().cpu()
-        packet = quantize(delta, WireFormat.INT8, block_size=block_size)
-        assert packet.scales is not None
-        sketch[f"{SKETCH}{param}/codes"] = packet.payload.cpu()
-        sketch[f"{SKETCH}{param}/scales"] = packet.scales.cpu()
-    return sketch
-
-
-def sketch_deltas(
-    sketch: Mapping[str, Tensor],
-    like: Mapping[str, Tensor],
-    *,
-    block_size: int = DEFAULT_BLOCK_SIZE,
-) -> dict[str, Tensor]:
-    """Decode a sketch back to each weight's approximate delta from the base (fp32), shaped as
-    ``like`` (a state or the base, by parameter name or ``weights/<name>``)."""
-    out: dict[str, Tensor] = {}
-    for name, tensor in like.items():
-        param = name.removeprefix(WEIGHTS)
-        if name.startswith(PREFIXES) and not name.startswith(WEIGHTS):
-            continue
-        codes, scales = sketch.get(f"{SKETCH}{param}/codes"), sketch.get(f"{SKETCH}{param}/scales")
-        if codes is None or scales is None:
-            raise TraceError(f"the sketch has no codes and scales for weight {param!r}")
-        packet = Packet(WireFormat.INT8, tuple(tensor.shape), codes, scales, block_size)
-        out[param] = decode(packet)
-    return out
-
-
 def leaf(index: int, step: int, state: bytes, sketch: bytes) -> Bytes32:
     """One boundary's leaf (module docstring): double keccak, as OpenZeppelin's leaves."""
     if len(state) != 32 or len(sketch) != 32:
@@ -238,8 +187,13 @@ class Boundary:
 def commit_boundary(
     index: int, step: int, state: Mapping[str, Tensor], base: Mapping[str, Tensor]
 ) -> Boundary:
-    """Hash ``state`` and its sketch against ``base``."""
-    return Boundary(index, step, state_hash(state), hash_state_dict(make_sketch(state, base)))
+    """Hash ``state``, then its sketch against ``base`` (seeded by that hash)."""
+    digest = state_hash(state)
+    try:
+        sketch = make_sketch(state, base, digest)
+    except SketchError as exc:
+        raise TraceError(f"boundary {index}: {exc}") from exc
+    return Boundary(index, step, digest, hash_state_dict(sketch))
 
 
 @dataclass(frozen=True)

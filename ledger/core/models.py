@@ -221,6 +221,13 @@ class Join(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
 
 
+STATE_REQUEST = -1
+"""``BoundaryRequest.at_step`` of a request for a committed boundary's full state."""
+SKETCH_REQUEST = -2
+"""``BoundaryRequest.at_step`` of a request for a committed boundary's sketch only
+(reference.sketch: a few KiB, checked against the leaf's sketch hash)."""
+
+
 class BoundaryRequest(SQLModel, table=True):
     """The ledger asked node ``node`` for boundary ``index`` of its trace of ``round`` (an audit):
     ``pending`` until the node delivers a state that hashes to its committed leaf
@@ -243,7 +250,8 @@ class BoundaryRequest(SQLModel, table=True):
     at_step: int = Field(
         default=-1, sa_column=Column(BigInteger, nullable=False, server_default="-1")
     )
-    """-1: the committed boundary ``boundary``; else the node's state after ``at_step`` inner
+    """-1 (:data:`STATE_REQUEST`): the committed boundary ``boundary``'s state; -2
+    (:data:`SKETCH_REQUEST`): its sketch only; else the node's state after ``at_step`` inner
     steps, inside the segment after boundary ``boundary`` (a bisection's probe,
     ledger.judge.bisect: no leaf commits it, the node recomputes it from that boundary)."""
     trace_root: str = Field(max_length=66)

@@ -9,6 +9,10 @@ node uploads it, the ledger checks it against the ``traceRoot`` the node signed.
 3. :func:`deliver` refuses, naming why, anything but the stored blob of a state whose hash, with
    the claimed step and sketch hash, makes the leaf the proof leads to the signed root
    (reference.trace.check_served); a good delivery closes the request.
+   A request for a boundary's **sketch** (``at_step`` :data:`SKETCH_REQUEST`: what an audit
+   compares a segment's end with, a few KiB instead of the state) is answered the same way with
+   the sketch as the blob (``PUT /v1/blobs/{sketchHash}``): it must be a sketch
+   (reference.sketch.check_sketch) and, with the claimed state hash and step, make the leaf.
 4. :func:`expire` marks the requests past their deadline ``missed`` with the reason the judge's
    rule gives (ledger.judge.boundaries): the node fails the audit.
 """
@@ -24,11 +28,21 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from ledger.core.blobstore import BlobStore
-from ledger.core.models import Attestation, BoundaryRequest, SegmentBisection, utcnow
+from ledger.core.models import (
+    SKETCH_REQUEST,
+    STATE_REQUEST,
+    Attestation,
+    BoundaryRequest,
+    SegmentBisection,
+    utcnow,
+)
 from ledger.judge.boundaries import withheld_reason
 from protocol.eip712 import parse_bytes32
 from protocol.errors import EncodingError, LedgerError
-from reference.trace import TraceError, check_served, check_state
+from protocol.hashing import hash_state_dict
+from protocol.types import Bytes32
+from reference.sketch import SketchError, check_sketch
+from reference.trace import Boundary, TraceError, check_served, check_state, verify_leaf
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +61,10 @@ class Delivery:
     state_hash: str
     sketch_hash: str
     proof: tuple[str, ...]
-    at_step: int = -1
-    """-1: the committed boundary; else the state after ``at_step`` steps (a bisection's probe:
-    no sketch or proof, the state must hash to ``state_hash``)."""
+    at_step: int = STATE_REQUEST
+    """-1: the committed boundary; -2 (:data:`SKETCH_REQUEST`): its sketch, the blob named
+    ``sketch_hash``; else the state after ``at_step`` steps (a bisection's probe: no sketch or
+    proof, the state must hash to ``state_hash``)."""
 
 
 def request_boundary(
@@ -61,11 +76,12 @@ def request_boundary(
     *,
     deadline_s: float,
     now: datetime | None = None,
-    at_step: int = -1,
+    at_step: int = STATE_REQUEST,
 ) -> BoundaryRequest:
     """Ask ``node`` for ``boundary`` of its round ``round_`` by ``now + deadline_s`` (the same
-    request twice is the first one); ``at_step`` >= 0 asks instead for its state after that
-    many inner steps, recomputed from ``boundary`` (a bisection's probe, ledger.judge.bisect)."""
+    request twice is the first one); ``at_step`` :data:`SKETCH_REQUEST` asks for its sketch
+    only, >= 0 for its state after that many inner steps, recomputed from ``boundary`` (a
+    bisection's probe, ledger.judge.bisect)."""
     att = session.exec(
         select(Attestation).where(
             Attestation.run_id == run_id.lower(), Attestation.round == round_,
@@ -87,9 +103,9 @@ def request_boundary(
         raise LedgerError(f"boundary must be >= 0, got {boundary}", code="bad_boundary")
     if deadline_s <= 0:
         raise LedgerError(f"deadline_s must be positive, got {deadline_s}", code="bad_boundary")
-    if at_step < -1:
-        raise LedgerError(f"at_step must be >= 0 (or -1: the boundary), got {at_step}",
-                          code="bad_boundary")  # fmt: skip
+    if at_step < SKETCH_REQUEST:
+        raise LedgerError(f"at_step must be >= 0 (or -1: the boundary, -2: its sketch), got "
+                          f"{at_step}", code="bad_boundary")  # fmt: skip
     existing = _find(session, att.run_id, round_, node, boundary, at_step)
     if existing is not None:
         return existing
@@ -112,7 +128,12 @@ def request_boundary(
 
 
 def _find(  # noqa: PLR0917 - the request's key, in order
-    session: Session, run_id: str, round_: int, node: str, boundary: int, at_step: int = -1
+    session: Session,
+    run_id: str,
+    round_: int,
+    node: str,
+    boundary: int,
+    at_step: int = STATE_REQUEST,
 ) -> BoundaryRequest | None:
     return session.exec(
         select(BoundaryRequest).where(
@@ -163,6 +184,9 @@ def deliver(
     sketch = _bytes32("sketchHash", d.sketch_hash)
     proof = [_bytes32(f"proof[{i}]", p) for i, p in enumerate(d.proof)]
     state_hash = "0x" + _bytes32("stateHash", d.state_hash).hex()
+    if d.at_step == SKETCH_REQUEST:
+        _deliver_sketch(blobs, request, d, root, Bytes32(sketch), proof)
+        return _delivered(session, request, moment, d)
     tensors = blobs.tensors(state_hash)
     if tensors is None:
         raise LedgerError(
@@ -184,13 +208,58 @@ def deliver(
         request.step = served.step
         request.state_hash = "0x" + served.state_hash.hex()
         request.sketch_hash = "0x" + served.sketch_hash.hex()
+    return _delivered(session, request, moment, d)
+
+
+def _delivered(
+    session: Session, request: BoundaryRequest, moment: datetime, d: Delivery
+) -> BoundaryRequest:
     request.state = "delivered"
     request.delivered_at = moment
     session.add(request)
     session.commit()
     session.refresh(request)
-    log.info("boundary %d of round %d delivered by %s", d.boundary, d.round, d.node)
+    what = "the sketch of boundary" if d.at_step == SKETCH_REQUEST else "boundary"
+    log.info("%s %d of round %d delivered by %s", what, d.boundary, d.round, d.node)
     return request
+
+
+def _deliver_sketch(  # noqa: PLR0917 - the delivery and what it is checked against
+    blobs: BlobStore,
+    request: BoundaryRequest,
+    d: Delivery,
+    root: bytes,
+    sketch_hash: Bytes32,
+    proof: list[bytes],
+) -> None:
+    """A delivered sketch: the blob ``sketch_hash`` must be a sketch that hashes to it and, with
+    the claimed state hash and step, make the leaf the proof leads to the signed root."""
+    name = "0x" + sketch_hash.hex()
+    tensors = blobs.tensors(name)
+    if tensors is None:
+        raise LedgerError(
+            f"no blob {name}: upload the boundary's sketch first with a signed "
+            f"PUT /v1/blobs/{name}",
+            code="not_found",
+        )
+    try:
+        check_sketch(tensors)
+    except SketchError as exc:
+        raise LedgerError(f"sketch refused: {exc}", code="boundary_mismatch") from None
+    if hash_state_dict(tensors) != sketch_hash:
+        raise LedgerError(f"sketch refused: blob {name} does not hash to its name",
+                          code="boundary_mismatch")  # fmt: skip
+    state = Bytes32(_bytes32("stateHash", d.state_hash))
+    if not verify_leaf(root, Boundary(d.boundary, d.step, state, sketch_hash), proof):
+        raise LedgerError(
+            f"sketch refused: boundary {d.boundary} (after {d.step} inner steps) with state "
+            f"0x{state.hex()} and sketch {name} is not the leaf the proof leads to the committed "
+            f"traceRoot {request.trace_root}",
+            code="boundary_mismatch",
+        )
+    request.step = d.step
+    request.state_hash = "0x" + state.hex()
+    request.sketch_hash = name
 
 
 def expire(session: Session, *, now: datetime | None = None) -> list[BoundaryRequest]:

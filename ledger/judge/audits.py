@@ -124,7 +124,7 @@ def replay_audits(
     seed = round_seed(session, rnd)
     cleared: set[str] = set()  # nodes whose copy partner failed: the pair is explained
     waiting: list[str] = []  # nodes whose requested boundaries the segment audit waits for
-    wanted: dict[str, list[int]] = {}  # boundaries the segment audit is still to ask for
+    wanted: dict[str, list[segments.Need]] = {}  # what the segment audit is still to ask for
 
     def why_of(e: Entry) -> str:
         reasons = [w for w in e.suspicious if not (e.att.node in cleared and "cosine" in w)]
@@ -232,7 +232,7 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     corpus: Corpus,
     seed: bytes,
     why: str,
-    wanted: dict[str, list[int]],
+    wanted: dict[str, list[segments.Need]],
 ) -> float | None:
     """The segment audit of ``e`` (:mod:`ledger.judge.segments`): the boundaries it needs and
     has not asked for yet go into ``wanted``; once all are delivered the drawn segments are
@@ -247,7 +247,7 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
         wanted[e.att.node] = missing
         return None
     if segments.pending(requests, utcnow()):
-        e.reason += f"; audit ({why}) waits for boundaries {plan.needed}"
+        e.reason += f"; audit ({why}) waits for boundaries {[b for b, _ in plan.needed]}"
         return None
     if not segments.delivered(requests):
         return 0.0  # withheld: check_boundaries fails the entry

@@ -192,6 +192,26 @@ def advance(
     cfg, model_cfg, inputs = _config(row)
     states: dict[str, str] = json.loads(row.states)
     moment = now or utcnow()
+    for at in (row.seg_lo, row.seg_hi):
+        # the audit moved one full state at most (ledger.judge.segments: the end's sketch, and
+        # none at a public base): an end of the segment not in the store is asked for in full;
+        # the node serves its committed boundary, which must hash to the leaf's state hash
+        committed = states[str(at)]
+        if blobs.exists(committed):
+            continue
+        req = ask(row, at, float(inputs["deadline_s"]), moment)
+        if req.state == "delivered" and (req.state_hash or "").lower() == committed.lower():
+            continue
+        if req.state == "delivered":
+            row.state, row.probe = "missed", at
+            row.reason = (f"the node delivered a state after {at} steps ({req.state_hash}) that "
+                          f"is not its committed boundary ({committed})")  # fmt: skip
+        elif req.state == "missed" or moment >= req.deadline:
+            row.state, row.probe = "missed", at
+            row.reason = f"the node did not deliver its state after {at} steps in time"
+        else:
+            row.probe = at
+        return _save(session, row, states)
     while (mid := next_probe(row.lo, row.hi)) is not None:
         if str(mid) not in states:
             req = ask(row, mid, float(inputs["deadline_s"]), moment)

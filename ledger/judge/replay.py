@@ -166,6 +166,17 @@ def audit(
 
 
 @dataclass(frozen=True)
+class EndSketch:
+    """A segment's end as the audit holds it without moving the state: the node's committed
+    sketch of it (reference.sketch, hash-checked against its leaf at delivery), the state hash
+    that seeds its projection, and the round's base the weights' sketch is taken from."""
+
+    sketch: Tensors
+    state_hash: bytes
+    base: Tensors
+
+
+@dataclass(frozen=True)
 class SegmentVerdict:
     passed: bool
     error: float
@@ -204,7 +215,7 @@ def audit_segment(
 
 def audit_span(
     start: Tensors,
-    claimed_end: Tensors,
+    claimed_end: Tensors | EndSketch,
     inputs: ReplayInputs,
     corpus: Corpus,
     *,
@@ -216,11 +227,13 @@ def audit_span(
 ) -> SegmentVerdict:
     """:func:`audit_segment` for the ``steps`` inner steps from step ``first`` (a trace's last
     segment is shorter when ``traceInterval`` does not divide H), with the AdamW constants of
-    the protocol's inner mode (``carried``; None: ``reference.inner.CARRY_STATE``)."""
+    the protocol's inner mode (``carried``; None: ``reference.inner.CARRY_STATE``).
+    ``claimed_end``: the node's end state, or its committed sketch (:class:`EndSketch`: the
+    error is read on sketches, ``reference.segment.sketch_error``)."""
     from reference import inner as protocol_inner
     from reference.inner import InnerConfig
     from reference.model import GPTConfig
-    from reference.segment import STEP, replay_segment, segment_error, segment_rows
+    from reference.segment import STEP, replay_segment, segment_error, segment_rows, sketch_error
 
     began = time.process_time()
     if first < 0 or steps <= 0 or first + steps > inputs.inner_steps:
@@ -245,14 +258,20 @@ def audit_span(
     except ConfigError as exc:  # the node's state is not of the run's model: not its work
         why = f"segment {span} cannot be replayed from the node's committed state: {exc}"
         return SegmentVerdict(False, math.inf, first, steps, time.process_time() - began, why)
-    err = segment_error(claimed_end, replayed, start)
+    if isinstance(claimed_end, EndSketch):
+        err = sketch_error(claimed_end.sketch, replayed, start, claimed_end.base,
+                           claimed_end.state_hash)  # fmt: skip
+        what = "committed sketch of its end state"
+    else:
+        err = segment_error(claimed_end, replayed, start)
+        what = "committed end state"
     seconds = time.process_time() - began
     if err.value <= tolerance:
         why = f"segment replay matches ({span}: error {err.value:.2e} <= {tolerance:g})"
     else:
         why = (
             f"segment replay of {span} from the node's committed state differs from its "
-            f"committed end state: error {err.value:.3g} > tolerance {tolerance:g} (weights "
+            f"{what}: error {err.value:.3g} > tolerance {tolerance:g} (weights "
             f"{err.weights:.3g}, exp_avg {err.exp_avg:.3g}, exp_avg_sq {err.exp_avg_sq:.3g})"
             + (f": {err.reason}" if err.reason else "")
         )

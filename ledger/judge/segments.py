@@ -5,12 +5,16 @@ An audited node-round (drawn by :func:`ledger.judge.audits.sampled`, or suspicio
 ``AUDIT_SEGMENTS`` of its segments (:func:`drawn_segments`, from the round's
 seed, fixed after the round closed) instead of a whole-round replay:
 
-1. :func:`plan` names the boundaries needed: each drawn segment's start and end, and the round's
-   last boundary, whose weights must give the submitted pseudo-gradient (``base - last``, encoded
-   as the node's packet): that binds the trace to the work that was paid for. Boundary 0 is asked
-   for too when segment 0 is drawn: its weights must be the public base, and its AdamW moments
-   are the node's carried state (none committed: a fresh AdamW), so one rule audits both inner
-   modes (reference.inner.CARRY_STATE) without the ledger knowing which a node ran.
+1. :func:`plan` names the boundaries needed, and what of each: an audit moves **at most one
+   full state per drawn segment** (12 B/param: weights and AdamW moments), its start, and only
+   the **sketches** (reference.sketch, 3 x 1,024 float64 numbers) of the rest: each drawn
+   segment's end, and the round's last boundary, whose sketch must be that of the submitted
+   pseudo-gradient (``base - last``: the sketch's weights part is exactly that, so in fp32 it
+   binds bit for bit, in bf16/int8 within the codec's rounding bound): that binds the trace to
+   the work that was paid for. A segment 0 of a fresh inner optimizer (reference.inner.CARRY_STATE
+   off) starts at the public base: no full state moves, boundary 0's sketch delivery names its
+   committed state hash, which must be the base's. With a carried AdamW, boundary 0 carries the
+   node's moments: its full state is the segment's start (its weights must be the base).
 2. Those not asked for yet are raised in :class:`AuditPending` once every audited entry was
    seen; ``ledger.rounds.lifecycle.RoundKeeper`` files them (``ledger.intake.boundaries``, due in
    ``BOUNDARY_DEADLINE_S``); the node uploads each state, checked against the leaf of the
@@ -18,14 +22,18 @@ seed, fixed after the round closed) instead of a whole-round replay:
 3. While a request is pending and not due the round stays ``closing`` (the keeper skips it until
    none is); a request past its deadline fails its node
    (``ledger.judge.boundaries.check_boundaries``), never passes it by silence.
-4. :func:`check_entry` replays each drawn segment from the node's own start state on the ledger's
-   cores (``ledger.judge.replay.audit_span`` against ``SEGMENT_TOLERANCE``) and compares with its
-   end state; a mismatch is a fraud record with the evidence to re-run it.
+4. :func:`check_entry` checks each full state's committed sketch is its sketch (so a node cannot
+   commit sketches of another trajectory than its states), then replays each drawn segment from
+   the node's own start state on the ledger's cores (``ledger.judge.replay.audit_span`` against
+   ``SEGMENT_TOLERANCE``) and compares with its end's committed sketch, read on sketches under
+   the projection the end's state hash seeds; a mismatch is a fraud record with the evidence
+   to re-run it.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -33,11 +41,15 @@ import torch
 from sqlmodel import Session, col, select
 
 from ledger.core.blobstore import BlobStore
-from ledger.core.models import BoundaryRequest, RoundState
+from ledger.core.models import SKETCH_REQUEST, STATE_REQUEST, BoundaryRequest, RoundState
 from ledger.judge.tensors import Tensors
 from protocol.eip712 import keccak256
+from protocol.hashing import hash_state_dict
+from reference.codec import Packet
 from reference.segment import State, fresh_state
-from reference.trace import boundary_steps
+from reference.settings import WireFormat
+from reference.sketch import Projection, SketchError, check_sketch, distance, make_sketch
+from reference.trace import boundary_steps, state_hash
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +57,13 @@ LAST_BOUNDARY_TOLERANCE = 1e-6
 """Relative L2 distance allowed between the submitted pseudo-gradient and ``base - last
 boundary's weights``: the node computes the same float32 subtraction (0 measured); more is a
 pseudo-gradient that is not the trace's work."""
+SKETCH_SLACK = 3.0
+"""A bf16 or int8 packet rounds each coordinate of ``base - last`` by at most half a code; the
+last boundary's sketch may be that far from the sketch of the decoded packet, times this factor
+(a count-sketch keeps a distance within a few percent; an honest packet's rounding is about
+0.6 of the bound: :func:`rounding_bound`)."""
+Need = tuple[int, int]
+"""(boundary, what): ``STATE_REQUEST`` its full state, ``SKETCH_REQUEST`` its sketch."""
 
 
 class AuditPending(Exception):
@@ -52,7 +71,7 @@ class AuditPending(Exception):
     requested (``ledger.rounds.lifecycle`` files them: requests are intake's), the others are
     asked for and not due yet."""
 
-    def __init__(self, run_id: str, round_: int, wanted: dict[str, list[int]],
+    def __init__(self, run_id: str, round_: int, wanted: dict[str, list[Need]],
                  waiting: list[str]) -> None:  # fmt: skip
         nodes = sorted(set(wanted) | set(waiting))
         super().__init__(
@@ -65,21 +84,37 @@ class AuditPending(Exception):
 
 @dataclass(frozen=True)
 class SegmentPlan:
-    """The drawn segments of one node-round and the boundaries they need."""
+    """The drawn segments of one node-round and the boundaries they need (module docstring):
+    the full state of each segment's start (none for a segment 0 at the public base:
+    ``public_start``, a fresh inner optimizer), the sketches of the others."""
 
     segments: tuple[int, ...]
     marks: tuple[int, ...]  # the inner step of each boundary (reference.trace.boundary_steps)
+    public_start: bool = True  # boundary 0 is the public base and a fresh AdamW
 
     @property
     def last(self) -> int:
         return len(self.marks) - 1
 
     @property
-    def needed(self) -> list[int]:
-        wanted = {self.last}
-        for j in self.segments:
-            wanted |= {j, j + 1}
-        return sorted(wanted)
+    def full(self) -> list[int]:
+        """The boundaries whose full state the audit moves: each drawn segment's start."""
+        return sorted(j for j in self.segments if j > 0 or not self.public_start)
+
+    @property
+    def sketches(self) -> list[int]:
+        """The boundaries only sketched: the segments' ends, the last boundary (and boundary 0
+        of a segment at the public base: its delivery names the state hash it committed)."""
+        wanted = {self.last} | {j + 1 for j in self.segments}
+        if 0 in self.segments and self.public_start:
+            wanted.add(0)
+        return sorted(wanted - set(self.full))
+
+    @property
+    def needed(self) -> list[Need]:
+        return [(b, STATE_REQUEST) for b in self.full] + [
+            (b, SKETCH_REQUEST) for b in self.sketches
+        ]
 
     def span(self, segment: int) -> tuple[int, int]:
         """(first step, steps) of ``segment``."""
@@ -104,28 +139,37 @@ def drawn_segments(seed: bytes, node: str, segments: int, count: int) -> list[in
     return sorted(picked)
 
 
-def plan(seed: bytes, node: str, inner_steps: int, interval: int, count: int) -> SegmentPlan:
+def plan(  # noqa: PLR0917 - the draw's inputs
+    seed: bytes, node: str, inner_steps: int, interval: int, count: int,
+    carried: bool | None = None,
+) -> SegmentPlan:  # fmt: skip
+    """The audit of ``node``'s round: its drawn segments and what they need; ``carried``: the
+    protocol's inner mode (None: ``reference.inner.CARRY_STATE``)."""
+    from reference import inner
 
     marks = tuple(boundary_steps(inner_steps, interval))
     segments = drawn_segments(seed, node, len(marks) - 1, count)
-    return SegmentPlan(tuple(segments), marks)
+    mode = inner.CARRY_STATE if carried is None else carried
+    return SegmentPlan(tuple(segments), marks, public_start=not mode)
 
 
 def existing(
-    session: Session, run_id: str, round_: int, node: str, boundaries: list[int]
-) -> dict[int, BoundaryRequest]:
-    """The requests already filed for ``boundaries`` of ``node``'s round (by an earlier pass of
-    this audit, or by an operator)."""
+    session: Session, run_id: str, round_: int, node: str, needs: list[Need]
+) -> dict[Need, BoundaryRequest]:
+    """The requests already filed for ``needs`` of ``node``'s round (by an earlier pass of this
+    audit, or by an operator)."""
     rows = session.exec(
         select(BoundaryRequest).where(
             BoundaryRequest.run_id == run_id,
             BoundaryRequest.round == round_,
             BoundaryRequest.node == node,
-            col(BoundaryRequest.boundary).in_(boundaries),
-            BoundaryRequest.at_step == -1,  # a bisection's probes are not the boundaries
+            col(BoundaryRequest.boundary).in_({b for b, _ in needs}),
+            # a full state or its sketch; a bisection's probes (at_step >= 0) are not boundaries
+            col(BoundaryRequest.at_step).in_([STATE_REQUEST, SKETCH_REQUEST]),
         )
     ).all()
-    return {int(r.boundary): r for r in rows}
+    found = {(int(r.boundary), int(r.at_step)): r for r in rows}
+    return {n: found[n] for n in needs if n in found}
 
 
 def round_requests(session: Session, rnd: RoundState) -> list[BoundaryRequest]:
@@ -138,12 +182,13 @@ def round_requests(session: Session, rnd: RoundState) -> list[BoundaryRequest]:
     )
 
 
-def pending(requests: dict[int, BoundaryRequest], now: datetime) -> bool:
+def pending(requests: dict[Need, BoundaryRequest], now: datetime) -> bool:
     return any(r.state == "pending" and now < r.deadline for r in requests.values())
 
 
-def delivered(requests: dict[int, BoundaryRequest]) -> bool:
-    return all(r.state == "delivered" and r.state_hash for r in requests.values())
+def delivered(requests: dict[Need, BoundaryRequest]) -> bool:
+    return all(r.state == "delivered" and r.state_hash and r.sketch_hash
+               for r in requests.values())  # fmt: skip
 
 
 def replay_state(state: Tensors) -> State:
@@ -156,24 +201,48 @@ def replay_state(state: Tensors) -> State:
     return kept
 
 
-def last_pseudo_gradient(base: Tensors, last: Tensors) -> dict[str, torch.Tensor]:
-    """``base - weights`` of the round's last boundary: the pseudo-gradient the trace commits."""
-    return {
-        n: (base[n].float() - last[f"weights/{n}"].float()).contiguous()
-        for n in base
-        if f"weights/{n}" in last
-    }
-
-
-def load_states(blobs: BlobStore, requests: dict[int, BoundaryRequest]) -> dict[int, Tensors]:
-    out: dict[int, Tensors] = {}
-    for b, r in requests.items():
-        assert r.state_hash is not None
-        tensors = blobs.tensors(r.state_hash)
+def load_states(blobs: BlobStore, requests: dict[Need, BoundaryRequest]) -> dict[Need, Tensors]:
+    """The delivered blobs: a full state by its state hash, a sketch by its sketch hash."""
+    out: dict[Need, Tensors] = {}
+    for (b, what), r in requests.items():
+        name = r.sketch_hash if what == SKETCH_REQUEST else r.state_hash
+        assert name is not None
+        tensors = blobs.tensors(name)
         if tensors is None:
-            raise LookupError(f"boundary {b}'s blob {r.state_hash} is not in the blob store")
-        out[b] = tensors
+            raise LookupError(f"boundary {b}'s blob {name} is not in the blob store")
+        out[(b, what)] = tensors
     return out
+
+
+def moved_bytes(blobs: BlobStore, requests: dict[Need, BoundaryRequest]) -> int:
+    """The bytes of the blobs the audit moved (the delivered states and sketches)."""
+    total = 0
+    for (_, what), r in requests.items():
+        name = r.sketch_hash if what == SKETCH_REQUEST else r.state_hash
+        path = blobs.path(name) if name else None
+        total += path.stat().st_size if path is not None and path.is_file() else 0
+    return total
+
+
+def rounding_bound(packet: Packet | None, decoded: Tensors) -> float:
+    """An upper bound of ``|base - last - decode(packet)|``: 0 in fp32 (the packet is that
+    subtraction), half a bf16 ulp of each value, half an int8 code of each block (its scale;
+    a block too small to code, ``TINY_AMAX``, is sent as zeros)."""
+    if packet is None or packet.fmt is WireFormat.FP32:
+        return 0.0
+    flat = torch.cat([decoded[n].detach().reshape(-1).double() for n in sorted(decoded)])
+    if packet.fmt is WireFormat.BF16:
+        return float(flat.norm()) * 2.0**-8 * (1 + 2.0**-7)
+    if packet.fmt is WireFormat.INT8 and packet.scales is not None:
+        from reference.codec.formats import TINY_AMAX
+
+        bs = packet.block_size
+        scales = packet.scales.detach().double().cpu()
+        half = torch.where(scales > 0, scales / 2, torch.full_like(scales, TINY_AMAX))
+        counts = torch.full_like(scales, float(bs))
+        counts[-1] = flat.numel() - bs * (scales.numel() - 1)
+        return float((counts * half.square()).sum().sqrt()) * (1 + 1e-6)
+    return math.inf  # another format (sparse) is audited by ledger.judge.sparse_check
 
 
 @dataclass(frozen=True)
@@ -191,53 +260,93 @@ def check_entry(  # noqa: PLR0917 - the audit's inputs, each public or committed
     inputs: object,
     corpus: object,
     plan_: SegmentPlan,
-    requests: dict[int, BoundaryRequest],
-    states: dict[int, Tensors],
+    requests: dict[Need, BoundaryRequest],
+    states: dict[Need, Tensors],
     *,
     tolerance: float,
     threads: int | None = None,
 ) -> SegmentOutcome:
-    """The delivered boundaries of one node-round checked: the last one gives the submitted
-    pseudo-gradient, then each drawn segment replays from its start to its end within
-    ``tolerance`` (``ledger.judge.replay.audit_span``)."""
-    from ledger.judge.replay import ReplayInputs, audit_span, encoded_as, relative_error
-    from reference.codec import Packet
+    """The delivered boundaries of one node-round checked (module docstring): each full state
+    against its committed sketch, the last boundary's sketch against the submitted
+    pseudo-gradient, a public segment 0's committed state against the base, then each drawn
+    segment replayed from its start and compared with its end's sketch within ``tolerance``
+    (``ledger.judge.replay.audit_span``)."""
+    from ledger.judge.replay import EndSketch, ReplayInputs, audit_span, relative_error
     from reference.data import Corpus
 
     assert isinstance(inputs, ReplayInputs) and isinstance(corpus, Corpus)
     assert packet is None or isinstance(packet, Packet)
-    hashes = {str(b): r.state_hash for b, r in sorted(requests.items())}
+    hashes = {b: str(r.state_hash) for (b, _), r in sorted(requests.items())}
     common: dict[str, object] = {
         "segments": list(plan_.segments),
         "boundary_steps": list(plan_.marks),
-        "boundary_state_hashes": hashes,
+        "boundary_state_hashes": {str(b): h for b, h in hashes.items()},
+        "boundary_sketch_hashes": {str(b): r.sketch_hash for (b, _), r in sorted(requests.items())},
+        "full_states": plan_.full,
         "segment_tolerance": tolerance,
     }
-    claimed = encoded_as(packet, last_pseudo_gradient(base, states[plan_.last]))
-    rel = relative_error(submitted, claimed)
-    if not rel <= LAST_BOUNDARY_TOLERANCE:
+
+    def failed(why: str, **extra: object) -> SegmentOutcome:
+        return SegmentOutcome(False, 0.0, why, common | extra)
+
+    sketches: dict[int, Tensors] = {}
+    for b in plan_.full:  # a full state's committed sketch is its sketch
+        state, committed = states[(b, STATE_REQUEST)], requests[(b, STATE_REQUEST)].sketch_hash
+        try:
+            mine = make_sketch(state, base, _hash(hashes[b]))
+        except SketchError as exc:
+            return failed(f"boundary {b}'s state cannot be sketched against the base: {exc}")
+        if "0x" + hash_state_dict(mine).hex() != committed:
+            return failed(
+                f"boundary {b}'s committed sketch {committed} is not the sketch of its committed "
+                "state: the trace's sketches are not of the states the node trained through",
+                sketch_mismatch_boundary=b,
+            )
+        sketches[b] = mine
+    for b in plan_.sketches:
+        try:
+            check_sketch(states[(b, SKETCH_REQUEST)])
+        except SketchError as exc:  # deliveries are checked: a blob store that was altered
+            return failed(f"boundary {b}'s delivered sketch: {exc}")
+        sketches[b] = states[(b, SKETCH_REQUEST)]
+
+    gap, allowed = last_gap(sketches[plan_.last], submitted, packet, _hash(hashes[plan_.last]))
+    if not gap <= allowed:
         why = (
             f"the submitted pseudo-gradient is not base minus the weights of the trace's last "
-            f"boundary {plan_.last} (relative L2 error {rel:.3g} > {LAST_BOUNDARY_TOLERANCE:g}): "
-            "it is not the work the signed trace commits"
+            f"boundary {plan_.last}: their sketches differ by {gap:.3g} > {allowed:.3g} (the "
+            "packet's rounding bound): it is not the work the signed trace commits"
         )
-        return SegmentOutcome(False, 0.0, why, common | {"last_boundary_error": rel})
-    if 0 in plan_.segments:
-        start = {n[len("weights/") :]: t for n, t in states[0].items() if n.startswith("weights/")}
+        return failed(why, last_boundary_error=gap, last_boundary_allowed=allowed)
+    if 0 in plan_.segments and plan_.public_start:
+        public = {f"weights/{n}": t.detach().float().contiguous() for n, t in base.items()}
+        if hashes[0] != "0x" + state_hash(public).hex():
+            why = (
+                f"boundary 0 commits state {hashes[0]}, not the round's base with a fresh "
+                "AdamW: the node's round did not start from the checkpoint it signed"
+            )
+            return failed(why, start_error=math.inf)
+    elif 0 in plan_.segments:
+        start0 = states[(0, STATE_REQUEST)]
+        start = {n[len("weights/") :]: t for n, t in start0.items() if n.startswith("weights/")}
         moved = relative_error(start, {n: t.float() for n, t in base.items()})
         if not moved <= LAST_BOUNDARY_TOLERANCE:
             why = (
                 f"boundary 0 is not the round's committed base (relative L2 distance {moved:.3g}):"
                 " the node's round did not start from the checkpoint it signed"
             )
-            return SegmentOutcome(False, 0.0, why, common | {"start_error": moved})
+            return failed(why, start_error=moved)
     cpu = 0.0
     passed: list[str] = []
     for j in plan_.segments:
         first, steps = plan_.span(j)
-        verdict = audit_span(replay_state(states[j]), replay_state(states[j + 1]),
-                             inputs, corpus, first=first, steps=steps, tolerance=tolerance,
-                             threads=threads)  # fmt: skip
+        if j in plan_.full:
+            begin = replay_state(states[(j, STATE_REQUEST)])
+        else:
+            begin = fresh_state({n: t.float() for n, t in base.items()})
+        end = EndSketch(sketches[j + 1], _hash(hashes[j + 1]), base)
+        verdict = audit_span(begin, end, inputs, corpus, first=first, steps=steps,
+                             tolerance=tolerance, threads=threads)  # fmt: skip
         cpu += verdict.cpu_seconds
         if not verdict.passed:
             evidence = common | {
@@ -247,3 +356,21 @@ def check_entry(  # noqa: PLR0917 - the audit's inputs, each public or committed
             return SegmentOutcome(False, cpu, f"segment {j}: {verdict.reason}", evidence)
         passed.append(f"segment {j}: {verdict.reason}")
     return SegmentOutcome(True, cpu, "; ".join(passed), common)
+
+
+def _hash(hex_: str) -> bytes:
+    return bytes.fromhex(hex_.removeprefix("0x"))
+
+
+def last_gap(
+    sketch: Tensors, submitted: Tensors, packet: Packet | None, last_hash: bytes
+) -> tuple[float, float]:
+    """How far the last boundary's committed sketch is from the sketch of the submitted
+    pseudo-gradient (its weights part is the sketch of ``base - last``), and how far it may be:
+    the packet's :func:`rounding_bound` x :data:`SKETCH_SLACK` plus
+    :data:`LAST_BOUNDARY_TOLERANCE` of the sketch's norm (float64 sums in another order)."""
+    proj = Projection.of(last_hash, {n: t.shape for n, t in submitted.items()})
+    mine = proj.apply({n: t.float() for n, t in submitted.items()})
+    gap = distance(sketch["sketch/weights"], mine)
+    allowed = SKETCH_SLACK * rounding_bound(packet, submitted)
+    return gap, allowed + LAST_BOUNDARY_TOLERANCE * float(mine.norm())

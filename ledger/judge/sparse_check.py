@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from sqlmodel import Session, select
 
-from ledger.core.models import BoundaryRequest, RoundState
+from ledger.core.models import STATE_REQUEST, BoundaryRequest, RoundState
 from ledger.judge.entries import Context, Entry, Fraud
 from protocol.blobs import decode_blob
 from protocol.eip712 import keccak256
@@ -122,7 +122,7 @@ def _delivered(session: Session, ctx: Context, e: Entry, at: tuple[int, int]) ->
     row = session.exec(select(BoundaryRequest).where(
         BoundaryRequest.run_id == e.att.run_id, BoundaryRequest.round == at[0],
         BoundaryRequest.node == e.att.node, BoundaryRequest.boundary == at[1],
-        BoundaryRequest.state == "delivered",
+        BoundaryRequest.state == "delivered", BoundaryRequest.at_step == STATE_REQUEST,
     )).first()  # fmt: skip
     if row is None or row.state_hash is None or not ctx.blobs.exists(row.state_hash):
         return None

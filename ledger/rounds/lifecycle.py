@@ -238,13 +238,14 @@ class RoundKeeper:
         return scored
 
     def request_boundaries(self, wait: AuditPending) -> None:
-        """Ask the nodes for the boundary states the round's segment audit needs."""
+        """Ask the nodes for the boundary states (and sketches) the round's segment audit
+        needs."""
         with Session(self.engine) as session:
             due = self.settings.boundary_deadline_s
             for node, wanted in wait.wanted.items():
-                for b in wanted:
+                for b, what in wanted:
                     boundaries.request_boundary(
-                        session, wait.run_id, wait.round, node, b, deadline_s=due
+                        session, wait.run_id, wait.round, node, b, deadline_s=due, at_step=what
                     )
 
     def start_bisections(self, entries: list[Entry]) -> None:

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
 from bench.harness.nodes import NodeKey, attestation, h
-from ledger.core.models import Attestation, BoundaryRequest, utcnow
+from ledger.core.models import SKETCH_REQUEST, Attestation, BoundaryRequest, utcnow
 from ledger.intake import boundaries as intake
 from ledger.judge.boundaries import CHECK, check_boundaries
 from ledger.judge.entries import Entry
@@ -151,3 +151,60 @@ def test_a_node_that_does_not_deliver_by_the_deadline_fails_the_audit(
         "proof": ["0x" + p.hex() for p in served.proof],
     })  # fmt: skip
     assert late.status_code == 409 and late.json()["error"]["code"] == "boundary_late"
+
+
+def test_a_requested_sketch_is_served_and_one_not_of_its_leaf_is_refused(
+    client: TestClient, ledger: Ledger, started_run: str, nodes: list[NodeKey],
+    domain: Eip712Domain, tmp_path: Path,
+) -> None:  # fmt: skip
+    """An audit asks for a segment end's sketch (a few KiB), not its state: the node uploads the
+    sketch under its hash; a sketch that is not the leaf's is refused at delivery."""
+    node = nodes[0]
+    store = BoundaryStore(tmp_path / "node")
+    root = _trained_round(store, 1)
+    _attest(client, node, started_run, domain, root)
+    r = client.post("/v1/boundaries/requests", headers=AUTH, json={
+        "run_id": started_run, "round": 1, "node": node.address, "boundary": 1,
+        "deadline_s": 60, "sketch": True,
+    })  # fmt: skip
+    assert r.status_code == 201, r.text
+    assert r.json()["sketch"] is True and r.json()["at_step"] == SKETCH_REQUEST
+    both = client.post("/v1/boundaries/requests", headers=AUTH, json={
+        "run_id": started_run, "round": 1, "node": node.address, "boundary": 1,
+        "deadline_s": 60, "sketch": True, "at_step": 3,
+    })  # fmt: skip
+    assert both.status_code == 422 and "not both" in both.text
+
+    right, other = store.serve_sketch(1, 1), store.serve_sketch(1, 2)
+    assert len(right.blob) < 30_000 < len(store.serve(1, 1).blob)
+
+    def deliver(blob: bytes, name: bytes, state: bytes) -> dict:  # type: ignore[type-arg]
+        hex_ = "0x" + name.hex()
+        put = client.put(f"/v1/blobs/{hex_}", content=blob,
+                         headers=upload_headers(node, domain, hex_))  # fmt: skip
+        assert put.status_code in (200, 201), put.text
+        answer = client.post("/v1/boundaries/deliveries", json={
+            "run_id": started_run, "round": 1, "node": node.address, "boundary": 1,
+            "step": right.boundary.step, "state_hash": "0x" + state.hex(),
+            "sketch_hash": hex_, "proof": ["0x" + p.hex() for p in right.proof], "sketch": True,
+        })  # fmt: skip
+        return {"status": answer.status_code, **answer.json()}
+
+    # boundary 2's sketch, delivered for boundary 1 with boundary 1's state hash: not the leaf
+    wrong = deliver(other.blob, other.boundary.sketch_hash, right.boundary.state_hash)
+    assert wrong["status"] == 422 and wrong["error"]["code"] == "boundary_mismatch"
+    assert "is not the leaf the proof leads to" in wrong["error"]["message"]
+    # a state is not a sketch
+    state = store.serve(1, 1)
+    not_sketch = deliver(state.blob, state.boundary.state_hash, right.boundary.state_hash)
+    assert not_sketch["status"] == 422 and "sketch refused: a sketch holds" in str(not_sketch)
+
+    lc = LedgerClient("http://testserver", http=client, retry=RetryPolicy(attempts=1),
+                      uploader=UploadSigner(node.key, domain))  # fmt: skip
+    assert answer_requests(store, lc, bytes.fromhex(started_run[2:]), node.address) == 1
+    with Session(ledger.engine) as s:
+        row = s.exec(select(BoundaryRequest)).one()
+    assert row.state == "delivered" and row.at_step == SKETCH_REQUEST and row.step == 2
+    assert row.sketch_hash == "0x" + right.boundary.sketch_hash.hex()
+    assert row.state_hash == "0x" + right.boundary.state_hash.hex()
+    assert ledger.blobs.exists(row.sketch_hash)

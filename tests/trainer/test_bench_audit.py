@@ -27,6 +27,14 @@ def test_the_audit_bench_separates_honest_segments_from_cheats(tmp_path: Path) -
     assert summary["margin"] >= 10 and summary["node_threads"] >= 1
     assert summary["skip_one_expected_net_gain"] < 0
     assert 0 < summary["audit_cpu_ratio"] < 0.05
+    # the verdict is read on sketches; an audit moves at most one full state, and the last
+    # boundary's sketch binds an fp32 pseudo-gradient exactly, an int8 one within its rounding
+    assert summary["compared_on"].startswith("sketches") and summary["full_state_margin"] >= 10
+    assert summary["full_states_moved_max"] == 1
+    (state,) = summary["state_bytes_by_config"].values()
+    assert 0.8 * state < summary["audit_bytes_moved"] < state + 100_000 < 3 * state  # mean: seg. 0
+    assert summary["audit_bytes_before"] == 3 * state
+    assert summary["last_binding_fp32_max"] == 0 and summary["last_binding_int8_ratio_max"] < 1
     # the bisection's unit: honest one-step errors far below the tolerance, both cheats above,
     # and one verdict re-checked costs about one of the round's H steps
     assert summary["one_step_checks"] == 50 and summary["one_step_honest_penalised"] == 0

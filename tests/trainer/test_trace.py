@@ -7,9 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from protocol.hashing import hash_state_dict
 from protocol.merkle import process_proof
 from reference.inner import InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig
+from reference.sketch import SketchError, check_sketch, make_sketch, sketch_seed
 from reference.trace import (
     Boundary,
     Trace,
@@ -19,8 +21,6 @@ from reference.trace import (
     boundary_steps,
     check_served,
     commit_boundary,
-    make_sketch,
-    sketch_deltas,
     state_hash,
 )
 
@@ -107,18 +107,41 @@ def test_every_proof_verifies_and_a_served_state_is_checked_against_its_leaf() -
                      boundary.sketch_hash, proof)  # fmt: skip
 
 
-def test_the_sketch_is_the_int8_delta_from_the_base() -> None:
+def test_the_sketch_is_a_seeded_count_sketch_that_keeps_distances() -> None:
+    """The committed sketch (reference.sketch): a few KiB, the same on any thread count (its hash
+    is in the leaf), seeded by the state's own hash, and distances between states read on it
+    within a few percent of the true ones, in each part."""
     _, _, builder, kept = _round()
-    _, state = kept[-1]
-    sketch = make_sketch(state, builder.base)
-    assert all(t.dtype in (torch.int8, torch.float32) for t in sketch.values())
-    deltas = sketch_deltas(sketch, builder.base)
-    for name, base in builder.base.items():
-        true = state["weights/" + name] - base
-        err = (deltas[name] - true).abs().max()
-        assert err <= true.abs().max() / 127 + 1e-9, name
-    weights = sum(t.numel() * 4 for n, t in state.items() if n.startswith("weights/"))
-    assert sum(t.numel() * t.element_size() for t in sketch.values()) < weights / 3
+    (b1, s1), (b2, s2) = kept[1], kept[-1]
+    sketch = make_sketch(s2, builder.base, b2.state_hash)
+    check_sketch(sketch)
+    assert hash_state_dict(sketch) == b2.sketch_hash
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert hash_state_dict(make_sketch(s2, builder.base, b2.state_hash)) == b2.sketch_hash
+    finally:
+        torch.set_num_threads(threads)
+    weights = sum(t.numel() * 4 for n, t in s2.items() if n.startswith("weights/"))
+    assert sum(t.numel() * t.element_size() for t in sketch.values()) == 3 * 1024 * 8 + 8
+    assert weights > 3 * 1024 * 8  # the small test model is still larger than its sketch
+    # another state hash seeds another projection
+    assert sketch_seed(b1.state_hash) != sketch_seed(b2.state_hash)
+    other = make_sketch(s2, builder.base, b1.state_hash)
+    assert not torch.equal(other["sketch/weights"], sketch["sketch/weights"])
+    # distances kept: boundary 1 vs the last, in the last's projection
+    first = make_sketch(s1, builder.base, b2.state_hash)
+    for part, prefix in (("weights", "weights/"), ("exp_avg", "/exp_avg")):
+        keys = sorted(n for n in s2 if (n.startswith(prefix) if part == "weights"
+                                         else n.endswith(prefix)))  # fmt: skip
+        true = float(torch.cat([(s2[n] - s1[n]).reshape(-1) for n in keys]).norm())
+        read = float((sketch["sketch/" + part] - first["sketch/" + part]).norm())
+        assert abs(read / true - 1) < 0.2, (part, read, true)
+    assert float(sketch["sketch/step"]) == 7.0 and float(first["sketch/step"]) == 3.0
+    with pytest.raises(SketchError, match="missing"):
+        check_sketch({k: v for k, v in sketch.items() if k != "sketch/step"})
+    with pytest.raises(SketchError, match="float64"):
+        check_sketch({**sketch, "sketch/weights": sketch["sketch/weights"].float()})
 
 
 def test_a_state_needs_known_prefixes_and_its_weights() -> None:

@@ -31,9 +31,11 @@ from torch import Tensor
 
 from protocol.blobs import decode_blob, encode_blob
 from protocol.errors import LedgerError, TrainerError
+from protocol.hashing import hash_state_dict
 from protocol.types import Bytes32
 from reference.inner import InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig
+from reference.sketch import make_sketch
 from reference.trace import Boundary, Trace, state_hash
 from trainer.network.ledger_client import LedgerClient
 
@@ -47,6 +49,8 @@ TRACE_FILE = "trace.json"
 LINGER_S = 60.0
 """How long ``coloco node run`` waits after its last round for the ledger to judge it, serving the
 boundaries its audit asks for (NodeSettings.audit_linger_s)."""
+SKETCH_REQUEST = -2
+"""A request's ``at_step`` asking for a boundary's sketch only (ledger.core.models)."""
 WRITES_IN_FLIGHT = 2
 """Boundary states waiting to be written while training goes on (each a copy of the state)."""
 
@@ -196,6 +200,24 @@ class BoundaryStore:
             raise TrainerError(f"round {round} boundary {index}: the file on disk was altered")
         return ServedBoundary(round, boundary, blob, proof, trace.root)
 
+    def serve_sketch(self, round: int, index: int) -> ServedBoundary:
+        """Boundary ``index``'s sketch (reference.sketch) as a blob, recomputed from its kept state
+        against the round's base (boundary 0's weights) and checked against its leaf."""
+        trace = self.trace(round)
+        served = self.serve(round, index)
+        state = decode_blob(served.blob, max_bytes=len(served.blob))
+        if index == 0:
+            base = state
+        else:
+            first = (self._dir(round) / f"{0:04d}.safetensors").read_bytes()
+            base = decode_blob(first, max_bytes=len(first))
+        sketch = make_sketch(state, base, served.boundary.state_hash)
+        blob = encode_blob(sketch)
+        if hash_state_dict(sketch) != served.boundary.sketch_hash:
+            raise TrainerError(f"round {round} boundary {index}: its sketch does not hash to the "
+                               "committed leaf (a kept state was altered)")  # fmt: skip
+        return ServedBoundary(round, served.boundary, blob, trace.proof(index), trace.root)
+
     def state_at(self, round: int, boundary: int, step: int, advance: Advance) -> dict[str, Tensor]:
         """The node's state after ``step`` inner steps of ``round``, recomputed from its kept
         ``boundary`` (which must come at or before ``step``) by ``advance`` (a bisection's probe,
@@ -209,11 +231,14 @@ class BoundaryStore:
         if not start.step <= step <= (ends[0] if ends else start.step):
             raise TrainerError(f"round {round}: step {step} is not inside the segment after "
                                f"boundary {boundary} (step {start.step})")  # fmt: skip
+        if ends and step == ends[0]:  # the segment's end: the committed state, not a recompute
+            boundary += 1
+        elif step != start.step:
+            blob = (self._dir(round) / f"{boundary:04d}.safetensors").read_bytes()
+            return advance(round, decode_blob(blob, max_bytes=len(blob)), start.step,
+                           step - start.step)  # fmt: skip
         blob = (self._dir(round) / f"{boundary:04d}.safetensors").read_bytes()
-        state = decode_blob(blob, max_bytes=len(blob))
-        if step == start.step:
-            return state
-        return advance(round, state, start.step, step - start.step)
+        return decode_blob(blob, max_bytes=len(blob))
 
     def size(self) -> int:
         if not self.root.is_dir():
@@ -258,7 +283,8 @@ def answer_requests(
     request for the state after ``at_step`` steps (a bisection's probe) is recomputed from its
     boundary by ``advance`` and delivered by hash. Returns how many were delivered; a request
     this node cannot serve (the round is no longer kept, no ``advance``) is logged and left to
-    its deadline."""
+    its deadline. A request for a boundary's sketch (``sketch``, at_step -2) uploads the sketch
+    (a few KiB) under its hash instead of the state."""
     run = "0x" + run_id.hex()
     delivered = 0
     for request in ledger.boundary_requests(node):
@@ -269,8 +295,9 @@ def answer_requests(
         if at_step >= 0:
             delivered += _answer_probe(store, ledger, run, node, request, advance=advance)
             continue
+        sketch = at_step == SKETCH_REQUEST
         try:
-            served = store.serve(r, index)
+            served = store.serve_sketch(r, index) if sketch else store.serve(r, index)
         except TrainerError as exc:
             log.error("the ledger asked for boundary %d of round %d: %s", index, r, exc)
             continue
@@ -279,14 +306,15 @@ def answer_requests(
                       "node kept 0x%s", index, r, request["trace_root"],
                       served.root.hex())  # fmt: skip
             continue
-        ledger.put_blob(served.boundary.state_hash, served.blob)
         b = served.boundary
+        ledger.put_blob(b.sketch_hash if sketch else b.state_hash, served.blob)
         ledger.deliver_boundary({
             "run_id": run, "round": r, "node": node, "boundary": index, "step": b.step,
             "state_hash": "0x" + b.state_hash.hex(), "sketch_hash": "0x" + b.sketch_hash.hex(),
             "proof": ["0x" + p.hex() for p in served.proof],
-        })  # fmt: skip
-        log.info("boundary %d of round %d delivered (%d bytes)", index, r, len(served.blob))
+        } | ({"sketch": True} if sketch else {}))  # fmt: skip
+        log.info("%s %d of round %d delivered (%d bytes)", "the sketch of boundary" if sketch
+                 else "boundary", index, r, len(served.blob))  # fmt: skip
         delivered += 1
     return delivered
 

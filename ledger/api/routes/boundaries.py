@@ -16,27 +16,38 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 from starlette.concurrency import run_in_threadpool
 
 from ledger.api.deps import JSON_BODY, AdminDep, BlobsDep, SessionDep
 from ledger.api.errors import errors
-from ledger.core.models import BoundaryRequest
+from ledger.core.models import SKETCH_REQUEST, STATE_REQUEST, BoundaryRequest
 from ledger.core.schemas import AddressStr, Hex32, RoundIn, Uint32
 from ledger.intake import boundaries
 from protocol.eip712 import to_checksum_address
+from protocol.errors import LedgerError
 
 router = APIRouter(prefix="/boundaries", tags=["boundaries"])
 
-_STRICT = ConfigDict(extra="forbid", strict=True)
 AT_STEP = (
     "absent or null: the committed boundary; else the node's state after at_step inner steps, "
     "recomputed from the boundary (a bisection's probe)"
 )
+SKETCH = (
+    "true: the boundary's sketch only (reference.sketch; the blob named sketch_hash), what the "
+    "segment audit compares a segment's end with; not with at_step"
+)
+ONE_KIND: JsonDict = {  # the schema says it: a sketch or a probe, never both
+    "not": {
+        "required": ["sketch", "at_step"],
+        "properties": {"sketch": {"const": True}, "at_step": {"not": {"type": "null"}}},
+    }
+}
 MAX_PROOF = 64  # a tree of 2^64 boundaries: far above any round's
 
 
 class BoundaryRequestIn(BaseModel):
-    model_config = _STRICT
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=ONE_KIND)
 
     run_id: Hex32
     round: RoundIn
@@ -44,6 +55,7 @@ class BoundaryRequestIn(BaseModel):
     boundary: Uint32
     deadline_s: float = Field(gt=0, le=7 * 86_400, description="seconds the node has to deliver")
     at_step: Uint32 | None = Field(default=None, description=AT_STEP)
+    sketch: bool = Field(default=False, description=SKETCH)
 
 
 class BoundaryRequestOut(BaseModel):
@@ -53,6 +65,7 @@ class BoundaryRequestOut(BaseModel):
     node: str
     boundary: int
     at_step: int
+    sketch: bool = Field(description="a request for the boundary's sketch only (at_step -2)")
     trace_root: str
     deadline: datetime
     state: str
@@ -63,7 +76,7 @@ class BoundaryRequestOut(BaseModel):
 
 
 class DeliveryIn(BaseModel):
-    model_config = _STRICT
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=ONE_KIND)
 
     run_id: Hex32
     round: RoundIn
@@ -74,14 +87,21 @@ class DeliveryIn(BaseModel):
     sketch_hash: Hex32
     proof: list[Hex32] = Field(max_length=MAX_PROOF)
     at_step: Uint32 | None = Field(default=None, description=AT_STEP)
+    sketch: bool = Field(default=False, description=SKETCH)
 
 
-def _at(at_step: int | None) -> int:
-    return -1 if at_step is None else at_step
+def _at(at_step: int | None, sketch: bool = False) -> int:
+    if sketch and at_step is not None:
+        raise LedgerError("ask for a sketch (sketch: true) or a probe (at_step), not both",
+                          code="bad_boundary")  # fmt: skip
+    if sketch:
+        return SKETCH_REQUEST
+    return STATE_REQUEST if at_step is None else at_step
 
 
 def _out(row: BoundaryRequest) -> BoundaryRequestOut:
-    return BoundaryRequestOut.model_validate(row, from_attributes=True)
+    fields = {k: getattr(row, k) for k in BoundaryRequestOut.model_fields if k != "sketch"}
+    return BoundaryRequestOut(**fields, sketch=row.at_step == SKETCH_REQUEST)
 
 
 @router.post(
@@ -97,7 +117,7 @@ def post_request(
     """Ask a node for one boundary state of its round's trace, due in ``deadline_s``."""
     row = boundaries.request_boundary(
         session, body.run_id, body.round, to_checksum_address(body.node), body.boundary,
-        deadline_s=body.deadline_s, at_step=_at(body.at_step),
+        deadline_s=body.deadline_s, at_step=_at(body.at_step, body.sketch),
     )  # fmt: skip
     return _out(row)
 
@@ -125,7 +145,8 @@ async def post_delivery(
     delivery = boundaries.Delivery(
         run_id=body.run_id, round=body.round, node=to_checksum_address(body.node),
         boundary=body.boundary, step=body.step, state_hash=body.state_hash,
-        sketch_hash=body.sketch_hash, proof=tuple(body.proof), at_step=_at(body.at_step),
+        sketch_hash=body.sketch_hash, proof=tuple(body.proof),
+        at_step=_at(body.at_step, body.sketch),
     )  # fmt: skip
     row = await run_in_threadpool(boundaries.deliver, session, blobs, delivery)
     return _out(row)
