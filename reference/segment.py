@@ -199,6 +199,14 @@ def _rel(state: Mapping[str, Tensor], other: Mapping[str, Tensor], keys: list[st
     return moved / scale if scale > 0 else (0.0 if moved == 0 else math.inf)
 
 
+def _ratio(diff: Tensor, scale: Tensor) -> float:
+    """``|diff| / |scale|`` of two sketch vectors (float64 norms); infinite where not finite."""
+    num, den = _norm([diff]), _norm([scale])
+    if not math.isfinite(num):
+        return math.inf
+    return num / den if den > 0 else (0.0 if num == 0 else math.inf)
+
+
 def segment_error(
     claimed_end: Mapping[str, Tensor],
     replayed_end: Mapping[str, Tensor],
@@ -271,10 +279,10 @@ def sketch_error(
                             f"{float(replayed[SKETCH_STEP]):g}")  # fmt: skip
     begun = make_sketch(start, base, end_hash, proj)
     w = SKETCH_PREFIX + "weights"
-    parts = {"weights": _rel(claimed[w] - replayed[w], replayed[w] - begun[w])}
+    parts = {"weights": _ratio(claimed[w] - replayed[w], replayed[w] - begun[w])}
     for moment in ("exp_avg", "exp_avg_sq"):
         key = SKETCH_PREFIX + moment
-        parts[moment] = _rel(claimed[key] - replayed[key], replayed[key])
+        parts[moment] = _ratio(claimed[key] - replayed[key], replayed[key])
     return SegmentError(parts["weights"], parts["exp_avg"], parts["exp_avg_sq"])
 
 

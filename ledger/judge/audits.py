@@ -285,7 +285,7 @@ def _failed_segment(  # noqa: PLR0917 - the failed audit's parts
     rnd: RoundState,
     inputs: ReplayInputs,
     plan: segments.SegmentPlan,
-    requests: dict[int, BoundaryRequest],
+    requests: dict[segments.Need, BoundaryRequest],
     evidence: dict[str, object],
 ) -> FailedSegment | None:
     """The failed segment handed over to the bisection (ledger.judge.bisect): its steps and the
@@ -295,11 +295,13 @@ def _failed_segment(  # noqa: PLR0917 - the failed audit's parts
     if not isinstance(j, int) or j not in plan.segments:
         return None
     first, steps = plan.span(j)
-    start, end = requests.get(j), requests.get(j + 1)
-    if start is None or end is None or not start.state_hash or not end.state_hash:
+    # a boundary's state hash, as delivered in full or with its sketch (the leaf names it)
+    hashes = {b: r.state_hash for (b, _), r in requests.items() if r.state_hash}
+    start, end = hashes.get(j), hashes.get(j + 1)
+    if start is None or end is None:  # a public boundary 0 moves nothing: no hash delivered
         return None
     return FailedSegment(
         run_id=rnd.run_id, round=rnd.round, node=e.att.node, boundary=j,
-        segment=(first, first + steps), start_hash=start.state_hash, end_hash=end.state_hash,
+        segment=(first, first + steps), start_hash=start, end_hash=end,
         replay=inputs.to_json(),
     )  # fmt: skip

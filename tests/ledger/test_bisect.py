@@ -287,8 +287,8 @@ def test_a_bisection_that_cannot_replay_ends_in_error_and_a_failing_one_does_not
             )  # fmt: skip
             assert (row.state, row.probe) == ("running", 4)
             # the probe (boundary 0, at_step 4) does not stand for boundary 0 in the audit
-            kept = segments.existing(s, run, 1, node.address, [0, 1])
-            assert {b: r.at_step for b, r in kept.items()} == {0: -1, 1: -1}
+            kept = segments.existing(s, run, 1, node.address, [(0, -1), (1, -1)])
+            assert {b: r.at_step for b, r in kept.items()} == {(0, -1): -1, (1, -1): -1}
         assert answer_requests(store, lc, bytes.fromhex(run[2:]), node.address,
                                advance=advance_fn) == 1  # fmt: skip
 
