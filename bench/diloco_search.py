@@ -150,7 +150,7 @@ KEYS: dict[str, Callable[[Setup, str], Setup]] = {
 }
 
 
-TOPK_KEYS = ("chunk", "k", "value_bits", "coding", "scale_bits", "fit")  # topk arms only
+TOPK_KEYS = ("chunk", "k", "value_bits", "coding", "scale_bits", "mean", "fit")  # topk arms only
 
 
 def parse_arm(text: str, base: Setup) -> tuple[str, Setup, Wire]:
@@ -188,7 +188,7 @@ def topk_spec(keys: dict[str, str], s: Setup) -> TopkSpec:
     spec = TopkSpec(
         chunk=int(keys.get("chunk", 256)), k=int(keys.get("k", 16)),
         value_bits=int(keys.get("value_bits", 2)), coding=keys.get("coding", "fixed"),
-        scale_bits=int(keys.get("scale_bits", 32)),
+        scale_bits=int(keys.get("scale_bits", 32)), mean=keys.get("mean", "all"),
     )  # fmt: skip
     if "fit" in keys:
         numel = GPT(s.model).num_params()

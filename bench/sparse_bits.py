@@ -20,7 +20,8 @@ Per chunk of ``chunk`` values (the last padded with zeros) the packet holds ``k`
 - the scale: fp32 (32) or bf16 (16: the step is rounded to bf16 before it is used, so the decode
   is what a receiver of 16 bits computes).
 The error feedback is the codec's (``acc = residual * beta + update``; ``residual' = acc -
-decode``) and the mean is the plain mean of the decodes, as :func:`average_sparse` computes it.
+decode``) and the mean is the plain mean of the decodes, as :func:`average_sparse` computes it
+(``mean="count"``: each position divided by the number of packets that hold it instead).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from protocol.errors import ConfigError
 from trainer.network.comm import wire_bytes
 
 CODINGS = ("fixed", "enum", "rice")
+MEANS = ("all", "count")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class TopkSpec:
     value_bits: int = 2
     coding: str = "fixed"
     scale_bits: int = 32
+    mean: str = "all"  # not the shape: how the receivers average (all packets, or senders)
 
     def __post_init__(self) -> None:
         if self.chunk < 2 or self.chunk & (self.chunk - 1):
@@ -55,6 +58,8 @@ class TopkSpec:
             raise ConfigError(f"topk coding must be one of {CODINGS}, got {self.coding!r}")
         if self.scale_bits not in (16, 32):
             raise ConfigError(f"topk scale_bits must be 16 (bf16) or 32, got {self.scale_bits}")
+        if self.mean not in MEANS:
+            raise ConfigError(f"topk mean must be one of {MEANS}, got {self.mean!r}")
 
     @property
     def rice_r(self) -> int:
@@ -155,6 +160,9 @@ class TopkCodec:
     def _round(self, scale: torch.Tensor) -> torch.Tensor:
         return scale.to(torch.bfloat16).float() if self.topk.scale_bits == 16 else scale
 
-    @staticmethod
-    def average(packets: list[TopkPacket]) -> torch.Tensor:
-        return torch.stack([p.values for p in packets]).mean(dim=0)
+    def average(self, packets: list[TopkPacket]) -> torch.Tensor:
+        stacked = torch.stack([p.values for p in packets])
+        if self.topk.mean == "all":
+            return stacked.mean(dim=0)
+        senders = (stacked != 0).sum(dim=0).clamp(min=1)
+        return stacked.sum(dim=0) / senders

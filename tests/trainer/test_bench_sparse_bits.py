@@ -73,3 +73,14 @@ def test_fit_keeps_the_largest_k_that_meets_the_ratio_and_refuses_an_impossible_
         fit_k(TopkSpec(coding="rice"), NUMEL, 25, 4, 1000)
     with pytest.raises(ConfigError, match="value_bits"):
         TopkSpec(value_bits=3)
+
+
+def test_the_count_mean_divides_each_position_by_its_senders() -> None:
+    a = TopkCodec(TopkSpec(chunk=4, k=2, value_bits=1, mean="count"))
+    b = TopkCodec(TopkSpec(chunk=4, k=2, value_bits=1))
+    packets = [a.compress(torch.tensor(x), None, None, 1.0)[0]
+               for x in ([2.0, -2.0, 0.0, 0.0], [4.0, 0.0, 4.0, 0.0])]  # fmt: skip
+    assert torch.equal(a.average(packets), torch.tensor([3.0, -2.0, 4.0, 0.0]))
+    assert torch.equal(b.average(packets), torch.tensor([3.0, -1.0, 2.0, 0.0]))
+    with pytest.raises(ConfigError, match="topk mean"):
+        TopkSpec(mean="median")
