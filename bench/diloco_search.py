@@ -4,7 +4,10 @@
 
 Each ARM is ``kind`` or ``kind:key=value,key=value`` with ``kind`` one of bench.diloco's task
 kinds (fp32, int8, sparse, carried, sparse_carried) and keys from :data:`KEYS` (for example
-``carried:outer_lr=0.7,carried_eps=1e-5`` or ``sparse_carried:sparse_outer_lr=1.5``). Every arm
+``carried:outer_lr=0.7,carried_eps=1e-5`` or ``sparse_carried:sparse_outer_lr=1.5``). The
+``topk``/``topk_carried`` kinds run bench.sparse_bits' diagnostic top-k wire (keys of
+:data:`TOPK_KEYS`: ``topk_carried:chunk=1024,value_bits=1,coding=enum,fit=1000`` keeps the
+largest k whose packets are 1,000x fewer bytes than synchronous training at this H). Every arm
 runs on every seed beside the synchronous baseline at ``--sync-lr`` (bench.diloco's tuned 6e-3),
 all on the validation half (``Task(..., "val", ...)``): nothing here reads the test half, so
 the settings it picks are not tuned on the reported loss. Each arm's line gives its validation
@@ -21,12 +24,13 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
 from bench import diloco, emit
 from bench.diloco import CARRIED, Setup, Task, _mean_sd
+from bench.sparse_bits import TopkCodec, TopkSpec, fit_k
 from reference.codec.sparse import SparseSpec, sparse_wire_bytes
 from reference.model import GPT, GPTConfig
 from reference.outer import OuterConfig
@@ -34,7 +38,8 @@ from trainer.network.comm import wire_bytes
 from trainer.round.runconfig import INNER_LR, INNER_STEPS, OUTER_LR, OUTER_MOMENTUM
 
 log = logging.getLogger("bench.diloco_search")
-KINDS = ("fp32", "int8", "sparse", *CARRIED, "mask", "mask_carried")
+KINDS = ("fp32", "int8", "sparse", *CARRIED, "mask", "mask_carried", "topk", "topk_carried")
+Wire = int | TopkSpec  # an arm's diagnostic wire: a mask period (0: none) or a top-k shape
 
 
 @dataclass
@@ -93,17 +98,21 @@ class MaskPacket:
     nbytes: int
 
 
-def run_arm(task: Task, period: int = 0) -> tuple[float, int, list[float]]:
-    """bench.diloco.run_task, with a ``mask`` arm's codec patched into its sparse path (a
-    negative period: the RMS step)."""
-    if not task.kind.startswith("mask"):
+def run_arm(task: Task, wire: Wire = 0) -> tuple[float, int, list[float]]:
+    """bench.diloco.run_task, with a ``mask`` arm's codec (``wire`` its period, negative: the
+    RMS step) or a ``topk`` arm's (``wire`` its shape) patched into its sparse path."""
+    codec: MaskCodec | TopkCodec
+    if isinstance(wire, TopkSpec) and task.kind.startswith("topk"):
+        codec = TopkCodec(wire)
+    elif isinstance(wire, int) and task.kind.startswith("mask"):
+        codec = MaskCodec(abs(wire), task.setup.workers, rms=wire < 0)
+    else:
         return diloco.run_task(task)
-    codec = MaskCodec(abs(period), task.setup.workers, rms=period < 0)
     saved = [getattr(diloco, name) for name in SPARSE_PATH]
     for name, fn in zip(SPARSE_PATH, (codec.compress, codec.average), strict=True):
         setattr(diloco, name, fn)
     try:
-        kind = "sparse_carried" if task.kind == "mask_carried" else "sparse"
+        kind = "sparse_carried" if task.kind.endswith("_carried") else "sparse"
         return diloco.run_task(replace(task, kind=kind))
     finally:
         for name, fn in zip(SPARSE_PATH, saved, strict=True):
@@ -141,18 +150,26 @@ KEYS: dict[str, Callable[[Setup, str], Setup]] = {
 }
 
 
-def parse_arm(text: str, base: Setup) -> tuple[str, Setup, int]:
-    """(kind, setup, mask period) of one ``kind:key=value,...`` argument; a clear error for a
-    bad one."""
+TOPK_KEYS = ("chunk", "k", "value_bits", "coding", "scale_bits", "mean", "fit")  # topk arms only
+
+
+def parse_arm(text: str, base: Setup) -> tuple[str, Setup, Wire]:
+    """(kind, setup, wire) of one ``kind:key=value,...`` argument (wire: a mask arm's period, a
+    topk arm's shape, else 0); a clear error for a bad one."""
     kind, _, rest = text.partition(":")
     if kind not in KINDS:
         raise SystemExit(f"arm {text!r}: kind must be one of {', '.join(KINDS)}")
     s, period, rms = base, 0, False
+    topk: dict[str, str] = {}
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
+        if eq and key in TOPK_KEYS and kind.startswith("topk"):
+            topk[key] = value
+            continue
         if not eq or key not in KEYS:
             raise SystemExit(
-                f"arm {text!r}: {item!r} is not key=value with a key of {sorted(KEYS)}"
+                f"arm {text!r}: {item!r} is not key=value with a key of {sorted(KEYS)} "
+                f"(topk arms also {list(TOPK_KEYS)})"
             )
         s = KEYS[key](s, value)
         period = int(value) if key == "mask_period" else period
@@ -161,7 +178,22 @@ def parse_arm(text: str, base: Setup) -> tuple[str, Setup, int]:
         SparseSpec(s.sparse.chunk, s.sparse.k, s.sparse.bits)  # refuses a bad shape now
     if kind.startswith("mask") and period < 1:
         raise SystemExit(f"arm {text!r}: a mask arm needs mask_period=N (N >= 1)")
+    if kind.startswith("topk"):
+        return kind, s, topk_spec(topk, s)
     return kind, s, -period if rms else period
+
+
+def topk_spec(keys: dict[str, str], s: Setup) -> TopkSpec:
+    """A topk arm's shape; ``fit=R``: the largest k at R x fewer bytes than sync at the arm's H."""
+    spec = TopkSpec(
+        chunk=int(keys.get("chunk", 256)), k=int(keys.get("k", 16)),
+        value_bits=int(keys.get("value_bits", 2)), coding=keys.get("coding", "fixed"),
+        scale_bits=int(keys.get("scale_bits", 32)), mean=keys.get("mean", "all"),
+    )  # fmt: skip
+    if "fit" in keys:
+        numel = GPT(s.model).num_params()
+        spec = fit_k(spec, numel, s.inner_steps, s.workers, float(keys["fit"]))
+    return spec
 
 
 def main() -> None:
@@ -186,13 +218,15 @@ def main() -> None:
     )  # fmt: skip
     arms = [parse_arm(a, base) for a in args.arms]
     t0 = time.perf_counter()
-    tasks = [(Task("sync", "stdlib", "val", replace(base, seed=k)), 0) for k in args.seeds]
+    tasks: list[tuple[Task, Wire]] = [
+        (Task("sync", "stdlib", "val", replace(base, seed=k)), 0) for k in args.seeds
+    ]
     known = args.sync_losses
     if known is not None and len(known) != len(args.seeds):
         raise SystemExit(f"--sync-losses needs one loss per seed {args.seeds}, got {known}")
     tasks = tasks[len(args.seeds) :] if known is not None else tasks
-    for kind, s, period in arms:
-        tasks += [(Task(kind, "stdlib", "val", replace(s, seed=k)), period) for k in args.seeds]
+    for kind, s, wire in arms:
+        tasks += [(Task(kind, "stdlib", "val", replace(s, seed=k)), wire) for k in args.seeds]
     if args.jobs > 1:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(args.jobs, mp_context=ctx) as ex:
@@ -212,7 +246,7 @@ def main() -> None:
     sync = results[:n]
     numel = GPT(base.model).num_params()
     rows: list[dict[str, object]] = []
-    for i, (text, (kind, s, _)) in enumerate(zip(args.arms, arms, strict=True)):
+    for i, (text, (kind, s, wire)) in enumerate(zip(args.arms, arms, strict=True)):
         losses = results[n * (i + 1) : n * (i + 2)]
         bytes_per_round = sent[n * (i + 1)] // args.rounds
         mean, sd = _mean_sd([a / b for a, b in zip(losses, sync, strict=True)])
@@ -220,6 +254,11 @@ def main() -> None:
                                   "ratio_mean": mean, "ratio_sd": sd}  # fmt: skip
         if kind.startswith("sparse"):
             row["sparse_packet_bytes"] = sparse_wire_bytes(numel, s.sparse)
+        if isinstance(wire, TopkSpec) and kind.startswith("topk"):
+            row["topk"] = asdict(wire) | {"density": round(wire.k / wire.chunk, 5)}
+            packet = bytes_per_round / (s.workers - 1)  # measured: rice sizes vary
+            row["packet_bytes"] = round(packet, 1)
+            row["bits_per_param"] = round(8 * packet / numel, 4)
         row["bytes_per_round_per_rank"] = bytes_per_round
         row["bytes_ratio_vs_sync"] = round(sent[0] / args.rounds / bytes_per_round, 1)
         log.info("%s", row)

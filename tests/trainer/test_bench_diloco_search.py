@@ -10,8 +10,9 @@ import torch
 from bench import diloco
 from bench.diloco import Setup, Task
 from bench.diloco_search import SPARSE_PATH, MaskCodec, parse_arm, run_arm
+from bench.sparse_bits import TopkSpec, ratio_vs_sync
 from reference.codec.sparse import SparseSpec
-from reference.model import GPTConfig
+from reference.model import GPT, GPTConfig
 from reference.outer import OuterConfig
 
 SETUP = Setup(model=GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32), workers=2, rounds=2,
@@ -33,6 +34,20 @@ def test_an_arm_sets_what_it_names_and_a_bad_one_is_refused() -> None:
         parse_arm("mask", SETUP)
     with pytest.raises(Exception, match="sparse value bits"):
         parse_arm("sparse:sparse_bits=3", SETUP)
+
+
+def test_a_topk_arm_gets_its_shape_and_fit_keeps_the_largest_k_at_the_arms_h() -> None:
+    kind, s, wire = parse_arm("topk_carried:chunk=64,k=5,value_bits=1,coding=enum,sparse_beta=0.9",
+                              SETUP)  # fmt: skip
+    assert (kind, s.sparse_beta, wire) == ("topk_carried", 0.9, TopkSpec(64, 5, 1, "enum", 32))
+    _, _, fit = parse_arm("topk:chunk=64,coding=enum,scale_bits=16,fit=40", SETUP)
+    assert isinstance(fit, TopkSpec)
+    numel = GPT(SETUP.model).num_params()
+    assert ratio_vs_sync(fit, numel, SETUP.inner_steps, SETUP.workers) >= 40
+    bigger = TopkSpec(64, fit.k + 1, 2, "enum", 16)
+    assert ratio_vs_sync(bigger, numel, SETUP.inner_steps, SETUP.workers) < 40
+    with pytest.raises(SystemExit, match="not key=value"):
+        parse_arm("sparse:coding=enum", SETUP)  # a topk key on an arm of another kind
 
 
 @pytest.mark.parametrize("rms", [False, True])
@@ -59,3 +74,14 @@ def test_a_mask_run_patches_the_sparse_path_only_for_its_run() -> None:
     sparse = run_arm(Task("sparse", "stdlib", "val", SETUP))
     assert masked[0] != sparse[0]
     assert masked[1] < sparse[1]  # fewer bytes: no offsets
+
+
+def test_a_topk_run_patches_the_sparse_path_only_for_its_run() -> None:
+    saved = [getattr(diloco, name) for name in SPARSE_PATH]
+    shape = TopkSpec(chunk=256, k=16, value_bits=2, coding="fixed", scale_bits=32)
+    same = run_arm(Task("topk", "stdlib", "val", SETUP), shape)
+    assert [getattr(diloco, name) for name in SPARSE_PATH] == saved
+    sparse = run_arm(Task("sparse", "stdlib", "val", SETUP))
+    assert same[:2] == sparse[:2]  # today's shape: the codec's values and bytes
+    one_bit = run_arm(Task("topk", "stdlib", "val", SETUP), TopkSpec(256, 16, 1, "enum", 16))
+    assert one_bit[0] != sparse[0] and one_bit[1] < sparse[1]
