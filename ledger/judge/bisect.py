@@ -199,31 +199,18 @@ def advance(
         committed = states[str(at)]
         if blobs.exists(committed):
             continue
-        req = ask(row, at, float(inputs["deadline_s"]), moment)
-        if req.state == "delivered" and (req.state_hash or "").lower() == committed.lower():
-            continue
-        if req.state == "delivered":
+        if (delivered := _asked(row, at, ask, float(inputs["deadline_s"]), moment)) is None:
+            return _save(session, row, states)
+        if delivered.lower() != committed.lower():
             row.state, row.probe = "missed", at
-            row.reason = (f"the node delivered a state after {at} steps ({req.state_hash}) that "
+            row.reason = (f"the node delivered a state after {at} steps ({delivered}) that "
                           f"is not its committed boundary ({committed})")  # fmt: skip
-        elif req.state == "missed" or moment >= req.deadline:
-            row.state, row.probe = "missed", at
-            row.reason = f"the node did not deliver its state after {at} steps in time"
-        else:
-            row.probe = at
-        return _save(session, row, states)
+            return _save(session, row, states)
     while (mid := next_probe(row.lo, row.hi)) is not None:
         if str(mid) not in states:
-            req = ask(row, mid, float(inputs["deadline_s"]), moment)
-            if req.state == "delivered" and req.state_hash:
-                states[str(mid)] = req.state_hash
-            elif req.state == "missed" or moment >= req.deadline:
-                row.state, row.probe = "missed", mid
-                row.reason = f"the node did not deliver its state after {mid} steps in time"
+            if (delivered := _asked(row, mid, ask, float(inputs["deadline_s"]), moment)) is None:
                 return _save(session, row, states)
-            else:
-                row.probe = mid
-                return _save(session, row, states)
+            states[str(mid)] = delivered
         err = agrees_between(_state(blobs, states[str(row.lo)]), _state(blobs, states[str(mid)]),
                              round_rows(), (row.lo, mid), cfg, model_cfg=model_cfg,
                              threads=threads)  # fmt: skip
@@ -231,6 +218,21 @@ def advance(
         row.probe = None
         _save(session, row, states)
     return _finish(session, blobs, row, states, round_rows(), cfg, model_cfg, inputs, threads)
+
+
+def _asked(
+    row: SegmentBisection, at: int, ask: Ask, deadline_s: float, moment: datetime
+) -> str | None:
+    """The hash of the node's delivered state after ``at`` steps; None while it is awaited
+    (``row.probe``) or once it is past its deadline (``row`` then ``missed``)."""
+    req = ask(row, at, deadline_s, moment)
+    if req.state == "delivered" and req.state_hash:
+        return req.state_hash
+    row.probe = at
+    if req.state == "missed" or moment >= req.deadline:
+        row.state = "missed"
+        row.reason = f"the node did not deliver its state after {at} steps in time"
+    return None
 
 
 def _finish(  # noqa: PLR0917 - the bisection's last step
