@@ -231,14 +231,12 @@ class BoundaryStore:
         if not start.step <= step <= (ends[0] if ends else start.step):
             raise TrainerError(f"round {round}: step {step} is not inside the segment after "
                                f"boundary {boundary} (step {start.step})")  # fmt: skip
-        if ends and step == ends[0]:  # the segment's end: the committed state, not a recompute
-            boundary += 1
-        elif step != start.step:
-            blob = (self._dir(round) / f"{boundary:04d}.safetensors").read_bytes()
-            return advance(round, decode_blob(blob, max_bytes=len(blob)), start.step,
-                           step - start.step)  # fmt: skip
-        blob = (self._dir(round) / f"{boundary:04d}.safetensors").read_bytes()
-        return decode_blob(blob, max_bytes=len(blob))
+        at_end = bool(ends) and step == ends[0]  # the segment's end: its committed state
+        blob = (self._dir(round) / f"{boundary + at_end:04d}.safetensors").read_bytes()
+        state = decode_blob(blob, max_bytes=len(blob))
+        if at_end or step == start.step:
+            return state
+        return advance(round, state, start.step, step - start.step)
 
     def size(self) -> int:
         if not self.root.is_dir():
