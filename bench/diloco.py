@@ -12,8 +12,10 @@ Defaults (the best of those tried on the validation half, docs/trainer.md "Bench
 inner AdamW lr 3e-3, betas (0.7, 0.95), eps 1e-4 and no warmup (reference.inner.DEFAULT_BETAS,
 DEFAULT_EPS and DEFAULT_WARMUP_STEPS, what every node runs), outer Nesterov lr 0.9 and momentum
 0.9 (trainer.round.runconfig's governed defaults), H 50, K 4, B 8 rows of 64 bytes. Each worker
-starts a fresh AdamW every round, as the node does (``RoundSettings.keep_inner_state`` False, so the
-ledger can replay a round); ``--keep-inner-state`` measures the paper's carried state instead.
+runs the node's inner mode (``reference.inner.CARRY_STATE``, False today: a fresh AdamW every
+round, so the ledger can replay a round from public inputs); ``--keep-inner-state`` measures the
+paper's carried state instead (reference.inner's CARRIED_* betas, eps and once-per-state warmup),
+and is the default once CARRY_STATE is True.
 The baseline's AdamW runs the same betas, eps, clip and weight decay (shared settings), with its
 lr tuned on the validation half; the warm start keeps (0.9, 0.95), eps 1e-8 and no warmup.
 The workers are simulated in one process (the same math as the multi-process path, which
@@ -25,11 +27,10 @@ its error-feedback residual) at low bits and carries the rest to its next round;
 averaged as every node would after the checked all-gather (``sparse_*`` keys: loss ratios on
 both corpora, its settings, and its bytes beside int8's).
 
-The carried arms (``--skip-carried`` leaves them out) run DiLoCo with each worker's AdamW kept
-across rounds (``Setup.carried``: the paper's setting, what a node with
-``RoundSettings.keep_inner_state`` runs, with reference.inner's CARRIED_* constants), on the int8
-wire (``carried_*`` keys) and on the sparse format (``sparse_carried_*``), beside the fresh arms
-of the same run against the same baseline.
+The carried arms (``--skip-carried`` leaves them out; run only when the main arms are fresh,
+``--no-keep-inner-state``) run DiLoCo with each worker's AdamW kept across rounds
+(``Setup.carried``) on the int8 wire (``carried_*`` keys) and on the sparse format
+(``sparse_carried_*``), beside the fresh arms of the same run against the same baseline.
 
 Bytes are what one rank puts on the wire: a ring all-reduce of fp32 sends 2(K-1)/K * 4 bytes per
 value; a quantized round sends what trainer.network.comm.wire_bytes says for the format.
@@ -65,6 +66,7 @@ from reference.inner import (
     CARRIED_BETAS,
     CARRIED_EPS,
     CARRIED_WARMUP_STEPS,
+    CARRY_STATE,
     DEFAULT_BETAS,
     DEFAULT_EPS,
     DEFAULT_WARMUP_STEPS,
@@ -576,10 +578,14 @@ def main() -> None:
     p.add_argument("--cosine", action="store_true", help="DiLoCo cosine inner lr decay")
     p.add_argument("--betas", type=float, nargs=2, default=DEFAULT_BETAS,
                    help="DiLoCo's inner AdamW betas (default: the node's)")  # fmt: skip
-    p.add_argument("--keep-inner-state", action="store_true",
-                   help="keep each AdamW state across rounds (nodes start fresh)")  # fmt: skip
+    p.add_argument("--keep-inner-state", action=argparse.BooleanOptionalAction,
+                   default=CARRY_STATE,
+                   help="each worker keeps its AdamW across rounds with the carried constants "
+                   "(default: the node's mode, reference.inner.CARRY_STATE; "
+                   "--no-keep-inner-state: a fresh AdamW every round)")  # fmt: skip
     p.add_argument("--skip-carried", action="store_true",
-                   help="no runs of the carried AdamW arms (int8, sparse)")  # fmt: skip
+                   help="no runs of the carried AdamW arms (int8, sparse; left out anyway when "
+                   "the main arms carry it)")  # fmt: skip
     p.add_argument("--carried-betas", type=float, nargs=2, default=CARRIED_BETAS)
     p.add_argument("--carried-eps", type=float, default=CARRIED_EPS)
     p.add_argument("--carried-warmup", type=int, default=CARRIED_WARMUP_STEPS,
@@ -608,7 +614,6 @@ def main() -> None:
         eval_rows=256,
         warmup=args.warmup,
         cosine=args.cosine,
-        keep_inner_state=args.keep_inner_state,
         betas=(args.betas[0], args.betas[1]),
         warm_start=args.warm_start,
         sparse=SparseSpec(args.sparse_chunk, args.sparse_k, args.sparse_bits),
@@ -618,6 +623,9 @@ def main() -> None:
         carried_eps=args.carried_eps,
         carried_warmup=args.carried_warmup,
     )
+    if args.keep_inner_state:  # the node's mode: the main arms (fp32, int8, sparse) carry it
+        s = s.carried()
+    carried_arms = not (args.skip_carried or s.keep_inner_state)
     t0 = time.perf_counter()
     load = os.getloadavg()
     pool = Pool(args.jobs, args.threads)
@@ -637,7 +645,7 @@ def main() -> None:
     items += [("code", replace(s, seed=k)) for k in other_seeds] if other is not None else []
     # --quick: int8's loss cost is measured in the full run (and on the wire by bench.network)
     done = comparisons(pool, items, int8=None if args.quick else ("stdlib", 0),
-                       sparse=not args.skip_sparse, carried=not args.skip_carried)  # fmt: skip
+                       sparse=not args.skip_sparse, carried=carried_arms)  # fmt: skip
     pool.close()
     runs = [done[("stdlib", k)] for k in seeds]
     ratios = [float(r["loss_ratio"]) for r in runs]  # type: ignore[arg-type]
@@ -673,7 +681,7 @@ def main() -> None:
     if not args.skip_sparse:
         code_runs = [done[("code", k)] for k in other_seeds] if other is not None else []
         out |= sparse_figures(s, [done[("stdlib", k)] for k in seeds], code_runs)
-    if not args.skip_carried:
+    if carried_arms:
         code_runs = [done[("code", k)] for k in other_seeds] if other is not None else []
         out |= carried_figures(s, runs, code_runs)
     if args.skip_other_corpus:

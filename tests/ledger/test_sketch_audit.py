@@ -22,7 +22,7 @@ from ledger.judge.usefulness import corpus_of
 from protocol.hashing import hash_state_dict
 from reference.checkpoint import load_weights_into
 from reference.data import ShardSpec
-from reference.inner import InnerConfig, InnerTrainer
+from reference.inner import CARRY_STATE, InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig
 from reference.sketch import make_sketch
 from reference.trace import Boundary, TraceBuilder, boundary_steps
@@ -53,7 +53,7 @@ def _train(skip_at: int | None = None) -> Round:
     )
     model = GPT(CFG)
     load_weights_into(model, base)
-    inner = InnerTrainer(model, InnerConfig(H, LR, BATCH))
+    inner = InnerTrainer(model, InnerConfig.protocol(H, LR, BATCH, carried=CARRY_STATE))
     kept: list[tuple[Boundary, dict[str, torch.Tensor]]] = []
     builder = TraceBuilder(model, base, optimizer=lambda: inner._opt,
                            keep=lambda b, s: kept.append((b, s)))  # fmt: skip
