@@ -13,7 +13,16 @@ the node's own start state. It reports:
   (one step skipped, lr x 0.9, trained on the same GPU in the same pinned mode);
 - the same segments trained under bf16 autocast (``--bf16``): those rounds fail the audit;
 - one-step verdicts (``reference.bisect.check_step``, what ``coloco audit`` re-checks): a GPU
-  step replayed on the CPU against ``ONE_STEP_TOLERANCE``.
+  step replayed on the CPU against ``ONE_STEP_TOLERANCE``;
+- the verdict that decides: the ledger's segment replay is a screen, and a segment that fails it
+  is bisected to one step (ledger.judge.bisect). Here each honest segment that fails the screen
+  is re-trained step by step on the device from its start (keeping each step's state: the bench
+  has only boundary states) and every step is checked alone on the CPU (``check_step``):
+  ``honest_failed_screen`` segments above ``SEGMENT_TOLERANCE``, ``honest_penalised`` those
+  with a step above ``ONE_STEP_TOLERANCE`` (what the ledger would penalise), and
+  ``one_step_worst_honest`` the worst honest step (these and the round's first steps).
+  ``--recheck-all`` re-checks every honest segment so (the smoke test's path on a CPU, where
+  none fails the screen).
 
 ``--smoke``: the first 2 segments and 3 one-step verdicts of one tiny node's round; where
 CUDA is absent it says so (``"device": "cpu"``) and runs the same path CPU-vs-CPU (the node
@@ -39,7 +48,7 @@ import torch
 
 from bench import emit
 from ledger.core.config import ONE_STEP_TOLERANCE, SEGMENT_TOLERANCE
-from reference.bisect import check_step, step_config
+from reference.bisect import check_step, schedule_step, step_config
 from reference.inner import InnerConfig, InnerTrainer, pinned
 from reference.model import GPT, GPTConfig
 from reference.segment import (
@@ -77,6 +86,10 @@ class Tally:
     bf16: list[float] = field(default_factory=list)
     one_step: list[float] = field(default_factory=list)
     one_step_cheat: list[float] = field(default_factory=list)
+    rechecked: list[float] = field(default_factory=list)  # worst step of each re-checked segment
+    recheck_steps: list[float] = field(default_factory=list)  # every re-checked step's error
+    failed_screen: int = 0
+    recheck_end_gap: float = 0.0  # the step-by-step re-training against the committed end
 
 
 def _trainer(
@@ -133,7 +146,35 @@ def _bf16_segment(cfg: GPTConfig, device: torch.device, start: State, rows: torc
     return end
 
 
-def run_preset(preset: Preset, device: torch.device, tally: Tally) -> None:
+def _recheck(  # noqa: PLR0917 - the failed segment and where it ran
+    cfg: GPTConfig, device: torch.device, start: State, end: State, rows: torch.Tensor,
+    tally: Tally,
+) -> None:  # fmt: skip
+    """The one-step verdict of a segment that failed the screen: its k steps re-trained one at a
+    time on ``device`` (pinned) from ``start``, each step checked alone on the CPU from the
+    node's own state; the segment's worst step goes into ``tally.rechecked``."""
+    inner = InnerConfig(steps=1, lr=LR, batch_size=BATCH)
+    trainer = _trainer(cfg, device, start, inner)
+    state, worst = start, 0.0
+    for t in range(K):
+        batch = rows[t * BATCH : (t + 1) * BATCH]
+        with pinned(device):
+            trainer.train(batch)
+        after = capture_state(trainer.model, trainer.optimizer())
+        one = step_config(inner, schedule_step(state))
+        check = check_step(state, after, batch, one, cfg, tolerance=ONE_STEP_TOLERANCE,
+                           threads=LEDGER_THREADS)  # fmt: skip
+        worst = max(worst, check.error.value)
+        tally.recheck_steps.append(check.error.value)
+        state = after
+    gap = max(float((state[n].cpu() - end[n].cpu()).abs().max()) for n in end if n != STEP)
+    tally.recheck_end_gap = max(tally.recheck_end_gap, gap)
+    tally.rechecked.append(worst)
+
+
+def run_preset(
+    preset: Preset, device: torch.device, tally: Tally, recheck_all: bool = False
+) -> None:
     from ledger.judge.usefulness import corpus_of
     from reference.data import ShardSpec
     from trainer.round.recovery import genesis_checkpoint
@@ -161,6 +202,10 @@ def run_preset(preset: Preset, device: torch.device, tally: Tally) -> None:
                 replayed = replay_segment(start, seg, seg_cfg, cfg, first_step=j * K,
                                           threads=LEDGER_THREADS)  # fmt: skip
                 tally.honest.append(segment_error(end, replayed, start).value)
+                if tally.honest[-1] > SEGMENT_TOLERANCE:
+                    tally.failed_screen += 1
+                if tally.honest[-1] > SEGMENT_TOLERANCE or recheck_all:  # the verdict decides
+                    _recheck(cfg, device, start, end, seg, tally)
                 if i == 0 and j in {0, preset.segments - 1}:  # the cheats and bf16, in two segments
                     claims = {
                         "skip_one": _segment(cfg, device, start, seg, honest_mode, skip=j % K),
@@ -208,6 +253,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument(
         "--smoke", action="store_true", help="2 segments and 3 steps of one tiny node (tests)"
     )
+    parser.add_argument(
+        "--recheck-all", action="store_true",
+        help="re-check every honest segment step by step, not only those that fail the screen",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     began = time.monotonic()
@@ -221,11 +270,12 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     torch.manual_seed(0)
     tallies = {p.name: Tally() for p in presets}
     for p in presets:
-        run_preset(p, device, tallies[p.name])
+        run_preset(p, device, tallies[p.name], recheck_all=args.recheck_all)
     honest = [e for t in tallies.values() for e in t.honest]
     cheats = [e for t in tallies.values() for v in t.cheats.values() for e in v]
     bf16 = [e for t in tallies.values() for e in t.bf16]
-    one = [e for t in tallies.values() for e in t.one_step]
+    rechecked = [e for t in tallies.values() for e in t.rechecked]
+    one = [e for t in tallies.values() for e in t.one_step + t.recheck_steps]
     one_cheat = [e for t in tallies.values() for e in t.one_step_cheat]
     worst, smallest = max(honest), min(cheats)
     summary: dict[str, object] = {
@@ -237,7 +287,11 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "worst_honest_error": worst,
         "worst_honest_by_preset": {n: max(t.honest) for n, t in tallies.items()},
         "tolerance": SEGMENT_TOLERANCE,
-        "honest_penalised": sum(e > SEGMENT_TOLERANCE for e in honest),
+        "honest_failed_screen": sum(t.failed_screen for t in tallies.values()),
+        "failed_screen_by_preset": {n: t.failed_screen for n, t in tallies.items()},
+        "honest_rechecked": len(rechecked),
+        "honest_penalised": sum(e > ONE_STEP_TOLERANCE for e in rechecked),
+        "recheck_end_gap": max(t.recheck_end_gap for t in tallies.values()),
         "smallest_cheat_error": smallest,
         "smallest_by_cheat": {
             kind: min(e for t in tallies.values() for e in t.cheats.get(kind, []))

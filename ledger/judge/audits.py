@@ -2,8 +2,13 @@
 
 A pair is replayed when its draw falls in the sampled fraction or when an earlier check marked
 it suspicious (a copy's residual cosine, an odd norm or direction, the first-step probe, a node
-new to the run: probation). A replay that does not match fails the entry with a fraud record:
-the evidence, enough for anyone to re-run the replay (:mod:`ledger.judge.fraud` stores it).
+new to the run: probation). A whole-round replay that does not match fails the entry with a fraud
+record: the evidence, enough for anyone to re-run the replay (:mod:`ledger.judge.fraud` stores
+it). A node-round with a committed trace gets the segment audit, whose replay is a screen: a
+segment that fails it is bisected while the round waits, and its one-step verdict decides
+(:mod:`ledger.judge.bisect`): a step that differs (or a probe not answered) fails the node with a
+fraud record naming the verdict, a verdict that holds passes it. A failure that is no segment's
+replay (boundary 0 not the base, the last boundary not the pseudo-gradient) fails at once.
 
 The draw (:func:`sampled`) is keccak of the round's audit seed and the node's address: nothing the
 node signs enters it, so signing the same work under another ``configVersion`` (or any other
@@ -15,6 +20,7 @@ audit's receipt and fraud evidence, so anyone can recompute the selection.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -23,12 +29,19 @@ from typing import TYPE_CHECKING
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from ledger.core.models import Attestation, BoundaryRequest, KeyValue, RoundState, utcnow
-from ledger.judge import segments
+from ledger.core.models import (
+    Attestation,
+    BoundaryRequest,
+    KeyValue,
+    RoundState,
+    SegmentBisection,
+    utcnow,
+)
+from ledger.judge import bisect, segments
 from ledger.judge.bisect import FailedSegment
 from ledger.judge.boundaries import check_boundaries
 from ledger.judge.entries import Context, Entry, Fraud
-from ledger.judge.replay import ReplayInputs, audit
+from ledger.judge.replay import ReplayInputs, audit, round_rows
 from ledger.judge.sparse_check import sparse_round
 from ledger.judge.tensors import Tensors
 from protocol.attestation import ATTESTATION_ATTRS
@@ -37,6 +50,8 @@ from protocol.errors import CheckpointError
 from reference.settings import WireFormat
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from reference.data import Corpus
 
 log = logging.getLogger(__name__)
@@ -164,12 +179,12 @@ def replay_audits(
                 log.error("segment audit does not fit the run's model: %s", exc)
                 e.reason += "; not audited: the ledger's model preset does not fit this run"
                 continue
-            if wait is None:
+            spent, waits = wait
+            cpu += spent
+            if waits:
                 waiting.append(e.att.node)
-            else:
-                cpu += wait
-                if not e.ok:  # a failed audit explains its copy partner's cosine
-                    cleared.update(_partners(e))
+            elif not e.ok:  # a failed audit explains its copy partner's cosine
+                cleared.update(_partners(e))
             continue
         try:  # no trace committed (an older node): the whole round is replayed
             verdict = audit(
@@ -233,11 +248,13 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     seed: bytes,
     why: str,
     wanted: dict[str, list[segments.Need]],
-) -> float | None:
+) -> tuple[float, bool]:
     """The segment audit of ``e`` (:mod:`ledger.judge.segments`): the boundaries it needs and
     has not asked for yet go into ``wanted``; once all are delivered the drawn segments are
-    replayed. Returns the replay's CPU seconds, or None while it waits (a withheld boundary is
-    failed by ``check_boundaries``)."""
+    replayed. The replay is a screen: a segment that fails it is bisected to its one-step
+    verdict, which decides (:func:`_verdict`). Returns the replays' CPU seconds and whether the
+    audit waits (for boundaries, or for the verdict; a withheld boundary is failed by
+    ``check_boundaries``)."""
     assert e.tensors is not None
     plan = segments.plan(seed, e.att.node, e.att.inner_steps, ctx.config.trace_interval,
                          ctx.settings.audit_segments)  # fmt: skip
@@ -245,22 +262,99 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     missing = [b for b in plan.needed if b not in requests]
     if missing:
         wanted[e.att.node] = missing
-        return None
+        return 0.0, True
     if segments.pending(requests, utcnow()):
         e.reason += f"; audit ({why}) waits for boundaries {[b for b, _ in plan.needed]}"
-        return None
+        return 0.0, True
     if not segments.delivered(requests):
-        return 0.0  # withheld: check_boundaries fails the entry
-    outcome = segments.check_entry(
-        e.tensors, e.packet, base, inputs, corpus, plan, requests,
-        segments.load_states(ctx.blobs, requests), tolerance=ctx.settings.segment_tolerance,
-        threads=ctx.settings.audit_threads or os.cpu_count(),
-    )  # fmt: skip
-    if outcome.passed:
-        e.replayed = True
-        e.reason += f"; audited ({why}): {outcome.reason}"
-        return outcome.cpu_seconds
-    evidence = {
+        return 0.0, False  # withheld: check_boundaries fails the entry
+    states = segments.load_states(ctx.blobs, requests)
+    threads = ctx.settings.audit_threads or os.cpu_count()
+    cpu = 0.0
+    with Session(session.get_bind(), expire_on_commit=False) as own:  # the bisection's rows
+        row = _bisection_of(own, rnd, e.att.node)
+        for _ in range(len(plan.segments) + 1):  # once more for each verdict that holds
+            outcome = segments.check_entry(
+                e.tensors, e.packet, base, inputs, corpus, plan, requests, states,
+                tolerance=ctx.settings.segment_tolerance, threads=threads,
+                excused=bisect.held(row),
+            )  # fmt: skip
+            cpu += outcome.cpu_seconds
+            if outcome.passed:
+                e.replayed = True
+                e.reason += f"; audited ({why}): {outcome.reason}"
+                return cpu, False
+            failed = _failed_segment(e, rnd, inputs, plan, requests, outcome.evidence)
+            if failed is None or ctx.probes is None:  # not a segment's replay: no step to name
+                _fraud(e, ctx, rnd, inputs, seed, why, outcome.evidence, outcome.reason)
+                return cpu, False
+            row = bisect.screened(
+                own, ctx.blobs, failed, ask=ctx.probes(own),
+                rows=functools.partial(_rows, inputs, corpus),
+                deadline_s=ctx.settings.boundary_deadline_s, threads=threads,
+            )  # fmt: skip
+            if not (row.state == "done" and row.holds and row.boundary == failed.boundary):
+                break  # a verdict that holds excuses the segment: the screen runs again
+    assert row is not None  # the loop ran the screen and started or read the bisection
+    return cpu, _verdict(e, ctx, rnd, inputs, seed, why, outcome, row)
+
+
+def _bisection_of(session: Session, rnd: RoundState, node: str) -> SegmentBisection | None:
+    return session.exec(
+        select(SegmentBisection).where(
+            SegmentBisection.run_id == rnd.run_id.lower(), SegmentBisection.round == rnd.round,
+            SegmentBisection.node == node,
+        )
+    ).first()  # fmt: skip
+
+
+def _rows(inputs: ReplayInputs, corpus: Corpus) -> Tensor:
+    return round_rows(inputs, corpus)[0]
+
+
+def _verdict(  # noqa: PLR0917 - the failed screen and its bisection
+    e: Entry,
+    ctx: Context,
+    rnd: RoundState,
+    inputs: ReplayInputs,
+    seed: bytes,
+    why: str,
+    outcome: segments.SegmentOutcome,
+    row: SegmentBisection,
+) -> bool:
+    """What the bisection of the segment that failed the screen decides; whether the audit
+    still waits for it (``running``: the round stays closing). ``done`` with a step that differs,
+    ``missed`` (the node did not answer a probe by its deadline, or answered another state) and
+    ``error`` fail the node with a fraud record: the screen already failed, so a node that
+    stalls its verdict is not let off the slash."""
+    if row.state == "running":
+        e.reason += (f"; audit ({why}): {outcome.reason}; waits for its one-step verdict "
+                     f"(steps {row.lo}..{row.hi}, probe {row.probe})")  # fmt: skip
+        return True
+    verdict = {
+        "one_step_verdict": row.evidence_hash, "one_step_state": row.state,
+        "one_step_reason": row.reason,
+    }  # fmt: skip
+    if row.state == "done" and not row.holds:
+        why_failed = f"{outcome.reason}; one-step verdict: {row.reason}"
+    else:
+        why_failed = f"{outcome.reason}; no one-step verdict ({row.state}): {row.reason}"
+    _fraud(e, ctx, rnd, inputs, seed, why, {**outcome.evidence, **verdict}, why_failed)
+    return False
+
+
+def _fraud(  # noqa: PLR0917 - the failed audit's parts
+    e: Entry,
+    ctx: Context,
+    rnd: RoundState,
+    inputs: ReplayInputs,
+    seed: bytes,
+    why: str,
+    evidence: dict[str, object],
+    reason: str,
+) -> None:
+    """Fail ``e`` ``audit_failed`` with its fraud record (``evidence``: the segment audit's)."""
+    record = {
         "attestation": {k: getattr(e.att, k) for k in ATTESTATION_ATTRS},
         "digest": e.att.digest,
         "signature": e.att.signature,
@@ -270,14 +364,11 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
         "trace_root": e.att.trace_root,
         "selected": why,
         "audit_seed": "0x" + seed.hex(),
-        **outcome.evidence,
+        **evidence,
     }
-    text = json.dumps(evidence, sort_keys=True, default=str)
+    text = json.dumps(record, sort_keys=True, default=str)
     e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
-    e.failed_segment = _failed_segment(e, rnd, inputs, plan, requests, outcome.evidence)
-    e.fail("audit_failed", f"{outcome.reason}; fraud record {e.fraud.evidence_hash} "
-                           f"(selected: {why})")  # fmt: skip
-    return outcome.cpu_seconds
+    e.fail("audit_failed", f"{reason}; fraud record {e.fraud.evidence_hash} (selected: {why})")
 
 
 def _failed_segment(  # noqa: PLR0917 - the failed audit's parts

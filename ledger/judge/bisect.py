@@ -1,9 +1,9 @@
 """A failed segment bisected to a one-step verdict, through requests the node answers.
 
-When the segment audit of a node's round fails (ledger.judge.replay.audit_segment), the lead's
-failure path calls :func:`bisect_failed_segment` with the segment (steps ``lo .. hi``), the hashes
-of the node's two committed states at its ends (delivered boundaries) and the rows the round
-read. The bisection (reference.bisect) then runs as a state machine stored in
+When the segment replay of a node's round fails (ledger.judge.segments.check_entry), the audit
+calls :func:`bisect_failed_segment` (through :func:`screened`) with the segment (steps
+``lo .. hi``), the hashes of the node's two committed states at its ends (delivered boundaries)
+and the rows the round read. The bisection (reference.bisect) then runs as a state machine stored in
 ``segment_bisection`` (so a restart resumes it):
 
 1. the probe ``mid`` of ``(lo, hi)``: a boundary request with ``at_step = mid``
@@ -16,17 +16,17 @@ read. The bisection (reference.bisect) then runs as a state machine stored in
    the batch as a blob, beside the round's fraud record; ``GET /v1/frauds/{id}/verdict`` serves
    it and ``coloco audit <fraud id>`` re-checks it in one step.
 
-A probe the node does not deliver by its deadline ends the bisection ``missed`` (the request's
-own rule already fails the node: ledger.judge.boundaries). :func:`advance_bisections` moves every
-running bisection on (the ledger's periodic work calls it).
+A probe the node does not deliver by its deadline ends the bisection ``missed``.
+:func:`advance_bisections` moves every running bisection on (the ledger's periodic work calls it).
 
-Wired live: the segment audit (ledger.judge.audits) marks a failed segment on its entry
-(:class:`FailedSegment`); once the round's verdicts are committed the keeper
-(``ledger.rounds.lifecycle.RoundKeeper``) starts its bisection with :func:`start_bisections`
-(``ask``: the intake's, passed in), and its periodic work calls :func:`advance_bisections` with
-:func:`round_rows_of` (the round's rows rebuilt from the replay inputs stored with the row). The
-round's verdict does not wait: the segment's failure already failed the node; the bisection
-refines the evidence to one step.
+Wired live: the segment replay is a screen and the one-step verdict decides. A segment of an
+audited node-round that fails its replay (ledger.judge.audits) is handed here while the round is
+judged (:func:`screened`, ``ask``: the intake's, passed in through the judge's context; probes due
+in the ledger's ``BOUNDARY_DEADLINE_S``, since the round waits on them); the round stays
+``closing`` while its bisection runs (``RoundKeeper.audit_waits``), and is judged again when it
+ends: ``done`` and the step differs -> the node fails with a fraud record naming the verdict;
+``done`` and every step holds -> the segment's failure is excused (:func:`held`), the node is not
+penalised; ``missed`` or ``error`` -> the node fails with the reason.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import dataclasses
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -72,7 +72,9 @@ Ask = Callable[[SegmentBisection, int, float, datetime], BoundaryRequest]
 intake's :func:`ledger.intake.boundaries.ask_probe` (the judge does not import the intake)."""
 
 PROBE_DEADLINE_S = 600.0
-"""Seconds a node has to recompute and upload one probe's state (a few of its inner steps)."""
+"""Seconds a node has to recompute and upload one probe's state (a few of its inner steps), when
+the caller names none; the audit's bisections (:func:`screened`) use the ledger's boundary
+deadline, since the round's verdict waits on them."""
 
 Rows = Tensor | Callable[[], Tensor]
 """A round's rows in reading order, or how to get them (read only when a replay needs them: a
@@ -81,7 +83,7 @@ bisection waiting on the node costs no corpus read)."""
 
 @dataclass(frozen=True)
 class FailedSegment:
-    """A segment of a node-round that failed its audit (ledger.judge.audits), what
+    """A segment of a node-round that failed its replay (the screen, ledger.judge.audits), what
     :func:`bisect_failed_segment` needs: the segment after committed boundary ``boundary``
     (step counts ``lo .. hi``), the hashes of the node's delivered states at both ends, and the
     round's replay inputs (``ledger.judge.replay.ReplayInputs.to_json``: its rows, batch, lr
@@ -325,33 +327,78 @@ def advance_bisections(
     return out
 
 
-def start_bisections(
+def screened(
     session: Session,
     blobs: BlobStore,
-    failed: Iterable[FailedSegment],
+    failed: FailedSegment,
     *,
     ask: Ask,
-    corpus_dir: Path | None,
+    rows: Rows,
+    deadline_s: float,
     threads: int | None = None,
-) -> list[SegmentBisection]:
-    """Start the bisection of each failed segment of a judged round (its first probe asked at
-    once: no replay runs until the node delivers it). ``corpus_dir``: the ledger's corpus
-    (``Settings.usefulness_corpus``), the rows are read from it when a replay needs them."""
-    started: list[SegmentBisection] = []
-    for f in failed:
-        inputs = replay_inputs(f.replay)
-        model_cfg = GPTConfig.preset(inputs.preset)
-        batch = inputs.tokens // (inputs.inner_steps * model_cfg.seq_len)
-        cfg = _inner_config(inputs.inner_steps, inputs.inner_lr, batch)
-        started.append(bisect_failed_segment(
-            session, blobs, run_id=f.run_id, round_=f.round, node=f.node, boundary=f.boundary,
-            segment=f.segment, start_hash=f.start_hash, end_hash=f.end_hash, cfg=cfg,
-            model_cfg=model_cfg, rows=functools.partial(_rows, inputs, corpus_dir), ask=ask,
-            threads=threads, replay=f.replay,
+) -> SegmentBisection:
+    """The one-step verdict of a segment that failed the segment replay (the screen) while its
+    round is judged (ledger.judge.audits): the node-round's bisection started (its first request
+    asked, due in ``deadline_s``: the ledger's boundary deadline, since the round waits on it),
+    or the stored one moved on as far as the node's deliveries allow. A node-round has one
+    bisection row: once its verdict holds for one segment and another drawn segment fails the
+    screen, the row is re-armed on that segment and the held verdict kept in its inputs
+    (:func:`held`). A state that does not fit the run's model ends it ``error``."""
+    row = _find(session, failed.run_id.lower(), failed.round, failed.node)
+    if row is not None and row.boundary != failed.boundary and row.state == "done" and row.holds:
+        _rearm(session, row, failed)
+    elif row is not None and row.boundary != failed.boundary:
+        return row  # an earlier segment's verdict that does not hold already decides
+    inputs = replay_inputs(failed.replay)
+    model_cfg = GPTConfig.preset(inputs.preset)
+    batch = inputs.tokens // (inputs.inner_steps * model_cfg.seq_len)
+    cfg = _inner_config(inputs.inner_steps, inputs.inner_lr, batch)
+    try:
+        return bisect_failed_segment(
+            session, blobs, run_id=failed.run_id, round_=failed.round, node=failed.node,
+            boundary=failed.boundary, segment=failed.segment, start_hash=failed.start_hash,
+            end_hash=failed.end_hash, cfg=cfg, model_cfg=model_cfg, rows=rows, ask=ask,
+            threads=threads, replay=failed.replay, deadline_s=deadline_s,
             shard={"tokens": inputs.shard_tokens or inputs.tokens,
                    "mixture": list(inputs.mixture)},
-        ))  # fmt: skip
-    return started
+        )  # fmt: skip
+    except ConfigError as exc:
+        session.rollback()
+        row = _find(session, failed.run_id.lower(), failed.round, failed.node)
+        if row is None:
+            raise
+        row.state, row.probe = "error", None
+        row.reason = f"the node's states cannot be replayed on the run's model: {exc}"
+        return _save(session, row, json.loads(row.states))
+
+
+def held(row: SegmentBisection | None) -> dict[int, str]:
+    """The segments (by their start boundary) of a node-round whose one-step verdict holds, with
+    the verdict's reason: the screen's failure of each is excused
+    (``ledger.judge.segments.check_entry``)."""
+    if row is None:
+        return {}
+    out = {int(h["boundary"]): str(h["reason"]) for h in json.loads(row.inputs).get("held", [])}
+    if row.state == "done" and row.holds:
+        out[row.boundary] = row.reason or "the one-step verdict holds"
+    return out
+
+
+def _rearm(session: Session, row: SegmentBisection, failed: FailedSegment) -> None:
+    """Point the node-round's bisection, whose verdict held, at the next failed segment; the
+    held verdict stays in its inputs (reason and evidence hash)."""
+    inputs = json.loads(row.inputs)
+    inputs.setdefault("held", []).append({
+        "boundary": row.boundary, "segment": [row.seg_lo, row.seg_hi], "reason": row.reason,
+        "evidence_hash": row.evidence_hash,
+    })  # fmt: skip
+    lo, hi = failed.segment
+    row.inputs = json.dumps(inputs, sort_keys=True)
+    row.boundary, row.seg_lo, row.seg_hi, row.lo, row.hi = failed.boundary, lo, hi, lo, hi
+    row.state, row.probe, row.holds = "running", None, None
+    row.evidence = row.evidence_hash = row.reason = None
+    _save(session, row, {str(lo): failed.start_hash, str(hi): failed.end_hash})
+    log.info("bisecting node %s's round %d again, steps %d..%d", row.node, row.round, lo, hi)
 
 
 def round_rows_of(corpus_dir: Path | None) -> Callable[[SegmentBisection], Tensor]:

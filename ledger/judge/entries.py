@@ -23,7 +23,9 @@ from ledger.judge.tensors import Tensors, UsefulnessFn
 from reference.settings import TrainingSettings
 
 if TYPE_CHECKING:
-    from ledger.judge.bisect import FailedSegment
+    from sqlmodel import Session
+
+    from ledger.judge.bisect import Ask
     from protocol.eip712 import Eip712Domain
     from reference.codec import Packet
 
@@ -58,9 +60,6 @@ class Entry:
     excused: str | None = None
     """Why the result check cannot hold this entry to the ledger's step (a member of its group
     equivocated on its packet: :mod:`ledger.judge.commits`)."""
-    failed_segment: FailedSegment | None = None
-    """The segment whose replay failed the audit, bisected to one step once the round's verdicts
-    are committed (:func:`ledger.judge.bisect.start_bisections`)."""
 
     def fail(self, check: str, reason: str) -> None:
         if self.check is None:
@@ -99,6 +98,10 @@ class Context:
     leased: Mapping[str, float] = field(default_factory=dict)
     """Offered FLOP/s of the nodes leased in the round (lower-case address): their attested rate
     is checked against it (:func:`ledger.judge.throughput.check_leased`)."""
+    probes: Callable[[Session], Ask] | None = None
+    """How the audit asks a node for its states inside a segment that failed the replay (the
+    intake's ``ask_probe``, passed in by the round keeper: the judge does not import the
+    intake); None: no one-step verdict can be asked, a failed segment fails the node at once."""
 
 
 def can_audit(ctx: Context) -> bool:

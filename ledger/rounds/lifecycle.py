@@ -5,9 +5,10 @@ runs levels 1-3 (:mod:`ledger.judge.verdicts`) on every accepted attestation of 
 earlier round of the run is committed; the checkpoint it commits is the ledger's own outer step.
 A round whose segment audit asked nodes for boundary states stays closing until each is delivered
 or past its deadline (:mod:`ledger.judge.segments`), and later rounds wait behind it. A segment
-that failed is bisected to one step once the round's verdicts are committed (the verdict does not
-wait for it): :meth:`RoundKeeper.advance_bisections`, the ledger's periodic work, moves each on
-as the node answers its probes (:mod:`ledger.judge.bisect`).
+whose replay failed (the screen) is bisected to its one-step verdict while the round is judged,
+and the round stays closing until the verdict is in (:mod:`ledger.judge.bisect`):
+:meth:`RoundKeeper.advance_bisections`, the ledger's periodic work, moves each bisection on as the
+node answers its probes, and the round is judged again once it ended.
 Each attestation gets a receipt: verified tokens, quality, reward and the reason (the check that
 decided it, with its evidence). Settlement takes it from there.
 """
@@ -44,7 +45,6 @@ from ledger.core.round_book import RoundBook
 from ledger.intake import boundaries
 from ledger.intake.membership import Membership
 from ledger.judge import bisect
-from ledger.judge.entries import Entry
 from ledger.judge.rules import attestations_root
 from ledger.judge.segments import AuditPending
 from ledger.judge.tensors import UsefulnessFn
@@ -248,22 +248,6 @@ class RoundKeeper:
                         session, wait.run_id, wait.round, node, b, deadline_s=due, at_step=what
                     )
 
-    def start_bisections(self, entries: list[Entry]) -> None:
-        """Start the bisection of every segment the round's audit failed (after its verdicts
-        are committed: they do not wait for it); a failure here is logged, the round stands."""
-        failed = [e.failed_segment for e in entries if e.failed_segment is not None]
-        if not failed:
-            return
-        with Session(self.engine) as session:
-            try:
-                bisect.start_bisections(session, self.blobs, failed,
-                                        ask=boundaries.ask_probe(session),
-                                        corpus_dir=self.settings.usefulness_corpus,
-                                        threads=self._audit_threads())  # fmt: skip
-            except Exception:  # the verdicts stand; the bisection refines their evidence
-                session.rollback()
-                log.exception("bisections of %d failed segments not started", len(failed))
-
     def advance_bisections(self, now: datetime | None = None) -> list[SegmentBisection]:
         """Move every running bisection on (the ledger's periodic work): ask the node's next
         state, replay what it delivered, end on the one-step verdict."""
@@ -279,7 +263,9 @@ class RoundKeeper:
 
     def audit_waits(self, rnd: RoundState, now: datetime | None = None) -> bool:
         """Whether ``rnd``'s audit asked for a boundary still pending and not due (the due ones
-        are marked missed first): its verdicts wait for the delivery or the deadline."""
+        are marked missed first), or bisects a segment that failed its replay (the periodic
+        :meth:`advance_bisections` moves it on): its verdicts wait for the delivery, the
+        deadline or the one-step verdict."""
         moment = now or utcnow()
         with Session(self.engine) as session:
             boundaries.expire(session, now=moment)
@@ -291,7 +277,14 @@ class RoundKeeper:
                     col(BoundaryRequest.deadline) > moment,
                 )
             ).first()
-        return row is not None
+            bisecting = session.exec(
+                select(SegmentBisection.id).where(
+                    SegmentBisection.run_id == rnd.run_id.lower(),
+                    SegmentBisection.round == rnd.round,
+                    SegmentBisection.state == "running",
+                )
+            ).first()
+        return row is not None or bisecting is not None
 
     def _ready(self, rnd: RoundState) -> bool:
         with Session(self.engine) as session:
@@ -343,6 +336,7 @@ class RoundKeeper:
                 start_of=lambda a: self._start_of(session, a, run),
                 domain=self.indexer.chain.domain,
                 leased=leased_offers(session, rnd.run_id, rnd.round),
+                probes=boundaries.ask_probe,
             )  # fmt: skip
             judged = judge_round(session, rnd, atts, ctx)
             self.audit_cpu_s += judged.audit_cpu_s
@@ -386,7 +380,6 @@ class RoundKeeper:
                 len(atts),
                 majority,
             )
-        self.start_bisections(judged.entries)
         return row
 
     def _start_of(self, session: Session, a: Attestation, run: Run | None) -> datetime:
