@@ -18,16 +18,25 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from ledger.core.models import Attestation, BoundaryRequest, KeyValue, RoundState, utcnow
+from ledger.core.models import (
+    STATE_REQUEST,
+    Attestation,
+    BoundaryRequest,
+    KeyValue,
+    RoundState,
+    utcnow,
+)
 from ledger.judge import segments
 from ledger.judge.bisect import FailedSegment
-from ledger.judge.boundaries import check_boundaries
+from ledger.judge.boundaries import check_boundaries, withheld_reason
 from ledger.judge.entries import Context, Entry, Fraud
+from ledger.judge.origin_check import OriginVerdict, PreviousRound, check_origin
 from ledger.judge.replay import ReplayInputs, audit
 from ledger.judge.sparse_check import sparse_round
 from ledger.judge.tensors import Tensors
@@ -35,6 +44,7 @@ from protocol.attestation import ATTESTATION_ATTRS
 from protocol.eip712 import keccak256
 from protocol.errors import CheckpointError
 from reference.settings import WireFormat
+from reference.trace import boundary_steps
 
 if TYPE_CHECKING:
     from reference.data import Corpus
@@ -125,6 +135,7 @@ def replay_audits(
     cleared: set[str] = set()  # nodes whose copy partner failed: the pair is explained
     waiting: list[str] = []  # nodes whose requested boundaries the segment audit waits for
     wanted: dict[str, list[segments.Need]] = {}  # what the segment audit is still to ask for
+    earlier: dict[str, list[segments.Need]] = {}  # of round r-1 (an overlapped round's origin)
 
     def why_of(e: Entry) -> str:
         reasons = [w for w in e.suspicious if not (e.att.node in cleared and "cosine" in w)]
@@ -159,7 +170,7 @@ def replay_audits(
         if e.att.trace_root not in (None, "", NO_TRACE):
             try:
                 wait = _segment_audit(session, e, ctx, rnd, base, inputs, corpus, seed,
-                                      why_of(e), wanted)  # fmt: skip
+                                      why_of(e), wanted, earlier)  # fmt: skip
             except CheckpointError as exc:  # the ledger's preset is not this run's model
                 log.error("segment audit does not fit the run's model: %s", exc)
                 e.reason += "; not audited: the ledger's model preset does not fit this run"
@@ -214,7 +225,7 @@ def replay_audits(
         )
     check_boundaries(entries, segments.round_requests(session, rnd), utcnow())
     if waiting:
-        raise segments.AuditPending(rnd.run_id, rnd.round, wanted, waiting)
+        raise segments.AuditPending(rnd.run_id, rnd.round, wanted, waiting, earlier)
     return cpu
 
 
@@ -233,11 +244,15 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     seed: bytes,
     why: str,
     wanted: dict[str, list[segments.Need]],
+    earlier: dict[str, list[segments.Need]] | None = None,
 ) -> float | None:
     """The segment audit of ``e`` (:mod:`ledger.judge.segments`): the boundaries it needs and
     has not asked for yet go into ``wanted``; once all are delivered the drawn segments are
-    replayed. Returns the replay's CPU seconds, or None while it waits (a withheld boundary is
-    failed by ``check_boundaries``)."""
+    replayed. A round whose deliveries show it did not start from its attested base (the
+    overlap schedule: :func:`ledger.judge.segments.starts_elsewhere`) is audited from its
+    committed origin: boundary 0 in full, and round r-1's boundary 0 and last boundary
+    (``earlier``) for the origin check (ledger.judge.origin_check). Returns the replay's CPU
+    seconds, or None while it waits (a withheld boundary is failed by ``check_boundaries``)."""
     assert e.tensors is not None
     plan = segments.plan(seed, e.att.node, e.att.inner_steps, ctx.config.trace_interval,
                          ctx.settings.audit_segments)  # fmt: skip
@@ -251,9 +266,35 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
         return None
     if not segments.delivered(requests):
         return 0.0  # withheld: check_boundaries fails the entry
+    states = segments.load_states(ctx.blobs, requests)
+    check_base = base
+    if segments.starts_elsewhere(plan, requests, states, base):
+        if not plan.origin:  # found now: ask for the origin (boundary 0 in full) and round r-1
+            plan = replace(plan, origin=True)
+            requests = segments.existing(session, rnd.run_id, rnd.round, e.att.node,
+                                         plan.needed)  # fmt: skip
+            missing = [b for b in plan.needed if b not in requests]
+            if missing:
+                wanted[e.att.node] = missing
+                return None
+        prev = _previous_round(session, ctx, rnd, e, earlier)
+        if prev is None:
+            e.reason += f"; audit ({why}) of a round not started from its base waits for the " \
+                        "node's round r-1 boundaries"  # fmt: skip
+            return None
+        if isinstance(prev, str):  # withheld, or no round r-1 to start from
+            verdict = OriginVerdict(False, "", prev)
+        else:
+            states = segments.load_states(ctx.blobs, requests)
+            origin = states[(0, STATE_REQUEST)]
+            verdict = check_origin(origin, base, prev)
+            check_base = segments.origin_weights(origin)
+        if not verdict.passed:
+            return _origin_failed(e, rnd, inputs, plan, why, seed, verdict.reason)
+        e.reason += f"; origin: {verdict.reason}"
     outcome = segments.check_entry(
-        e.tensors, e.packet, base, inputs, corpus, plan, requests,
-        segments.load_states(ctx.blobs, requests), tolerance=ctx.settings.segment_tolerance,
+        e.tensors, e.packet, check_base, inputs, corpus, plan, requests, states,
+        tolerance=ctx.settings.segment_tolerance,
         threads=ctx.settings.audit_threads or os.cpu_count(),
     )  # fmt: skip
     if outcome.passed:
@@ -278,6 +319,78 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     e.fail("audit_failed", f"{outcome.reason}; fraud record {e.fraud.evidence_hash} "
                            f"(selected: {why})")  # fmt: skip
     return outcome.cpu_seconds
+
+
+def _previous_round(
+    session: Session,
+    ctx: Context,
+    rnd: RoundState,
+    e: Entry,
+    earlier: dict[str, list[segments.Need]] | None,
+) -> PreviousRound | str | None:
+    """Round r-1 of ``e``'s node as the origin check reads it: its attested base (the ledger's
+    checkpoint) and its delivered boundary 0 and last boundary; None while they are to be asked
+    for (added to ``earlier``) or pending; a reason when they cannot be had (no attestation of
+    round r-1, a base not in the blob store, a boundary withheld past its deadline)."""
+    att = session.exec(
+        select(Attestation).where(
+            Attestation.run_id == rnd.run_id, Attestation.round == rnd.round - 1,
+            Attestation.node == e.att.node,
+        )
+    ).first()  # fmt: skip
+    if att is None or att.trace_root in (None, "", NO_TRACE):
+        return (
+            "the round did not start from its attested base, and the node attested no traced "
+            f"round {rnd.round - 1} whose progress it could have started from"
+        )
+    last = len(boundary_steps(att.inner_steps, ctx.config.trace_interval)) - 1
+    needs = segments.earlier_needs(last)
+    requests = segments.existing(session, rnd.run_id, rnd.round - 1, e.att.node, needs)
+    missing = [n for n in needs if n not in requests]
+    if missing:
+        if earlier is not None:
+            earlier[e.att.node] = missing
+        return None
+    if segments.pending(requests, utcnow()):
+        return None
+    for r in requests.values():
+        reason = withheld_reason(r, utcnow())
+        if reason is not None:
+            return reason
+    base = ctx.blobs.tensors(att.base_checkpoint)
+    if base is None:
+        return (f"round {rnd.round - 1}'s base checkpoint {att.base_checkpoint} is not in the "
+                "blob store: the overlapped start cannot be recomputed")  # fmt: skip
+    states = segments.load_states(ctx.blobs, requests)
+    return PreviousRound(base, states[needs[0]], states[needs[1]])
+
+
+def _origin_failed(  # noqa: PLR0917 - the failed check's parts
+    e: Entry,
+    rnd: RoundState,
+    inputs: ReplayInputs,
+    plan: segments.SegmentPlan,
+    why: str,
+    seed: bytes,
+    reason: str,
+) -> float:
+    """Fail ``e``: its round started from a point that is neither its attested base nor the
+    overlap schedule's start (ledger.judge.origin_check), with the evidence to re-check it."""
+    evidence = {
+        "attestation": {k: getattr(e.att, k) for k in ATTESTATION_ATTRS},
+        "digest": e.att.digest,
+        "signature": e.att.signature,
+        "replay_inputs": inputs.to_json(),
+        "trace_root": e.att.trace_root,
+        "selected": why,
+        "audit_seed": "0x" + seed.hex(),
+        "origin": reason,
+        "origin_boundaries": {str(rnd.round): [0], str(rnd.round - 1): [0, plan.last]},
+    }
+    text = json.dumps(evidence, sort_keys=True, default=str)
+    e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
+    e.fail("audit_failed", f"{reason}; fraud record {e.fraud.evidence_hash} (selected: {why})")
+    return 0.0
 
 
 def _failed_segment(  # noqa: PLR0917 - the failed audit's parts

@@ -66,20 +66,30 @@ Need = tuple[int, int]
 """(boundary, what): ``STATE_REQUEST`` its full state, ``SKETCH_REQUEST`` its sketch."""
 
 
+def earlier_needs(last: int) -> list[Need]:
+    """What the origin check of an overlapped round r reads of the node's round r-1 (whose last
+    boundary is ``last``): its boundary 0 and last boundary, in full (the node's round r-1
+    progress, ``ledger.judge.origin_check.PreviousRound``)."""
+    return [(0, STATE_REQUEST), (last, STATE_REQUEST)]
+
+
 class AuditPending(Exception):
     """The round's audits wait for boundary states: ``wanted`` (node -> boundaries) are still to be
     requested (``ledger.rounds.lifecycle`` files them: requests are intake's), the others are
     asked for and not due yet."""
 
     def __init__(self, run_id: str, round_: int, wanted: dict[str, list[Need]],
-                 waiting: list[str]) -> None:  # fmt: skip
-        nodes = sorted(set(wanted) | set(waiting))
+                 waiting: list[str],
+                 earlier: dict[str, list[Need]] | None = None) -> None:  # fmt: skip
+        nodes = sorted(set(wanted) | set(waiting) | set(earlier or {}))
         super().__init__(
             f"round {round_} of run {run_id} waits for boundary states from {', '.join(nodes)}"
         )
         self.run_id, self.round = run_id, round_
         self.wanted = wanted
         self.waiting = waiting
+        self.earlier = earlier or {}
+        """Boundaries of the node's round ``round_ - 1`` (an overlapped round's origin check)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,11 @@ class SegmentPlan:
     segments: tuple[int, ...]
     marks: tuple[int, ...]  # the inner step of each boundary (reference.trace.boundary_steps)
     public_start: bool = True  # boundary 0 is the public base and a fresh AdamW
+    origin: bool = False
+    """The round started elsewhere than its attested base (the overlap schedule, found on the
+    first deliveries: :func:`starts_elsewhere`): boundary 0's full state is the round's origin,
+    the base its sketches are taken from, checked by ``ledger.judge.origin_check`` against
+    round r-1's committed boundaries (:data:`EARLIER`)."""
 
     @property
     def last(self) -> int:
@@ -98,8 +113,10 @@ class SegmentPlan:
 
     @property
     def full(self) -> list[int]:
-        """The boundaries whose full state the audit moves: each drawn segment's start."""
-        return sorted(j for j in self.segments if j > 0 or not self.public_start)
+        """The boundaries whose full state the audit moves: each drawn segment's start (and
+        boundary 0, the origin, for a round that did not start from its base)."""
+        starts = {j for j in self.segments if j > 0 or not self.public_start}
+        return sorted(starts | ({0} if self.origin else set()))
 
     @property
     def sketches(self) -> list[int]:
@@ -151,6 +168,51 @@ def plan(  # noqa: PLR0917 - the draw's inputs
     segments = drawn_segments(seed, node, len(marks) - 1, count)
     mode = inner.CARRY_STATE if carried is None else carried
     return SegmentPlan(tuple(segments), marks, public_start=not mode)
+
+
+def starts_elsewhere(
+    plan_: SegmentPlan,
+    requests: dict[Need, BoundaryRequest],
+    states: dict[Need, Tensors],
+    base: Tensors,
+) -> bool:
+    """Whether the delivered boundaries say the round did not start from its attested ``base``
+    (so its sketches are taken from another origin: the overlap schedule, or a lie the origin
+    check catches): a public boundary 0 whose committed state hash is not the base's, a full
+    boundary 0 whose weights are not the base's, or a full state whose committed sketch is not
+    its sketch against the base. Exact (bits), so an honest lockstep round is never moved to
+    the origin audit; a lying one that is moved fails there."""
+    if plan_.origin:
+        return True
+    for (b, what), r in requests.items():
+        if what == SKETCH_REQUEST and b == 0 and 0 in plan_.segments and plan_.public_start:
+            public = {f"weights/{n}": t.detach().float().contiguous() for n, t in base.items()}
+            if str(r.state_hash) != "0x" + state_hash(public).hex():
+                return True
+        if what != STATE_REQUEST:
+            continue
+        state = states[(b, what)]
+        if b == 0:
+            weights = {n[len("weights/") :]: t for n, t in state.items()
+                       if n.startswith("weights/")}  # fmt: skip
+            if set(weights) != set(base) or any(
+                not torch.equal(weights[n].float(), base[n].float()) for n in base
+            ):
+                return True
+            continue
+        try:
+            mine = make_sketch(state, base, _hash(str(r.state_hash)))
+        except SketchError:
+            return False  # check_entry names it
+        if "0x" + hash_state_dict(mine).hex() != r.sketch_hash:
+            return True
+    return False
+
+
+def origin_weights(state: Tensors) -> dict[str, torch.Tensor]:
+    """A delivered boundary 0's weights by parameter name: the base an overlapped round's
+    sketches are taken from and its segments replayed against."""
+    return {n[len("weights/") :]: t.float() for n, t in state.items() if n.startswith("weights/")}
 
 
 def existing(
@@ -318,7 +380,9 @@ def check_entry(  # noqa: PLR0917 - the audit's inputs, each public or committed
             "packet's rounding bound): it is not the work the signed trace commits"
         )
         return failed(why, last_boundary_error=gap, last_boundary_allowed=allowed)
-    if 0 in plan_.segments and plan_.public_start:
+    if plan_.origin:
+        pass  # boundary 0 is the origin (``base`` here), checked by ledger.judge.origin_check
+    elif 0 in plan_.segments and plan_.public_start:
         public = {f"weights/{n}": t.detach().float().contiguous() for n, t in base.items()}
         if hashes[0] != "0x" + state_hash(public).hex():
             why = (

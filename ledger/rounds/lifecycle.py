@@ -239,7 +239,8 @@ class RoundKeeper:
 
     def request_boundaries(self, wait: AuditPending) -> None:
         """Ask the nodes for the boundary states (and sketches) the round's segment audit
-        needs."""
+        needs (and, for a round that did not start from its base, the node's round r-1
+        boundaries its origin check reads)."""
         with Session(self.engine) as session:
             due = self.settings.boundary_deadline_s
             for node, wanted in wait.wanted.items():
@@ -247,6 +248,12 @@ class RoundKeeper:
                     boundaries.request_boundary(
                         session, wait.run_id, wait.round, node, b, deadline_s=due, at_step=what
                     )
+            for node, wanted in wait.earlier.items():  # an overlapped round's origin check
+                for b, what in wanted:
+                    boundaries.request_boundary(
+                        session, wait.run_id, wait.round - 1, node, b, deadline_s=due,
+                        at_step=what,
+                    )  # fmt: skip
 
     def start_bisections(self, entries: list[Entry]) -> None:
         """Start the bisection of every segment the round's audit failed (after its verdicts
