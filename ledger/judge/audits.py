@@ -34,9 +34,9 @@ from ledger.core.models import (
 )
 from ledger.judge import segments
 from ledger.judge.bisect import FailedSegment
-from ledger.judge.boundaries import check_boundaries, withheld_reason
+from ledger.judge.boundaries import check_boundaries
 from ledger.judge.entries import Context, Entry, Fraud
-from ledger.judge.origin_check import OriginVerdict, PreviousRound, check_origin
+from ledger.judge.origin_check import OriginVerdict, check_origin
 from ledger.judge.replay import ReplayInputs, audit
 from ledger.judge.sparse_check import sparse_round
 from ledger.judge.tensors import Tensors
@@ -44,7 +44,6 @@ from protocol.attestation import ATTESTATION_ATTRS
 from protocol.eip712 import keccak256
 from protocol.errors import CheckpointError
 from reference.settings import WireFormat
-from reference.trace import boundary_steps
 
 if TYPE_CHECKING:
     from reference.data import Corpus
@@ -150,7 +149,7 @@ def replay_audits(
         if not (reasons or sampled(seed, e.att.node, ctx.settings.audit_fraction)):
             continue
         if e.packet is not None and e.packet.fmt is WireFormat.SPARSE:
-            sparse_round(session, e, ctx, rnd)  # exact, from its trace (ledger.judge.sparse_check)
+            sparse_round(session, e, ctx, rnd, base)  # exact, from its trace (sparse_check)
             continue
         inputs = ReplayInputs(
             run_id=bytes.fromhex(rnd.run_id[2:]),
@@ -277,7 +276,7 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
             if missing:
                 wanted[e.att.node] = missing
                 return None
-        prev = _previous_round(session, ctx, rnd, e, earlier)
+        prev = segments.previous_round(session, ctx, rnd.run_id, rnd.round, e.att.node, earlier)
         if prev is None:
             e.reason += f"; audit ({why}) of a round not started from its base waits for the " \
                         "node's round r-1 boundaries"  # fmt: skip
@@ -319,50 +318,6 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     e.fail("audit_failed", f"{outcome.reason}; fraud record {e.fraud.evidence_hash} "
                            f"(selected: {why})")  # fmt: skip
     return outcome.cpu_seconds
-
-
-def _previous_round(
-    session: Session,
-    ctx: Context,
-    rnd: RoundState,
-    e: Entry,
-    earlier: dict[str, list[segments.Need]] | None,
-) -> PreviousRound | str | None:
-    """Round r-1 of ``e``'s node as the origin check reads it: its attested base (the ledger's
-    checkpoint) and its delivered boundary 0 and last boundary; None while they are to be asked
-    for (added to ``earlier``) or pending; a reason when they cannot be had (no attestation of
-    round r-1, a base not in the blob store, a boundary withheld past its deadline)."""
-    att = session.exec(
-        select(Attestation).where(
-            Attestation.run_id == rnd.run_id, Attestation.round == rnd.round - 1,
-            Attestation.node == e.att.node,
-        )
-    ).first()  # fmt: skip
-    if att is None or att.trace_root in (None, "", NO_TRACE):
-        return (
-            "the round did not start from its attested base, and the node attested no traced "
-            f"round {rnd.round - 1} whose progress it could have started from"
-        )
-    last = len(boundary_steps(att.inner_steps, ctx.config.trace_interval)) - 1
-    needs = segments.earlier_needs(last)
-    requests = segments.existing(session, rnd.run_id, rnd.round - 1, e.att.node, needs)
-    missing = [n for n in needs if n not in requests]
-    if missing:
-        if earlier is not None:
-            earlier[e.att.node] = missing
-        return None
-    if segments.pending(requests, utcnow()):
-        return None
-    for r in requests.values():
-        reason = withheld_reason(r, utcnow())
-        if reason is not None:
-            return reason
-    base = ctx.blobs.tensors(att.base_checkpoint)
-    if base is None:
-        return (f"round {rnd.round - 1}'s base checkpoint {att.base_checkpoint} is not in the "
-                "blob store: the overlapped start cannot be recomputed")  # fmt: skip
-    states = segments.load_states(ctx.blobs, requests)
-    return PreviousRound(base, states[needs[0]], states[needs[1]])
 
 
 def _origin_failed(  # noqa: PLR0917 - the failed check's parts

@@ -28,6 +28,12 @@ seed, fixed after the round closed) instead of a whole-round replay:
    ``SEGMENT_TOLERANCE``) and compares with its end's committed sketch, read on sketches under
    the projection the end's state hash seeds; a mismatch is a fraud record with the evidence
    to re-run it.
+
+A round that did not start from its attested base (the overlap schedule, trainer.round.overlap)
+shows it on those deliveries (:func:`starts_elsewhere`); its audit then also moves boundary 0 in
+full (``SegmentPlan.origin``) and round r-1's boundary 0 and last boundary
+(:func:`previous_round`), checks that origin (ledger.judge.origin_check) and audits the round
+from it (docs/ledger.md, "Auditing an overlapped round").
 """
 
 from __future__ import annotations
@@ -36,12 +42,21 @@ import logging
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import torch
 from sqlmodel import Session, col, select
 
 from ledger.core.blobstore import BlobStore
-from ledger.core.models import SKETCH_REQUEST, STATE_REQUEST, BoundaryRequest, RoundState
+from ledger.core.models import (
+    SKETCH_REQUEST,
+    STATE_REQUEST,
+    Attestation,
+    BoundaryRequest,
+    RoundState,
+    utcnow,
+)
+from ledger.judge.origin_check import PreviousRound
 from ledger.judge.tensors import Tensors
 from protocol.eip712 import keccak256
 from protocol.hashing import hash_state_dict
@@ -50,6 +65,9 @@ from reference.segment import State, fresh_state
 from reference.settings import WireFormat
 from reference.sketch import Projection, SketchError, check_sketch, distance, make_sketch
 from reference.trace import boundary_steps, state_hash
+
+if TYPE_CHECKING:
+    from ledger.judge.entries import Context
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +250,54 @@ def existing(
     ).all()
     found = {(int(r.boundary), int(r.at_step)): r for r in rows}
     return {n: found[n] for n in needs if n in found}
+
+
+def previous_round(  # noqa: PLR0917 - the node-round's key and where to ask
+    session: Session,
+    ctx: Context,
+    run_id: str,
+    round_: int,
+    node: str,
+    earlier: dict[str, list[Need]] | None = None,
+) -> PreviousRound | str | None:
+    """Round ``round_ - 1`` of ``node`` as the origin check reads it
+    (``ledger.judge.origin_check``): its attested base (the ledger's checkpoint blob) and its
+    delivered boundary 0 and last boundary in full. None while they are to be asked for (added
+    to ``earlier`` when given) or pending; a reason when they cannot be had (no traced round r-1
+    of that node, a base not in the blob store, a boundary withheld past its deadline)."""
+    from ledger.judge.boundaries import withheld_reason
+
+    att = session.exec(
+        select(Attestation).where(
+            Attestation.run_id == run_id, Attestation.round == round_ - 1,
+            Attestation.node == node,
+        )
+    ).first()  # fmt: skip
+    if att is None or att.trace_root in (None, "", "0x" + "00" * 32):
+        return (
+            "the round did not start from its attested base, and the node attested no traced "
+            f"round {round_ - 1} whose progress it could have started from"
+        )
+    last = len(boundary_steps(att.inner_steps, ctx.config.trace_interval)) - 1
+    needs = earlier_needs(last)
+    requests = existing(session, run_id, round_ - 1, node, needs)
+    missing = [n for n in needs if n not in requests]
+    if missing:
+        if earlier is not None:
+            earlier[node] = missing
+        return None
+    if pending(requests, utcnow()):
+        return None
+    for r in requests.values():
+        reason = withheld_reason(r, utcnow())
+        if reason is not None:
+            return reason
+    base = ctx.blobs.tensors(att.base_checkpoint)
+    if base is None:
+        return (f"round {round_ - 1}'s base checkpoint {att.base_checkpoint} is not in the "
+                "blob store: the overlapped start cannot be recomputed")  # fmt: skip
+    states = load_states(ctx.blobs, requests)
+    return PreviousRound(base, states[needs[0]], states[needs[1]])
 
 
 def round_requests(session: Session, rnd: RoundState) -> list[BoundaryRequest]:

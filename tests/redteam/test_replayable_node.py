@@ -370,7 +370,17 @@ class _MadeUpOrigin(Overlap):
         return landed
 
 
-@pytest.mark.slow  # ~3 minutes here: three overlapped rounds, every segment replayed
+def _carry(monkeypatch: pytest.MonkeyPatch, carried: bool) -> type[ChainConfig]:
+    """The protocol's inner mode for the whole test (reference.inner.CARRY_STATE, read by the
+    node's config and the ledger's plan) and the chain config that goes with it."""
+    import reference.inner
+
+    monkeypatch.setattr(reference.inner, "CARRY_STATE", carried)
+    return _KeepState if carried else ChainConfig
+
+
+@pytest.mark.slow  # ~15-60 s here: three overlapped rounds, every segment replayed
+@pytest.mark.parametrize("carried", [False, True], ids=["fresh", "carried"])
 def test_overlapped_rounds_pass_the_segment_audit_from_their_committed_origin(
     chain: AnvilProcess,
     deployment: Deployment,
@@ -380,16 +390,19 @@ def test_overlapped_rounds_pass_the_segment_audit_from_their_committed_origin(
     corpus_dir: Path,  # noqa: F811
     store_port: int,  # noqa: F811
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    carried: bool,
 ) -> None:
     """The node's default schedule (trainer.round.overlap): rounds 2 and 3 start from the last
     base less the node's own round r-1 progress, not from their attested base. The ledger finds
     it on the first deliveries, asks for boundary 0 in full and round r-1's boundary 0 and last
     boundary, checks the origin (ledger.judge.origin_check) and replays every segment from it:
-    every round passes."""
+    every round passes, with a fresh inner AdamW and with its state carried across rounds (the
+    moments round r left, committed in round r+1's boundary 0)."""
     key = NodeKey.from_private_key(nodes[0].key)
     scores, states, _ = _audited_rounds(
         chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
-        rounds=3, overlap=True,
+        rounds=3, overlap=True, config=_carry(monkeypatch, carried),
     )  # fmt: skip
     assert states[:2] == ["committed", "committed"] and states[2] in ("committed", "final")
     by_round = {s["round"]: s for s in sorted(scores, key=lambda s: s["round"])}
@@ -402,7 +415,7 @@ def test_overlapped_rounds_pass_the_segment_audit_from_their_committed_origin(
     assert "origin:" not in by_round[1]["reason"], by_round[1]  # from its attested base
 
 
-@pytest.mark.slow  # ~2 minutes here: two overlapped rounds
+@pytest.mark.parametrize("carried", [False, True], ids=["fresh", "carried"])
 def test_an_overlapped_node_that_starts_from_a_made_up_origin_is_caught(
     chain: AnvilProcess,
     deployment: Deployment,
@@ -412,11 +425,17 @@ def test_an_overlapped_node_that_starts_from_a_made_up_origin_is_caught(
     corpus_dir: Path,  # noqa: F811
     store_port: int,  # noqa: F811
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    carried: bool,
 ) -> None:
+    """One segment drawn (the ledger's default): the round's deliveries show it did not start
+    from its base, the origin check reads round 1's boundaries and finds the start is neither
+    public point."""
     key = NodeKey.from_private_key(nodes[0].key)
     scores, _, ledger = _audited_rounds(
         chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
         rounds=2, overlap=True, schedule=_MadeUpOrigin, audit_segments=1,
+        config=_carry(monkeypatch, carried),
     )  # fmt: skip
     honest, cheat = sorted(scores, key=lambda s: s["round"])
     assert honest["verified"], honest  # round 1 starts from its attested base
