@@ -261,6 +261,8 @@ class NodeRunner:
         self._group: RoundGroup | None = None
         self.groups_formed = 0
         self.schedule: Schedule = Overlap(self) if settings.overlapped() else Lockstep(self)
+        self._landed_early: list[RoundReport] = []  # landed while a join waited for the ledger
+        attester.on_outage = self._land_in_flight
         self.eval_rows = (
             self.corpus.eval_rows(settings.model.seq_len, settings.eval_rows, seed=EVAL_SEED)
             if settings.eval_rows
@@ -671,6 +673,14 @@ class NodeRunner:
             if self.ranks is not None:
                 self.ranks.close()
 
+    def _land_in_flight(self) -> None:
+        """The ledger does not answer this node's join: the round in flight (the overlap
+        schedule's) lands now, in its group, so its attestation is signed and journaled while
+        the node waits, and a node stopped during the outage loses no round it worked."""
+        report = self.schedule.drain()
+        if report is not None:
+            self._landed_early.append(report)
+
     def _reported(self, report: RoundReport | None, reports: list[RoundReport]) -> None:
         if report is not None:
             reports.append(report)
@@ -709,7 +719,10 @@ class NodeRunner:
                         self._reported(self.schedule.drain(), reports)  # while the node waits
                     hold_at_boundary(self.s.hold_file, r)
                 self.round_now = r
-                self._reported(self.run_round(r), reports)
+                landed = self.run_round(r)
+                early, self._landed_early = self._landed_early, []
+                for report in (*early, landed):  # a round landed during a ledger outage first
+                    self._reported(report, reports)
                 self.serve_boundaries()
                 r += 1
             self._reported(self.schedule.drain(), reports)  # what is in flight lands before leaving
