@@ -12,7 +12,7 @@ them, and :func:`trainer.cli.build` wires a filled tree into a
       network      rendezvous, successor_endpoint, serve_checkpoints, host_rendezvous,
                    min_nodes, join_window, connect_timeout, collective_timeout, heartbeat_timeout
       training     device, bf16, data, model, seed, batch_size, rounds, leave_after, hold_file,
-                   time_box, local_ranks
+                   time_box, overlap, local_ranks
       static       inner_steps, inner_lr, wire_format        the round settings without a chain
       checkpoints  checkpoint_dir
       plain
@@ -163,6 +163,14 @@ class Training:
             "fastest member's pace of the round before, and declare them (paid by tokens)."
         ),
     ] = False
+    overlap: Annotated[
+        bool,
+        typer.Option(
+            help="One-round delayed outer step (the default): round r's all-reduce runs during "
+            "round r+1's compute. --no-overlap: lockstep. A node of several local ranks or a "
+            "time-boxed one runs lockstep either way."
+        ),
+    ] = True
     local_ranks: Annotated[
         int,
         typer.Option(

@@ -80,6 +80,7 @@ def node_main(plan: NodePlan) -> None:
         max_rounds=plan.rounds, eval_rows=0,
         checkpoint_dir=Path(plan.log_dir) / plan.label,  # its boundary states, for the audit
         audit_linger_s=plan.linger_s,
+        overlap=False,  # the cheats' strategies and the scenario's round timing are lockstep's
     )  # fmt: skip
     runner = NodeRunner(
         settings,

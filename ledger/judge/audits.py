@@ -24,12 +24,14 @@ import functools
 import json
 import logging
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from ledger.core.models import (
+    STATE_REQUEST,
     Attestation,
     BoundaryRequest,
     KeyValue,
@@ -41,6 +43,7 @@ from ledger.judge import bisect, segments
 from ledger.judge.bisect import FailedSegment
 from ledger.judge.boundaries import check_boundaries
 from ledger.judge.entries import Context, Entry, Fraud
+from ledger.judge.origin_check import OriginVerdict, check_origin
 from ledger.judge.replay import ReplayInputs, audit, round_rows
 from ledger.judge.sparse_check import sparse_round
 from ledger.judge.tensors import Tensors
@@ -140,6 +143,7 @@ def replay_audits(
     cleared: set[str] = set()  # nodes whose copy partner failed: the pair is explained
     waiting: list[str] = []  # nodes whose requested boundaries the segment audit waits for
     wanted: dict[str, list[segments.Need]] = {}  # what the segment audit is still to ask for
+    earlier: dict[str, list[segments.Need]] = {}  # of round r-1 (an overlapped round's origin)
 
     def why_of(e: Entry) -> str:
         reasons = [w for w in e.suspicious if not (e.att.node in cleared and "cosine" in w)]
@@ -154,7 +158,7 @@ def replay_audits(
         if not (reasons or sampled(seed, e.att.node, ctx.settings.audit_fraction)):
             continue
         if e.packet is not None and e.packet.fmt is WireFormat.SPARSE:
-            sparse_round(session, e, ctx, rnd)  # exact, from its trace (ledger.judge.sparse_check)
+            sparse_round(session, e, ctx, rnd, base)  # exact, from its trace (sparse_check)
             continue
         inputs = ReplayInputs(
             run_id=bytes.fromhex(rnd.run_id[2:]),
@@ -174,7 +178,7 @@ def replay_audits(
         if e.att.trace_root not in (None, "", NO_TRACE):
             try:
                 wait = _segment_audit(session, e, ctx, rnd, base, inputs, corpus, seed,
-                                      why_of(e), wanted)  # fmt: skip
+                                      why_of(e), wanted, earlier)  # fmt: skip
             except CheckpointError as exc:  # the ledger's preset is not this run's model
                 log.error("segment audit does not fit the run's model: %s", exc)
                 e.reason += "; not audited: the ledger's model preset does not fit this run"
@@ -229,7 +233,7 @@ def replay_audits(
         )
     check_boundaries(entries, segments.round_requests(session, rnd), utcnow())
     if waiting:
-        raise segments.AuditPending(rnd.run_id, rnd.round, wanted, waiting)
+        raise segments.AuditPending(rnd.run_id, rnd.round, wanted, waiting, earlier)
     return cpu
 
 
@@ -248,13 +252,17 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     seed: bytes,
     why: str,
     wanted: dict[str, list[segments.Need]],
+    earlier: dict[str, list[segments.Need]] | None = None,
 ) -> tuple[float, bool]:
     """The segment audit of ``e`` (:mod:`ledger.judge.segments`): the boundaries it needs and
     has not asked for yet go into ``wanted``; once all are delivered the drawn segments are
-    replayed. The replay is a screen: a segment that fails it is bisected to its one-step
-    verdict, which decides (:func:`_verdict`). Returns the replays' CPU seconds and whether the
-    audit waits (for boundaries, or for the verdict; a withheld boundary is failed by
-    ``check_boundaries``)."""
+    replayed. A round whose deliveries show it did not start from its attested base (the
+    overlap schedule: :func:`ledger.judge.segments.starts_elsewhere`) is audited from its
+    committed origin: boundary 0 in full, and round r-1's boundary 0 and last boundary
+    (``earlier``) for the origin check (ledger.judge.origin_check). The replay is a screen: a
+    segment that fails it is bisected to its one-step verdict, which decides
+    (:func:`_verdict`). Returns the replays' CPU seconds and whether the audit waits (for
+    boundaries, or for the verdict; a withheld boundary is failed by ``check_boundaries``)."""
     assert e.tensors is not None
     plan = segments.plan(seed, e.att.node, e.att.inner_steps, ctx.config.trace_interval,
                          ctx.settings.audit_segments)  # fmt: skip
@@ -269,13 +277,38 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     if not segments.delivered(requests):
         return 0.0, False  # withheld: check_boundaries fails the entry
     states = segments.load_states(ctx.blobs, requests)
+    check_base = base
+    if segments.starts_elsewhere(plan, requests, states, base):
+        if not plan.origin:  # found now: ask for the origin (boundary 0 in full) and round r-1
+            plan = replace(plan, origin=True)
+            requests = segments.existing(session, rnd.run_id, rnd.round, e.att.node,
+                                         plan.needed)  # fmt: skip
+            missing = [b for b in plan.needed if b not in requests]
+            if missing:
+                wanted[e.att.node] = missing
+                return 0.0, True
+        prev = segments.previous_round(session, ctx, rnd.run_id, rnd.round, e.att.node, earlier)
+        if prev is None:
+            e.reason += f"; audit ({why}) of a round not started from its base waits for the " \
+                        "node's round r-1 boundaries"  # fmt: skip
+            return 0.0, True
+        if isinstance(prev, str):  # withheld, or no round r-1 to start from
+            verdict = OriginVerdict(False, "", prev)
+        else:
+            states = segments.load_states(ctx.blobs, requests)
+            origin = states[(0, STATE_REQUEST)]
+            verdict = check_origin(origin, base, prev)
+            check_base = segments.origin_weights(origin)
+        if not verdict.passed:
+            return _origin_failed(e, rnd, inputs, plan, why, seed, verdict.reason), False
+        e.reason += f"; origin: {verdict.reason}"
     threads = ctx.settings.audit_threads or os.cpu_count()
     cpu = 0.0
     with Session(session.get_bind(), expire_on_commit=False) as own:  # the bisection's rows
         row = _bisection_of(own, rnd, e.att.node)
         for _ in range(len(plan.segments) + 1):  # once more for each verdict that holds
             outcome = segments.check_entry(
-                e.tensors, e.packet, base, inputs, corpus, plan, requests, states,
+                e.tensors, e.packet, check_base, inputs, corpus, plan, requests, states,
                 tolerance=ctx.settings.segment_tolerance, threads=threads,
                 excused=bisect.held(row),
             )  # fmt: skip
@@ -369,6 +402,34 @@ def _fraud(  # noqa: PLR0917 - the failed audit's parts
     text = json.dumps(record, sort_keys=True, default=str)
     e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
     e.fail("audit_failed", f"{reason}; fraud record {e.fraud.evidence_hash} (selected: {why})")
+
+
+def _origin_failed(  # noqa: PLR0917 - the failed check's parts
+    e: Entry,
+    rnd: RoundState,
+    inputs: ReplayInputs,
+    plan: segments.SegmentPlan,
+    why: str,
+    seed: bytes,
+    reason: str,
+) -> float:
+    """Fail ``e``: its round started from a point that is neither its attested base nor the
+    overlap schedule's start (ledger.judge.origin_check), with the evidence to re-check it."""
+    evidence = {
+        "attestation": {k: getattr(e.att, k) for k in ATTESTATION_ATTRS},
+        "digest": e.att.digest,
+        "signature": e.att.signature,
+        "replay_inputs": inputs.to_json(),
+        "trace_root": e.att.trace_root,
+        "selected": why,
+        "audit_seed": "0x" + seed.hex(),
+        "origin": reason,
+        "origin_boundaries": {str(rnd.round): [0], str(rnd.round - 1): [0, plan.last]},
+    }
+    text = json.dumps(evidence, sort_keys=True, default=str)
+    e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
+    e.fail("audit_failed", f"{reason}; fraud record {e.fraud.evidence_hash} (selected: {why})")
+    return 0.0
 
 
 def _failed_segment(  # noqa: PLR0917 - the failed audit's parts

@@ -15,8 +15,10 @@ public points, bit for bit:
 - ``flatten(base_{r-1}) - (flatten(origin_{r-1}) - flatten(end_{r-1}))`` from round r-1's
   attested base and its committed boundary 0 and last boundary (overlap).
 
-:func:`check_origin` is that rule; it is not wired into the replay yet (docs/trainer.md,
-"Overlap by default": what is missing).
+:func:`check_origin` is that rule. The segment audit applies it to a round whose deliveries show
+it did not start from its attested base, then replays the round from that origin
+(ledger.judge.audits, ``SegmentPlan.origin``); the sparse check applies it to boundary 0, the
+packet's origin (ledger.judge.sparse_check). docs/ledger.md, "Auditing an overlapped round".
 """
 
 from __future__ import annotations

@@ -28,6 +28,12 @@ seed, fixed after the round closed) instead of a whole-round replay:
    ``SEGMENT_TOLERANCE``) and compares with its end's committed sketch, read on sketches under
    the projection the end's state hash seeds; a mismatch is a fraud record with the evidence
    to re-run it.
+
+A round that did not start from its attested base (the overlap schedule, trainer.round.overlap)
+shows it on those deliveries (:func:`starts_elsewhere`); its audit then also moves boundary 0 in
+full (``SegmentPlan.origin``) and round r-1's boundary 0 and last boundary
+(:func:`previous_round`), checks that origin (ledger.judge.origin_check) and audits the round
+from it (docs/ledger.md, "Auditing an overlapped round").
 """
 
 from __future__ import annotations
@@ -37,12 +43,21 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import torch
 from sqlmodel import Session, col, select
 
 from ledger.core.blobstore import BlobStore
-from ledger.core.models import SKETCH_REQUEST, STATE_REQUEST, BoundaryRequest, RoundState
+from ledger.core.models import (
+    SKETCH_REQUEST,
+    STATE_REQUEST,
+    Attestation,
+    BoundaryRequest,
+    RoundState,
+    utcnow,
+)
+from ledger.judge.origin_check import PreviousRound
 from ledger.judge.tensors import Tensors
 from protocol.eip712 import keccak256
 from protocol.hashing import hash_state_dict
@@ -51,6 +66,9 @@ from reference.segment import State, fresh_state
 from reference.settings import WireFormat
 from reference.sketch import Projection, SketchError, check_sketch, distance, make_sketch
 from reference.trace import boundary_steps, state_hash
+
+if TYPE_CHECKING:
+    from ledger.judge.entries import Context
 
 log = logging.getLogger(__name__)
 
@@ -67,20 +85,30 @@ Need = tuple[int, int]
 """(boundary, what): ``STATE_REQUEST`` its full state, ``SKETCH_REQUEST`` its sketch."""
 
 
+def earlier_needs(last: int) -> list[Need]:
+    """What the origin check of an overlapped round r reads of the node's round r-1 (whose last
+    boundary is ``last``): its boundary 0 and last boundary, in full (the node's round r-1
+    progress, ``ledger.judge.origin_check.PreviousRound``)."""
+    return [(0, STATE_REQUEST), (last, STATE_REQUEST)]
+
+
 class AuditPending(Exception):
     """The round's audits wait for boundary states: ``wanted`` (node -> boundaries) are still to be
     requested (``ledger.rounds.lifecycle`` files them: requests are intake's), the others are
     asked for and not due yet."""
 
     def __init__(self, run_id: str, round_: int, wanted: dict[str, list[Need]],
-                 waiting: list[str]) -> None:  # fmt: skip
-        nodes = sorted(set(wanted) | set(waiting))
+                 waiting: list[str],
+                 earlier: dict[str, list[Need]] | None = None) -> None:  # fmt: skip
+        nodes = sorted(set(wanted) | set(waiting) | set(earlier or {}))
         super().__init__(
             f"round {round_} of run {run_id} waits for boundary states from {', '.join(nodes)}"
         )
         self.run_id, self.round = run_id, round_
         self.wanted = wanted
         self.waiting = waiting
+        self.earlier = earlier or {}
+        """Boundaries of the node's round ``round_ - 1`` (an overlapped round's origin check)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +120,11 @@ class SegmentPlan:
     segments: tuple[int, ...]
     marks: tuple[int, ...]  # the inner step of each boundary (reference.trace.boundary_steps)
     public_start: bool = True  # boundary 0 is the public base and a fresh AdamW
+    origin: bool = False
+    """The round started elsewhere than its attested base (the overlap schedule, found on the
+    first deliveries: :func:`starts_elsewhere`): boundary 0's full state is the round's origin,
+    the base its sketches are taken from, checked by ``ledger.judge.origin_check`` against
+    round r-1's committed boundaries (:data:`EARLIER`)."""
 
     @property
     def last(self) -> int:
@@ -99,8 +132,10 @@ class SegmentPlan:
 
     @property
     def full(self) -> list[int]:
-        """The boundaries whose full state the audit moves: each drawn segment's start."""
-        return sorted(j for j in self.segments if j > 0 or not self.public_start)
+        """The boundaries whose full state the audit moves: each drawn segment's start (and
+        boundary 0, the origin, for a round that did not start from its base)."""
+        starts = {j for j in self.segments if j > 0 or not self.public_start}
+        return sorted(starts | ({0} if self.origin else set()))
 
     @property
     def sketches(self) -> list[int]:
@@ -154,6 +189,51 @@ def plan(  # noqa: PLR0917 - the draw's inputs
     return SegmentPlan(tuple(segments), marks, public_start=not mode)
 
 
+def starts_elsewhere(
+    plan_: SegmentPlan,
+    requests: dict[Need, BoundaryRequest],
+    states: dict[Need, Tensors],
+    base: Tensors,
+) -> bool:
+    """Whether the delivered boundaries say the round did not start from its attested ``base``
+    (so its sketches are taken from another origin: the overlap schedule, or a lie the origin
+    check catches): a public boundary 0 whose committed state hash is not the base's, a full
+    boundary 0 whose weights are not the base's, or a full state whose committed sketch is not
+    its sketch against the base. Exact (bits), so an honest lockstep round is never moved to
+    the origin audit; a lying one that is moved fails there."""
+    if plan_.origin:
+        return True
+    for (b, what), r in requests.items():
+        if what == SKETCH_REQUEST and b == 0 and 0 in plan_.segments and plan_.public_start:
+            public = {f"weights/{n}": t.detach().float().contiguous() for n, t in base.items()}
+            if str(r.state_hash) != "0x" + state_hash(public).hex():
+                return True
+        if what != STATE_REQUEST:
+            continue
+        state = states[(b, what)]
+        if b == 0:
+            weights = {n[len("weights/") :]: t for n, t in state.items()
+                       if n.startswith("weights/")}  # fmt: skip
+            if set(weights) != set(base) or any(
+                not torch.equal(weights[n].float(), base[n].float()) for n in base
+            ):
+                return True
+            continue
+        try:
+            mine = make_sketch(state, base, _hash(str(r.state_hash)))
+        except SketchError:
+            return False  # check_entry names it
+        if "0x" + hash_state_dict(mine).hex() != r.sketch_hash:
+            return True
+    return False
+
+
+def origin_weights(state: Tensors) -> dict[str, torch.Tensor]:
+    """A delivered boundary 0's weights by parameter name: the base an overlapped round's
+    sketches are taken from and its segments replayed against."""
+    return {n[len("weights/") :]: t.float() for n, t in state.items() if n.startswith("weights/")}
+
+
 def existing(
     session: Session, run_id: str, round_: int, node: str, needs: list[Need]
 ) -> dict[Need, BoundaryRequest]:
@@ -171,6 +251,54 @@ def existing(
     ).all()
     found = {(int(r.boundary), int(r.at_step)): r for r in rows}
     return {n: found[n] for n in needs if n in found}
+
+
+def previous_round(  # noqa: PLR0917 - the node-round's key and where to ask
+    session: Session,
+    ctx: Context,
+    run_id: str,
+    round_: int,
+    node: str,
+    earlier: dict[str, list[Need]] | None = None,
+) -> PreviousRound | str | None:
+    """Round ``round_ - 1`` of ``node`` as the origin check reads it
+    (``ledger.judge.origin_check``): its attested base (the ledger's checkpoint blob) and its
+    delivered boundary 0 and last boundary in full. None while they are to be asked for (added
+    to ``earlier`` when given) or pending; a reason when they cannot be had (no traced round r-1
+    of that node, a base not in the blob store, a boundary withheld past its deadline)."""
+    from ledger.judge.boundaries import withheld_reason
+
+    att = session.exec(
+        select(Attestation).where(
+            Attestation.run_id == run_id, Attestation.round == round_ - 1,
+            Attestation.node == node,
+        )
+    ).first()  # fmt: skip
+    if att is None or att.trace_root in (None, "", "0x" + "00" * 32):
+        return (
+            "the round did not start from its attested base, and the node attested no traced "
+            f"round {round_ - 1} whose progress it could have started from"
+        )
+    last = len(boundary_steps(att.inner_steps, ctx.config.trace_interval)) - 1
+    needs = earlier_needs(last)
+    requests = existing(session, run_id, round_ - 1, node, needs)
+    missing = [n for n in needs if n not in requests]
+    if missing:
+        if earlier is not None:
+            earlier[node] = missing
+        return None
+    if pending(requests, utcnow()):
+        return None
+    for r in requests.values():
+        reason = withheld_reason(r, utcnow())
+        if reason is not None:
+            return reason
+    base = ctx.blobs.tensors(att.base_checkpoint)
+    if base is None:
+        return (f"round {round_ - 1}'s base checkpoint {att.base_checkpoint} is not in the "
+                "blob store: the overlapped start cannot be recomputed")  # fmt: skip
+    states = load_states(ctx.blobs, requests)
+    return PreviousRound(base, states[needs[0]], states[needs[1]])
 
 
 def round_requests(session: Session, rnd: RoundState) -> list[BoundaryRequest]:
@@ -322,7 +450,9 @@ def check_entry(  # noqa: PLR0917 - the audit's inputs, each public or committed
             "packet's rounding bound): it is not the work the signed trace commits"
         )
         return failed(why, last_boundary_error=gap, last_boundary_allowed=allowed)
-    if 0 in plan_.segments and plan_.public_start:
+    if plan_.origin:
+        pass  # boundary 0 is the origin (``base`` here), checked by ledger.judge.origin_check
+    elif 0 in plan_.segments and plan_.public_start:
         public = {f"weights/{n}": t.detach().float().contiguous() for n, t in base.items()}
         if hashes[0] != "0x" + state_hash(public).hex():
             why = (

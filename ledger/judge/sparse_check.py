@@ -31,6 +31,7 @@ from sqlmodel import Session, select
 
 from ledger.core.models import STATE_REQUEST, BoundaryRequest, RoundState
 from ledger.judge.entries import Context, Entry, Fraud
+from ledger.judge.origin_check import OriginVerdict, check_origin
 from protocol.blobs import decode_blob
 from protocol.eip712 import keccak256
 from protocol.errors import ColocoError
@@ -130,10 +131,13 @@ def _delivered(session: Session, ctx: Context, e: Entry, at: tuple[int, int]) ->
     return decode_blob(blob, max_bytes=len(blob))
 
 
-def sparse_round(session: Session, e: Entry, ctx: Context, rnd: RoundState) -> bool:
+def sparse_round(session: Session, e: Entry, ctx: Context, rnd: RoundState, base: Tensors) -> bool:
     """Hold ``e``'s sparse packet to the node's delivered boundaries; returns whether the check
-    ran and passed. A mismatch fails the entry (``sparse_packet``) with its fraud evidence;
-    boundaries not delivered yet leave it not audited (said in its reason)."""
+    ran and passed. Boundary 0, the packet's origin, must first be a public point
+    (ledger.judge.origin_check: the attested ``base``, or round r-1's base less the node's
+    round r-1 committed progress, read from its delivered boundaries). A mismatch fails the
+    entry (``sparse_packet``; a start that is neither point ``audit_failed``) with its fraud
+    evidence; boundaries not delivered yet leave it not audited (said in its reason)."""
     assert e.packet is not None
     att = e.att
     want = needed(rnd.round, att.inner_steps, ctx.config.trace_interval)
@@ -143,17 +147,40 @@ def sparse_round(session: Session, e: Entry, ctx: Context, rnd: RoundState) -> b
         e.reason += ("; not audited: a sparse round is checked from its delivered boundaries "
                      f"{want[:2]} (round, boundary)")  # fmt: skip
         return False
+    origin = check_origin(start, base)
+    if not origin.passed:  # the overlap schedule's start, or a lie: round r-1 tells
+        from ledger.judge.segments import previous_round
+
+        prev = previous_round(session, ctx, att.run_id, rnd.round, att.node)
+        if prev is None:
+            e.reason += ("; not audited: a sparse round that did not start from its base is "
+                         f"checked with round {rnd.round - 1}'s delivered boundaries 0 and "
+                         "last")  # fmt: skip
+            return False
+        origin = check_origin(start, base, prev) if not isinstance(prev, str) else \
+            OriginVerdict(False, "", prev)  # fmt: skip
+        if not origin.passed:
+            _fraud(e, "audit_failed", origin.reason, want)
+            log.warning("node %s round %d: %s", att.node, rnd.round, origin.reason)
+            return False
     verdict = check_sparse_round(e.packet, start, end, after)
     if verdict.passed:
-        e.reason += f"; {verdict.reason}"
+        e.reason += f"; {verdict.reason}" + (f" (origin: {origin.reason})"
+                                             if origin.schedule == "overlap" else "")  # fmt: skip
         return True
+    _fraud(e, CHECK, verdict.reason, want)
+    log.warning("node %s round %d: %s", att.node, rnd.round, verdict.reason)
+    return False
+
+
+def _fraud(e: Entry, check: str, reason: str, want: list[tuple[int, int]]) -> None:
+    """Fail ``e`` under ``check`` with the evidence of the sparse round's check."""
+    att = e.att
     evidence = {
-        "attestation": att.digest, "signature": att.signature, "reason": verdict.reason,
+        "attestation": att.digest, "signature": att.signature, "reason": reason,
         "submitted": att.pseudo_gradient, "trace_root": att.trace_root,
         "boundaries": [list(w) for w in want],
     }  # fmt: skip
     text = json.dumps(evidence, sort_keys=True, default=str)
     e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
-    e.fail(CHECK, f"{verdict.reason}; fraud record {e.fraud.evidence_hash}")
-    log.warning("node %s round %d: %s", att.node, rnd.round, verdict.reason)
-    return False
+    e.fail(check, f"{reason}; fraud record {e.fraud.evidence_hash}")

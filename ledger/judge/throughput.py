@@ -1,10 +1,12 @@
 """After admission: the throughput a node attests round by round, checked against its offer.
 
 What it uses: the attestation's signed ``tokens``, and the time the node had for them, from when
-it could start the round's work (its previous attestation, or the run's start: the judge's
-``start_of``, as the token cap uses) to the attestation's arrival (``received_at``), both on the
-ledger's clock (:func:`check_round`, a table view, counts from ``ledger_round.opened_at``: that
-is when the round's first message arrived, so it only suits rounds opened by a join);
+it could start the round's work (its signed join of the round; without one its previous
+attestation, or the run's start: the judge's ``start_of``,
+``ledger.rounds.lifecycle.work_started``, as the token cap uses) to the attestation's arrival
+(``received_at``), both on the ledger's clock (:func:`check_round`, a table view, counts from
+``ledger_round.opened_at``: that is when the round's first message arrived, so it only suits
+rounds opened by a join);
 ``flops_per_token`` is the run's model cost (6 x parameters for a training step). The attested
 rate ``tokens * flops_per_token / seconds`` is compared with the offer's measured throughput
 (the challenge's ``measured_flops``):

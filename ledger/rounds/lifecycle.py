@@ -35,6 +35,7 @@ from ledger.core.config import Settings
 from ledger.core.models import (
     Attestation,
     BoundaryRequest,
+    Join,
     RoundState,
     Run,
     SegmentBisection,
@@ -239,7 +240,8 @@ class RoundKeeper:
 
     def request_boundaries(self, wait: AuditPending) -> None:
         """Ask the nodes for the boundary states (and sketches) the round's segment audit
-        needs."""
+        needs (and, for a round that did not start from its base, the node's round r-1
+        boundaries its origin check reads)."""
         with Session(self.engine) as session:
             due = self.settings.boundary_deadline_s
             for node, wanted in wait.wanted.items():
@@ -247,6 +249,12 @@ class RoundKeeper:
                     boundaries.request_boundary(
                         session, wait.run_id, wait.round, node, b, deadline_s=due, at_step=what
                     )
+            for node, wanted in wait.earlier.items():  # an overlapped round's origin check
+                for b, what in wanted:
+                    boundaries.request_boundary(
+                        session, wait.run_id, wait.round - 1, node, b, deadline_s=due,
+                        at_step=what,
+                    )  # fmt: skip
 
     def advance_bisections(self, now: datetime | None = None) -> list[SegmentBisection]:
         """Move every running bisection on (the ledger's periodic work): ask the node's next
@@ -383,16 +391,33 @@ class RoundKeeper:
         return row
 
     def _start_of(self, session: Session, a: Attestation, run: Run | None) -> datetime:
-        """When this node's work for the round began: its previous attestation, or the run start."""
-        prev = session.exec(
-            select(Attestation.received_at)
-            .where(
-                Attestation.run_id == a.run_id,
-                Attestation.node == a.node,
-                Attestation.round < a.round,
-            )
-            .order_by(col(Attestation.round).desc())
-        ).first()
-        if prev is not None:
-            return prev
-        return run.created_at if run is not None else a.received_at
+        return work_started(session, a, run)
+
+
+def work_started(session: Session, a: Attestation, run: Run | None) -> datetime:
+    """When this node's work for the round began, at the earliest: its signed join of the
+    round (recorded before it trains it, on either schedule); without one its previous
+    attestation, or the run start. Not the previous attestation first: on the overlap
+    schedule round r-1 is attested after round r's compute, and a round that lands at once
+    (the last, before a hold or a member change) is attested a moment after it, so the
+    time counted would be a fraction of a second (an honest leased node's rate would read
+    as far above its offer: ledger.judge.throughput)."""
+    joined = session.exec(
+        select(Join.created_at).where(
+            Join.run_id == a.run_id, Join.round == a.round, Join.node == a.node
+        )
+    ).first()
+    if joined is not None:
+        return joined
+    prev = session.exec(
+        select(Attestation.received_at)
+        .where(
+            Attestation.run_id == a.run_id,
+            Attestation.node == a.node,
+            Attestation.round < a.round,
+        )
+        .order_by(col(Attestation.round).desc())
+    ).first()
+    if prev is not None:
+        return prev
+    return run.created_at if run is not None else a.received_at

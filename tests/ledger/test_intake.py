@@ -112,7 +112,7 @@ def test_chain_state_refusals(client, ledger, chain, deployment, started_run, no
     assert post(stranger) == (403, "unregistered_node")
     assert post(nodes[0], run_id=h("no-such-run")) == (404, "unknown_run")
     assert post(nodes[0], round_=0)[1] == "invalid_field"
-    assert post(nodes[0], round_=3) == (422, "future_round")
+    assert post(nodes[0], round_=4) == (422, "future_round")  # the window: rounds 1..3
     assert post(nodes[0], config_version=2) == (422, "future_config_version")
     assert post(nodes[0], round_=2) == (202, "accepted")
     # recorded: the refusals of verified senders (unknown run, future round and config)

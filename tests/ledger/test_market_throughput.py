@@ -17,6 +17,7 @@ from ledger.core.models import (
     Attestation,
     FraudRecord,
     FundingEvent,
+    Join,
     MarketOffer,
     RoundState,
     utcnow,
@@ -24,6 +25,7 @@ from ledger.core.models import (
 from ledger.judge import throughput
 from ledger.judge.entries import Entry
 from ledger.judge.fraud import record_frauds
+from ledger.rounds.lifecycle import work_started
 
 RUN = h("run-throughput")
 FPT = 6 * 1_000_000  # a 1M-parameter model: 6 FLOPs per parameter per token
@@ -150,3 +152,29 @@ def test_flops_per_token_is_six_per_parameter() -> None:
 
     assert throughput.flops_per_token({"w": torch.zeros(3, 4), "b": torch.zeros(4)}) == 96.0
     assert throughput.flops_per_token(None) is None
+
+
+def test_a_rounds_work_is_timed_from_the_nodes_join_of_it(tmp_path: Path) -> None:
+    """On the overlap schedule (the node's default) round 1 is attested after round 2's compute
+    and the last round a moment after it: timed from the previous attestation, round 2 of an
+    honest leased node would read as 0.2 s of work (far above its offer: slashed, as the demo
+    showed). Timed from its signed join of the round (before it trains it, on either schedule)
+    the rate is the work's; without a join the previous attestation still bounds it."""
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    db.upgrade(url)
+    engine = db.make_engine(url)
+    node = "0x" + "ab" * 20
+    t0 = utcnow() - timedelta(seconds=100)
+    with Session(engine) as s:
+        first = _att(node, 1000, t0 + timedelta(seconds=99.8), 0)  # round 1 lands late
+        second = _att(node, 1000, t0 + timedelta(seconds=100), 1)  # round 2 right after
+        second.round = 2
+        s.add_all([first, second])
+        s.commit()
+        assert work_started(s, second, None) == first.received_at  # no join: 0.2 s
+        s.add(Join(run_id=RUN, round=2, node=node, signature="0x01",
+                   created_at=t0 + timedelta(seconds=50)))  # fmt: skip
+        s.commit()
+        started = work_started(s, second, None)
+        assert (second.received_at - started).total_seconds() == 50.0
+    engine.dispose()

@@ -16,10 +16,11 @@ from sqlmodel import Session
 
 from ledger.core import db
 from ledger.core.blobstore import BlobStore
-from ledger.core.models import BoundaryRequest, utcnow
+from ledger.core.models import Attestation, BoundaryRequest, utcnow
 from ledger.judge.entries import Entry
 from ledger.judge.sparse_check import check_sparse_round, needed, sparse_round
-from protocol.blobs import decode_blob
+from protocol.blobs import decode_blob, encode_blob
+from protocol.hashing import hash_state_dict
 from reference.codec import Packet, encode
 from reference.codec.sparse import encode_feedback
 from reference.model import GPT, GPTConfig
@@ -32,6 +33,8 @@ from trainer.round.runconfig import RunConfig
 
 SMALL = GPTConfig(n_layer=1, n_head=2, d_model=16, seq_len=8)
 Tensors = dict[str, torch.Tensor]
+BASES: dict[int, Tensors] = {}
+"""The attested base of each round of :func:`rounds` (its lockstep node's)."""
 
 
 def _served(store: BoundaryStore, r: int, index: int) -> Tensors:
@@ -53,6 +56,7 @@ def rounds(tmp_path_factory: pytest.TempPathFactory) -> tuple[BoundaryStore, lis
     works: list[LocalWork] = []
     residual = None
     for r in (1, 2, 3):
+        BASES[r] = diloco.state.layout.unflatten(diloco.state.base.clone())
         rows = torch.randint(0, 256, (8, SMALL.seq_len + 1), generator=gen)
         local = diloco.train_local(rows, settings, residual=residual, keep=store.keeper(r))
         assert local.trace is not None and local.packet is not None
@@ -167,9 +171,23 @@ def test_a_packet_that_is_not_sparse_is_refused(
     assert not verdict.passed and "not sparse" in verdict.reason
 
 
-def _judged(tmp: Path, store: BoundaryStore, works: list[LocalWork], *, lie: bool) -> Entry:
-    """Round 2 of the node judged by :func:`sparse_round` on a real database and blob store,
-    from the boundaries the node delivered (the ``BoundaryRequest`` rows of an audit)."""
+def _judged(
+    tmp: Path,
+    store: BoundaryStore,
+    works: list[LocalWork],
+    *,
+    lie: bool,
+    round_: int = 2,
+    base: Tensors | None = None,
+    previous: Tensors | None = None,
+    previous_delivered: bool = True,
+) -> Entry:
+    """Round ``round_`` (default 2) of the node judged by :func:`sparse_round` on a real
+    database and blob store, from the boundaries the node delivered (the ``BoundaryRequest``
+    rows of an audit) against its attested ``base`` (default the lockstep round's);
+    ``previous``: round r-1's attested base, whose attestation row (and, if
+    ``previous_delivered``, boundaries 0 and last) are then in the ledger too (an overlapped
+    start's origin check)."""
     tmp.mkdir(parents=True)
     engine = db.make_engine(f"sqlite:///{tmp / 'ledger.db'}")
     db.create_all(engine)
@@ -177,8 +195,21 @@ def _judged(tmp: Path, store: BoundaryStore, works: list[LocalWork], *, lie: boo
     run, node = "0x" + "ab" * 32, "0x" + "cd" * 20
     att = SimpleNamespace(run_id=run, node=node, inner_steps=4, digest="0x01", signature="0x02",
                           pseudo_gradient="0x03", trace_root="0x04")  # fmt: skip
+    wanted = [w for w in needed(round_, 4, 2) if w[0] in store.rounds()]
     with Session(engine) as session:
-        for r, index in needed(2, 4, 2):
+        if previous is not None:
+            blob = encode_blob(previous)
+            base_hex = "0x" + hash_state_dict(previous).hex()
+            blobs.put(base_hex, blob)
+            session.add(Attestation(
+                run_id=run, round=round_ - 1, node=node, config_version=1,
+                base_checkpoint=base_hex, pseudo_gradient="0x" + "03" * 32,
+                data_shard="0x" + "05" * 32, inner_steps=4, tokens=64,
+                result_checkpoint="0x" + "06" * 32, trace_root="0x" + "07" * 32,
+                digest="0x" + "08" * 32, signature="0x09",
+            ))  # fmt: skip
+            wanted += [(round_ - 1, 0), (round_ - 1, 2)] if previous_delivered else []
+        for r, index in wanted:
             served = store.serve(r, index)
             state_hex = "0x" + served.boundary.state_hash.hex()
             blobs.put(state_hex, served.blob)
@@ -188,12 +219,13 @@ def _judged(tmp: Path, store: BoundaryStore, works: list[LocalWork], *, lie: boo
             ))  # fmt: skip
         session.commit()
         entry = Entry(cast(Any, att))
-        packet = works[1].packet
+        packet = works[round_ - 1].packet
         assert packet is not None
         entry.packet = _flipped(packet) if lie else packet
         ctx = SimpleNamespace(blobs=blobs, config=SimpleNamespace(trace_interval=2))
-        rnd = SimpleNamespace(run_id=run, round=2)
-        sparse_round(session, entry, cast(Any, ctx), cast(Any, rnd))
+        rnd = SimpleNamespace(run_id=run, round=round_)
+        sparse_round(session, entry, cast(Any, ctx), cast(Any, rnd),
+                     BASES[round_] if base is None else base)  # fmt: skip
     engine.dispose()
     return entry
 
@@ -207,3 +239,76 @@ def test_the_judge_checks_a_sparse_round_from_the_delivered_boundaries(
     liar = _judged(tmp_path / "liar", store, works, lie=True)
     assert liar.check == "sparse_packet" and liar.fraud is not None, liar.reason
     assert "differs from the signed packet" in liar.reason
+
+
+Overlapped = dict[str, tuple[BoundaryStore, list[LocalWork]]]
+
+
+@pytest.fixture(scope="module")
+def overlapped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Overlapped, dict[str, Tensors]]:
+    """Two sparse nodes on the overlap schedule's arithmetic (trainer.round.overlap), each with
+    its own boundary store: round 1 from the base; round 2, while round 1 is in flight, with
+    the residual round 1 left, from the base less round 1's progress ("honest") or less twice
+    that progress ("cheat": a made-up origin, its trace consistent with it). Then round 1
+    lands: round 2's attested base."""
+    model = GPT(SMALL, seed=3)
+    diloco = DiLoCo(model, OuterState.from_model(model))
+    settings = RunConfig.make(inner_steps=4, batch_size=2, trace_interval=2,
+                              wire_format="sparse").settings  # fmt: skip
+    gen = torch.Generator().manual_seed(5)
+    rows = [torch.randint(0, 256, (8, SMALL.seq_len + 1), generator=gen) for _ in range(2)]
+    layout = diloco.state.layout
+    bases = {"round1": layout.unflatten(diloco.state.base.clone())}
+    nodes: Overlapped = {}
+    for name, times in (("honest", 1), ("cheat", 2)):
+        store = BoundaryStore(tmp_path_factory.mktemp(name))
+        w1 = diloco.train_local(rows[0], settings, keep=store.keeper(1))  # the same round 1
+        assert w1.trace is not None
+        store.finish(1, w1.trace)
+        start = diloco.state.base - times * w1.pseudo_gradient
+        w2 = diloco.train_local(rows[1], settings, start=start, residual=w1.residual,
+                                keep=store.keeper(2))  # fmt: skip
+        assert w2.trace is not None
+        store.finish(2, w2.trace)
+        store.close()
+        nodes[name] = (store, [w1, w2])
+    diloco.finish_round(nodes["honest"][1][0], SoloAverager(), settings)
+    bases["round2"] = layout.unflatten(diloco.state.base.clone())
+    return nodes, bases
+
+
+def test_an_overlapped_sparse_round_passes_from_its_public_origin(
+    overlapped: tuple[Overlapped, dict[str, Tensors]], tmp_path: Path
+) -> None:
+    """Round 2's packet is recomputed from boundary 0 (its origin), which is round 1's base
+    less round 1's committed progress: the origin rule passes it. Without round 1's delivered
+    boundaries the judge cannot tell, and says it did not audit the round; a node with no
+    round 1 attested had no progress to start from, and fails."""
+    nodes, bases = overlapped
+    store, works = nodes["honest"]
+    honest = _judged(tmp_path / "honest", store, works, lie=False, base=bases["round2"],
+                     previous=bases["round1"])  # fmt: skip
+    assert honest.ok and "recomputed bit for bit" in honest.reason, honest.reason
+    assert "origin: the round started from the last round's base" in honest.reason
+    blind = _judged(tmp_path / "blind", store, works, lie=False, base=bases["round2"],
+                    previous=bases["round1"], previous_delivered=False)  # fmt: skip
+    assert blind.ok and "not audited: a sparse round that did not start from its base" in \
+        blind.reason, blind.reason  # fmt: skip
+    alone = _judged(tmp_path / "alone", store, works, lie=False, base=bases["round2"])
+    assert alone.check == "audit_failed", alone.reason  # no round 1 it could start from
+    assert "attested no traced round 1" in alone.reason, alone.reason
+
+
+def test_a_sparse_round_from_a_made_up_origin_fails(
+    overlapped: tuple[Overlapped, dict[str, Tensors]], tmp_path: Path
+) -> None:
+    """The made-up start's packet is its committed state's (rule 1 alone passes it); the
+    origin rule fails it with a fraud record."""
+    nodes, bases = overlapped
+    store, works = nodes["cheat"]
+    assert works[1].packet is not None
+    assert check_sparse_round(works[1].packet, _served(store, 2, 0), _served(store, 2, 2)).passed
+    cheat = _judged(tmp_path / "cheat", store, works, lie=False, base=bases["round2"],
+                    previous=bases["round1"])  # fmt: skip
+    assert cheat.check == "audit_failed" and cheat.fraud is not None, cheat.reason
+    assert "neither its attested base" in cheat.reason, cheat.reason

@@ -52,8 +52,10 @@ from trainer.network.membership import MembershipConfig
 from trainer.round.attest import Attester
 from trainer.round.boundaries import Advance, answer_requests
 from trainer.round.node import NodeRunner, NodeSettings
+from trainer.round.overlap import Overlap
 from trainer.round.recovery import Recovery, genesis_hash
 from trainer.round.runconfig import ChainConfig, RunConfig
+from trainer.round.schedule import RoundReport, RoundWork
 
 pytestmark = [pytest.mark.anvil]
 
@@ -130,13 +132,16 @@ def _audited_rounds(
     serve: bool = True,
     skip_call: int = 0,
     local_ranks: int = 1,
+    overlap: bool = False,
+    schedule: Callable[[NodeRunner], Overlap] | None = None,
     advance_of: Callable[[NodeRunner], Advance] | None = None,
     then: Callable[[Ledger, TestClient, NodeRunner, LedgerClient], None] | None = None,
     **overrides: Any,
 ) -> tuple[list[dict[str, Any]], list[str], Ledger]:
     """The node's scores of each round, the rounds' states, and the (stopped) ledger;
-    ``advance_of(node)``: how the node answers a bisection's probes (default its own steps);
-    ``then``: run before the ledger stops."""
+    ``overlap``: the node's schedule (the lockstep tests say False), ``schedule(node)``: another
+    overlap schedule (a cheat's); ``advance_of(node)``: how the node answers a bisection's
+    probes (default its own steps); ``then``: run before the ledger stops."""
     _as_timelock(chain, deployment, "setDataRoot", Corpus.from_folder(corpus).root)  # the run's
     settings = settings_for(db_url, **{"audit_fraction": 1.0, "audit_segments": 1000,
                             "usefulness_model": "tiny", "usefulness_corpus": corpus,
@@ -159,12 +164,14 @@ def _audited_rounds(
                     run_id=RUN, model=TINY, rendezvous_port=port,
                     membership=MembershipConfig(min_nodes=1, join_window_s=0.0),
                     data_path=str(corpus), max_rounds=rounds, eval_rows=8,
-                    checkpoint_dir=work, local_ranks=local_ranks,
+                    checkpoint_dir=work, local_ranks=local_ranks, overlap=overlap,
                 ),
                 Attester(key, domain_of(deployment), RUN, lc),
                 config(cc, batch_size=4),
                 recovery=Recovery(RUN, TINY, 0, chain=cc, ledger=lc),
             )  # fmt: skip
+            if schedule is not None:
+                node.schedule = schedule(node)
             threads = torch.get_num_threads()
             torch.set_num_threads(THREADS)
             try:
@@ -413,3 +420,93 @@ def test_carried_adamw_state_passes_the_segment_audit(
     assert states == ["committed", "committed"], scores
     for s in scores:  # round 2 starts from the moments round 1 left: boundary 0 carries them
         assert s["verified"] and "segment 0: segment replay matches" in s["reason"], s
+
+
+class _MadeUpOrigin(Overlap):
+    """A cheat on the overlap schedule: each round after the first starts from the newest base
+    less twice its own unaveraged progress (a point nobody can recompute), and commits a trace
+    consistent with that start: its segments replay, its origin is neither public point."""
+
+    def worked(self, work: RoundWork, group: Any) -> RoundReport | None:
+        landed = super().worked(work, group)
+        if self._start is not None:
+            self._start = self._start - work.local.pseudo_gradient
+        return landed
+
+
+def _carry(monkeypatch: pytest.MonkeyPatch, carried: bool) -> type[ChainConfig]:
+    """The protocol's inner mode for the whole test (reference.inner.CARRY_STATE, read by the
+    node's config and the ledger's plan) and the chain config that goes with it."""
+    import reference.inner
+
+    monkeypatch.setattr(reference.inner, "CARRY_STATE", carried)
+    return _KeepState if carried else ChainConfig
+
+
+@pytest.mark.slow  # ~15-60 s here: three overlapped rounds, every segment replayed
+@pytest.mark.parametrize("carried", [False, True], ids=["fresh", "carried"])
+def test_overlapped_rounds_pass_the_segment_audit_from_their_committed_origin(
+    chain: AnvilProcess,
+    deployment: Deployment,
+    settings_for: Callable[..., Settings],  # noqa: F811
+    db_url: str,  # noqa: F811
+    nodes: list[Any],  # noqa: F811
+    corpus_dir: Path,  # noqa: F811
+    store_port: int,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    carried: bool,
+) -> None:
+    """The node's default schedule (trainer.round.overlap): rounds 2 and 3 start from the last
+    base less the node's own round r-1 progress, not from their attested base. The ledger finds
+    it on the first deliveries, asks for boundary 0 in full and round r-1's boundary 0 and last
+    boundary, checks the origin (ledger.judge.origin_check) and replays every segment from it:
+    every round passes, with a fresh inner AdamW and with its state carried across rounds (the
+    moments round r left, committed in round r+1's boundary 0)."""
+    key = NodeKey.from_private_key(nodes[0].key)
+    scores, states, _ = _audited_rounds(
+        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rounds=3, overlap=True, config=_carry(monkeypatch, carried),
+    )  # fmt: skip
+    assert states[:2] == ["committed", "committed"] and states[2] in ("committed", "final")
+    by_round = {s["round"]: s for s in sorted(scores, key=lambda s: s["round"])}
+    assert sorted(by_round) == [1, 2, 3], scores
+    for r, s in by_round.items():
+        assert s["verified"] and int(s["reward"]) > 0, s
+        assert "segment replay matches" in s["reason"] and s["reason"].count("segment ") >= 10, s
+        if r > 1:  # started from round r-1's base less round r-1's committed progress
+            assert "origin: the round started from the last round's base" in s["reason"], s
+    assert "origin:" not in by_round[1]["reason"], by_round[1]  # from its attested base
+
+
+@pytest.mark.parametrize("carried", [False, True], ids=["fresh", "carried"])
+def test_an_overlapped_node_that_starts_from_a_made_up_origin_is_caught(
+    chain: AnvilProcess,
+    deployment: Deployment,
+    settings_for: Callable[..., Settings],  # noqa: F811
+    db_url: str,  # noqa: F811
+    nodes: list[Any],  # noqa: F811
+    corpus_dir: Path,  # noqa: F811
+    store_port: int,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    carried: bool,
+) -> None:
+    """One segment drawn (the ledger's default): the round's deliveries show it did not start
+    from its base, the origin check reads round 1's boundaries and finds the start is neither
+    public point."""
+    key = NodeKey.from_private_key(nodes[0].key)
+    scores, _, ledger = _audited_rounds(
+        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rounds=2, overlap=True, schedule=_MadeUpOrigin, audit_segments=1,
+        config=_carry(monkeypatch, carried),
+    )  # fmt: skip
+    honest, cheat = sorted(scores, key=lambda s: s["round"])
+    assert honest["verified"], honest  # round 1 starts from its attested base
+    assert cheat["reason"].startswith("[audit_failed] the committed origin (boundary 0)"), cheat
+    assert not cheat["verified"] and int(cheat["reward"]) == 0, cheat
+    with Session(ledger.engine) as s:
+        (fraud,) = s.exec(select(FraudRecord)).all()
+    evidence = json.loads(fraud.evidence)
+    assert fraud.round == 2 and "neither its attested base" in evidence["origin"], evidence
+    assert evidence["origin_boundaries"] == {"2": [0], "1": [0, 10]}, evidence

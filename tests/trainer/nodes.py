@@ -53,7 +53,9 @@ class Plan:
     chunk_bytes: int = 1 << 20  # checkpoint chunk size peer to peer
     stall_in_round: int | None = None  # SIGSTOP itself mid-round (the test sends SIGCONT)
     heartbeat_timeout_s: float = 5.0
-    overlap: bool = False  # NodeSettings.overlap: the one-round delayed outer step
+    overlap: bool = False
+    """NodeSettings.overlap, passed explicitly: these tests place their faults in lockstep
+    rounds; the node's default (True, the one-round delayed outer step) is the overlap tests'."""
     ledger_url: str | None = None  # attestations, joins and member lists through this ledger
     late_first_join: bool = False  # its first ledger join waits until that round started there
     rendezvous_timeout_s: float = 60.0

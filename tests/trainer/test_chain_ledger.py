@@ -75,12 +75,13 @@ def _node(
     store_port: int,
     ledger_client: LedgerClient | None,
     rounds: int,
+    overlap: bool = True,
 ) -> NodeRunner:
     cc = ChainClient(chain.rpc_url, deployment)
     settings = NodeSettings(
         run_id=RUN, model=SMALL, rendezvous_port=store_port,
         membership=MembershipConfig(min_nodes=1, join_window_s=0.0),
-        data_path=str(corpus_dir), max_rounds=rounds, eval_rows=8,
+        data_path=str(corpus_dir), max_rounds=rounds, eval_rows=8, overlap=overlap,
     )  # fmt: skip
     return NodeRunner(
         settings,
@@ -102,7 +103,9 @@ def test_config_change_on_chain_is_picked_up_next_round(
     _as_timelock(chain, deployment, "setDataRoot", Corpus.from_folder(corpus_dir).root)
     before = TrainingSettings.read(ChainClient(chain.rpc_url, deployment))
     key = NodeKey.from_private_key(nodes[0].key)  # registered and staked: members admit it
-    runner = _node(chain, deployment, key, corpus_dir, store_port, None, rounds=2)
+    # lockstep: round 1 is reported before round 2 reads its config (on the overlap schedule it
+    # is reported at the end of round 2, and a vote passed then reaches round 3)
+    runner = _node(chain, deployment, key, corpus_dir, store_port, None, rounds=2, overlap=False)
 
     def vote_passed(report: RoundReport) -> None:
         if report.round == 1:

@@ -69,7 +69,7 @@ def test_a_far_future_latest_from_a_self_opened_round_is_bounded_by_the_chain(
 ) -> None:
     """F9: a registered node opens round 10^12 alone (its own signed join and round-open, both
     valid) and signs ``ckpt/latest`` as its only member; the chain's last committed round plus
-    the window (2) bounds what a joiner believes: it starts from the chain's latest instead."""
+    the window (3) bounds what a joiner believes: it starts from the chain's latest instead."""
     rogue_key, joiner_key = _keys()
     registry = StaticRegistry({str(rogue_key.address), str(joiner_key.address)})
     client = ChainClient(chain.rpc_url, deployment)

@@ -14,7 +14,7 @@ from protocol.keys import create_keystore
 from reference.checkpoint import CheckpointDir
 from trainer.cli import build, parse_run_id, run_command
 from trainer.flags import fill, parameters
-from trainer.options import Identity, Network, NodeOptions
+from trainer.options import Identity, Network, NodeOptions, Training
 
 app = typer.Typer()
 app.command()(run_command)
@@ -109,6 +109,26 @@ def test_heartbeat_timeout_flag_reaches_the_node(keystore: tuple[Path, Path]) ->
         runner.server.close()
     result = CliRunner().invoke(app, _args(keystore, "--heartbeat-timeout", "-1"))
     assert result.exit_code == 2 and "heartbeat-timeout" in result.output, result.output
+
+
+def test_overlap_is_the_default_and_no_overlap_runs_lockstep(keystore: tuple[Path, Path]) -> None:
+    """The node's schedule (trainer.round.overlap): the one-round delayed outer step unless
+    ``--no-overlap`` (``--overlap`` is still accepted)."""
+    from trainer.round.overlap import Overlap
+    from trainer.round.schedule import Lockstep
+
+    for flags, schedule in (({}, Overlap), ({"overlap": True}, Overlap),
+                            ({"overlap": False}, Lockstep)):  # fmt: skip
+        network = Network(rendezvous=f"127.0.0.1:{free_port()}", host_rendezvous=True)
+        options = NodeOptions("cli-test", Identity(keystore[0], keystore[1]), network=network,
+                              training=Training(**flags))  # fmt: skip
+        runner = build(options)
+        try:
+            assert type(runner.schedule) is schedule, (flags, runner.schedule)
+        finally:
+            runner.server.close()
+    shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+    assert "--overlap" in shown and "--no-overlap" in shown and "[default: overlap]" in shown
 
 
 def test_the_flags_are_the_leaves_of_the_options_tree() -> None:

@@ -55,17 +55,26 @@ def test_a_held_round_starts_once_the_file_is_gone(
 
 
 @pytest.mark.distributed
+@pytest.mark.parametrize("overlap", [False, True], ids=["lockstep", "overlap"])
 def test_held_nodes_wait_at_the_boundary_then_train_the_round_together(
-    tmp_path: Path, corpus_dir: Path, store_port: int
+    tmp_path: Path, corpus_dir: Path, store_port: int, overlap: bool
 ) -> None:
     """Two real nodes finish round 1 and hold before round 2 (each writes a `held` event and
     trains nothing more while the file exists); once it is removed, both train round 2 as one
-    group and go on to round 3."""
+    group and go on to round 3. On the overlap schedule round 1 (in flight) lands before the
+    hold: it is reported (and attested) while the nodes wait, as the demo's vote needs."""
     hold = tmp_path / "hold"
     hold.write_text("2")
     events = [tmp_path / f"events{k}.jsonl" for k in range(2)]
     plans = [
-        Plan(key=k, rounds=3, min_nodes=2, hold_file=str(hold), events=str(events[k]))
+        Plan(
+            key=k,
+            rounds=3,
+            min_nodes=2,
+            hold_file=str(hold),
+            events=str(events[k]),
+            overlap=overlap,
+        )
         for k in range(2)
     ]
     procs, results, manager = start_nodes(plans, store_port, corpus_dir)

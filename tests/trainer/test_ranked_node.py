@@ -7,6 +7,7 @@ weights both hold: what the 2-rank node committed, signed and uploaded is a one-
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -93,13 +94,35 @@ def test_node_settings_refuse_what_a_node_of_several_ranks_does_not_do() -> None
     assert ok.local_ranks == 2
     cases = [
         ({"local_ranks": 0}, "--local-ranks 0: a node runs at least 1 rank"),
-        ({"local_ranks": 2, "overlap": True}, "--local-ranks 2 with --overlap"),
         ({"local_ranks": 2, "time_box": True}, "--local-ranks 2 with --time-box"),
         ({"local_ranks": 2, "device": "cuda"}, "--local-ranks 2 on --device cuda"),
     ]
     for kw, message in cases:
         with pytest.raises(ConfigError, match=message):
             NodeSettings(run_id=RUN_ID, model=MODEL, **kw)  # type: ignore[arg-type]
+
+
+def test_a_node_of_several_ranks_or_time_boxed_falls_back_to_lockstep(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Overlap is the node's default; a node of several local ranks and a time-boxed node are
+    not refused for it (as they were when ``--overlap`` was an option): they run lockstep, and
+    say so once at INFO."""
+    caplog.set_level(logging.INFO, logger="trainer.round.node")
+    assert NodeSettings(run_id=RUN_ID, model=MODEL).overlapped()
+    assert not NodeSettings(run_id=RUN_ID, model=MODEL, overlap=False).overlapped()
+    assert not caplog.records
+    ranked = NodeSettings(run_id=RUN_ID, model=MODEL, local_ranks=2)  # overlap: the default
+    assert ranked.overlap and not ranked.overlapped()
+    boxed = NodeSettings(run_id=RUN_ID, model=MODEL, time_box=True)
+    assert boxed.overlap and not boxed.overlapped()
+    said = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert said == [
+        (logging.INFO, "a node of several local ranks runs lockstep: the overlap schedule "
+                       "(the default) is not built for it"),
+        (logging.INFO, "a time-boxed node runs lockstep: the overlap schedule (the default) is "
+                       "not built for it"),
+    ], said  # fmt: skip
 
 
 class _Fixed:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -102,6 +102,10 @@ class Attester:
         if ledger is not None and ledger.uploader is None:  # blob uploads signed by this node
             ledger.uploader = UploadSigner(key.private_key, domain)
         self.outage_wait_s = outage_wait_s
+        self.on_outage: Callable[[], None] | None = None
+        """Called once per join, when the ledger first does not answer it, before the wait (the
+        node lands the round it has in flight, so its attestation is journaled:
+        trainer.round.node)."""
         self.backlog: list[Pending] = []
         self.lost: dict[int, str] = {}
         """Rounds the ledger refused for good in this session (round: its reason)."""
@@ -156,6 +160,7 @@ class Attester:
         join = RoundJoin(RunId(self.run_id), RoundNumber(round), self.key.address)
         signature = self.key.sign_digest(join.digest(self.domain))
         start = time.monotonic()
+        told = False  # on_outage called in this join
         while True:
             if self.backlog:
                 self.flush()
@@ -173,6 +178,9 @@ class Attester:
                 log.warning("round %d: the ledger refused the join (%s)", round, exc.message)
                 return exc.code not in ("round_started", "round_closed", "stale_round")
             except LedgerUnavailableError as exc:
+                if not told and self.on_outage is not None:
+                    told = True  # once: what the node holds in flight lands during the wait
+                    self.on_outage()
                 waited = time.monotonic() - start
                 if waited >= self.outage_wait_s:
                     raise LedgerUnavailableError(

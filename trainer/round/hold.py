@@ -7,6 +7,9 @@ and its heartbeats intact, then goes on from the round it held before once PATH 
 PATH may hold a round number N: the node then finishes the rounds before N and holds before
 round N (and any later one) only. An empty file holds before the next round.
 
+On the overlap schedule (the default) the round in flight lands before the node holds, so round
+N-1 is averaged, checkpointed and attested, and can be committed, while the node waits.
+
 A held node does not join rounds at the ledger, so with a ledger the other members close their
 rounds without it (trainer.network.coordination.ledger_view) and it joins the first round that opens
 after its hold ends, fetching the checkpoint it missed from a peer. Unlike a stopped process
@@ -44,6 +47,13 @@ def hold_from(path: Path) -> int | None:
     if first < 0:
         raise ConfigError(f"hold file {path} holds round {first}: a round number is >= 0")
     return first
+
+
+def holds(path: Path, round_: int) -> bool:
+    """Whether `path` holds `round_` now (the node then lands a round in flight before it
+    waits: trainer.round.node)."""
+    first = hold_from(path)
+    return first is not None and round_ >= first
 
 
 def hold_at_boundary(path: Path, round_: int) -> float:

@@ -10,8 +10,10 @@ drive it). Each round reads as verbs::
     save / publish / attest      # checkpoint on disk, served to peers, signed attestation
 
 :meth:`NodeRunner.run_round` is that round, written once; when its all-reduce and outer step run
-is its schedule's (:mod:`trainer.round.schedule`): :class:`~trainer.round.schedule.Lockstep`, or
-the one-round delayed outer step (:class:`trainer.round.overlap.Overlap`, ``NodeSettings.overlap``).
+is its schedule's (:mod:`trainer.round.schedule`): the one-round delayed outer step
+(:class:`trainer.round.overlap.Overlap`, ``NodeSettings.overlap``, the default), or
+:class:`~trainer.round.schedule.Lockstep` (``--no-overlap``; a node of several local ranks and a
+time-boxed node always).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from trainer.round.boundaries import (
 )
 from trainer.round.commits import PacketCheck, post_commit
 from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
-from trainer.round.hold import hold_at_boundary
+from trainer.round.hold import hold_at_boundary, holds
 from trainer.round.journal import Journal
 from trainer.round.overlap import Overlap
 from trainer.round.ranks import RankedDiLoCo, RankPool
@@ -101,9 +103,12 @@ class NodeSettings:
     hold_file: Path | None = None
     """While this file exists the node does not start a round (trainer.round.hold); it keeps its
     state and heartbeats and starts the round once the file is gone."""
-    overlap: bool = False
-    """One-round delayed outer step (trainer.round.overlap): round r's all-reduce runs in the
-    background during round r+1's compute; round r's attestation follows at the end of round r+1."""
+    overlap: bool = True
+    """One-round delayed outer step (trainer.round.overlap), the default: round r's all-reduce
+    runs in the background during round r+1's compute; round r's attestation follows at the end
+    of round r+1 (the ledger audits such a round from its committed origin,
+    ledger.judge.origin_check). False (``--no-overlap``): lockstep. A node of several local
+    ranks and a time-boxed node run lockstep whatever this says (:meth:`overlapped`)."""
     audit_linger_s: float = 0.0
     """After its last round, answer the ledger's boundary requests (its segment audit) until the
     ledger has judged that round or this many seconds pass (trainer.round.boundaries.linger);
@@ -127,17 +132,30 @@ class NodeSettings:
             raise ConfigError(f"--local-ranks {n}: a node runs at least 1 rank")
         if n == 1:
             return
-        for on, flag in ((self.overlap, "--overlap"), (self.time_box, "--time-box")):
-            if on:
-                raise ConfigError(
-                    f"--local-ranks {n} with {flag}: not built for a node of several ranks; "
-                    f"drop {flag} or run one rank"
-                )
+        if self.time_box:
+            raise ConfigError(
+                f"--local-ranks {n} with --time-box: not built for a node of several ranks; "
+                "drop --time-box or run one rank"
+            )
         if torch.device(self.device).type != "cpu":
             raise ConfigError(
                 f"--local-ranks {n} on --device {self.device}: the node's ranks run on CPU/gloo "
                 "here (the NCCL path is bench.gpu_node's); use --device cpu or one rank"
             )
+
+    def overlapped(self) -> bool:
+        """Whether this node runs the overlap schedule: ``overlap``, unless it has several local
+        ranks (trainer.round.ranks trains whole rounds from the base) or is time-boxed (its
+        budget is agreed from the members' paces at the round's start): those fall back to
+        lockstep, said once at INFO."""
+        if not self.overlap:
+            return False
+        why = ("a node of several local ranks" if self.local_ranks > 1
+               else "a time-boxed node" if self.time_box else None)  # fmt: skip
+        if why is None:
+            return True
+        log.info("%s runs lockstep: the overlap schedule (the default) is not built for it", why)
+        return False
 
     def precision(self) -> AbstractContextManager[None]:
         """The precision this node trains its inner steps in (reference.inner.precision):
@@ -242,7 +260,9 @@ class NodeRunner:
         self._last_members: tuple[str, ...] = ()
         self._group: RoundGroup | None = None
         self.groups_formed = 0
-        self.schedule: Schedule = Overlap(self) if settings.overlap else Lockstep(self)
+        self.schedule: Schedule = Overlap(self) if settings.overlapped() else Lockstep(self)
+        self._landed_early: list[RoundReport] = []  # landed while a join waited for the ledger
+        attester.on_outage = self._land_in_flight
         self.eval_rows = (
             self.corpus.eval_rows(settings.model.seq_len, settings.eval_rows, seed=EVAL_SEED)
             if settings.eval_rows
@@ -653,6 +673,14 @@ class NodeRunner:
             if self.ranks is not None:
                 self.ranks.close()
 
+    def _land_in_flight(self) -> None:
+        """The ledger does not answer this node's join: the round in flight (the overlap
+        schedule's) lands now, in its group, so its attestation is signed and journaled while
+        the node waits, and a node stopped during the outage loses no round it worked."""
+        report = self.schedule.drain()
+        if report is not None:
+            self._landed_early.append(report)
+
     def _reported(self, report: RoundReport | None, reports: list[RoundReport]) -> None:
         if report is not None:
             reports.append(report)
@@ -687,9 +715,14 @@ class NodeRunner:
             last = self._last_round()
             while last is None or r <= last:
                 if self.s.hold_file is not None:
+                    if holds(self.s.hold_file, r):  # round r-1 lands first: it can be committed
+                        self._reported(self.schedule.drain(), reports)  # while the node waits
                     hold_at_boundary(self.s.hold_file, r)
                 self.round_now = r
-                self._reported(self.run_round(r), reports)
+                landed = self.run_round(r)
+                early, self._landed_early = self._landed_early, []
+                for report in (*early, landed):  # a round landed during a ledger outage first
+                    self._reported(report, reports)
                 self.serve_boundaries()
                 r += 1
             self._reported(self.schedule.drain(), reports)  # what is in flight lands before leaving

@@ -42,12 +42,13 @@ log = logging.getLogger(__name__)
 ZERO = bytes(32)
 HEADER_ROOM = 1 << 20
 """Bytes allowed for a checkpoint blob's header and metadata beside its tensors."""
-ROUND_WINDOW = 2
+ROUND_WINDOW = 3
+"""Rounds past the chain's last committed one that a run may be in (the ledger's default
+``round_window``, 3 for the overlap schedule: round r is attested at the end of round r+1, and
+round r+2 starts before it is committed): a ``ckpt/latest`` further ahead is refused."""
 START_PEER_TIMEOUT_S = 20.0
 """At start-up, how long peers may take to serve a round the ledger also holds an older state for
 (after that the node starts from the ledger's and catches up at its first round)."""
-"""Rounds past the chain's last committed one that a run may be in (the ledger's default
-``round_window``): a ``ckpt/latest`` further ahead is refused."""
 
 
 def genesis_checkpoint(cfg: GPTConfig, seed: int, run_id: bytes = ZERO) -> RoundCheckpoint:

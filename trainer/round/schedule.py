@@ -5,9 +5,12 @@
 members agree on the config), the state check, the inner phase and the process group. It then
 hands the round's work to its schedule:
 
-- :class:`Lockstep` (the default): average, outer step, checkpoint and attest round r now;
-- :class:`trainer.round.overlap.Overlap` (``NodeSettings.overlap``): round r's all-reduce runs
-  in the background during round r+1's compute, and round r lands at the end of round r+1.
+- :class:`trainer.round.overlap.Overlap` (``NodeSettings.overlap``, the default): round r's
+  all-reduce runs in the background during round r+1's compute, and round r lands at the end of
+  round r+1;
+- :class:`Lockstep` (``--no-overlap``, and always for a node of several local ranks or a
+  time-boxed one: ``NodeSettings.overlapped``): average, outer step, checkpoint and attest
+  round r now.
 
 A schedule drives the node through :class:`Runner` (the verbs it calls), never through its
 fields. Either schedule returns the report of the round that landed, if any.
