@@ -166,11 +166,11 @@ class Training:
     overlap: Annotated[
         bool,
         typer.Option(
-            help="One-round delayed outer step (the default): round r's all-reduce runs during "
-            "round r+1's compute. --no-overlap: lockstep. A node of several local ranks or a "
+            help="One-round delayed outer step: round r's all-reduce runs during round r+1's "
+            "compute. --no-overlap (the default): lockstep. A node of several local ranks or a "
             "time-boxed one runs lockstep either way."
         ),
-    ] = True
+    ] = False
     local_ranks: Annotated[
         int,
         typer.Option(

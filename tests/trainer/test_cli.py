@@ -111,13 +111,14 @@ def test_heartbeat_timeout_flag_reaches_the_node(keystore: tuple[Path, Path]) ->
     assert result.exit_code == 2 and "heartbeat-timeout" in result.output, result.output
 
 
-def test_overlap_is_the_default_and_no_overlap_runs_lockstep(keystore: tuple[Path, Path]) -> None:
-    """The node's schedule (trainer.round.overlap): the one-round delayed outer step unless
-    ``--no-overlap`` (``--overlap`` is still accepted)."""
+def test_lockstep_is_the_default_and_overlap_runs_the_delayed_step(
+    keystore: tuple[Path, Path],
+) -> None:
+    """The node's schedule (trainer.round.overlap): lockstep unless ``--overlap``."""
     from trainer.round.overlap import Overlap
     from trainer.round.schedule import Lockstep
 
-    for flags, schedule in (({}, Overlap), ({"overlap": True}, Overlap),
+    for flags, schedule in (({}, Lockstep), ({"overlap": True}, Overlap),
                             ({"overlap": False}, Lockstep)):  # fmt: skip
         network = Network(rendezvous=f"127.0.0.1:{free_port()}", host_rendezvous=True)
         options = NodeOptions("cli-test", Identity(keystore[0], keystore[1]), network=network,
@@ -128,7 +129,7 @@ def test_overlap_is_the_default_and_no_overlap_runs_lockstep(keystore: tuple[Pat
         finally:
             runner.server.close()
     shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
-    assert "--overlap" in shown and "--no-overlap" in shown and "[default: overlap]" in shown
+    assert "--overlap" in shown and "--no-overlap" in shown and "[default: no-overlap]" in shown
 
 
 def test_the_flags_are_the_leaves_of_the_options_tree() -> None:

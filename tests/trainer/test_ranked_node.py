@@ -105,22 +105,21 @@ def test_node_settings_refuse_what_a_node_of_several_ranks_does_not_do() -> None
 def test_a_node_of_several_ranks_or_time_boxed_falls_back_to_lockstep(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Overlap is the node's default; a node of several local ranks and a time-boxed node are
-    not refused for it (as they were when ``--overlap`` was an option): they run lockstep, and
-    say so once at INFO."""
+    """A node of several local ranks and a time-boxed node asked for ``--overlap`` are not
+    refused (as they once were): they run lockstep, and say so once at INFO."""
     caplog.set_level(logging.INFO, logger="trainer.round.node")
-    assert NodeSettings(run_id=RUN_ID, model=MODEL).overlapped()
-    assert not NodeSettings(run_id=RUN_ID, model=MODEL, overlap=False).overlapped()
+    assert NodeSettings(run_id=RUN_ID, model=MODEL, overlap=True).overlapped()
+    assert not NodeSettings(run_id=RUN_ID, model=MODEL).overlapped()  # lockstep: the default
     assert not caplog.records
-    ranked = NodeSettings(run_id=RUN_ID, model=MODEL, local_ranks=2)  # overlap: the default
+    ranked = NodeSettings(run_id=RUN_ID, model=MODEL, local_ranks=2, overlap=True)
     assert ranked.overlap and not ranked.overlapped()
-    boxed = NodeSettings(run_id=RUN_ID, model=MODEL, time_box=True)
+    boxed = NodeSettings(run_id=RUN_ID, model=MODEL, time_box=True, overlap=True)
     assert boxed.overlap and not boxed.overlapped()
     said = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert said == [
         (logging.INFO, "a node of several local ranks runs lockstep: the overlap schedule "
-                       "(the default) is not built for it"),
-        (logging.INFO, "a time-boxed node runs lockstep: the overlap schedule (the default) is "
+                       "(--overlap) is not built for it"),
+        (logging.INFO, "a time-boxed node runs lockstep: the overlap schedule (--overlap) is "
                        "not built for it"),
     ], said  # fmt: skip
 

@@ -7,7 +7,7 @@ and its heartbeats intact, then goes on from the round it held before once PATH 
 PATH may hold a round number N: the node then finishes the rounds before N and holds before
 round N (and any later one) only. An empty file holds before the next round.
 
-On the overlap schedule (the default) the round in flight lands before the node holds, so round
+On the overlap schedule (`--overlap`) the round in flight lands before the node holds, so round
 N-1 is averaged, checkpointed and attested, and can be committed, while the node waits.
 
 A held node does not join rounds at the ledger, so with a ledger the other members close their

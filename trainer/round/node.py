@@ -11,8 +11,8 @@ drive it). Each round reads as verbs::
 
 :meth:`NodeRunner.run_round` is that round, written once; when its all-reduce and outer step run
 is its schedule's (:mod:`trainer.round.schedule`): the one-round delayed outer step
-(:class:`trainer.round.overlap.Overlap`, ``NodeSettings.overlap``, the default), or
-:class:`~trainer.round.schedule.Lockstep` (``--no-overlap``; a node of several local ranks and a
+(:class:`trainer.round.overlap.Overlap`, ``NodeSettings.overlap``, ``--overlap``), or
+:class:`~trainer.round.schedule.Lockstep` (the default; a node of several local ranks and a
 time-boxed node always).
 """
 
@@ -103,11 +103,12 @@ class NodeSettings:
     hold_file: Path | None = None
     """While this file exists the node does not start a round (trainer.round.hold); it keeps its
     state and heartbeats and starts the round once the file is gone."""
-    overlap: bool = True
-    """One-round delayed outer step (trainer.round.overlap), the default: round r's all-reduce
+    overlap: bool = False
+    """One-round delayed outer step (trainer.round.overlap, ``--overlap``): round r's all-reduce
     runs in the background during round r+1's compute; round r's attestation follows at the end
     of round r+1 (the ledger audits such a round from its committed origin,
-    ledger.judge.origin_check). False (``--no-overlap``): lockstep. A node of several local
+    ledger.judge.origin_check). False, the default until ``coloco audit``'s public replay starts
+    from a round's committed origin (docs/trainer.md, "Overlap"): lockstep. A node of several local
     ranks and a time-boxed node run lockstep whatever this says (:meth:`overlapped`)."""
     audit_linger_s: float = 0.0
     """After its last round, answer the ledger's boundary requests (its segment audit) until the
@@ -154,7 +155,7 @@ class NodeSettings:
                else "a time-boxed node" if self.time_box else None)  # fmt: skip
         if why is None:
             return True
-        log.info("%s runs lockstep: the overlap schedule (the default) is not built for it", why)
+        log.info("%s runs lockstep: the overlap schedule (--overlap) is not built for it", why)
         return False
 
     def precision(self) -> AbstractContextManager[None]:
