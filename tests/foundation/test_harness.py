@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,10 @@ def test_a_process_orphaned_during_a_test_is_found_and_stopped(tmp_path: Path) -
     subprocess.run(["bash", "-c", f"sleep 300 & echo $! > {pid_file}"], check=True)
     pid = int(pid_file.read_text())
     assert alive(pid)
+    # /proc/<pid>/environ reads empty while the forked shell execs sleep: poll past that instant
+    deadline = time.monotonic() + 5
+    while pid not in {p for p, _ in reaper.tagged() - before} and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert pid in {p for p, _ in reaper.tagged() - before}
     stopped = reaper.stop_new(before)
     assert [s for s in stopped if s.startswith("sleep 300")], stopped
