@@ -211,26 +211,15 @@ def replay_audits(
             e.replayed = True
             e.reason += f"; audited ({why}): {verdict.reason}"
             continue
-        evidence = {
-            "attestation": {k: getattr(e.att, k) for k in ATTESTATION_ATTRS},
-            "digest": e.att.digest,
-            "signature": e.att.signature,
-            "replay_inputs": inputs.to_json(),
+        cleared.update(_partners(e))
+        _seal(e, {
+            **_attested(e, inputs, why, seed),
             "base_checkpoint": ctx.base,
             "submitted": e.att.pseudo_gradient,
             "replayed": verdict.replayed_hash,
             "relative_error": verdict.rel_error,
             "tolerance": ctx.settings.audit_tolerance,
-            "selected": why,
-            "audit_seed": "0x" + seed.hex(),
-        }
-        text = json.dumps(evidence, sort_keys=True, default=str)
-        e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
-        cleared.update(_partners(e))
-        e.fail(
-            "audit_failed",
-            f"{verdict.reason}; fraud record {e.fraud.evidence_hash} (selected: {why})",
-        )
+        }, verdict.reason, why)  # fmt: skip
     check_boundaries(entries, segments.round_requests(session, rnd), utcnow())
     if waiting:
         raise segments.AuditPending(rnd.run_id, rnd.round, wanted, waiting, earlier)
@@ -387,18 +376,30 @@ def _fraud(  # noqa: PLR0917 - the failed audit's parts
     reason: str,
 ) -> None:
     """Fail ``e`` ``audit_failed`` with its fraud record (``evidence``: the segment audit's)."""
-    record = {
+    _seal(e, {
+        **_attested(e, inputs, why, seed),
+        "base_checkpoint": ctx.base,
+        "submitted": e.att.pseudo_gradient,
+        "trace_root": e.att.trace_root,
+        **evidence,
+    }, reason, why)  # fmt: skip
+
+
+def _attested(e: Entry, inputs: ReplayInputs, why: str, seed: bytes) -> dict[str, object]:
+    """What every fraud record holds: the signed attestation, how to replay its round, and
+    why and under which seed it was audited."""
+    return {
         "attestation": {k: getattr(e.att, k) for k in ATTESTATION_ATTRS},
         "digest": e.att.digest,
         "signature": e.att.signature,
         "replay_inputs": inputs.to_json(),
-        "base_checkpoint": ctx.base,
-        "submitted": e.att.pseudo_gradient,
-        "trace_root": e.att.trace_root,
         "selected": why,
         "audit_seed": "0x" + seed.hex(),
-        **evidence,
     }
+
+
+def _seal(e: Entry, record: dict[str, object], reason: str, why: str) -> None:
+    """Fail ``e`` ``audit_failed`` with ``record`` as its fraud record (named by its keccak)."""
     text = json.dumps(record, sort_keys=True, default=str)
     e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
     e.fail("audit_failed", f"{reason}; fraud record {e.fraud.evidence_hash} (selected: {why})")
@@ -415,20 +416,12 @@ def _origin_failed(  # noqa: PLR0917 - the failed check's parts
 ) -> float:
     """Fail ``e``: its round started from a point that is neither its attested base nor the
     overlap schedule's start (ledger.judge.origin_check), with the evidence to re-check it."""
-    evidence = {
-        "attestation": {k: getattr(e.att, k) for k in ATTESTATION_ATTRS},
-        "digest": e.att.digest,
-        "signature": e.att.signature,
-        "replay_inputs": inputs.to_json(),
+    _seal(e, {
+        **_attested(e, inputs, why, seed),
         "trace_root": e.att.trace_root,
-        "selected": why,
-        "audit_seed": "0x" + seed.hex(),
         "origin": reason,
         "origin_boundaries": {str(rnd.round): [0], str(rnd.round - 1): [0, plan.last]},
-    }
-    text = json.dumps(evidence, sort_keys=True, default=str)
-    e.fraud = Fraud(text, "0x" + keccak256(text.encode()).hex())
-    e.fail("audit_failed", f"{reason}; fraud record {e.fraud.evidence_hash} (selected: {why})")
+    }, reason, why)  # fmt: skip
     return 0.0
 
 
