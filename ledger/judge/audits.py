@@ -294,7 +294,7 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     threads = ctx.settings.audit_threads or os.cpu_count()
     cpu = 0.0
     with Session(session.get_bind(), expire_on_commit=False) as own:  # the bisection's rows
-        row = _bisection_of(own, rnd, e.att.node)
+        row = bisect.find(own, rnd.run_id.lower(), rnd.round, e.att.node)
         for _ in range(len(plan.segments) + 1):  # once more for each verdict that holds
             outcome = segments.check_entry(
                 e.tensors, e.packet, check_base, inputs, corpus, plan, requests, states,
@@ -319,15 +319,6 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
                 break  # a verdict that holds excuses the segment: the screen runs again
     assert row is not None  # the loop ran the screen and started or read the bisection
     return cpu, _verdict(e, ctx, rnd, inputs, seed, why, outcome, row)
-
-
-def _bisection_of(session: Session, rnd: RoundState, node: str) -> SegmentBisection | None:
-    return session.exec(
-        select(SegmentBisection).where(
-            SegmentBisection.run_id == rnd.run_id.lower(), SegmentBisection.round == rnd.round,
-            SegmentBisection.node == node,
-        )
-    ).first()  # fmt: skip
 
 
 def _rows(inputs: ReplayInputs, corpus: Corpus) -> Tensor:

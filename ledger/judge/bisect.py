@@ -128,7 +128,7 @@ def bisect_failed_segment(
     lo, hi = segment
     next_probe(lo, hi)  # refuses lo >= hi
     run = run_id.lower()
-    row = _find(session, run, round_, node)
+    row = find(session, run, round_, node)
     if row is None:
         inputs = {"model": model_cfg.to_dict(), "inner": dataclasses.asdict(cfg),
                   "deadline_s": deadline_s, "shard": shard or {}}  # fmt: skip
@@ -146,7 +146,8 @@ def bisect_failed_segment(
     return advance(session, blobs, row, rows, ask=ask, threads=threads)
 
 
-def _find(session: Session, run: str, round_: int, node: str) -> SegmentBisection | None:
+def find(session: Session, run: str, round_: int, node: str) -> SegmentBisection | None:
+    """The bisection row of a node-round (one per node-round), if any."""
     return session.exec(
         select(SegmentBisection).where(
             SegmentBisection.run_id == run, SegmentBisection.round == round_,
@@ -344,7 +345,7 @@ def screened(
     bisection row: once its verdict holds for one segment and another drawn segment fails the
     screen, the row is re-armed on that segment and the held verdict kept in its inputs
     (:func:`held`). A state that does not fit the run's model ends it ``error``."""
-    row = _find(session, failed.run_id.lower(), failed.round, failed.node)
+    row = find(session, failed.run_id.lower(), failed.round, failed.node)
     if row is not None and row.boundary != failed.boundary and row.state == "done" and row.holds:
         _rearm(session, row, failed)
     elif row is not None and row.boundary != failed.boundary:
@@ -364,7 +365,7 @@ def screened(
         )  # fmt: skip
     except ConfigError as exc:
         session.rollback()
-        row = _find(session, failed.run_id.lower(), failed.round, failed.node)
+        row = find(session, failed.run_id.lower(), failed.round, failed.node)
         if row is None:
             raise
         row.state, row.probe = "error", None
@@ -441,4 +442,4 @@ def verdict_of_fraud(session: Session, fraud_id: int) -> SegmentBisection | None
     fraud = session.get(FraudRecord, fraud_id)
     if fraud is None:
         return None
-    return _find(session, fraud.run_id, fraud.round, fraud.node)
+    return find(session, fraud.run_id, fraud.round, fraud.node)
