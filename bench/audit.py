@@ -11,8 +11,8 @@ replays *every* segment of every honest node-round from the node's own start sta
 - ``tiny-2t-ledger1t``: tiny model, node on the default threads, ledger on 1 thread;
 - ``tiny-2t-microbatch-ledger2t``: the node splits each batch in two micro-batches (gradient
   accumulation: other reduction shapes), ledger on 2 threads;
-- ``tiny-2t-carried-adamw``: the node keeps its AdamW state across rounds (the replay starts from
-  its committed moments), ledger on 1 thread;
+- ``tiny-2t-fresh-adamw``: the node starts a fresh AdamW every round (the protocol's other mode,
+  ``reference.inner.CARRY_STATE`` False), ledger on 1 thread;
 - ``cpu10m-h50``: the cpu10m preset at the governed settings (H 50, lr 3e-3, batch 8), node on the
   default threads, ledger on 1 thread (fewer rounds: each step costs about 1 CPU s).
 
@@ -76,7 +76,7 @@ from reference.audit_economics import (
     skip_one_net_gain,
     slash_in_round_rewards,
 )
-from reference.inner import InnerConfig, InnerTrainer
+from reference.inner import CARRY_STATE, InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig
 from reference.segment import (
     STEP,
@@ -108,7 +108,7 @@ class Setup:
     ledger_threads: int = 1
     micro_batches: int = 1
     device: str = "cpu"  # "cuda": the node trains on the GPU in pinned fp32 (--gpu)
-    carried: bool = False
+    carried: bool = CARRY_STATE  # the node keeps its AdamW across rounds (the protocol's mode)
     cheat_rounds: tuple[int, ...] = ()  # rounds in which node 0 also tries every cheat
 
 
@@ -196,7 +196,7 @@ def _step(
 def _trainer_at(cfg: GPTConfig, setup: Setup, state: State, steps: int) -> InnerTrainer:
     """A node's trainer (AdamW kept across its calls) holding a boundary state."""
     model = GPT(cfg).to(setup.device)
-    inner = InnerConfig(steps=steps, lr=setup.lr, batch_size=setup.batch)
+    inner = InnerConfig.protocol(steps, setup.lr, setup.batch, carried=setup.carried)
     trainer = InnerTrainer(model, inner, keep_state=True)
     load_state(model, trainer.optimizer(), state)
     trainer.global_step = int(float(state[STEP]))
@@ -256,7 +256,7 @@ def run_setup(
         torch.use_deterministic_algorithms(True, warn_only=True)
     h, b = setup.inner_steps, setup.batch
     k = max(1, h // 10)
-    seg_cfg = InnerConfig(steps=k, lr=setup.lr, batch_size=b)
+    seg_cfg = InnerConfig.protocol(k, setup.lr, b, carried=setup.carried)  # the protocol's AdamW
     base = {n: t.float() for n, t in genesis_checkpoint(cfg, 0).weights.items()}
     previous_base = base
     carried: dict[int, State] = {}
@@ -521,11 +521,11 @@ def setups(quick: bool, gpu: bool = False) -> list[Setup]:
             cheat_rounds=(3,),
         ),
         Setup(
-            "tiny-2t-carried-adamw",
+            "tiny-2t-fresh-adamw",
             "tiny",
             rounds=3 * scale,
             nodes=3,
-            carried=True,
+            carried=False,
             cheat_rounds=(3,),
         ),
         Setup("cpu10m-h50", "cpu10m", rounds=2 * scale, nodes=1, cheat_rounds=(2,)),

@@ -61,7 +61,7 @@ DEFAULT_EPS = 1e-4
 # ledger.judge.steps check); True, each node keeps its AdamW state across rounds (the DiLoCo
 # paper), which those checks cannot follow until they read a committed state (docs/trainer.md,
 # "The carried inner state").
-CARRY_STATE = False
+CARRY_STATE = True
 # AdamW for a state carried across rounds, chosen on bench.diloco's validation half like the fresh
 # ones (docs/trainer.md, "The carried inner state": seed 0, betas (0.7 / 0.8 / 0.9, 0.95) and
 # (0.9, 0.99): 1.8134 / 1.8047 / 1.8189 / 1.8272); eps and the warmup were not searched for it. The
