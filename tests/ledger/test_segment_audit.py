@@ -11,7 +11,7 @@ from ledger.core.config import SEGMENT_TOLERANCE
 from ledger.judge.replay import ReplayInputs, audit_segment
 from ledger.judge.usefulness import corpus_of
 from reference.data import ShardSpec
-from reference.inner import InnerConfig, InnerTrainer
+from reference.inner import CARRY_STATE, InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig
 from reference.segment import STEP, capture_state, fresh_state, load_state
 from trainer.round.recovery import genesis_checkpoint
@@ -32,13 +32,15 @@ def test_segments_of_a_two_thread_node_pass_and_a_skipped_step_fails() -> None:
         torch.set_num_threads(2)  # the node: torch's default threads here
         model = GPT(cfg)
         model.load_state_dict(base, strict=False)
-        trainer = InnerTrainer(model, InnerConfig(K, LR, BATCH))
+        trainer = InnerTrainer(model, InnerConfig.protocol(K, LR, BATCH, carried=CARRY_STATE))
         states = [fresh_state(base)]
         for j in range(H // K):
             trainer.train(rows[j * K * BATCH : (j + 1) * K * BATCH])
             states.append(capture_state(model, trainer.optimizer()))
         skipping = GPT(cfg)  # the cheater's second segment: its last step skipped
-        skipper = InnerTrainer(skipping, InnerConfig(K - 1, LR, BATCH))
+        skipper = InnerTrainer(
+            skipping, InnerConfig.protocol(K - 1, LR, BATCH, carried=CARRY_STATE)
+        )
         load_state(skipping, skipper.optimizer(), states[1])
         skipper.train(rows[K * BATCH : (2 * K - 1) * BATCH])
         skipped = {**capture_state(skipping, skipper.optimizer()), STEP: states[2][STEP]}
