@@ -9,13 +9,13 @@ As in the DiLoCo paper, both continue from the same warm model (``--warm-start``
 steps on other data, default 200, not counted in either run's tokens or bytes); from a cold
 genesis DiLoCo's first rounds are far behind (measured: loss ratio 1.12-1.21 at 8-16 rounds).
 Defaults (the best of those tried on the validation half, docs/trainer.md "Benchmark"): DiLoCo's
-inner AdamW lr 3e-3, betas (0.7, 0.95), eps 1e-4 and no warmup (reference.inner.DEFAULT_BETAS,
-DEFAULT_EPS and DEFAULT_WARMUP_STEPS, what every node runs), outer Nesterov lr 0.9 and momentum
-0.9 (trainer.round.runconfig's governed defaults), H 50, K 4, B 8 rows of 64 bytes. Each worker
-runs the node's inner mode (``reference.inner.CARRY_STATE``, False today: a fresh AdamW every
-round, so the ledger can replay a round from public inputs); ``--keep-inner-state`` measures the
-paper's carried state instead (reference.inner's CARRIED_* betas, eps and once-per-state warmup),
-and is the default once CARRY_STATE is True.
+inner AdamW lr 3e-3, outer Nesterov lr 0.9 and momentum 0.9 (trainer.round.runconfig's governed
+defaults), H 50, K 4, B 8 rows of 64 bytes. Each worker runs the node's inner mode
+(``reference.inner.CARRY_STATE``, True: each worker keeps its AdamW across rounds, the paper's
+setting, with reference.inner's CARRIED_* betas (0.8, 0.95), eps 1e-4 and once-per-state warmup,
+none); ``--no-keep-inner-state`` measures the fresh AdamW of every round instead (betas (0.7,
+0.95), eps 1e-4 and no warmup: DEFAULT_BETAS, DEFAULT_EPS, DEFAULT_WARMUP_STEPS; ``--betas`` and
+``--warmup`` set them for that mode only).
 The baseline's AdamW runs the same betas, eps, clip and weight decay (shared settings), with its
 lr tuned on the validation half; the warm start keeps (0.9, 0.95), eps 1e-8 and no warmup.
 The workers are simulated in one process (the same math as the multi-process path, which
@@ -555,7 +555,8 @@ def carried_figures(
     return out
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The benchmark's command line (its defaults: the node's settings and inner mode)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer rounds (under 20 min on 2 cores)")
     p.add_argument("--rounds", type=int)
@@ -574,10 +575,12 @@ def main() -> None:
                    help="independent runs in parallel processes (default: 2 cores)")  # fmt: skip
     p.add_argument("--skip-other-corpus", action="store_true")
     p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP_STEPS,
-                   help="DiLoCo's per-round lr warmup steps (default: the node's)")  # fmt: skip
+                   help="DiLoCo's per-round lr warmup steps with a fresh AdamW "
+                   "(--no-keep-inner-state; default: the node's)")  # fmt: skip
     p.add_argument("--cosine", action="store_true", help="DiLoCo cosine inner lr decay")
     p.add_argument("--betas", type=float, nargs=2, default=DEFAULT_BETAS,
-                   help="DiLoCo's inner AdamW betas (default: the node's)")  # fmt: skip
+                   help="DiLoCo's inner AdamW betas with a fresh AdamW (--no-keep-inner-state; "
+                   "default: the node's; --carried-betas for the carried state)")  # fmt: skip
     p.add_argument("--keep-inner-state", action=argparse.BooleanOptionalAction,
                    default=CARRY_STATE,
                    help="each worker keeps its AdamW across rounds with the carried constants "
@@ -599,7 +602,11 @@ def main() -> None:
     p.add_argument("--sparse-beta", type=float, default=SPARSE_BETA, help="error-feedback decay")
     p.add_argument("--sparse-outer-lr", type=float, default=SPARSE_OUTER_LR)
     p.add_argument("--sparse-outer-momentum", type=float, default=SPARSE_OUTER_MOMENTUM)
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
     rounds = args.rounds or (16 if args.quick else 40)

@@ -1,14 +1,14 @@
-"""A fresh inner AdamW per round (the node's default) makes a round replayable: the same trainer
-object, called for a second round, computes what a new trainer (the ledger's replay) computes,
-learning-rate schedule included; and the node, the replay and the benchmark share one set of
-AdamW betas."""
+"""A fresh inner AdamW per round (the protocol's other mode, CARRY_STATE False) makes a round
+replayable from public inputs: the same trainer object, called for a second round, computes what a
+new trainer (the ledger's replay) computes, learning-rate schedule included; and the node and the
+benchmark follow the one switch with the same AdamW constants in each mode."""
 
 from __future__ import annotations
 
 import torch
 
-from bench.diloco import Setup
-from reference.inner import DEFAULT_BETAS, InnerConfig, InnerTrainer
+from bench.diloco import Setup, parser
+from reference.inner import CARRIED_BETAS, CARRY_STATE, DEFAULT_BETAS, InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig
 from trainer.round.diloco import RoundSettings
 from trainer.round.runconfig import RunConfig
@@ -54,10 +54,20 @@ def test_a_kept_state_round_is_not_what_a_replay_computes() -> None:
 
 
 def test_node_and_benchmark_run_the_same_inner_defaults() -> None:
+    """The node and bench.diloco follow the protocol's one switch (CARRY_STATE) with the same
+    AdamW constants in each mode."""
     settings = RunConfig.make(inner_steps=50).settings
     assert isinstance(settings, RoundSettings)
-    assert not settings.keep_inner_state
-    assert settings.inner.betas == DEFAULT_BETAS
+    assert settings.keep_inner_state is CARRY_STATE
+    assert parser().parse_args([]).keep_inner_state is CARRY_STATE
     setup = Setup(model=SMALL, workers=2, rounds=1, inner_steps=2, batch=2, inner_lr=3e-3,
                   outer=settings.outer, eval_rows=4)  # fmt: skip
-    assert setup.betas == DEFAULT_BETAS and not setup.keep_inner_state
+    for carried, bench in ((False, setup), (True, setup.carried())):
+        inner = RunConfig.make(inner_steps=50, keep_inner_state=carried).settings.inner
+        assert bench.keep_inner_state is carried
+        assert (bench.betas, bench.eps, bench.warmup) == (
+            inner.betas,
+            inner.eps,
+            inner.warmup_steps,
+        ), carried
+    assert setup.betas == DEFAULT_BETAS and setup.carried().betas == CARRIED_BETAS
