@@ -39,7 +39,7 @@ from bench.harness import forked
 from ledger.core.config import SEGMENT_TOLERANCE
 from reference.checkpoint import RoundCheckpoint
 from reference.codec import Packet, encode
-from reference.inner import InnerConfig, InnerTrainer
+from reference.inner import CARRY_STATE, InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig, evaluate
 from reference.outer import FlatLayout, OuterConfig, OuterState
 from reference.segment import STEP, fresh_state, replay_segment, segment_error, segment_rows
@@ -53,6 +53,7 @@ from trainer.round.sharded_world import LocalRank, spawn_nodes
 
 log = logging.getLogger(__name__)
 INNER_TOLERANCE = 1e-5
+ADAM = "adam/"  # a boundary state's AdamW tensors (reference.trace.boundary_state)
 EXACT = ("outer_equal", "packets_equal", "same_base", "trace_same", "segments_pass")
 
 
@@ -67,10 +68,13 @@ class Spec:
     lr: float = 1e-3
     fmt: str = "fp32"
     seed: int = 0
+    carried: bool = CARRY_STATE  # the protocol's inner mode: AdamW kept across rounds
 
     def settings(self) -> RoundSettings:
-        inner = InnerConfig.protocol(self.steps, self.lr, self.batch, carried=False)
-        return RoundSettings(inner, OuterConfig(), wire_format=self.fmt, trace_interval=2)
+        """The round's settings in the spec's inner mode, with that mode's AdamW constants."""
+        inner = InnerConfig.protocol(self.steps, self.lr, self.batch, carried=self.carried)
+        return RoundSettings(inner, OuterConfig(), wire_format=self.fmt, trace_interval=2,
+                             keep_inner_state=self.carried)  # fmt: skip
 
     def model(self) -> GPT:
         return GPT(GPTConfig.preset(self.preset), seed=self.seed)
@@ -172,8 +176,29 @@ def segment_audit(spec: Spec, rec: dict[str, Any], rows: torch.Tensor) -> float:
     return worst
 
 
+def trace_start(node: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> tuple[bool, float]:
+    """Boundary 0 of a sharded node's round against a single-process node's: whether the
+    weights (the round's base) and AdamW's step are the same bits under the same names, and the
+    largest relative error of the AdamW moments it carried into the round (0.0 when neither
+    carries any: a fresh state, whose boundary hashes the same). The moments are statistics of
+    the gradients, which a node of several ranks sums in another order: a one-rank node's up to
+    the inner tolerance, like its weights after a step, not bit for bit."""
+    if set(node) != set(ref):
+        return False, math.inf
+    moments = [k for k in node if k.startswith(ADAM) and k != STEP]
+    same = all(torch.equal(node[k], ref[k]) for k in node if k not in moments)
+    worst = 0.0
+    for k in moments:
+        scale = float(ref[k].norm())
+        diff = float((node[k] - ref[k]).norm())
+        worst = max(worst, diff / scale if scale else diff)
+    return same, worst
+
+
 def check_run(spec: Spec, sizes: list[int], out: Path) -> dict[str, Any]:
-    """Replay the run single-process from its records; what matched."""
+    """Replay the run single-process from its records; what matched. Each replayed node runs
+    the spec's inner mode: with the carried state, one trainer per node kept across the rounds
+    (its moments the node's within the inner tolerance: ``inner_rel_err`` covers them)."""
     settings = spec.settings()
     model = spec.model()
     state = OuterState.from_model(model)
@@ -181,6 +206,8 @@ def check_run(spec: Spec, sizes: list[int], out: Path) -> dict[str, Any]:
     outer_equal = packets_equal = same_base = trace_same = True
     audit = 0.0
     worst = 0.0
+    refs = [spec.model() for _ in sizes]  # the single-process nodes, each with its trainer
+    trainers = [InnerTrainer(m, settings.inner, keep_state=spec.carried) for m in refs]
     for rnd in range(1, spec.rounds + 1):
         recs = [torch.load(out / f"node{n}_round{rnd}.pt") for n in range(len(sizes))]
         base = state.base.clone()
@@ -188,17 +215,22 @@ def check_run(spec: Spec, sizes: list[int], out: Path) -> dict[str, Any]:
             flat_local = base - rec["pseudo_gradient"]
             ref = encode(base, flat_local, spec.fmt)
             packets_equal &= torch.equal(ref.payload, rec["packet"]["payload"])
-            ref_model = spec.model()
-            OuterState(layout, base).load_into(ref_model)
-            trainer = InnerTrainer(ref_model, settings.inner, keep_state=False)
-            builder = TraceBuilder(ref_model, layout.unflatten(base), optimizer=_opt_of(trainer))
+            ref_model, trainer = refs[n], trainers[n]
+            with torch.no_grad():
+                OuterState(layout, base).load_into(ref_model)
+            starts: list[dict[str, torch.Tensor]] = []
+            builder = TraceBuilder(ref_model, layout.unflatten(base), optimizer=_opt_of(trainer),
+                                   keep=lambda b, s, starts=starts: starts.append(s))  # fmt: skip
             trainer.train(spec.rows(n, rnd), on_boundary=builder,
                           trace_interval=settings.trace_interval)  # fmt: skip
-            # the start state is the same bits: its boundary hashes the same; the later ones
-            # differ within the inner tolerance (the batch split changes fp32 sums)
+            # the start state's weights are the same bits (a fresh state's boundary hashes the
+            # same); the later boundaries and the carried moments differ within the inner
+            # tolerance (the batch split changes fp32 sums)
             ref_trace = [bytes(b.state_hash) for b in builder.trace().boundaries]
             trace_same &= len(ref_trace) == len(rec["boundaries"])
-            trace_same &= ref_trace[0] == rec["boundaries"][0]
+            same, moments = trace_start(rec["states"][0][1], starts[0])
+            trace_same &= same and (moments > 0.0 or ref_trace[0] == rec["boundaries"][0])
+            worst = max(worst, moments)
             audit = max(audit, segment_audit(spec, rec, spec.rows(n, rnd)))
             ref_local = layout.flatten(dict(ref_model.named_parameters()))
             err = float((ref_local - flat_local).norm() / ref_local.norm())
