@@ -219,8 +219,12 @@ def check_run(spec: Spec, sizes: list[int], out: Path) -> dict[str, Any]:
             with torch.no_grad():
                 OuterState(layout, base).load_into(ref_model)
             starts: list[dict[str, torch.Tensor]] = []
+
+            def start(b: Boundary, s: dict[str, torch.Tensor], starts: list[Any] = starts) -> None:
+                starts.append(s)
+
             builder = TraceBuilder(ref_model, layout.unflatten(base), optimizer=_opt_of(trainer),
-                                   keep=lambda b, s, starts=starts: starts.append(s))  # fmt: skip
+                                   keep=start)  # fmt: skip
             trainer.train(spec.rows(n, rnd), on_boundary=builder,
                           trace_interval=settings.trace_interval)  # fmt: skip
             # the start state's weights are the same bits (a fresh state's boundary hashes the
