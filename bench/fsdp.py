@@ -53,7 +53,6 @@ from trainer.round.sharded_world import LocalRank, spawn_nodes
 
 log = logging.getLogger(__name__)
 INNER_TOLERANCE = 1e-5
-ADAM = "adam/"  # a boundary state's AdamW tensors (reference.trace.boundary_state)
 EXACT = ("outer_equal", "packets_equal", "same_base", "trace_same", "segments_pass")
 
 
@@ -170,8 +169,10 @@ def segment_audit(spec: Spec, rec: dict[str, Any], rows: torch.Tensor) -> float:
             start = fresh_state({k.removeprefix(WEIGHTS): v for k, v in served.items()})
         cfg = replace(settings.inner, steps=last - first)
         part = segment_rows(rows, first, last - first, settings.inner.batch_size)
+        # the lr schedule's step: the state's own count (a carried one counts across rounds),
+        # as the ledger's audit_span reads it
         replayed = replay_segment(start, part, cfg, GPTConfig.preset(spec.preset),
-                                  first_step=first, threads=1)  # fmt: skip
+                                  first_step=int(float(start[STEP])), threads=1)  # fmt: skip
         worst = max(worst, segment_error(end, replayed, start).value)
     return worst
 
@@ -179,20 +180,19 @@ def segment_audit(spec: Spec, rec: dict[str, Any], rows: torch.Tensor) -> float:
 def trace_start(node: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> tuple[bool, float]:
     """Boundary 0 of a sharded node's round against a single-process node's: whether the
     weights (the round's base) and AdamW's step are the same bits under the same names, and the
-    largest relative error of the AdamW moments it carried into the round (0.0 when neither
-    carries any: a fresh state, whose boundary hashes the same). The moments are statistics of
-    the gradients, which a node of several ranks sums in another order: a one-rank node's up to
-    the inner tolerance, like its weights after a step, not bit for bit."""
+    error of the AdamW moments it carried into the round, in the segment audit's own metric
+    (``reference.segment.segment_error``'s moment parts, ``ref`` as the replayed end and the
+    start, so any weight difference reads infinite); 0.0 when neither carries any: a fresh
+    state, whose boundary hashes the same. The moments are statistics of the gradients, which a
+    node of several ranks sums in another order: a one-rank node's up to the inner tolerance,
+    like its weights after a step, not bit for bit (so from the second carried round on the
+    boundary's hash is not a one-rank node's)."""
     if set(node) != set(ref):
         return False, math.inf
-    moments = [k for k in node if k.startswith(ADAM) and k != STEP]
-    same = all(torch.equal(node[k], ref[k]) for k in node if k not in moments)
-    worst = 0.0
-    for k in moments:
-        scale = float(ref[k].norm())
-        diff = float((node[k] - ref[k]).norm())
-        worst = max(worst, diff / scale if scale else diff)
-    return same, worst
+    if STEP not in ref:  # a fresh state: its weights only
+        return all(torch.equal(node[k], ref[k]) for k in ref), 0.0
+    err = segment_error(node, ref, ref)
+    return err.weights == 0.0 and not err.reason, max(err.exp_avg, err.exp_avg_sq)
 
 
 def check_run(spec: Spec, sizes: list[int], out: Path) -> dict[str, Any]:
