@@ -35,6 +35,28 @@ from trainer.network.comm import Averager
 log = logging.getLogger(__name__)
 
 
+def round_trainer(
+    kept: InnerTrainer | None, model: GPT, cfg: InnerConfig, *, carried: bool
+) -> InnerTrainer:
+    """The round's inner trainer, one rule for a node of one rank (:class:`DiLoCo`) and for
+    each rank of a node of several (``trainer.round.sharded.ShardedDiLoCo``, whose ``cfg`` is
+    its ``batch_size / W`` rows of the same config): ``kept``, the last round's, when there is
+    one with the same ``cfg`` in every field and the same mode (``carried``). A carried AdamW
+    state then lives on from round to round (its moments untouched by the outer step, as in the
+    DiLoCo paper: they are statistics of the gradients, not of where the weights are).
+
+    A new trainer, so a fresh state, otherwise: when there is none (the node's start, a rejoin,
+    a checkpoint load or a resync: ``NodeRunner.adopt`` makes a new ``DiLoCo``, whose ranks
+    each make a new ``ShardedDiLoCo``), or when the inner config or the mode differs from the
+    last round's (another optimizer's moments: a governed lr or H change included, a rule a
+    replay can follow)."""
+    if kept is not None and kept.cfg == cfg and kept.keep_state == carried:
+        return kept
+    if kept is not None and carried:
+        log.info("inner config changed (%s): the carried AdamW state starts fresh", cfg)
+    return InnerTrainer(model, cfg, keep_state=carried)
+
+
 @dataclass(frozen=True)
 class RoundSettings:
     """Everything a round needs from the run's TrainingConfig."""
@@ -156,23 +178,10 @@ class DiLoCo:
         return LocalWork(base_hash, origin - flat_local, inner, packet, trace=builder.trace())
 
     def inner_trainer(self, settings: RoundSettings) -> InnerTrainer:
-        """The round's inner trainer. A carried AdamW state lives in it from round to round (its
-        moments untouched by the outer step, as in the DiLoCo paper: they are statistics of the
-        gradients, not of where the weights are); a new one, so a fresh state, whenever there is
-        none (a new :class:`DiLoCo`: the node's start, a rejoin, a checkpoint load or a resync,
-        ``NodeRunner.adopt``) or the inner config or mode differs from the last round's (another
-        optimizer's moments: a governed lr or H change included, a rule a replay can follow)."""
-        kept = self.inner
-        if (
-            kept is not None
-            and kept.cfg == settings.inner
-            and kept.keep_state == settings.keep_inner_state
-        ):
-            return kept
-        if kept is not None and settings.keep_inner_state:
-            log.info("inner config changed (%s): the carried AdamW state starts fresh",
-                     settings.inner)  # fmt: skip
-        self.inner = InnerTrainer(self.model, settings.inner, keep_state=settings.keep_inner_state)
+        """The round's inner trainer (:func:`round_trainer`'s rule, shared with each rank of a
+        node of several, ``ShardedDiLoCo``)."""
+        self.inner = round_trainer(self.inner, self.model, settings.inner,
+                                   carried=settings.keep_inner_state)  # fmt: skip
         return self.inner
 
     def local_packet(self, fmt: str) -> Packet:

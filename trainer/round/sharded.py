@@ -51,7 +51,7 @@ from reference.outer import OuterConfig, OuterState
 from reference.trace import Boundary, TraceBuilder, boundary_state, commit_boundary
 from trainer.network.collective import Check
 from trainer.network.comm import Averager
-from trainer.round.diloco import LocalWork, RoundOutcome, RoundSettings
+from trainer.round.diloco import LocalWork, RoundOutcome, RoundSettings, round_trainer
 from trainer.round.sharded_state import ShardOuterState
 
 log = logging.getLogger(__name__)
@@ -225,9 +225,9 @@ class ShardedDiLoCo:
         cfg = settings.inner
         per = replace(cfg, batch_size=cfg.batch_size // self.world)
         mine = local_rows(rows, cfg.batch_size, cfg.steps, self.rank, self.world)
-        if self.inner is None or self.inner.cfg != per or not settings.keep_inner_state:
-            self.inner = InnerTrainer(self.model, per, keep_state=settings.keep_inner_state)
-        trainer = self.inner
+        # a node of one rank's rule (a new ShardedDiLoCo, so a fresh state, on every adopt)
+        trainer = self.inner = round_trainer(self.inner, self.model, per,
+                                             carried=settings.keep_inner_state)  # fmt: skip
         builder = ShardedTraceBuilder(self.model, self.layout.unflatten(origin), leader=self.leader,
                                       optimizer=lambda: trainer._opt, keep=keep)  # fmt: skip
         done = trainer.train(mine, on_step=on_step, on_boundary=builder,
