@@ -142,7 +142,9 @@ def test_a_change_of_the_inner_config_starts_the_carried_state_fresh() -> None:
 
 
 def test_each_mode_runs_its_own_protocol_constants() -> None:
-    assert CARRY_STATE, "the node keeps its AdamW across rounds; the audit reads the committed state"
+    assert CARRY_STATE, (
+        "the node keeps its AdamW across rounds; the audit reads the committed state"
+    )
     assert RunConfig.make().settings.keep_inner_state is CARRY_STATE
     fresh = RunConfig.make(keep_inner_state=False).settings.inner
     carried = RunConfig.make(keep_inner_state=True).settings.inner
