@@ -261,7 +261,8 @@ def test_the_ledgers_segment_audit_passes_a_two_rank_nodes_carried_round() -> No
     the carried AdamW moments and step, and the ledger's segment audit
     (ledger.judge.replay.audit_span, one thread) replays each segment from the node's own
     committed state within SEGMENT_TOLERANCE, segment 0 from the base with the moments the node
-    carried in."""
+    carried in. (The whole path, boundaries served over HTTP to the judge, for a 2-rank node's
+    first round, which starts fresh: tests/redteam/test_replayable_node.py, slow, anvil.)"""
     cfg = GPTConfig.preset("tiny")
     steps, interval, batch = 10, 5, 4
     settings = RunConfig.make(inner_steps=steps, batch_size=batch, trace_interval=interval,
