@@ -42,7 +42,7 @@ from reference import commitment
 from reference.codec import Packet, encode
 from reference.codec.sparse import encode_feedback
 from reference.data import Corpus, ShardSpec
-from reference.inner import InnerConfig, InnerTrainer, StepInfo
+from reference.inner import CARRY_STATE, InnerConfig, InnerTrainer, StepInfo
 from reference.model import GPT, GPTConfig, evaluate
 from reference.outer import OuterConfig, OuterState
 from trainer.network.allreduce import average
@@ -103,9 +103,14 @@ def main() -> None:
     rdv = Rendezvous(args.hub, args.port, key=key, domain=offline_domain(run_id), run_id=run_id,
                      registry=AnyKeyRegistry(), cfg=membership)  # fmt: skip
     ledger = LedgerClient(f"http://{args.hub}:{args.ledger_port}")
-    inner_cfg = InnerConfig(steps=args.inner_steps, lr=INNER_LR, batch_size=args.batch)
     outer_cfg = OuterConfig(lr=OUTER_LR, momentum=OUTER_MOMENTUM)
-    settings = RoundSettings(inner=inner_cfg, outer=outer_cfg, wire_format=args.fmt)
+    # the protocol's inner mode (reference.inner.CARRY_STATE) with that mode's AdamW constants
+    settings = RoundSettings(
+        inner=InnerConfig(steps=args.inner_steps, lr=INNER_LR, batch_size=args.batch),
+        outer=outer_cfg,
+        wire_format=args.fmt,
+    ).with_inner_state(CARRY_STATE)
+    inner_cfg = settings.inner
     records: list[dict[str, object]] = []
     group = None
     members_seen: tuple[str, ...] = ()
@@ -219,7 +224,7 @@ def main() -> None:
                 for name, param in model.named_parameters():
                     param.copy_(views[name])
         if diloco.inner is None:
-            diloco.inner = InnerTrainer(model, inner_cfg)
+            diloco.inner = InnerTrainer(model, inner_cfg, keep_state=settings.keep_inner_state)
         t_train = time.perf_counter()
         last_step_end[0] = t_train
         step_times.clear()
