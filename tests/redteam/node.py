@@ -15,18 +15,20 @@ from bench.harness.nodes import NodeKey
 from protocol.attestation import ComputeAttestation
 from protocol.blob_auth import UploadSigner
 from protocol.blobs import encode_blob
+from protocol.errors import TrainerError
 from protocol.hashing import hash_state_dict
 from protocol.join import RoundJoin
 from protocol.keys import NodeKey as SigningKey
 from protocol.signing import sign_attestation
 from protocol.types import RoundNumber, RunId
 from reference.data import Corpus, ShardSpec
+from reference.inner import InnerConfig
 from reference.mean import simulate_average
 from reference.model import GPT
 from reference.outer import FlatLayout, OuterConfig, OuterState
 from tests.redteam.strategies import RoundView, SimStrategy, Tensors
 from trainer.network.ledger_client import LedgerClient
-from trainer.round.boundaries import BoundaryStore, answer_requests
+from trainer.round.boundaries import BoundaryStore, answer_requests, recompute
 from trainer.round.diloco import DiLoCo, RoundSettings
 from trainer.round.runconfig import RunConfig
 
@@ -74,17 +76,33 @@ class Node:
         """Its DiLoCo across rounds (:meth:`holding`), its inner AdamW with it."""
         self.held: tuple[int, bytes] | None = None
         """(round, hash of the weights its outer step computed): what it holds after a round."""
+        self.round_inputs: dict[int, tuple[torch.Tensor, InnerConfig]] = {}
+        """The rows and inner settings of its rounds in the audit window (:meth:`advance`)."""
         self.boundaries = BoundaryStore(net.work / "nodes" / self.address)
         """The boundary states it committed, served when the ledger's segment audit asks."""
         self.ledger = LedgerClient("http://testserver", http=net.client,
                                    uploader=UploadSigner(key.key, net.domain))  # fmt: skip
 
     def serve(self) -> int:
-        """Answer the ledger's boundary requests (unless the strategy withholds them)."""
+        """Answer the ledger's boundary requests and a bisection's probes (unless the strategy
+        withholds them)."""
         if self.strategy.withhold_boundaries():
             return 0
         return answer_requests(self.boundaries, self.ledger, bytes.fromhex(self.net.run_id[2:]),
-                               self.address)  # fmt: skip
+                               self.address, self.advance)  # fmt: skip
+
+    def advance(
+        self, r: int, state: dict[str, torch.Tensor], from_step: int, steps: int
+    ) -> dict[str, torch.Tensor]:
+        """A bisection's probe, answered as ``NodeRunner.advance`` does: ``steps`` of its own
+        inner steps of round ``r`` re-run from ``state`` over the rows and settings it trained
+        with (a cheat's own, so a probe tells what it really did)."""
+        kept = self.round_inputs.get(r)
+        if kept is None:
+            raise TrainerError(f"round {r}'s rows and settings are not kept here (kept: "
+                               f"{sorted(self.round_inputs)})")  # fmt: skip
+        rows, inner = kept
+        return recompute(lambda _: rows, inner, self.net.model)(r, state, from_step, steps)
 
     # --- protocol steps ---------------------------------------------------------------------
 
@@ -121,6 +139,9 @@ class Node:
         start = None
         if self.strategy.stale_base():
             start = diloco.state.layout.flatten(net.genesis_weights)
+        self.round_inputs = {q: v for q, v in self.round_inputs.items()
+                             if q > r - self.boundaries.keep_rounds}  # fmt: skip
+        self.round_inputs[r] = (rows, settings.inner)
         t0 = time.process_time()
         local = diloco.train_local(rows, settings, start=start, keep=self.boundaries.keeper(r))
         cpu = time.process_time() - t0
