@@ -67,9 +67,18 @@ THREADS = 2  # torch's default on this machine: the node no longer trains on one
 class _KeepState(ChainConfig):
     """The chain's config, with the inner AdamW state carried across rounds."""
 
+    carried = True
+
     def read(self, block: int | None = None) -> RunConfig:
         cfg = super().read(block)
-        return dataclasses.replace(cfg, settings=cfg.settings.with_inner_state(True))
+        return dataclasses.replace(cfg, settings=cfg.settings.with_inner_state(self.carried))
+
+
+class _FreshState(_KeepState):
+    """The chain's config, with a fresh inner AdamW every round (``ChainConfig``'s default mode is
+    reference.inner.CARRY_STATE as imported, which a test's monkeypatch does not change)."""
+
+    carried = False
 
 
 @contextmanager
@@ -440,7 +449,7 @@ def _carry(monkeypatch: pytest.MonkeyPatch, carried: bool) -> type[ChainConfig]:
     import reference.inner
 
     monkeypatch.setattr(reference.inner, "CARRY_STATE", carried)
-    return _KeepState if carried else ChainConfig
+    return _KeepState if carried else _FreshState
 
 
 @pytest.mark.slow  # ~15-60 s here: three overlapped rounds, every segment replayed
