@@ -75,6 +75,10 @@ class Network:
             confirmations=0,
             indexer_poll_s=0.01,
             round_deadline_s=30,
+            # the in-process nodes answer the audit's requests on every tick of :meth:`settle`:
+            # one not answered in 10 s is withheld (a cheat's: a boundary its shorter trace lacks),
+            # failed well inside settle's 60 s rather than at the ledger's 60 s default
+            boundary_deadline_s=10,
             join_window_s=cfg.join_window_s,
             tokens_per_step=cfg.batch * self.model.seq_len,
             usefulness_model=PRESET,

@@ -74,7 +74,7 @@ def test_honest_nodes_carry_their_inner_adamw_and_pass_the_audit(
     assert float(_boundary(c, 3, -1)["adam/step"]) == steps
 
 
-@pytest.mark.slow  # ~3-5 min here: one round per strategy of the in-process network
+@pytest.mark.slow  # ~2.5 min here: one round per strategy of the in-process network
 def test_every_in_process_strategy_is_caught_with_the_carried_inner_state(
     network: Network,
 ) -> None:
