@@ -2,8 +2,9 @@
 real app through its HTTP interface), honest nodes and cheating nodes running the same node code.
 
 Each round: every node signs a join (``POST /v1/joins``), resyncs the committed weights and outer
-momentum from the ledger, trains its inner steps on its shard (tiny model, CPU, fresh AdamW: a
-round is replayable), the members average their pseudo-gradients (``simulate_average``: the
+momentum from the ledger, trains its inner steps on its shard (tiny model, CPU, the protocol's
+inner mode: its AdamW carried across rounds with reference.inner.CARRY_STATE, its state committed
+in the round's trace), the members average their pseudo-gradients (``simulate_average``: the
 all-reduce's exact result, in one process) and take the outer step, then each uploads its blob
 and posts its signed attestation. The ledger closes, judges, audits and commits the round on
 chain. A :class:`tests.redteam.strategies.SimStrategy` decides, hook by hook, how a node deviates.
@@ -74,6 +75,10 @@ class Network:
             confirmations=0,
             indexer_poll_s=0.01,
             round_deadline_s=30,
+            # the in-process nodes answer the audit's requests on every tick of :meth:`settle`:
+            # one not answered in 10 s is withheld (a cheat's: a boundary its shorter trace lacks),
+            # failed well inside settle's 60 s rather than at the ledger's 60 s default
+            boundary_deadline_s=10,
             join_window_s=cfg.join_window_s,
             tokens_per_step=cfg.batch * self.model.seq_len,
             usefulness_model=PRESET,

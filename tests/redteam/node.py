@@ -4,32 +4,33 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+import reference.inner
 from bench.harness.nodes import NodeKey
 from protocol.attestation import ComputeAttestation
 from protocol.blob_auth import UploadSigner
 from protocol.blobs import encode_blob
+from protocol.errors import TrainerError
 from protocol.hashing import hash_state_dict
 from protocol.join import RoundJoin
 from protocol.keys import NodeKey as SigningKey
 from protocol.signing import sign_attestation
 from protocol.types import RoundNumber, RunId
-from reference.checkpoint import load_weights_into
 from reference.data import Corpus, ShardSpec
-from reference.inner import InnerConfig, InnerTrainer
+from reference.inner import InnerConfig
 from reference.mean import simulate_average
 from reference.model import GPT
 from reference.outer import FlatLayout, OuterConfig, OuterState
-from reference.settings import from_e6
-from reference.trace import TraceBuilder
 from tests.redteam.strategies import RoundView, SimStrategy, Tensors
 from trainer.network.ledger_client import LedgerClient
-from trainer.round.boundaries import BoundaryStore, answer_requests
+from trainer.round.boundaries import BoundaryStore, answer_requests, recompute
+from trainer.round.diloco import DiLoCo, RoundSettings
+from trainer.round.runconfig import RunConfig
 
 if TYPE_CHECKING:
     from tests.redteam.network import Network
@@ -70,17 +71,38 @@ class Node:
         self.signed: dict[int, list[dict[str, Any]]] = {}  # round -> bodies posted
         self.train_cpu_s = 0.0
         self.bases: list[dict[str, torch.Tensor]] = []
+        self.model: GPT | None = None
+        self.diloco: DiLoCo | None = None
+        """Its DiLoCo across rounds (:meth:`holding`), its inner AdamW with it."""
+        self.held: tuple[int, bytes] | None = None
+        """(round, hash of the weights its outer step computed): what it holds after a round."""
+        self.round_inputs: dict[int, tuple[torch.Tensor, InnerConfig]] = {}
+        """The rows and inner settings of its rounds in the audit window (:meth:`advance`)."""
         self.boundaries = BoundaryStore(net.work / "nodes" / self.address)
         """The boundary states it committed, served when the ledger's segment audit asks."""
         self.ledger = LedgerClient("http://testserver", http=net.client,
                                    uploader=UploadSigner(key.key, net.domain))  # fmt: skip
 
     def serve(self) -> int:
-        """Answer the ledger's boundary requests (unless the strategy withholds them)."""
+        """Answer the ledger's boundary requests and a bisection's probes (unless the strategy
+        withholds them)."""
         if self.strategy.withhold_boundaries():
             return 0
         return answer_requests(self.boundaries, self.ledger, bytes.fromhex(self.net.run_id[2:]),
-                               self.address)  # fmt: skip
+                               self.address, self.advance)  # fmt: skip
+
+    def advance(
+        self, r: int, state: dict[str, torch.Tensor], from_step: int, steps: int
+    ) -> dict[str, torch.Tensor]:
+        """A bisection's probe, answered as ``NodeRunner.advance`` does: ``steps`` of its own
+        inner steps of round ``r`` re-run from ``state`` over the rows and settings it trained
+        with (a cheat's own, so a probe tells what it really did)."""
+        kept = self.round_inputs.get(r)
+        if kept is None:
+            raise TrainerError(f"round {r}'s rows and settings are not kept here (kept: "
+                               f"{sorted(self.round_inputs)})")  # fmt: skip
+        rows, inner = kept
+        return recompute(lambda _: rows, inner, self.net.model)(r, state, from_step, steps)
 
     # --- protocol steps ---------------------------------------------------------------------
 
@@ -98,38 +120,69 @@ class Node:
         self.joins[target] = resp.status_code == 202 or resp.json()["error"]["code"]
 
     def train(self, r: int, base: dict[str, torch.Tensor]) -> Work:
+        """Round ``r``'s inner steps as the real node runs them (trainer.round.diloco's
+        ``DiLoCo.train_local``: the protocol's inner mode, its boundary states committed with the
+        AdamW moments they hold), with the strategy's deviations: an older start, another shard,
+        fewer steps."""
         net, cfg = self.net, self.net.cfg
         self.bases.append(base)
-        start_base = net.genesis_weights if self.strategy.stale_base() else base
         tokens = cfg.inner_steps * cfg.batch * net.model.seq_len
         owner = self.address
         if self.strategy.train_on_other_data():
             owner = "0x" + bytes(hash_state_dict({"x": torch.tensor([r])}))[:20].hex()
         spec = ShardSpec.for_node(bytes.fromhex(net.run_id[2:]), r, owner, tokens, (10_000,))
         rows = corpus().shard_rows(spec, net.model.seq_len)
-        model = GPT(net.model)
-        load_weights_into(model, {n: t.clone() for n, t in start_base.items()})
-        steps = self.strategy.inner_steps(cfg.inner_steps)
-        inner = InnerConfig(steps=steps, lr=from_e6(cfg.inner_lr_e6), batch_size=cfg.batch)
+        settings = self.round_settings()
+        steps = self.strategy.inner_steps(settings.inner.steps)
+        settings = replace(settings, inner=replace(settings.inner, steps=steps))
+        diloco = self.holding(r, base)
+        start = None
+        if self.strategy.stale_base():
+            start = diloco.state.layout.flatten(net.genesis_weights)
+        self.round_inputs = {q: v for q, v in self.round_inputs.items()
+                             if q > r - self.boundaries.keep_rounds}  # fmt: skip
+        self.round_inputs[r] = (rows, settings.inner)
         t0 = time.process_time()
-        trainer = InnerTrainer(model, inner, keep_state=False)
-        keep = self.boundaries.keeper(r)
-        trace = TraceBuilder(model, dict(model.named_parameters()),
-                             optimizer=lambda: trainer._opt, keep=keep)  # fmt: skip
-        snap = net.ledger.indexer.snapshot.config
-        assert snap is not None
-        trainer.train(rows, on_boundary=trace, trace_interval=snap.trace_interval)
+        local = diloco.train_local(rows, settings, start=start, keep=self.boundaries.keeper(r))
         cpu = time.process_time() - t0
-        self.boundaries.finish(r, trace.trace())
+        assert local.trace is not None
+        self.boundaries.finish(r, local.trace)
         self.train_cpu_s += cpu
-        local = dict(model.named_parameters())
-        own = {n: (start_base[n] - local[n].detach()).contiguous() for n in start_base}
+        own = {n: t.clone() for n, t in local.pseudo_gradient_tensors(diloco.state).items()}
         own_spec = ShardSpec.for_node(
             bytes.fromhex(net.run_id[2:]), r, self.address, tokens, (10_000,)
         )
         view = RoundView(r, self.address, cfg.inner_steps, own_history=list(self.history))
-        root = bytes(trace.trace().root)
-        return Work(own, own, tokens, cfg.inner_steps, own_spec.id, cpu, view, root)
+        return Work(own, own, tokens, cfg.inner_steps, own_spec.id, cpu, view, local.trace_root)
+
+    def round_settings(self) -> RoundSettings:
+        """The round's settings as a real node reads them from the chain's TrainingConfig
+        (``RunConfig.from_settings``), in the protocol's inner mode (reference.inner.CARRY_STATE,
+        read now: a test may switch it)."""
+        snap = self.net.ledger.indexer.snapshot.config
+        assert snap is not None
+        run = RunConfig.from_settings(snap, batch_size=self.net.cfg.batch,
+                                      keep_inner_state=reference.inner.CARRY_STATE)  # fmt: skip
+        return run.settings
+
+    def holding(self, r: int, base: dict[str, torch.Tensor]) -> DiLoCo:
+        """The node's DiLoCo holding ``base``, the committed weights round ``r`` starts from. The
+        one it trained round r-1 with, when the ledger committed the result this node computed
+        (its inner AdamW, carried, lives in it; ``DiLoCo.inner_trainer`` starts a fresh one when
+        the inner config or mode differs); else a new one, so a fresh inner state, as
+        ``NodeRunner.adopt`` makes at the node's start, a rejoin after rounds it sat out, or a
+        resync to a committed state that is not its own result. The outer step itself is
+        :meth:`outer_result`'s."""
+        layout = FlatLayout({n: t.shape for n, t in base.items()})
+        flat = layout.flatten(base)
+        kept = self.diloco
+        if kept is not None and self.held == (r - 1, bytes(hash_state_dict(base))):
+            kept.state.base.copy_(flat)  # its own outer step's result (bit for bit)
+            return kept
+        if self.model is None:
+            self.model = GPT(self.net.model)
+        self.diloco = DiLoCo(self.model, OuterState(layout, flat))
+        return self.diloco
 
     def finish(self, work: Work, peers: dict[str, Work], previous_mean: Tensors | None) -> None:
         """Apply the strategy to the computed pseudo-gradient (it may copy what it sees)."""
@@ -209,4 +262,6 @@ class Node:
             self.signed.setdefault(int(body["attestation"]["round"]), []).append(body)
             out.append(net.post(body))
         self.history.append(work.honest)
+        # the state it holds after the round: the members' outer step, if it took part in it
+        self.held = (r, result) if self.address in group else None
         return out

@@ -75,8 +75,8 @@ class _KeepState(ChainConfig):
 
 
 class _FreshState(_KeepState):
-    """The chain's config, with a fresh inner AdamW every round (whatever the protocol's default,
-    which the node's settings read when their module is imported)."""
+    """The chain's config, with a fresh inner AdamW every round (``ChainConfig``'s default mode is
+    reference.inner.CARRY_STATE as imported, which a test's monkeypatch does not change)."""
 
     carried = False
 
