@@ -25,9 +25,9 @@ node-round) over the nodes' process CPU seconds of training, the largest over th
 configurations; ``audit_cpu_ratio_model`` is the same from step counts (p x s x k / H).
 
 The judge compares a segment's end on **sketches** (reference.sketch: the count-sketch the
-node's leaf commits, seeded by the end state's hash), so the verdict's figures
-(``worst_honest_error``, ``smallest_cheat_error``, ``margin``, ``honest_penalised``) are read on
-sketches; the same errors on full states are ``full_state_*``. ``audit_bytes_moved`` is what
+node's leaf commits, seeded by the end state's hash), so the screen's figures
+(``worst_honest_error``, ``smallest_cheat_error``, ``margin``, ``honest_failed_screen``) are
+read on sketches; the same errors on full states are ``full_state_*``. ``audit_bytes_moved`` is what
 the ledger downloads per audited node-round (the blobs the node uploads for the plan of each
 possible drawn segment, their encoded sizes, averaged; the largest configuration), beside one
 full state (12 B/param) and the three the audit moved before sketches
@@ -35,6 +35,27 @@ full state (12 B/param) and the three the audit moved before sketches
 ``last_binding_int8_ratio_max``: the last boundary's sketch against an int8 packet of the
 honest pseudo-gradient, as a share of what the packet's rounding allows (< 1 passes; fp32
 binds exactly, ``last_binding_fp32_max`` 0).
+
+The decision (docs/ledger.md, "one-step verdict"): the segment replay is a screen, and a segment
+that fails it is bisected to one step, which decides. Each honest segment above
+``SEGMENT_TOLERANCE`` (``honest_failed_screen``) is re-checked as the ledger would ask its node:
+re-trained step by step from its start by the node (its threads, micro-batches), each step's state
+kept and every step replayed alone on the ledger's threads (:func:`recheck_segment`, shared with
+bench.gpu_audit; ``honest_rechecked``); ``honest_penalised`` counts the re-checked segments whose
+worst step is above ``ONE_STEP_TOLERANCE`` (what the ledger penalises), and
+``one_step_worst_honest`` / ``one_step_checks`` / ``one_step_honest_penalised`` include the
+re-checked steps. Each cheat segment that fails the screen is bisected
+(``reference.bisect.bisect_segment``, the ledger's, against the states the cheater claims inside
+its segment: those its procedure passed through, its last one again for the steps it did not
+take); ``cheats_exonerated`` counts the bisections whose named step holds (must be 0;
+``exonerated_by_cheat``, ``decision_smallest_by_cheat`` the named steps' errors).
+``worst_honest_error``, ``margin`` and the ``full_state_*`` keys stay the screen's figures.
+``skip_one_margin``: the smallest skip_one segment error over the worst honest segment error (the
+screen's margin against one skipped step of H 50, issue 26's definition). ``decision_margin``:
+the smallest one-step cheat (the round's skipped and lr x 0.9 steps, and the steps the cheats'
+bisections named) over the worst honest one-step error (re-checked steps included).
+``--recheck-all`` re-checks every honest segment and bisects every cheat segment (the smoke
+test's path, where none fails the screen).
 
 Prints one JSON object as its last line and writes a PNG histogram (``--png``, default
 ``reports/bench-audit.png``) and the JSON (``--json``) beside it.
@@ -58,6 +79,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +98,7 @@ from reference.audit_economics import (
     skip_one_net_gain,
     slash_in_round_rewards,
 )
+from reference.bisect import bisect_segment, check_step, schedule_step, step_config
 from reference.inner import CARRY_STATE, InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig
 from reference.segment import (
@@ -127,6 +150,66 @@ class Tally:
     state_bytes: int = 0  # one full state, encoded
     binding_int8: list[float] = field(default_factory=list)
     binding_fp32: list[float] = field(default_factory=list)
+    failed_screen: int = 0  # honest segments above the screen's tolerance
+    rechecked: list[float] = field(default_factory=list)  # worst step of each re-checked segment
+    recheck_steps: list[float] = field(default_factory=list)  # every re-checked step's error
+    recheck_end_gap: float = 0.0  # the step-by-step re-training against the committed end
+    cheat_verdicts: dict[str, list[float]] = field(default_factory=dict)
+    """Per cheat, the one-step error of the step its bisection named (segments failing the
+    screen); above ONE_STEP_TOLERANCE: caught by the decision, else exonerated."""
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """A segment re-checked step by step: each step's one-step error and the state the
+    step-by-step re-training ends at."""
+
+    errors: tuple[float, ...]
+    end: State
+
+    @property
+    def worst(self) -> float:
+        return max(self.errors, default=0.0)
+
+    def end_gap(self, committed: State) -> float:
+        """The largest absolute difference from the node's committed end state."""
+        return max(float((self.end[n].cpu() - committed[n].cpu()).abs().max())
+                   for n in committed if n != STEP)  # fmt: skip
+
+
+def recheck_segment(  # noqa: PLR0917 - the failed segment and how its node steps
+    trainer: InnerTrainer,
+    start: State,
+    rows: torch.Tensor,
+    model_cfg: GPTConfig,
+    threads: int,
+    step: Callable[[torch.Tensor], None] | None = None,
+) -> Recheck:
+    """The one-step verdict of a segment that failed the screen, as the ledger decides it
+    (ledger.judge.bisect: the node's own states inside the segment, each step checked alone): the
+    segment's steps re-trained one at a time from ``start`` by the node (``trainer`` holds
+    ``start``, its config one step; ``step(batch)`` one step as the node takes it, default
+    ``trainer.train``), keeping each step's state (the bench has only boundary states), and every
+    step replayed alone from the node's state on the ledger's ``threads``
+    (``reference.bisect.check_step``). Shared by bench.audit and bench.gpu_audit."""
+    inner = trainer.cfg
+    b = inner.batch_size
+
+    def node_step(batch: torch.Tensor) -> None:
+        trainer.train(batch)
+
+    train = step or node_step
+    state, errors = start, []
+    for t in range(rows.shape[0] // b):
+        batch = rows[t * b : (t + 1) * b]
+        train(batch)
+        after = capture_state(trainer.model, trainer.optimizer())
+        one = step_config(inner, schedule_step(state))
+        check = check_step(state, after, batch, one, model_cfg, tolerance=ONE_STEP_TOLERANCE,
+                           threads=threads)  # fmt: skip
+        errors.append(check.error.value)
+        state = after
+    return Recheck(tuple(errors), state)
 
 
 def _hash(state: State) -> bytes:
@@ -212,8 +295,11 @@ def _cheat(  # noqa: PLR0917
     other_rows: torch.Tensor,
     k: int,
     rng: random.Random,
-) -> State:
-    """The end state a cheater commits for one segment of k steps from ``start``."""
+) -> list[State]:
+    """The states a cheater claims for one segment of k steps from ``start``: after each of the
+    k steps (the last is the end it commits). Inside the segment it claims the states its own
+    procedure passed through, one per batch it took, then its last one again until the end (the
+    steps it did not take), each with the step count it claims."""
     trainer = _trainer_at(cfg, setup, start, k)
     model, opt = trainer.model, trainer.optimizer()
     b = setup.batch
@@ -225,16 +311,28 @@ def _cheat(  # noqa: PLR0917
     elif kind == "half_scaled_up":
         batches = batches[: max(1, k // 2)]
     lr = setup.lr * (0.9 if kind == "wrong_lr" else 1.0)
+    states: list[State] = []
     for batch in batches:
         _step(model, opt, batch, lr, bf16=kind == "bf16")
-    end = capture_state(model, opt)
+        states.append(capture_state(model, opt))
+    states += [states[-1]] * (k - len(states))
+    end = dict(states[-1])
     if kind == "half_scaled_up":
         scale = k / len(batches)
-        for key in end:
+        for key, value in end.items():
             if key.startswith("weights/"):
-                end[key] = start[key] + scale * (end[key] - start[key])
-    end[STEP] = start[STEP] + k  # the cheater claims the steps it did not take
-    return end
+                end[key] = start[key] + scale * (value - start[key])
+    states[-1] = end
+    # the cheater claims the steps it did not take
+    return [{**state, STEP: start[STEP] + i + 1} for i, state in enumerate(states)]
+
+
+def _node_step(trainer: InnerTrainer, setup: Setup, batch: torch.Tensor) -> None:
+    """One of the node's steps as it trains them (re-checking a segment step by step)."""
+    if setup.micro_batches == 1 and setup.device == "cpu":
+        trainer.train(batch)
+    else:
+        _step(trainer.model, trainer.optimizer(), batch, setup.lr, micro=setup.micro_batches)
 
 
 def run_setup(
@@ -243,7 +341,12 @@ def run_setup(
     tally: Tally,
     rng: random.Random,
     one_step: OneStep,
+    *,
+    recheck_all: bool = False,
 ) -> None:
+    """One configuration's rounds into ``tally`` (``recheck_all``: every honest segment
+    re-checked step by step and every cheat segment bisected, not only those that fail the
+    screen)."""
     from ledger.judge.usefulness import corpus_of
     from reference.data import ShardSpec
     from trainer.round.recovery import genesis_checkpoint
@@ -315,6 +418,11 @@ def run_setup(
                 tally.honest.append(err.value)
                 full = segment_error(boundaries[j + 1], replayed, boundaries[j]).value
                 tally.full_honest.append(full)
+                tally.failed_screen += int(err.value > SEGMENT_TOLERANCE)
+                if err.value > SEGMENT_TOLERANCE or recheck_all:  # the one-step verdict decides
+                    torch.set_num_threads(node_threads)
+                    _recheck(cfg, setup, boundaries[j], boundaries[j + 1],
+                             segment_rows(rows, j * k, k, b), tally)  # fmt: skip
             log.info("%s round %d node %d: worst honest segment so far %.3g", setup.name, rnd, i,
                      max(tally.honest))  # fmt: skip
             if i == 0 and rnd in setup.cheat_rounds:
@@ -330,7 +438,8 @@ def run_setup(
                         stale = {f"weights/{n}": t for n, t in previous_base.items()}
                         node_start = {**audited_start, **stale}
                     torch.set_num_threads(node_threads)
-                    claimed = _cheat(kind, cfg, setup, node_start, seg, other[: k * b], k, rng)
+                    states = _cheat(kind, cfg, setup, node_start, seg, other[: k * b], k, rng)
+                    claimed = states[-1]
                     # the replay from the audited start is the honest one computed above
                     end = _hash(claimed)
                     seen = sketch_error(make_sketch(claimed, base, end), replays[j],
@@ -340,10 +449,33 @@ def run_setup(
                     tally.full_cheats.setdefault(kind, []).append(full)
                     log.info("%s round %d cheat %s in segment %d: %.3g", setup.name, rnd, kind, j,
                              seen)  # fmt: skip
+                    if seen > SEGMENT_TOLERANCE or recheck_all:  # bisected, as the ledger does
+                        verdict = bisect_segment(
+                            lambda i: audited_start if i == 0 else states[i - 1],  # noqa: B023
+                            seg, (0, k), seg_cfg, cfg, segment_tolerance=SEGMENT_TOLERANCE,
+                            one_step_tolerance=ONE_STEP_TOLERANCE, threads=setup.ledger_threads,
+                        )  # fmt: skip
+                        tally.cheat_verdicts.setdefault(kind, []).append(verdict.check.error.value)
+                        log.info("%s round %d cheat %s: bisection names step %d of segment %d, "
+                                 "one-step error %.3g", setup.name, rnd, kind, verdict.step, j,
+                                 verdict.check.error.value)  # fmt: skip
             if i == 0 and rnd == 1 and setup.name == "tiny-2t-ledger1t":
                 _one_step_errors(cfg, setup, base, rows, node_threads, one_step)
         previous_base = base
         base = {n: t - 0.9 * sum(t - u[n] for u in updates) / len(updates) for n, t in base.items()}
+
+
+def _recheck(  # noqa: PLR0917 - the failed segment and its node
+    cfg: GPTConfig, setup: Setup, start: State, end: State, rows: torch.Tensor, tally: Tally
+) -> None:
+    """An honest segment that failed the screen, re-checked step by step by its node
+    (:func:`recheck_segment`; the node's threads set by the caller)."""
+    trainer = _trainer_at(cfg, setup, start, 1)
+    done = recheck_segment(trainer, start, rows, cfg, setup.ledger_threads,
+                           step=lambda batch: _node_step(trainer, setup, batch))  # fmt: skip
+    tally.rechecked.append(done.worst)
+    tally.recheck_steps.extend(done.errors)
+    tally.recheck_end_gap = max(tally.recheck_end_gap, done.end_gap(end))
 
 
 def _blob(tensors: State) -> bytes:
@@ -560,6 +692,12 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         help="also nodes that train on the GPU in pinned fp32 (TF32 off, deterministic "
         "algorithms), replayed on the CPU: the check to run where a GPU is lent",
     )
+    parser.add_argument(
+        "--recheck-all",
+        action="store_true",
+        help="re-check every honest segment step by step and bisect every cheat segment, not "
+        "only those that fail the screen (tests: the decision's path where none fails it)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     began = time.monotonic()
@@ -575,7 +713,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     one_step = OneStep()
     for setup in chosen:
         tallies[setup.name] = Tally()
-        run_setup(setup, node_threads, tallies[setup.name], rng, one_step)
+        run_setup(setup, node_threads, tallies[setup.name], rng, one_step,
+                  recheck_all=args.recheck_all)  # fmt: skip
     torch.set_num_threads(node_threads)
 
     honest = [e for t in tallies.values() for e in t.honest]
@@ -588,6 +727,14 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             full_cheats.setdefault(kind, []).extend(values)
     worst = max(honest)
     smallest = min((min(v) for v in cheats.values()), default=math.inf)
+    rechecked = [e for t in tallies.values() for e in t.rechecked]
+    one_honest = one_step.honest + [e for t in tallies.values() for e in t.recheck_steps]
+    verdicts: dict[str, list[float]] = {}
+    for t in tallies.values():
+        for kind, values in t.cheat_verdicts.items():
+            verdicts.setdefault(kind, []).extend(values)
+    one_cheats = [e for v in one_step.cheats.values() for e in v]
+    one_cheats += [e for v in verdicts.values() for e in v]
     full_worst = max(e for t in tallies.values() for e in t.full_honest)
     full_smallest = min((min(v) for v in full_cheats.values()), default=math.inf)
     moved = {n: sum(t.bytes_moved) / len(t.bytes_moved) for n, t in tallies.items()}
@@ -605,7 +752,11 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     }
     summary: dict[str, object] = {
         "honest_segments": len(honest),
-        "honest_penalised": sum(e > SEGMENT_TOLERANCE for e in honest),
+        "honest_failed_screen": sum(t.failed_screen for t in tallies.values()),
+        "failed_screen_by_config": {n: t.failed_screen for n, t in tallies.items()},
+        "honest_rechecked": len(rechecked),
+        "honest_penalised": sum(e > ONE_STEP_TOLERANCE for e in rechecked),
+        "recheck_end_gap": max(t.recheck_end_gap for t in tallies.values()),
         "configs": [s_.name for s_ in chosen],
         "node_threads": node_threads,
         "segment_steps": "H/10",
@@ -618,6 +769,18 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "cheat_segments": sum(len(v) for v in cheats.values()),
         "cheats_passed": sum(e <= SEGMENT_TOLERANCE for v in cheats.values() for e in v),
         "margin": smallest / worst if worst > 0 else math.inf,
+        "skip_one_margin": min(cheats["skip_one"]) / worst
+        if worst > 0 and cheats.get("skip_one")
+        else None,
+        "cheats_bisected": sum(len(v) for v in verdicts.values()),
+        "cheats_exonerated": sum(e <= ONE_STEP_TOLERANCE for v in verdicts.values() for e in v),
+        "exonerated_by_cheat": {
+            kind: sum(e <= ONE_STEP_TOLERANCE for e in v) for kind, v in sorted(verdicts.items())
+        },
+        "decision_smallest_by_cheat": {kind: min(v) for kind, v in sorted(verdicts.items())},
+        "decision_margin": min(one_cheats) / max(one_honest)
+        if one_cheats and one_honest and max(one_honest) > 0
+        else None,
         "compared_on": "sketches (reference.sketch: 3 x 1024 float64 per boundary)",
         "full_state_worst_honest_error": full_worst,
         "full_state_smallest_cheat_error": full_smallest,
@@ -634,15 +797,15 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "bytes_per_param_state": 12,
         "last_binding_fp32_max": max(g for t in tallies.values() for g in t.binding_fp32),
         "last_binding_int8_ratio_max": max(g for t in tallies.values() for g in t.binding_int8),
-        "one_step_worst_honest": max(one_step.honest) if one_step.honest else None,
+        "one_step_worst_honest": max(one_honest) if one_honest else None,
         "one_step_tolerance": ONE_STEP_TOLERANCE,
-        "one_step_checks": len(one_step.honest),
-        "one_step_honest_penalised": sum(e > ONE_STEP_TOLERANCE for e in one_step.honest),
+        "one_step_checks": len(one_honest),
+        "one_step_honest_penalised": sum(e > ONE_STEP_TOLERANCE for e in one_honest),
         "one_step_smallest_cheat": min((min(v) for v in one_step.cheats.values()), default=None),
         "one_step_smallest_by_cheat": {k_: min(v) for k_, v in sorted(one_step.cheats.items())},
         "one_step_margin": (
-            min(min(v) for v in one_step.cheats.values()) / max(one_step.honest)
-            if one_step.honest and one_step.cheats and max(one_step.honest) > 0
+            min(min(v) for v in one_step.cheats.values()) / max(one_honest)
+            if one_honest and one_step.cheats and max(one_honest) > 0
             else None
         ),
         **_verdict_cost(one_step, h),

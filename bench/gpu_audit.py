@@ -4,7 +4,9 @@
 minutes on one GPU; docs/ledger.md, "Segment audit"). For each governed preset (``tiny`` and
 ``cpu10m`` at H 50, lr 3e-3, batch 8) an honest node trains a few rounds on the GPU inside
 ``reference.inner.pinned`` (fp32, TF32 off, deterministic algorithms: what ``coloco node run
---device cuda`` does) and keeps its state every k = H/10 steps; the ledger's segment replay
+--device cuda`` does) with the protocol's AdamW (``InnerConfig.protocol``, carried when
+``reference.inner.CARRY_STATE``: the node keeps its AdamW across its rounds, as bench.audit's
+nodes do) and keeps its state every k = H/10 steps; the ledger's segment replay
 (``reference.segment.replay_segment`` + ``segment_error``, what
 ``ledger.judge.replay.audit_segment`` runs) replays every segment on the CPU (one thread) from
 the node's own start state. It reports:
@@ -17,7 +19,8 @@ the node's own start state. It reports:
 - the verdict that decides: the ledger's segment replay is a screen, and a segment that fails it
   is bisected to one step (ledger.judge.bisect). Here each honest segment that fails the screen
   is re-trained step by step on the device from its start (keeping each step's state: the bench
-  has only boundary states) and every step is checked alone on the CPU (``check_step``):
+  has only boundary states) and every step is checked alone on the CPU (``check_step``;
+  ``bench.audit.recheck_segment``, the one re-check both benches run):
   ``honest_failed_screen`` segments above ``SEGMENT_TOLERANCE``, ``honest_penalised`` those
   with a step above ``ONE_STEP_TOLERANCE`` (what the ledger would penalise), and
   ``one_step_worst_honest`` the worst honest step (these and the round's first steps).
@@ -47,9 +50,10 @@ from dataclasses import dataclass, field
 import torch
 
 from bench import emit
+from bench.audit import recheck_segment
 from ledger.core.config import ONE_STEP_TOLERANCE, SEGMENT_TOLERANCE
 from reference.bisect import check_step, schedule_step, step_config
-from reference.inner import InnerConfig, InnerTrainer, pinned
+from reference.inner import CARRY_STATE, InnerConfig, InnerTrainer, pinned
 from reference.model import GPT, GPTConfig
 from reference.segment import (
     STEP,
@@ -92,6 +96,12 @@ class Tally:
     recheck_end_gap: float = 0.0  # the step-by-step re-training against the committed end
 
 
+def _inner(steps: int, lr: float = LR) -> InnerConfig:
+    """The protocol's AdamW for ``steps`` steps in its mode (``CARRY_STATE``: the carried
+    constants, the node keeping its AdamW across rounds; else the fresh state's)."""
+    return InnerConfig.protocol(steps, lr, BATCH, carried=CARRY_STATE)
+
+
 def _trainer(
     cfg: GPTConfig, device: torch.device, state: State, inner: InnerConfig
 ) -> InnerTrainer:
@@ -118,8 +128,7 @@ def _segment(
     batches = [rows[i * BATCH : (i + 1) * BATCH] for i in range(K)]
     if skip is not None:
         del batches[skip]
-    inner = InnerConfig(steps=len(batches), lr=lr, batch_size=BATCH)
-    trainer = _trainer(cfg, device, start, inner)
+    trainer = _trainer(cfg, device, start, _inner(len(batches), lr))
     with mode():
         trainer.train(torch.cat(batches))
     end = capture_state(trainer.model, trainer.optimizer())
@@ -130,7 +139,7 @@ def _segment(
 def _bf16_segment(cfg: GPTConfig, device: torch.device, start: State, rows: torch.Tensor) -> State:
     """The k steps as ``--bf16`` trains them: InnerTrainer's step under bf16 autocast (on a CPU
     asked for explicitly: InnerTrainer autocasts on a GPU only)."""
-    trainer = _trainer(cfg, device, start, InnerConfig(steps=K, lr=LR, batch_size=BATCH))
+    trainer = _trainer(cfg, device, start, _inner(K))
     model, opt = trainer.model, trainer.optimizer()
     for i in range(K):
         batch = rows[i * BATCH : (i + 1) * BATCH].to(device)
@@ -150,26 +159,20 @@ def _recheck(  # noqa: PLR0917 - the failed segment and where it ran
     cfg: GPTConfig, device: torch.device, start: State, end: State, rows: torch.Tensor,
     tally: Tally,
 ) -> None:  # fmt: skip
-    """The one-step verdict of a segment that failed the screen: its k steps re-trained one at a
-    time on ``device`` (pinned) from ``start``, each step checked alone on the CPU from the
-    node's own state; the segment's worst step goes into ``tally.rechecked``."""
-    inner = InnerConfig(steps=1, lr=LR, batch_size=BATCH)
-    trainer = _trainer(cfg, device, start, inner)
-    state, worst = start, 0.0
-    for t in range(K):
-        batch = rows[t * BATCH : (t + 1) * BATCH]
+    """The one-step verdict of a segment that failed the screen (bench.audit.recheck_segment):
+    its k steps re-trained one at a time on ``device`` (pinned) from ``start``, each step checked
+    alone on the CPU from the node's own state; the segment's worst step goes into
+    ``tally.rechecked``."""
+    trainer = _trainer(cfg, device, start, _inner(1))
+
+    def step(batch: torch.Tensor) -> None:
         with pinned(device):
             trainer.train(batch)
-        after = capture_state(trainer.model, trainer.optimizer())
-        one = step_config(inner, schedule_step(state))
-        check = check_step(state, after, batch, one, cfg, tolerance=ONE_STEP_TOLERANCE,
-                           threads=LEDGER_THREADS)  # fmt: skip
-        worst = max(worst, check.error.value)
-        tally.recheck_steps.append(check.error.value)
-        state = after
-    gap = max(float((state[n].cpu() - end[n].cpu()).abs().max()) for n in end if n != STEP)
-    tally.recheck_end_gap = max(tally.recheck_end_gap, gap)
-    tally.rechecked.append(worst)
+
+    done = recheck_segment(trainer, start, rows, cfg, LEDGER_THREADS, step=step)
+    tally.recheck_steps.extend(done.errors)
+    tally.recheck_end_gap = max(tally.recheck_end_gap, done.end_gap(end))
+    tally.rechecked.append(done.worst)
 
 
 def run_preset(
@@ -181,25 +184,31 @@ def run_preset(
 
     cfg = GPTConfig.preset(preset.name)
     corpus = corpus_of(None)
-    seg_cfg = InnerConfig(steps=K, lr=LR, batch_size=BATCH)
+    seg_cfg = _inner(K)
     base = {n: t.float() for n, t in genesis_checkpoint(cfg, 0).weights.items()}
     tokens = H * BATCH * cfg.seq_len
     honest_mode = lambda: pinned(device)  # noqa: E731
+    carried: dict[int, State] = {}  # each node's last state (its AdamW kept: CARRY_STATE)
     for rnd in range(1, preset.rounds + 1):
         updates = []
         for i in range(preset.nodes):
             node = "0x" + f"{i + 1:040x}"
             rows = corpus.shard_rows(ShardSpec.for_node(RUN, rnd, node, tokens, (10_000,)),
                                      cfg.seq_len)  # fmt: skip
-            boundaries = [fresh_state(base)]
+            start = fresh_state(base)
+            if CARRY_STATE and i in carried:  # the moments and step of its previous round
+                start = {**carried[i], **{n: v for n, v in start.items() if "weights/" in n}}
+            boundaries = [start]
             for j in range(preset.segments):
                 seg = segment_rows(rows, j * K, K, BATCH)
                 boundaries.append(_segment(cfg, device, boundaries[-1], seg, honest_mode))
+            carried[i] = boundaries[-1]
             updates.append({n: boundaries[-1][f"weights/{n}"] for n in base})
             for j in range(preset.segments):  # the ledger replays every segment on its CPU
                 seg = segment_rows(rows, j * K, K, BATCH)
                 start, end = boundaries[j], boundaries[j + 1]
-                replayed = replay_segment(start, seg, seg_cfg, cfg, first_step=j * K,
+                replayed = replay_segment(start, seg, seg_cfg, cfg,
+                                          first_step=schedule_step(start),
                                           threads=LEDGER_THREADS)  # fmt: skip
                 tally.honest.append(segment_error(end, replayed, start).value)
                 if tally.honest[-1] > SEGMENT_TOLERANCE:
@@ -229,7 +238,7 @@ def _one_step(
 ) -> None:  # fmt: skip
     """One-step verdicts: the node's first steps on ``device`` (pinned), each re-checked on the
     CPU as ``coloco audit`` does; a step skipped but claimed is the cheat it must name."""
-    inner = InnerConfig(steps=1, lr=LR, batch_size=BATCH)
+    inner = _inner(1)
     state = fresh_state(base)
     trainer = _trainer(cfg, device, state, inner)
     for s in range(checks):
@@ -237,7 +246,7 @@ def _one_step(
         with pinned(device):
             trainer.train(batch)
         after = capture_state(trainer.model, trainer.optimizer())
-        one = step_config(inner, s)
+        one = step_config(inner, schedule_step(state))
         check = check_step(state, after, batch, one, cfg, tolerance=ONE_STEP_TOLERANCE,
                            threads=LEDGER_THREADS)  # fmt: skip
         tally.one_step.append(check.error.value)

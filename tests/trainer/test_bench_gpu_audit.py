@@ -10,8 +10,9 @@ from typing import Any
 
 import torch
 
-from bench.gpu_audit import main
+from bench.gpu_audit import BATCH, LR, _inner, main
 from ledger.core.config import ONE_STEP_TOLERANCE, SEGMENT_TOLERANCE
+from reference.inner import CARRY_STATE, InnerConfig
 
 
 def test_the_gpu_check_runs_on_cpu_and_separates_honest_from_cheats() -> None:
@@ -32,3 +33,11 @@ def test_the_gpu_check_runs_on_cpu_and_separates_honest_from_cheats() -> None:
     assert summary["one_step_checks"] == 3 + 2 * 5 and summary["one_step_honest_penalised"] == 0
     assert summary["one_step_tolerance"] == ONE_STEP_TOLERANCE
     assert summary["one_step_smallest_cheat"] > 10 * ONE_STEP_TOLERANCE
+
+
+def test_the_gpu_check_trains_in_the_protocols_inner_mode() -> None:
+    """The node and the replay use the protocol's AdamW (the carried constants when
+    CARRY_STATE), not a bare InnerConfig's fresh ones."""
+    assert _inner(5) == InnerConfig.protocol(5, LR, BATCH, carried=CARRY_STATE)
+    if CARRY_STATE:
+        assert _inner(1).betas != InnerConfig(steps=1, lr=LR, batch_size=BATCH).betas
