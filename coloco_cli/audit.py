@@ -46,11 +46,15 @@ from coloco_cli.tx import open_chain
 from ledger.core.config import AUDIT_TOLERANCE, SEGMENT_TOLERANCE
 from protocol.attestation import ATTESTATION_ATTRS
 from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
-from reference.settings import TrainingSettings
+from reference.settings import TrainingSettings, WireFormat
 
 UNVERIFIABLE = (
     "the round starts from the node's carried state, which is not public; only the ledger's "
     "draw can ask a node for its boundaries"
+)
+SPARSE_UNVERIFIABLE = (
+    "a sparse packet is checked by the ledger's exact packet check from the node's committed "
+    "residual (ledger.judge.sparse_check), which this auditor does not re-run"
 )
 NO_TRACE = "0x" + "00" * 32  # an attestation's traceRoot when it commits no trace
 
@@ -141,6 +145,9 @@ def audit_rounds(
             )
             if bad is not None:
                 out.append({**key, "verdict": "fail", "reason": bad})
+                continue
+            if packet is not None and packet.fmt is WireFormat.SPARSE:
+                out.append({**key, "verdict": "unverifiable", "reason": SPARSE_UNVERIFIABLE})
                 continue
             if entry is not None and entry["segments"]:
                 out.append(key | recheck_segments(http, run_id, entry, base, tensors, packet,
