@@ -159,3 +159,43 @@ def test_a_carried_round_the_ledger_did_not_audit_is_unverifiable_not_failed(
         (2, "unverifiable"),
     ], verdicts
     assert all(v["reason"] == UNVERIFIABLE for v in verdicts), verdicts
+
+
+def test_an_overlapped_carried_round_passes_the_public_recheck_from_its_committed_origin(
+    chain: AnvilProcess,
+    deployment: Deployment,
+    settings_for: Callable[..., Settings],  # noqa: F811
+    db_url: str,  # noqa: F811
+    nodes: list[Any],  # noqa: F811
+    corpus_dir: Path,  # noqa: F811
+    store_port: int,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The overlap schedule (trainer.round.overlap): round 2 starts from round 1's base less the
+    node's own round 1 progress, not from its attested base. The ledger audited it from that
+    origin (boundary 0 in full, round 1's boundaries 0 and last in full); the public auditor
+    finds the same with the ledger's ``starts_elsewhere``, checks the origin with
+    ``ledger.judge.origin_check`` from round 1's delivered boundaries and re-runs the segment
+    from it: it passes (a whole-round replay from the attested base failed it at 0.68-0.82)."""
+    key = NodeKey.from_private_key(nodes[0].key)
+    seen: dict[str, Any] = {}
+
+    def audit(ledger: Ledger, client: TestClient, node: NodeRunner, lc: LedgerClient) -> None:
+        seen["served"] = client.get(f"/v1/runs/0x{RUN.hex()}/rounds/2/segment-audits").json()
+        seen["verdicts"] = _public_audit(client, chain, deployment, corpus_dir)
+
+    scores, _, _ = _audited_rounds(
+        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        overlap=True, config=_carry(monkeypatch, True), audit_segments=1, then=audit,
+    )  # fmt: skip
+    by_round = {s["round"]: s for s in scores}
+    assert "origin: the round started from the last round's base" in by_round[2]["reason"]
+    (served,) = seen["served"]
+    assert served["origin_state_hash"], served  # boundary 0 delivered in full: the origin
+    verdicts = {v["round"]: v for v in seen["verdicts"]}
+    assert [(r, v["check"], v["verdict"]) for r, v in sorted(verdicts.items())] == [
+        (1, "segments", "pass"),
+        (2, "segments", "pass"),
+    ], verdicts
+    assert "origin: the round started from the last round's base" in verdicts[2]["reason"]
