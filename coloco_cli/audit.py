@@ -1,18 +1,31 @@
-"""`coloco audit`: an independent replay auditor of a ledger's rounds (level 3).
+"""`coloco audit`: an independent auditor of a ledger's rounds (level 3).
 
-Reads the rounds of a run from a ledger (``GET /v1/runs/{run}/rounds``), samples the governed
-fraction of paid (node, round) pairs with its own draw (a fresh random seed each call, so no node
-can predict it; ``--fraction 1`` takes every one), downloads the base checkpoint and the
-pseudo-gradient blobs (public once the round is scored), replays the inner steps on CPU from the
-base on the declared shard (:mod:`ledger.judge.replay`) and prints one line per pair, then a
-summary; with ``--json`` one JSON object ``{"audited", "failed", "unavailable", "verdicts":
-[...]}`` instead. Exit code 1 when a replay fails: its verdict carries the evidence (attestation
-digest, replay inputs, hashes).
+Reads the rounds of a run from a ledger (``GET /v1/runs/{run}/rounds``) and samples the paid
+(node, round) pairs with its own draw (a fresh random seed each call, so no node can predict it;
+``--fraction 1`` takes every one). Each sampled pair is checked with what public data allows,
+with the ledger's own code (docs/ledger.md, "The independent auditor"):
+
+- the ledger segment-audited it (``GET /v1/runs/{run}/rounds/{round}/segment-audits``): the
+  delivered start states and end sketches are downloaded (``/v1/blobs/{hash}``, each must hash
+  to its name) and the drawn segments re-run with ``ledger.judge.segments.check_entry`` (and,
+  for a round that did not start from its attested base, ``ledger.judge.origin_check``) against
+  the segment tolerance: ``pass`` or ``fail`` with the evidence;
+- its round starts from public inputs (the fresh inner mode, ``reference.inner.CARRY_STATE``
+  off, and its attested base is the previous round's checkpoint, or it commits no trace): the
+  round is replayed whole from its base on the declared shard (``ledger.judge.replay.audit``,
+  with the mode's AdamW constants);
+- neither (the round starts from the node's carried state, not public): ``unverifiable``, with
+  the reason, never a failure.
+
+Prints one line per pair, then a summary; with ``--json`` one JSON object ``{"audited",
+"failed", "unavailable", "unverifiable", "verdicts": [...]}`` instead. Exit code 1 only when a
+check fails: its verdict carries the evidence (attestation digest, replay inputs, hashes).
 """
 
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Annotated, Any
@@ -30,10 +43,20 @@ from coloco_cli.common import (
 )
 from coloco_cli.run.ops import parse_run_id
 from coloco_cli.tx import open_chain
-from ledger.core.config import AUDIT_TOLERANCE
+from ledger.core.config import AUDIT_TOLERANCE, SEGMENT_TOLERANCE
 from protocol.attestation import ATTESTATION_ATTRS
 from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
-from reference.settings import TrainingSettings
+from reference.settings import TrainingSettings, WireFormat
+
+UNVERIFIABLE = (
+    "the round starts from the node's carried state, which is not public; only the ledger's "
+    "draw can ask a node for its boundaries"
+)
+SPARSE_UNVERIFIABLE = (
+    "a sparse packet is checked by the ledger's exact packet check from the node's committed "
+    "residual (ledger.judge.sparse_check), which this auditor does not re-run"
+)
+NO_TRACE = "0x" + "00" * 32  # an attestation's traceRoot when it commits no trace
 
 
 def audit_rounds(
@@ -45,12 +68,22 @@ def audit_rounds(
     inner_lr: float,
     mixture: tuple[int, ...],
     tolerance: float,
+    segment_tolerance: float = SEGMENT_TOLERANCE,
     corpus_dir: Path | None = None,
     limit: int = 50,
     inner_steps: int | None = None,
     data_root: bytes | None = None,
+    carried: bool | None = None,
 ) -> list[dict[str, Any]]:
-    """Replay the sampled pairs of the run's latest ``limit`` scored rounds; one verdict each.
+    """Check the sampled pairs of the run's latest ``limit`` scored rounds; one verdict each.
+
+    A pair the ledger segment-audited (``GET .../segment-audits``) is re-checked from the
+    delivered states with the ledger's own function (``ledger.judge.segments.check_entry``,
+    within ``segment_tolerance``); a pair whose round starts from public inputs (the fresh inner
+    mode, ``carried`` False, and a base that is the previous round's checkpoint) is replayed
+    whole from its base (``ledger.judge.replay.audit``, within ``tolerance``); any other pair is
+    ``unverifiable`` (:data:`UNVERIFIABLE`), never failed. ``carried``: the protocol's inner
+    mode (None: ``reference.inner.CARRY_STATE``).
 
     ``inner_steps`` (the governed H) lets a time-boxed node's planned shard be found, as the
     ledger's own audit does (``ledger.judge.usefulness.matching_shard``); None: the attested
@@ -60,26 +93,41 @@ def audit_rounds(
     from ledger.judge.pseudo_gradients import decode_pseudo_gradient
     from ledger.judge.replay import ReplayInputs, audit
     from ledger.judge.usefulness import corpus_of, matching_shard
+    from reference import inner
 
+    mode = inner.CARRY_STATE if carried is None else carried
     resp = http.get(f"/v1/runs/{run_id}/rounds", params={"limit": limit})
     if resp.status_code != 200:
         raise LedgerError(
             f"ledger answered {resp.status_code} for the rounds of run {run_id}: {resp.text[:300]}"
         )
     rounds = resp.json()
+    checkpoints = {r["round"]: r["checkpoint"] for r in rounds}
     corpus = corpus_of(corpus_dir, data_root)
-    seed = os.urandom(32)  # the auditor's own draw: no node can predict which pairs it replays
+    seed = os.urandom(32)  # the auditor's own draw: no node can predict which pairs it checks
     out: list[dict[str, Any]] = []
     for rnd in sorted(rounds, key=lambda x: x["round"]):
         if rnd["state"] not in ("scored", "committed", "final"):
             continue
+        audited: dict[str, dict[str, Any]] | None = None  # the ledger's, read once a round
         for s in rnd["scores"]:
             if not s["verified"] or not sampled(seed, s["node"], fraction):
+                continue
+            key = {"round": rnd["round"], "node": s["node"], "digest": s["digest"]}
+            traced = s.get("trace_root") not in (None, "", NO_TRACE)
+            if traced and audited is None:
+                audited = _segment_audits(http, run_id, rnd["round"])
+            entry = (audited or {}).get(s["node"].lower()) if traced else None
+            prev = checkpoints.get(rnd["round"] - 1) or _checkpoint(http, run_id, rnd["round"] - 1)
+            public = not mode and (not traced or s["base_checkpoint"] == prev)
+            if (entry is None or not entry["segments"]) and not public:
+                out.append({**key, "verdict": "unverifiable", "reason": UNVERIFIABLE})
                 continue
             base = _tensors(http, s["base_checkpoint"])
             raw = _tensors(http, s["pseudo_gradient"])
             if base is None or raw is None:
-                out.append({"round": rnd["round"], "node": s["node"], "verdict": "unavailable"})
+                out.append({**key, "verdict": "unavailable",
+                            "reason": "the base or the pseudo-gradient is not served"})  # fmt: skip
                 continue
             tensors, packet, bad = decode_pseudo_gradient(raw, base)
             att = SimpleNamespace(**{k: s[k] for k in ATTESTATION_ATTRS})  # a round's score row
@@ -96,16 +144,20 @@ def audit_rounds(
                 shard_tokens=matching_shard(att, mixture, inner_steps) or 0,  # type: ignore[arg-type]
             )
             if bad is not None:
-                out.append(
-                    {"round": rnd["round"], "node": s["node"], "verdict": "fail", "reason": bad}
-                )
+                out.append({**key, "verdict": "fail", "reason": bad})
                 continue
-            v = audit(base, tensors, inputs, corpus, tolerance=tolerance, packet=packet)
+            if packet is not None and packet.fmt is WireFormat.SPARSE:
+                out.append({**key, "verdict": "unverifiable", "reason": SPARSE_UNVERIFIABLE})
+                continue
+            if entry is not None and entry["segments"]:
+                out.append(key | recheck_segments(http, run_id, entry, base, tensors, packet,
+                                                  inputs, corpus, segment_tolerance))  # fmt: skip
+                continue
+            v = audit(base, tensors, inputs, corpus, tolerance=tolerance, packet=packet,
+                      carried=mode)  # fmt: skip
             out.append(
-                {
-                    "round": rnd["round"],
-                    "node": s["node"],
-                    "digest": s["digest"],
+                key | {
+                    "check": "round",
                     "verdict": "pass" if v.passed else "fail",
                     "relative_error": v.rel_error,
                     "submitted": s["pseudo_gradient"],
@@ -113,8 +165,167 @@ def audit_rounds(
                     "replay_inputs": inputs.to_json(),
                     "reason": v.reason,
                 }
-            )
+            )  # fmt: skip
     return out
+
+
+def _segment_audits(http: httpx.Client, run_id: str, round_: int) -> dict[str, dict[str, Any]]:
+    """The ledger's segment audits of a round, by node (lower-case address)."""
+    resp = http.get(f"/v1/runs/{run_id}/rounds/{round_}/segment-audits",
+                    params={"limit": 1000})  # fmt: skip
+    if resp.status_code != 200:
+        raise LedgerError(f"ledger answered {resp.status_code} for the segment audits of round "
+                          f"{round_} of run {run_id}: {resp.text[:300]}")  # fmt: skip
+    return {a["node"].lower(): a for a in resp.json()}
+
+
+def _checkpoint(http: httpx.Client, run_id: str, round_: int) -> str | None:
+    if round_ < 0:
+        return None
+    resp = http.get(f"/v1/runs/{run_id}/rounds/{round_}")
+    return resp.json().get("checkpoint") if resp.status_code == 200 else None
+
+
+def recheck_segments(  # noqa: PLR0917 - the node-round's public inputs
+    http: httpx.Client,
+    run_id: str,
+    entry: dict[str, Any],
+    base: Any,
+    submitted: Any,
+    packet: Any,
+    inputs: Any,
+    corpus: Any,
+    tolerance: float,
+) -> dict[str, Any]:
+    """Re-run the ledger's segment audit of one node-round (``entry``: its
+    ``GET .../segment-audits`` object) from the delivered blobs, each checked to hash to its
+    name, with the ledger's own functions: ``ledger.judge.segments.check_entry`` (each full
+    state against its committed sketch, the last boundary against the pseudo-gradient, each
+    drawn segment replayed), after ``starts_elsewhere`` and ``ledger.judge.origin_check`` for a
+    round that did not start from its attested base (its round r-1 boundaries read the same
+    way). A verdict ``pass``/``fail`` with the evidence, or ``unavailable``."""
+    from dataclasses import replace
+
+    from ledger.core.models import STATE_REQUEST
+    from ledger.judge import segments
+    from ledger.judge.origin_check import PreviousRound, check_origin
+
+    plan = segments.SegmentPlan(tuple(entry["segments"]), tuple(entry["boundary_steps"]),
+                                public_start=entry["public_start"])  # fmt: skip
+    common = {
+        "check": "segments",
+        "segments": entry["segments"],
+        "ledger_verdict": entry["ledger_verdict"],
+        "ledger_error": entry["ledger_error"],
+    }
+    waiting = [b["boundary"] for b in entry["boundaries"] if b["state"] != "delivered"]
+    if waiting:  # pending, or withheld (the ledger fails the node for that itself)
+        why = f"boundaries {waiting} the ledger asked for are not delivered"
+        return common | {"verdict": "unavailable", "reason": why}
+    delivered = _delivered(http, entry)
+    if isinstance(delivered, str):
+        return common | {"verdict": "unavailable", "reason": delivered}
+    requests, states = delivered
+    for need in plan.needed:
+        if need not in requests:
+            return common | {"verdict": "unavailable", "reason": f"boundary {need[0]} "
+                             "the ledger's plan needs was not delivered"}  # fmt: skip
+    start_base = base
+    origin = None
+    # a round whose deliveries say it did not start from its base is audited from its origin,
+    # boundary 0 in full, as the ledger does once it asked for it; without it (the ledger did
+    # not move the audit to the origin) the round is checked as lockstep, where a state that is
+    # not the node's fails check_entry
+    if segments.starts_elsewhere(plan, requests, states, base) and (0, STATE_REQUEST) in requests:
+        plan = replace(plan, origin=True)
+        from_origin = states[(0, STATE_REQUEST)]
+        origin = check_origin(from_origin, base)
+        prev = None
+        if not origin.passed:  # not its base: the overlap schedule's start, from round r-1
+            prev = _previous(http, run_id, inputs.round - 1, inputs.node)
+            if isinstance(prev, str):
+                return common | {"verdict": "unavailable", "reason": prev}
+        if prev is not None:
+            origin = check_origin(from_origin, base, PreviousRound(*prev))
+        if origin.passed:
+            start_base = segments.origin_weights(from_origin)
+        elif prev is not None:
+            return common | {"verdict": "fail", "reason": origin.reason}
+        else:  # the ledger audited it from its attested base: so does check_entry, below
+            plan, origin = replace(plan, origin=False), None
+    used = {n: requests[n] for n in plan.needed}
+    outcome = segments.check_entry(
+        submitted, packet, start_base, inputs, corpus, plan, used,
+        {n: states[n] for n in plan.needed}, tolerance=tolerance,
+        excused={int(b): why for b, why in entry["excused"].items()},
+    )  # fmt: skip
+    return common | {
+        "verdict": "pass" if outcome.passed else "fail",
+        "relative_error": outcome.evidence.get("segment_error"),
+        "reason": outcome.reason + (f"; origin: {origin.reason}" if origin else ""),
+        "evidence": outcome.evidence,
+        "replay_inputs": inputs.to_json(),
+    }
+
+
+def _delivered(
+    http: httpx.Client, entry: dict[str, Any]
+) -> tuple[dict[Any, Any], dict[Any, Any]] | str:
+    """The entry's delivered boundaries as the ledger's rows and their blobs (each checked to
+    hash to its name), or why they cannot be had."""
+    from ledger.core.models import SKETCH_REQUEST, STATE_REQUEST, BoundaryRequest
+    from protocol.hashing import hash_state_dict
+
+    requests: dict[Any, Any] = {}
+    states: dict[Any, Any] = {}
+    for b in entry["boundaries"]:
+        if b["state"] != "delivered":
+            continue
+        what = STATE_REQUEST if b["full"] else SKETCH_REQUEST
+        name = b["state_hash"] if b["full"] else b["sketch_hash"]
+        tensors = _tensors(http, name)
+        if tensors is None:
+            return f"boundary {b['boundary']}'s blob {name} is not served"
+        if "0x" + hash_state_dict(tensors).hex() != name:
+            return f"boundary {b['boundary']}'s blob does not hash to its name {name}"
+        requests[(b["boundary"], what)] = BoundaryRequest(
+            run_id=entry["run_id"], round=entry["round"], node=entry["node"],
+            boundary=b["boundary"], at_step=what, trace_root=entry["trace_root"] or "",
+            deadline=datetime.now(UTC), state="delivered", step=b["step"],
+            state_hash=b["state_hash"], sketch_hash=b["sketch_hash"],
+        )  # fmt: skip
+        states[(b["boundary"], what)] = tensors
+    return requests, states
+
+
+def _previous(
+    http: httpx.Client, run_id: str, round_: int, node: str
+) -> tuple[Any, Any, Any] | str | None:
+    """Round ``round_`` of ``node`` as the origin check reads it: its attested base and its
+    delivered boundary 0 and last boundary in full; None when the ledger did not ask for them
+    (it did not audit the round from an overlapped origin), a reason when they are not had."""
+    from ledger.core.models import STATE_REQUEST
+
+    resp = http.get(f"/v1/runs/{run_id}/rounds/{round_}")
+    score = next((s for s in resp.json().get("scores", []) if s["node"].lower() == node.lower()),
+                 None) if resp.status_code == 200 else None  # fmt: skip
+    entry = _segment_audits(http, run_id, round_).get(node.lower()) if score else None
+    if score is None or entry is None:
+        return None
+    full = {b["boundary"] for b in entry["boundaries"] if b["full"]}
+    last = len(entry["boundary_steps"]) - 1 if entry["boundary_steps"] else max(full, default=0)
+    if not {0, last} <= full:
+        return None
+    if any(b["state"] != "delivered" for b in entry["boundaries"] if b["full"]):
+        return f"round {round_}'s boundaries 0 and {last}, asked for in full, are not delivered"
+    delivered = _delivered(http, entry)
+    if isinstance(delivered, str):
+        return delivered
+    _, states = delivered
+    base = _tensors(http, score["base_checkpoint"])
+    if base is None:
+        return f"round {round_}'s base checkpoint {score['base_checkpoint']} is not served"
+    return base, states[(0, STATE_REQUEST)], states[(last, STATE_REQUEST)]
 
 
 def _tensors(http: httpx.Client, hash_hex: str) -> Any:
@@ -150,8 +361,12 @@ def audit_command(  # noqa: PLR0917 - typer options
         typer.Option(min=1, help="governed inner steps H (default: TrainingConfig's)"),
     ] = None,
     tolerance: Annotated[
-        float, typer.Option(help="relative L2 error allowed (the ledger's default)")
+        float,
+        typer.Option(help="a whole-round replay's relative L2 error allowed (the ledger's)"),
     ] = AUDIT_TOLERANCE,
+    segment_tolerance: Annotated[
+        float, typer.Option(help="a segment replay's error allowed (the ledger's default)")
+    ] = SEGMENT_TOLERANCE,
     limit: Annotated[int, typer.Option(help="latest rounds to look at")] = 50,
     data: Annotated[
         Path | None,
@@ -206,8 +421,8 @@ def audit_command(  # noqa: PLR0917 - typer options
         with httpx.Client(base_url=url, timeout=60) as http:
             verdicts = audit_rounds(
                 http, rid, fraction=fraction, model=model, inner_lr=inner_lr, mixture=bps,
-                tolerance=tolerance, limit=limit, inner_steps=inner_steps, corpus_dir=data,
-                data_root=bytes(cfg.data_root),
+                tolerance=tolerance, segment_tolerance=segment_tolerance, limit=limit,
+                inner_steps=inner_steps, corpus_dir=data, data_root=bytes(cfg.data_root),
             )  # fmt: skip
     except httpx.HTTPError as exc:
         raise LedgerUnavailableError(
@@ -216,15 +431,18 @@ def audit_command(  # noqa: PLR0917 - typer options
         ) from exc
     failed = sum(v["verdict"] == "fail" for v in verdicts)
     unavailable = sum(v["verdict"] == "unavailable" for v in verdicts)
+    unverifiable = sum(v["verdict"] == "unverifiable" for v in verdicts)
     if json_out:
         emit_json({"run_id": rid, "audited": len(verdicts), "failed": failed,
-                   "unavailable": unavailable, "verdicts": verdicts})  # fmt: skip
+                   "unavailable": unavailable, "unverifiable": unverifiable,
+                   "verdicts": verdicts})  # fmt: skip
     else:
         for v in verdicts:
             err = v.get("relative_error")
             detail = f" relative error {err:.2e}" if isinstance(err, float) else ""
             why = f" ({v['reason']})" if v.get("reason") else ""
             typer.echo(f"round {v['round']} node {v['node']}: {v['verdict']}{detail}{why}")
-        typer.echo(f"audited {len(verdicts)}, failed {failed}, blobs unavailable {unavailable}")
+        typer.echo(f"audited {len(verdicts)}, failed {failed}, blobs unavailable {unavailable}, "
+                   f"unverifiable {unverifiable}")  # fmt: skip
     if failed:
         raise typer.Exit(1)

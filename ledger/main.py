@@ -16,6 +16,7 @@ from ledger.api.errors import BodyLimit, WalletSafeJSON, install_error_handlers
 from ledger.api.fast_path import FastPath
 from ledger.api.routes import (
     attestations,
+    audits,
     blobs,
     boundaries,
     challenges,
@@ -85,8 +86,8 @@ def create_app(settings: Settings | None = None, *, ledger: Ledger | None = None
         default_response_class=WalletSafeJSON,  # integers beyond 2^53 as decimal strings
     )
     api = APIRouter(prefix="/v1")
-    for module in (meta, attestations, runs, nodes, rewards, blobs, boundaries, membership,
-                   funding, leases, challenges, market):  # fmt: skip
+    for module in (meta, attestations, runs, audits, nodes, rewards, blobs, boundaries,
+                   membership, funding, leases, challenges, market):  # fmt: skip
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(metrics.router)

@@ -75,6 +75,13 @@ def _seed_key(run_id: str, round_: int) -> str:
     return "audit:" + keccak256(run_id.lower().encode() + b":" + str(round_).encode()).hex()[:56]
 
 
+def stored_seed(session: Session, run_id: str, round_: int) -> bytes | None:
+    """The round's audit seed if it was drawn (:func:`round_seed`), else None: read only, so a
+    reader never draws it."""
+    row = session.get(KeyValue, _seed_key(run_id, round_))
+    return None if row is None else bytes.fromhex(row.value[2:])
+
+
 def round_seed(session: Session, rnd: RoundState) -> bytes:
     """The round's audit seed: drawn at random the first time a closed round is judged, and
     committed at once (in its own transaction) so no retry or restart draws another."""

@@ -101,9 +101,10 @@ def round_rows(inputs: ReplayInputs, corpus: Corpus) -> tuple[torch.Tensor, int]
 
 
 def replay_pseudo_gradient(
-    base: Tensors, inputs: ReplayInputs, corpus: Corpus
+    base: Tensors, inputs: ReplayInputs, corpus: Corpus, *, carried: bool = False
 ) -> dict[str, torch.Tensor]:
-    """``base - local`` after the node's inner steps, recomputed here."""
+    """``base - local`` after the node's inner steps, recomputed here, from a fresh AdamW with
+    the constants of the protocol's inner mode (``carried``: a carried state's first round)."""
     from reference.checkpoint import load_weights_into
     from reference.inner import InnerConfig, InnerTrainer
     from reference.model import GPT, GPTConfig
@@ -112,7 +113,7 @@ def replay_pseudo_gradient(
     rows, batch = round_rows(inputs, corpus)
     model = GPT(cfg)
     load_weights_into(model, {n: t.float() for n, t in base.items()})
-    inner = InnerConfig(steps=inputs.inner_steps, lr=inputs.inner_lr, batch_size=batch)
+    inner = InnerConfig.protocol(inputs.inner_steps, inputs.inner_lr, batch, carried=carried)
     InnerTrainer(model, inner, keep_state=False).train(rows)
     local = dict(model.named_parameters())
     return {n: (base[n].float() - local[n].detach()).contiguous() for n in base}
@@ -126,14 +127,16 @@ def audit(
     *,
     tolerance: float,
     packet: Packet | None = None,
+    carried: bool = False,
 ) -> ReplayVerdict:
     """Replay and compare; ``packet``: the node committed its all-reduce packet (int8 codes),
-    so the replay is encoded the same way before comparing."""
+    so the replay is encoded the same way before comparing; ``carried``: the AdamW constants
+    of the carried inner mode (:meth:`reference.inner.InnerConfig.protocol`)."""
     from reference.inner import one_thread
 
     start = time.process_time()
     with one_thread():  # the node's kernels, where it trained on one thread: bit for bit
-        replayed = replay_pseudo_gradient(base, inputs, corpus)
+        replayed = replay_pseudo_gradient(base, inputs, corpus, carried=carried)
     if packet is not None:
         from reference.codec import decode, quantize
         from reference.outer import FlatLayout

@@ -124,7 +124,7 @@ def test_walkthrough_runs_on_a_devnet(tmp_path: Path) -> None:
     assert "matches the chain; written to released.safetensors" in flat
     assert (work / "released.safetensors").stat().st_size > 0
     audited = re.search(r"audited (\d+), failed 0", flat)
-    assert audited and int(audited.group(1)) >= 1, flat[-3000:]  # honest rounds replay exactly
+    assert audited and int(audited.group(1)) >= 1, flat[-3000:]  # pass or unverifiable, no fail
     assert re.search(r"held-out loss \d+\.\d+ nats/byte", flat)
     assert (work / "demo.safetensors").stat().st_size > 0
     assert "devnet down" in output

@@ -208,3 +208,39 @@ def test_a_requested_sketch_is_served_and_one_not_of_its_leaf_is_refused(
     assert row.sketch_hash == "0x" + right.boundary.sketch_hash.hex()
     assert row.state_hash == "0x" + right.boundary.state_hash.hex()
     assert ledger.blobs.exists(row.sketch_hash)
+
+
+def test_a_rounds_segment_audits_are_served_in_public_without_the_seed_while_it_is_judged(
+    client: TestClient, ledger: Ledger, started_run: str, nodes: list[NodeKey],
+    domain: Eip712Domain, tmp_path: Path,
+) -> None:  # fmt: skip
+    """``GET /v1/runs/{run}/rounds/{round}/segment-audits`` (ledger.api.routes.audits): no token,
+    each requested boundary with its committed step and hashes once delivered; the round's seed
+    is not served while the round is open (it would name the drawn nodes before the audit);
+    the listing is bounded and an unknown round answers 404."""
+    node = nodes[0]
+    store = BoundaryStore(tmp_path / "node")
+    _attest(client, node, started_run, domain, _trained_round(store, 1))
+    url = f"/v1/runs/{started_run}/rounds/1/segment-audits"
+    assert client.get(url).json() == []  # nothing asked yet
+    _ask(client, started_run, node, 2, 60)
+    (pending,) = client.get(url).json()
+    assert pending["node"] == node.address and pending["ledger_verdict"] == "pending", pending
+    asked = {"boundary": 2, "full": True, "state": "pending", "step": None, "state_hash": None,
+             "sketch_hash": None}  # fmt: skip
+    assert pending["boundaries"] == [asked], pending
+    lc = LedgerClient("http://testserver", http=client, retry=RetryPolicy(attempts=1),
+                      uploader=UploadSigner(node.key, domain))  # fmt: skip
+    assert answer_requests(store, lc, bytes.fromhex(started_run[2:]), node.address) == 1
+    (served,) = client.get(url, params={"node": node.address.lower()}).json()
+    (b,) = served["boundaries"]
+    kept = store.serve(1, 2).boundary
+    assert (b["state"], b["step"]) == ("delivered", kept.step), b
+    assert b["state_hash"] == "0x" + kept.state_hash.hex(), b
+    assert b["sketch_hash"] == "0x" + kept.sketch_hash.hex(), b
+    assert served["audit_seed"] is None and served["segments"] == [], served  # round not judged
+    assert served["origin_state_hash"] is None and served["excused"] == {}, served
+    assert client.get(url, params={"node": "0x" + "11" * 20}).json() == []
+    assert client.get(url, params={"limit": 1001}).status_code == 422
+    missing = client.get(f"/v1/runs/{started_run}/rounds/99/segment-audits")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
