@@ -7,6 +7,7 @@ are caught only when the 10% audit sample happens to draw them."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -157,3 +158,49 @@ def test_the_signals_hold_on_a_trained_base(trained_base: dict[str, torch.Tensor
     norm = lambda t: float(torch.cat([x.reshape(-1) for x in t.values()]).norm())  # noqa: E731
     scaled = {n: t * (norm(honest) / norm(half)) for n, t in half.items()}
     assert linf(scaled) < LINF_BAND[0] * linf(honest), (linf(scaled), linf(honest))
+
+
+def _entry(pg: Tensors, node: str, ident: int) -> SimpleNamespace:
+    """A judge entry (ledger.judge.entries.Entry's fields the probe reads) of ``node``'s update,
+    attested on the shard of :func:`_spec`."""
+    spec = dataclasses.replace(_spec(NODE), node=node)
+    att = SimpleNamespace(run_id="0x" + RUN.hex(), round=spec.round, node=node,
+                          inner_steps=STEPS, tokens=STEPS * BATCH * TINY.seq_len,
+                          data_shard="0x" + spec.id.hex())  # fmt: skip
+    return SimpleNamespace(id=ident, ok=True, tensors=pg, att=att, suspicious=[], reason="")
+
+
+@pytest.mark.parametrize("carried", [False, True], ids=["fresh", "carried"])
+def test_the_fingerprints_judge_only_the_fresh_inner_mode(
+    base: dict[str, torch.Tensor], monkeypatch: pytest.MonkeyPatch, carried: bool
+) -> None:
+    """The judge's probe (ledger.judge.scores.probe_inner_steps) flags a node that trained on
+    other data in the fresh mode; in the carried mode, whose first step starts from last round's
+    moments, it does not run at all (it flagged honest carried rounds: its docstring's figures)."""
+    import reference.inner
+    from ledger.judge.scores import probe_inner_steps
+
+    monkeypatch.setattr(reference.inner, "CARRY_STATE", carried)
+    corpus = Corpus.stdlib()
+    nodes = ["0x" + c * 20 for c in ("ab", "cd", "ef")]
+    rows = [
+        corpus.shard_rows(dataclasses.replace(_spec(NODE), node=n), TINY.seq_len) for n in nodes
+    ]
+    other = corpus.shard_rows(dataclasses.replace(_spec(NODE), node="0x" + "5e" * 20), TINY.seq_len)
+    entries = [
+        _entry(_train(base, r, STEPS), n, i)
+        for i, (n, r) in enumerate(zip(nodes, rows, strict=True))
+    ]
+    entries.append(_entry(_train(base, other, STEPS), "0x" + "77" * 20, 3))  # other data
+    ctx = SimpleNamespace(
+        settings=SimpleNamespace(
+            audit_fraction=0.1, usefulness_model="tiny", usefulness_corpus=None
+        ),
+        config=SimpleNamespace(inner_lr=LR, data_mixture_bps=(10_000,), inner_steps=STEPS),
+    )
+    cpu = probe_inner_steps(entries, ctx, base)  # type: ignore[arg-type]
+    flagged = [bool(e.suspicious) for e in entries]
+    if carried:
+        assert cpu == 0.0 and flagged == [False] * 4, [e.suspicious for e in entries]
+    else:
+        assert cpu > 0.0 and flagged == [False, False, False, True], [e.suspicious for e in entries]
