@@ -64,17 +64,21 @@ def probe_inner_steps(entries: list[Entry], ctx: Context, base: Tensors | None) 
     the sign of the declared shard's first batch. Suspicious only: the replay decides. Returns
     the probe's CPU seconds.
 
-    Both fingerprints read how a *fresh* AdamW moves the weights, so they run only when the
-    protocol's inner mode is fresh (``reference.inner.CARRY_STATE`` False). A carried AdamW starts
-    each round from last round's moments: measured on 3 honest nodes over 26 rounds of the red
-    team's settings, the first batch's sign disagreed on up to 14.7 % of the most-moved
-    coordinates (other data: 1.1-9.6 %) and the largest coordinate spread 0.82-1.32 lr x H, so
-    the probe flagged 28 of 78 honest node-rounds, each then audited beside the draw (the
-    ledger's audit CPU 0.122 of the nodes' training in bench.redteam --quick, 0.012 fresh)."""
+    The first batch's sign reads how a *fresh* AdamW takes its first step, so it runs only in
+    the fresh inner mode (``reference.inner.CARRY_STATE`` False). A carried AdamW starts each
+    round from last round's moments: measured on 3 honest nodes over 26 rounds of the red team's
+    settings, the sign disagreed on up to 14.7 % of the most-moved coordinates (other data:
+    1.1-9.6 %) and flagged 28 of 78 honest node-rounds, each then audited beside the draw (the
+    ledger's audit CPU 0.122 of the nodes' training in bench.redteam --quick, 0.012 fresh). The
+    step-count relation holds in both modes, because it compares the node with its round's
+    median: the same 78 carried node-rounds sat at 0.88-1.12 of their round's median (fresh
+    0.958-1.048), so the band flags 3 of 78 honest ones, and it is what makes fewer steps than
+    claimed, half the steps scaled up and a draw grinder's skipped work suspicious (without it
+    bench.redteam's cheaters of those three kept 0.49-1.0 of an honest node's earnings)."""
     from reference import inner  # read at the call: the protocol's mode
 
     live = [e for e in entries if e.ok and e.tensors is not None]
-    if inner.CARRY_STATE or not live or base is None or not can_audit(ctx):
+    if not live or base is None or not can_audit(ctx):
         return 0.0
     if ctx.settings.usefulness_model is None:
         return 0.0
@@ -98,6 +102,8 @@ def probe_inner_steps(entries: list[Entry], ctx: Context, base: Tensors | None) 
                     f"largest coordinate {top:.3f} x lr x innerSteps is {top / ref:.2f}x the "
                     "round's median"
                 )
+    if inner.CARRY_STATE:
+        return 0.0
     try:
         probe = FirstStepProbe(base, ctx.settings.usefulness_model)
     except CheckpointError as exc:  # the ledger's preset is not this run's model

@@ -174,9 +174,11 @@ def _entry(pg: Tensors, node: str, ident: int) -> SimpleNamespace:
 def test_the_fingerprints_judge_only_the_fresh_inner_mode(
     base: dict[str, torch.Tensor], monkeypatch: pytest.MonkeyPatch, carried: bool
 ) -> None:
-    """The judge's probe (ledger.judge.scores.probe_inner_steps) flags a node that trained on
-    other data in the fresh mode; in the carried mode, whose first step starts from last round's
-    moments, it does not run at all (it flagged honest carried rounds: its docstring's figures)."""
+    """The judge's fingerprints (ledger.judge.scores.probe_inner_steps): the first batch's sign
+    flags a node that trained on other data in the fresh mode only (in the carried mode, whose
+    first step starts from last round's moments, it flagged honest rounds: the docstring's
+    figures), and the step-count relation flags a node that ran half the steps it declared in
+    both modes."""
     import reference.inner
     from ledger.judge.scores import probe_inner_steps
 
@@ -192,6 +194,8 @@ def test_the_fingerprints_judge_only_the_fresh_inner_mode(
         for i, (n, r) in enumerate(zip(nodes, rows, strict=True))
     ]
     entries.append(_entry(_train(base, other, STEPS), "0x" + "77" * 20, 3))  # other data
+    half = _train(base, rows[0], STEPS // 2)  # declares STEPS on node 0's shard
+    entries.append(_entry(half, nodes[0], 4))
     ctx = SimpleNamespace(
         settings=SimpleNamespace(
             audit_fraction=0.1, usefulness_model="tiny", usefulness_corpus=None
@@ -200,7 +204,10 @@ def test_the_fingerprints_judge_only_the_fresh_inner_mode(
     )
     cpu = probe_inner_steps(entries, ctx, base)  # type: ignore[arg-type]
     flagged = [bool(e.suspicious) for e in entries]
-    if carried:
-        assert cpu == 0.0 and flagged == [False] * 4, [e.suspicious for e in entries]
+    why = [e.suspicious for e in entries]
+    assert flagged[:3] == [False] * 3 and flagged[4], why
+    assert "largest coordinate" in why[4][0], why
+    if carried:  # no first-batch probe: other data is left to the draw
+        assert cpu == 0.0 and not flagged[3], why
     else:
-        assert cpu > 0.0 and flagged == [False, False, False, True], [e.suspicious for e in entries]
+        assert cpu > 0.0 and flagged[3] and "first batch" in why[3][-1], why
