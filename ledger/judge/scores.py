@@ -78,9 +78,7 @@ def probe_inner_steps(entries: list[Entry], ctx: Context, base: Tensors | None) 
     from reference import inner  # read at the call: the protocol's mode
 
     live = [e for e in entries if e.ok and e.tensors is not None]
-    if not live or base is None or not can_audit(ctx):
-        return 0.0
-    if ctx.settings.usefulness_model is None:
+    if not live or base is None or not can_audit(ctx) or ctx.settings.usefulness_model is None:
         return 0.0
     from ledger.judge.usefulness import corpus_of, matching_shard
     from reference.data import ShardSpec
