@@ -64,19 +64,12 @@ def probe_inner_steps(entries: list[Entry], ctx: Context, base: Tensors | None) 
     the sign of the declared shard's first batch. Suspicious only: the replay decides. Returns
     the probe's CPU seconds.
 
-    The first batch's sign reads how a *fresh* AdamW takes its first step, so it runs only in
-    the fresh inner mode (``reference.inner.CARRY_STATE`` False). A carried AdamW starts each
-    round from last round's moments: measured on 3 honest nodes over 26 rounds of the red team's
-    settings, the sign disagreed on up to 14.7 % of the most-moved coordinates (other data:
-    1.1-9.6 %) and flagged 28 of 78 honest node-rounds, each then audited beside the draw (the
-    ledger's audit CPU 0.122 of the nodes' training in bench.redteam --quick, 0.012 fresh). The
-    step-count relation holds in both modes, because it compares the node with its round's
-    median: the same 78 carried node-rounds sat at 0.88-1.12 of their round's median (fresh
-    0.958-1.048), so the band flags 3 of 78 honest ones, and it is what makes fewer steps than
-    claimed, half the steps scaled up and a draw grinder's skipped work suspicious (without it
-    bench.redteam's cheaters of those three kept 0.49-1.0 of an honest node's earnings)."""
-    from reference import inner  # read at the call: the protocol's mode
-
+    Both run in either inner mode. With a carried AdamW the first batch's sign flags honest
+    rounds too (3 honest nodes, 26 rounds of the red team's settings: up to 14.7 % of the
+    most-moved coordinates disagreed, 28 of 78 node-rounds flagged), which costs audits (the
+    ledger's audit CPU 0.122 of the nodes' training in bench.redteam --quick, 0.012 fresh) and
+    penalises nobody (the replay decides); without it a node that trains on other data is
+    caught only when drawn (tests/redteam/test_redteam.py's other_data escaped, earnings 1.0)."""
     live = [e for e in entries if e.ok and e.tensors is not None]
     if not live or base is None or not can_audit(ctx) or ctx.settings.usefulness_model is None:
         return 0.0
@@ -100,8 +93,6 @@ def probe_inner_steps(entries: list[Entry], ctx: Context, base: Tensors | None) 
                     f"largest coordinate {top:.3f} x lr x innerSteps is {top / ref:.2f}x the "
                     "round's median"
                 )
-    if inner.CARRY_STATE:
-        return 0.0
     try:
         probe = FirstStepProbe(base, ctx.settings.usefulness_model)
     except CheckpointError as exc:  # the ledger's preset is not this run's model
