@@ -272,12 +272,12 @@ def sketch_error(
     shapes = {k.removeprefix("weights/"): t.shape for k, t in replayed_end.items()
               if k.startswith("weights/")}  # fmt: skip
     proj = Projection.of(end_hash, shapes)
-    replayed = make_sketch(replayed_end, base, end_hash, proj)
+    replayed = make_sketch(replayed_end, base, end_hash, proj, commit=False)
     if float(claimed[SKETCH_STEP]) != float(replayed[SKETCH_STEP]):
         return SegmentError(math.inf, math.inf, math.inf,
                             f"adam/step {float(claimed[SKETCH_STEP]):g} != replayed "
                             f"{float(replayed[SKETCH_STEP]):g}")  # fmt: skip
-    begun = make_sketch(start, base, end_hash, proj)
+    begun = make_sketch(start, base, end_hash, proj, commit=False)
     w = SKETCH_PREFIX + "weights"
     parts = {"weights": _ratio(claimed[w] - replayed[w], replayed[w] - begun[w])}
     for moment in ("exp_avg", "exp_avg_sq"):

@@ -8,7 +8,13 @@ state's hash, the hash of a **count-sketch** of it: ``SKETCH_BUCKETS`` float64 n
   the submitted pseudo-gradient, bit for bit in fp32);
 - ``sketch/exp_avg``, ``sketch/exp_avg_sq``: the sketches of AdamW's moments (zeros when the
   state commits none: a fresh AdamW);
-- ``sketch/step``: AdamW's step count (0 when none).
+- ``sketch/step``: AdamW's step count (0 when none);
+- ``sketch/adam``: the 32 bytes (uint8) of the hash of the state's AdamW entries (``adam/*``,
+  protocol.hashing; :func:`adam_hash`): what a carried AdamW hands from one round to the next,
+  committed exactly. Boundary 0 of round r must hold the AdamW state the node's round r-1 ended
+  with, or a fresh one (:data:`FRESH_ADAM`, no entries): the ledger compares the two rounds'
+  committed hashes (ledger.judge.continuity), so moments the node made up, which a segment replay
+  from them would confirm, fail the audit.
 
 A count-sketch adds each coordinate, times a sign of +-1, into one of the buckets; bucket and sign
 come from a hash of the coordinate's index (its offset in the parameters taken in name order)
@@ -38,13 +44,16 @@ import torch
 from torch import Tensor
 
 from protocol.eip712 import keccak256
+from protocol.hashing import hash_state_dict
 
 SKETCH_BUCKETS = 1024
 """Numbers per part: 3 x 8 KiB per boundary. Distances kept within ~4% (sqrt(2/1024))."""
 PREFIX = "sketch/"
 PARTS = ("weights", "exp_avg", "exp_avg_sq")
 STEP = "sketch/step"
-KEYS = (*(PREFIX + p for p in PARTS), STEP)
+ADAM = "sketch/adam"
+KEYS = (*(PREFIX + p for p in PARTS), STEP, ADAM)
+ADAM_PREFIX = "adam/"
 _M32 = 0xFFFFFFFF
 _MAX_INDEX = 1 << 31
 _MIX = ((16, 0x7FEB352D), (15, 0x2C1B3C6D))  # xor-shift, then an odd multiplier below 2^31
@@ -159,9 +168,13 @@ def make_sketch(
     base: Mapping[str, Tensor],
     state_hash: bytes,
     projection: Projection | None = None,
+    *,
+    commit: bool = True,
 ) -> dict[str, Tensor]:
     """The sketch of a boundary ``state`` (module docstring) whose hash is ``state_hash``, against
-    the round's ``base``; ``projection``: one already made for that hash (reused)."""
+    the round's ``base``; ``projection``: one already made for that hash (reused).
+    ``commit`` False: the float parts only, without the AdamW hash (what a replay compares with a
+    committed sketch; not a sketch to commit)."""
     shapes = {n: t.shape for n, t in _weights(state).items()}
     if not shapes:
         raise SketchError("a boundary state needs its weights (names under 'weights/')")
@@ -172,15 +185,37 @@ def make_sketch(
         sketch[PREFIX + moment] = proj.apply(held)
     step = state.get("adam/step")
     sketch[STEP] = torch.tensor(0.0 if step is None else float(step), dtype=torch.float64)
+    if commit:
+        sketch[ADAM] = torch.frombuffer(bytearray(adam_hash(state)), dtype=torch.uint8)
     return sketch
 
 
+def adam_hash(state: Mapping[str, Tensor]) -> bytes:
+    """The hash of a boundary state's AdamW entries (``adam/*``; none: :data:`FRESH_ADAM`)."""
+    return bytes(hash_state_dict({k: t for k, t in state.items() if k.startswith(ADAM_PREFIX)}))
+
+
+FRESH_ADAM = bytes(hash_state_dict({}))
+"""The AdamW hash of a state before the optimizer's first step (a fresh AdamW commits none)."""
+
+
+def committed_adam(sketch: Mapping[str, Tensor]) -> bytes:
+    """The AdamW hash a sketch commits (``sketch/adam``; a checked sketch)."""
+    return bytes(sketch[ADAM].to(torch.uint8).tolist())
+
+
 def check_sketch(sketch: Mapping[str, Tensor], buckets: int = SKETCH_BUCKETS) -> None:
-    """Refuse, naming what is wrong, anything but a sketch: its four float64 tensors, finite."""
+    """Refuse, naming what is wrong, anything but a sketch: its four float64 tensors, finite,
+    and the 32 bytes of its AdamW hash."""
     if set(sketch) != set(KEYS):
         missing, extra = sorted(set(KEYS) - set(sketch)), sorted(set(sketch) - set(KEYS))
         raise SketchError(f"a sketch holds {list(KEYS)}: missing {missing}, unexpected {extra[:4]}")
+    adam = sketch[ADAM]
+    if adam.dtype != torch.uint8 or tuple(adam.shape) != (32,):
+        raise SketchError(f"{ADAM} is {adam.dtype} {tuple(adam.shape)}, a sketch's is uint8 (32,)")
     for key, t in sketch.items():
+        if key == ADAM:
+            continue
         shape = () if key == STEP else (buckets,)
         if t.dtype != torch.float64 or tuple(t.shape) != shape:
             raise SketchError(f"{key} is {t.dtype} {tuple(t.shape)}, a sketch's is float64 {shape}")

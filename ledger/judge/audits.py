@@ -39,7 +39,7 @@ from ledger.core.models import (
     SegmentBisection,
     utcnow,
 )
-from ledger.judge import bisect, segments
+from ledger.judge import bisect, continuity, segments
 from ledger.judge.bisect import FailedSegment
 from ledger.judge.boundaries import check_boundaries
 from ledger.judge.entries import Context, Entry, Fraud
@@ -150,7 +150,8 @@ def replay_audits(
     cleared: set[str] = set()  # nodes whose copy partner failed: the pair is explained
     waiting: list[str] = []  # nodes whose requested boundaries the segment audit waits for
     wanted: dict[str, list[segments.Need]] = {}  # what the segment audit is still to ask for
-    earlier: dict[str, list[segments.Need]] = {}  # of round r-1 (an overlapped round's origin)
+    # of round r-1: an overlapped round's origin, a carried round's last AdamW state
+    earlier: dict[str, list[segments.Need]] = {}
 
     def why_of(e: Entry) -> str:
         reasons = [w for w in e.suspicious if not (e.att.node in cleared and "cosine" in w)]
@@ -266,6 +267,9 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     missing = [b for b in plan.needed if b not in requests]
     if missing:
         wanted[e.att.node] = missing
+        if not plan.public_start:  # asked for with them: round r-1's last AdamW state
+            needs = continuity.previous_needs(session, ctx, rnd.run_id, rnd.round, e.att.node)
+            segments.ask_earlier(earlier, e.att.node, needs)
         return 0.0, True
     if segments.pending(requests, utcnow()):
         e.reason += f"; audit ({why}) waits for boundaries {[b for b, _ in plan.needed]}"
@@ -298,6 +302,19 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
         if not verdict.passed:
             return _origin_failed(e, rnd, inputs, plan, why, seed, verdict.reason), False
         e.reason += f"; origin: {verdict.reason}"
+    if not plan.public_start:  # a carried AdamW: the round starts from its own previous state
+        kept = continuity.check(session, ctx, rnd.run_id, rnd.round, e.att.node, requests,
+                                states, earlier)  # fmt: skip
+        if kept is None:
+            e.reason += f"; audit ({why}) waits for the node's round {rnd.round - 1} last boundary"
+            return 0.0, True
+        if not kept.passed:
+            _seal(e, {
+                **_attested(e, inputs, why, seed), "trace_root": e.att.trace_root,
+                "continuity": kept.reason, **kept.evidence,
+            }, kept.reason, why)  # fmt: skip
+            return 0.0, False
+        e.reason += f"; {kept.reason}"
     threads = ctx.settings.audit_threads or os.cpu_count()
     cpu = 0.0
     with Session(session.get_bind(), expire_on_commit=False) as own:  # the bisection's rows

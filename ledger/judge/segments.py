@@ -139,10 +139,12 @@ class SegmentPlan:
 
     @property
     def sketches(self) -> list[int]:
-        """The boundaries only sketched: the segments' ends, the last boundary (and boundary 0
-        of a segment at the public base: its delivery names the state hash it committed)."""
+        """The boundaries only sketched: the segments' ends, the last boundary, and boundary 0
+        of a segment at the public base (its delivery names the state hash it committed) or of
+        any carried round (its sketch commits the AdamW state the round starts from:
+        ledger.judge.continuity)."""
         wanted = {self.last} | {j + 1 for j in self.segments}
-        if 0 in self.segments and self.public_start:
+        if 0 in self.segments or not self.public_start:
             wanted.add(0)
         return sorted(wanted - set(self.full))
 
@@ -253,6 +255,19 @@ def existing(
     return {n: found[n] for n in needs if n in found}
 
 
+def previous_attestation(
+    session: Session, run_id: str, round_: int, node: str
+) -> Attestation | None:
+    """The node's traced attestation of round ``round_ - 1`` (None: it attested no traced one)."""
+    att = session.exec(
+        select(Attestation).where(
+            Attestation.run_id == run_id, Attestation.round == round_ - 1,
+            Attestation.node == node,
+        )
+    ).first()  # fmt: skip
+    return None if att is None or att.trace_root in (None, "", "0x" + "00" * 32) else att
+
+
 def previous_round(  # noqa: PLR0917 - the node-round's key and where to ask
     session: Session,
     ctx: Context,
@@ -268,13 +283,8 @@ def previous_round(  # noqa: PLR0917 - the node-round's key and where to ask
     of that node, a base not in the blob store, a boundary withheld past its deadline)."""
     from ledger.judge.boundaries import withheld_reason
 
-    att = session.exec(
-        select(Attestation).where(
-            Attestation.run_id == run_id, Attestation.round == round_ - 1,
-            Attestation.node == node,
-        )
-    ).first()  # fmt: skip
-    if att is None or att.trace_root in (None, "", "0x" + "00" * 32):
+    att = previous_attestation(session, run_id, round_, node)
+    if att is None:
         return (
             "the round did not start from its attested base, and the node attested no traced "
             f"round {round_ - 1} whose progress it could have started from"
@@ -284,8 +294,7 @@ def previous_round(  # noqa: PLR0917 - the node-round's key and where to ask
     requests = existing(session, run_id, round_ - 1, node, needs)
     missing = [n for n in needs if n not in requests]
     if missing:
-        if earlier is not None:
-            earlier[node] = missing
+        ask_earlier(earlier, node, missing)
         return None
     if pending(requests, utcnow()):
         return None
@@ -299,6 +308,14 @@ def previous_round(  # noqa: PLR0917 - the node-round's key and where to ask
                 "blob store: the overlapped start cannot be recomputed")  # fmt: skip
     states = load_states(ctx.blobs, requests)
     return PreviousRound(base, states[needs[0]], states[needs[1]])
+
+
+def ask_earlier(earlier: dict[str, list[Need]] | None, node: str, needs: list[Need]) -> None:
+    """Add ``needs`` (boundaries of the node's round r-1) to what the round's audit asks
+    ``node`` for (:class:`AuditPending`'s ``earlier``)."""
+    if earlier is not None:
+        wanted = earlier.setdefault(node, [])
+        wanted.extend(n for n in needs if n not in wanted)
 
 
 def round_requests(session: Session, rnd: RoundState) -> list[BoundaryRequest]:

@@ -249,7 +249,7 @@ class RoundKeeper:
                     boundaries.request_boundary(
                         session, wait.run_id, wait.round, node, b, deadline_s=due, at_step=what
                     )
-            for node, wanted in wait.earlier.items():  # an overlapped round's origin check
+            for node, wanted in wait.earlier.items():  # round r-1: origin, carried AdamW
                 for b, what in wanted:
                     boundaries.request_boundary(
                         session, wait.run_id, wait.round - 1, node, b, deadline_s=due,

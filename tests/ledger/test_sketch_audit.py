@@ -131,7 +131,10 @@ def test_an_honest_node_passes_moving_one_full_state(honest: Round) -> None:
     full = sum(t.numel() * t.element_size() for t in honest.states[1].values())
     sketch = sum(t.numel() * t.element_size() for t in make_sketch(
         honest.states[2], honest.base, honest.boundaries[2].state_hash).values())  # fmt: skip
-    assert sketch == 3 * 1024 * 8 + 8 and sketch < full / 50  # tiny: 1.4 MB a state
+    assert sketch == 3 * 1024 * 8 + 8 + 32 and sketch < full / 50  # tiny: 1.4 MB a state
+    # a carried round's audit also reads boundary 0's sketch: the AdamW state it starts from
+    carried = dataclasses.replace(plan, public_start=False)
+    assert carried.needed == [(1, STATE_REQUEST), (0, SKETCH_REQUEST), (2, SKETCH_REQUEST)]
 
 
 def test_a_segment_at_the_public_base_moves_no_full_state(honest: Round) -> None:

@@ -136,6 +136,7 @@ class Node:
         steps = self.strategy.inner_steps(settings.inner.steps)
         settings = replace(settings, inner=replace(settings.inner, steps=steps))
         diloco = self.holding(r, base)
+        self.strategy.carried_moments(diloco.inner_trainer(settings).optimizer())
         start = None
         if self.strategy.stale_base():
             start = diloco.state.layout.flatten(net.genesis_weights)

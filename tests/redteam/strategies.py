@@ -53,6 +53,10 @@ class SimStrategy:
     def train_on_other_data(self) -> bool:
         return False
 
+    def carried_moments(self, optimizer: torch.optim.Optimizer) -> None:
+        """Change the inner AdamW the node carries into the round before its first step (honest:
+        nothing; the round's boundary 0 commits what it holds)."""
+
     def withhold_boundaries(self) -> bool:
         """Never answer the ledger's requests for boundary states (the segment audit's)."""
         return False

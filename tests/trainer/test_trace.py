@@ -11,7 +11,15 @@ from protocol.hashing import hash_state_dict
 from protocol.merkle import process_proof
 from reference.inner import InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig
-from reference.sketch import SketchError, check_sketch, make_sketch, sketch_seed
+from reference.sketch import (
+    FRESH_ADAM,
+    SketchError,
+    adam_hash,
+    check_sketch,
+    committed_adam,
+    make_sketch,
+    sketch_seed,
+)
 from reference.trace import (
     Boundary,
     Trace,
@@ -123,7 +131,13 @@ def test_the_sketch_is_a_seeded_count_sketch_that_keeps_distances() -> None:
     finally:
         torch.set_num_threads(threads)
     weights = sum(t.numel() * 4 for n, t in s2.items() if n.startswith("weights/"))
-    assert sum(t.numel() * t.element_size() for t in sketch.values()) == 3 * 1024 * 8 + 8
+    assert sum(t.numel() * t.element_size() for t in sketch.values()) == 3 * 1024 * 8 + 8 + 32
+    # the AdamW entries' hash, exact: what a carried round's boundary 0 is matched with
+    assert committed_adam(sketch) == adam_hash(s2) != FRESH_ADAM
+    moved = {**s2, "adam/step": s2["adam/step"] + 1}
+    assert committed_adam(make_sketch(moved, builder.base, b2.state_hash)) != adam_hash(s2)
+    with pytest.raises(SketchError, match="uint8"):
+        check_sketch({**sketch, "sketch/adam": sketch["sketch/adam"].double()})
     assert weights > 3 * 1024 * 8  # the small test model is still larger than its sketch
     # another state hash seeds another projection
     assert sketch_seed(b1.state_hash) != sketch_seed(b2.state_hash)
