@@ -311,6 +311,29 @@ class OtherData(Cheat):
         return node.corpus.shard_rows(other, node.s.model.seq_len)
 
 
+class ForgedMoments(Cheat):
+    """Trains every step honestly, but from AdamW moments it chose: the exp_avg it carries into
+    the round x 4 (a push along its own momentum). Each segment replays exactly from its
+    committed boundary 0; the continuity check (ledger.judge.continuity) holds that boundary's
+    AdamW state to the one the node's round r-1 ended with."""
+
+    name = "forged_moments"
+    node: NodeRunner | None = None
+
+    def rows(self, node: NodeRunner, r: int, spec: ShardSpec, rows: Tensor) -> Tensor:
+        self.node = node  # the settings hook comes next, just before the inner steps
+        return rows
+
+    def settings(self, r: int, settings: RoundSettings) -> RoundSettings:
+        settings = super().settings(r, settings)
+        diloco = self.node.diloco if self.node is not None else None
+        if diloco is not None and settings.keep_inner_state:
+            for held in diloco.inner_trainer(settings).optimizer().state.values():
+                if "exp_avg" in held:
+                    held["exp_avg"].mul_(4.0)
+        return settings
+
+
 class PhantomMember(Cheat):
     """Declares an unregistered member, to hold the round open until its deadline."""
 
@@ -571,7 +594,7 @@ ATTACKS: list[type[Cheat]] = [
     ZeroUpdate, GaussianNoise, TinyJunk, HugeScale, CopyExact, CopyNoise, PreviousMean,
     ResendOwn, StaleBase, InflatedTokens, FewerSteps, HalfStepsScaled, OtherData, RoundTakeover,
     JumpAhead, PhantomMember, CheckpointHijack, ZeroCheckpoint, ReplayAttestation, SybilShared,
-    Equivocation, DrawGrinder, ReducerLie,
+    Equivocation, DrawGrinder, ReducerLie, ForgedMoments,
 ]  # fmt: skip
 NAMES = [c.name for c in ATTACKS]
 
