@@ -165,8 +165,9 @@ def replay_audits(
         reasons = [w for w in e.suspicious if not (e.att.node in cleared and "cosine" in w)]
         if not (reasons or sampled(seed, e.att.node, ctx.settings.audit_fraction)):
             continue
-        if e.packet is not None and e.packet.fmt is WireFormat.SPARSE:
-            sparse_round(session, e, ctx, rnd, base)  # exact, from its trace (sparse_check)
+        sparse = e.packet is not None and e.packet.fmt is WireFormat.SPARSE
+        if sparse and e.att.trace_root in (None, "", NO_TRACE):
+            sparse_round(session, e, ctx, rnd, base)  # no trace: nothing to ask for
             continue
         inputs = ReplayInputs(
             run_id=bytes.fromhex(rnd.run_id[2:]),
@@ -195,7 +196,10 @@ def replay_audits(
             cpu += spent
             if waits:
                 waiting.append(e.att.node)
-            elif not e.ok:  # a failed audit explains its copy partner's cosine
+                continue
+            if e.ok and sparse:  # the packet, exact, from the boundaries the plan moved
+                sparse_round(session, e, ctx, rnd, base)
+            if not e.ok:  # a failed audit explains its copy partner's cosine
                 cleared.update(_partners(e))
             continue
         try:  # no trace committed (an older node): the whole round is replayed
@@ -261,8 +265,9 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     (:func:`_verdict`). Returns the replays' CPU seconds and whether the audit waits (for
     boundaries, or for the verdict; a withheld boundary is failed by ``check_boundaries``)."""
     assert e.tensors is not None
+    sparse = e.packet is not None and e.packet.fmt is WireFormat.SPARSE
     plan = segments.plan(seed, e.att.node, e.att.inner_steps, ctx.config.trace_interval,
-                         ctx.settings.audit_segments)  # fmt: skip
+                         ctx.settings.audit_segments, exact=sparse)  # fmt: skip
     requests = segments.existing(session, rnd.run_id, rnd.round, e.att.node, plan.needed)
     missing = [b for b in plan.needed if b not in requests]
     if missing:

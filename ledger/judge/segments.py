@@ -126,6 +126,10 @@ class SegmentPlan:
     the base its sketches are taken from, checked by ``ledger.judge.origin_check`` against
     round r-1's committed boundaries (:data:`EARLIER`)."""
 
+    exact: bool = False
+    """The sparse wire format: boundary 0 and the last boundary also move in full, from which
+    ``ledger.judge.sparse_check`` recomputes the signed packet bit for bit."""
+
     @property
     def last(self) -> int:
         return len(self.marks) - 1
@@ -135,7 +139,8 @@ class SegmentPlan:
         """The boundaries whose full state the audit moves: each drawn segment's start (and
         boundary 0, the origin, for a round that did not start from its base)."""
         starts = {j for j in self.segments if j > 0 or not self.public_start}
-        return sorted(starts | ({0} if self.origin else set()))
+        exact = {0, self.last} if self.exact else set()
+        return sorted(starts | exact | ({0} if self.origin else set()))
 
     @property
     def sketches(self) -> list[int]:
@@ -179,16 +184,17 @@ def drawn_segments(seed: bytes, node: str, segments: int, count: int) -> list[in
 
 def plan(  # noqa: PLR0917 - the draw's inputs
     seed: bytes, node: str, inner_steps: int, interval: int, count: int,
-    carried: bool | None = None,
+    carried: bool | None = None, *, exact: bool = False,
 ) -> SegmentPlan:  # fmt: skip
     """The audit of ``node``'s round: its drawn segments and what they need; ``carried``: the
-    protocol's inner mode (None: ``reference.inner.CARRY_STATE``)."""
+    protocol's inner mode (None: ``reference.inner.CARRY_STATE``); ``exact``: a sparse packet
+    (:attr:`SegmentPlan.exact`)."""
     from reference import inner
 
     marks = tuple(boundary_steps(inner_steps, interval))
     segments = drawn_segments(seed, node, len(marks) - 1, count)
     mode = inner.CARRY_STATE if carried is None else carried
-    return SegmentPlan(tuple(segments), marks, public_start=not mode)
+    return SegmentPlan(tuple(segments), marks, public_start=not mode, exact=exact)
 
 
 def starts_elsewhere(
@@ -469,7 +475,7 @@ def check_entry(  # noqa: PLR0917 - the audit's inputs, each public or committed
         return failed(why, last_boundary_error=gap, last_boundary_allowed=allowed)
     if plan_.origin:
         pass  # boundary 0 is the origin (``base`` here), checked by ledger.judge.origin_check
-    elif 0 in plan_.segments and plan_.public_start:
+    elif 0 in plan_.segments and plan_.public_start and 0 not in plan_.full:
         public = {f"weights/{n}": t.detach().float().contiguous() for n, t in base.items()}
         if hashes[0] != "0x" + state_hash(public).hex():
             why = (
@@ -477,7 +483,7 @@ def check_entry(  # noqa: PLR0917 - the audit's inputs, each public or committed
                 "AdamW: the node's round did not start from the checkpoint it signed"
             )
             return failed(why, start_error=math.inf)
-    elif 0 in plan_.segments:
+    elif 0 in plan_.full:  # moved in full (a carried AdamW, a sparse packet): weights = base
         start0 = states[(0, STATE_REQUEST)]
         start = {n[len("weights/") :]: t for n, t in start0.items() if n.startswith("weights/")}
         moved = relative_error(start, {n: t.float() for n, t in base.items()})
