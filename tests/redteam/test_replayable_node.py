@@ -553,5 +553,6 @@ def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
         assert "one-step verdict: step 7 of round 1" in score["reason"], score["reason"]
         return
     assert score["verified"] and int(score["reward"]) > 0, score["reason"]
+    assert "not confirmed" not in score["reason"], score["reason"]  # the ledger's step, its bits
     assert score["reason"].count("segment replay matches") == 10, score["reason"]
     assert "sparse packet recomputed bit for bit" in score["reason"], score["reason"]

@@ -153,6 +153,17 @@ def test_sparse_average_is_bit_identical_in_any_order(weights: list[int] | None)
     assert torch.equal(acc / torch.tensor(float(sum(ws))), ref)
 
 
+def test_the_mean_of_one_packet_is_its_decode_whatever_its_weight() -> None:
+    """A one-member round: the node decodes its packet (trainer.network.allreduce); the ledger's
+    mean must be those bits. ``(v x w) / w`` in fp32 is not ``v`` for every v (a real one-node
+    sparse run: 491 of 119,424 values 1 ulp off, its result never confirmed)."""
+    (packet,) = _packets()[:1]
+    weighted = [decode_sparse(packet) * torch.tensor(w) / torch.tensor(w) for w in (6400.0, 3.0)]
+    assert any(not torch.equal(v, decode_sparse(packet)) for v in weighted)  # what it guards
+    for w in (None, [6400], [3], [1]):
+        assert torch.equal(average_sparse([packet], w), decode_sparse(packet)), w
+
+
 def test_sparse_average_refuses_mixed_specs_and_bad_weights() -> None:
     a = encode_sparse(_x(5000), SparseSpec(1024, 16, 2))
     b = encode_sparse(_x(5000), SparseSpec(1024, 16, 4))
