@@ -56,6 +56,10 @@ SPARSE_UNVERIFIABLE = (
     "a sparse packet is checked by the ledger's exact packet check from the node's committed "
     "residual (ledger.judge.sparse_check), which this auditor does not re-run"
 )
+NOT_SEGMENT_AUDITED = (
+    "the ledger did not segment-audit this node-round: it asked only for the boundaries the "
+    "next round's audit reads (its last AdamW state)"
+)
 NO_TRACE = "0x" + "00" * 32  # an attestation's traceRoot when it commits no trace
 
 
@@ -206,7 +210,7 @@ def recheck_segments(  # noqa: PLR0917 - the node-round's public inputs
     way). A verdict ``pass``/``fail`` with the evidence, or ``unavailable``."""
     from dataclasses import replace
 
-    from ledger.core.models import STATE_REQUEST
+    from ledger.core.models import SKETCH_REQUEST, STATE_REQUEST
     from ledger.judge import segments
     from ledger.judge.origin_check import PreviousRound, check_origin
 
@@ -218,6 +222,10 @@ def recheck_segments(  # noqa: PLR0917 - the node-round's public inputs
         "ledger_verdict": entry["ledger_verdict"],
         "ledger_error": entry["ledger_error"],
     }
+    asked = {(b["boundary"], STATE_REQUEST if b["full"] else SKETCH_REQUEST)
+             for b in entry["boundaries"]}  # fmt: skip
+    if not set(plan.needed) <= asked:  # asked only what round r+1's audit reads of it
+        return common | {"verdict": "unverifiable", "reason": NOT_SEGMENT_AUDITED}
     waiting = [b["boundary"] for b in entry["boundaries"] if b["state"] != "delivered"]
     if waiting:  # pending, or withheld (the ledger fails the node for that itself)
         why = f"boundaries {waiting} the ledger asked for are not delivered"
@@ -259,13 +267,63 @@ def recheck_segments(  # noqa: PLR0917 - the node-round's public inputs
         {n: states[n] for n in plan.needed}, tolerance=tolerance,
         excused={int(b): why for b, why in entry["excused"].items()},
     )  # fmt: skip
+    reason = outcome.reason + (f"; origin: {origin.reason}" if origin else "")
+    if outcome.passed and not plan.public_start:  # the carried AdamW's start, as the ledger
+        kept, why = _continuity(http, run_id, entry, requests, states)
+        if kept != "pass":
+            return common | {"verdict": kept, "reason": why, "evidence": outcome.evidence}
+        reason += f"; {why}"
     return common | {
         "verdict": "pass" if outcome.passed else "fail",
         "relative_error": outcome.evidence.get("segment_error"),
-        "reason": outcome.reason + (f"; origin: {origin.reason}" if origin else ""),
+        "reason": reason,
         "evidence": outcome.evidence,
         "replay_inputs": inputs.to_json(),
     }
+
+
+def _continuity(
+    http: httpx.Client,
+    run_id: str,
+    entry: dict[str, Any],
+    requests: dict[Any, Any],
+    states: dict[Any, Any],
+) -> tuple[str, str]:
+    """(verdict, reason) of ``ledger.judge.continuity``'s rule from public data: boundary 0's
+    AdamW hash (its delivered state or sketch) must be a fresh AdamW's or that of the last
+    boundary's sketch of the node's round r-1, as the ledger served it."""
+    from ledger.judge.continuity import start_adam
+    from protocol.hashing import hash_state_dict
+    from reference.sketch import FRESH_ADAM, SketchError, check_sketch, committed_adam
+
+    try:
+        start = start_adam(requests, states)
+    except (KeyError, SketchError) as exc:
+        return "unavailable", f"boundary 0's AdamW state cannot be read: {exc}"
+    if start == FRESH_ADAM:
+        return "pass", "boundary 0 starts a fresh AdamW"
+    before = entry["round"] - 1
+    prev = _segment_audits(http, run_id, before).get(entry["node"].lower())
+    last = len(prev["boundary_steps"]) - 1 if prev and prev["boundary_steps"] else None
+    row = next((b for b in (prev or {}).get("boundaries", []) if b["boundary"] == last
+                and not b["full"] and b["state"] == "delivered"), None)  # fmt: skip
+    if row is None:
+        why = (f"round {before}'s last boundary sketch of this node is not served: boundary "
+               "0's carried AdamW state cannot be matched")  # fmt: skip
+        return "unavailable", why
+    sketch = _tensors(http, row["sketch_hash"])
+    if sketch is None or "0x" + hash_state_dict(sketch).hex() != row["sketch_hash"]:
+        return "unavailable", f"round {before}'s last boundary sketch {row['sketch_hash']} is " \
+                              "not served, or does not hash to its name"  # fmt: skip
+    try:
+        check_sketch(sketch)
+    except SketchError as exc:
+        return "unavailable", f"round {before}'s last boundary sketch: {exc}"
+    if committed_adam(sketch) != start:
+        return "fail", (f"boundary 0's AdamW state 0x{start.hex()} is neither fresh nor the one "
+                        f"the node's round {before} ended with "
+                        f"(0x{committed_adam(sketch).hex()}, its boundary {last})")  # fmt: skip
+    return "pass", f"boundary 0 carries round {before}'s AdamW state"
 
 
 def _delivered(

@@ -18,7 +18,7 @@ from sqlmodel import Session, select
 
 from coloco_cli.audit import UNVERIFIABLE, audit_rounds
 from ledger.core.config import Settings
-from ledger.core.models import STATE_REQUEST, BoundaryRequest
+from ledger.core.models import SKETCH_REQUEST, STATE_REQUEST, BoundaryRequest
 from ledger.service import Ledger
 from protocol.blobs import encode_blob
 from protocol.chain import ChainClient
@@ -72,6 +72,22 @@ def test_a_segment_audited_carried_round_passes_the_public_recheck_and_a_swapped
         url = f"/v1/runs/0x{RUN.hex()}/rounds/2/segment-audits"
         seen["served"] = client.get(url).json()
         seen["honest"] = _public_audit(client, chain, deployment, corpus_dir)
+        # round 1's last boundary served with another of its sketches (boundary 0's: a fresh
+        # AdamW): round 2's carried start no longer matches what round 1 ended with
+        with Session(ledger.engine) as s:
+            rows = s.exec(select(BoundaryRequest).where(
+                BoundaryRequest.round == 1, BoundaryRequest.at_step == SKETCH_REQUEST,
+            ).order_by(BoundaryRequest.boundary)).all()  # type: ignore[arg-type]  # fmt: skip
+            first, last = rows[0], rows[-1]
+            assert first.boundary == 0 and last.boundary > 0, [r.boundary for r in rows]
+            kept = last.sketch_hash
+            last.sketch_hash = first.sketch_hash
+            s.add(last)
+            s.commit()
+            seen["forked"] = _public_audit(client, chain, deployment, corpus_dir)
+            last.sketch_hash = kept
+            s.add(last)
+            s.commit()
         # the delivered start of round 2's drawn segment swapped for another state (a ledger
         # that serves other hashes, or a store that was altered): the blob is well formed and
         # hashes to its new name, but it is not the state the node trained through
@@ -115,6 +131,11 @@ def test_a_segment_audited_carried_round_passes_the_public_recheck_and_a_swapped
         (2, "segments", "pass"),
     ], honest
     assert "segment replay matches" in honest[1]["reason"], honest[1]
+    assert "boundary 0 starts a fresh AdamW" in honest[0]["reason"], honest[0]
+    assert "boundary 0 carries round 1's AdamW state" in honest[1]["reason"], honest[1]
+    forked = {v["round"]: v for v in seen["forked"]}
+    assert forked[2]["verdict"] == "fail", forked[2]
+    assert "neither fresh nor the one the node's round 1 ended with" in forked[2]["reason"]
     swapped = {v["round"]: v for v in seen["swapped"]}
     assert swapped[1]["verdict"] == "pass", swapped[1]
     assert swapped[2]["verdict"] == "fail", swapped[2]["reason"]  # the re-check catches it
