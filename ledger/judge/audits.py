@@ -45,7 +45,7 @@ from ledger.judge.boundaries import check_boundaries
 from ledger.judge.entries import Context, Entry, Fraud
 from ledger.judge.origin_check import OriginVerdict, check_origin
 from ledger.judge.replay import ReplayInputs, audit, round_rows
-from ledger.judge.sparse_check import sparse_round
+from ledger.judge.sparse_check import carries_residual, sparse_round
 from ledger.judge.tensors import Tensors
 from protocol.attestation import ATTESTATION_ATTRS
 from protocol.eip712 import keccak256
@@ -198,7 +198,21 @@ def replay_audits(
                 waiting.append(e.att.node)
                 continue
             if e.ok and sparse:  # the packet, exact, from the boundaries the plan moved
-                sparse_round(session, e, ctx, rnd, base)
+                # round r-1 is read only when the round starts with a residual (rule 2)
+                residual = carries_residual(session, ctx, e, rnd.round)
+                previous = (
+                    segments.previous_round(
+                        session, ctx, rnd.run_id, rnd.round, e.att.node, earlier
+                    )
+                    if residual
+                    else None
+                )
+                if residual and previous is None:
+                    e.reason += f"; audit ({why_of(e)}) waits for round {rnd.round - 1}'s " \
+                                "boundaries (the residual it left)"  # fmt: skip
+                    waiting.append(e.att.node)
+                    continue
+                sparse_round(session, e, ctx, rnd, base, previous)
             if not e.ok:  # a failed audit explains its copy partner's cosine
                 cleared.update(_partners(e))
             continue
@@ -275,6 +289,9 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
         if not plan.public_start:  # asked for with them: round r-1's last AdamW state
             needs = continuity.previous_needs(session, ctx, rnd.run_id, rnd.round, e.att.node)
             segments.ask_earlier(earlier, e.att.node, needs)
+        before = segments.previous_attestation(session, rnd.run_id, rnd.round, e.att.node)
+        if sparse and before is not None:  # and round r-1's states: the residual it left
+            segments.ask_earlier(earlier, e.att.node, segments.previous_needs(before, ctx))
         return 0.0, True
     if segments.pending(requests, utcnow()):
         e.reason += f"; audit ({why}) waits for boundaries {[b for b, _ in plan.needed]}"

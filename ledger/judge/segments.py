@@ -292,11 +292,10 @@ def previous_round(  # noqa: PLR0917 - the node-round's key and where to ask
     att = previous_attestation(session, run_id, round_, node)
     if att is None:
         return (
-            "the round did not start from its attested base, and the node attested no traced "
-            f"round {round_ - 1} whose progress it could have started from"
+            f"the node attested no traced round {round_ - 1} whose progress (and error "
+            "feedback) it could have started from"
         )
-    last = len(boundary_steps(att.inner_steps, ctx.config.trace_interval)) - 1
-    needs = earlier_needs(last)
+    needs = previous_needs(att, ctx)
     requests = existing(session, run_id, round_ - 1, node, needs)
     missing = [n for n in needs if n not in requests]
     if missing:
@@ -314,6 +313,12 @@ def previous_round(  # noqa: PLR0917 - the node-round's key and where to ask
                 "blob store: the overlapped start cannot be recomputed")  # fmt: skip
     states = load_states(ctx.blobs, requests)
     return PreviousRound(base, states[needs[0]], states[needs[1]])
+
+
+def previous_needs(att: Attestation, ctx: Context) -> list[Need]:
+    """What :func:`previous_round` reads of the node's round r-1 (``att``): its boundary 0 and
+    last boundary in full."""
+    return earlier_needs(len(boundary_steps(att.inner_steps, ctx.config.trace_interval)) - 1)
 
 
 def ask_earlier(earlier: dict[str, list[Need]] | None, node: str, needs: list[Need]) -> None:

@@ -31,7 +31,7 @@ from sqlmodel import Session, select
 
 from ledger.core.models import STATE_REQUEST, BoundaryRequest, RoundState
 from ledger.judge.entries import Context, Entry, Fraud
-from ledger.judge.origin_check import OriginVerdict, check_origin
+from ledger.judge.origin_check import OriginVerdict, PreviousRound, check_origin
 from protocol.blobs import decode_blob
 from protocol.eip712 import keccak256
 from protocol.errors import ColocoError
@@ -131,7 +131,63 @@ def _delivered(session: Session, ctx: Context, e: Entry, at: tuple[int, int]) ->
     return decode_blob(blob, max_bytes=len(blob))
 
 
-def sparse_round(session: Session, e: Entry, ctx: Context, rnd: RoundState, base: Tensors) -> bool:
+def carries_residual(session: Session, ctx: Context, e: Entry, round_: int) -> bool:
+    """Whether the node's delivered boundary 0 of ``round_`` commits a residual that is not
+    zero (then rule 2 reads its round r-1)."""
+    start = _delivered(session, ctx, e, (round_, 0))
+    if start is None:
+        return False
+    layout = FlatLayout({n: t.shape for n, t in _weights(start).items()})
+    try:
+        residual = residual_of(start, layout)
+    except (TraceError, ColocoError):
+        return False  # the check names it
+    return residual is not None and bool(residual.any())
+
+
+def carried_residual(start: Tensors, previous: PreviousRound | str | None) -> SparseVerdict:
+    """Rule 2 read from round r: the residual boundary 0 commits must be zero (a reset), or what
+    the node's round r-1 compression left, recomputed from round r-1's committed boundary 0
+    and last boundary (``previous``; a reason: round r-1 cannot be had)."""
+    weights = _weights(start)
+    layout = FlatLayout({n: t.shape for n, t in weights.items()})
+    try:
+        residual = residual_of(start, layout)
+    except (TraceError, ColocoError) as exc:
+        return SparseVerdict(False, f"boundary 0's residual: {exc}")
+    if residual is None or not bool(residual.any()):
+        return SparseVerdict(True, "the round starts from a zero residual")
+    if previous is None or isinstance(previous, str):
+        why = previous or "round r-1's boundaries were not delivered"
+        return SparseVerdict(False, f"boundary 0 carries a residual, but {why}: mass the node "
+                             "never sent cannot be told from what its last round left")  # fmt: skip
+    try:
+        before = residual_of(previous.start, layout)  # zero is the node's "none", as in rule 1
+        _, left = encode_feedback(
+            layout.flatten(_weights(previous.start)),
+            layout.flatten(_weights(previous.end)),
+            before if before is not None and bool(before.any()) else None,
+        )
+    except (TraceError, ColocoError) as exc:
+        return SparseVerdict(False, f"round r-1's committed boundaries: {exc}")
+    if not torch.equal(residual, left):
+        wrong = int((residual != left).sum())
+        return SparseVerdict(False, (
+            f"the residual boundary 0 commits differs from what the node's round r-1 left in "
+            f"{wrong} of {residual.numel()} values (neither that nor zero): mass the node never "
+            "sent"
+        ))  # fmt: skip
+    return SparseVerdict(True, "the round starts from the residual its last round left")
+
+
+def sparse_round(  # noqa: PLR0917 - the entry, its round and round r-1
+    session: Session,
+    e: Entry,
+    ctx: Context,
+    rnd: RoundState,
+    base: Tensors,
+    previous: PreviousRound | str | None = None,
+) -> bool:
     """Hold ``e``'s sparse packet to the node's delivered boundaries; returns whether the check
     ran and passed. Boundary 0, the packet's origin, must first be a public point
     (ledger.judge.origin_check: the attested ``base``, or round r-1's base less the node's
@@ -164,6 +220,13 @@ def sparse_round(session: Session, e: Entry, ctx: Context, rnd: RoundState, base
             log.warning("node %s round %d: %s", att.node, rnd.round, origin.reason)
             return False
     verdict = check_sparse_round(e.packet, start, end, after)
+    if verdict.passed and previous is not None:  # rule 2, from this round's side
+        carried = carried_residual(start, previous)
+        if not carried.passed:
+            _fraud(e, CHECK, carried.reason, want)
+            log.warning("node %s round %d: %s", att.node, rnd.round, carried.reason)
+            return False
+        verdict = SparseVerdict(True, f"{verdict.reason}; {carried.reason}")
     if verdict.passed:
         e.reason += f"; {verdict.reason}" + (f" (origin: {origin.reason})"
                                              if origin.schedule == "overlap" else "")  # fmt: skip

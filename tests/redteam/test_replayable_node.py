@@ -521,7 +521,20 @@ def test_an_overlapped_node_that_starts_from_a_made_up_origin_is_caught(
     assert evidence["origin_boundaries"] == {"2": [0], "1": [0, 10]}, evidence
 
 
-@pytest.mark.parametrize("skips", [False, True], ids=["honest", "skips_a_step"])
+def _inflating(node: NodeRunner) -> Overlap:
+    """A node whose round 2 starts from twice the residual its round 1 left (mass it never
+    sent, packed into round 2's packet); its schedule unchanged."""
+    left = node.residuals.before
+
+    def before(r: int) -> torch.Tensor | None:
+        residual = left(r)
+        return residual * 2 if residual is not None and r == 2 else residual
+
+    node.residuals.before = before  # type: ignore[method-assign]
+    return node.schedule
+
+
+@pytest.mark.parametrize("cheat", [None, "skips_a_step", "inflates_its_residual"])
 def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
     chain: AnvilProcess,
     deployment: Deployment,
@@ -531,28 +544,40 @@ def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
     corpus_dir: Path,  # noqa: F811
     store_port: int,  # noqa: F811
     tmp_path: Path,
-    skips: bool,
+    cheat: str | None,
 ) -> None:
     """The sparse wire format (a governed vote, issue 27): an audited sparse node-round is
-    segment-audited as a dense one is (its inner steps replayed from its committed states), and
-    its packet is recomputed bit for bit from boundary 0 and the last boundary, which the plan
-    moves in full (ledger.judge.sparse_check). Before, a sparse round was held only to the
-    packet rule, and only once its boundaries had been asked for by someone else: the honest
-    round was paid "not audited", and so was a node that skipped an inner step (its packet is
-    its committed states')."""
+    segment-audited as a dense one is (its inner steps replayed from its committed states), its
+    packet is recomputed bit for bit from boundary 0 and the last boundary, which the plan
+    moves in full, and the residual it starts from must be what its round r-1 left, or zero
+    (ledger.judge.sparse_check). Before, a sparse round was held only to the packet rule, and
+    only once its boundaries had been asked for by someone else: the honest round was paid "not
+    audited", and so were a node that skipped an inner step and one that inflated its residual
+    (its packet is its committed states')."""
     key = NodeKey.from_private_key(nodes[0].key)
     _as_timelock(chain, deployment, "setWireFormat", 3)  # WireFormat.SPARSE
-    cheat = {"skip_call": 8, "advance_of": lambda node: _skipping_step(node, 1, 7)} if skips else {}
-    (score,), states, _ = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
-        rounds=1, **cheat,
+    how: dict[str, Any] = {
+        None: {},
+        "skips_a_step": {"skip_call": 50 + 8,
+                         "advance_of": lambda node: _skipping_step(node, 2, 7)},
+        "inflates_its_residual": {"schedule": _inflating},
+    }[cheat]  # fmt: skip
+    scores, states, _ = _audited_rounds(
+        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path, **how,
     )  # fmt: skip
-    assert states[0] in ("committed", "final"), (states, score)
-    if skips:  # step 7 of 50, inside segment 1 (steps 5-9): the screen fails, the verdict names it
-        assert score["reason"].startswith("[audit_failed] segment 1: segment replay of steps 5..9")
-        assert "one-step verdict: step 7 of round 1" in score["reason"], score["reason"]
-        return
-    assert score["verified"] and int(score["reward"]) > 0, score["reason"]
-    assert "not confirmed" not in score["reason"], score["reason"]  # the ledger's step, its bits
-    assert score["reason"].count("segment replay matches") == 10, score["reason"]
-    assert "sparse packet recomputed bit for bit" in score["reason"], score["reason"]
+    one, two = sorted(scores, key=lambda s: s["round"])
+    assert all(st in ("committed", "final") for st in states), (states, scores)
+    for score in (one, two) if cheat is None else (one,):
+        assert score["verified"] and int(score["reward"]) > 0, score["reason"]
+        assert "not confirmed" not in score["reason"], score["reason"]  # the ledger's bits
+        assert score["reason"].count("segment replay matches") == 10, score["reason"]
+        assert "sparse packet recomputed bit for bit" in score["reason"], score["reason"]
+    if cheat is None:
+        assert "the round starts from a zero residual" not in two["reason"], two["reason"]
+        assert "starts from the residual its last round left" in two["reason"], two["reason"]
+    elif cheat == "skips_a_step":  # step 7 of round 2, inside segment 1 (steps 5-9)
+        assert two["reason"].startswith("[audit_failed] segment 1: segment replay of steps 5..9")
+        assert "one-step verdict: step 7 of round 2" in two["reason"], two["reason"]
+    else:
+        assert two["reason"].startswith("[sparse_packet]"), two["reason"]
+        assert "differs from what the node's round r-1 left" in two["reason"], two["reason"]
