@@ -99,7 +99,7 @@ from reference.audit_economics import (
     slash_in_round_rewards,
 )
 from reference.bisect import bisect_segment, check_step, schedule_step, step_config
-from reference.inner import CARRY_STATE, InnerConfig, InnerTrainer
+from reference.inner import CARRY_STATE, InnerConfig, InnerTrainer, lr_at
 from reference.model import GPT, GPTConfig
 from reference.segment import (
     STEP,
@@ -310,9 +310,10 @@ def _cheat(  # noqa: PLR0917
         batches = [other_rows[i * b : (i + 1) * b] for i in range(k)]
     elif kind == "half_scaled_up":
         batches = batches[: max(1, k // 2)]
-    lr = setup.lr * (0.9 if kind == "wrong_lr" else 1.0)
+    scale = 0.9 if kind == "wrong_lr" else 1.0
     states: list[State] = []
-    for batch in batches:
+    for i, batch in enumerate(batches):  # the protocol's schedule (a fresh state's warmup)
+        lr = scale * lr_at(trainer.cfg, trainer.global_step + i)
         _step(model, opt, batch, lr, bf16=kind == "bf16")
         states.append(capture_state(model, opt))
     states += [states[-1]] * (k - len(states))
@@ -332,7 +333,9 @@ def _node_step(trainer: InnerTrainer, setup: Setup, batch: torch.Tensor) -> None
     if setup.micro_batches == 1 and setup.device == "cpu":
         trainer.train(batch)
     else:
-        _step(trainer.model, trainer.optimizer(), batch, setup.lr, micro=setup.micro_batches)
+        lr = lr_at(trainer.cfg, trainer.global_step)  # the protocol's schedule, as train() does
+        _step(trainer.model, trainer.optimizer(), batch, lr, micro=setup.micro_batches)
+        trainer.global_step += 1
 
 
 def run_setup(
@@ -385,9 +388,11 @@ def run_setup(
                 if setup.micro_batches == 1 and setup.device == "cpu":
                     trainer.train(seg)
                 else:
-                    for s in range(k):
-                        _step(model, opt, seg[s * b : (s + 1) * b], setup.lr,
+                    for s in range(k):  # the protocol's schedule (a fresh state's warmup)
+                        lr = lr_at(trainer.cfg, trainer.global_step)
+                        _step(model, opt, seg[s * b : (s + 1) * b], lr,
                               micro=setup.micro_batches)  # fmt: skip
+                        trainer.global_step += 1
                 boundaries.append(capture_state(model, opt))
             tally.train_cpu += time.process_time() - began
             tally.node_rounds += 1
