@@ -56,6 +56,12 @@ def _ledger(chain: Any, run: OnChain, folder: Path, data: Path) -> LedgerProc:
         "COLOCO_LEDGER_JOIN_WINDOW_S": "0.5",
         "COLOCO_LEDGER_BLOB_MIN_FREE_BYTES": "0",
         "COLOCO_LEDGER_USEFULNESS_CORPUS": str(data),  # the run's pinned data
+        # no audit: the nodes' model (tests/trainer/nodes.py's) is no ledger preset, so an
+        # audited honest node failed its replay ("boundary state does not fit the model") and
+        # its next rounds' boundary requests waited out their 60 s deadline each: as the random
+        # draw fell, round 3 missed the test's 180 s (the late joiner's known flake). The audit
+        # is tested with real nodes in tests/redteam/test_replayable_node.py
+        "COLOCO_LEDGER_AUDIT_FRACTION": "0",
     }
     folder.mkdir(parents=True, exist_ok=True)
     return LedgerProc(folder, env)
