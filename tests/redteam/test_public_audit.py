@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
@@ -28,6 +29,7 @@ from protocol.hashing import hash_state_dict
 from protocol.keys import NodeKey
 from reference.data import Corpus
 from reference.settings import TrainingSettings
+from reference.sketch import FRESH_ADAM
 from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     db_url,
     deployment_file,
@@ -72,16 +74,19 @@ def test_a_segment_audited_carried_round_passes_the_public_recheck_and_a_swapped
         url = f"/v1/runs/0x{RUN.hex()}/rounds/2/segment-audits"
         seen["served"] = client.get(url).json()
         seen["honest"] = _public_audit(client, chain, deployment, corpus_dir)
-        # round 1's last boundary served with another of its sketches (boundary 0's: a fresh
-        # AdamW): round 2's carried start no longer matches what round 1 ended with
+        # round 1's last boundary served with a sketch that commits another AdamW state (a
+        # fresh one; its other parts the same): round 2's carried start no longer matches it
         with Session(ledger.engine) as s:
-            rows = s.exec(select(BoundaryRequest).where(
+            last = s.exec(select(BoundaryRequest).where(
                 BoundaryRequest.round == 1, BoundaryRequest.at_step == SKETCH_REQUEST,
-            ).order_by(BoundaryRequest.boundary)).all()  # type: ignore[arg-type]  # fmt: skip
-            first, last = rows[0], rows[-1]
-            assert first.boundary == 0 and last.boundary > 0, [r.boundary for r in rows]
-            kept = last.sketch_hash
-            last.sketch_hash = first.sketch_hash
+            ).order_by(BoundaryRequest.boundary.desc())).first()  # type: ignore[attr-defined]  # fmt: skip
+            assert last is not None and last.sketch_hash is not None
+            delivered = ledger.blobs.tensors(last.sketch_hash) or {}
+            forged = {n: t.clone() for n, t in delivered.items()}
+            forged["sketch/adam"] = torch.frombuffer(bytearray(FRESH_ADAM), dtype=torch.uint8)
+            name = "0x" + hash_state_dict(forged).hex()
+            ledger.blobs.put(name, encode_blob(forged))
+            kept, last.sketch_hash = last.sketch_hash, name
             s.add(last)
             s.commit()
             seen["forked"] = _public_audit(client, chain, deployment, corpus_dir)
