@@ -286,10 +286,9 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     missing = [b for b in plan.needed if b not in requests]
     if missing:
         wanted[e.att.node] = missing
-        if not plan.public_start:  # asked for with them: round r-1's last AdamW state
-            needs = continuity.previous_needs(session, ctx, rnd.run_id, rnd.round, e.att.node)
-            segments.ask_earlier(earlier, e.att.node, needs)
         before = segments.previous_attestation(session, rnd.run_id, rnd.round, e.att.node)
+        if not plan.public_start:  # asked for with them: round r-1's last AdamW state
+            segments.ask_earlier(earlier, e.att.node, continuity.previous_needs(before, ctx))
         if sparse and before is not None:  # and round r-1's states: the residual it left
             segments.ask_earlier(earlier, e.att.node, segments.previous_needs(before, ctx))
         return 0.0, True

@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING
 
 from sqlmodel import Session
 
-from ledger.core.models import SKETCH_REQUEST, STATE_REQUEST, BoundaryRequest, utcnow
+from ledger.core.models import (
+    SKETCH_REQUEST,
+    STATE_REQUEST,
+    Attestation,
+    BoundaryRequest,
+    utcnow,
+)
 from ledger.judge.boundaries import withheld_reason
 from ledger.judge.segments import (
     Need,
@@ -54,11 +60,10 @@ class Continuity:
     evidence: dict[str, object]
 
 
-def previous_needs(session: Session, ctx: Context, run_id: str, round_: int,
-                   node: str) -> list[Need]:  # fmt: skip
-    """What the check reads of the node's round r-1: its last boundary's sketch (none when the
-    node attested no traced round r-1: only a fresh start passes then)."""
-    att = previous_attestation(session, run_id, round_, node)
+def previous_needs(att: Attestation | None, ctx: Context) -> list[Need]:
+    """What the check reads of the node's round r-1 (``att``, its traced attestation,
+    :func:`ledger.judge.segments.previous_attestation`): its last boundary's sketch (none when
+    the node attested no traced round r-1: only a fresh start passes then)."""
     if att is None:
         return []
     last = len(boundary_steps(att.inner_steps, ctx.config.trace_interval)) - 1
@@ -95,7 +100,7 @@ def check(  # noqa: PLR0917 - the node-round's key, its deliveries, and where to
     evidence: dict[str, object] = {"boundary0_adam": "0x" + start.hex()}
     if start == FRESH_ADAM:
         return Continuity(True, "boundary 0 starts a fresh AdamW", evidence)
-    needs = previous_needs(session, ctx, run_id, round_, node)
+    needs = previous_needs(previous_attestation(session, run_id, round_, node), ctx)
     if not needs:
         why = (
             f"boundary 0 carries an AdamW state (0x{start.hex()}), but the node attested no "
