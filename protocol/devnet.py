@@ -169,6 +169,21 @@ class AnvilProcess:
     def block_number(self) -> int:
         return int(self.call("eth_blockNumber"), 16)
 
+    def transact_as(self, sender: str, contract: Any, fn: str, *args: Any) -> dict[str, Any]:
+        """Send ``contract.functions.fn(*args)`` from ``sender`` without its key (anvil
+        impersonates it and funds its gas; a devnet's stand-in for, say, the Timelock executing
+        a vote) and return the mined receipt; ChainError when the call reverts."""
+        self.call("anvil_impersonateAccount", [sender])
+        try:
+            self.call("anvil_setBalance", [sender, hex(10**19)])
+            tx = getattr(contract.functions, fn)(*args).transact({"from": sender})
+            receipt = dict(self.w3.eth.wait_for_transaction_receipt(tx))
+        finally:
+            self.call("anvil_stopImpersonatingAccount", [sender])
+        if receipt["status"] != 1:
+            raise ChainError(f"{fn}{args} from {sender} reverted")
+        return receipt
+
     def __enter__(self) -> AnvilProcess:
         return self
 

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 CURSOR_KEY = "indexer.cursor"
 CONFIG_KEY = "indexer.config"
+CONFIGS_KEY = "indexer.configs"  # every version seen: a round is judged under the one it signs
 CURSOR_HASH_KEY = "indexer.cursor_hash"
 CURSOR_TIME_KEY = "indexer.cursor_time"  # the cursor block's timestamp (vesting "now")
 _NODE_ARGS = ("node", "oldNode", "newNode")
@@ -73,6 +74,9 @@ class ChainSnapshot:
 
     nodes: dict[str, Node] = field(default_factory=dict)
     config: TrainingSettings | None = None
+    configs: dict[int, TrainingSettings] = field(default_factory=dict)
+    """Every TrainingConfig version indexed, by version (``config`` among them), each read while
+    it was the chain's: the judge holds a round to the version its members signed."""
     last_round: dict[str, int] = field(default_factory=dict)
     checkpoints: dict[tuple[str, int], str] = field(default_factory=dict)
     indexed_block: int | None = None
@@ -116,6 +120,20 @@ def _finality(commit: ChainCommit) -> RootFinality:
 
 def _config_to_json(cfg: TrainingSettings) -> str:
     return json.dumps(cfg.to_json())
+
+
+def _configs_to_json(configs: dict[int, TrainingSettings]) -> str:
+    return json.dumps([c.to_json() for _, c in sorted(configs.items())])
+
+
+def _configs_from_json(text: str) -> dict[int, TrainingSettings]:
+    """The stored versions; those in a form this ledger no longer reads are left out."""
+    out: dict[int, TrainingSettings] = {}
+    for item in json.loads(text):
+        cfg = _config_from_json(json.dumps(item))
+        if cfg is not None:
+            out[cfg.version] = cfg
+    return out
 
 
 def _config_from_json(text: str) -> TrainingSettings | None:
@@ -162,6 +180,11 @@ class Indexer:
             cfg = session.get(KeyValue, CONFIG_KEY)
             if cfg is not None:
                 snap.config = _config_from_json(cfg.value)
+            stored = session.get(KeyValue, CONFIGS_KEY)
+            if stored is not None:
+                snap.configs = _configs_from_json(stored.value)
+            if snap.config is not None:
+                snap.configs.setdefault(snap.config.version, snap.config)
         snap.head = self.snapshot.head
         snap.chain_time = self.snapshot.chain_time
         self.snapshot = snap
@@ -229,6 +252,11 @@ class Indexer:
                 commit.finalized_at = status.finalized_at
             chain_time = self._block_time(end)
             config = TrainingSettings.read(client) if config_changed else None
+            # every version read is kept (the judge holds a round to the one it signed). State
+            # is read at the latest block only, so no archive node is needed: a version that a
+            # second vote replaced within one indexing step is never read, and a round signed
+            # under it fails config_mismatch rather than being judged under another's settings
+            configs = {**snap.configs, config.version: config} if config is not None else None
             with Session(self.engine, expire_on_commit=False) as session:
                 for rec in records:
                     row = session.get(Node, rec.node) or Node(
@@ -254,8 +282,9 @@ class Indexer:
                     ):
                         hit.revoked_block = block
                         session.add(hit)
-                if config is not None:
+                if config is not None and configs is not None:
                     session.merge(KeyValue(key=CONFIG_KEY, value=_config_to_json(config)))
+                    session.merge(KeyValue(key=CONFIGS_KEY, value=_configs_to_json(configs)))
                 funding_index.record(session, funding, times)
                 if chain_time is not None:
                     session.merge(KeyValue(key=CURSOR_TIME_KEY, value=str(chain_time)))
@@ -281,7 +310,8 @@ class Indexer:
             self.snapshot.roots = roots
             if chain_time is not None:
                 self.snapshot.chain_time = chain_time
-            if config is not None:
+            if config is not None and configs is not None:
+                self.snapshot.configs = configs
                 self.snapshot.config = config
             self.snapshot.indexed_block = end
             self.snapshot.head = head

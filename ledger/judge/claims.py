@@ -1,16 +1,46 @@
 """Level 1 on what the attestation claims, before any tensor is read: the node joined the round,
-its result checkpoint is not zero, its base is the committed checkpoint, its work is derived from
-the governed settings; and it signed no second, different attestation for the round.
+its result checkpoint is not zero, its base is the committed checkpoint, it trained under the
+round's config version, its work is derived from the governed settings; and it signed no second,
+different attestation for the round.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
 from sqlmodel import Session, col, select
 
-from ledger.core.models import Rejection, RoundState
+from ledger.core.models import Attestation, Rejection, RoundState
 from ledger.judge.entries import Context, Entry
+from reference.settings import TrainingSettings
 
 ZERO = "0x" + "00" * 32
+
+
+def round_config(
+    atts: Sequence[Attestation],
+    configs: Mapping[int, TrainingSettings],
+    current: TrainingSettings,
+) -> TrainingSettings:
+    """The settings a round is judged under: those of the ``configVersion`` most of its
+    attestations sign (ties: the newer), as the indexer read them when that version was the
+    chain's; ``current`` for a round with no attestation or a version the ledger never read.
+
+    A round's members each read the config at the block their signed round-open names and
+    compare read-outs before training (trainer/round/agreement.py), so they sign one version
+    whatever governance executes while they train. The ledger scores later: judging with the
+    settings in force then held every member of a round in flight during a vote to settings
+    it never trained with (a lowered ``innerSteps`` failed them all, ``work_mismatch``). One
+    node cannot pick the version the others are judged by: an entry signing another version
+    fails ``config_mismatch``."""
+    votes = Counter(a.config_version for a in atts)
+    if not votes:
+        return current
+    version = max(votes, key=lambda v: (votes[v], v))
+    if version == current.version:
+        return current
+    return configs.get(version, current)
 
 
 def check_claims(entries: list[Entry], ctx: Context) -> None:
@@ -35,6 +65,15 @@ def check_claims(entries: list[Entry], ctx: Context) -> None:
                 f"base checkpoint {a.base_checkpoint} is not the committed "
                 f"checkpoint {ctx.base} of round {ctx.last_round}",
             )
+        elif a.config_version != ctx.config.version:
+            e.fail(
+                "config_mismatch",
+                f"configVersion {a.config_version} is not the round's version "
+                f"{ctx.config.version} (the one most of its attestations sign"
+                + ("" if a.config_version in ctx.configs else
+                   ", and not one this ledger read from TrainingConfig")
+                + "): train and attest under the config read at the round's open block",
+            )  # fmt: skip
         elif not 1 <= a.inner_steps <= ctx.config.inner_steps:
             e.fail(
                 "work_mismatch",

@@ -66,7 +66,7 @@ def previous_needs(att: Attestation | None, ctx: Context) -> list[Need]:
     the node attested no traced round r-1: only a fresh start passes then)."""
     if att is None:
         return []
-    last = len(boundary_steps(att.inner_steps, ctx.config.trace_interval)) - 1
+    last = len(boundary_steps(att.inner_steps, ctx.config_of(att).trace_interval)) - 1
     return [(last, SKETCH_REQUEST)]
 
 

@@ -98,10 +98,22 @@ class Context:
     leased: Mapping[str, float] = field(default_factory=dict)
     """Offered FLOP/s of the nodes leased in the round (lower-case address): their attested rate
     is checked against it (:func:`ledger.judge.throughput.check_leased`)."""
+    configs: Mapping[int, TrainingSettings] = field(default_factory=dict)
+    """Every TrainingConfig version the indexer read, by version. ``config`` is the round's:
+    the version most of its attestations sign (:func:`ledger.judge.claims.round_config`), not
+    the one in force when the ledger scores it; round r-1's attestations are read under their
+    own (:meth:`config_of`)."""
     probes: Callable[[Session], Ask] | None = None
     """How the audit asks a node for its states inside a segment that failed the replay (the
     intake's ``ask_probe``, passed in by the round keeper: the judge does not import the
     intake); None: no one-step verdict can be asked, a failed segment fails the node at once."""
+
+    def config_of(self, att: Attestation) -> TrainingSettings:
+        """The settings ``att`` was trained under: its signed version's (the round's when it is
+        not one the ledger read: level 1 already failed such an entry of this round)."""
+        if att.config_version == self.config.version:
+            return self.config
+        return self.configs.get(att.config_version, self.config)
 
 
 def can_audit(ctx: Context) -> bool:

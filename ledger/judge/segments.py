@@ -318,7 +318,8 @@ def previous_round(  # noqa: PLR0917 - the node-round's key and where to ask
 def previous_needs(att: Attestation, ctx: Context) -> list[Need]:
     """What :func:`previous_round` reads of the node's round r-1 (``att``): its boundary 0 and
     last boundary in full."""
-    return earlier_needs(len(boundary_steps(att.inner_steps, ctx.config.trace_interval)) - 1)
+    interval = ctx.config_of(att).trace_interval  # round r-1's, as the node signed it
+    return earlier_needs(len(boundary_steps(att.inner_steps, interval)) - 1)
 
 
 def ask_earlier(earlier: dict[str, list[Need]] | None, node: str, needs: list[Need]) -> None:

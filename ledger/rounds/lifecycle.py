@@ -46,6 +46,7 @@ from ledger.core.round_book import RoundBook
 from ledger.intake import boundaries
 from ledger.intake.membership import Membership
 from ledger.judge import bisect
+from ledger.judge.claims import round_config
 from ledger.judge.rules import attestations_root
 from ledger.judge.segments import AuditPending
 from ledger.judge.tensors import UsefulnessFn
@@ -334,13 +335,15 @@ class RoundKeeper:
             )
             run = session.get(Run, rnd.run_id)
             members = self.membership.members(rnd.run_id, rnd.round) if self.membership else None
-            # the compute pool's share of the round's reward (TrainingConfig's ownership split)
+            # judged under the config version the round trained with (claims.round_config);
+            # paid the compute pool's share of the reward in force now (the ownership split)
             share = replace(
-                cfg, reward_per_round=compute_reward(self.indexer.chain, cfg.reward_per_round)
+                round_config(atts, snap.configs, cfg),
+                reward_per_round=compute_reward(self.indexer.chain, cfg.reward_per_round),
             )
             ctx = Context(
                 settings=self.settings, blobs=self.blobs, config=share, base=base, last_round=last,
-                members=members, usefulness=self.usefulness,
+                members=members, usefulness=self.usefulness, configs=snap.configs,
                 start_of=lambda a: self._start_of(session, a, run),
                 domain=self.indexer.chain.domain,
                 leased=leased_offers(session, rnd.run_id, rnd.round),

@@ -39,8 +39,11 @@ def join(client: Any, node: NodeKey, run_id: str, round_: int, domain: Eip712Dom
     return client.post("/v1/joins", json={"join": j.to_json(), "signature": "0x" + sig.hex()})
 
 
-def tick_until(ledger: Any, run_id: str, round_: int, state: str, timeout: float = 10.0) -> None:
-    """Run lifecycle ticks until the round reaches ``state`` (receipts can lag a send)."""
+def tick_until(
+    ledger: Any, run_id: str, round_: int, state: str | tuple[str, ...], timeout: float = 10.0
+) -> None:
+    """Run lifecycle ticks until the round reaches ``state`` (or one of several; receipts can
+    lag a send)."""
     import time
 
     from sqlmodel import Session, select
@@ -54,7 +57,7 @@ def tick_until(ledger: Any, run_id: str, round_: int, state: str, timeout: float
             rnd = s.exec(
                 select(RoundState).where(RoundState.run_id == run_id, RoundState.round == round_)
             ).first()
-        if rnd is not None and rnd.state == state:
+        if rnd is not None and rnd.state in ((state,) if isinstance(state, str) else state):
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"round {round_} is {rnd and rnd.state}, not {state}")
@@ -75,3 +78,15 @@ def open_funded_run(chain: Any, deployment: Any, funding: Any, run: bytes, *, op
     end = w3.eth.get_block("latest")["timestamp"] + open_s
     send(w3, funding.functions.openRun(run, end, 10**17), deployment.committer)
     send(w3, funding.functions.deposit(run), chain.accounts[6][0], value=10**18)
+
+
+def governance_sets(chain: Any, deployment: Any, fn: str, *args: Any) -> int:
+    """Run a TrainingConfig setter as its owner, the Timelock (what an executed vote does);
+    returns the block it was mined in."""
+    from protocol.deployment import abi
+
+    config = chain.w3.eth.contract(
+        address=deployment.address("TrainingConfig"), abi=abi("TrainingConfig")
+    )
+    receipt = chain.transact_as(deployment.address("TimelockController"), config, fn, *args)
+    return int(receipt["blockNumber"])

@@ -37,7 +37,7 @@ from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     nodes,
     settings_for,
 )
-from tests.ledger.helpers import tick_until
+from tests.ledger.helpers import governance_sets, tick_until
 from trainer.network.ledger_client import LedgerClient, RetryPolicy
 from trainer.network.membership import MembershipConfig
 from trainer.round.attest import Attester
@@ -50,21 +50,6 @@ pytestmark = [pytest.mark.anvil]
 
 SMALL = GPTConfig(n_layer=1, n_head=2, d_model=32, seq_len=32)
 RUN = bytes.fromhex("5e" * 32)
-
-
-def _as_timelock(chain: AnvilProcess, deployment: Deployment, fn: str, *args: Any) -> None:
-    """Execute a TrainingConfig setter as its owner, the Timelock (what an executed vote does)."""
-    from protocol.deployment import abi
-
-    timelock = deployment.address("TimelockController")
-    chain.call("anvil_impersonateAccount", [timelock])
-    chain.call("anvil_setBalance", [timelock, hex(10**19)])
-    contract = chain.w3.eth.contract(
-        address=deployment.address("TrainingConfig"), abi=abi("TrainingConfig")
-    )
-    tx = getattr(contract.functions, fn)(*args).transact({"from": timelock})
-    assert chain.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
-    chain.call("anvil_stopImpersonatingAccount", [timelock])
 
 
 def _node(
@@ -98,9 +83,9 @@ def test_config_change_on_chain_is_picked_up_next_round(
     corpus_dir: Path,
     store_port: int,
 ) -> None:
-    _as_timelock(chain, deployment, "setInnerLoop", 3, 3000)
-    _as_timelock(chain, deployment, "setDataMixture", [7000, 3000])
-    _as_timelock(chain, deployment, "setDataRoot", Corpus.from_folder(corpus_dir).root)
+    governance_sets(chain, deployment, "setInnerLoop", 3, 3000)
+    governance_sets(chain, deployment, "setDataMixture", [7000, 3000])
+    governance_sets(chain, deployment, "setDataRoot", Corpus.from_folder(corpus_dir).root)
     before = TrainingSettings.read(ChainClient(chain.rpc_url, deployment))
     key = NodeKey.from_private_key(nodes[0].key)  # registered and staked: members admit it
     # lockstep: round 1 is reported before round 2 reads its config (on the overlap schedule it
@@ -109,7 +94,7 @@ def test_config_change_on_chain_is_picked_up_next_round(
 
     def vote_passed(report: RoundReport) -> None:
         if report.round == 1:
-            _as_timelock(chain, deployment, "setInnerLoop", 5, 2000)
+            governance_sets(chain, deployment, "setInnerLoop", 5, 2000)
 
     runner.on_round = vote_passed
     r1, r2 = runner.run()
@@ -130,8 +115,8 @@ def test_attestations_and_blobs_are_accepted_by_the_real_ledger(
     corpus_dir: Path,
     store_port: int,
 ) -> None:
-    _as_timelock(chain, deployment, "setInnerLoop", 3, 3000)
-    _as_timelock(chain, deployment, "setDataRoot", Corpus.from_folder(corpus_dir).root)
+    governance_sets(chain, deployment, "setInnerLoop", 3, 3000)
+    governance_sets(chain, deployment, "setDataRoot", Corpus.from_folder(corpus_dir).root)
     r = client.post(
         "/v1/runs",
         json={
