@@ -254,8 +254,8 @@ class Indexer:
             config = TrainingSettings.read(client) if config_changed else None
             # every version read is kept (the judge holds a round to the one it signed). State
             # is read at the latest block only, so no archive node is needed: a version that a
-            # second vote replaced within one indexing step is never read, and a round signed
-            # under it fails config_mismatch rather than being judged under another's settings
+            # second vote replaced within one indexing step is never read (a round signed under
+            # it is judged under the current settings: ledger.judge.claims.round_config)
             configs = {**snap.configs, config.version: config} if config is not None else None
             with Session(self.engine, expire_on_commit=False) as session:
                 for rec in records:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from sqlmodel import Session, col, select
 
@@ -25,7 +26,9 @@ def round_config(
 ) -> TrainingSettings:
     """The settings a round is judged under: those of the ``configVersion`` most of its
     attestations sign (ties: the newer), as the indexer read them when that version was the
-    chain's; ``current`` for a round with no attestation or a version the ledger never read.
+    chain's; ``current`` for a round with no attestation; for a version the ledger never read (it
+    started after the version was replaced, or two votes landed within one indexing step) the
+    current settings under that version's number, as the ledger judged before it kept versions.
 
     A round's members each read the config at the block their signed round-open names and
     compare read-outs before training (trainer/round/agreement.py), so they sign one version
@@ -40,7 +43,7 @@ def round_config(
     version = max(votes, key=lambda v: (votes[v], v))
     if version == current.version:
         return current
-    return configs.get(version, current)
+    return configs.get(version) or replace(current, version=version)
 
 
 def check_claims(entries: list[Entry], ctx: Context) -> None:
@@ -69,11 +72,9 @@ def check_claims(entries: list[Entry], ctx: Context) -> None:
             e.fail(
                 "config_mismatch",
                 f"configVersion {a.config_version} is not the round's version "
-                f"{ctx.config.version} (the one most of its attestations sign"
-                + ("" if a.config_version in ctx.configs else
-                   ", and not one this ledger read from TrainingConfig")
-                + "): train and attest under the config read at the round's open block",
-            )  # fmt: skip
+                f"{ctx.config.version} (the one most of its attestations sign): train and "
+                "attest under the config read at the round's open block",
+            )
         elif not 1 <= a.inner_steps <= ctx.config.inner_steps:
             e.fail(
                 "work_mismatch",

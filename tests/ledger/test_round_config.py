@@ -156,3 +156,30 @@ def test_round_r_minus_1_is_read_under_the_version_it_signed(
     assert last != len(boundary_steps(50, 2)) - 1
     assert [at for at, _ in continuity.previous_needs(previous, ctx)] == [last]
     assert max(at for at, _ in segments.previous_needs(previous, ctx)) == last
+
+
+def test_a_round_signed_under_a_version_the_ledger_never_read_is_judged_as_before(
+    client: TestClient, ledger: Ledger
+) -> None:
+    """A ledger started after a vote never read the version before it: a round its members
+    signed under that version is judged under the current settings (what the ledger did before
+    it kept versions), not failed; a minority on another version still fails."""
+    from dataclasses import replace
+
+    from ledger.judge.claims import round_config
+
+    read = ledger.indexer.snapshot.config
+    assert read is not None
+    current, older = replace(read, version=5), 4
+
+    def signed(version: int) -> Attestation:
+        return Attestation(node="0x" + "22" * 20, round=1, config_version=version)
+
+    atts = [signed(older), signed(older), signed(current.version)]
+    assert round_config(atts, {current.version: current}, current) == replace(
+        current, version=older
+    )
+    known = replace(current, version=older, inner_steps=current.inner_steps + 1)
+    assert round_config(atts, {older: known, current.version: current}, current) == known
+    # ties go to the newer version
+    assert round_config(atts[1:], {older: known, current.version: current}, current) == current
