@@ -45,7 +45,7 @@ from ledger.judge.boundaries import check_boundaries
 from ledger.judge.entries import Context, Entry, Fraud
 from ledger.judge.origin_check import OriginVerdict, check_origin
 from ledger.judge.replay import ReplayInputs, audit, round_rows
-from ledger.judge.sparse_check import carries_residual, sparse_round
+from ledger.judge.sparse_check import carries_residual, delivered_start, sparse_round
 from ledger.judge.tensors import Tensors
 from protocol.attestation import ATTESTATION_ATTRS
 from protocol.eip712 import keccak256
@@ -199,7 +199,8 @@ def replay_audits(
                 continue
             if e.ok and sparse:  # the packet, exact, from the boundaries the plan moved
                 # round r-1 is read only when the round starts with a residual (rule 2)
-                residual = carries_residual(session, ctx, e, rnd.round)
+                start = delivered_start(session, ctx, e, rnd.round)
+                residual = carries_residual(start)
                 previous = (
                     segments.previous_round(
                         session, ctx, rnd.run_id, rnd.round, e.att.node, earlier
@@ -212,7 +213,7 @@ def replay_audits(
                                 "boundaries (the residual it left)"  # fmt: skip
                     waiting.append(e.att.node)
                     continue
-                sparse_round(session, e, ctx, rnd, base, previous)
+                sparse_round(session, e, ctx, rnd, base, previous, start)
             if not e.ok:  # a failed audit explains its copy partner's cosine
                 cleared.update(_partners(e))
             continue

@@ -131,10 +131,15 @@ def _delivered(session: Session, ctx: Context, e: Entry, at: tuple[int, int]) ->
     return decode_blob(blob, max_bytes=len(blob))
 
 
-def carries_residual(session: Session, ctx: Context, e: Entry, round_: int) -> bool:
-    """Whether the node's delivered boundary 0 of ``round_`` commits a residual that is not
-    zero (then rule 2 reads its round r-1)."""
-    start = _delivered(session, ctx, e, (round_, 0))
+def delivered_start(session: Session, ctx: Context, e: Entry, round_: int) -> Tensors | None:
+    """The node's delivered boundary 0 of ``round_`` (None: not delivered), read once for
+    :func:`carries_residual` and :func:`sparse_round`."""
+    return _delivered(session, ctx, e, (round_, 0))
+
+
+def carries_residual(start: Tensors | None) -> bool:
+    """Whether a delivered boundary 0 commits a residual that is not zero (then rule 2 reads
+    the node's round r-1)."""
     if start is None:
         return False
     layout = FlatLayout({n: t.shape for n, t in _weights(start).items()})
@@ -145,7 +150,7 @@ def carries_residual(session: Session, ctx: Context, e: Entry, round_: int) -> b
     return residual is not None and bool(residual.any())
 
 
-def carried_residual(start: Tensors, previous: PreviousRound | str | None) -> SparseVerdict:
+def carried_residual(start: Tensors, previous: PreviousRound | str) -> SparseVerdict:
     """Rule 2 read from round r: the residual boundary 0 commits must be zero (a reset), or what
     the node's round r-1 compression left, recomputed from round r-1's committed boundary 0
     and last boundary (``previous``; a reason: round r-1 cannot be had)."""
@@ -157,10 +162,10 @@ def carried_residual(start: Tensors, previous: PreviousRound | str | None) -> Sp
         return SparseVerdict(False, f"boundary 0's residual: {exc}")
     if residual is None or not bool(residual.any()):
         return SparseVerdict(True, "the round starts from a zero residual")
-    if previous is None or isinstance(previous, str):
-        why = previous or "round r-1's boundaries were not delivered"
-        return SparseVerdict(False, f"boundary 0 carries a residual, but {why}: mass the node "
-                             "never sent cannot be told from what its last round left")  # fmt: skip
+    if isinstance(previous, str):
+        return SparseVerdict(False, f"boundary 0 carries a residual, but {previous}: mass "
+                             "the node never sent cannot be told from what its last round "
+                             "left")  # fmt: skip
     try:
         before = residual_of(previous.start, layout)  # zero is the node's "none", as in rule 1
         _, left = encode_feedback(
@@ -187,18 +192,21 @@ def sparse_round(  # noqa: PLR0917 - the entry, its round and round r-1
     rnd: RoundState,
     base: Tensors,
     previous: PreviousRound | str | None = None,
+    start: Tensors | None = None,
 ) -> bool:
     """Hold ``e``'s sparse packet to the node's delivered boundaries; returns whether the check
     ran and passed. Boundary 0, the packet's origin, must first be a public point
     (ledger.judge.origin_check: the attested ``base``, or round r-1's base less the node's
     round r-1 committed progress, read from its delivered boundaries). A mismatch fails the
     entry (``sparse_packet``; a start that is neither point ``audit_failed``) with its fraud
-    evidence; boundaries not delivered yet leave it not audited (said in its reason)."""
+    evidence; boundaries not delivered yet leave it not audited (said in its reason).
+    ``start``: boundary 0 when the caller read it already (:func:`delivered_start`)."""
     assert e.packet is not None
     att = e.att
     want = needed(rnd.round, att.inner_steps, ctx.config.trace_interval)
-    states = [_delivered(session, ctx, e, at) for at in want]
-    start, end, after = states
+    if start is None:
+        start = _delivered(session, ctx, e, want[0])
+    end, after = (_delivered(session, ctx, e, at) for at in want[1:])
     if start is None or end is None:
         e.reason += ("; not audited: a sparse round is checked from its delivered boundaries "
                      f"{want[:2]} (round, boundary)")  # fmt: skip

@@ -222,7 +222,8 @@ def _judged(
         packet = works[round_ - 1].packet
         assert packet is not None
         entry.packet = _flipped(packet) if lie else packet
-        ctx = SimpleNamespace(blobs=blobs, config=SimpleNamespace(trace_interval=2))
+        config = SimpleNamespace(trace_interval=2)  # every round's (round r-1's too)
+        ctx = SimpleNamespace(blobs=blobs, config=config, config_of=lambda _att: config)
         rnd = SimpleNamespace(run_id=run, round=round_)
         sparse_round(session, entry, cast(Any, ctx), cast(Any, rnd),
                      BASES[round_] if base is None else base)  # fmt: skip
