@@ -43,6 +43,8 @@ class GovOutcome:
     config_version_after: int = 0
     inner_steps_before: int = 0
     inner_steps_after: int = 0
+    wire_format_before: str = ""
+    wire_format_after: str = ""
     executed_block: int = 0
 
     @property
@@ -96,7 +98,7 @@ def govern(net: DemoNet, shell: Shell, holders: list[Actor], sets: list[str]) ->
     timelock_delay = int(gov.get("timelock_delay", 1))
     viewer = net.chain()
     before = viewer.training_config.version()
-    inner_before = TrainingSettings.read(viewer).inner_steps
+    settings_before = TrainingSettings.read(viewer)
 
     delegations = []
     if len(holders) >= 3:  # the last holder lends its votes to the first (`coloco gov delegate`)
@@ -120,7 +122,7 @@ def govern(net: DemoNet, shell: Shell, holders: list[Actor], sets: list[str]) ->
             continue
         shell.run(
             "gov", "vote", str(proposal_id), "--support", "for",
-            "--reason", "demo: longer rounds, less communication",
+            "--reason", "demo: longer rounds, fewer bytes a round",
             "--private-key", payout_key(holder),
         )  # fmt: skip
         voters.append(holder.payout_address)
@@ -132,6 +134,7 @@ def govern(net: DemoNet, shell: Shell, holders: list[Actor], sets: list[str]) ->
     shell.run("devnet", "mine", "1", "--seconds", str(timelock_delay + 1))
     shell.run("gov", "execute", str(proposal_id), "--private-key", payout_key(holders[0]))
     tally = viewer.model_governor.proposal_votes(proposal_id)
+    settings_after = TrainingSettings.read(viewer)
     return GovOutcome(
         proposal_id=proposal_id,
         description=description,
@@ -142,8 +145,10 @@ def govern(net: DemoNet, shell: Shell, holders: list[Actor], sets: list[str]) ->
         voters=voters,
         delegations=delegations,
         config_version_before=before,
-        config_version_after=viewer.training_config.version(),
-        inner_steps_before=inner_before,
-        inner_steps_after=TrainingSettings.read(viewer).inner_steps,
+        config_version_after=settings_after.version,
+        inner_steps_before=settings_before.inner_steps,
+        inner_steps_after=settings_after.inner_steps,
+        wire_format_before=settings_before.wire_format.label,
+        wire_format_after=settings_after.wire_format.label,
         executed_block=viewer.block_number(),
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from protocol.errors import ConfigError
 
 MIN_ROUNDS = 3
+SPARSE_MIN_ROUNDS = 5
 """Round 1 settles (rewards to vote with), the vote lands in round 2, round 3 trains with it."""
 
 
@@ -25,6 +26,11 @@ class DemoPlan:
     leave_after: int | None
     """The leaving node's last round."""
     round_timeout_s: float = 240.0
+    new_wire_format: str | None = None
+    """The wire format the vote switches to, if any: the sparse format with error feedback
+    (about 10x fewer bytes than the governed int8, docs/codec.md), in a demo of at least
+    :data:`SPARSE_MIN_ROUNDS` rounds (its eval loss rises for the round after the switch and
+    takes a few rounds to fall below round 1's, which the demo's loss check compares with)."""
 
     @classmethod
     def make(cls, *, nodes: int, rounds: int, inner_steps: int, churn: bool = True) -> DemoPlan:
@@ -50,13 +56,15 @@ class DemoPlan:
             govern_after=1,
             join_after=2 if churn else None,
             leave_after=rounds - 2 if churn else None,
+            new_wire_format="sparse" if rounds >= SPARSE_MIN_ROUNDS else None,
         )
 
     def describe(self) -> str:
         parts = [
             f"{self.nodes} nodes x {self.rounds} rounds, H={self.inner_steps}",
             f"vote after round {self.govern_after}: inner steps {self.inner_steps} -> "
-            f"{self.new_inner_steps}",
+            f"{self.new_inner_steps}"
+            + (f", wire format -> {self.new_wire_format}" if self.new_wire_format else ""),
         ]
         if self.join_after is not None:
             parts.append(f"a node joins after round {self.join_after}")

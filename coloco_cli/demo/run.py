@@ -227,13 +227,15 @@ class DemoRun:
             self.claims += claim_all(net, self.shell, self.actors[: plan.nodes])
             self.step(f"{len(self.claims)} contributors claimed; holders vote")
             sets = [f"inner-steps={plan.new_inner_steps}"]
+            if plan.new_wire_format is not None:
+                sets.append(f"wire-format={plan.new_wire_format}")
             self.gov = govern(net, self.shell, self.actors[: plan.nodes], sets)
         finally:
             self.hold_file.unlink(missing_ok=True)
         self.step(
             f"proposal executed: TrainingConfig v{self.gov.config_version_before} -> "
-            f"v{self.gov.config_version_after} (inner steps {self.gov.inner_steps_after}); "
-            "trainers go on"
+            f"v{self.gov.config_version_after} (inner steps {self.gov.inner_steps_after}, "
+            f"wire format {self.gov.wire_format_after}); trainers go on"
         )
 
     def final_claims(self) -> None:

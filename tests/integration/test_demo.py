@@ -37,7 +37,10 @@ def test_report_has_every_required_field(demo_run: tuple[dict[str, Any], Path]) 
     assert report["checks"] and all(report["checks"].values()), report["checks"]
     assert report["rounds_committed"] == ROUNDS
     assert report["proposal_executed"] is True
-    assert report["config_version_after"] == report["config_version_before"] + 1
+    # one version a setter: the vote sets H and the wire format
+    gov = report["governance"]
+    assert report["config_version_after"] == report["config_version_before"] + len(gov["change"])
+    assert (gov["wire_format_before"], gov["wire_format_after"]) == ("int8", "sparse")
     assert report["config_change_seen_by_trainers"] is True
     assert isinstance(report["eval_loss_first"], float)
     assert report["eval_loss_last"] < report["eval_loss_first"]
@@ -50,7 +53,6 @@ def test_report_has_every_required_field(demo_run: tuple[dict[str, Any], Path]) 
         assert node["credited_exactly"] and node["balance_equals_owed"]
     # the attestations before the vote carry the old config, those after it the new one
     rounds = report["rounds"]
-    gov = report["governance"]
     assert rounds[0]["config_version"] == gov["config_version_before"]
     assert rounds[0]["inner_steps"] == INNER_STEPS
     assert rounds[-1]["config_version"] == gov["config_version_after"]
@@ -78,6 +80,7 @@ def test_chain_state_matches_the_report(
     config = TrainingSettings.read(chain)
     assert config.version == report["config_version_after"]
     assert config.inner_steps == report["governance"]["inner_steps_after"]
+    assert config.wire_format.label == report["governance"]["wire_format_after"] == "sparse"
     assert chain.model_governor.state(int(report["governance"]["proposal_id"])) == 7
     supply = chain.model_share_token.total_supply()
     assert str(supply) == report["tokens_minted"]
