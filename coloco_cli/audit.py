@@ -25,6 +25,7 @@ check fails: its verdict carries the evidence (attestation digest, replay inputs
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -41,6 +42,7 @@ from coloco_cli.common import (
     emit_json,
     resolve,
 )
+from coloco_cli.config_history import ConfigHistory
 from coloco_cli.run.ops import parse_run_id
 from coloco_cli.tx import open_chain
 from ledger.core.config import AUDIT_TOLERANCE, SEGMENT_TOLERANCE
@@ -69,15 +71,16 @@ def audit_rounds(
     *,
     fraction: float,
     model: str,
-    inner_lr: float,
-    mixture: tuple[int, ...],
     tolerance: float,
+    inner_lr: float | None = None,
+    mixture: tuple[int, ...] | None = None,
     segment_tolerance: float = SEGMENT_TOLERANCE,
     corpus_dir: Path | None = None,
     limit: int = 50,
     inner_steps: int | None = None,
     data_root: bytes | None = None,
     carried: bool | None = None,
+    config_of: Callable[[int], TrainingSettings | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Check the sampled pairs of the run's latest ``limit`` scored rounds; one verdict each.
 
@@ -89,10 +92,14 @@ def audit_rounds(
     ``unverifiable`` (:data:`UNVERIFIABLE`), never failed. ``carried``: the protocol's inner
     mode (None: ``reference.inner.CARRY_STATE``).
 
-    ``inner_steps`` (the governed H) lets a time-boxed node's planned shard be found, as the
-    ledger's own audit does (``ledger.judge.usefulness.matching_shard``); None: the attested
-    tokens. ``data_root`` (the run's ``TrainingConfig.dataRoot``): the corpus is refused
-    (DataMismatch) before any replay when it is not the run's data."""
+    Each pair is replayed under the TrainingConfig version its attestation signs (``config_of``:
+    that version's settings, :class:`coloco_cli.config_history.ConfigHistory`), as the ledger
+    judged it: the inner lr, the mixture and the governed H (which lets a time-boxed node's
+    planned shard be found, ``ledger.judge.usefulness.matching_shard``). ``inner_lr``,
+    ``mixture`` and ``inner_steps`` override the version's for every pair; a pair whose version
+    cannot be read, with no override, is ``unverifiable``. ``data_root`` (the run's
+    ``TrainingConfig.dataRoot``): the corpus is refused (DataMismatch) before any replay when
+    it is not the run's data."""
     from ledger.judge.audits import sampled
     from ledger.judge.pseudo_gradients import decode_pseudo_gradient
     from ledger.judge.replay import ReplayInputs, audit
@@ -133,6 +140,16 @@ def audit_rounds(
                 out.append({**key, "verdict": "unavailable",
                             "reason": "the base or the pseudo-gradient is not served"})  # fmt: skip
                 continue
+            signed = config_of(s["config_version"]) if config_of is not None else None
+            if signed is None and (inner_lr is None or mixture is None):
+                out.append({**key, "verdict": "unverifiable", "reason": (
+                    f"TrainingConfig version {s['config_version']}, which the pair was trained "
+                    "under, is not readable from this RPC (a pruned node: use an archive node, "
+                    "or pass --inner-lr and --mixture)")})  # fmt: skip
+                continue
+            lr = inner_lr if inner_lr is not None else signed.inner_lr  # type: ignore[union-attr]
+            bps = mixture if mixture is not None else tuple(signed.data_mixture_bps)  # type: ignore[union-attr]
+            h = inner_steps if inner_steps is not None or signed is None else signed.inner_steps
             tensors, packet, bad = decode_pseudo_gradient(raw, base)
             att = SimpleNamespace(**{k: s[k] for k in ATTESTATION_ATTRS})  # a round's score row
             inputs = ReplayInputs(
@@ -141,11 +158,11 @@ def audit_rounds(
                 node=s["node"],
                 tokens=s["tokens"],
                 inner_steps=s["inner_steps"],
-                inner_lr=inner_lr,
-                mixture=mixture,
+                inner_lr=lr,
+                mixture=bps,
                 preset=model,
                 data_root=data_root,
-                shard_tokens=matching_shard(att, mixture, inner_steps) or 0,  # type: ignore[arg-type]
+                shard_tokens=matching_shard(att, bps, h) or 0,  # type: ignore[arg-type]
             )
             if bad is not None:
                 out.append({**key, "verdict": "fail", "reason": bad})
@@ -408,15 +425,23 @@ def audit_command(  # noqa: PLR0917 - typer options
     fraction: Annotated[float, typer.Option(help="share of paid pairs to replay (0..1)")] = 0.1,
     model: Annotated[str, typer.Option(help="the run's model preset")] = "tiny",
     inner_lr: Annotated[
-        float | None, typer.Option(help="inner lr (default: TrainingConfig's, read on chain)")
+        float | None,
+        typer.Option(
+            help="inner lr for every pair (default: that of the TrainingConfig "
+            "version each pair signed, read on chain)"
+        ),
     ] = None,
     mixture: Annotated[
         str | None,
-        typer.Option(help="data mixture bps, comma-separated (default: TrainingConfig's)"),
+        typer.Option(
+            help="data mixture bps, comma-separated, for every pair (default: the signed version's)"
+        ),
     ] = None,
     inner_steps: Annotated[
         int | None,
-        typer.Option(min=1, help="governed inner steps H (default: TrainingConfig's)"),
+        typer.Option(
+            min=1, help="governed inner steps H for every pair (default: the signed version's)"
+        ),
     ] = None,
     tolerance: Annotated[
         float,
@@ -463,17 +488,17 @@ def audit_command(  # noqa: PLR0917 - typer options
     if not 0.0 <= fraction <= 1.0:
         raise ConfigError(f"--fraction {fraction} is not a share: pass a number from 0 to 1")
     ep = resolve(rpc_url, ledger_url, deployment)
-    cfg = TrainingSettings.read(open_chain(ep))  # as the chain has them now; its data root always
-    if inner_lr is None or mixture is None or inner_steps is None:
-        inner_lr = cfg.inner_lr if inner_lr is None else inner_lr
-        mixture = ",".join(map(str, cfg.data_mixture_bps)) if mixture is None else mixture
-        inner_steps = cfg.inner_steps if inner_steps is None else inner_steps
-    try:
-        bps = tuple(int(b) for b in mixture.split(","))
-    except ValueError:
-        raise ConfigError(
-            f"--mixture {mixture!r}: pass basis points, comma-separated (e.g. 7000,3000)"
-        ) from None
+    # each pair under the version it signed; the data root as the chain has it now
+    history = ConfigHistory(open_chain(ep), ep.deployment().deployment_block)
+    cfg = history.current
+    bps: tuple[int, ...] | None = None
+    if mixture is not None:
+        try:
+            bps = tuple(int(b) for b in mixture.split(","))
+        except ValueError:
+            raise ConfigError(
+                f"--mixture {mixture!r}: pass basis points, comma-separated (e.g. 7000,3000)"
+            ) from None
     url = ep.ledger_url
     try:
         with httpx.Client(base_url=url, timeout=60) as http:
@@ -481,6 +506,7 @@ def audit_command(  # noqa: PLR0917 - typer options
                 http, rid, fraction=fraction, model=model, inner_lr=inner_lr, mixture=bps,
                 tolerance=tolerance, segment_tolerance=segment_tolerance, limit=limit,
                 inner_steps=inner_steps, corpus_dir=data, data_root=bytes(cfg.data_root),
+                config_of=history.get,
             )  # fmt: skip
     except httpx.HTTPError as exc:
         raise LedgerUnavailableError(

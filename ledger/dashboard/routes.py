@@ -43,11 +43,22 @@ def _short(hex_text: str | None) -> str:
     return hex_text if len(hex_text) <= 14 else f"{hex_text[:6]}…{hex_text[-4:]}"
 
 
+def _split_long(text: str | None, limit: int = 160) -> tuple[str, str]:
+    """(head, rest) of a cell's text: cut at a space before ``limit`` characters when it is
+    longer (templates/_long.html shows the head and puts the rest behind a click)."""
+    if not text or len(text) <= limit:
+        return text or "", ""
+    cut = text.rfind(" ", 0, limit)
+    cut = cut if cut > limit // 2 else limit
+    return text[:cut], text[cut:]
+
+
 # every amount and time on every page goes through these (protocol.display): no raw wei, no
 # 18-decimal token units, no unix seconds
 _env.filters.update(
     cms=display.cms, eth=display.eth, utc=display.utc, span=display.span, short=_short,
     run_label=lambda run: run.get("name") or short_id(run["run_id"]), short_id=short_id,
+    split_long=_split_long,
 )  # fmt: skip
 _env.globals["relative"] = display.relative
 

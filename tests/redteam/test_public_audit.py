@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
 from coloco_cli.audit import UNVERIFIABLE, audit_rounds
+from coloco_cli.config_history import ConfigHistory
 from ledger.core.config import Settings
 from ledger.core.models import SKETCH_REQUEST, STATE_REQUEST, BoundaryRequest
 from ledger.service import Ledger
@@ -36,6 +37,7 @@ from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     nodes,
     settings_for,
 )
+from tests.ledger.helpers import governance_sets
 from tests.redteam.test_replayable_node import RUN, _audited_rounds, _carry
 from tests.trainer.conftest import corpus_dir, store_port  # noqa: F401 - pytest fixtures
 from trainer.network.ledger_client import LedgerClient
@@ -225,3 +227,56 @@ def test_an_overlapped_carried_round_passes_the_public_recheck_from_its_committe
         (2, "segments", "pass"),
     ], verdicts
     assert "origin: the round started from the last round's base" in verdicts[2]["reason"]
+
+
+def test_rounds_before_a_vote_are_rechecked_under_the_version_they_signed(
+    chain: AnvilProcess,
+    deployment: Deployment,
+    settings_for: Callable[..., Settings],  # noqa: F811
+    db_url: str,  # noqa: F811
+    nodes: list[Any],  # noqa: F811
+    corpus_dir: Path,  # noqa: F811
+    store_port: int,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A vote doubles the inner lr after rounds 1 and 2. ``coloco audit --run-id`` re-checks
+    each pair under the TrainingConfig version its attestation signs, read from the chain at
+    the block that version took effect (coloco_cli.config_history): both rounds pass. Under
+    today's settings, what the auditor replayed with before, the same segments fail."""
+    key = NodeKey.from_private_key(nodes[0].key)
+    seen: dict[str, Any] = {}
+
+    def audit(ledger: Ledger, client: TestClient, node: NodeRunner, lc: LedgerClient) -> None:
+        views = ChainClient(chain.rpc_url, deployment)
+        trained = TrainingSettings.read(views)
+        governance_sets(chain, deployment, "setInnerLoop", trained.inner_steps,
+                        trained.inner_lr_e6 * 2)  # fmt: skip
+        history = ConfigHistory(views, deployment.deployment_block)
+        common: dict[str, Any] = {
+            "fraction": 1.0, "model": "tiny", "tolerance": 1e-2, "corpus_dir": corpus_dir,
+            "data_root": Corpus.from_folder(corpus_dir).root, "carried": True,
+        }  # fmt: skip
+        seen["signed"] = audit_rounds(client, "0x" + RUN.hex(), config_of=history.get, **common)
+        now = history.current
+        seen["versions"] = (trained.version, now.version, history.get(trained.version))
+        seen["today"] = audit_rounds(
+            client, "0x" + RUN.hex(), inner_lr=now.inner_lr, inner_steps=now.inner_steps,
+            mixture=tuple(now.data_mixture_bps), **common,
+        )  # fmt: skip
+
+    scores, states, _ = _audited_rounds(
+        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        config=_carry(monkeypatch, True), audit_segments=1, then=audit,
+    )  # fmt: skip
+    assert states == ["committed", "committed"], scores
+    trained, now, read = seen["versions"]
+    assert now == trained + 1 and read is not None and read.version == trained
+    assert {s["config_version"] for s in scores} == {trained}
+    signed = sorted(seen["signed"], key=lambda v: v["round"])
+    assert [(v["round"], v["check"], v["verdict"]) for v in signed] == [
+        (1, "segments", "pass"),
+        (2, "segments", "pass"),
+    ], signed
+    today = {v["round"]: v for v in seen["today"]}
+    assert today[1]["verdict"] == "fail", today[1]

@@ -45,8 +45,8 @@ from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     nodes,
     settings_for,
 )
+from tests.ledger.helpers import governance_sets
 from tests.trainer.conftest import corpus_dir, store_port  # noqa: F401 - pytest fixtures
-from tests.trainer.test_chain_ledger import _as_timelock
 from trainer.network.ledger_client import LedgerClient
 from trainer.network.membership import MembershipConfig
 from trainer.round.attest import Attester
@@ -151,7 +151,7 @@ def _audited_rounds(
     ``overlap``: the node's schedule (the lockstep tests say False), ``schedule(node)``: another
     overlap schedule (a cheat's); ``advance_of(node)``: how the node answers a bisection's
     probes (default its own steps); ``then``: run before the ledger stops."""
-    _as_timelock(chain, deployment, "setDataRoot", Corpus.from_folder(corpus).root)  # the run's
+    governance_sets(chain, deployment, "setDataRoot", Corpus.from_folder(corpus).root)  # the run's
     settings = settings_for(db_url, **{"audit_fraction": 1.0, "audit_segments": 1000,
                             "usefulness_model": "tiny", "usefulness_corpus": corpus,
                             **overrides})  # fmt: skip
@@ -555,7 +555,7 @@ def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
     audited", and so were a node that skipped an inner step and one that inflated its residual
     (its packet is its committed states')."""
     key = NodeKey.from_private_key(nodes[0].key)
-    _as_timelock(chain, deployment, "setWireFormat", 3)  # WireFormat.SPARSE
+    governance_sets(chain, deployment, "setWireFormat", 3)  # WireFormat.SPARSE
     how: dict[str, Any] = {
         None: {},
         "skips_a_step": {"skip_call": 50 + 8,

@@ -346,14 +346,14 @@ def on_chain(
     from bench.harness.nodes import new_node
     from protocol.chain import ChainClient
     from reference.data import Corpus
-    from tests.trainer.test_chain_ledger import _as_timelock
+    from tests.ledger.helpers import governance_sets
 
     path = tmp_path / "deployment.json"
     deployment.save(path)
     nodes = [new_node(chain.w3, deployment, chain.accounts[2 + i][0], seed=bytes([0x31 + i]) * 32)
              for i in range(4)]  # fmt: skip
-    _as_timelock(chain, deployment, "setInnerLoop", inner_steps, 3000)
-    _as_timelock(chain, deployment, "setDataRoot", Corpus.from_folder(data).root)
+    governance_sets(chain, deployment, "setInnerLoop", inner_steps, 3000)
+    governance_sets(chain, deployment, "setDataRoot", Corpus.from_folder(data).root)
     view = TrainingSettings.read(ChainClient(chain.rpc_url, deployment))
     return OnChain(
         rpc_url=chain.rpc_url, deployment=str(path), keys=["0x" + n.key.hex() for n in nodes],

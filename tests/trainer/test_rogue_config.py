@@ -18,6 +18,7 @@ import pytest
 import torch.distributed as dist
 
 from protocol.devnet import AnvilProcess, foundry_bin, free_port, rpc_call
+from tests.ledger.helpers import governance_sets
 from tests.trainer.nodes import RUN_ID, collect, start_nodes
 from tests.trainer.rogue import (
     OnChain,
@@ -28,7 +29,6 @@ from tests.trainer.rogue import (
     start_rogue,
     stop_rogue,
 )
-from tests.trainer.test_chain_ledger import _as_timelock
 from trainer.network.coordination.store import run_namespace
 
 pytestmark = [pytest.mark.distributed, pytest.mark.anvil]
@@ -98,7 +98,7 @@ def test_a_node_whose_chain_lags_a_config_change_waits_instead_of_adopting_a_cop
             timeout=timedelta(seconds=120),
         )  # fmt: skip
         store.wait([run_namespace(RUN_ID) + "members/1/0/open"])
-        _as_timelock(chain, deployment, "setInnerLoop", 5, 2000)  # a vote executed mid-run
+        governance_sets(chain, deployment, "setInnerLoop", 5, 2000)  # a vote executed mid-run
         out = collect(procs, results, manager)
     finally:
         fork.kill()
