@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from bench.redteam.config import NetConfig
+from ledger.core.config import Settings
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
+from protocol.keys import NodeKey
 from tests.redteam.network import Network
+from tests.redteam.rig import Rig
 
 
 @contextmanager
@@ -58,3 +62,20 @@ def overshooting_network(
     cfg = NetConfig(audit_fraction=0.1, inner_lr_e6=900_000)
     with _network(chain, deployment, tmp_path, cfg) as net:
         yield net
+
+
+@pytest.fixture
+def rig(  # the fixtures it takes are imported by the modules that use it
+    chain: AnvilProcess,
+    deployment: Deployment,
+    settings_for: Callable[..., Settings],
+    db_url: str,
+    nodes: list[Any],
+    corpus_dir: Path,
+    store_port: int,
+    tmp_path: Path,
+) -> Rig:
+    """A real node's rig: the session chain, the ledger's settings on the test's database,
+    the first staked node's key, the run's corpus, a rendezvous port and a scratch folder."""
+    key = NodeKey.from_private_key(nodes[0].key)
+    return Rig(chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path)

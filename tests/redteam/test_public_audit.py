@@ -8,8 +8,6 @@ delivered state swapped for another fails it; a carried round the ledger did not
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,15 +17,11 @@ from sqlmodel import Session, select
 
 from coloco_cli.audit import UNVERIFIABLE, audit_rounds
 from coloco_cli.config_history import ConfigHistory
-from ledger.core.config import Settings
 from ledger.core.models import SKETCH_REQUEST, STATE_REQUEST, BoundaryRequest
 from ledger.service import Ledger
 from protocol.blobs import encode_blob
 from protocol.chain import ChainClient
-from protocol.deployment import Deployment
-from protocol.devnet import AnvilProcess
 from protocol.hashing import hash_state_dict
-from protocol.keys import NodeKey
 from reference.data import Corpus
 from reference.settings import TrainingSettings
 from reference.sketch import FRESH_ADAM
@@ -38,6 +32,7 @@ from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     settings_for,
 )
 from tests.ledger.helpers import governance_sets
+from tests.redteam.rig import Rig
 from tests.redteam.test_replayable_node import RUN, _audited_rounds, _carry
 from tests.trainer.conftest import corpus_dir, store_port  # noqa: F401 - pytest fixtures
 from trainer.network.ledger_client import LedgerClient
@@ -46,11 +41,10 @@ from trainer.round.node import NodeRunner
 pytestmark = [pytest.mark.anvil]
 
 
-def _public_audit(
-    client: TestClient, chain: AnvilProcess, deployment: Deployment, corpus: Path
-) -> list[dict[str, Any]]:
+def _public_audit(client: TestClient, rig: Rig) -> list[dict[str, Any]]:
     """``coloco audit --run-id RUN --fraction 1``'s verdicts, against the ledger's HTTP API."""
-    cfg = TrainingSettings.read(ChainClient(chain.rpc_url, deployment))
+    corpus = rig.corpus
+    cfg = TrainingSettings.read(ChainClient(rig.chain.rpc_url, rig.deployment))
     return audit_rounds(
         client, "0x" + RUN.hex(), fraction=1.0, model="tiny", inner_lr=cfg.inner_lr,
         mixture=tuple(cfg.data_mixture_bps), tolerance=1e-2, corpus_dir=corpus,
@@ -59,23 +53,16 @@ def _public_audit(
 
 
 def test_a_segment_audited_carried_round_passes_the_public_recheck_and_a_swapped_state_fails(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    nodes: list[Any],  # noqa: F811
-    corpus_dir: Path,  # noqa: F811
-    store_port: int,  # noqa: F811
-    tmp_path: Path,
+    rig: Rig,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    key = NodeKey.from_private_key(nodes[0].key)
+    key = rig.key
     seen: dict[str, Any] = {}
 
     def audit(ledger: Ledger, client: TestClient, node: NodeRunner, lc: LedgerClient) -> None:
         url = f"/v1/runs/0x{RUN.hex()}/rounds/2/segment-audits"
         seen["served"] = client.get(url).json()
-        seen["honest"] = _public_audit(client, chain, deployment, corpus_dir)
+        seen["honest"] = _public_audit(client, rig)
         # round 1's last boundary served with a sketch that commits another AdamW state (a
         # fresh one; its other parts the same): round 2's carried start no longer matches it
         with Session(ledger.engine) as s:
@@ -91,7 +78,7 @@ def test_a_segment_audited_carried_round_passes_the_public_recheck_and_a_swapped
             kept, last.sketch_hash = last.sketch_hash, name
             s.add(last)
             s.commit()
-            seen["forked"] = _public_audit(client, chain, deployment, corpus_dir)
+            seen["forked"] = _public_audit(client, rig)
             last.sketch_hash = kept
             s.add(last)
             s.commit()
@@ -111,7 +98,7 @@ def test_a_segment_audited_carried_round_passes_the_public_recheck_and_a_swapped
             row.state_hash = name
             s.add(row)
             s.commit()
-        seen["swapped"] = _public_audit(client, chain, deployment, corpus_dir)
+        seen["swapped"] = _public_audit(client, rig)
         # a blob altered in the store: it no longer hashes to its name, so nothing is checked
         # against it (unavailable, neither passed nor failed)
         (first,) = client.get(url.replace("/2/", "/1/")).json()
@@ -120,10 +107,10 @@ def test_a_segment_audited_carried_round_passes_the_public_recheck_and_a_swapped
         tensors = {n: t.clone() for n, t in (ledger.blobs.tensors(sketch) or {}).items()}
         path.chmod(0o644)
         path.write_bytes(encode_blob({n: t * 2 for n, t in tensors.items()}))
-        seen["altered"] = _public_audit(client, chain, deployment, corpus_dir)
+        seen["altered"] = _public_audit(client, rig)
 
     scores, states, _ = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rig,
         config=_carry(monkeypatch, True), audit_segments=1, then=audit,
     )  # fmt: skip
     assert states == ["committed", "committed"], scores
@@ -152,14 +139,7 @@ def test_a_segment_audited_carried_round_passes_the_public_recheck_and_a_swapped
 
 
 def test_a_carried_round_the_ledger_did_not_audit_is_unverifiable_not_failed(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    nodes: list[Any],  # noqa: F811
-    corpus_dir: Path,  # noqa: F811
-    store_port: int,  # noqa: F811
-    tmp_path: Path,
+    rig: Rig,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The ledger audits nothing (fraction 0): round 2 starts from the AdamW moments round 1
@@ -168,15 +148,14 @@ def test_a_carried_round_the_ledger_did_not_audit_is_unverifiable_not_failed(
     instead of failing the node. Round 1 too: the auditor replays a round whole only in the
     fresh inner mode (a carried node's first round does start fresh, but the auditor does not
     take a node's word for which of its rounds that is)."""
-    key = NodeKey.from_private_key(nodes[0].key)
     seen: dict[str, Any] = {}
 
     def audit(ledger: Ledger, client: TestClient, node: NodeRunner, lc: LedgerClient) -> None:
         seen["served"] = client.get(f"/v1/runs/0x{RUN.hex()}/rounds/2/segment-audits").json()
-        seen["verdicts"] = _public_audit(client, chain, deployment, corpus_dir)
+        seen["verdicts"] = _public_audit(client, rig)
 
     scores, _, _ = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rig,
         config=_carry(monkeypatch, True), audit_fraction=0.0, then=audit,
     )  # fmt: skip
     assert all(s["verified"] for s in scores), scores
@@ -190,14 +169,7 @@ def test_a_carried_round_the_ledger_did_not_audit_is_unverifiable_not_failed(
 
 
 def test_an_overlapped_carried_round_passes_the_public_recheck_from_its_committed_origin(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    nodes: list[Any],  # noqa: F811
-    corpus_dir: Path,  # noqa: F811
-    store_port: int,  # noqa: F811
-    tmp_path: Path,
+    rig: Rig,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The overlap schedule (trainer.round.overlap): round 2 starts from round 1's base less the
@@ -206,15 +178,14 @@ def test_an_overlapped_carried_round_passes_the_public_recheck_from_its_committe
     finds the same with the ledger's ``starts_elsewhere``, checks the origin with
     ``ledger.judge.origin_check`` from round 1's delivered boundaries and re-runs the segment
     from it: it passes (a whole-round replay from the attested base failed it at 0.68-0.82)."""
-    key = NodeKey.from_private_key(nodes[0].key)
     seen: dict[str, Any] = {}
 
     def audit(ledger: Ledger, client: TestClient, node: NodeRunner, lc: LedgerClient) -> None:
         seen["served"] = client.get(f"/v1/runs/0x{RUN.hex()}/rounds/2/segment-audits").json()
-        seen["verdicts"] = _public_audit(client, chain, deployment, corpus_dir)
+        seen["verdicts"] = _public_audit(client, rig)
 
     scores, _, _ = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rig,
         overlap=True, config=_carry(monkeypatch, True), audit_segments=1, then=audit,
     )  # fmt: skip
     by_round = {s["round"]: s for s in scores}
@@ -230,32 +201,24 @@ def test_an_overlapped_carried_round_passes_the_public_recheck_from_its_committe
 
 
 def test_rounds_before_a_vote_are_rechecked_under_the_version_they_signed(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    nodes: list[Any],  # noqa: F811
-    corpus_dir: Path,  # noqa: F811
-    store_port: int,  # noqa: F811
-    tmp_path: Path,
+    rig: Rig,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A vote doubles the inner lr after rounds 1 and 2. ``coloco audit --run-id`` re-checks
     each pair under the TrainingConfig version its attestation signs, read from the chain at
     the block that version took effect (coloco_cli.config_history): both rounds pass. Under
     today's settings, what the auditor replayed with before, the same segments fail."""
-    key = NodeKey.from_private_key(nodes[0].key)
     seen: dict[str, Any] = {}
 
     def audit(ledger: Ledger, client: TestClient, node: NodeRunner, lc: LedgerClient) -> None:
-        views = ChainClient(chain.rpc_url, deployment)
+        views = ChainClient(rig.chain.rpc_url, rig.deployment)
         trained = TrainingSettings.read(views)
-        governance_sets(chain, deployment, "setInnerLoop", trained.inner_steps,
+        governance_sets(rig.chain, rig.deployment, "setInnerLoop", trained.inner_steps,
                         trained.inner_lr_e6 * 2)  # fmt: skip
-        history = ConfigHistory(views, deployment.deployment_block)
+        history = ConfigHistory(views, rig.deployment.deployment_block)
         common: dict[str, Any] = {
-            "fraction": 1.0, "model": "tiny", "tolerance": 1e-2, "corpus_dir": corpus_dir,
-            "data_root": Corpus.from_folder(corpus_dir).root, "carried": True,
+            "fraction": 1.0, "model": "tiny", "tolerance": 1e-2, "corpus_dir": rig.corpus,
+            "data_root": Corpus.from_folder(rig.corpus).root, "carried": True,
         }  # fmt: skip
         seen["signed"] = audit_rounds(client, "0x" + RUN.hex(), config_of=history.get, **common)
         now = history.current
@@ -266,7 +229,7 @@ def test_rounds_before_a_vote_are_rechecked_under_the_version_they_signed(
         )  # fmt: skip
 
     scores, states, _ = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rig,
         config=_carry(monkeypatch, True), audit_segments=1, then=audit,
     )  # fmt: skip
     assert states == ["committed", "committed"], scores

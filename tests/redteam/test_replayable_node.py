@@ -18,7 +18,6 @@ import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,14 +26,10 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
 from bench.harness.nodes import domain_of
-from ledger.core.config import Settings
 from ledger.core.models import FraudRecord, RoundState, SegmentBisection
 from ledger.main import create_app
 from ledger.service import Ledger
 from protocol.chain import ChainClient
-from protocol.deployment import Deployment
-from protocol.devnet import AnvilProcess
-from protocol.keys import NodeKey
 from reference.data import Corpus
 from reference.model import GPTConfig
 from reference.segment import STEP
@@ -46,6 +41,7 @@ from tests.ledger.conftest import (  # noqa: F401 - pytest fixtures
     settings_for,
 )
 from tests.ledger.helpers import governance_sets
+from tests.redteam.rig import Rig
 from tests.trainer.conftest import corpus_dir, store_port  # noqa: F401 - pytest fixtures
 from trainer.network.ledger_client import LedgerClient
 from trainer.network.membership import MembershipConfig
@@ -127,14 +123,7 @@ def _settle(ledger: Ledger, node: NodeRunner | None, lc: LedgerClient, r: int,
 
 
 def _audited_rounds(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    key: NodeKey,
-    corpus: Path,
-    port: int,
-    work: Path,
+    rig: Rig,
     *,
     rounds: int = 2,
     config: type[ChainConfig] = ChainConfig,
@@ -151,8 +140,16 @@ def _audited_rounds(
     ``overlap``: the node's schedule (the lockstep tests say False), ``schedule(node)``: another
     overlap schedule (a cheat's); ``advance_of(node)``: how the node answers a bisection's
     probes (default its own steps); ``then``: run before the ledger stops."""
+    chain, deployment, key, corpus, port, work = (
+        rig.chain,
+        rig.deployment,
+        rig.key,
+        rig.corpus,
+        rig.port,
+        rig.work,
+    )
     governance_sets(chain, deployment, "setDataRoot", Corpus.from_folder(corpus).root)  # the run's
-    settings = settings_for(db_url, **{"audit_fraction": 1.0, "audit_segments": 1000,
+    settings = rig.settings_for(rig.db_url, **{"audit_fraction": 1.0, "audit_segments": 1000,
                             "usefulness_model": "tiny", "usefulness_corpus": corpus,
                             **overrides})  # fmt: skip
     ledger = Ledger(settings)
@@ -240,16 +237,9 @@ def _refusing(node: NodeRunner) -> Advance:
 
 
 def test_a_multi_threaded_node_passes_the_segment_audit_and_a_skipped_step_is_caught(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    nodes: list[Any],  # noqa: F811
-    corpus_dir: Path,  # noqa: F811
-    store_port: int,  # noqa: F811
-    tmp_path: Path,
+    rig: Rig,
 ) -> None:
-    key = NodeKey.from_private_key(nodes[0].key)
+    key = rig.key
     checked: dict[str, Any] = {}
 
     def verdict(ledger: Ledger, client: TestClient, node: NodeRunner, lc: LedgerClient) -> None:
@@ -270,7 +260,7 @@ def test_a_multi_threaded_node_passes_the_segment_audit_and_a_skipped_step_is_ca
 
     # round 2's 8th inner step (H 50: AdamW's 58th call) is skipped, inside segment 1 (steps 5-9)
     scores, states, ledger = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rig,
         skip_call=50 + 8, advance_of=lambda node: _skipping_step(node, 2, 7), then=verdict,
     )  # fmt: skip
     honest, cheat = sorted(scores, key=lambda s: s["round"])
@@ -299,21 +289,13 @@ def test_a_multi_threaded_node_passes_the_segment_audit_and_a_skipped_step_is_ca
 
 
 def test_an_honest_node_whose_segments_fail_the_screen_is_exonerated_by_its_verdicts(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    nodes: list[Any],  # noqa: F811
-    corpus_dir: Path,  # noqa: F811
-    store_port: int,  # noqa: F811
-    tmp_path: Path,
+    rig: Rig,
 ) -> None:
     """A segment tolerance far below the honest noise of a node on 2 threads replayed on 1
     (about 1e-7) fails every honest segment's screen; the one-step tolerance stays, so each
     bisection ends on a step that holds: the node is paid, no fraud record, no slash."""
-    key = NodeKey.from_private_key(nodes[0].key)
     scores, states, ledger = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rig,
         rounds=1, audit_segments=2, segment_tolerance=1e-12, audit_threads=1,
     )  # fmt: skip
     (score,) = scores
@@ -330,21 +312,13 @@ def test_an_honest_node_whose_segments_fail_the_screen_is_exonerated_by_its_verd
 
 
 def test_a_node_that_does_not_answer_a_probe_fails(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    nodes: list[Any],  # noqa: F811
-    corpus_dir: Path,  # noqa: F811
-    store_port: int,  # noqa: F811
-    tmp_path: Path,
+    rig: Rig,
 ) -> None:
     """A segment that fails the screen and a node that serves its boundaries but not the
     bisection's probes: it fails once the probe is past the ledger's boundary deadline (5 s
     here, not the bisection's 600 s default: the round waits on it)."""
-    key = NodeKey.from_private_key(nodes[0].key)
     scores, states, ledger = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rig,
         rounds=1, audit_segments=1, segment_tolerance=1e-12, audit_threads=1,
         boundary_deadline_s=5.0, advance_of=_refusing,
     )  # fmt: skip
@@ -361,21 +335,13 @@ def test_a_node_that_does_not_answer_a_probe_fails(
 
 @pytest.mark.slow  # ~50 s here: one round of H 50 on 2 rank processes, every segment replayed
 def test_a_node_of_two_local_ranks_passes_the_segment_audit(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    nodes: list[Any],  # noqa: F811
-    corpus_dir: Path,  # noqa: F811
-    store_port: int,  # noqa: F811
-    tmp_path: Path,
+    rig: Rig,
 ) -> None:
     """``--local-ranks 2`` (trainer.round.ranks): the boundary states its rank 0 gathered are
     served by the node, and the ledger's replay of every segment from them (each step's 4 rows
     on one process, where the node split them over 2 ranks) matches."""
-    key = NodeKey.from_private_key(nodes[0].key)
     scores, states, _ = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rig,
         rounds=1, local_ranks=2,
     )  # fmt: skip
     (score,) = scores
@@ -386,18 +352,10 @@ def test_a_node_of_two_local_ranks_passes_the_segment_audit(
 
 
 def test_a_node_that_withholds_its_boundaries_fails_at_the_deadline(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    nodes: list[Any],  # noqa: F811
-    corpus_dir: Path,  # noqa: F811
-    store_port: int,  # noqa: F811
-    tmp_path: Path,
+    rig: Rig,
 ) -> None:
-    key = NodeKey.from_private_key(nodes[0].key)
     scores, states, _ = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rig,
         rounds=1, serve=False, boundary_deadline_s=2.0,
     )  # fmt: skip
     (score,) = scores
@@ -408,22 +366,14 @@ def test_a_node_that_withholds_its_boundaries_fails_at_the_deadline(
 
 @pytest.mark.slow  # 3 minutes here: two rounds, every segment replayed
 def test_carried_adamw_state_passes_the_segment_audit(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    nodes: list[Any],  # noqa: F811
-    corpus_dir: Path,  # noqa: F811
-    store_port: int,  # noqa: F811
-    tmp_path: Path,
+    rig: Rig,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import reference.inner
 
     monkeypatch.setattr(reference.inner, "CARRY_STATE", True)  # the protocol's switch, for all
-    key = NodeKey.from_private_key(nodes[0].key)
     scores, states, _ = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rig,
         config=_KeepState,
     )  # fmt: skip
     assert states == ["committed", "committed"], scores
@@ -455,14 +405,7 @@ def _carry(monkeypatch: pytest.MonkeyPatch, carried: bool) -> type[ChainConfig]:
 @pytest.mark.slow  # ~15-60 s here: three overlapped rounds, every segment replayed
 @pytest.mark.parametrize("carried", [False, True], ids=["fresh", "carried"])
 def test_overlapped_rounds_pass_the_segment_audit_from_their_committed_origin(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    nodes: list[Any],  # noqa: F811
-    corpus_dir: Path,  # noqa: F811
-    store_port: int,  # noqa: F811
-    tmp_path: Path,
+    rig: Rig,
     monkeypatch: pytest.MonkeyPatch,
     carried: bool,
 ) -> None:
@@ -472,9 +415,8 @@ def test_overlapped_rounds_pass_the_segment_audit_from_their_committed_origin(
     boundary, checks the origin (ledger.judge.origin_check) and replays every segment from it:
     every round passes, with a fresh inner AdamW and with its state carried across rounds (the
     moments round r left, committed in round r+1's boundary 0)."""
-    key = NodeKey.from_private_key(nodes[0].key)
     scores, states, _ = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rig,
         rounds=3, overlap=True, config=_carry(monkeypatch, carried),
     )  # fmt: skip
     assert states[:2] == ["committed", "committed"] and states[2] in ("committed", "final")
@@ -490,23 +432,15 @@ def test_overlapped_rounds_pass_the_segment_audit_from_their_committed_origin(
 
 @pytest.mark.parametrize("carried", [False, True], ids=["fresh", "carried"])
 def test_an_overlapped_node_that_starts_from_a_made_up_origin_is_caught(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    nodes: list[Any],  # noqa: F811
-    corpus_dir: Path,  # noqa: F811
-    store_port: int,  # noqa: F811
-    tmp_path: Path,
+    rig: Rig,
     monkeypatch: pytest.MonkeyPatch,
     carried: bool,
 ) -> None:
     """One segment drawn (the ledger's default): the round's deliveries show it did not start
     from its base, the origin check reads round 1's boundaries and finds the start is neither
     public point."""
-    key = NodeKey.from_private_key(nodes[0].key)
     scores, _, ledger = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path,
+        rig,
         rounds=2, overlap=True, schedule=_MadeUpOrigin, audit_segments=1,
         config=_carry(monkeypatch, carried),
     )  # fmt: skip
@@ -536,14 +470,7 @@ def _inflating(node: NodeRunner) -> Overlap:
 
 @pytest.mark.parametrize("cheat", [None, "skips_a_step", "inflates_its_residual"])
 def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
-    chain: AnvilProcess,
-    deployment: Deployment,
-    settings_for: Callable[..., Settings],  # noqa: F811
-    db_url: str,  # noqa: F811
-    nodes: list[Any],  # noqa: F811
-    corpus_dir: Path,  # noqa: F811
-    store_port: int,  # noqa: F811
-    tmp_path: Path,
+    rig: Rig,
     cheat: str | None,
 ) -> None:
     """The sparse wire format (a governed vote, issue 27): an audited sparse node-round is
@@ -554,8 +481,7 @@ def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
     only once its boundaries had been asked for by someone else: the honest round was paid "not
     audited", and so were a node that skipped an inner step and one that inflated its residual
     (its packet is its committed states')."""
-    key = NodeKey.from_private_key(nodes[0].key)
-    governance_sets(chain, deployment, "setWireFormat", 3)  # WireFormat.SPARSE
+    governance_sets(rig.chain, rig.deployment, "setWireFormat", 3)  # WireFormat.SPARSE
     how: dict[str, Any] = {
         None: {},
         "skips_a_step": {"skip_call": 50 + 8,
@@ -563,7 +489,7 @@ def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
         "inflates_its_residual": {"schedule": _inflating},
     }[cheat]  # fmt: skip
     scores, states, _ = _audited_rounds(
-        chain, deployment, settings_for, db_url, key, corpus_dir, store_port, tmp_path, **how,
+        rig, **how,
     )  # fmt: skip
     one, two = sorted(scores, key=lambda s: s["round"])
     assert all(st in ("committed", "final") for st in states), (states, scores)
