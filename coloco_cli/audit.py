@@ -55,8 +55,8 @@ UNVERIFIABLE = (
     "draw can ask a node for its boundaries"
 )
 SPARSE_UNVERIFIABLE = (
-    "a sparse packet is checked by the ledger's exact packet check from the node's committed "
-    "residual (ledger.judge.sparse_check), which this auditor does not re-run"
+    "a sparse packet is recomputed from the node's committed boundary 0 (its residual) and last "
+    "boundary, which only the ledger's draw can ask for: the ledger did not segment-audit it"
 )
 NOT_SEGMENT_AUDITED = (
     "the ledger did not segment-audit this node-round: it asked only for the boundaries the "
@@ -167,7 +167,7 @@ def audit_rounds(
             if bad is not None:
                 out.append({**key, "verdict": "fail", "reason": bad})
                 continue
-            if packet is not None and packet.fmt is WireFormat.SPARSE:
+            if packet is not None and packet.fmt is WireFormat.SPARSE and entry is None:
                 out.append({**key, "verdict": "unverifiable", "reason": SPARSE_UNVERIFIABLE})
                 continue
             if entry is not None and entry["segments"]:
@@ -231,8 +231,9 @@ def recheck_segments(  # noqa: PLR0917 - the node-round's public inputs
     from ledger.judge import segments
     from ledger.judge.origin_check import PreviousRound, check_origin
 
+    sparse = packet is not None and packet.fmt is WireFormat.SPARSE  # its plan moves 0, last
     plan = segments.SegmentPlan(tuple(entry["segments"]), tuple(entry["boundary_steps"]),
-                                public_start=entry["public_start"])  # fmt: skip
+                                public_start=entry["public_start"], exact=sparse)  # fmt: skip
     common = {
         "check": "segments",
         "segments": entry["segments"],
@@ -285,6 +286,11 @@ def recheck_segments(  # noqa: PLR0917 - the node-round's public inputs
         excused={int(b): why for b, why in entry["excused"].items()},
     )  # fmt: skip
     reason = outcome.reason + (f"; origin: {origin.reason}" if origin else "")
+    if outcome.passed and sparse:
+        exact, why = _sparse_exact(http, run_id, entry, packet, states, base, origin is not None)
+        if exact != "pass":
+            return common | {"verdict": exact, "reason": why, "evidence": outcome.evidence}
+        reason += f"; {why}"
     if outcome.passed and not plan.public_start:  # the carried AdamW's start, as the ledger
         kept, why = _continuity(http, run_id, entry, requests, states)
         if kept != "pass":
@@ -297,6 +303,50 @@ def recheck_segments(  # noqa: PLR0917 - the node-round's public inputs
         "evidence": outcome.evidence,
         "replay_inputs": inputs.to_json(),
     }
+
+
+def _sparse_exact(  # noqa: PLR0917 - the node-round's public inputs
+    http: httpx.Client,
+    run_id: str,
+    entry: dict[str, Any],
+    packet: Any,
+    states: dict[Any, Any],
+    base: Any,
+    from_origin: bool,
+) -> tuple[str, str]:
+    """(verdict, reason) of ``ledger.judge.sparse_check``'s rules from public data: the signed
+    packet recomputed bit for bit from the delivered boundary 0 (weights and residual) and last
+    boundary, both in full (the ledger's plan of a sparse round moves them), boundary 0 being
+    the round's base (or its verified overlapped origin, ``from_origin``); and a residual that
+    is not zero equal to what the node's round r-1 left, recomputed from round r-1's delivered
+    boundaries 0 and last."""
+    from ledger.core.models import STATE_REQUEST
+    from ledger.judge.origin_check import PreviousRound, check_origin
+    from ledger.judge.sparse_check import carried_residual, carries_residual, check_sparse_round
+
+    last = len(entry["boundary_steps"]) - 1
+    start, end = states.get((0, STATE_REQUEST)), states.get((last, STATE_REQUEST))
+    if start is None or end is None:
+        return "unverifiable", (f"the ledger did not move boundaries 0 and {last} of this sparse "
+                                "round in full: its packet cannot be recomputed")  # fmt: skip
+    if not from_origin:
+        origin = check_origin(start, base)
+        if not origin.passed:
+            return "fail", origin.reason
+    verdict = check_sparse_round(packet, start, end)
+    if not verdict.passed:
+        return "fail", verdict.reason
+    if not carries_residual(start):
+        return "pass", f"{verdict.reason}; the round starts from a zero residual"
+    prev = _previous(http, run_id, entry["round"] - 1, entry["node"])
+    if prev is None:
+        return "unverifiable", (f"{verdict.reason}; boundary 0 carries a residual, and the "
+                                f"ledger did not move round {entry['round'] - 1}'s boundaries 0 "
+                                "and last, which tell what it left")  # fmt: skip
+    if isinstance(prev, str):
+        return "unavailable", prev
+    carried = carried_residual(start, PreviousRound(*prev))
+    return ("pass" if carried.passed else "fail"), f"{verdict.reason}; {carried.reason}"
 
 
 def _continuity(

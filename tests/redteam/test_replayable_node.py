@@ -468,6 +468,25 @@ def _inflating(node: NodeRunner) -> Overlap:
     return node.schedule
 
 
+def _forged_packet_check(client: TestClient, node: str) -> tuple[str, str]:
+    """The public auditor's sparse check (``coloco_cli.audit._sparse_exact``) of round 1's
+    signed packet against round 2's delivered boundaries 0 and last."""
+    from coloco_cli.audit import _delivered, _segment_audits, _sparse_exact, _tensors
+    from ledger.judge.pseudo_gradients import decode_pseudo_gradient
+
+    run = "0x" + RUN.hex()
+    entry = _segment_audits(client, run, 2)[node.lower()]
+    delivered = _delivered(client, entry)
+    assert not isinstance(delivered, str), delivered
+    scores = {r: next(s for s in client.get(f"/v1/runs/{run}/rounds/{r}").json()["scores"]
+                      if s["node"].lower() == node.lower()) for r in (1, 2)}  # fmt: skip
+    base = _tensors(client, scores[2]["base_checkpoint"])
+    raw = _tensors(client, scores[1]["pseudo_gradient"])
+    _, packet, bad = decode_pseudo_gradient(raw, base)
+    assert bad is None and packet is not None, bad
+    return _sparse_exact(client, run, entry, packet, delivered[1], base, False)
+
+
 @pytest.mark.parametrize("cheat", [None, "skips_a_step", "inflates_its_residual"])
 def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
     rig: Rig,
@@ -488,10 +507,35 @@ def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
                          "advance_of": lambda node: _skipping_step(node, 2, 7)},
         "inflates_its_residual": {"schedule": _inflating},
     }[cheat]  # fmt: skip
-    scores, states, _ = _audited_rounds(
-        rig, **how,
-    )  # fmt: skip
+    public: list[dict[str, Any]] = []
+    forged: list[tuple[str, str]] = []
+
+    def audit(ledger: Ledger, client: TestClient, node: NodeRunner, lc: LedgerClient) -> None:
+        """``coloco audit --run-id RUN --fraction 1`` re-checks the packets from public data."""
+        from coloco_cli.audit import audit_rounds
+        from coloco_cli.config_history import ConfigHistory
+
+        views = ChainClient(rig.chain.rpc_url, rig.deployment)
+        public.extend(audit_rounds(
+            client, "0x" + RUN.hex(), fraction=1.0, model="tiny", tolerance=1e-2,
+            corpus_dir=rig.corpus, data_root=Corpus.from_folder(rig.corpus).root,
+            config_of=ConfigHistory(views, rig.deployment.deployment_block).get,
+        ))  # fmt: skip
+        if cheat is None:  # round 1's packet held to round 2's committed states: not theirs
+            forged.append(_forged_packet_check(client, rig.key.address))
+
+    scores, states, _ = _audited_rounds(rig, then=audit, **how)
     one, two = sorted(scores, key=lambda s: s["round"])
+    verdicts = {v["round"]: v for v in public}
+    assert verdicts[1]["verdict"] == "pass", verdicts[1]
+    assert "sparse packet recomputed bit for bit" in verdicts[1]["reason"], verdicts[1]
+    if cheat is None:
+        assert verdicts[2]["verdict"] == "pass", verdicts[2]["reason"]
+        assert "starts from the residual its last round left" in verdicts[2]["reason"]
+        ((verdict, why),) = forged
+        assert verdict == "fail" and "differs from the signed packet" in why, why
+    else:  # the auditor re-checks paid pairs: the ledger did not pay round 2
+        assert 2 not in verdicts, verdicts[2]
     assert all(st in ("committed", "final") for st in states), (states, scores)
     for score in (one, two) if cheat is None else (one,):
         assert score["verified"] and int(score["reward"]) > 0, score["reason"]
