@@ -27,7 +27,10 @@ pytestmark = [pytest.mark.anvil]
 
 # one of each kind: through the all-reduce (a copy), a dishonest attestation (a hijacked
 # checkpoint, equivocation), outside the collective (a takeover without a join), and the two
-# disguised ones only the fresh AdamW's fingerprints send to the replay (ledger.judge.steps)
+# disguised ones only an audit catches: with the carried AdamW (the default) the fingerprints of
+# ledger.judge.steps do not reliably send them to the replay (other_data escaped a fresh-clone
+# run, 193 of 193 most-moved coordinates agreeing; docs/trainer.md), so this network audits
+# every node-round and the test holds the audit's verdicts and receipts, not the draw's luck
 QUICK = ["copy_exact", "checkpoint_hijack", "round_takeover", "equivocation", "other_data",
          "half_steps_scaled_up"]  # fmt: skip
 
@@ -37,7 +40,7 @@ def real_net(chain: AnvilProcess, deployment: Deployment, tmp_path: Path) -> Ite
     dep_path = tmp_path / "deployment.json"
     deployment.save(dep_path)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    net = RealNet(chain, deployment, dep_path, tmp_path, NetConfig(audit_fraction=0.1))
+    net = RealNet(chain, deployment, dep_path, tmp_path, NetConfig(audit_fraction=1.0))
     with net.running():
         yield net
 
