@@ -23,6 +23,9 @@ def round_config(
     atts: Sequence[Attestation],
     configs: Mapping[int, TrainingSettings],
     current: TrainingSettings,
+    *,
+    members: frozenset[str] | None = None,
+    base: str | None = None,
 ) -> TrainingSettings:
     """The settings a round is judged under: those of the ``configVersion`` most of its
     attestations sign (ties: the newer), as the indexer read them when that version was the
@@ -36,8 +39,16 @@ def round_config(
     settings in force then held every member of a round in flight during a vote to settings
     it never trained with (a lowered ``innerSteps`` failed them all, ``work_mismatch``). One
     node cannot pick the version the others are judged by: an entry signing another version
-    fails ``config_mismatch``."""
-    votes = Counter(a.config_version for a in atts)
+    fails ``config_mismatch``. Only the attestations that can pass level 1's first checks
+    count (a member's, when the round has members; on the committed ``base``): staked nodes
+    that did not join the round cannot outvote its members onto an older version and fail them
+    all; swaying it takes more joined, staked members than the honest ones, the majority bound
+    of the result check (security review F6)."""
+    votes = Counter(
+        a.config_version
+        for a in atts
+        if (members is None or a.node in members) and (base is None or a.base_checkpoint == base)
+    )
     if not votes:
         return current
     version = max(votes, key=lambda v: (votes[v], v))

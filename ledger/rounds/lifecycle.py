@@ -338,7 +338,7 @@ class RoundKeeper:
             # judged under the config version the round trained with (claims.round_config);
             # paid the compute pool's share of the reward in force now (the ownership split)
             share = replace(
-                round_config(atts, snap.configs, cfg),
+                round_config(atts, snap.configs, cfg, members=members, base=base),
                 reward_per_round=compute_reward(self.indexer.chain, cfg.reward_per_round),
             )
             ctx = Context(

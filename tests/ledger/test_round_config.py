@@ -39,12 +39,13 @@ def _attest(
     version: int,
     inner_steps: int,
     seed: int,
+    base: str = GENESIS,
 ) -> None:
     digest, data, _ = gradient_blob(seed)
     headers = upload_headers(node, domain, digest)
     assert client.put(f"/v1/blobs/{digest}", content=data, headers=headers).status_code == 201
     att = attestation(
-        node, run_id=run, round_=1, base=GENESIS, result=h("result-1"), pseudo_gradient=digest,
+        node, run_id=run, round_=1, base=base, result=h("result-1"), pseudo_gradient=digest,
         tokens=inner_steps * 20, inner_steps=inner_steps, config_version=version,
     )  # fmt: skip
     r = client.post("/v1/attestations", json=body(att, node.key, domain, members))
@@ -183,3 +184,65 @@ def test_a_round_signed_under_a_version_the_ledger_never_read_is_judged_as_befor
     assert round_config(atts, {older: known, current.version: current}, current) == known
     # ties go to the newer version
     assert round_config(atts[1:], {older: known, current.version: current}, current) == current
+
+
+def test_attesters_outside_the_round_cannot_outvote_its_members_onto_another_version(
+    client: TestClient, ledger: Ledger
+) -> None:
+    """Three staked nodes that did not join the round (or attest another base) sign an older
+    version: counted, they would make it the round's and fail both members config_mismatch.
+    Only members' attestations on the committed base choose the version."""
+    from dataclasses import replace
+
+    from ledger.judge.claims import round_config
+
+    read = ledger.indexer.snapshot.config
+    assert read is not None
+    current, older = replace(read, version=5), replace(read, version=4, inner_steps=7)
+    configs = {4: older, 5: current}
+    members = frozenset({"0x" + "01" * 20, "0x" + "02" * 20})
+
+    def signed(node: str, version: int, base: str = GENESIS) -> Attestation:
+        return Attestation(node=node, round=1, config_version=version, base_checkpoint=base)
+
+    honest = [signed(m, 5) for m in sorted(members)]
+    outsiders = [signed("0x" + f"{i:02x}" * 20, 4) for i in (7, 8, 9)]
+    stale = [signed(sorted(members)[0], 4, base="0x" + "ee" * 32)] * 3
+    assert round_config([*honest, *outsiders], configs, current) == older  # unfiltered
+    assert round_config([*honest, *outsiders], configs, current, members=members) == current
+    assert round_config([*honest, *stale], configs, current, base=GENESIS) == current
+
+
+def test_members_on_a_stale_base_do_not_choose_the_rounds_version(
+    chain: AnvilProcess,
+    deployment: Deployment,
+    client: TestClient,
+    ledger: Ledger,
+    started_run: str,
+    nodes: list[NodeKey],
+    domain: Eip712Domain,
+) -> None:
+    """Two members attest round 1 on a base that is not the committed checkpoint, under the
+    version before a vote; one attests the committed base under the version in force. The two
+    fail ``stale_base`` and do not make their version the round's: the third is paid."""
+    before = ledger.indexer.snapshot.config
+    assert before is not None
+    governance_sets(chain, deployment, "setInnerLoop", before.inner_steps, 2000)
+    ledger.indexer.catch_up()
+    after = ledger.indexer.snapshot.config
+    assert after is not None and after.version == before.version + 1
+    members = [n.address for n in nodes]
+    for n in nodes:
+        assert join(client, n, started_run, 1, domain).status_code == 202
+    honest, *stale = nodes
+    _attest(client, started_run, honest, domain, members, version=after.version,
+            inner_steps=after.inner_steps, seed=20)  # fmt: skip
+    for i, n in enumerate(stale):
+        _attest(client, started_run, n, domain, members, version=before.version,
+                inner_steps=before.inner_steps, seed=21 + i, base=h("another-base"))  # fmt: skip
+    tick_until(ledger, started_run, 1, ("committed", "final"), timeout=30)
+    verdicts = _verdicts(ledger, started_run)
+    ok, reason = verdicts[honest.address]
+    assert ok, reason
+    for n in stale:
+        assert "[stale_base]" in verdicts[n.address][1], verdicts[n.address]
