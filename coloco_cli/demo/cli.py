@@ -42,6 +42,13 @@ def demo(
     churn: Annotated[
         bool, typer.Option(help="A node joins and one leaves mid-run (needs >= 5 rounds).")
     ] = True,
+    vote_wire_format: Annotated[
+        str | None,
+        typer.Option(
+            help="The vote also switches the wire format, e.g. sparse (needs >= 5 rounds): the "
+            "rounds after it exchange that format."
+        ),
+    ] = None,
     workdir: Annotated[
         Path | None, typer.Option(help="Keep logs, keys, DB here (default: a temp dir).")
     ] = None,
@@ -80,7 +87,8 @@ def demo(
     if logging.getLogger().level > logging.DEBUG:  # the step lines say it all; -v shows more
         for noisy in QUIET_LOGGERS:
             logging.getLogger(noisy).setLevel(logging.WARNING)
-    plan = DemoPlan.make(nodes=nodes, rounds=rounds, inner_steps=inner_steps, churn=churn)
+    plan = DemoPlan.make(nodes=nodes, rounds=rounds, inner_steps=inner_steps, churn=churn,
+                         wire_format=vote_wire_format)  # fmt: skip
     keep = workdir is not None or rpc_url is not None or keep_up
     work = workdir or Path(tempfile.mkdtemp(prefix="coloco-demo-"))
     work.mkdir(parents=True, exist_ok=True)

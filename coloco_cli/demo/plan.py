@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protocol.errors import ConfigError
+from reference.settings import WireFormat
 
 MIN_ROUNDS = 3
-SPARSE_MIN_ROUNDS = 5
+# a vote that switches the wire format needs rounds after it: the sparse format's eval loss rose
+# for the round after the switch and took 3 more to fall below round 1's (session 42)
+FORMAT_VOTE_MIN_ROUNDS = 5
 """Round 1 settles (rewards to vote with), the vote lands in round 2, round 3 trains with it."""
 
 
@@ -27,13 +30,14 @@ class DemoPlan:
     """The leaving node's last round."""
     round_timeout_s: float = 240.0
     new_wire_format: str | None = None
-    """The wire format the vote switches to, if any: the sparse format with error feedback
-    (about 10x fewer bytes than the governed int8, docs/codec.md), in a demo of at least
-    :data:`SPARSE_MIN_ROUNDS` rounds (its eval loss rises for the round after the switch and
-    takes a few rounds to fall below round 1's, which the demo's loss check compares with)."""
+    """The wire format the vote also switches to (``--vote-wire-format``, e.g. the sparse format
+    with error feedback, docs/codec.md); None: the vote sets H alone."""
 
     @classmethod
-    def make(cls, *, nodes: int, rounds: int, inner_steps: int, churn: bool = True) -> DemoPlan:
+    def make(
+        cls, *, nodes: int, rounds: int, inner_steps: int, churn: bool = True,
+        wire_format: str | None = None,
+    ) -> DemoPlan:  # fmt: skip
         if nodes < 1:
             raise ConfigError(f"--nodes {nodes}: the demo needs at least 1 node")
         if nodes > 7:
@@ -46,6 +50,16 @@ class DemoPlan:
             )
         if not 2 <= inner_steps <= 10_000:
             raise ConfigError(f"--inner-steps {inner_steps}: choose 2..10000")
+        if wire_format is not None:
+            if wire_format not in WireFormat.labels():
+                raise ConfigError(f"--vote-wire-format {wire_format!r}: choose one of "
+                                  f"{', '.join(WireFormat.labels())}")  # fmt: skip
+            if rounds < FORMAT_VOTE_MIN_ROUNDS:
+                raise ConfigError(
+                    f"--vote-wire-format with --rounds {rounds}: a format vote needs at least "
+                    f"{FORMAT_VOTE_MIN_ROUNDS} rounds (the loss check compares the last round "
+                    "with the first, and a new format's first rounds can be worse)"
+                )
         # churn needs: a leaver that is not the only node, and rounds after the join
         churn = churn and nodes >= 2 and rounds >= 5
         return cls(
@@ -56,7 +70,7 @@ class DemoPlan:
             govern_after=1,
             join_after=2 if churn else None,
             leave_after=rounds - 2 if churn else None,
-            new_wire_format="sparse" if rounds >= SPARSE_MIN_ROUNDS else None,
+            new_wire_format=wire_format,
         )
 
     def describe(self) -> str:

@@ -106,8 +106,8 @@ def holders(chain: AnvilProcess, deployment: Deployment) -> list[Holder]:
 # --- one shortened `coloco demo` per session, shared by test_demo.py and test_dashboard.py ------
 
 REPO = Path(__file__).resolve().parents[2]
-# 5 rounds: the vote switches the wire format to sparse too (coloco_cli.demo.plan), so rounds 2-5
-# run the sparse format end to end; no churn, so every node works every round
+# 5 rounds, and the vote switches the wire format to sparse too (--vote-wire-format), so rounds
+# 2-5 run the sparse format end to end; no churn, so every node works every round
 DEMO_NODES, DEMO_ROUNDS, DEMO_INNER_STEPS = 2, 5, 8
 
 
@@ -158,6 +158,7 @@ def demo_run(
     cmd = [
         sys.executable, "-m", "coloco_cli", "demo", "--keep",
         "--nodes", str(DEMO_NODES), "--rounds", str(DEMO_ROUNDS), "--no-churn",
+        "--vote-wire-format", "sparse",
         "--inner-steps", str(DEMO_INNER_STEPS),
         "--report", str(report), "--workdir", str(work / "run"),
         "--rpc-url", anvil.rpc_url, "--accounts", str(anvil.workdir / "anvil-accounts.json"),

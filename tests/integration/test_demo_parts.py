@@ -59,10 +59,15 @@ def _password(folder: Path) -> Path:
 def test_plan_validates_and_schedules() -> None:
     plan = DemoPlan.make(nodes=3, rounds=6, inner_steps=20)
     assert (plan.govern_after, plan.join_after, plan.leave_after) == (1, 2, 4)
-    assert (plan.new_inner_steps, plan.new_wire_format) == (30, "sparse")
+    assert (plan.new_inner_steps, plan.new_wire_format) == (30, None)  # the vote sets H alone
+    voted = DemoPlan.make(nodes=3, rounds=5, inner_steps=20, wire_format="sparse")
+    assert voted.new_wire_format == "sparse" and "wire format -> sparse" in voted.describe()
+    with pytest.raises(ConfigError, match="at least 5 rounds"):  # too short for its loss to fall
+        DemoPlan.make(nodes=3, rounds=4, inner_steps=20, wire_format="sparse")
+    with pytest.raises(ConfigError, match="choose one of"):
+        DemoPlan.make(nodes=3, rounds=6, inner_steps=20, wire_format="zip")
     short = DemoPlan.make(nodes=2, rounds=3, inner_steps=8)
     assert short.join_after is None and short.leave_after is None  # too short for churn
-    assert short.new_wire_format is None  # too short for the sparse rounds' loss to fall
     assert DemoPlan.make(nodes=1, rounds=6, inner_steps=8).leave_after is None
     with pytest.raises(ConfigError, match="at least 3"):
         DemoPlan.make(nodes=2, rounds=2, inner_steps=8)
