@@ -8,10 +8,10 @@ from protocol.errors import ConfigError
 from reference.settings import WireFormat
 
 MIN_ROUNDS = 3
-# a vote that switches the wire format needs rounds after it: the sparse format's eval loss rose
-# for the round after the switch and took 3 more to fall below round 1's (session 42)
-FORMAT_VOTE_MIN_ROUNDS = 5
 """Round 1 settles (rewards to vote with), the vote lands in round 2, round 3 trains with it."""
+FORMAT_VOTE_MIN_ROUNDS = 5
+"""A vote that switches the wire format needs rounds after it: the sparse format's eval loss
+rose for the round after the switch and took 3 more to fall below round 1's (session 42)."""
 
 
 @dataclass(frozen=True)

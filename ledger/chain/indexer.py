@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
@@ -128,19 +129,19 @@ def _configs_to_json(configs: dict[int, TrainingSettings]) -> str:
 
 def _configs_from_json(text: str) -> dict[int, TrainingSettings]:
     """The stored versions; those in a form this ledger no longer reads are left out."""
-    out: dict[int, TrainingSettings] = {}
-    for item in json.loads(text):
-        cfg = _config_from_json(json.dumps(item))
-        if cfg is not None:
-            out[cfg.version] = cfg
-    return out
+    read = (_settings_of(item) for item in json.loads(text))
+    return {cfg.version: cfg for cfg in read if cfg is not None}
 
 
 def _config_from_json(text: str) -> TrainingSettings | None:
     """The stored settings; None for a form this ledger no longer reads (the next step then
     reads them from the chain again)."""
+    return _settings_of(json.loads(text))
+
+
+def _settings_of(data: Any) -> TrainingSettings | None:
     try:
-        return TrainingSettings.from_json(json.loads(text))
+        return TrainingSettings.from_json(data)
     except ConfigError as exc:
         log.info("stored training settings not read (%s): reading them from the chain", exc)
         return None
@@ -256,7 +257,7 @@ class Indexer:
             # is read at the latest block only, so no archive node is needed: a version that a
             # second vote replaced within one indexing step is never read (a round signed under
             # it is judged under the current settings: ledger.judge.claims.round_config)
-            configs = {**snap.configs, config.version: config} if config is not None else None
+            configs = snap.configs if config is None else {**snap.configs, config.version: config}
             with Session(self.engine, expire_on_commit=False) as session:
                 for rec in records:
                     row = session.get(Node, rec.node) or Node(
@@ -282,7 +283,7 @@ class Indexer:
                     ):
                         hit.revoked_block = block
                         session.add(hit)
-                if config is not None and configs is not None:
+                if config is not None:
                     session.merge(KeyValue(key=CONFIG_KEY, value=_config_to_json(config)))
                     session.merge(KeyValue(key=CONFIGS_KEY, value=_configs_to_json(configs)))
                 funding_index.record(session, funding, times)
@@ -310,7 +311,7 @@ class Indexer:
             self.snapshot.roots = roots
             if chain_time is not None:
                 self.snapshot.chain_time = chain_time
-            if config is not None and configs is not None:
+            if config is not None:
                 self.snapshot.configs = configs
                 self.snapshot.config = config
             self.snapshot.indexed_block = end
