@@ -29,20 +29,14 @@ class NetConfig:
 def configure_chain(anvil: AnvilProcess, dep: Deployment, cfg: NetConfig) -> None:
     """Set H and the inner lr as the Timelock (what an executed vote does)."""
     timelock = dep.address("TimelockController")
-    anvil.call("anvil_impersonateAccount", [timelock])
-    anvil.call("anvil_setBalance", [timelock, hex(10**19)])
     tc = anvil.w3.eth.contract(  # type: ignore[call-overload]
         address=dep.address("TrainingConfig"), abi=abi("TrainingConfig")
     )
-    tx = tc.functions.setInnerLoop(cfg.inner_steps, cfg.inner_lr_e6).transact({"from": timelock})
-    assert anvil.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
+    anvil.transact_as(timelock, tc, "setInnerLoop", cfg.inner_steps, cfg.inner_lr_e6)
     if cfg.slasher_key is not None:  # governance grants the ledger's key SLASHER_ROLE
         slasher = Account.from_key(cfg.slasher_key).address
         anvil.call("anvil_setBalance", [slasher, hex(10**19)])
         sm = anvil.w3.eth.contract(  # type: ignore[call-overload]
             address=dep.address("StakeManager"), abi=abi("StakeManager")
         )
-        role = sm.functions.SLASHER_ROLE().call()
-        tx = sm.functions.grantRole(role, slasher).transact({"from": timelock})
-        assert anvil.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
-    anvil.call("anvil_stopImpersonatingAccount", [timelock])
+        anvil.transact_as(timelock, sm, "grantRole", sm.functions.SLASHER_ROLE().call(), slasher)

@@ -15,7 +15,7 @@ import httpx
 
 from coloco_cli.procs import Child, ProcessManager, wait_until
 from protocol.devnet import free_port
-from protocol.errors import ConfigError, LedgerError
+from protocol.errors import ChainError, ConfigError, LedgerError
 
 if TYPE_CHECKING:
     from coloco_cli.demo.shell import Shell
@@ -139,18 +139,13 @@ def grant_slasher(anvil: AnvilProcess, deployment: Deployment) -> str:
     slasher = Account.from_key(key).address
     timelock = deployment.address("TimelockController")
     anvil.call("anvil_setBalance", [slasher, hex(10**19)])
-    anvil.call("anvil_impersonateAccount", [timelock])
+    sm = anvil.w3.eth.contract(  # type: ignore[call-overload]
+        address=deployment.address("StakeManager"), abi=abi("StakeManager")
+    )
     try:
-        anvil.call("anvil_setBalance", [timelock, hex(10**19)])
-        sm = anvil.w3.eth.contract(  # type: ignore[call-overload]
-            address=deployment.address("StakeManager"), abi=abi("StakeManager")
-        )
-        role = sm.functions.SLASHER_ROLE().call()
-        tx = sm.functions.grantRole(role, slasher).transact({"from": timelock})
-        if anvil.w3.eth.wait_for_transaction_receipt(tx)["status"] != 1:
-            raise ConfigError("granting SLASHER_ROLE to the ledger's slasher key reverted")
-    finally:
-        anvil.call("anvil_stopImpersonatingAccount", [timelock])
+        anvil.transact_as(timelock, sm, "grantRole", sm.functions.SLASHER_ROLE().call(), slasher)
+    except ChainError:
+        raise ConfigError("granting SLASHER_ROLE to the ledger's slasher key reverted") from None
     return key
 
 

@@ -61,13 +61,8 @@ def _as_timelock(
     chain: AnvilProcess, deployment: Deployment, name: str, fn: str, *args: Any
 ) -> None:
     """What an executed governance vote does, sent as the Timelock."""
-    timelock = deployment.address("TimelockController")
-    chain.call("anvil_impersonateAccount", [timelock])
-    chain.call("anvil_setBalance", [timelock, hex(10**19)])
     contract = chain.w3.eth.contract(address=deployment.address(name), abi=abi(name))
-    tx = getattr(contract.functions, fn)(*args).transact({"from": timelock})
-    assert chain.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
-    chain.call("anvil_stopImpersonatingAccount", [timelock])
+    chain.transact_as(deployment.address("TimelockController"), contract, fn, *args)
 
 
 def _commit_round(w3: Web3, committer: LocalAccount, ledger: Contract, run: bytes, r: int) -> None:

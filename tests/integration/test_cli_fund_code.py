@@ -34,15 +34,6 @@ def _json(*args: str) -> Any:
     return json.loads(result.output.strip().splitlines()[-1])
 
 
-def _as(chain: AnvilProcess, who: str, contract: Any, fn: str, *args: Any) -> None:
-    """Sent as `who` (impersonated: the Timelock executing a vote, the distributor paying)."""
-    chain.call("anvil_impersonateAccount", [who])
-    chain.call("anvil_setBalance", [who, hex(10**19)])
-    tx = getattr(contract.functions, fn)(*args).transact({"from": who})
-    assert chain.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
-    chain.call("anvil_stopImpersonatingAccount", [who])
-
-
 def _commit_rounds(committer: ChainClient, rounds: int, run_id: bytes = RUN_ID) -> None:
     """Rounds 1..`rounds` each pay the whole compute pool under a new rewards root (the code
     pool grows with the compute budget committed, never with round numbers)."""
@@ -64,9 +55,10 @@ def test_fund_and_code_commands(
     viewer = ChainClient(chain.rpc_url, deployment)
     timelock = deployment.address("TimelockController")
     registry = viewer.contract("CodeRegistry")
-    _as(chain, timelock, viewer.contract("TrainingConfig"), "setOwnershipSplit", 8000, 1000, 1000)
-    _as(
-        chain,
+    chain.transact_as(
+        timelock, viewer.contract("TrainingConfig"), "setOwnershipSplit", 8000, 1000, 1000
+    )
+    chain.transact_as(
         timelock,
         registry,
         "grantRole",
@@ -259,7 +251,9 @@ def test_zero_pools_and_a_missing_committee_role_say_why_and_what_to_change(
     assert "CodeRegistry.grantRole" in msg and "--code-committee" in msg, msg
     registry = ChainClient(chain.rpc_url, deployment).contract("CodeRegistry")
     role = registry.functions.COMMITTEE_ROLE().call()
-    _as(chain, deployment.address("TimelockController"), registry, "grantRole", role, reviewer[0])
+    chain.transact_as(
+        deployment.address("TimelockController"), registry, "grantRole", role, reviewer[0]
+    )
     empty = runner.invoke(app, ["code", "approve", str(cid), "1", "--private-key", reviewer[1]])
     assert isinstance(empty.exception, ConfigError), empty.output
     msg = empty.exception.message

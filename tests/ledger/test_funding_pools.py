@@ -10,8 +10,9 @@ from ledger.chain.funding import eth_amounts
 from ledger.chain.pools import compute_reward, ownership_split
 from ledger.core import db
 from ledger.core.models import Attestation
-from protocol.deployment import Deployment, abi
+from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
+from tests.ledger.helpers import governance_sets
 
 RUN = "0x" + "ab" * 32
 A = "0x" + "11" * 20
@@ -42,14 +43,7 @@ def test_eth_split_follows_each_rounds_rewards_and_is_reproducible(sqlite_url: s
 
 @pytest.mark.anvil
 def test_compute_takes_its_share_of_the_split(deployment: Deployment, chain: AnvilProcess) -> None:
-    timelock = deployment.address("TimelockController")
-    chain.call("anvil_impersonateAccount", [timelock])
-    chain.call("anvil_setBalance", [timelock, hex(10**19)])
-    cfg = chain.w3.eth.contract(
-        address=deployment.address("TrainingConfig"), abi=abi("TrainingConfig")
-    )
-    tx = cfg.functions.setOwnershipSplit(8000, 1500, 500).transact({"from": timelock})
-    chain.w3.eth.wait_for_transaction_receipt(tx)
+    governance_sets(chain, deployment, "setOwnershipSplit", 8000, 1500, 500)
     key = next(k for a, k in chain.accounts if a == deployment.committer)
     lc = LedgerChain(chain.rpc_url, deployment, key)
     assert ownership_split(lc) == (8000, 1500, 500)

@@ -87,12 +87,7 @@ def test_without_slasher_role_the_fraud_stays_recorded_and_health_says_why(
     assert net.ledger.slasher is not None
     slasher = net.ledger.slasher.address
     timelock = net.dep.address("TimelockController")
-    net.anvil.call("anvil_impersonateAccount", [timelock])
-    tx = sm.functions.revokeRole(sm.functions.SLASHER_ROLE().call(), slasher).transact(
-        {"from": timelock}
-    )
-    assert net.anvil.w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
-    net.anvil.call("anvil_stopImpersonatingAccount", [timelock])
+    net.anvil.transact_as(timelock, sm, "revokeRole", sm.functions.SLASHER_ROLE().call(), slasher)
     count = sm.functions.proposalCount().call()
     run(net, extra_honest_rounds=0, only=["copy_exact"])
     net.ledger.tick()
