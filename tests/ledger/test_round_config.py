@@ -23,6 +23,7 @@ from ledger.service import Ledger
 from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.eip712 import Eip712Domain
+from reference.settings import TrainingSettings
 from tests.ledger.conftest import GENESIS
 from tests.ledger.helpers import body, governance_sets, join, tick_until, upload_headers
 
@@ -50,6 +51,19 @@ def _attest(
     )  # fmt: skip
     r = client.post("/v1/attestations", json=body(att, node.key, domain, members))
     assert r.status_code == 202, r.text
+
+
+def _vote(
+    chain: AnvilProcess, deployment: Deployment, ledger: Ledger, fn: str, *args: object
+) -> TrainingSettings:
+    """A TrainingConfig setter executed as the Timelock, indexed; the settings now in force,
+    one version past those before."""
+    before = ledger.indexer.snapshot.config
+    governance_sets(chain, deployment, fn, *args)
+    ledger.indexer.catch_up()
+    after = ledger.indexer.snapshot.config
+    assert before is not None and after is not None and after.version == before.version + 1
+    return after
 
 
 def _verdicts(ledger: Ledger, run: str) -> dict[str, tuple[bool, str]]:
@@ -80,10 +94,8 @@ def test_a_vote_executed_mid_round_does_not_change_how_the_round_is_judged(
         _attest(client, started_run, n, domain, members, version=before.version,
                 inner_steps=h_before, seed=10 + i)  # fmt: skip
     # ... and a vote lowering H executes before the ledger scores the round
-    governance_sets(chain, deployment, "setInnerLoop", 10, 2000)
-    ledger.indexer.catch_up()
-    after = ledger.indexer.snapshot.config
-    assert after is not None and after.version == before.version + 1 and after.inner_steps == 10
+    after = _vote(chain, deployment, ledger, "setInnerLoop", 10, 2000)
+    assert after.inner_steps == 10
     if minority:  # the third member signs the new version: the round's members signed the old one
         _attest(client, started_run, nodes[2], domain, members, version=after.version,
                 inner_steps=10, seed=12)  # fmt: skip
@@ -111,10 +123,8 @@ def test_the_indexer_keeps_every_config_version_across_a_restart(
     first = ledger.indexer.snapshot.config
     assert first is not None
     # two votes, each indexed before the next (a ledger polls the head every second or so)
-    governance_sets(chain, deployment, "setInnerLoop", 10, 2000)
-    ledger.indexer.catch_up()
-    governance_sets(chain, deployment, "setTraceInterval", 2)
-    ledger.indexer.catch_up()
+    _vote(chain, deployment, ledger, "setInnerLoop", 10, 2000)
+    _vote(chain, deployment, ledger, "setTraceInterval", 2)
     configs = ledger.indexer.snapshot.configs
     assert configs[first.version] == first
     assert (configs[first.version + 1].inner_steps, configs[first.version + 1].trace_interval) == (
@@ -227,10 +237,7 @@ def test_members_on_a_stale_base_do_not_choose_the_rounds_version(
     fail ``stale_base`` and do not make their version the round's: the third is paid."""
     before = ledger.indexer.snapshot.config
     assert before is not None
-    governance_sets(chain, deployment, "setInnerLoop", before.inner_steps, 2000)
-    ledger.indexer.catch_up()
-    after = ledger.indexer.snapshot.config
-    assert after is not None and after.version == before.version + 1
+    after = _vote(chain, deployment, ledger, "setInnerLoop", before.inner_steps, 2000)
     members = [n.address for n in nodes]
     for n in nodes:
         assert join(client, n, started_run, 1, domain).status_code == 202
