@@ -34,7 +34,6 @@ from protocol.deployment import Deployment
 from protocol.devnet import AnvilProcess
 from protocol.errors import ConfigError
 from protocol.toolchain import REPO_ROOT
-from tests.integration.test_cli_fund_code import _as
 from tests.ledger.conftest import serving
 from tests.ledger.helpers import tick_until
 from tests.ledger.test_settlement import _commit_events, _scored_round
@@ -119,7 +118,7 @@ def test_lease_paid_in_the_round_root_exactly_after_a_kill9(
     # ledger reads a root as finalized once the wall clock passes it): set by its admin, the
     # Timelock, as a vote would; the chain fixture reverts it.
     cl = contract(chain.w3, deployment, "ContributionLedger")
-    _as(chain, deployment.address("TimelockController"), cl, "setDisputeWindow", 600)
+    chain.transact_as(deployment.address("TimelockController"), cl, "setDisputeWindow", 600)
     worked = _open(cli_env, started_run, nodes[0].address, organiser_key)
     idle = _open(cli_env, started_run, nodes[1].address, organiser_key)
     chain.mine(2)  # past the indexer's confirmation depth
