@@ -58,6 +58,7 @@ class Plan:
     rounds; the node's default (True, the one-round delayed outer step) is the overlap tests'."""
     ledger_url: str | None = None  # attestations, joins and member lists through this ledger
     late_first_join: bool = False  # its first ledger join waits until that round started there
+    late_first_round: bool = False  # its first round starts once the others opened that round
     rendezvous_timeout_s: float = 60.0
     no_show_s: float = 5.0  # MembershipConfig.no_show_s (F12)
     hold_file: str | None = None  # NodeSettings.hold_file (trainer.round.hold)
@@ -157,6 +158,8 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
     results[f"ready/{plan.key}"] = True
     if plan.late_first_join and ledger is not None:
         _join_late(runner, ledger, results, plan.key)
+    if plan.late_first_round:
+        _start_late(runner, port, plan.run_id)
     if plan.serve_corrupt:
         _serve_corrupt(runner.server)
     if plan.forge_in_round is not None:
@@ -230,6 +233,20 @@ def _join_late(runner: Any, ledger: Any, results: Any, k: int) -> None:
     runner.attester.join = join
 
 
+def _start_late(runner: Any, port: int, run_id: bytes) -> None:
+    """A slow start (the demo's late joiner on a quiet machine, still fetching its checkpoint):
+    the round the node picks at start-up has its member list opened by the others before the
+    node gets to join it, deterministically."""
+    honest = runner.first_round
+
+    def first_round() -> int:
+        r = int(honest())
+        _wait_for_round(port, r, run_id)
+        return r
+
+    runner.first_round = first_round
+
+
 def _serve_corrupt(server: Any) -> None:
     """Alter the first byte of every chunk this node serves (the manifest it signs stays honest)."""
     honest = server.offer
@@ -243,7 +260,7 @@ def _serve_corrupt(server: Any) -> None:
     server.offer = offer
 
 
-def _wait_for_round(port: int, round: int) -> None:
+def _wait_for_round(port: int, round: int, run_id: bytes = RUN_ID) -> None:
     from datetime import timedelta
 
     import torch.distributed as dist
@@ -255,7 +272,7 @@ def _wait_for_round(port: int, round: int) -> None:
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if store.check([f"{run_namespace(RUN_ID)}members/{round}/0/open"]):
+        if store.check([f"{run_namespace(run_id)}members/{round}/0/open"]):
             return
         time.sleep(0.05)
     raise TimeoutError(f"round {round} never closed")

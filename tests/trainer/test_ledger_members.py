@@ -51,16 +51,22 @@ RUN = "0x" + RUN_ID.hex()
 
 @pytest.fixture
 def served(
-    chain: Any, deployment: Deployment, tmp_path: Path, corpus_dir: Path
+    request: pytest.FixtureRequest,
+    chain: Any,
+    deployment: Deployment,
+    tmp_path: Path,
+    corpus_dir: Path,
 ) -> Iterator[tuple[str, OnChain]]:
-    """The ledger app on a free port with its worker running, the run's genesis committed."""
+    """The ledger app on a free port with its worker running, the run's genesis committed; its
+    join window 0.2 s, or the test's indirect parameter."""
+    window = float(getattr(request, "param", 0.2))
     run = on_chain(chain, deployment, tmp_path, data=corpus_dir)
     settings = Settings(  # type: ignore[call-arg]
         _env_file=None, environment="test", rpc_url=chain.rpc_url,
         deployment=Path(run.deployment), committer_private_key=chain.accounts[1][1],
         database_url=f"sqlite:///{tmp_path / 'ledger.db'}", blob_dir=tmp_path / "blobs",
         admin_token=ADMIN, run_background=True, confirmations=0, round_deadline_s=300,
-        indexer_poll_s=0.1, lifecycle_poll_s=0.1, join_window_s=0.2, usefulness_model=None,
+        indexer_poll_s=0.1, lifecycle_poll_s=0.1, join_window_s=window, usefulness_model=None,
     )  # fmt: skip
     service = Ledger(settings)
     port = free_port()
@@ -203,3 +209,31 @@ def test_a_sybil_that_joins_only_at_the_ledger_costs_a_round_seconds_not_the_tim
     waited = {(r, a) for k in (0, 1) for r, a in out["no_shows"][k]}
     assert {(r, sybil) for r in sybil_rounds} <= waited, out["no_shows"]
     print(f"2 rounds beside a ledger-only sybil: {took:.1f}s (rendezvous timeout 20 s)")
+
+
+@pytest.mark.parametrize("served", [3.0], indirect=True)
+def test_a_joiner_late_for_an_opened_list_skips_that_round_rather_than_no_show(
+    served: tuple[str, OnChain], corpus_dir: Path, store_port: int
+) -> None:
+    """The demo's late joiner: it starts up (fetching round r-1's state) while the members'
+    list of round r opens without it. The ledger's 3 s join window outlasts the rendezvous' 1 s,
+    so a ledger join of r would still be taken, the members would train r without the node, and
+    the ledger would count a no-show and refuse its next joins (``no_show``): the demo's "node-4
+    exited before its last round". The node now sees the list opened without it and joins the
+    next round instead: every round's ledger members are exactly the nodes that trained it."""
+    url, run = served
+    last = 5
+    plans = [run.plan(i, rounds=last, min_nodes=2, ledger_url=url) for i in range(3)]
+    plans[2].join_after_round, plans[2].late_first_round = 2, True
+    out = collect(*start_nodes(plans, store_port, corpus_dir), timeout=300.0)
+    assert out["exit_codes"] == [0, 0, 0], out
+    rounds = by_round(out["results"])
+    assert sorted(rounds) == list(range(1, last + 1))
+    for r, recs in rounds.items():
+        ledger = set(httpx.get(f"{url}/v1/runs/{RUN}/rounds/{r}/members").json()["members"])
+        trained = {run.addresses[k] for k in recs}
+        assert ledger == trained, f"round {r}: ledger members {ledger}, trained {trained}"
+    worked = [rec["round"] for rec in out["results"][2]]
+    assert worked and worked == list(range(worked[0], last + 1)), f"the joiner worked {worked}"
+    assert worked[0] >= 3, worked  # it started after round 2's list opened
+    assert_agree(rounds)

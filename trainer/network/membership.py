@@ -230,6 +230,18 @@ class Rendezvous:
             self.keep(key, msg.to_wire(), "members/", round)
         return members
 
+    def opened_without_me(self, round: int) -> Members | None:
+        """Round ``round``'s member list (attempt 0) if it opened without this node, which then
+        sits the round out. The list counts as the last one seen, as a join's would: the next
+        round expects its members (without it a node that skipped its first round expects
+        ``min_nodes`` and, with one, opens the next round alone)."""
+        members = self.opened(round)
+        if members is None or self.address in members.addresses:
+            return None
+        if self.last is None or members.round >= self.last.round:
+            self.last = members
+        return members
+
     def _admitted(self, members: Members, key: str) -> bool:
         """With a ledger: every member's join of the round was accepted there (a registered
         node that skipped the ledger's join and closed a list with itself in it would be in the
