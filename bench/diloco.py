@@ -47,6 +47,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -72,6 +73,7 @@ from reference.inner import (
     DEFAULT_WARMUP_STEPS,
     InnerConfig,
     InnerTrainer,
+    StepInfo,
 )
 from reference.mean import simulate_average
 from reference.model import GPT, GPTConfig, evaluate
@@ -128,6 +130,7 @@ class Setup:
     carried_betas: tuple[float, float] = CARRIED_BETAS
     carried_eps: float = CARRIED_EPS
     carried_warmup: int = CARRIED_WARMUP_STEPS
+    overlap_steps: int = INNER_STEPS // 10  # the bounded overlap arms' tau (run_diloco)
 
     def carried(self) -> Setup:
         """This setup with each DiLoCo worker's AdamW carried across rounds (once-per-state
@@ -216,13 +219,29 @@ def run_sync(corpus: Corpus, s: Setup, eval_rows: torch.Tensor) -> tuple[float, 
 
 
 def run_diloco(
-    corpus: Corpus, s: Setup, eval_rows: torch.Tensor, fmt: str, *, overlap: bool = False
+    corpus: Corpus,
+    s: Setup,
+    eval_rows: torch.Tensor,
+    fmt: str,
+    *,
+    overlap: bool = False,
+    overlap_steps: int = 0,
 ) -> tuple[float, int, list[float]]:
     """``overlap``: the one-round delayed outer step. Round r's average travels during round
     r+1's compute and is applied at the end of round r+1; meanwhile each worker trains round r+1
     from the newest global base plus its own not-yet-averaged progress of round r (an eager
     local update, corrected when the average lands), and its pseudo-gradient is measured from
-    that start. The last average is applied after the final round; eval is on the global base."""
+    that start. The last average is applied after the final round; eval is on the global base.
+
+    ``overlap_steps`` (tau > 0): the bounded overlap. Round r's average travels during the first
+    tau inner steps of round r+1, which each worker trains on from its own end of round r; after
+    step tau the average has landed, the outer step gives the new base, and the worker moves its
+    weights by (new base - its end of round r): those tau steps' progress, rebased. Its
+    pseudo-gradient is measured from the new base, as in lockstep (tau = 0)."""
+    if overlap and overlap_steps:
+        raise ValueError("overlap (one round) and overlap_steps (bounded) exclude each other")
+    if not 0 <= overlap_steps <= s.inner_steps:
+        raise ValueError(f"overlap_steps {overlap_steps} is outside 0..{s.inner_steps} (H)")
     model = start_model(corpus, s)
     outer = OuterState.from_model(model)
     # The schedule spans one round when the state is fresh (it restarts with the round), the run
@@ -236,21 +255,29 @@ def run_diloco(
     trainers = [InnerTrainer(model, cfg, keep_state=s.keep_inner_state) for _ in range(s.workers)]
     sent, curve = 0, []
     if fmt == "sparse" and overlap:
-        raise ValueError("the sparse format has no overlap path in this benchmark yet")
+        raise ValueError("the sparse format has no one-round overlap path in this benchmark")
     residuals: list[torch.Tensor | None] = [None] * s.workers  # sparse: error feedback, per node
     pending: torch.Tensor | None = None
     starts: list[torch.Tensor | None] = [None] * s.workers  # overlap: each worker's start point
     for rnd in range(1, s.rounds + 1):
         pgs = []
         round_cfg = replace(cfg, lr=cfg.lr * run_factor(rnd, s.rounds, s.run_decay))
-        outer_cfg = replace(s.outer, lr=s.outer.lr * run_factor(rnd, s.rounds, s.outer_decay))
+        base_outer = s.sparse_outer if fmt == "sparse" else s.outer
+        outer_cfg = replace(base_outer, lr=base_outer.lr * run_factor(rnd, s.rounds, s.outer_decay))
+        rebased = pending is not None and overlap_steps > 0
+        if rebased:  # the last round's average lands tau steps into this one
+            assert pending is not None
+            outer.step(pending, outer_cfg)
+            pending = None
         for k, (trainer, rows) in enumerate(zip(trainers, shards(corpus, s, rnd), strict=True)):
             own = starts[k]
             start = own if own is not None else outer.base
             _load_flat(model, outer, start)
             trainer.cfg = round_cfg
-            trainer.train(rows)
-            pgs.append(start - outer.layout.flatten(dict(model.named_parameters())))
+            shift = outer.base - start if rebased else None
+            trainer.train(rows, on_step=_rebase(model, outer, overlap_steps, shift))
+            origin = outer.base if rebased else start
+            pgs.append(origin - outer.layout.flatten(dict(model.named_parameters())))
         if fmt == "sparse":
             packets: list[SparsePacket] = []
             for k, pg in enumerate(pgs):
@@ -258,13 +285,12 @@ def run_diloco(
                 packets.append(packet)
             avg = average_sparse(packets)
             sent += (s.workers - 1) * packets[0].nbytes  # the checked all-gather of packets
-            outer_cfg = replace(
-                s.sparse_outer, lr=s.sparse_outer.lr * run_factor(rnd, s.rounds, s.outer_decay)
-            )
         else:
             avg = simulate_average(pgs, fmt)
             sent += wire_bytes(outer.base.numel(), fmt, s.workers)
-        if not overlap:
+        if overlap_steps and rnd < s.rounds:  # in flight: lands tau steps into the next round
+            starts, pending = [outer.base - pg for pg in pgs], avg  # each worker's own end
+        elif not overlap:
             outer.step(avg, outer_cfg)
         else:
             if pending is not None:
@@ -279,6 +305,24 @@ def run_diloco(
             curve.append(round(evaluate(model, eval_rows), 4))
             log.info("%s round %d eval %.4f", fmt, rnd, curve[-1])
     return evaluate(model, eval_rows), sent, curve
+
+
+def _rebase(
+    model: GPT, outer: OuterState, steps: int, shift: torch.Tensor | None
+) -> Callable[[StepInfo], None] | None:
+    """The bounded overlap's move: after ``steps`` inner steps, ``shift`` (new base - the
+    worker's own end of the last round) added to the weights."""
+    if shift is None:
+        return None
+    views = outer.layout.unflatten(shift)
+
+    @torch.no_grad()
+    def on_step(info: StepInfo) -> None:
+        if info.step == steps:
+            for name, p in model.named_parameters():
+                p.add_(views[name])
+
+    return on_step
 
 
 @torch.no_grad()
@@ -372,10 +416,20 @@ def run_task(task: Task, threads: int = 1) -> tuple[float, int, list[float]]:
         return loss, sent, curve
     if task.kind in CARRIED:
         return run_diloco(corpus, s.carried(), rows, CARRIED[task.kind])
+    if task.kind in OVERLAP:
+        fmt, bounded = OVERLAP[task.kind]
+        return run_diloco(corpus, s, rows, fmt, overlap=not bounded,
+                          overlap_steps=s.overlap_steps if bounded else 0)  # fmt: skip
     return run_diloco(corpus, s, rows, task.kind)
 
 
 CARRIED = {"carried": "int8", "sparse_carried": "sparse"}  # carried arm -> its wire format
+OVERLAP = {  # overlap arm -> (its wire format, bounded): each beside its lockstep arm
+    "overlap_round": ("fp32", False),  # the one-round delayed outer step (--overlap today)
+    "overlap_bounded": ("fp32", True),  # the average lands overlap_steps into the next round
+    "sparse_overlap_bounded": ("sparse", True),
+}
+LOCKSTEP = {"overlap_round": "fp32", "overlap_bounded": "fp32", "sparse_overlap_bounded": "sparse"}
 
 
 class Pool:
@@ -431,6 +485,7 @@ def comparisons(
     int8: tuple[str, int] | None = None,
     sparse: bool = False,
     carried: bool = False,
+    overlap: bool = False,
 ) -> dict[tuple[str, int], dict[str, object]]:
     """Per (corpus, seed): the synchronous baseline and DiLoCo (fp32 wire; int8 too for the
     ``int8`` pair; the sparse format too with ``sparse``; with ``carried``, int8 and, with
@@ -441,6 +496,8 @@ def comparisons(
     tasks += [Task("carried", c, "test", s) for c, s in items if carried]
     tasks += [Task("sparse_carried", c, "test", s) for c, s in items if carried and sparse]
     tasks += [Task("int8", c, "test", s) for c, s in items if (c, s.seed) == int8]
+    tasks += [Task(kind, c, "test", s) for c, s in items if overlap and c == "stdlib"
+              for kind in OVERLAP if sparse or LOCKSTEP[kind] != "sparse"]  # fmt: skip
     tasks += [Task("sync", c, "test", s) for c, s in items]
     results = dict(zip([(t.kind, t.corpus, t.setup.seed) for t in tasks], pool.map(tasks),
                        strict=True))  # fmt: skip
@@ -482,6 +539,16 @@ def comparisons(
                     f"{kind}_eval_loss": round(k_loss, 4),
                     f"{kind}_loss_ratio": round(k_loss / sync_loss, 4),
                     f"diloco_curve_{kind}": k_curve,
+                }
+        for kind, lockstep in LOCKSTEP.items():
+            if (kind, c, s.seed) in results:
+                o_loss, _, o_curve = results[(kind, c, s.seed)]
+                l_loss = results[(lockstep, c, s.seed)][0]
+                one |= {
+                    f"{kind}_eval_loss": round(o_loss, 4),
+                    f"{kind}_loss_ratio": round(o_loss / sync_loss, 4),
+                    f"{kind}_cost": round(o_loss / l_loss, 4),  # over its lockstep arm
+                    f"diloco_curve_{kind}": o_curve,
                 }
         log.info("seed %d on %s: %s", s.seed, c, one)
         out[(c, s.seed)] = one
@@ -527,6 +594,20 @@ def sparse_figures(
         other = [float(r["sparse_loss_ratio"]) for r in other_runs]  # type: ignore[arg-type]
         out["sparse_other_loss_ratio_mean"] = _mean_sd(other)[0]
         out["sparse_other_loss_ratios"] = other
+    return out
+
+
+def overlap_figures(s: Setup, runs: list[dict[str, object]]) -> dict[str, object]:
+    """The overlap arms' JSON keys: each arm's loss over the synchronous baseline's
+    (``_loss_ratio``) and over its own lockstep arm's (``_cost``), mean and sd over the seeds."""
+    out: dict[str, object] = {"overlap_steps": s.overlap_steps}
+    for kind in OVERLAP:
+        for what in ("loss_ratio", "cost"):
+            key = f"{kind}_{what}"
+            if key in runs[0]:
+                values = [float(r[key]) for r in runs]  # type: ignore[arg-type]
+                out[f"{key}_mean"], out[f"{key}_sd"] = _mean_sd(values)
+                out[f"{key}s"] = values
     return out
 
 
@@ -596,6 +677,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warm-start", type=int, default=200,
                    help="synchronous steps both runs start from (not counted)")  # fmt: skip
     p.add_argument("--skip-sparse", action="store_true", help="no runs of the sparse format")
+    p.add_argument(
+        "--skip-overlap",
+        action="store_true",
+        help="no runs of the overlap arms (one round; bounded: fp32 and sparse)",
+    )
+    p.add_argument("--overlap-steps", type=int, default=None,
+                   help="the bounded overlap's tau: inner steps of round r+1 during which round "
+                   "r's average travels (default H / 10, the trace interval)")  # fmt: skip
     p.add_argument("--sparse-chunk", type=int, default=SPARSE_SHAPE.chunk)
     p.add_argument("--sparse-k", type=int, default=SPARSE_SHAPE.k, help="values kept a chunk")
     p.add_argument("--sparse-bits", type=int, default=SPARSE_SHAPE.bits, help="bits a value")
@@ -632,6 +721,8 @@ def main() -> None:
     )
     if args.keep_inner_state:  # the node's mode: the main arms (fp32, int8, sparse) carry it
         s = s.carried()
+    tau = args.overlap_steps if args.overlap_steps is not None else max(1, s.inner_steps // 10)
+    s = replace(s, overlap_steps=tau)
     carried_arms = not (args.skip_carried or s.keep_inner_state)
     t0 = time.perf_counter()
     load = os.getloadavg()
@@ -652,7 +743,8 @@ def main() -> None:
     items += [("code", replace(s, seed=k)) for k in other_seeds] if other is not None else []
     # --quick: int8's loss cost is measured in the full run (and on the wire by bench.network)
     done = comparisons(pool, items, int8=None if args.quick else ("stdlib", 0),
-                       sparse=not args.skip_sparse, carried=carried_arms)  # fmt: skip
+                       sparse=not args.skip_sparse, carried=carried_arms,
+                       overlap=not args.skip_overlap)  # fmt: skip
     pool.close()
     runs = [done[("stdlib", k)] for k in seeds]
     ratios = [float(r["loss_ratio"]) for r in runs]  # type: ignore[arg-type]
@@ -691,6 +783,8 @@ def main() -> None:
     if carried_arms:
         code_runs = [done[("code", k)] for k in other_seeds] if other is not None else []
         out |= carried_figures(s, runs, code_runs)
+    if not args.skip_overlap:
+        out |= overlap_figures(s, runs)
     if args.skip_other_corpus:
         pass
     elif other is None:

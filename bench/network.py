@@ -132,8 +132,17 @@ def summarize(
         "wire_bytes_model_per_round": round(statistics.mean(wire_model(n, world) for n in nodes)),
         "groups_formed": [n["groups_formed"] for n in nodes],
         "comm_breakdown_s": {
-            k: round(statistics.mean(r[k] for r in later), 3)
-            for k in ("join_s", "encode_s", "allreduce_s", "outer_s", "check_s", "blob_s")
+            k: round(statistics.mean(r.get(k, 0.0) for r in later), 3)
+            for k in (
+                "join_s",
+                "encode_s",
+                "allreduce_s",
+                "outer_s",
+                "check_s",
+                "blob_s",
+                "landing_s",
+                "landing_wait_s",
+            )  # (the last two: --overlap-steps)
         },
         "allreduce_phases_s": {
             k: round(statistics.mean(r.get("allreduce_phases_s", {}).get(k, 0.0) for r in later), 3)

@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -82,9 +83,18 @@ def main() -> None:
     p.add_argument("--overlap", action="store_true",
                    help="one-round delayed outer step: round r's all-reduce runs in the background "
                    "during round r+1's compute (started from base - own progress)")  # fmt: skip
+    p.add_argument("--overlap-steps", type=int, default=0, metavar="TAU",
+                   help="the bounded overlap: round r's all-reduce runs during round r+1's "
+                   "first TAU inner steps, which train on from this node's own end of round r; "
+                   "after step TAU (waiting if the average is not in) the node takes the outer "
+                   "step and moves its weights by (new base - its end of round r) "
+                   "(bench.diloco's overlap_steps)")  # fmt: skip
     p.add_argument("--eval-rows", type=int, default=0, help="eval loss on N held-out rows at end")
     p.add_argument("--out", required=True)
     args = p.parse_args()
+    if args.overlap and args.overlap_steps:
+        p.error("--overlap and --overlap-steps exclude each other")
+    bounded = args.overlap_steps > 0
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s n{args.index} %(message)s")
     log = logging.getLogger("bench.network_node")
@@ -198,6 +208,33 @@ def main() -> None:
     def step_piece(a: int, b: int, values: torch.Tensor) -> None:
         diloco.state.step_range(a, b, values, settings.outer)
 
+    def land(own_end: torch.Tensor, landed: dict[str, Any]) -> None:
+        """--overlap-steps: the last round's average lands (waited for if still on the wire),
+        the outer step and the hash check run, and the weights move by (new base - ``own_end``);
+        ``landed`` gets the wait, the bytes sent, the result and the time it all took."""
+        t = time.perf_counter()
+        landed["wait_s"], landed["sent"], landed["result"] = finish_pending()
+        with torch.no_grad():
+            views = diloco.state.layout.unflatten(diloco.state.base - own_end)
+            for name, param in model.named_parameters():
+                param.add_(views[name])
+        landed["s"] = time.perf_counter() - t
+
+    def land_at(own_end: torch.Tensor, landed: dict[str, Any]) -> Callable[[StepInfo], None]:
+        """--overlap-steps: :func:`land` after inner step TAU, waiting for the average if it is
+        still on the wire. Every member lands at the same step: the hash check is a collective
+        (a node that landed once the average was in, at a step of its own, would hold its peers
+        in that check), and the audit must know where the weights moved."""
+
+        def on_step(info: StepInfo) -> None:
+            slow(info)
+            if info.step == args.overlap_steps:
+                land(own_end, landed)
+                landed["step"], landed["in_steps"] = info.step, True
+                last_step_end[0] = time.perf_counter()  # the next step's time starts here
+
+        return on_step
+
     residual: torch.Tensor | None = None  # --fmt sparse: this node's error feedback
     uploads: list[threading.Thread] = []
     upload_bytes = 0
@@ -219,6 +256,7 @@ def main() -> None:
         rows = rows_for(r)
         diloco.sync_inner_model()
         if start is not None:  # --overlap: the newest base plus this node's unaveraged progress
+            # (--overlap-steps: this node's own end of the last round)
             with torch.no_grad():
                 views = diloco.state.layout.unflatten(start)
                 for name, param in model.named_parameters():
@@ -228,21 +266,37 @@ def main() -> None:
         t_train = time.perf_counter()
         last_step_end[0] = t_train
         step_times.clear()
-        inner = diloco.inner.train(rows, on_step=slow, budget_s=budget if budget > 0 else None)
+        landed: dict[str, Any] = {}
+        on_step: Callable[[StepInfo], None] = slow
+        if bounded and "thread" in pending and start is not None:
+            on_step = land_at(start, landed)
+        inner = diloco.inner.train(rows, on_step=on_step, budget_s=budget if budget > 0 else None)
+        if on_step is not slow and not landed:  # the time box stopped the phase before TAU
+            assert start is not None
+            land(start, landed)
+            landed["step"] = inner.steps
         t_enc = time.perf_counter()
-        compute_s = t_enc - t_train
+        landing_s = float(landed.get("s", 0.0))  # communication inside the inner phase
+        compute_s = t_enc - t_train - landing_s
+        stepped_s = inner.seconds - (landing_s if landed.get("in_steps") else 0.0)
         if auto_budget:  # this node's pace under this round's conditions (trainer.round.timebox, as
             # `node run --time-box`): signed, posted before the all-reduce so nobody waits
             timebox.post_pace(rdv.board, r, inner)
         flat_local = diloco.state.layout.flatten(dict(model.named_parameters()))
-        origin = diloco.state.base if start is None else start
+        origin = diloco.state.base if start is None or bounded else start
         if args.fmt == "sparse":  # top-k of (origin - local + residual), the rest carried
             packet, residual = encode_feedback(origin, flat_local, residual)
         else:
             packet = encode(origin, flat_local, args.fmt)  # fused origin - local, quantized
         t_ar = time.perf_counter()
         phases: dict[str, float] = {}
-        if not args.overlap:  # the outer step of each piece of the mean as it lands, while
+        if bounded:  # round r's all-reduce runs during round r+1's first TAU steps
+            sent = int(landed.get("sent", 0))  # round r-1's, landed in this round
+            result = landed.get("result", diloco.base_hash())
+            t_outer = t_check = time.perf_counter()
+            in_background(packet, inner.tokens)
+            start = flat_local.clone()  # the next round trains on from here
+        elif not args.overlap:  # the outer step of each piece of the mean as it lands, while
             # the rest is on the wire (same bits as the whole step after: elementwise)
             _, sent = average(packet, None, timeout=timedelta(seconds=300), weight=inner.tokens,
                               timings=phases, on_piece=step_piece)  # fmt: skip
@@ -270,8 +324,11 @@ def main() -> None:
         records.append({
             "round": r, "members": len(members.addresses), "steps": inner.steps,
             "tokens": inner.tokens, "compute_s": compute_s,
-            "step_s": inner.seconds / max(inner.steps, 1),
-            "comm_s": t_end - t_enc, "wall_s": t_end - t_prev, "join_s": t_train - t_round,
+            "step_s": stepped_s / max(inner.steps, 1),
+            "comm_s": t_end - t_enc + landing_s, "wall_s": t_end - t_prev,
+            "join_s": t_train - t_round, "landing_s": landing_s,
+            "landing_wait_s": float(landed.get("wait_s", 0.0)),
+            "landed_at_step": landed.get("step"),
             "encode_s": t_ar - t_enc, "allreduce_s": t_outer - t_ar,
             "outer_s": t_check - t_outer, "check_s": t_blob - t_check, "blob_s": t_end - t_blob,
             "allreduce_phases_s": phases, "allreduce_bytes_sent": sent,
@@ -285,7 +342,7 @@ def main() -> None:
                  t_end - t_prev)  # fmt: skip
         t_prev = t_end
     last_sent = 0  # --overlap: the last round's all-reduce lands after the loop
-    if args.overlap:
+    if args.overlap or bounded:
         last_sent = finish_pending()[1]  # the last round's average
         diloco.sync_inner_model()
     eval_loss = None

@@ -2,12 +2,15 @@
 
 Scenarios (nodes in namespaces behind tbf, bench/network_node.py ``--fmt sparse``: the sparse
 encoder with each node's error-feedback residual, the checked all-gather of whole packets):
-2 nodes at the rate and at a tenth of it, and 4 nodes (a few inner steps: the bytes of a round do
-not depend on them) for the bytes per node as the group grows. Bytes are each node's ``eth0``
-counters. ``bytes_per_node_per_round_by_n`` gives the measured figures for N = 2 and 4 and the
-wire model (:func:`per_node_model`, checked against them) up to N = 100, labelled; and the largest
-N whose all-gather still hides within the utilization target at 100 and 10 Mbit/s: above it a
-hierarchy (groups that all-gather, then exchange group means) is needed.
+2 nodes at the rate and at a tenth of it, each lockstep, with the one-round delayed outer step
+(``--overlap``) and with the bounded overlap (``--overlap-steps``: the average lands H/10 inner
+steps into the next round; at a tenth of the rate also H/5); and 4 nodes (a few inner steps:
+the bytes of a round do not depend on them) for the bytes per node as the group grows. Bytes
+are each node's ``eth0`` counters. ``bytes_per_node_per_round_by_n`` gives the measured figures
+for N = 2 and 4 and the wire model (:func:`per_node_model`, checked against them) up to N = 100,
+labelled; and the largest N whose all-gather still hides within the utilization target at 100
+and 10 Mbit/s: above it a hierarchy (groups that all-gather, then exchange group means) is
+needed.
 """
 
 from __future__ import annotations
@@ -60,6 +63,22 @@ def figures(
     s10 = summarize(
         scenario("sparse at a tenth", 2, rate / 10, [["--fmt", "sparse", *auto]] * 2, others), h
     )
+    # with overlap on (issue 27's utilization): the one-round delayed outer step (round r's
+    # all-gather during round r+1's compute, --overlap), and the bounded overlap (during round
+    # r+1's first tau steps, tau = H/10, the trace interval; at a tenth of the rate also 2 tau)
+    overlap = [["--fmt", "sparse", *auto, "--overlap"]] * 2
+    so = summarize(scenario("sparse overlap", 2, rate, overlap), h)
+    so10 = summarize(scenario("sparse overlap at a tenth", 2, rate / 10, overlap, others), h)
+    tau = max(1, h // 10)
+
+    def bounded(steps: int) -> list[list[object]]:
+        return [["--fmt", "sparse", *auto, "--overlap-steps", steps]] * 2
+
+    sb = summarize(scenario(f"sparse, overlap {tau} steps", 2, rate, bounded(tau)), h)
+    sb10 = summarize(scenario(f"sparse, overlap {tau} steps, a tenth", 2, rate / 10, bounded(tau),
+                              others), h)  # fmt: skip
+    sb10_2 = summarize(scenario(f"sparse, overlap {2 * tau} steps, a tenth", 2, rate / 10,
+                                bounded(2 * tau), others), h)  # fmt: skip
     four = scenario("sparse, 4 nodes", 4, rate, [["--fmt", "sparse", "--inner-steps", 2]] * 4, 2)
     packet = int(two[0]["packet_bytes"])
     blob = int(two[0]["commitment_blob_bytes"])
@@ -73,6 +92,14 @@ def figures(
         "utilization_model_sparse": s2["utilization_model"],
         "utilization_sparse_10mbit": s10["utilization"],
         "utilization_model_sparse_10mbit": s10["utilization_model"],
+        "utilization_sparse_overlap": so["utilization"],
+        "utilization_model_sparse_overlap": so["utilization_model"],
+        "utilization_sparse_overlap_10mbit": so10["utilization"],
+        "utilization_model_sparse_overlap_10mbit": so10["utilization_model"],
+        "overlap_steps": tau,
+        "utilization_sparse_bounded": sb["utilization"],
+        "utilization_sparse_bounded_10mbit": sb10["utilization"],
+        "utilization_sparse_bounded_2tau_10mbit": sb10_2["utilization"],
         "sparse_packet_bytes": packet,
         "sparse_wire_bytes_per_round": s2["wire_bytes_per_round"],
         "sparse_wire_bytes_model_per_round": s2["wire_bytes_model_per_round"],
@@ -94,5 +121,10 @@ def figures(
         "sparse_round_compute_s": round(compute_s, 3),
         "sparse": s2,
         "sparse_10mbit": s10,
+        "sparse_overlap": so,
+        "sparse_overlap_10mbit": so10,
+        "sparse_bounded": sb,
+        "sparse_bounded_10mbit": sb10,
+        "sparse_bounded_2tau_10mbit": sb10_2,
         "sparse_4_nodes_results_agree": len({n["final"] for n in four}) == 1,
     }

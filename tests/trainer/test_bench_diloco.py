@@ -1,12 +1,14 @@
 """bench.diloco's parts: validation and test splits are disjoint, the second corpus loads, the
-overlap option changes the result (a one-round delayed outer step), the seeds differ and the
-run-long lr schedules are off by default."""
+overlap option changes the result (a one-round delayed outer step), the bounded overlap is
+lockstep until an average is in flight, the seeds differ and the run-long lr schedules are off by
+default."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
+import pytest
 import torch
 
 from bench.diloco import Setup, code_corpus, run_diloco, split_eval
@@ -126,3 +128,35 @@ def test_the_carried_arms_keep_each_workers_adamw_and_report_beside_the_fresh(
     assert figures["sparse_carried_loss_ratio_mean"] == 1.05
     assert figures["sparse_carried_other_loss_ratio_mean"] == 1.05
     assert figures["carried_wire_format"] == "int8"
+
+
+def test_the_bounded_overlap_is_lockstep_until_an_average_is_in_flight(corpus_dir: Path) -> None:
+    """overlap_steps (tau): a one-round run has nothing in flight (the same bits as lockstep);
+    over 3 rounds the first tau steps of rounds 2 and 3 train on from each worker's own end of
+    the round before, so the run differs from lockstep and from the one-round delay, and is
+    deterministic; tau above H, or both overlaps at once, is refused."""
+    from bench.diloco import overlap_figures
+
+    corpus = Corpus.from_folder(corpus_dir)
+    rows = corpus.eval_rows(32, 16, seed=1)
+    one = Setup(**{**SETUP.__dict__, "rounds": 1})
+    assert run_diloco(corpus, one, rows, "fp32", overlap_steps=1) == run_diloco(
+        corpus, one, rows, "fp32"
+    )
+    plain = run_diloco(corpus, SETUP, rows, "fp32")[0]
+    bounded = run_diloco(corpus, SETUP, rows, "fp32", overlap_steps=1)[0]
+    delayed = run_diloco(corpus, SETUP, rows, "fp32", overlap=True)[0]
+    assert bounded == run_diloco(corpus, SETUP, rows, "fp32", overlap_steps=1)[0]
+    assert len({plain, bounded, delayed}) == 3
+    with pytest.raises(ValueError, match=r"outside 0\.\.2"):
+        run_diloco(corpus, SETUP, rows, "fp32", overlap_steps=3)
+    with pytest.raises(ValueError, match="exclude each other"):
+        run_diloco(corpus, SETUP, rows, "fp32", overlap=True, overlap_steps=1)
+    runs: list[dict[str, object]] = [
+        {"overlap_bounded_loss_ratio": 1.03, "overlap_bounded_cost": 1.004},
+        {"overlap_bounded_loss_ratio": 1.05, "overlap_bounded_cost": 1.006},
+    ]
+    figures = overlap_figures(SETUP, runs)
+    assert figures["overlap_bounded_loss_ratio_mean"] == 1.04
+    assert figures["overlap_bounded_cost_mean"] == 1.005
+    assert "overlap_round_cost_mean" not in figures
