@@ -59,6 +59,8 @@ class Plan:
     ledger_url: str | None = None  # attestations, joins and member lists through this ledger
     late_first_join: bool = False  # its first ledger join waits until that round started there
     late_first_round: bool = False  # its first round starts once the others opened that round
+    late_in_window: bool = False  # its first round starts once the others joined it; its ledger
+    # join of that round lands once their list opened (a slow round trip at their window's end)
     rendezvous_timeout_s: float = 60.0
     no_show_s: float = 5.0  # MembershipConfig.no_show_s (F12)
     hold_file: str | None = None  # NodeSettings.hold_file (trainer.round.hold)
@@ -160,6 +162,8 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         _join_late(runner, ledger, results, plan.key)
     if plan.late_first_round:
         _start_late(runner, port, plan.run_id)
+    if plan.late_in_window:
+        _join_in_window(runner, port, plan.run_id)
     if plan.serve_corrupt:
         _serve_corrupt(runner.server)
     if plan.forge_in_round is not None:
@@ -247,6 +251,25 @@ def _start_late(runner: Any, port: int, run_id: bytes) -> None:
     runner.first_round = first_round
 
 
+def _join_in_window(runner: Any, port: int, run_id: bytes) -> None:
+    """A slow start inside the others' join window: the round the node picks at start-up is
+    started once the others posted their joins of it, and the node's ledger join of that round
+    lands only once their list opened (its round trip took the rest of their window)."""
+    honest_first, honest_join, first = runner.first_round, runner.attester.join, [-1]
+
+    def first_round() -> int:
+        first[0] = int(honest_first())
+        _wait_for_key(port, f"members/{first[0]}/0/slot/0", run_id)
+        return first[0]
+
+    def join(r: int) -> bool:
+        if r == first[0]:
+            _wait_for_round(port, r, run_id)
+        return bool(honest_join(r))
+
+    runner.first_round, runner.attester.join = first_round, join
+
+
 def _serve_corrupt(server: Any) -> None:
     """Alter the first byte of every chunk this node serves (the manifest it signs stays honest)."""
     honest = server.offer
@@ -261,6 +284,10 @@ def _serve_corrupt(server: Any) -> None:
 
 
 def _wait_for_round(port: int, round: int, run_id: bytes = RUN_ID) -> None:
+    _wait_for_key(port, f"members/{round}/0/open", run_id)
+
+
+def _wait_for_key(port: int, key: str, run_id: bytes = RUN_ID) -> None:
     from datetime import timedelta
 
     import torch.distributed as dist
@@ -272,10 +299,10 @@ def _wait_for_round(port: int, round: int, run_id: bytes = RUN_ID) -> None:
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if store.check([f"{run_namespace(run_id)}members/{round}/0/open"]):
+        if store.check([f"{run_namespace(run_id)}{key}"]):
             return
         time.sleep(0.05)
-    raise TimeoutError(f"round {round} never closed")
+    raise TimeoutError(f"{key} never appeared in the rendezvous store")
 
 
 def start_nodes(plans: list[Plan], port: int, data_dir: Path) -> tuple[list[Any], Any, Any]:

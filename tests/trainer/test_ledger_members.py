@@ -237,3 +237,27 @@ def test_a_joiner_late_for_an_opened_list_skips_that_round_rather_than_no_show(
     assert worked and worked == list(range(worked[0], last + 1)), f"the joiner worked {worked}"
     assert worked[0] >= 3, worked  # it started after round 2's list opened
     assert_agree(rounds)
+
+
+@pytest.mark.parametrize("served", [3.0], indirect=True)
+def test_a_joiner_inside_the_members_window_joins_the_next_round(
+    served: tuple[str, OnChain], corpus_dir: Path, store_port: int
+) -> None:
+    """The same race one step earlier: the joiner comes to round r while the members, who have
+    joined it, wait out their join window, and its ledger join lands only once their list
+    opened (a slow round trip). It no longer joins r once others have joined it without it
+    (``Rendezvous.forming_without_me``): it joins r + 1 while they train r."""
+    url, run = served
+    last = 5
+    plans = [run.plan(i, rounds=last, min_nodes=2, ledger_url=url) for i in range(3)]
+    plans[2].join_after_round, plans[2].late_in_window = 2, True
+    out = collect(*start_nodes(plans, store_port, corpus_dir), timeout=300.0)
+    assert out["exit_codes"] == [0, 0, 0], out
+    rounds = by_round(out["results"])
+    for r, recs in rounds.items():
+        ledger = set(httpx.get(f"{url}/v1/runs/{RUN}/rounds/{r}/members").json()["members"])
+        trained = {run.addresses[k] for k in recs}
+        assert ledger == trained, f"round {r}: ledger members {ledger}, trained {trained}"
+    worked = [rec["round"] for rec in out["results"][2]]
+    assert worked and worked == list(range(worked[0], last + 1)), f"the joiner worked {worked}"
+    assert_agree(rounds)

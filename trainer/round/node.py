@@ -544,11 +544,12 @@ class NodeRunner:
         if not self.strategy.takes_part(self, r):
             self.rdv.announce_leave(r)  # the members do not wait for it
             return self._outside(r, off_round=True)
-        if self.rdv.opened_without_me(r) is not None:
-            # a late start (a joiner still fetching its checkpoint): a ledger join now would be
+        if self.rdv.forming_without_me(r):
+            # a late start (a joiner still fetching its checkpoint): a ledger join now could be
             # taken (its window outlasts the list's) and charged as a no-show (ledger.intake.
-            # membership), since the members train r without this node
-            log.info("round %d's member list opened without this node; joining the next", r)
+            # membership), since the members may train r without this node
+            log.info("round %d's member list opened or is forming without this node; joining "
+                     "the next", r)  # fmt: skip
             return self._outside(r)
         joined = self.attester.join(r)  # the ledger's members: signed joins before the round
         self.upload()  # a checkpoint upload an outage held back
