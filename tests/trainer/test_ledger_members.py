@@ -211,6 +211,31 @@ def test_a_sybil_that_joins_only_at_the_ledger_costs_a_round_seconds_not_the_tim
     print(f"2 rounds beside a ledger-only sybil: {took:.1f}s (rendezvous timeout 20 s)")
 
 
+def _late_joiner_run(url: str, run: OnChain, corpus_dir: Path, store_port: int,
+                     **late: bool) -> list[int]:  # fmt: skip
+    """Nodes 0 and 1 train rounds 1..5; node 2 starts once round 2's list opened, with the
+    ``late`` fault of tests/trainer/nodes.py. Every round's ledger members must be exactly the
+    nodes that trained it (a joiner counted and absent is a no-show), node 2 must work every
+    round from its first, and the results agree. The rounds node 2 worked."""
+    last = 5
+    plans = [run.plan(i, rounds=last, min_nodes=2, ledger_url=url) for i in range(3)]
+    plans[2].join_after_round = 2
+    for name, value in late.items():
+        setattr(plans[2], name, value)
+    out = collect(*start_nodes(plans, store_port, corpus_dir), timeout=300.0)
+    assert out["exit_codes"] == [0, 0, 0], out
+    rounds = by_round(out["results"])
+    assert sorted(rounds) == list(range(1, last + 1))
+    for r, recs in rounds.items():
+        ledger = set(httpx.get(f"{url}/v1/runs/{RUN}/rounds/{r}/members").json()["members"])
+        trained = {run.addresses[k] for k in recs}
+        assert ledger == trained, f"round {r}: ledger members {ledger}, trained {trained}"
+    worked = [rec["round"] for rec in out["results"][2]]
+    assert worked and worked == list(range(worked[0], last + 1)), f"the joiner worked {worked}"
+    assert_agree(rounds)
+    return worked
+
+
 @pytest.mark.parametrize("served", [3.0], indirect=True)
 def test_a_joiner_late_for_an_opened_list_skips_that_round_rather_than_no_show(
     served: tuple[str, OnChain], corpus_dir: Path, store_port: int
@@ -222,21 +247,8 @@ def test_a_joiner_late_for_an_opened_list_skips_that_round_rather_than_no_show(
     exited before its last round". The node now sees the list opened without it and joins the
     next round instead: every round's ledger members are exactly the nodes that trained it."""
     url, run = served
-    last = 5
-    plans = [run.plan(i, rounds=last, min_nodes=2, ledger_url=url) for i in range(3)]
-    plans[2].join_after_round, plans[2].late_first_round = 2, True
-    out = collect(*start_nodes(plans, store_port, corpus_dir), timeout=300.0)
-    assert out["exit_codes"] == [0, 0, 0], out
-    rounds = by_round(out["results"])
-    assert sorted(rounds) == list(range(1, last + 1))
-    for r, recs in rounds.items():
-        ledger = set(httpx.get(f"{url}/v1/runs/{RUN}/rounds/{r}/members").json()["members"])
-        trained = {run.addresses[k] for k in recs}
-        assert ledger == trained, f"round {r}: ledger members {ledger}, trained {trained}"
-    worked = [rec["round"] for rec in out["results"][2]]
-    assert worked and worked == list(range(worked[0], last + 1)), f"the joiner worked {worked}"
+    worked = _late_joiner_run(url, run, corpus_dir, store_port, late_first_round=True)
     assert worked[0] >= 3, worked  # it started after round 2's list opened
-    assert_agree(rounds)
 
 
 @pytest.mark.parametrize("served", [3.0], indirect=True)
@@ -248,16 +260,4 @@ def test_a_joiner_inside_the_members_window_joins_the_next_round(
     opened (a slow round trip). It no longer joins r once others have joined it without it
     (``Rendezvous.forming_without_me``): it joins r + 1 while they train r."""
     url, run = served
-    last = 5
-    plans = [run.plan(i, rounds=last, min_nodes=2, ledger_url=url) for i in range(3)]
-    plans[2].join_after_round, plans[2].late_in_window = 2, True
-    out = collect(*start_nodes(plans, store_port, corpus_dir), timeout=300.0)
-    assert out["exit_codes"] == [0, 0, 0], out
-    rounds = by_round(out["results"])
-    for r, recs in rounds.items():
-        ledger = set(httpx.get(f"{url}/v1/runs/{RUN}/rounds/{r}/members").json()["members"])
-        trained = {run.addresses[k] for k in recs}
-        assert ledger == trained, f"round {r}: ledger members {ledger}, trained {trained}"
-    worked = [rec["round"] for rec in out["results"][2]]
-    assert worked and worked == list(range(worked[0], last + 1)), f"the joiner worked {worked}"
-    assert_agree(rounds)
+    _late_joiner_run(url, run, corpus_dir, store_port, late_in_window=True)
