@@ -253,13 +253,13 @@ def _start_late(runner: Any, port: int, run_id: bytes) -> None:
 
 def _join_in_window(runner: Any, port: int, run_id: bytes) -> None:
     """A slow start inside the others' join window: the round the node picks at start-up is
-    started once the others posted their joins of it, and the node's ledger join of that round
+    started once two others posted their joins of it, and the node's ledger join of that round
     lands only once their list opened (its round trip took the rest of their window)."""
     honest_first, honest_join, first = runner.first_round, runner.attester.join, [-1]
 
     def first_round() -> int:
         first[0] = int(honest_first())
-        _wait_for_key(port, f"members/{first[0]}/0/slot/0", run_id)
+        _wait_for_key(port, f"members/{first[0]}/0/slot/1", run_id)  # both members joined
         return first[0]
 
     def join(r: int) -> bool:

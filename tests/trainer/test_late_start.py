@@ -24,12 +24,16 @@ from trainer.round.node import offline_domain
 RUN = bytes.fromhex("ae" * 32)
 
 
-def _nodes(port: int) -> list[Rendezvous]:
-    keys = [NodeKey.from_private_key(bytes([0x61 + i]) * 32) for i in range(3)]
+def _nodes(port: int, extra: int = 0) -> list[Rendezvous]:
+    """Two members (``min_nodes`` 2), a late node (``min_nodes`` 1), and ``extra`` more
+    registered nodes (``min_nodes`` 1)."""
+    keys = [NodeKey.from_private_key(bytes([0x61 + i]) * 32) for i in range(3 + extra)]
     registry = StaticRegistry({str(k.address) for k in keys})
     domain = offline_domain(RUN)
     cfgs = [MembershipConfig(min_nodes=2, join_window_s=0.0, rendezvous_timeout_s=20.0)] * 2
-    cfgs.append(MembershipConfig(min_nodes=1, join_window_s=0.0, rendezvous_timeout_s=20.0))
+    cfgs += [MembershipConfig(min_nodes=1, join_window_s=0.0, rendezvous_timeout_s=20.0)] * (
+        1 + extra
+    )
     return [Rendezvous("127.0.0.1", port, key=k, domain=domain, run_id=RUN, registry=registry,
                        cfg=c) for k, c in zip(keys, cfgs, strict=True)]  # fmt: skip
 
@@ -71,3 +75,24 @@ def test_a_late_node_skips_an_opened_round_and_waits_for_its_members_next(
     second = _join_all(nodes, 2, first=2)  # the late node first: it waits for the others
     lists: set[Any] = {m.addresses for m in second.values()}
     assert lists == {tuple(sorted(n.address for n in nodes))}, lists
+
+
+def test_a_round_most_of_the_last_members_joined_is_forming_without_a_newcomer(
+    store_port: int,
+) -> None:
+    """``forming_without_me``: a newcomer to a run under way does not join a round most of the
+    last list's members have joined (with a ledger its join could be counted after their list
+    opened: a no-show). A registered node outside the last list, or a minority of it, posting
+    joins of future rounds cannot keep newcomers out; members of the last list and the run's
+    first round are never affected."""
+    a, b, late, rogue = _nodes(store_port, extra=1)
+    assert not late.forming_without_me(1), "the run's first round: nobody is late"
+    _join_all([a, b], 1)
+    assert not late.forming_without_me(2), "nobody joined round 2 yet"
+    rogue._post_join(2, 0)  # a registered node, no member of round 1
+    assert not late.forming_without_me(2), "a non-member's join does not count"
+    a._post_join(2, 0)
+    assert not late.forming_without_me(2), "half of round 1's members is no majority"
+    b._post_join(2, 0)
+    assert late.forming_without_me(2), "both of round 1's members joined round 2"
+    assert not a.forming_without_me(2) and not b.forming_without_me(2), "members are awaited"

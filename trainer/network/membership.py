@@ -243,22 +243,20 @@ class Rendezvous:
         return members
 
     def forming_without_me(self, round: int) -> bool:
-        """Whether round ``round``'s member list opened, or is forming, without this node: it
-        opened without it (:meth:`opened_without_me`), or, with a ledger, the run is under way
-        (round ``round - 1`` has a list), this node was not in that list, and others have joined
-        ``round`` here already. The others then do not expect this node: their list opens
-        ``join_window_s`` after their joins unless their view of the ledger shows it first, and
-        its ledger join (a round trip, then a view at most 0.2 s old) can land after that and be
-        charged as a no-show; it joins the next round, while they train this one. (Without a
-        ledger a join in the window is counted: no race, so no skip.)"""
-        if self.opened_without_me(round) is not None:
-            return True
-        if self.ledger is None:
-            return False
+        """Whether round ``round``'s list is forming without this node: the run is under way
+        (round ``round - 1`` has a list), this node was not in that list, and most of that
+        list's members have joined ``round`` here already. They do not expect this node: their
+        list opens ``join_window_s`` after their joins unless their view of the ledger shows
+        it first, and its ledger join (a round trip, then a view up to 0.2 s old) can land
+        after that and be charged as a no-show (``NodeRunner.run_round`` asks this only with a
+        ledger; without one a join inside the window is counted). Only the last list's
+        members count, and a majority of them: a registered node that posts joins of future
+        rounds cannot keep newcomers out, and a minority of the members cannot either."""
         before = self.round_members(round - 1) if round > 1 else None
         if before is None or self.address in before.addresses:
             return False  # the run's first list, or a member of the last one: awaited
-        return bool(set(self.valid_joins(round, 0)) - {self.address})
+        joined = set(self.valid_joins(round, 0)) & set(before.addresses)
+        return 2 * len(joined) > len(before.addresses)
 
     def _admitted(self, members: Members, key: str) -> bool:
         """With a ledger: every member's join of the round was accepted there (a registered

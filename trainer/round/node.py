@@ -544,7 +544,9 @@ class NodeRunner:
         if not self.strategy.takes_part(self, r):
             self.rdv.announce_leave(r)  # the members do not wait for it
             return self._outside(r, off_round=True)
-        if self.rdv.forming_without_me(r):
+        if self.rdv.opened_without_me(r) is not None or (
+            self.rdv.ledger is not None and self.rdv.forming_without_me(r)
+        ):
             # a late start (a joiner still fetching its checkpoint): a ledger join now could be
             # taken (its window outlasts the list's) and charged as a no-show (ledger.intake.
             # membership), since the members may train r without this node
