@@ -429,7 +429,6 @@ OVERLAP = {  # overlap arm -> (its wire format, bounded): each beside its lockst
     "overlap_bounded": ("fp32", True),  # the average lands overlap_steps into the next round
     "sparse_overlap_bounded": ("sparse", True),
 }
-LOCKSTEP = {"overlap_round": "fp32", "overlap_bounded": "fp32", "sparse_overlap_bounded": "sparse"}
 
 
 class Pool:
@@ -497,7 +496,7 @@ def comparisons(
     tasks += [Task("sparse_carried", c, "test", s) for c, s in items if carried and sparse]
     tasks += [Task("int8", c, "test", s) for c, s in items if (c, s.seed) == int8]
     tasks += [Task(kind, c, "test", s) for c, s in items if overlap and c == "stdlib"
-              for kind in OVERLAP if sparse or LOCKSTEP[kind] != "sparse"]  # fmt: skip
+              for kind, (fmt, _) in OVERLAP.items() if sparse or fmt != "sparse"]  # fmt: skip
     tasks += [Task("sync", c, "test", s) for c, s in items]
     results = dict(zip([(t.kind, t.corpus, t.setup.seed) for t in tasks], pool.map(tasks),
                        strict=True))  # fmt: skip
@@ -540,7 +539,7 @@ def comparisons(
                     f"{kind}_loss_ratio": round(k_loss / sync_loss, 4),
                     f"diloco_curve_{kind}": k_curve,
                 }
-        for kind, lockstep in LOCKSTEP.items():
+        for kind, (lockstep, _) in OVERLAP.items():  # its lockstep arm: its wire format's
             if (kind, c, s.seed) in results:
                 o_loss, _, o_curve = results[(kind, c, s.seed)]
                 l_loss = results[(lockstep, c, s.seed)][0]

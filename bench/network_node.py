@@ -230,7 +230,7 @@ def main() -> None:
             slow(info)
             if info.step == args.overlap_steps:
                 land(own_end, landed)
-                landed["step"], landed["in_steps"] = info.step, True
+                landed["step"] = info.step
                 last_step_end[0] = time.perf_counter()  # the next step's time starts here
 
         return on_step
@@ -271,6 +271,7 @@ def main() -> None:
         if bounded and "thread" in pending and start is not None:
             on_step = land_at(start, landed)
         inner = diloco.inner.train(rows, on_step=on_step, budget_s=budget if budget > 0 else None)
+        stepped_s = inner.seconds - float(landed.get("s", 0.0))  # less a landing at step TAU
         if on_step is not slow and not landed:  # the time box stopped the phase before TAU
             assert start is not None
             land(start, landed)
@@ -278,7 +279,6 @@ def main() -> None:
         t_enc = time.perf_counter()
         landing_s = float(landed.get("s", 0.0))  # communication inside the inner phase
         compute_s = t_enc - t_train - landing_s
-        stepped_s = inner.seconds - (landing_s if landed.get("in_steps") else 0.0)
         if auto_budget:  # this node's pace under this round's conditions (trainer.round.timebox, as
             # `node run --time-box`): signed, posted before the all-reduce so nobody waits
             timebox.post_pace(rdv.board, r, inner)

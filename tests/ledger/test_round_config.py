@@ -66,6 +66,15 @@ def _vote(
     return after
 
 
+def _join_round_1(
+    client: TestClient, nodes: list[NodeKey], run: str, domain: Eip712Domain
+) -> list[str]:
+    """Every node joins round 1 (accepted); their addresses."""
+    for n in nodes:
+        assert join(client, n, run, 1, domain).status_code == 202
+    return [n.address for n in nodes]
+
+
 def _verdicts(ledger: Ledger, run: str) -> dict[str, tuple[bool, str]]:
     with Session(ledger.engine) as s:
         rows = s.exec(select(Attestation).where(Attestation.run_id == run)).all()
@@ -86,9 +95,7 @@ def test_a_vote_executed_mid_round_does_not_change_how_the_round_is_judged(
     before = ledger.indexer.snapshot.config
     assert before is not None
     h_before = before.inner_steps
-    members = [n.address for n in nodes]
-    for n in nodes:
-        assert join(client, n, started_run, 1, domain).status_code == 202
+    members = _join_round_1(client, nodes, started_run, domain)
     # the members trained round 1 under the version in force when it opened ...
     for i, n in enumerate(nodes[:2]):
         _attest(client, started_run, n, domain, members, version=before.version,
@@ -238,9 +245,7 @@ def test_members_on_a_stale_base_do_not_choose_the_rounds_version(
     before = ledger.indexer.snapshot.config
     assert before is not None
     after = _vote(chain, deployment, ledger, "setInnerLoop", before.inner_steps, 2000)
-    members = [n.address for n in nodes]
-    for n in nodes:
-        assert join(client, n, started_run, 1, domain).status_code == 202
+    members = _join_round_1(client, nodes, started_run, domain)
     honest, *stale = nodes
     _attest(client, started_run, honest, domain, members, version=after.version,
             inner_steps=after.inner_steps, seed=20)  # fmt: skip
