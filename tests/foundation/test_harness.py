@@ -103,12 +103,29 @@ def test_a_process_orphaned_during_a_test_is_found_and_stopped(tmp_path: Path) -
     subprocess.run(["bash", "-c", f"sleep 300 & echo $! > {pid_file}"], check=True)
     pid = int(pid_file.read_text())
     assert alive(pid)
-    # /proc/<pid>/environ reads empty while the forked shell execs sleep: poll past that instant
-    deadline = time.monotonic() + 5
+    # /proc/<pid>/environ reads empty while the forked shell execs sleep, a window a loaded
+    # machine can stretch (CI missed it once after 5 s): poll past it, and say what was read
+    deadline = time.monotonic() + 60
     while pid not in {p for p, _ in reaper.tagged() - before} and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pid in {p for p, _ in reaper.tagged() - before}
+    assert pid in {p for p, _ in reaper.tagged() - before}, _proc_facts(pid)
     stopped = reaper.stop_new(before)
     assert [s for s in stopped if s.startswith("sleep 300")], stopped
     assert wait_gone(pid, timeout=5)
     assert reaper.stop_new(before) == []  # nothing else of this test is left
+
+
+def _proc_facts(pid: int) -> str:
+    """What /proc says of `pid`, against the tag this process expects: why the scan missed it."""
+    facts = [f"expected {reaper.TAG_VAR}={os.environ.get(reaper.TAG_VAR)!r}"]
+    for name in ("stat", "environ", "cmdline"):
+        try:
+            raw = Path(f"/proc/{pid}/{name}").read_bytes()
+        except OSError as exc:
+            facts.append(f"{name}: {exc}")
+            continue
+        tags = [v for v in raw.split(b"\0") if v.startswith(reaper.TAG_VAR.encode())]
+        facts.append(f"{name}: {len(raw)} bytes" + (f", tag {tags}" if name == "environ" else ""))
+        if name != "environ":
+            facts.append(f"  {raw[:200]!r}")
+    return "; ".join(facts)
