@@ -256,7 +256,7 @@ def recheck_segments(  # noqa: PLR0917 - the node-round's public inputs
         if need not in requests:
             return common | {"verdict": "unavailable", "reason": f"boundary {need[0]} "
                              "the ledger's plan needs was not delivered"}  # fmt: skip
-    start_base = base
+    start_base, moved_to = base, None
     origin = None
     # a round whose deliveries say it did not start from its base is audited from its origin,
     # boundary 0 in full, as the ledger does once it asked for it; without it (the ledger did
@@ -274,7 +274,7 @@ def recheck_segments(  # noqa: PLR0917 - the node-round's public inputs
         if prev is not None:
             origin = check_origin(from_origin, base, PreviousRound(*prev))
         if origin.passed:
-            start_base = segments.origin_weights(from_origin)
+            start_base, moved_to = segments.audit_bases(origin, from_origin, base)
         elif prev is not None:
             return common | {"verdict": "fail", "reason": origin.reason}
         else:  # the ledger audited it from its attested base: so does check_entry, below
@@ -283,11 +283,11 @@ def recheck_segments(  # noqa: PLR0917 - the node-round's public inputs
     outcome = segments.check_entry(
         submitted, packet, start_base, inputs, corpus, plan, used,
         {n: states[n] for n in plan.needed}, tolerance=tolerance,
-        excused={int(b): why for b, why in entry["excused"].items()},
+        excused={int(b): why for b, why in entry["excused"].items()}, moved_to=moved_to,
     )  # fmt: skip
     reason = outcome.reason + (f"; origin: {origin.reason}" if origin else "")
     if outcome.passed and sparse:
-        exact, why = _sparse_exact(http, run_id, entry, packet, states, base, origin is not None)
+        exact, why = _sparse_exact(http, run_id, entry, packet, states, base, origin)
         if exact != "pass":
             return common | {"verdict": exact, "reason": why, "evidence": outcome.evidence}
         reason += f"; {why}"
@@ -312,12 +312,13 @@ def _sparse_exact(  # noqa: PLR0917 - the node-round's public inputs
     packet: Any,
     states: dict[Any, Any],
     base: Any,
-    from_origin: bool,
+    from_origin: Any,
 ) -> tuple[str, str]:
     """(verdict, reason) of ``ledger.judge.sparse_check``'s rules from public data: the signed
     packet recomputed bit for bit from the delivered boundary 0 (weights and residual) and last
     boundary, both in full (the ledger's plan of a sparse round moves them), boundary 0 being
-    the round's base (or its verified overlapped origin, ``from_origin``); and a residual that
+    the round's base (or its verified origin, ``from_origin``: the origin check's verdict, the
+    packet measured from the base for the bounded overlap, None: not checked); and a residual that
     is not zero equal to what the node's round r-1 left, recomputed from round r-1's delivered
     boundaries 0 and last."""
     from ledger.core.models import STATE_REQUEST
@@ -329,11 +330,12 @@ def _sparse_exact(  # noqa: PLR0917 - the node-round's public inputs
     if start is None or end is None:
         return "unverifiable", (f"the ledger did not move boundaries 0 and {last} of this sparse "
                                 "round in full: its packet cannot be recomputed")  # fmt: skip
-    if not from_origin:
+    if from_origin is None:
         origin = check_origin(start, base)
         if not origin.passed:
             return "fail", origin.reason
-    verdict = check_sparse_round(packet, start, end)
+    bounded = from_origin is not None and from_origin.schedule == "bounded"
+    verdict = check_sparse_round(packet, start, end, origin=base if bounded else None)
     if not verdict.passed:
         return "fail", verdict.reason
     if not carries_residual(start):

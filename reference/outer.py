@@ -77,6 +77,14 @@ def _check(base: Tensor, momentum: Tensor, avg: Tensor) -> None:
         )
 
 
+def moved(trained: Tensor, base: Tensor, start: Tensor) -> Tensor:
+    """The bounded overlap's move (trainer.round.bounded): ``trained + (base - start)``, the
+    inner steps' progress since ``start`` rebased on the new ``base``. fp32 and elementwise, so
+    the same bits flat or per parameter: the node moves its flat weights, the ledger's audit of
+    the segment the move ends (ledger.judge.origin_check) moves each replayed parameter."""
+    return trained + (base - start)
+
+
 def outer_step_(base: Tensor, momentum: Tensor, avg: Tensor, lr: float, mu: float) -> None:
     """:func:`outer_step` in place on ``base`` and ``momentum`` (one temporary buffer).
 

@@ -260,12 +260,17 @@ class TraceBuilder:
     (the node's BoundaryStore) when given. ``first``: tensors boundary 0 commits besides
     (the sparse format's starting residual, :func:`residual_entries`). ``background``: the
     inner steps' thread only copies the state; its hash, sketch and ``keep`` run in a thread of
-    their own (at most :data:`COMMITS_IN_FLIGHT` states wait), the same commitments."""
+    their own (at most :data:`COMMITS_IN_FLIGHT` states wait), the same commitments.
+
+    ``base`` None: the base the sketches are taken from is not known yet (the bounded overlap,
+    trainer.round.bounded: round r's average lands at round r+1's first boundary after step 0,
+    and round r+1's sketches are taken from that new base). The states taken until then are
+    held and committed once :meth:`rebase` gives it."""
 
     def __init__(
         self,
         model: torch.nn.Module,
-        base: Mapping[str, Tensor],
+        base: Mapping[str, Tensor] | None,
         *,
         optimizer: Callable[[], torch.optim.Optimizer | None] = lambda: None,
         keep: Callable[[Boundary, dict[str, Tensor]], None] | None = None,
@@ -274,13 +279,25 @@ class TraceBuilder:
     ) -> None:
         self.model = model
         self.first = first
-        self.base = {name: t.detach().to("cpu", copy=True) for name, t in base.items()}
+        self.base: dict[str, Tensor] | None = None
         self.optimizer = optimizer
         self.keep = keep
         self._done: list[Boundary] = []
         self._steps: list[int] = []
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="trace") if background else None
         self._pending: list[Future[Boundary]] = []
+        self._held: list[tuple[int, int, dict[str, Tensor]]] = []  # taken before the base is known
+        if base is not None:
+            self.rebase(base)
+
+    def rebase(self, base: Mapping[str, Tensor]) -> None:
+        """Take the sketches from ``base`` (copied); the states held until now are committed."""
+        if self.base is not None:
+            raise TraceError("the trace's base is set once, before its boundaries are committed")
+        self.base = {name: t.detach().to("cpu", copy=True) for name, t in base.items()}
+        held, self._held = self._held, []
+        for index, step, state in held:
+            self._submit(index, step, state)
 
     def __call__(self, step: int) -> None:
         if self._steps and step <= self._steps[-1]:
@@ -290,6 +307,12 @@ class TraceBuilder:
         state = boundary_state(self.model, self.optimizer(), extra)
         index = len(self._steps)
         self._steps.append(step)
+        if self.base is None:
+            self._held.append((index, step, state))
+            return
+        self._submit(index, step, state)
+
+    def _submit(self, index: int, step: int, state: dict[str, Tensor]) -> None:
         if self._pool is None:
             self._done.append(self._commit(index, step, state))
             return
@@ -298,6 +321,7 @@ class TraceBuilder:
         self._pending.append(self._pool.submit(self._commit, index, step, state))
 
     def _commit(self, index: int, step: int, state: dict[str, Tensor]) -> Boundary:
+        assert self.base is not None
         boundary = commit_boundary(index, step, state, self.base)
         if self.keep is not None:
             self.keep(boundary, state)
@@ -306,13 +330,23 @@ class TraceBuilder:
     @property
     def boundaries(self) -> list[Boundary]:
         """The boundaries committed so far, in order (waits for those being committed)."""
+        if self._held:
+            raise TraceError(f"{len(self._held)} boundary states wait for the trace's base: "
+                             "rebase() was never called")  # fmt: skip
         while self._pending:
             self._done.append(self._pending.pop(0).result())
         return self._done
 
     def trace(self) -> Trace:
-        done = tuple(self.boundaries)
+        try:
+            done = tuple(self.boundaries)
+        finally:
+            self.close()
+        return Trace(done)
+
+    def close(self) -> None:
+        """Stop the background thread (once its commits are done); :meth:`trace` calls it, and
+        an inner phase that is abandoned must (its round lost)."""
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-        return Trace(done)

@@ -299,7 +299,7 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
     if not segments.delivered(requests):
         return 0.0, False  # withheld: check_boundaries fails the entry
     states = segments.load_states(ctx.blobs, requests)
-    check_base = base
+    check_base, moved_to = base, None
     if segments.starts_elsewhere(plan, requests, states, base):
         if not plan.origin:  # found now: ask for the origin (boundary 0 in full) and round r-1
             plan = replace(plan, origin=True)
@@ -320,7 +320,7 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
             states = segments.load_states(ctx.blobs, requests)
             origin = states[(0, STATE_REQUEST)]
             verdict = check_origin(origin, base, prev)
-            check_base = segments.origin_weights(origin)
+            check_base, moved_to = segments.audit_bases(verdict, origin, base)
         if not verdict.passed:
             return _origin_failed(e, rnd, inputs, plan, why, seed, verdict.reason), False
         e.reason += f"; origin: {verdict.reason}"
@@ -345,14 +345,15 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
             outcome = segments.check_entry(
                 e.tensors, e.packet, check_base, inputs, corpus, plan, requests, states,
                 tolerance=ctx.settings.segment_tolerance, threads=threads,
-                excused=bisect.held(row),
+                excused=bisect.held(row), moved_to=moved_to,
             )  # fmt: skip
             cpu += outcome.cpu_seconds
             if outcome.passed:
                 e.replayed = True
                 e.reason += f"; audited ({why}): {outcome.reason}"
                 return cpu, False
-            failed = _failed_segment(e, rnd, inputs, plan, requests, outcome.evidence)
+            failed = _failed_segment(e, rnd, inputs, plan, requests, outcome.evidence,
+                                     moved=moved_to is not None)  # fmt: skip
             if failed is None or ctx.probes is None:  # not a segment's replay: no step to name
                 _fraud(e, ctx, rnd, inputs, seed, why, outcome.evidence, outcome.reason)
                 return cpu, False
@@ -469,12 +470,16 @@ def _failed_segment(  # noqa: PLR0917 - the failed audit's parts
     plan: segments.SegmentPlan,
     requests: dict[segments.Need, BoundaryRequest],
     evidence: dict[str, object],
+    *,
+    moved: bool = False,
 ) -> FailedSegment | None:
     """The failed segment handed over to the bisection (ledger.judge.bisect): its steps and the
     node's delivered states at both ends; None when the failure is not a segment's replay (the
-    last boundary or boundary 0 that is not the base: no step to name)."""
+    last boundary or boundary 0 that is not the base: no step to name), or is segment 0 of a
+    round on the bounded overlap (``moved``: its end is moved by the landing, which the
+    one-step check does not replay; docs/ledger.md, "Auditing a bounded round")."""
     j = evidence.get("segment")
-    if not isinstance(j, int) or j not in plan.segments:
+    if not isinstance(j, int) or j not in plan.segments or (moved and j == 0):
         return None
     first, steps = plan.span(j)
     # a boundary's state hash, as delivered in full or with its sketch (the leaf names it)

@@ -8,10 +8,15 @@ attestation names as its base) less its own round r-1 progress (fp32, the same s
 ``Overlap.worked``). Replaying such a round from its attested base is wrong (measured on the
 tiny model, 20 inner steps: the replayed pseudo-gradient is 0.96 relative L2 away from the
 honest one, against the replay tolerance of 1e-2), so an audit must replay it from its
-committed origin (boundary 0's weights, reference.trace), and that origin must be one of the two
+committed origin (boundary 0's weights, reference.trace), and that origin must be one of three
 public points, bit for bit:
 
 - the round's attested base (lockstep, or the first round after the in-flight round landed);
+- round r-1's committed last boundary: the node's own end of round r-1 (the bounded overlap,
+  trainer.round.bounded: round r-1's average lands at round r's first boundary after step 0,
+  where the weights move by ``base - origin``, reference.outer.moved; the round's sketches and
+  pseudo-gradient are taken from its attested base as in lockstep, and the audit replays
+  segment 0 from the origin and moves it the same way, ledger.judge.replay.audit_span);
 - ``flatten(base_{r-1}) - (flatten(origin_{r-1}) - flatten(end_{r-1}))`` from round r-1's
   attested base and its committed boundary 0 and last boundary (overlap).
 
@@ -37,7 +42,7 @@ Tensors = Mapping[str, torch.Tensor]
 @dataclass(frozen=True)
 class OriginVerdict:
     passed: bool
-    schedule: str  # "lockstep", "overlap" or "" (neither)
+    schedule: str  # "lockstep", "bounded", "overlap" or "" (none of them)
     reason: str
 
 
@@ -68,18 +73,25 @@ def check_origin(
     origin: Tensors, base: Tensors, prev: PreviousRound | None = None
 ) -> OriginVerdict:
     """Whether round r's committed ``origin`` (boundary 0) is its attested ``base`` or, given
-    round r-1 (``prev``), the overlap schedule's start; equality is bit for bit."""
+    round r-1 (``prev``), the bounded overlap's start (round r-1's last boundary) or the
+    one-round overlap's; equality is bit for bit."""
     layout = FlatLayout({n: t.shape for n, t in weights_of(base).items()})
     start = layout.flatten(weights_of(origin))
     if torch.equal(start.view(torch.int32), layout.flatten(weights_of(base)).view(torch.int32)):
         return OriginVerdict(True, "lockstep", "the round started from its attested base")
     if prev is not None:
+        end = layout.flatten(weights_of(prev.end))
+        if torch.equal(start.view(torch.int32), end.view(torch.int32)):
+            return OriginVerdict(True, "bounded", "the round started from the node's own end of "
+                                 "the last round, moved to its base at its first boundary "
+                                 "(the bounded overlap)")  # fmt: skip
         want = overlap_origin(prev, layout)
         if torch.equal(start.view(torch.int32), want.view(torch.int32)):
             return OriginVerdict(True, "overlap", "the round started from the last round's base "
                                  "less the node's own last-round progress")  # fmt: skip
     return OriginVerdict(False, "", (
         "the committed origin (boundary 0) of the round is neither its attested base nor "
-        + ("the overlap schedule's start from the last round's committed state"
+        + ("the last round's committed end (the bounded overlap) nor the overlap schedule's "
+           "start from the last round's committed state"
            if prev is not None else "(no last round given to check an overlap start against)")
     ))  # fmt: skip

@@ -227,12 +227,17 @@ def audit_span(
     tolerance: float,
     threads: int | None = None,
     carried: bool | None = None,
+    moved_to: Tensors | None = None,
 ) -> SegmentVerdict:
     """:func:`audit_segment` for the ``steps`` inner steps from step ``first`` (a trace's last
     segment is shorter when ``traceInterval`` does not divide H), with the AdamW constants of
     the protocol's inner mode (``carried``; None: ``reference.inner.CARRY_STATE``).
     ``claimed_end``: the node's end state, or its committed sketch (:class:`EndSketch`: the
-    error is read on sketches, ``reference.segment.sketch_error``)."""
+    error is read on sketches, ``reference.segment.sketch_error``). ``moved_to``: the round's
+    attested base (weights by name) when the segment ends with the bounded overlap's landing
+    (segment 0 of a round that started from the node's own last end, ledger.judge.origin_check):
+    the replayed weights move to it as the node's did (reference.outer.moved), and so does the
+    start the error is scaled by (the segment's work, not the move, is the yardstick)."""
     from reference import inner as protocol_inner
     from reference.inner import InnerConfig
     from reference.model import GPTConfig
@@ -258,6 +263,8 @@ def audit_span(
             first_step=step0,
             threads=threads,
         )
+        if moved_to is not None:
+            replayed, start = _moved(replayed, start, moved_to), _moved(start, start, moved_to)
     except ConfigError as exc:  # the node's state is not of the run's model: not its work
         why = f"segment {span} cannot be replayed from the node's committed state: {exc}"
         return SegmentVerdict(False, math.inf, first, steps, time.process_time() - began, why)
@@ -279,6 +286,19 @@ def audit_span(
             + (f": {err.reason}" if err.reason else "")
         )
     return SegmentVerdict(err.value <= tolerance, err.value, first, steps, seconds, why)
+
+
+def _moved(state: Tensors, start: Tensors, to: Tensors) -> dict[str, torch.Tensor]:
+    """``state`` with each weight moved by ``to - start`` (reference.outer.moved)."""
+    from reference.outer import moved
+
+    out = dict(state)
+    for name, t in to.items():
+        key = "weights/" + name
+        if key not in state or key not in start or state[key].shape != t.shape:
+            raise ConfigError(f"the state has no weights {key!r} of the base's shape to move")
+        out[key] = moved(state[key].float(), t.float(), start[key].float())
+    return out
 
 
 def relative_error(submitted: Tensors, replayed: Tensors) -> float:

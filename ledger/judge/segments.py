@@ -57,7 +57,7 @@ from ledger.core.models import (
     RoundState,
     utcnow,
 )
-from ledger.judge.origin_check import PreviousRound
+from ledger.judge.origin_check import OriginVerdict, PreviousRound
 from ledger.judge.tensors import Tensors
 from protocol.eip712 import keccak256
 from protocol.hashing import hash_state_dict
@@ -242,6 +242,18 @@ def origin_weights(state: Tensors) -> dict[str, torch.Tensor]:
     return {n[len("weights/") :]: t.float() for n, t in state.items() if n.startswith("weights/")}
 
 
+def audit_bases(
+    verdict: OriginVerdict, origin: Tensors, base: Tensors
+) -> tuple[Tensors, Tensors | None]:
+    """For a round whose ``origin`` (boundary 0) passed the origin check (``verdict``), the
+    base its sketches and pseudo-gradient are taken from (the one-round overlap's origin, else
+    its attested ``base``), and the base its segment 0's replay moves to at its end (the
+    bounded overlap's landing: ``base``; else None)."""
+    if verdict.schedule == "overlap":
+        return origin_weights(origin), None
+    return base, (base if verdict.schedule == "bounded" else None)
+
+
 def existing(
     session: Session, run_id: str, round_: int, node: str, needs: list[Need]
 ) -> dict[Need, BoundaryRequest]:
@@ -424,6 +436,7 @@ def check_entry(  # noqa: PLR0917 - the audit's inputs, each public or committed
     tolerance: float,
     threads: int | None = None,
     excused: Mapping[int, str] | None = None,
+    moved_to: Tensors | None = None,
 ) -> SegmentOutcome:
     """The delivered boundaries of one node-round checked (module docstring): each full state
     against its committed sketch, the last boundary's sketch against the submitted
@@ -431,7 +444,8 @@ def check_entry(  # noqa: PLR0917 - the audit's inputs, each public or committed
     segment replayed from its start and compared with its end's sketch within ``tolerance``
     (``ledger.judge.replay.audit_span``). ``excused``: drawn segments whose replay may exceed
     the tolerance, each with the reason (a one-step verdict that holds, ledger.judge.bisect.held):
-    the replay is a screen, the verdict decides."""
+    the replay is a screen, the verdict decides. ``moved_to``: a bounded round's attested base,
+    to which segment 0's replay moves at its end (ledger.judge.replay.audit_span)."""
     from ledger.judge.replay import EndSketch, ReplayInputs, audit_span, relative_error
     from reference.data import Corpus
 
@@ -509,7 +523,8 @@ def check_entry(  # noqa: PLR0917 - the audit's inputs, each public or committed
             begin = fresh_state({n: t.float() for n, t in base.items()})
         end = EndSketch(sketches[j + 1], _hash(hashes[j + 1]), base)
         verdict = audit_span(begin, end, inputs, corpus, first=first, steps=steps,
-                             tolerance=tolerance, threads=threads)  # fmt: skip
+                             tolerance=tolerance, threads=threads,
+                             moved_to=moved_to if j == 0 else None)  # fmt: skip
         cpu += verdict.cpu_seconds
         if not verdict.passed and j in (excused or {}):
             assert excused is not None

@@ -31,7 +31,7 @@ from sqlmodel import Session, select
 
 from ledger.core.models import STATE_REQUEST, BoundaryRequest, RoundState
 from ledger.judge.entries import Context, Entry, Fraud
-from ledger.judge.origin_check import OriginVerdict, PreviousRound, check_origin
+from ledger.judge.origin_check import OriginVerdict, PreviousRound, check_origin, weights_of
 from protocol.blobs import decode_blob
 from protocol.eip712 import keccak256
 from protocol.errors import ColocoError
@@ -58,24 +58,32 @@ def _weights(state: Tensors) -> dict[str, torch.Tensor]:
 
 
 def check_sparse_round(
-    packet: Packet, start: Tensors, end: Tensors, next_start: Tensors | None = None
+    packet: Packet,
+    start: Tensors,
+    end: Tensors,
+    next_start: Tensors | None = None,
+    *,
+    origin: Tensors | None = None,
 ) -> SparseVerdict:
     """Rules 1 and 2 of the module docstring on a round's committed boundary 0 (``start``), its
-    last boundary (``end``) and, when known, the next round's boundary 0 (``next_start``)."""
+    last boundary (``end``) and, when known, the next round's boundary 0 (``next_start``).
+    ``origin``: the weights the packet is measured from when not boundary 0's (the bounded
+    overlap measures it from the attested base its first boundary moved to)."""
     if packet.fmt is not WireFormat.SPARSE:
         return SparseVerdict(False, f"the signed packet is {packet.fmt.label}, not sparse")
     weights = _weights(end)
     layout = FlatLayout({n: t.shape for n, t in weights.items()})
     try:
         residual = residual_of(start, layout)
-        origin, local = layout.flatten(_weights(start)), layout.flatten(weights)
+        frm = layout.flatten(_weights(start) if origin is None else weights_of(origin))
+        local = layout.flatten(weights)
     except (TraceError, ColocoError) as exc:
         return SparseVerdict(False, f"the committed boundaries do not fit each other: {exc}")
     if residual is None:
         return SparseVerdict(False, "boundary 0 commits no error-feedback residual (residual/"
                              "<param>): the sparse packet cannot be recomputed")  # fmt: skip
     # a zero residual is the node's "none" (its compress starts from the update itself)
-    recomputed, left = encode_feedback(origin, local, residual if bool(residual.any()) else None)
+    recomputed, left = encode_feedback(frm, local, residual if bool(residual.any()) else None)
     if packet.payload.numel() != recomputed.payload.numel() or packet.numel != recomputed.numel:
         return SparseVerdict(False, f"the signed packet holds {packet.numel} values in "
                              f"{packet.payload.numel()} payload bytes, the committed model "
@@ -227,7 +235,9 @@ def sparse_round(  # noqa: PLR0917 - the entry, its round and round r-1
             _fraud(e, "audit_failed", origin.reason, want)
             log.warning("node %s round %d: %s", att.node, rnd.round, origin.reason)
             return False
-    verdict = check_sparse_round(e.packet, start, end, after)
+    verdict = check_sparse_round(
+        e.packet, start, end, after, origin=base if origin.schedule == "bounded" else None
+    )
     if verdict.passed and previous is not None:  # rule 2, from this round's side
         carried = carried_residual(start, previous)
         if not carried.passed:
@@ -237,7 +247,7 @@ def sparse_round(  # noqa: PLR0917 - the entry, its round and round r-1
         verdict = SparseVerdict(True, f"{verdict.reason}; {carried.reason}")
     if verdict.passed:
         e.reason += f"; {verdict.reason}" + (f" (origin: {origin.reason})"
-                                             if origin.schedule == "overlap" else "")  # fmt: skip
+                                             if origin.schedule != "lockstep" else "")  # fmt: skip
         return True
     _fraud(e, CHECK, verdict.reason, want)
     log.warning("node %s round %d: %s", att.node, rnd.round, verdict.reason)

@@ -27,7 +27,7 @@ from reference.codec import Packet, WireFormat, encode
 from reference.codec.sparse import encode_feedback
 from reference.inner import CARRY_STATE, InnerConfig, InnerResult, InnerTrainer, StepInfo
 from reference.model import GPT, evaluate
-from reference.outer import OuterConfig, OuterState
+from reference.outer import OuterConfig, OuterState, moved
 from reference.trace import Boundary, Trace, TraceBuilder, residual_entries
 from trainer.network.collective import Check
 from trainer.network.comm import Averager
@@ -148,6 +148,7 @@ class DiLoCo:
         *,
         residual: Tensor | None = None,
         keep: Callable[[Boundary, dict[str, Tensor]], None] | None = None,
+        landing: Callable[[], None] | None = None,
     ) -> LocalWork:
         """H inner steps (or those that fit in ``budget_s``) from the base weights, or from the
         flat ``start`` (the overlap option: the newest base minus this node's progress still in
@@ -155,7 +156,15 @@ class DiLoCo:
         of the boundary states every ``settings.trace_interval`` steps, each handed to ``keep``
         (the node's BoundaryStore). In the sparse format the packet also carries ``residual``
         (the node's error feedback from its last round, None: zero), committed in boundary 0,
-        and the work the residual left for the next one."""
+        and the work the residual left for the next one.
+
+        ``landing`` (the bounded overlap, trainer.round.bounded; ``start`` is then this node's
+        own end of the last round, whose average is in flight): called at the first boundary
+        after step 0, before that boundary is taken, to land the last round (its outer step
+        moves the base; it may reload the inner model, or raise: the round is lost). The
+        weights trained so far then move by ``new base - start`` (reference.outer.moved), and
+        the round is measured from the new base: its pseudo-gradient ``new base - local``, its
+        sketches."""
         base_hash = self.base_hash()
         if start is None:
             self.sync_inner_model()
@@ -165,17 +174,46 @@ class DiLoCo:
         origin = self.state.base if start is None else start
         sparse = WireFormat.parse(settings.wire_format) is WireFormat.SPARSE
         first = residual_entries(residual, self.state.layout) if sparse else None
-        builder = TraceBuilder(self.model, self.state.layout.unflatten(origin),
+        builder = TraceBuilder(self.model,
+                               None if landing else self.state.layout.unflatten(origin),
                                optimizer=lambda: trainer._opt, keep=keep, first=first,
                                background=True)  # fmt: skip
-        inner = trainer.train(rows, on_step=on_step, budget_s=budget_s, on_boundary=builder,
-                              trace_interval=settings.trace_interval)  # fmt: skip
+        on_boundary: Callable[[int], None] = builder
+        if landing is not None:
+            if start is None:
+                raise TrainerError("a landing inside the inner phase needs its start (the "
+                                   "node's own end of the round in flight)")  # fmt: skip
+            due = [landing]
+
+            def on_boundary(step: int) -> None:
+                if due and step > 0:
+                    self.land_and_move(due.pop(), start)
+                    builder.rebase(self.state.layout.unflatten(self.state.base))
+                builder(step)
+
+        try:
+            inner = trainer.train(rows, on_step=on_step, budget_s=budget_s,
+                                  on_boundary=on_boundary,
+                                  trace_interval=settings.trace_interval)  # fmt: skip
+        except BaseException:
+            builder.close()
+            raise
+        if landing is not None:  # measured from the base that landed
+            origin, base_hash = self.state.base, self.base_hash()
         flat_local = self.state.layout.flatten(dict(self.model.named_parameters()))
         if sparse:  # the packet is a function of committed state (reference.trace)
             packet, left = encode_feedback(origin, flat_local, residual)
             return LocalWork(base_hash, origin - flat_local, inner, packet, left, builder.trace())
         packet = encode(origin, flat_local, settings.wire_format)
         return LocalWork(base_hash, origin - flat_local, inner, packet, trace=builder.trace())
+
+    def land_and_move(self, landing: Callable[[], None], start: Tensor) -> None:
+        """Land the round in flight (``landing``: the new base into ``state.base``; it may
+        reload the inner model), then move the weights trained since ``start`` by ``new base -
+        start`` (:func:`moved`; the AdamW moments stay: statistics of the gradients)."""
+        trained = self.state.layout.flatten(dict(self.model.named_parameters()))  # a copy
+        landing()
+        self.load_flat(moved(trained, self.state.base, start))
 
     def inner_trainer(self, settings: RoundSettings) -> InnerTrainer:
         """The round's inner trainer (:func:`round_trainer`'s rule, shared with each rank of a

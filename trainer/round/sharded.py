@@ -107,6 +107,7 @@ class ShardedTraceBuilder(TraceBuilder):
         if not self.leader:
             return
         state = boundary_state(_FullView(full), gathered)  # type: ignore[arg-type]
+        assert self.base is not None  # a node of several ranks trains from its base (lockstep)
         boundary = commit_boundary(len(self.boundaries), step, state, self.base)
         self.boundaries.append(boundary)
         if self.keep is not None:
