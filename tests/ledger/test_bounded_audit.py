@@ -87,10 +87,13 @@ def _two_rounds(wire: str, move: float = 1.0) -> tuple[Round, Round]:
                              + (move - 1.0) * (diloco.state.base - start))  # fmt: skip
 
         diloco.land_and_move = land_and_move  # type: ignore[method-assign]
+
+    def land() -> None:  # round 1's average (a solo run: its own packet) and outer step
+        diloco.finish_round(w1, SoloAverager(), settings)
+
     kept2, keep2 = _kept()
     w2 = diloco.train_local(_rows(2), settings, start=end1, keep=keep2, residual=w1.residual,
-                            landing=lambda: diloco.finish_round(w1, SoloAverager(), settings)
-                            and None)  # fmt: skip
+                            landing=land)  # fmt: skip
     base2 = layout.unflatten(diloco.state.base.clone())
     return _round(base1, w1, kept1), _round(base2, w2, kept2)
 
