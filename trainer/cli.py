@@ -192,7 +192,8 @@ def build(options: NodeOptions) -> NodeRunner:
         device=train.device, bf16=train.bf16, data_path=train.data,
         checkpoint_dir=options.checkpoints.checkpoint_dir, max_rounds=train.rounds,
         leave_after_round=train.leave_after, hold_file=train.hold_file, time_box=train.time_box,
-        overlap=train.overlap, local_ranks=train.local_ranks,
+        overlap=train.overlap, bounded_overlap=train.bounded_overlap,
+        local_ranks=train.local_ranks,
         audit_linger_s=LINGER_S if ledger is not None else 0.0,
     )  # fmt: skip
     recovery = Recovery(run_id, cfg, settings.seed, chain=chain, ledger=ledger)

@@ -56,6 +56,7 @@ class Plan:
     overlap: bool = False
     """NodeSettings.overlap, passed explicitly: these tests place their faults in lockstep
     rounds; the node's default (True, the one-round delayed outer step) is the overlap tests'."""
+    bounded_overlap: bool = False  # NodeSettings.bounded_overlap (trainer.round.bounded)
     ledger_url: str | None = None  # attestations, joins and member lists through this ledger
     late_first_join: bool = False  # its first ledger join waits until that round started there
     late_first_round: bool = False  # its first round starts once the others opened that round
@@ -134,6 +135,7 @@ def _node_main(plan: Plan, port: int, data_dir: str, results: Any) -> None:
         leave_after_round=plan.leave_after,
         eval_rows=16,
         overlap=plan.overlap,
+        bounded_overlap=plan.bounded_overlap,
         hold_file=Path(plan.hold_file) if plan.hold_file else None,
         time_box=plan.time_box,
         local_ranks=plan.local_ranks,

@@ -114,12 +114,15 @@ def test_heartbeat_timeout_flag_reaches_the_node(keystore: tuple[Path, Path]) ->
 def test_lockstep_is_the_default_and_overlap_runs_the_delayed_step(
     keystore: tuple[Path, Path],
 ) -> None:
-    """The node's schedule (trainer.round.overlap): lockstep unless ``--overlap``."""
+    """The node's schedule (trainer.round.schedule): lockstep unless ``--overlap`` (the
+    one-round delay) or ``--bounded-overlap``; not both."""
+    from trainer.round.bounded import Bounded
     from trainer.round.overlap import Overlap
     from trainer.round.schedule import Lockstep
 
     for flags, schedule in (({}, Lockstep), ({"overlap": True}, Overlap),
-                            ({"overlap": False}, Lockstep)):  # fmt: skip
+                            ({"overlap": False}, Lockstep), ({"bounded_overlap": True}, Bounded),
+                            ):  # fmt: skip
         network = Network(rendezvous=f"127.0.0.1:{free_port()}", host_rendezvous=True)
         options = NodeOptions("cli-test", Identity(keystore[0], keystore[1]), network=network,
                               training=Training(**flags))  # fmt: skip
@@ -130,6 +133,9 @@ def test_lockstep_is_the_default_and_overlap_runs_the_delayed_step(
             runner.server.close()
     shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
     assert "--overlap" in shown and "--no-overlap" in shown and "[default: no-overlap]" in shown
+    assert "[default: no-bounded-overlap]" in shown
+    both = CliRunner().invoke(app, _args(keystore, "--overlap", "--bounded-overlap"))
+    assert both.exit_code != 0 and "choose one" in both.output, both.output
 
 
 def test_the_flags_are_the_leaves_of_the_options_tree() -> None:

@@ -36,7 +36,7 @@ from protocol.types import Bytes32
 from reference.inner import InnerConfig, InnerTrainer
 from reference.model import GPT, GPTConfig
 from reference.sketch import make_sketch
-from reference.trace import Boundary, Trace, state_hash
+from reference.trace import WEIGHTS, Boundary, Trace, state_hash
 from trainer.network.ledger_client import LedgerClient
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,7 @@ KEEP_ROUNDS = 4
 MAX_BYTES = 8 << 30
 """Disk the boundary states may take (8 GiB: a cpu10m round of 11 boundaries is ~1.3 GB)."""
 TRACE_FILE = "trace.json"
+SKETCH_BASE_FILE = "sketch_base.safetensors"  # a round's sketch base when not boundary 0's
 LINGER_S = 60.0
 """How long ``coloco node run`` waits after its last round for the ledger to judge it, serving the
 boundaries its audit asks for (NodeSettings.audit_linger_s)."""
@@ -158,15 +159,23 @@ class BoundaryStore:
             self._writer.shutdown()
             self._writer = None
 
-    def finish(self, round: int, trace: Trace) -> list[int]:
+    def finish(
+        self, round: int, trace: Trace, *, base: dict[str, Tensor] | None = None
+    ) -> list[int]:
         """Record ``round``'s trace (its boundaries' files are written) and prune; returns the
-        rounds removed."""
+        rounds removed. ``base``: the weights the round's sketches are taken from when they are
+        not boundary 0's (the bounded overlap: the attested base its boundary 1 moved to), kept
+        beside the states for :meth:`serve_sketch`."""
         self._wait()
         folder = self._dir(round)
         missing = [b.index for b in trace.boundaries
                    if not (folder / f"{b.index:04d}.safetensors").is_file()]  # fmt: skip
         if missing:
             raise TrainerError(f"round {round}: boundary states {missing} were not written")
+        if base is not None:
+            tmp = folder / (SKETCH_BASE_FILE + ".tmp")
+            tmp.write_bytes(encode_blob({WEIGHTS + n: t for n, t in base.items()}))
+            tmp.replace(folder / SKETCH_BASE_FILE)
         doc = {"round": round, "root": "0x" + trace.root.hex(),
                "boundaries": [b.to_json() for b in trace.boundaries]}  # fmt: skip
         tmp = folder / (TRACE_FILE + ".tmp")
@@ -202,11 +211,16 @@ class BoundaryStore:
 
     def serve_sketch(self, round: int, index: int) -> ServedBoundary:
         """Boundary ``index``'s sketch (reference.sketch) as a blob, recomputed from its kept state
-        against the round's base (boundary 0's weights) and checked against its leaf."""
+        against the round's base (boundary 0's weights, or the base :meth:`finish` kept) and
+        checked against its leaf."""
         trace = self.trace(round)
         served = self.serve(round, index)
         state = decode_blob(served.blob, max_bytes=len(served.blob))
-        if index == 0:
+        kept = self._dir(round) / SKETCH_BASE_FILE
+        if kept.is_file():
+            blob = kept.read_bytes()
+            base = decode_blob(blob, max_bytes=len(blob))
+        elif index == 0:
             base = state
         else:
             first = (self._dir(round) / f"{0:04d}.safetensors").read_bytes()

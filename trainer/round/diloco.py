@@ -198,8 +198,8 @@ class DiLoCo:
         except BaseException:
             builder.close()
             raise
-        if landing is not None:  # measured from the base that landed
-            origin, base_hash = self.state.base, self.base_hash()
+        if landing is not None:  # measured from the base that landed (its hash: the landing's)
+            origin = self.state.base
         flat_local = self.state.layout.flatten(dict(self.model.named_parameters()))
         if sparse:  # the packet is a function of committed state (reference.trace)
             packet, left = encode_feedback(origin, flat_local, residual)

@@ -59,6 +59,7 @@ from trainer.round.boundaries import (
     linger,
     recompute,
 )
+from trainer.round.bounded import Bounded
 from trainer.round.commits import PacketCheck, post_commit
 from trainer.round.diloco import DiLoCo, LocalWork, RoundOutcome
 from trainer.round.hold import hold_at_boundary, holds
@@ -68,7 +69,15 @@ from trainer.round.ranks import RankedDiLoCo, RankPool
 from trainer.round.recovery import Recovery
 from trainer.round.residual import Residuals
 from trainer.round.runconfig import ConfigSource, RunConfig
-from trainer.round.schedule import LeftOut, Lockstep, RoundReport, RoundWork, SatOut, Schedule
+from trainer.round.schedule import (
+    LeftOut,
+    Lockstep,
+    RoundLost,
+    RoundReport,
+    RoundWork,
+    SatOut,
+    Schedule,
+)
 from trainer.round.strategy import Strategy
 
 log = logging.getLogger(__name__)
@@ -110,6 +119,12 @@ class NodeSettings:
     ledger.judge.origin_check). False, the default until ``coloco audit``'s public replay starts
     from a round's committed origin (docs/trainer.md, "Overlap"): lockstep. A node of several local
     ranks and a time-boxed node run lockstep whatever this says (:meth:`overlapped`)."""
+    bounded_overlap: bool = False
+    """The bounded overlap (trainer.round.bounded, ``--bounded-overlap``): round r's exchange
+    runs during round r+1's first k inner steps (k: TrainingConfig.traceInterval) and lands at
+    its first boundary; x1.006 in loss against lockstep where the one-round delay
+    (``overlap``) costs x1.085 (docs/trainer.md, "The bounded overlap"). Not with ``overlap``;
+    a node of several local ranks and a time-boxed node run lockstep whatever this says."""
     audit_linger_s: float = 0.0
     """After its last round, answer the ledger's boundary requests (its segment audit) until the
     ledger has judged that round or this many seconds pass (trainer.round.boundaries.linger);
@@ -125,6 +140,9 @@ class NodeSettings:
     def __post_init__(self) -> None:
         self.precision()  # --bf16 off a GPU fails at start, not in round 1
         self.check_ranks()
+        if self.overlap and self.bounded_overlap:
+            raise ConfigError("--overlap and --bounded-overlap are two schedules of the outer "
+                              "step: choose one")  # fmt: skip
 
     def check_ranks(self) -> None:
         """What a node of several local ranks does not do yet fails at start, named."""
@@ -144,19 +162,25 @@ class NodeSettings:
                 "here (the NCCL path is bench.gpu_node's); use --device cpu or one rank"
             )
 
-    def overlapped(self) -> bool:
-        """Whether this node runs the overlap schedule: ``overlap``, unless it has several local
-        ranks (trainer.round.ranks trains whole rounds from the base) or is time-boxed (its
-        budget is agreed from the members' paces at the round's start): those fall back to
-        lockstep, said once at INFO."""
-        if not self.overlap:
-            return False
+    def schedule(self) -> str:
+        """The schedule of this node's outer step: "bounded" (``bounded_overlap``), "overlap"
+        (``overlap``) or "lockstep", which a node of several local ranks (trainer.round.ranks
+        trains whole rounds from the base) and a time-boxed node (its budget is agreed from the
+        members' paces at the round's start) fall back to, said once at INFO."""
+        asked = "bounded" if self.bounded_overlap else "overlap" if self.overlap else "lockstep"
+        if asked == "lockstep":
+            return asked
         why = ("a node of several local ranks" if self.local_ranks > 1
                else "a time-boxed node" if self.time_box else None)  # fmt: skip
         if why is None:
-            return True
-        log.info("%s runs lockstep: the overlap schedule (--overlap) is not built for it", why)
-        return False
+            return asked
+        flag = "--bounded-overlap" if self.bounded_overlap else "--overlap"
+        log.info("%s runs lockstep: the %s schedule (%s) is not built for it", why, asked, flag)
+        return "lockstep"
+
+    def overlapped(self) -> bool:
+        """Whether this node's exchange overlaps its compute (:meth:`schedule` not lockstep)."""
+        return self.schedule() != "lockstep"
 
     def precision(self) -> AbstractContextManager[None]:
         """The precision this node trains its inner steps in (reference.inner.precision):
@@ -261,7 +285,10 @@ class NodeRunner:
         self._last_members: tuple[str, ...] = ()
         self._group: RoundGroup | None = None
         self.groups_formed = 0
-        self.schedule: Schedule = Overlap(self) if settings.overlapped() else Lockstep(self)
+        kinds: dict[str, Callable[[NodeRunner], Schedule]] = {
+            "bounded": Bounded, "overlap": Overlap, "lockstep": Lockstep,
+        }  # fmt: skip
+        self.schedule = kinds[settings.schedule()](self)
         self._landed_early: list[RoundReport] = []  # landed while a join waited for the ledger
         attester.on_outage = self._land_in_flight
         self.eval_rows = (
@@ -315,10 +342,12 @@ class NodeRunner:
         config: RunConfig,
         members: Members | None = None,
         start: torch.Tensor | None = None,
+        landing: Callable[[], None] | None = None,
     ) -> tuple[ShardSpec, LocalWork]:
         """This node's inner phase of round ``r``. With ``time_box`` on and the round's
         ``members`` given, only the steps that fit the budget agreed from the members' paces of
-        round r - 1 (trainer.round.timebox), and this node's pace posted for round r + 1's box."""
+        round r - 1 (trainer.round.timebox), and this node's pace posted for round r + 1's box.
+        ``start``, ``landing``: the schedule's (trainer.round.diloco.DiLoCo.train_local)."""
         assert self.diloco is not None
         self.check_data(config)  # a governed change of the data lands between rounds
         inner = config.settings.inner
@@ -339,11 +368,13 @@ class NodeRunner:
         # the node's own committed states, within a tolerance that holds on any thread count
         with self.s.precision():
             local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start,
-                                            residual=self.residuals.before(r),
-                                            keep=keep)  # fmt: skip
+                                            residual=self.residuals.before(r), keep=keep,
+                                            landing=landing)  # fmt: skip
         self.residuals.made(r, local.residual)
         if self.boundaries is not None and local.trace is not None:
-            self.boundaries.finish(r, local.trace)
+            # a round that landed the last one inside it took its sketches from the new base
+            sketched = None if landing is None else self.diloco.state.weights()
+            self.boundaries.finish(r, local.trace, base=sketched)
         if boxed is not None:
             timebox.post_pace(self.rdv.board, r, local.inner)
         return spec, self.strategy.local_work(self, r, rows, local)
@@ -575,7 +606,13 @@ class NodeRunner:
             # a joiner fetches while the members train; groups form after
             self.adopt(self.recovery.catch_up(self.rdv.checkpoints, r - 1))
             self.schedule.restart()
-        spec, local = self.train_local(r, config, members, start=self.schedule.start)
+        try:
+            spec, local = self.train_local(r, config, members, start=self.schedule.start,
+                                           landing=self.schedule.landing)  # fmt: skip
+        except RoundLost as exc:  # the bounded overlap's landing lost round r - 1, and r with it
+            log.warning("%s", exc)
+            self.schedule.restart()
+            return None
         try:
             group = self.group_for(members)
         except LeftOut:

@@ -128,6 +128,10 @@ class Overlap:
         flight (None: from the base weights)."""
         return self._start
 
+    @property
+    def landing(self) -> Callable[[], None] | None:
+        return None  # round r-1 lands after round r's inner phase (:meth:`worked`)
+
     def restart(self) -> None:
         self._start = None
 

@@ -5,15 +5,17 @@
 members agree on the config), the state check, the inner phase and the process group. It then
 hands the round's work to its schedule:
 
-- :class:`trainer.round.overlap.Overlap` (``NodeSettings.overlap``, the default): round r's
+- :class:`trainer.round.overlap.Overlap` (``NodeSettings.overlap``): round r's
   all-reduce runs in the background during round r+1's compute, and round r lands at the end of
   round r+1;
-- :class:`Lockstep` (``--no-overlap``, and always for a node of several local ranks or a
-  time-boxed one: ``NodeSettings.overlapped``): average, outer step, checkpoint and attest
+- :class:`trainer.round.bounded.Bounded` (``NodeSettings.bounded_overlap``): round r's
+  exchange runs during round r+1's first segment and lands at its first boundary;
+- :class:`Lockstep` (the default, and always for a node of several local ranks or a
+  time-boxed one: ``NodeSettings.schedule``): average, outer step, checkpoint and attest
   round r now.
 
 A schedule drives the node through :class:`Runner` (the verbs it calls), never through its
-fields. Either schedule returns the report of the round that landed, if any.
+fields. Each schedule returns the report of the round that landed, if any.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from protocol.errors import TrainerError
 from trainer.network.group import DivergedError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from contextlib import AbstractContextManager
 
     from torch import Tensor
@@ -54,6 +57,15 @@ class LeftOut(TrainerError):
 
     def __init__(self, round: int) -> None:
         super().__init__(f"round {round} was re-formed without this node")
+
+
+class RoundLost(TrainerError):
+    """The round in flight was lost while it landed during this round's inner phase (the
+    bounded overlap: evicted, or re-formed without this node): this round's work is lost too."""
+
+    def __init__(self, round: int) -> None:
+        super().__init__(f"round {round}: the round in flight was lost while it landed; this "
+                         "node rejoins from a peer")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -134,6 +146,12 @@ class Schedule(Protocol):
         """The next inner phase starts from the base weights (new state, or a lost round)."""
         ...
 
+    @property
+    def landing(self) -> Callable[[], None] | None:
+        """What the inner phase calls at its first boundary after step 0 to land the round in
+        flight (the bounded overlap, trainer.round.bounded; None: nothing lands inside it)."""
+        ...
+
     def worked(self, work: RoundWork, group: RoundGroup) -> RoundReport | None:
         """Round r's inner phase is done and its group formed: its share of the rest."""
         ...
@@ -157,6 +175,10 @@ class Lockstep:
 
     @property
     def start(self) -> Tensor | None:
+        return None
+
+    @property
+    def landing(self) -> Callable[[], None] | None:
         return None
 
     def restart(self) -> None:
