@@ -29,7 +29,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
@@ -49,6 +49,9 @@ from ledger.core.config import AUDIT_TOLERANCE, SEGMENT_TOLERANCE
 from protocol.attestation import ATTESTATION_ATTRS
 from protocol.errors import ConfigError, LedgerError, LedgerUnavailableError
 from reference.settings import TrainingSettings, WireFormat
+
+if TYPE_CHECKING:
+    from ledger.judge.origin_check import OriginVerdict
 
 UNVERIFIABLE = (
     "the round starts from the node's carried state, which is not public; only the ledger's "
@@ -312,7 +315,7 @@ def _sparse_exact(  # noqa: PLR0917 - the node-round's public inputs
     packet: Any,
     states: dict[Any, Any],
     base: Any,
-    from_origin: Any,
+    from_origin: OriginVerdict | None,
 ) -> tuple[str, str]:
     """(verdict, reason) of ``ledger.judge.sparse_check``'s rules from public data: the signed
     packet recomputed bit for bit from the delivered boundary 0 (weights and residual) and last

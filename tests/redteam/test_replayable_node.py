@@ -515,10 +515,10 @@ def _forged_packet_check(client: TestClient, node: str) -> tuple[str, str]:
     raw = _tensors(client, scores[1]["pseudo_gradient"])
     _, packet, bad = decode_pseudo_gradient(raw, base)
     assert bad is None and packet is not None, bad
-    return _sparse_exact(client, run, entry, packet, delivered[1], base, False)
+    return _sparse_exact(client, run, entry, packet, delivered[1], base, None)
 
 
-@pytest.mark.parametrize("cheat", [None, "skips_a_step", "inflates_its_residual"])
+@pytest.mark.parametrize("cheat", [None, "bounded", "skips_a_step", "inflates_its_residual"])
 def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
     rig: Rig,
     cheat: str | None,
@@ -530,10 +530,14 @@ def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
     (ledger.judge.sparse_check). Before, a sparse round was held only to the packet rule, and
     only once its boundaries had been asked for by someone else: the honest round was paid "not
     audited", and so were a node that skipped an inner step and one that inflated its residual
-    (its packet is its committed states')."""
+    (its packet is its committed states'). "bounded": an honest node on the bounded overlap
+    (trainer.round.bounded), whose round 2 packet is measured from its attested base, not from
+    boundary 0 (the ledger and ``coloco audit`` recompute it from that base)."""
     governance_sets(rig.chain, rig.deployment, "setWireFormat", 3)  # WireFormat.SPARSE
+    honest = cheat in (None, "bounded")
     how: dict[str, Any] = {
         None: {},
+        "bounded": {"bounded": True},
         "skips_a_step": {"skip_call": 50 + 8,
                          "advance_of": lambda node: _skipping_step(node, 2, 7)},
         "inflates_its_residual": {"schedule": _inflating},
@@ -552,7 +556,7 @@ def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
             corpus_dir=rig.corpus, data_root=Corpus.from_folder(rig.corpus).root,
             config_of=ConfigHistory(views, rig.deployment.deployment_block).get,
         ))  # fmt: skip
-        if cheat is None:  # round 1's packet held to round 2's committed states: not theirs
+        if honest:  # round 1's packet held to round 2's committed states: not theirs
             forged.append(_forged_packet_check(client, rig.key.address))
 
     scores, states, _ = _audited_rounds(rig, then=audit, **how)
@@ -560,22 +564,26 @@ def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
     verdicts = {v["round"]: v for v in public}
     assert verdicts[1]["verdict"] == "pass", verdicts[1]
     assert "sparse packet recomputed bit for bit" in verdicts[1]["reason"], verdicts[1]
-    if cheat is None:
+    if honest:
         assert verdicts[2]["verdict"] == "pass", verdicts[2]["reason"]
         assert "starts from the residual its last round left" in verdicts[2]["reason"]
         ((verdict, why),) = forged
-        assert verdict == "fail" and "differs from the signed packet" in why, why
+        assert verdict == "fail", why
+        assert ("differs from the signed packet" if cheat is None
+                else "neither its attested base") in why, why  # fmt: skip
     else:  # the auditor re-checks paid pairs: the ledger did not pay round 2
         assert 2 not in verdicts, verdicts[2]
     assert all(st in ("committed", "final") for st in states), (states, scores)
-    for score in (one, two) if cheat is None else (one,):
+    for score in (one, two) if honest else (one,):
         assert score["verified"] and int(score["reward"]) > 0, score["reason"]
         assert "not confirmed" not in score["reason"], score["reason"]  # the ledger's bits
         assert score["reason"].count("segment replay matches") == 10, score["reason"]
         assert "sparse packet recomputed bit for bit" in score["reason"], score["reason"]
-    if cheat is None:
+    if honest:
         assert "the round starts from a zero residual" not in two["reason"], two["reason"]
         assert "starts from the residual its last round left" in two["reason"], two["reason"]
+        bounded = "origin: the round started from the node's own end" in two["reason"]
+        assert bounded == (cheat == "bounded"), two["reason"]
     elif cheat == "skips_a_step":  # step 7 of round 2, inside segment 1 (steps 5-9)
         assert two["reason"].startswith("[audit_failed] segment 1: segment replay of steps 5..9")
         assert "one-step verdict: step 7 of round 2" in two["reason"], two["reason"]
