@@ -42,6 +42,7 @@ from reference.segment import (
     SegmentError,
     State,
     fresh_state,
+    moved_state,
     replay_segment,
     segment_error,
 )
@@ -99,13 +100,20 @@ def check_step(
     *,
     tolerance: float,
     threads: int | None = None,
+    move: tuple[Mapping[str, Tensor], Mapping[str, Tensor]] | None = None,
 ) -> StepCheck:
     """Replay one AdamW step over ``batch`` (``cfg.batch_size`` rows) at ``cfg.lr`` from
-    ``before`` and compare with ``after`` (``cfg``: :func:`step_config`'s, one step)."""
+    ``before`` and compare with ``after`` (``cfg``: :func:`step_config`'s, one step).
+    ``move``: (origin, base) when ``after`` is the first boundary of a round on the bounded
+    overlap, whose weights the landing moved by ``base - origin``: the replayed step moves the
+    same way (reference.segment.moved_state), and so does the start its error is scaled by."""
     if cfg.steps != 1:
         raise ConfigError(f"a one-step check runs one step, the config says {cfg.steps}")
     before = as_segment_state(before)
     replayed = replay_segment(before, batch, cfg, model_cfg, first_step=0, threads=threads)
+    if move is not None:
+        origin, base = move
+        replayed, before = moved_state(replayed, origin, base), moved_state(before, origin, base)
     return StepCheck(segment_error(after, replayed, before), tolerance)
 
 

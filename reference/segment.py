@@ -286,6 +286,24 @@ def sketch_error(
     return SegmentError(parts["weights"], parts["exp_avg"], parts["exp_avg_sq"])
 
 
+def moved_state(state: Mapping[str, Tensor], origin: Mapping[str, Tensor],
+                to: Mapping[str, Tensor]) -> dict[str, Tensor]:  # fmt: skip
+    """``state`` (a segment state, ``weights/<param>``) with each weight moved by ``to -
+    origin`` as the bounded overlap's landing moves the node's (reference.outer.moved);
+    ``origin``: a state or weights by name (the round's boundary 0), ``to`` weights by name
+    (its attested base). The rest (AdamW moments, step) stays."""
+    from reference.outer import moved
+
+    out = dict(state)
+    for name, t in to.items():
+        key = "weights/" + name
+        start = origin.get(key, origin.get(name))
+        if key not in state or start is None or state[key].shape != t.shape:
+            raise ConfigError(f"the state has no weights {key!r} of the base's shape to move")
+        out[key] = moved(state[key].float(), t.float(), start.float())
+    return out
+
+
 def segment_rows(all_rows: Tensor, first_step: int, steps: int, batch_size: int) -> Tensor:
     """The rows the steps ``first_step .. first_step + steps - 1`` of a round read, from the rows
     of its shard in the order the node reads them (step i reads ``batch_size`` rows from

@@ -71,6 +71,11 @@ class Evidence:
     probes: tuple[int, ...] = ()
     shard: dict[str, Any] = field(default_factory=dict)
     """Where the batch comes from (the node's shard and the rows' offset), when known."""
+    moved_from: str = ""
+    moved_to: str = ""
+    """The step ends at the first boundary of a round on the bounded overlap, whose landing
+    moved the weights by ``moved_to - moved_from``: the blobs of the round's boundary 0 and of
+    its attested base (reference.bisect.check_step's ``move``); empty: no move."""
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -90,7 +95,8 @@ class Evidence:
                 f"not a one-step verdict's evidence (kind {doc.get('kind')!r}, expected {KIND!r})"
             )
         names = {f for f in cls.__dataclass_fields__}
-        missing = sorted(names - set(doc) - {"segment", "probes", "shard"})
+        missing = sorted(names - set(doc) - {"segment", "probes", "shard", "moved_from",
+                                             "moved_to"})  # fmt: skip
         if missing:
             raise ConfigError(f"the evidence lacks {missing}: it is not a one-step verdict's")
         try:
@@ -129,8 +135,12 @@ def make_evidence(
     node: str,
     segment: tuple[int, int],
     shard: Mapping[str, Any] | None = None,
+    moved: tuple[str, str] | None = None,
 ) -> tuple[Evidence, dict[str, dict[str, Tensor]]]:
-    """The evidence of ``bisection`` and the blobs it names (id -> tensors) to store."""
+    """The evidence of ``bisection`` and the blobs it names (id -> tensors) to store;
+    ``moved``: the blob hashes of the round's boundary 0 and attested base when the judged step
+    ends with the bounded overlap's move (:attr:`Evidence.moved_to`; those blobs are stored
+    already)."""
     before, after = bisection.before, bisection.after
     blobs = {
         _hex(hash_state_dict(before)): dict(before),
@@ -166,6 +176,8 @@ def make_evidence(
         segment=segment,
         probes=bisection.probes,
         shard=dict(shard or {}),
+        moved_from=moved[0].lower() if moved else "",
+        moved_to=moved[1].lower() if moved else "",
     )
     return ev, blobs
 
@@ -212,7 +224,9 @@ def recheck(
     import time
 
     got: dict[str, Mapping[str, Tensor]] = {}
-    for what in ("before", "after", "batch"):
+    named = ("before", "after", "batch") + (("moved_from", "moved_to") if evidence.moved_to
+                                             else ())  # fmt: skip
+    for what in named:
         blob_hash = str(getattr(evidence, what))
         tensors = fetch(blob_hash)
         actual = _hex(hash_state_dict(tensors))
@@ -233,5 +247,6 @@ def recheck(
         GPTConfig(**evidence.model),
         tolerance=evidence.tolerance if tolerance is None else tolerance,
         threads=threads,
+        move=(got["moved_from"], got["moved_to"]) if evidence.moved_to else None,
     )
     return Recheck(evidence, check, time.process_time() - began)

@@ -475,11 +475,11 @@ def _failed_segment(  # noqa: PLR0917 - the failed audit's parts
 ) -> FailedSegment | None:
     """The failed segment handed over to the bisection (ledger.judge.bisect): its steps and the
     node's delivered states at both ends; None when the failure is not a segment's replay (the
-    last boundary or boundary 0 that is not the base: no step to name), or is segment 0 of a
-    round on the bounded overlap (``moved``: its end is moved by the landing, which the
-    one-step check does not replay; docs/ledger.md, "Auditing a bounded round")."""
+    last boundary or boundary 0 that is not the base: no step to name). ``moved``: the round
+    is on the bounded overlap, whose segment 0 ends with the landing's move (its last step is
+    checked moved from boundary 0 to the attested base: ``FailedSegment.moved``)."""
     j = evidence.get("segment")
-    if not isinstance(j, int) or j not in plan.segments or (moved and j == 0):
+    if not isinstance(j, int) or j not in plan.segments:
         return None
     first, steps = plan.span(j)
     # a boundary's state hash, as delivered in full or with its sketch (the leaf names it)
@@ -491,4 +491,5 @@ def _failed_segment(  # noqa: PLR0917 - the failed audit's parts
         run_id=rnd.run_id, round=rnd.round, node=e.att.node, boundary=j,
         segment=(first, first + steps), start_hash=start, end_hash=end,
         replay=inputs.to_json(),
+        moved=(start, str(e.att.base_checkpoint)) if moved and j == 0 else None,
     )  # fmt: skip

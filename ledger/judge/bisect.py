@@ -97,6 +97,10 @@ class FailedSegment:
     start_hash: str
     end_hash: str
     replay: dict[str, Any]
+    moved: tuple[str, str] | None = None
+    """The blob hashes of the round's boundary 0 and attested base when the segment ends with
+    the bounded overlap's move (segment 0 of a round that started from the node's own last end:
+    its last step is checked moved, reference.bisect.check_step)."""
 
 
 def bisect_failed_segment(
@@ -118,13 +122,15 @@ def bisect_failed_segment(
     deadline_s: float = PROBE_DEADLINE_S,
     threads: int | None = None,
     replay: dict[str, Any] | None = None,
+    moved: tuple[str, str] | None = None,
 ) -> SegmentBisection:
     """Start (or resume: one per node-round) the bisection of the failed segment ``segment``
     (step counts ``lo, hi``) after committed boundary ``boundary``, whose ends the node
     committed as ``start_hash`` and ``end_hash`` (blobs here). ``cfg``: the round's inner
     config (lr schedule, AdamW constants), ``model_cfg`` the run's model; ``rows``: the
     round's rows in reading order (or a callable giving them); ``replay``: the round's replay
-    inputs, stored so that :func:`round_rows_of` rebuilds the rows after a restart."""
+    inputs, stored so that :func:`round_rows_of` rebuilds the rows after a restart;
+    ``moved``: :attr:`FailedSegment.moved`."""
     lo, hi = segment
     next_probe(lo, hi)  # refuses lo >= hi
     run = run_id.lower()
@@ -134,6 +140,8 @@ def bisect_failed_segment(
                   "deadline_s": deadline_s, "shard": shard or {}}  # fmt: skip
         if replay is not None:
             inputs["replay"] = replay
+        if moved is not None:
+            inputs["moved"] = list(moved)
         row = SegmentBisection(
             run_id=run, round=round_, node=node, boundary=boundary, seg_lo=lo, seg_hi=hi,
             lo=lo, hi=hi, states=json.dumps({str(lo): start_hash, str(hi): end_hash}),
@@ -253,14 +261,17 @@ def _finish(  # noqa: PLR0917 - the bisection's last step
     b = cfg.batch_size
     batch = rows[row.lo * b : row.hi * b]
     one = step_config(cfg, schedule_step(before))
+    moved = inputs.get("moved") if row.hi == row.seg_hi else None  # the landing's move ends it
+    move = None if not moved else (_state(blobs, moved[0]), _state(blobs, moved[1]))
     check = check_step(before, after, batch, one, model_cfg, tolerance=ONE_STEP_TOLERANCE,
-                       threads=threads)  # fmt: skip
+                       threads=threads, move=move)  # fmt: skip
     probes = tuple(sorted(int(s) for s in states if row.seg_lo < int(s) < row.seg_hi))
     result = Bisection(row.lo, check, before, after, probes, one.lr)
     shard = {**inputs.get("shard", {}), "rows_from": row.lo * b, "rows": b}
     evidence, made = make_evidence(result, batch, cfg, model_cfg, run_id=row.run_id,
                                    round=row.round, node=row.node,
-                                   segment=(row.seg_lo, row.seg_hi), shard=shard)  # fmt: skip
+                                   segment=(row.seg_lo, row.seg_hi), shard=shard,
+                                   moved=(moved[0], moved[1]) if moved else None)  # fmt: skip
     if not blobs.exists(evidence.batch):
         blobs.put(evidence.batch, encode_blob(made[evidence.batch]))
     row.state, row.probe, row.holds = "done", None, evidence.holds
@@ -359,7 +370,7 @@ def screened(
             session, blobs, run_id=failed.run_id, round_=failed.round, node=failed.node,
             boundary=failed.boundary, segment=failed.segment, start_hash=failed.start_hash,
             end_hash=failed.end_hash, cfg=cfg, model_cfg=model_cfg, rows=rows, ask=ask,
-            threads=threads, replay=failed.replay, deadline_s=deadline_s,
+            threads=threads, replay=failed.replay, deadline_s=deadline_s, moved=failed.moved,
             shard={"tokens": inputs.shard_tokens or inputs.tokens,
                    "mixture": list(inputs.mixture)},
         )  # fmt: skip
@@ -394,6 +405,9 @@ def _rearm(session: Session, row: SegmentBisection, failed: FailedSegment) -> No
         "evidence_hash": row.evidence_hash,
     })  # fmt: skip
     lo, hi = failed.segment
+    inputs.pop("moved", None)
+    if failed.moved is not None:
+        inputs["moved"] = list(failed.moved)
     row.inputs = json.dumps(inputs, sort_keys=True)
     row.boundary, row.seg_lo, row.seg_hi, row.lo, row.hi = failed.boundary, lo, hi, lo, hi
     row.state, row.probe, row.holds = "running", None, None

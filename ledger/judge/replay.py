@@ -241,7 +241,14 @@ def audit_span(
     from reference import inner as protocol_inner
     from reference.inner import InnerConfig
     from reference.model import GPTConfig
-    from reference.segment import STEP, replay_segment, segment_error, segment_rows, sketch_error
+    from reference.segment import (
+        STEP,
+        moved_state,
+        replay_segment,
+        segment_error,
+        segment_rows,
+        sketch_error,
+    )
 
     began = time.process_time()
     if first < 0 or steps <= 0 or first + steps > inputs.inner_steps:
@@ -263,8 +270,9 @@ def audit_span(
             first_step=step0,
             threads=threads,
         )
-        if moved_to is not None:
-            replayed, start = _moved(replayed, start, moved_to), _moved(start, start, moved_to)
+        if moved_to is not None:  # the move of the node's landing, replayed and its scale
+            replayed, start = (moved_state(replayed, start, moved_to),
+                               moved_state(start, start, moved_to))  # fmt: skip
     except ConfigError as exc:  # the node's state is not of the run's model: not its work
         why = f"segment {span} cannot be replayed from the node's committed state: {exc}"
         return SegmentVerdict(False, math.inf, first, steps, time.process_time() - began, why)
@@ -286,19 +294,6 @@ def audit_span(
             + (f": {err.reason}" if err.reason else "")
         )
     return SegmentVerdict(err.value <= tolerance, err.value, first, steps, seconds, why)
-
-
-def _moved(state: Tensors, start: Tensors, to: Tensors) -> dict[str, torch.Tensor]:
-    """``state`` with each weight moved by ``to - start`` (reference.outer.moved)."""
-    from reference.outer import moved
-
-    out = dict(state)
-    for name, t in to.items():
-        key = "weights/" + name
-        if key not in state or key not in start or state[key].shape != t.shape:
-            raise ConfigError(f"the state has no weights {key!r} of the base's shape to move")
-        out[key] = moved(state[key].float(), t.float(), start[key].float())
-    return out
 
 
 def relative_error(submitted: Tensors, replayed: Tensors) -> float:

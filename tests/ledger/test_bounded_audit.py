@@ -12,13 +12,14 @@ attested base (ledger.judge.sparse_check)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 import torch
 
-from ledger.core.config import SEGMENT_TOLERANCE
+from ledger.core.config import ONE_STEP_TOLERANCE, SEGMENT_TOLERANCE
 from ledger.core.models import STATE_REQUEST, BoundaryRequest, utcnow
 from ledger.judge.origin_check import PreviousRound, check_origin
 from ledger.judge.replay import ReplayInputs
@@ -26,11 +27,15 @@ from ledger.judge.segments import SegmentPlan, audit_bases, check_entry
 from ledger.judge.sparse_check import check_sparse_round
 from ledger.judge.usefulness import corpus_of
 from protocol.hashing import hash_state_dict
+from reference.bisect import Bisection, as_segment_state, check_step, schedule_step, step_config
 from reference.data import ShardSpec
+from reference.inner import CARRY_STATE, InnerConfig
 from reference.model import GPT, GPTConfig
 from reference.outer import OuterState
+from reference.segment import replay_segment, segment_rows
 from reference.sketch import make_sketch
 from reference.trace import Boundary, boundary_steps
+from reference.verdict import Evidence, make_evidence, recheck
 from trainer.network.comm import SoloAverager
 from trainer.round.diloco import DiLoCo, LocalWork
 from trainer.round.runconfig import RunConfig
@@ -196,3 +201,37 @@ def test_a_bounded_sparse_packet_is_recomputed_from_the_attested_base(
     assert verdict.passed, verdict.reason
     from_start = check_sparse_round(r2.work.packet, start, end)  # boundary 0 is not its origin
     assert not from_start.passed and "differs from the signed packet" in from_start.reason
+
+
+def test_the_one_step_verdict_of_segment_0s_last_step_replays_the_move(
+    dense: tuple[Round, Round],
+) -> None:
+    """A bounded round's segment 0 that fails the screen is bisected (ledger.judge.bisect): its
+    last step ends at boundary 1, after the landing's move, so the one-step check moves the
+    replayed step from boundary 0 to the attested base (reference.bisect.check_step ``move``),
+    and so does ``coloco audit``'s re-check of the evidence (reference.verdict, ``moved_to``).
+    The honest step holds that way, and differs without the move."""
+    _, r2 = dense
+    inner = InnerConfig.protocol(H, LR, BATCH, carried=CARRY_STATE)
+    rows, b0 = _rows(2), as_segment_state(r2.states[0])
+    before = replay_segment(b0, segment_rows(rows, 0, K - 1, BATCH),
+                            InnerConfig.protocol(K - 1, LR, BATCH, carried=CARRY_STATE), CFG,
+                            first_step=schedule_step(b0))  # fmt: skip
+    batch = rows[(K - 1) * BATCH : K * BATCH]
+    one = step_config(inner, schedule_step(before))
+    after = r2.states[1]
+    move = (r2.states[0], r2.base)
+    moved = check_step(before, after, batch, one, CFG, tolerance=ONE_STEP_TOLERANCE, move=move)
+    assert moved.holds, moved.error
+    unmoved = check_step(before, after, batch, one, CFG, tolerance=ONE_STEP_TOLERANCE)
+    assert not unmoved.holds, unmoved.error
+
+    names = ("0x" + hash_state_dict(r2.states[0]).hex(), "0x" + hash_state_dict(r2.base).hex())
+    verdict = Bisection(K - 1, moved, before, dict(after), (), one.lr)
+    evidence, blobs = make_evidence(verdict, batch, inner, CFG, run_id="0x" + RUN.hex(),
+                                    round=2, node=NODE, segment=(0, K), moved=names)  # fmt: skip
+    blobs |= {names[0]: r2.states[0], names[1]: r2.base}
+    parsed = Evidence.from_json(json.loads(evidence.text()))
+    assert parsed.moved_to == names[1] and recheck(parsed, blobs.__getitem__).holds
+    bare = dataclasses.replace(parsed, moved_from="", moved_to="")  # the move left out
+    assert not recheck(bare, blobs.__getitem__).holds

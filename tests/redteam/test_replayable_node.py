@@ -313,6 +313,36 @@ def test_an_honest_node_whose_segments_fail_the_screen_is_exonerated_by_its_verd
     assert held["boundary"] != row.boundary and "is not one step's" in held["reason"], held
 
 
+def test_a_bounded_node_whose_segment_0_fails_the_screen_is_exonerated_through_the_move(
+    rig: Rig,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bounded overlap's segment 0 ends with the landing's move: a tightened screen (below
+    the honest noise of 2 threads replayed on 1) fails it, and its bisection ends on its last
+    step, whose one-step check moves the replayed step to the attested base as the node did
+    (ledger.judge.bisect, ``FailedSegment.moved``): the verdict holds, the node is paid, no
+    fraud record. Without the move the honest step differs and the node is slashed. (The
+    draw is fixed on segment 0: the one the move ends.)"""
+    from ledger.judge import segments
+
+    monkeypatch.setattr(segments, "drawn_segments", lambda *_: [0])
+    scores, states, ledger = _audited_rounds(
+        rig, rounds=2, bounded=True, audit_segments=1, segment_tolerance=1e-12,
+        audit_threads=1,
+    )  # fmt: skip
+    two = next(s for s in scores if s["round"] == 2)
+    assert states[1] in ("committed", "final"), (states, scores)
+    assert two["verified"] and int(two["reward"]) > 0, two["reason"]
+    assert "segment 0: " in two["reason"] and "but its one-step verdict holds: step 4" in \
+        two["reason"], two["reason"]  # fmt: skip
+    with Session(ledger.engine) as s:
+        assert s.exec(select(FraudRecord)).all() == []
+        rows = s.exec(select(SegmentBisection).where(SegmentBisection.round == 2)).all()
+    (row,) = rows
+    assert json.loads(row.inputs)["moved"][1] == two["base_checkpoint"], row.inputs
+    assert json.loads(row.evidence)["moved_to"] == two["base_checkpoint"], row.evidence
+
+
 def test_a_node_that_does_not_answer_a_probe_fails(
     rig: Rig,
 ) -> None:
