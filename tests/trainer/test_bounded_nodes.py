@@ -132,3 +132,22 @@ def test_a_node_evicted_while_landing_loses_the_round_it_trains_and_rejoins(
     assert sorted(rounds[2]) == [0, 2], "nor the round it trained while it landed round 1"
     assert sorted(rounds[3]) == [0, 1, 2], "it rejoined round 3 from a peer's checkpoint"
     _assert_agree(rounds)
+
+
+def test_a_node_that_leaves_lands_its_last_round_without_holding_the_others_up(
+    corpus_dir: Path, store_port: int
+) -> None:
+    """Node 2 leaves after round 2, with round 2 in flight: it says so before landing it, so the
+    others' round 3 list opens without waiting for its join (before, their list waited for it
+    until the rendezvous timeout while it waited for them to land round 2), and they land round
+    2 with it."""
+    plans = [Plan(key=k, rounds=3, min_nodes=2, bounded_overlap=True, config=CONFIG,
+                  rendezvous_timeout_s=20.0, leave_after=2 if k == 2 else None)
+             for k in range(3)]  # fmt: skip
+    out = collect(*start_nodes(plans, store_port, corpus_dir))
+    assert out["exit_codes"] == [0, 0, 0], out["errors"]
+    assert out["timeouts"] == {0: [], 1: [], 2: []}, f"a list opened at the timeout: {out}"
+    rounds = _by_round(out["results"])
+    assert sorted(rounds[2]) == [0, 1, 2], "the leaver's last round landed with it"
+    assert sorted(rounds[3]) == [0, 1]
+    _assert_agree(rounds)

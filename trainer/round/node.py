@@ -772,12 +772,15 @@ class NodeRunner:
                     self._reported(report, reports)
                 self.serve_boundaries()
                 r += 1
+            # the members' next list opens without this node (they do not wait for its join),
+            # then what is in flight lands: they land it with this node, whose group it is
+            # (announced after it, their list waited for this node's join until its timeout)
+            self.rdv.announce_leave(r)
             self._reported(self.schedule.drain(), reports)  # what is in flight lands before leaving
             self.linger(r - 1)
         finally:
             self.server.close()
         self.drop_group()
-        self.rdv.announce_leave(r)
         log.info("%s leaves before round %d", self.address, r)
         self.upload()
         self.leave_journal()
