@@ -430,10 +430,11 @@ def _delivered(
 
 def _previous(
     http: httpx.Client, run_id: str, round_: int, node: str
-) -> tuple[Any, Any, Any] | str | None:
-    """Round ``round_`` of ``node`` as the origin check reads it: its attested base and its
-    delivered boundary 0 and last boundary in full; None when the ledger did not ask for them
-    (it did not audit the round from an overlapped origin), a reason when they are not had."""
+) -> tuple[Any, Any, Any, str | None] | str | None:
+    """Round ``round_`` of ``node`` as the origin check reads it: its attested base, its
+    delivered boundary 0 and last boundary in full and the last one's committed sketch hash;
+    None when the ledger did not ask for them (it did not audit the round from an overlapped
+    origin), a reason when they are not had."""
     from ledger.core.models import STATE_REQUEST
 
     resp = http.get(f"/v1/runs/{run_id}/rounds/{round_}")
@@ -451,11 +452,12 @@ def _previous(
     delivered = _delivered(http, entry)
     if isinstance(delivered, str):
         return delivered
-    _, states = delivered
+    requests, states = delivered
     base = _tensors(http, score["base_checkpoint"])
     if base is None:
         return f"round {round_}'s base checkpoint {score['base_checkpoint']} is not served"
-    return base, states[(0, STATE_REQUEST)], states[(last, STATE_REQUEST)]
+    end = (last, STATE_REQUEST)
+    return base, states[(0, STATE_REQUEST)], states[end], requests[end].sketch_hash
 
 
 def _tensors(http: httpx.Client, hash_hex: str) -> Any:

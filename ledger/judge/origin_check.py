@@ -54,6 +54,10 @@ class PreviousRound:
     base: Tensors
     start: Tensors
     end: Tensors
+    end_sketch: str | None = None
+    """The last boundary's committed sketch hash (0x-hex, as its delivery names it): which base
+    round r-1's sketches were taken from, and so what its packet was measured from
+    (:func:`packet_origin`); None: not known."""
 
 
 def weights_of(state: Tensors) -> dict[str, torch.Tensor]:
@@ -95,3 +99,26 @@ def check_origin(
            "start from the last round's committed state"
            if prev is not None else "(no last round given to check an overlap start against)")
     ))  # fmt: skip
+
+
+def packet_origin(prev: PreviousRound) -> dict[str, torch.Tensor]:
+    """The weights round r-1's packet was measured from (what its error feedback left is
+    recomputed from): its attested base in lockstep and on the bounded overlap, whose last
+    boundary's committed sketch is taken from that base (bound by its leaf); else its boundary 0
+    (the one-round overlap measures from its origin)."""
+    base, start = weights_of(prev.base), weights_of(prev.start)
+    layout = FlatLayout({n: t.shape for n, t in base.items()})
+    if torch.equal(layout.flatten(start).view(torch.int32), layout.flatten(base).view(torch.int32)):
+        return base
+    if prev.end_sketch is not None:
+        from protocol.hashing import hash_state_dict
+        from reference.sketch import SketchError, make_sketch
+        from reference.trace import state_hash
+
+        try:
+            mine = make_sketch(prev.end, base, state_hash(prev.end))
+        except SketchError:
+            return start
+        if "0x" + hash_state_dict(mine).hex() == prev.end_sketch.lower():
+            return base
+    return start

@@ -324,7 +324,7 @@ def previous_round(  # noqa: PLR0917 - the node-round's key and where to ask
         return (f"round {round_ - 1}'s base checkpoint {att.base_checkpoint} is not in the "
                 "blob store: the overlapped start cannot be recomputed")  # fmt: skip
     states = load_states(ctx.blobs, requests)
-    return PreviousRound(base, states[needs[0]], states[needs[1]])
+    return PreviousRound(base, states[needs[0]], states[needs[1]], requests[needs[1]].sketch_hash)
 
 
 def previous_needs(att: Attestation, ctx: Context) -> list[Need]:

@@ -31,7 +31,13 @@ from sqlmodel import Session, select
 
 from ledger.core.models import STATE_REQUEST, BoundaryRequest, RoundState
 from ledger.judge.entries import Context, Entry, Fraud
-from ledger.judge.origin_check import OriginVerdict, PreviousRound, check_origin, weights_of
+from ledger.judge.origin_check import (
+    OriginVerdict,
+    PreviousRound,
+    check_origin,
+    packet_origin,
+    weights_of,
+)
 from protocol.blobs import decode_blob
 from protocol.eip712 import keccak256
 from protocol.errors import ColocoError
@@ -161,7 +167,9 @@ def carries_residual(start: Tensors | None) -> bool:
 def carried_residual(start: Tensors, previous: PreviousRound | str) -> SparseVerdict:
     """Rule 2 read from round r: the residual boundary 0 commits must be zero (a reset), or what
     the node's round r-1 compression left, recomputed from round r-1's committed boundary 0
-    and last boundary (``previous``; a reason: round r-1 cannot be had)."""
+    (its residual) and last boundary, measured from what its packet was
+    (``origin_check.packet_origin``: its base, or its boundary 0 on the one-round overlap)
+    (``previous``; a reason: round r-1 cannot be had)."""
     weights = _weights(start)
     layout = FlatLayout({n: t.shape for n, t in weights.items()})
     try:
@@ -177,7 +185,7 @@ def carried_residual(start: Tensors, previous: PreviousRound | str) -> SparseVer
     try:
         before = residual_of(previous.start, layout)  # zero is the node's "none", as in rule 1
         _, left = encode_feedback(
-            layout.flatten(_weights(previous.start)),
+            layout.flatten(packet_origin(previous)),  # its base, or its origin (overlap)
             layout.flatten(_weights(previous.end)),
             before if before is not None and bool(before.any()) else None,
         )

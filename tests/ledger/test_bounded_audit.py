@@ -24,7 +24,7 @@ from ledger.core.models import STATE_REQUEST, BoundaryRequest, utcnow
 from ledger.judge.origin_check import PreviousRound, check_origin
 from ledger.judge.replay import ReplayInputs
 from ledger.judge.segments import SegmentPlan, audit_bases, check_entry
-from ledger.judge.sparse_check import check_sparse_round
+from ledger.judge.sparse_check import carried_residual, check_sparse_round
 from ledger.judge.usefulness import corpus_of
 from protocol.hashing import hash_state_dict
 from reference.bisect import Bisection, as_segment_state, check_step, schedule_step, step_config
@@ -34,7 +34,7 @@ from reference.model import GPT, GPTConfig
 from reference.outer import OuterState
 from reference.segment import replay_segment, segment_rows
 from reference.sketch import make_sketch
-from reference.trace import Boundary, boundary_steps
+from reference.trace import Boundary, boundary_steps, residual_entries
 from reference.verdict import Evidence, make_evidence, recheck
 from trainer.network.comm import SoloAverager
 from trainer.round.diloco import DiLoCo, LocalWork
@@ -235,3 +235,23 @@ def test_the_one_step_verdict_of_segment_0s_last_step_replays_the_move(
     assert parsed.moved_to == names[1] and recheck(parsed, blobs.__getitem__).holds
     bare = dataclasses.replace(parsed, moved_from="", moved_to="")  # the move left out
     assert not recheck(bare, blobs.__getitem__).holds
+
+
+def test_the_residual_a_bounded_round_left_is_recomputed_from_its_attested_base(
+    sparse: tuple[Round, Round],
+) -> None:
+    """Round 3 starts from the residual round 2's packet left. Round 2 was bounded: its packet
+    was measured from its attested base, which its last boundary's committed sketch names
+    (``origin_check.packet_origin``); recomputed from its boundary 0, as for the one-round
+    overlap, the residual would read as mass the node never sent (an honest bounded sparse node
+    was slashed in its third round so)."""
+    _, r2 = sparse
+    assert r2.work.residual is not None
+    layout = OuterState.from_model(GPT(CFG, seed=0)).layout
+    start3 = {**r2.states[-1], **residual_entries(r2.work.residual, layout)}
+    sketch = "0x" + r2.boundaries[-1].sketch_hash.hex()
+    prev = PreviousRound(r2.base, r2.states[0], r2.states[-1], sketch)
+    verdict = carried_residual(start3, prev)
+    assert verdict.passed and "the residual its last round left" in verdict.reason, verdict
+    unknown = carried_residual(start3, dataclasses.replace(prev, end_sketch=None))
+    assert not unknown.passed and "mass the node never sent" in unknown.reason, unknown

@@ -567,7 +567,7 @@ def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
     honest = cheat in (None, "bounded")
     how: dict[str, Any] = {
         None: {},
-        "bounded": {"bounded": True},
+        "bounded": {"bounded": True, "rounds": 3},  # round 3: the residual bounded round 2 left
         "skips_a_step": {"skip_call": 50 + 8,
                          "advance_of": lambda node: _skipping_step(node, 2, 7)},
         "inflates_its_residual": {"schedule": _inflating},
@@ -590,7 +590,7 @@ def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
             forged.append(_forged_packet_check(client, rig.key.address))
 
     scores, states, _ = _audited_rounds(rig, then=audit, **how)
-    one, two = sorted(scores, key=lambda s: s["round"])
+    one, two, *later = sorted(scores, key=lambda s: s["round"])
     verdicts = {v["round"]: v for v in public}
     assert verdicts[1]["verdict"] == "pass", verdicts[1]
     assert "sparse packet recomputed bit for bit" in verdicts[1]["reason"], verdicts[1]
@@ -614,6 +614,10 @@ def test_a_sparse_node_is_segment_audited_and_its_packet_recomputed(
         assert "starts from the residual its last round left" in two["reason"], two["reason"]
         bounded = "origin: the round started from the node's own end" in two["reason"]
         assert bounded == (cheat == "bounded"), two["reason"]
+        for score in later:  # from the residual round 2 left, measured from its attested base
+            assert score["verified"] and int(score["reward"]) > 0, score["reason"]
+            assert "starts from the residual its last round left" in score["reason"], score
+            assert verdicts[score["round"]]["verdict"] == "pass", verdicts[score["round"]]
     elif cheat == "skips_a_step":  # step 7 of round 2, inside segment 1 (steps 5-9)
         assert two["reason"].startswith("[audit_failed] segment 1: segment replay of steps 5..9")
         assert "one-step verdict: step 7 of round 2" in two["reason"], two["reason"]
