@@ -65,7 +65,7 @@ def node_main(plan: NodePlan) -> None:
         membership=MembershipConfig(min_nodes=plan.min_nodes, join_window_s=1.0,
                                     collective_timeout_s=60.0, rendezvous_timeout_s=600.0),
         max_rounds=plan.rounds, eval_rows=0,
-        overlap=False,  # the faults are placed and checked against lockstep rounds
+        overlap=False, bounded_overlap=False,  # the faults are placed in lockstep rounds
     )  # fmt: skip
     recovery = Recovery(plan.run_id, MODEL, 0, chain=chain, ledger=ledger, peer_timeout_s=60.0)
     runner = NodeRunner(settings, Attester(key, domain, plan.run_id, ledger),

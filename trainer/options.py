@@ -167,18 +167,18 @@ class Training:
         bool,
         typer.Option(
             help="One-round delayed outer step: round r's all-reduce runs during round r+1's "
-            "compute. --no-overlap (the default): lockstep. A node of several local ranks or a "
-            "time-boxed one runs lockstep either way."
+            "compute (x1.085 in loss against lockstep); it takes precedence over the bounded "
+            "overlap. A node of several local ranks or a time-boxed one runs lockstep either way."
         ),
     ] = False
     bounded_overlap: Annotated[
         bool,
         typer.Option(
-            help="Bounded overlap: round r's exchange runs during round r+1's first "
-            "traceInterval inner steps and lands at its first boundary (x1.006 in loss against "
-            "lockstep; --overlap's one-round delay costs x1.085). Not with --overlap."
+            help="The bounded overlap (the default): round r's exchange runs during round "
+            "r+1's first traceInterval inner steps and lands at its first boundary (x1.006 in "
+            "loss against lockstep). --no-bounded-overlap (without --overlap): lockstep."
         ),
-    ] = False
+    ] = True
     local_ranks: Annotated[
         int,
         typer.Option(

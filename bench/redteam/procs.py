@@ -78,6 +78,7 @@ def node_main(plan: NodePlan) -> None:
             heartbeat_timeout_s=30.0,
         ),
         max_rounds=plan.rounds, eval_rows=0,
+        bounded_overlap=False,  # the cheats are placed and checked in lockstep rounds
         checkpoint_dir=Path(plan.log_dir) / plan.label,  # its boundary states, for the audit
         audit_linger_s=plan.linger_s,
         overlap=False,  # the cheats' strategies and the scenario's round timing are lockstep's

@@ -95,9 +95,10 @@ class Settings(BaseSettings):
     round_deadline_s: float = Field(default=600.0, gt=0)
     round_window: int = Field(default=3, ge=1, le=1_000_000)
     """Rounds ``last_committed+1 .. last_committed+W`` accept attestations and joins. 3, not 2:
-    a node on the overlap schedule (the default, trainer.round.overlap) attests round r at the
-    end of round r+1 and joins round r+2 right after, while the last committed round can still
-    be r-1; with 2 it waited, idle, for round r's commit before every round."""
+    a node on the one-round overlap schedule (trainer.round.overlap) attests round r at the end
+    of round r+1 and joins round r+2 right after, while the last committed round can still be
+    r-1; with 2 it waited, idle, for round r's commit before every round. (The bounded overlap,
+    the node's default, attests round r one segment into round r+1.)"""
     confirmations: int = Field(default=1, ge=0, le=1000)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     max_blob_bytes: int = Field(default=256 << 20, ge=1024)

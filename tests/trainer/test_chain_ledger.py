@@ -67,6 +67,7 @@ def _node(
         run_id=RUN, model=SMALL, rendezvous_port=store_port,
         membership=MembershipConfig(min_nodes=1, join_window_s=0.0),
         data_path=str(corpus_dir), max_rounds=rounds, eval_rows=8, overlap=overlap,
+        bounded_overlap=overlap,
     )  # fmt: skip
     return NodeRunner(
         settings,

@@ -111,18 +111,18 @@ def test_heartbeat_timeout_flag_reaches_the_node(keystore: tuple[Path, Path]) ->
     assert result.exit_code == 2 and "heartbeat-timeout" in result.output, result.output
 
 
-def test_lockstep_is_the_default_and_overlap_runs_the_delayed_step(
+def test_the_bounded_overlap_is_the_default_and_overlap_runs_the_delayed_step(
     keystore: tuple[Path, Path],
 ) -> None:
-    """The node's schedule (trainer.round.schedule): lockstep unless ``--overlap`` (the
-    one-round delay) or ``--bounded-overlap``; not both."""
+    """The node's schedule (trainer.round.schedule): the bounded overlap unless ``--overlap``
+    (the one-round delay, which takes precedence) or ``--no-bounded-overlap`` (lockstep)."""
     from trainer.round.bounded import Bounded
     from trainer.round.overlap import Overlap
     from trainer.round.schedule import Lockstep
 
-    for flags, schedule in (({}, Lockstep), ({"overlap": True}, Overlap),
-                            ({"overlap": False}, Lockstep), ({"bounded_overlap": True}, Bounded),
-                            ):  # fmt: skip
+    for flags, schedule in (({}, Bounded), ({"overlap": True}, Overlap),
+                            ({"bounded_overlap": False}, Lockstep),
+                            ({"overlap": True, "bounded_overlap": False}, Overlap)):  # fmt: skip
         network = Network(rendezvous=f"127.0.0.1:{free_port()}", host_rendezvous=True)
         options = NodeOptions("cli-test", Identity(keystore[0], keystore[1]), network=network,
                               training=Training(**flags))  # fmt: skip
@@ -133,9 +133,7 @@ def test_lockstep_is_the_default_and_overlap_runs_the_delayed_step(
             runner.server.close()
     shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
     assert "--overlap" in shown and "--no-overlap" in shown and "[default: no-overlap]" in shown
-    assert "[default: no-bounded-overlap]" in shown
-    both = CliRunner().invoke(app, _args(keystore, "--overlap", "--bounded-overlap"))
-    assert both.exit_code != 0 and "choose one" in both.output, both.output
+    assert "[default: bounded-overlap]" in shown
 
 
 def test_the_flags_are_the_leaves_of_the_options_tree() -> None:

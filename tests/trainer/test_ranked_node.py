@@ -119,18 +119,22 @@ def test_a_node_of_several_ranks_or_time_boxed_falls_back_to_lockstep(
     refused (as they once were): they run lockstep, and say so once at INFO."""
     caplog.set_level(logging.INFO, logger="trainer.round.node")
     assert NodeSettings(run_id=RUN_ID, model=MODEL, overlap=True).overlapped()
-    assert not NodeSettings(run_id=RUN_ID, model=MODEL).overlapped()  # lockstep: the default
+    assert NodeSettings(run_id=RUN_ID, model=MODEL).schedule() == "bounded"  # the default
+    assert not NodeSettings(run_id=RUN_ID, model=MODEL, bounded_overlap=False).overlapped()
     assert not caplog.records
     ranked = NodeSettings(run_id=RUN_ID, model=MODEL, local_ranks=2, overlap=True)
     assert ranked.overlap and not ranked.overlapped()
     boxed = NodeSettings(run_id=RUN_ID, model=MODEL, time_box=True, overlap=True)
     assert boxed.overlap and not boxed.overlapped()
+    assert NodeSettings(run_id=RUN_ID, model=MODEL, local_ranks=2).schedule() == "lockstep"
     said = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert said == [
         (logging.INFO, "a node of several local ranks runs lockstep: the overlap schedule "
                        "(--overlap) is not built for it"),
         (logging.INFO, "a time-boxed node runs lockstep: the overlap schedule (--overlap) is "
                        "not built for it"),
+        (logging.INFO, "a node of several local ranks runs lockstep: the bounded schedule "
+                       "(the default; --no-bounded-overlap) is not built for it"),
     ], said  # fmt: skip
 
 

@@ -119,12 +119,13 @@ class NodeSettings:
     ledger.judge.origin_check). False, the default until ``coloco audit``'s public replay starts
     from a round's committed origin (docs/trainer.md, "Overlap"): lockstep. A node of several local
     ranks and a time-boxed node run lockstep whatever this says (:meth:`overlapped`)."""
-    bounded_overlap: bool = False
-    """The bounded overlap (trainer.round.bounded, ``--bounded-overlap``): round r's exchange
-    runs during round r+1's first k inner steps (k: TrainingConfig.traceInterval) and lands at
-    its first boundary; x1.006 in loss against lockstep where the one-round delay
-    (``overlap``) costs x1.085 (docs/trainer.md, "The bounded overlap"). Not with ``overlap``;
-    a node of several local ranks and a time-boxed node run lockstep whatever this says."""
+    bounded_overlap: bool = True
+    """The bounded overlap (trainer.round.bounded; the default, ``--no-bounded-overlap``:
+    lockstep): round r's exchange runs during round r+1's first k inner steps (k:
+    TrainingConfig.traceInterval) and lands at its first boundary; x1.006 in loss against
+    lockstep where the one-round delay (``overlap``, which takes precedence) costs x1.085
+    (docs/trainer.md, "The bounded overlap"). A node of several local ranks and a time-boxed
+    node run lockstep whatever this says."""
     audit_linger_s: float = 0.0
     """After its last round, answer the ledger's boundary requests (its segment audit) until the
     ledger has judged that round or this many seconds pass (trainer.round.boundaries.linger);
@@ -140,9 +141,6 @@ class NodeSettings:
     def __post_init__(self) -> None:
         self.precision()  # --bf16 off a GPU fails at start, not in round 1
         self.check_ranks()
-        if self.overlap and self.bounded_overlap:
-            raise ConfigError("--overlap and --bounded-overlap are two schedules of the outer "
-                              "step: choose one")  # fmt: skip
 
     def check_ranks(self) -> None:
         """What a node of several local ranks does not do yet fails at start, named."""
@@ -163,18 +161,19 @@ class NodeSettings:
             )
 
     def schedule(self) -> str:
-        """The schedule of this node's outer step: "bounded" (``bounded_overlap``), "overlap"
-        (``overlap``) or "lockstep", which a node of several local ranks (trainer.round.ranks
-        trains whole rounds from the base) and a time-boxed node (its budget is agreed from the
-        members' paces at the round's start) fall back to, said once at INFO."""
-        asked = "bounded" if self.bounded_overlap else "overlap" if self.overlap else "lockstep"
+        """The schedule of this node's outer step: "overlap" (``overlap``, asked for), else
+        "bounded" (``bounded_overlap``, the default), else "lockstep", which a node of several
+        local ranks (trainer.round.ranks trains whole rounds from the base) and a time-boxed
+        node (its budget is agreed from the members' paces at the round's start) fall back to,
+        said once at INFO."""
+        asked = "overlap" if self.overlap else "bounded" if self.bounded_overlap else "lockstep"
         if asked == "lockstep":
             return asked
         why = ("a node of several local ranks" if self.local_ranks > 1
                else "a time-boxed node" if self.time_box else None)  # fmt: skip
         if why is None:
             return asked
-        flag = "--bounded-overlap" if self.bounded_overlap else "--overlap"
+        flag = "--overlap" if self.overlap else "the default; --no-bounded-overlap"
         log.info("%s runs lockstep: the %s schedule (%s) is not built for it", why, asked, flag)
         return "lockstep"
 
