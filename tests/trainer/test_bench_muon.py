@@ -68,6 +68,15 @@ def test_muon_moves_the_block_matrices_and_adamw_the_rest_as_torch_does() -> Non
     for name in MATRICES:
         rms = float((moved[name] - start[name]).detach().square().mean().sqrt())
         assert 0.1 * 3e-3 < rms < 0.3 * 3e-3, (name, rms)
+    # Muon's lr is the trainer's (scheduled) lr times lr_ratio: twice the ratio, twice the move
+    double = GPT(TINY, seed=3)
+    MuonTrainer(double, InnerConfig(1, 3e-3, 2), MuonConfig(lr_ratio=2.0)).train(rows)
+    for name, p in double.named_parameters():
+        step, once = (p - start[name]).detach(), (moved[name] - start[name]).detach()
+        if name in MATRICES:
+            assert torch.allclose(step, 2 * once, rtol=1e-3, atol=1e-7), name
+        else:
+            assert torch.equal(step, once), name
 
 
 def test_muon_adamw_without_matrices_is_torchs_adamw_to_the_bit() -> None:
