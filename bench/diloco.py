@@ -55,6 +55,7 @@ from pathlib import Path
 import torch
 
 from bench import emit
+from bench.muon import MUON_MOMENTUM, MuonConfig, inner_trainer
 from reference.codec.sparse import (
     SparsePacket,
     SparseSpec,
@@ -131,6 +132,17 @@ class Setup:
     carried_eps: float = CARRIED_EPS
     carried_warmup: int = CARRIED_WARMUP_STEPS
     overlap_steps: int = INNER_STEPS // 10  # the bounded overlap arms' tau (run_diloco)
+    # the inner optimizer of the run (DiLoCo's workers, or the baseline's): adamw (the node's) or
+    # muon (bench.muon: Muon for the blocks' matrices, AdamW for the rest); muon_lr 0: the AdamW
+    # part's lr (inner_lr, or sync_lr for the baseline)
+    inner_opt: str = "adamw"
+    muon_lr: float = 0.0
+    muon_momentum: float = MUON_MOMENTUM
+
+    def muon(self, lr: float) -> MuonConfig:
+        """Muon's settings for a run whose AdamW part runs at ``lr``."""
+        return MuonConfig(lr_ratio=self.muon_lr / lr if self.muon_lr else 1.0,
+                          momentum=self.muon_momentum)  # fmt: skip
 
     def carried(self) -> Setup:
         """This setup with each DiLoCo worker's AdamW carried across rounds (once-per-state
@@ -203,7 +215,7 @@ def run_sync(corpus: Corpus, s: Setup, eval_rows: torch.Tensor) -> tuple[float, 
         weight_decay=s.weight_decay,
         schedule_steps=steps if s.sync_cosine else 0,
     )
-    trainer = InnerTrainer(model, cfg, keep_state=True)
+    trainer = inner_trainer(model, cfg, s.inner_opt, s.muon(s.sync_lr), keep_state=True)
     curve = []
     for rnd in range(1, s.rounds + 1):
         per_worker = shards(corpus, s, rnd)
@@ -252,7 +264,8 @@ def run_diloco(
                       min_lr_ratio=s.min_lr_ratio, grad_clip=s.grad_clip,
                       weight_decay=s.weight_decay)  # fmt: skip
     # One inner trainer (its own AdamW state) per worker, all driving the same model in turn.
-    trainers = [InnerTrainer(model, cfg, keep_state=s.keep_inner_state) for _ in range(s.workers)]
+    trainers = [inner_trainer(model, cfg, s.inner_opt, s.muon(s.inner_lr),
+                              keep_state=s.keep_inner_state) for _ in range(s.workers)]  # fmt: skip
     sent, curve = 0, []
     if fmt == "sparse" and overlap:
         raise ValueError("the sparse format has no one-round overlap path in this benchmark")

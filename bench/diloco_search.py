@@ -7,7 +7,10 @@ kinds (fp32, int8, sparse, carried, sparse_carried) and keys from :data:`KEYS` (
 ``carried:outer_lr=0.7,carried_eps=1e-5`` or ``sparse_carried:sparse_outer_lr=1.5``). The
 ``topk``/``topk_carried`` kinds run bench.sparse_bits' diagnostic top-k wire (keys of
 :data:`TOPK_KEYS`: ``topk_carried:chunk=1024,value_bits=1,coding=enum,fit=1000`` keeps the
-largest k whose packets are 1,000x fewer bytes than synchronous training at this H). Every arm
+largest k whose packets are 1,000x fewer bytes than synchronous training at this H). The
+``inner_opt=muon`` key runs an arm's inner steps with bench.muon's Muon (``muon_lr``, 0: the
+AdamW part's lr; ``muon_momentum``); the ``sync`` kind is the baseline itself as an arm
+(``sync:inner_opt=muon,sync_lr=6e-3``: a Muon baseline, its ratio over the AdamW one). Every arm
 runs on every seed beside the synchronous baseline at ``--sync-lr`` (bench.diloco's tuned 6e-3),
 all on the validation half (``Task(..., "val", ...)``): nothing here reads the test half, so
 the settings it picks are not tuned on the reported loss. Each arm's line gives its validation
@@ -30,6 +33,7 @@ import torch
 
 from bench import diloco, emit
 from bench.diloco import CARRIED, Setup, Task, _mean_sd
+from bench.muon import INNER_OPTS
 from bench.sparse_bits import TopkCodec, TopkSpec, fit_k
 from reference.codec.sparse import SparseSpec, sparse_wire_bytes
 from reference.model import GPT, GPTConfig
@@ -38,7 +42,8 @@ from trainer.network.comm import wire_bytes
 from trainer.round.runconfig import INNER_LR, INNER_STEPS, OUTER_LR, OUTER_MOMENTUM
 
 log = logging.getLogger("bench.diloco_search")
-KINDS = ("fp32", "int8", "sparse", *CARRIED, "mask", "mask_carried", "topk", "topk_carried")
+KINDS = ("fp32", "int8", "sparse", *CARRIED, "mask", "mask_carried", "topk", "topk_carried",
+         "sync")  # fmt: skip
 Wire = int | TopkSpec  # an arm's diagnostic wire: a mask period (0: none) or a top-k shape
 
 
@@ -145,6 +150,10 @@ KEYS: dict[str, Callable[[Setup, str], Setup]] = {
     "sparse_bits": lambda s, v: replace(s, sparse=replace(s.sparse, bits=int(v))),
     "sparse_beta": lambda s, v: replace(s, sparse_beta=float(v)),
     "sparse_outer_lr": lambda s, v: replace(s, sparse_outer=replace(s.sparse_outer, lr=float(v))),
+    "inner_opt": lambda s, v: replace(s, inner_opt=v),
+    "muon_lr": lambda s, v: replace(s, muon_lr=float(v)),
+    "muon_momentum": lambda s, v: replace(s, muon_momentum=float(v)),
+    "sync_lr": lambda s, v: replace(s, sync_lr=float(v)),
     "mask_period": lambda s, v: s,  # mask arms: read by parse_arm
     "mask_rms": lambda s, v: s,
     "sparse_outer_momentum": lambda s, v: replace(
@@ -177,6 +186,8 @@ def parse_arm(text: str, base: Setup) -> tuple[str, Setup, Wire]:
         s = KEYS[key](s, value)
         period = int(value) if key == "mask_period" else period
         rms = rms or (key == "mask_rms" and value == "1")
+    if s.inner_opt not in INNER_OPTS:
+        raise SystemExit(f"arm {text!r}: inner_opt must be one of {', '.join(INNER_OPTS)}")
     if kind.startswith("sparse"):
         SparseSpec(s.sparse.chunk, s.sparse.k, s.sparse.bits)  # refuses a bad shape now
     if kind.startswith("mask") and period < 1:
