@@ -437,6 +437,7 @@ def run_task(task: Task, threads: int = 1) -> tuple[float, int, list[float]]:
 
 
 CARRIED = {"carried": "int8", "sparse_carried": "sparse"}  # carried arm -> its wire format
+DEFAULT_OVERLAP = "overlap_bounded"  # the node's default schedule (NodeSettings.bounded_overlap)
 OVERLAP = {  # overlap arm -> (its wire format, bounded): each beside its lockstep arm
     "overlap_round": ("fp32", False),  # the one-round delayed outer step (--overlap today)
     "overlap_bounded": ("fp32", True),  # the average lands overlap_steps into the next round
@@ -611,7 +612,9 @@ def sparse_figures(
 
 def overlap_figures(s: Setup, runs: list[dict[str, object]]) -> dict[str, object]:
     """The overlap arms' JSON keys: each arm's loss over the synchronous baseline's
-    (``_loss_ratio``) and over its own lockstep arm's (``_cost``), mean and sd over the seeds."""
+    (``_loss_ratio``) and over its own lockstep arm's (``_cost``), mean and sd over the seeds;
+    and ``overlap_loss_ratio`` / ``overlap_cost``: the node's default path's (the bounded
+    overlap, trainer.round.bounded, at ``overlap_steps``), named by ``overlap_schedule``."""
     out: dict[str, object] = {"overlap_steps": s.overlap_steps}
     for kind in OVERLAP:
         for what in ("loss_ratio", "cost"):
@@ -620,6 +623,10 @@ def overlap_figures(s: Setup, runs: list[dict[str, object]]) -> dict[str, object
                 values = [float(r[key]) for r in runs]  # type: ignore[arg-type]
                 out[f"{key}_mean"], out[f"{key}_sd"] = _mean_sd(values)
                 out[f"{key}s"] = values
+    if f"{DEFAULT_OVERLAP}_loss_ratio_mean" in out:
+        out["overlap_schedule"] = DEFAULT_OVERLAP
+        out["overlap_loss_ratio"] = out[f"{DEFAULT_OVERLAP}_loss_ratio_mean"]
+        out["overlap_cost"] = out[f"{DEFAULT_OVERLAP}_cost_mean"]
     return out
 
 

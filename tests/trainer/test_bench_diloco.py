@@ -159,4 +159,7 @@ def test_the_bounded_overlap_is_lockstep_until_an_average_is_in_flight(corpus_di
     figures = overlap_figures(SETUP, runs)
     assert figures["overlap_bounded_loss_ratio_mean"] == 1.04
     assert figures["overlap_bounded_cost_mean"] == 1.005
+    # the node's default path (the bounded overlap) under the key
+    assert (figures["overlap_loss_ratio"], figures["overlap_cost"]) == (1.04, 1.005)
+    assert figures["overlap_schedule"] == "overlap_bounded"
     assert "overlap_round_cost_mean" not in figures
