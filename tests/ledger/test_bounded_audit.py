@@ -14,13 +14,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
-from datetime import timedelta
 
 import pytest
 import torch
 
 from ledger.core.config import ONE_STEP_TOLERANCE, SEGMENT_TOLERANCE
-from ledger.core.models import STATE_REQUEST, BoundaryRequest, utcnow
+from ledger.core.models import STATE_REQUEST
 from ledger.judge.origin_check import PreviousRound, check_origin
 from ledger.judge.replay import ReplayInputs
 from ledger.judge.segments import SegmentPlan, audit_bases, check_entry
@@ -33,9 +32,9 @@ from reference.inner import CARRY_STATE, InnerConfig
 from reference.model import GPT, GPTConfig
 from reference.outer import OuterState
 from reference.segment import replay_segment, segment_rows
-from reference.sketch import make_sketch
 from reference.trace import Boundary, boundary_steps, residual_entries
 from reference.verdict import Evidence, make_evidence, recheck
+from tests.ledger.test_sketch_audit import delivered
 from trainer.network.comm import SoloAverager
 from trainer.round.diloco import DiLoCo, LocalWork
 from trainer.round.runconfig import RunConfig
@@ -118,24 +117,8 @@ def _prev(r1: Round) -> PreviousRound:
 
 
 def _delivered(r: Round, plan: SegmentPlan) -> tuple[dict, dict]:  # type: ignore[type-arg]
-    """The requests of ``plan`` as delivered, and the blobs the judge loads for them (a full
-    state, or the sketch the node serves: of its kept state, against its round's base)."""
-    requests, blobs = {}, {}
-    for b, what in plan.needed:
-        boundary, state = r.boundaries[b], r.states[b]
-        requests[(b, what)] = BoundaryRequest(
-            run_id="0x" + RUN.hex(), round=2, node=NODE, boundary=b, at_step=what,
-            trace_root="0x" + "00" * 32, deadline=utcnow() + timedelta(seconds=60),
-            state="delivered", step=boundary.step, state_hash="0x" + boundary.state_hash.hex(),
-            sketch_hash="0x" + boundary.sketch_hash.hex(),
-        )  # fmt: skip
-        if what == STATE_REQUEST:
-            blobs[(b, what)] = state
-        else:
-            sketch = make_sketch(state, r.base, boundary.state_hash)
-            assert hash_state_dict(sketch) == boundary.sketch_hash  # the node's own answer
-            blobs[(b, what)] = sketch
-    return requests, blobs
+    """The deliveries of ``plan``; the node serves its sketches against the attested base."""
+    return delivered(r.boundaries, r.states, plan, r.base, run=RUN, node=NODE)
 
 
 def _audit(r1: Round, r2: Round, *, move: bool = True):  # type: ignore[no-untyped-def]

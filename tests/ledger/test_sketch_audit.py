@@ -9,6 +9,7 @@ the delivered blobs as the judge loads them."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import timedelta
 
 import pytest
@@ -88,13 +89,26 @@ def honest() -> Round:
 
 
 def _delivered(r: Round, plan: SegmentPlan) -> tuple[dict, dict]:  # type: ignore[type-arg]
-    """The requests of ``plan`` as delivered, and the blobs the judge loads for them (a full
-    state, or the sketch the node serves: recomputed from its kept state)."""
+    return delivered(r.boundaries, r.states, plan, r.states[0], run=RUN, node=NODE)
+
+
+def delivered(
+    boundaries: list[Boundary],
+    states: list[dict[str, torch.Tensor]],
+    plan: SegmentPlan,
+    sketch_base: Mapping[str, torch.Tensor],
+    *,
+    run: bytes,
+    node: str,
+) -> tuple[dict, dict]:  # type: ignore[type-arg]
+    """The requests of ``plan`` on round 2 of a node's trace as delivered, and the blobs the
+    judge loads for them (a full state, or the sketch the node serves: recomputed from its kept
+    state against ``sketch_base``)."""
     requests, blobs = {}, {}
     for b, what in plan.needed:
-        boundary, state = r.boundaries[b], r.states[b]
+        boundary, state = boundaries[b], states[b]
         requests[(b, what)] = BoundaryRequest(
-            run_id="0x" + RUN.hex(), round=2, node=NODE, boundary=b, at_step=what,
+            run_id="0x" + run.hex(), round=2, node=node, boundary=b, at_step=what,
             trace_root="0x" + "00" * 32, deadline=utcnow() + timedelta(seconds=60),
             state="delivered", step=boundary.step, state_hash="0x" + boundary.state_hash.hex(),
             sketch_hash="0x" + boundary.sketch_hash.hex(),
@@ -102,7 +116,7 @@ def _delivered(r: Round, plan: SegmentPlan) -> tuple[dict, dict]:  # type: ignor
         if what == STATE_REQUEST:
             blobs[(b, what)] = state
         else:
-            sketch = make_sketch(state, r.states[0], boundary.state_hash)
+            sketch = make_sketch(state, sketch_base, boundary.state_hash)
             assert hash_state_dict(sketch) == boundary.sketch_hash  # the node's own answer
             blobs[(b, what)] = sketch
     return requests, blobs

@@ -34,15 +34,25 @@ def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture
-def store_port() -> Iterator[int]:
-    """A TCPStore hosted by the test process (the coordinator); nodes connect as clients."""
+def _hosted_store() -> Iterator[int]:
     port = free_port()
     store = dist.TCPStore(  # type: ignore[attr-defined]
         "127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
     )
     yield port
     del store
+
+
+@pytest.fixture
+def store_port() -> Iterator[int]:
+    """A TCPStore hosted by the test process (the coordinator); nodes connect as clients."""
+    yield from _hosted_store()
+
+
+@pytest.fixture
+def second_store() -> Iterator[int]:
+    """Another coordinator store, for a second run in the same test."""
+    yield from _hosted_store()
 
 
 COORDINATION_RUN = bytes.fromhex("cd" * 32)

@@ -1,53 +1,50 @@
-"""NodeRunner's overlap option (one-round delayed outer step) over real gloo processes."""
+"""NodeRunner's overlapped schedules over real gloo processes, each where they share a behaviour:
+the one-round delayed outer step (``overlap``, trainer.round.overlap) and the bounded overlap
+(``bounded``, the default, trainer.round.bounded: round r lands at round r+1's first boundary,
+here after 3 of 6 steps). tests/trainer/test_bounded_nodes.py has the bounded one's own."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
-from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch.distributed as dist
 
-from protocol.devnet import free_port
 from tests.trainer.nodes import Plan, collect, start_nodes
 from tests.trainer.test_nodes_distributed import _assert_agree, _by_round
 
 pytestmark = [pytest.mark.distributed]
-
-
-@pytest.fixture
-def second_store() -> Iterator[int]:
-    """Another coordinator store, for a second run in the same test."""
-    port = free_port()
-    store = dist.TCPStore(  # type: ignore[attr-defined]
-        "127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
-    )
-    yield port
-    del store
+SCHEDULES: dict[str, dict[str, Any]] = {  # Plan fields of each overlapped schedule
+    "overlap": {"overlap": True, "config": {"wire_format": "int8"}},
+    "bounded": {"bounded_overlap": True,
+                "config": {"inner_steps": 6, "trace_interval": 3, "wire_format": "int8"}},
+}  # fmt: skip
 
 
 def _run(plans: list[Plan], port: int, corpus_dir: Path) -> dict[int, dict[int, dict[str, Any]]]:
     out = collect(*start_nodes(plans, port, corpus_dir))
-    assert out["exit_codes"] == [0] * len(plans)
+    assert out["exit_codes"] == [0] * len(plans), out["errors"]
     return _by_round(out["results"])
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
 def test_the_delayed_step_lands_round_r_during_round_r_plus_1_with_the_plain_bits(
-    corpus_dir: Path, store_port: int, second_store: int
+    corpus_dir: Path, store_port: int, second_store: int, schedule: str
 ) -> None:
-    """Round 1's average lands one round late but on the same base: the plain run's bits. Later
-    rounds start from the newest base minus the node's own progress in flight, so they differ
-    from the plain run, yet every member holds the same weights and each round's attested base
-    is the previous round's attested result (what the ledger's replay checks)."""
-    common = {"rounds": 3, "min_nodes": 2, "config": {"wire_format": "int8"}}
-    plain = _run([Plan(key=k, **common) for k in range(2)], store_port, corpus_dir)  # type: ignore[arg-type]
+    """Round 1's average lands late (a round, or a segment, into round 2) but on the same base:
+    the lockstep run's bits. Later rounds start elsewhere (the newest base minus the node's own
+    progress in flight; the node's own end of round r-1, moved to the base at its first
+    boundary), so they differ from lockstep, yet every member holds the same weights and each
+    round's attested base is the previous round's attested result (what the ledger checks)."""
+    config = SCHEDULES[schedule]["config"]
+    common = {"rounds": 3, "min_nodes": 2}
+    plain = _run([Plan(key=k, config=config, bounded_overlap=False, **common)  # type: ignore[arg-type]
+                  for k in range(2)], store_port, corpus_dir)  # fmt: skip
     delayed = _run(
-        [Plan(key=k, overlap=True, **common) for k in range(2)],  # type: ignore[arg-type]
+        [Plan(key=k, **common, **SCHEDULES[schedule]) for k in range(2)],  # type: ignore[arg-type]
         second_store,
         corpus_dir,
     )
@@ -66,17 +63,21 @@ def test_the_delayed_step_lands_round_r_during_round_r_plus_1_with_the_plain_bit
     assert delayed[1][0]["pseudo_gradient"] == plain[1][0]["pseudo_gradient"]
     assert delayed[2][0]["pseudo_gradient"] != plain[2][0]["pseudo_gradient"]
     assert {rec["groups_formed"] for rec in delayed[3].values()} == {1}
+    trace = {r: delayed[r][0]["attestation"]["traceRoot"] for r in (1, 2)}
+    assert trace[1] == plain[1][0]["attestation"]["traceRoot"] != plain[2][0]["attestation"][
+        "traceRoot"] != trace[2]  # fmt: skip
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
 def test_a_joiner_gets_the_landed_checkpoint_when_membership_changes(
-    corpus_dir: Path, store_port: int
+    corpus_dir: Path, store_port: int, schedule: str
 ) -> None:
     """A member list that changes lands the round in flight first: its checkpoint is what the
     joiner fetches, and all three train on from the same weights."""
     # the members wait in the group's formation for the joiner, which fetches and trains first:
     # 8 s (the default) was too short on a loaded machine (load 14: formation timed out, the
     # joiner was left out of the last round)
-    slack = {"join_window_s": 2.0, "overlap": True, "collective_timeout_s": 30.0}
+    slack = {"join_window_s": 2.0, "collective_timeout_s": 30.0, **SCHEDULES[schedule]}
     plans = [
         Plan(key=0, rounds=4, min_nodes=2, **slack),  # type: ignore[arg-type]
         Plan(key=1, rounds=4, min_nodes=2, **slack),  # type: ignore[arg-type]
@@ -89,9 +90,10 @@ def test_a_joiner_gets_the_landed_checkpoint_when_membership_changes(
     _assert_agree(rounds)  # the joiner started from exactly the members' weights
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("after_mean", [False, True], ids=["mid-all-reduce", "before-check"])
 def test_a_peer_that_dies_with_a_round_in_flight_is_dropped_and_the_others_land_it(
-    corpus_dir: Path, store_port: int, after_mean: bool
+    corpus_dir: Path, store_port: int, after_mean: bool, schedule: str
 ) -> None:
     """Node 2 crashes in round 2's compute while round 1 is in flight: mid-all-reduce (the
     survivors' background all-reduce fails) or once the mean is in (their hash check fails after
@@ -103,7 +105,7 @@ def test_a_peer_that_dies_with_a_round_in_flight_is_dropped_and_the_others_land_
             rounds=2,
             min_nodes=3,
             collective_timeout_s=6.0,
-            overlap=True,
+            **SCHEDULES[schedule],
             die_in_round=2 if k == 2 else None,
             die_after_mean=after_mean,
         )
