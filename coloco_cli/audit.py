@@ -232,7 +232,7 @@ def recheck_segments(  # noqa: PLR0917 - the node-round's public inputs
 
     from ledger.core.models import SKETCH_REQUEST, STATE_REQUEST
     from ledger.judge import segments
-    from ledger.judge.origin_check import PreviousRound, check_origin
+    from ledger.judge.origin_check import PreviousRound, audit_bases, check_origin
 
     sparse = packet is not None and packet.fmt is WireFormat.SPARSE  # its plan moves 0, last
     plan = segments.SegmentPlan(tuple(entry["segments"]), tuple(entry["boundary_steps"]),
@@ -277,7 +277,7 @@ def recheck_segments(  # noqa: PLR0917 - the node-round's public inputs
         if prev is not None:
             origin = check_origin(from_origin, base, PreviousRound(*prev))
         if origin.passed:
-            start_base, moved_to = segments.audit_bases(origin, from_origin, base)
+            start_base, moved_to = audit_bases(origin, from_origin, base)
         elif prev is not None:
             return common | {"verdict": "fail", "reason": origin.reason}
         else:  # the ledger audited it from its attested base: so does check_entry, below
@@ -325,7 +325,7 @@ def _sparse_exact(  # noqa: PLR0917 - the node-round's public inputs
     is not zero equal to what the node's round r-1 left, recomputed from round r-1's delivered
     boundaries 0 and last."""
     from ledger.core.models import STATE_REQUEST
-    from ledger.judge.origin_check import PreviousRound, check_origin
+    from ledger.judge.origin_check import PreviousRound, audit_bases, check_origin
     from ledger.judge.sparse_check import carried_residual, carries_residual, check_sparse_round
 
     last = len(entry["boundary_steps"]) - 1
@@ -333,12 +333,10 @@ def _sparse_exact(  # noqa: PLR0917 - the node-round's public inputs
     if start is None or end is None:
         return "unverifiable", (f"the ledger did not move boundaries 0 and {last} of this sparse "
                                 "round in full: its packet cannot be recomputed")  # fmt: skip
-    if from_origin is None:
-        origin = check_origin(start, base)
-        if not origin.passed:
-            return "fail", origin.reason
-    bounded = from_origin is not None and from_origin.schedule == "bounded"
-    verdict = check_sparse_round(packet, start, end, origin=base if bounded else None)
+    origin = check_origin(start, base) if from_origin is None else from_origin
+    if not origin.passed:
+        return "fail", origin.reason
+    verdict = check_sparse_round(packet, start, end, origin=audit_bases(origin, start, base)[0])
     if not verdict.passed:
         return "fail", verdict.reason
     if not carries_residual(start):

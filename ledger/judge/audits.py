@@ -43,7 +43,7 @@ from ledger.judge import bisect, continuity, segments
 from ledger.judge.bisect import FailedSegment
 from ledger.judge.boundaries import check_boundaries
 from ledger.judge.entries import Context, Entry, Fraud
-from ledger.judge.origin_check import OriginVerdict, check_origin
+from ledger.judge.origin_check import OriginVerdict, audit_bases, check_origin
 from ledger.judge.replay import ReplayInputs, audit, round_rows
 from ledger.judge.sparse_check import carries_residual, delivered_start, sparse_round
 from ledger.judge.tensors import Tensors
@@ -320,7 +320,7 @@ def _segment_audit(  # noqa: PLR0917 - the round's audit inputs, passed on
             states = segments.load_states(ctx.blobs, requests)
             origin = states[(0, STATE_REQUEST)]
             verdict = check_origin(origin, base, prev)
-            check_base, moved_to = segments.audit_bases(verdict, origin, base)
+            check_base, moved_to = audit_bases(verdict, origin, base)
         if not verdict.passed:
             return _origin_failed(e, rnd, inputs, plan, why, seed, verdict.reason), False
         e.reason += f"; origin: {verdict.reason}"

@@ -33,8 +33,10 @@ from dataclasses import dataclass
 
 import torch
 
+from protocol.hashing import hash_state_dict
 from reference.outer import FlatLayout
-from reference.trace import WEIGHTS
+from reference.sketch import SketchError, make_sketch
+from reference.trace import WEIGHTS, state_hash
 
 Tensors = Mapping[str, torch.Tensor]
 
@@ -73,6 +75,10 @@ def overlap_origin(prev: PreviousRound, layout: FlatLayout) -> torch.Tensor:
     return layout.flatten(weights_of(prev.base)) - progress
 
 
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
 def check_origin(
     origin: Tensors, base: Tensors, prev: PreviousRound | None = None
 ) -> OriginVerdict:
@@ -81,16 +87,15 @@ def check_origin(
     one-round overlap's; equality is bit for bit."""
     layout = FlatLayout({n: t.shape for n, t in weights_of(base).items()})
     start = layout.flatten(weights_of(origin))
-    if torch.equal(start.view(torch.int32), layout.flatten(weights_of(base)).view(torch.int32)):
+    if _same_bits(start, layout.flatten(weights_of(base))):
         return OriginVerdict(True, "lockstep", "the round started from its attested base")
     if prev is not None:
-        end = layout.flatten(weights_of(prev.end))
-        if torch.equal(start.view(torch.int32), end.view(torch.int32)):
+        if _same_bits(start, layout.flatten(weights_of(prev.end))):
             return OriginVerdict(True, "bounded", "the round started from the node's own end of "
                                  "the last round, moved to its base at its first boundary "
                                  "(the bounded overlap)")  # fmt: skip
         want = overlap_origin(prev, layout)
-        if torch.equal(start.view(torch.int32), want.view(torch.int32)):
+        if _same_bits(start, want):
             return OriginVerdict(True, "overlap", "the round started from the last round's base "
                                  "less the node's own last-round progress")  # fmt: skip
     return OriginVerdict(False, "", (
@@ -108,13 +113,9 @@ def packet_origin(prev: PreviousRound) -> dict[str, torch.Tensor]:
     (the one-round overlap measures from its origin)."""
     base, start = weights_of(prev.base), weights_of(prev.start)
     layout = FlatLayout({n: t.shape for n, t in base.items()})
-    if torch.equal(layout.flatten(start).view(torch.int32), layout.flatten(base).view(torch.int32)):
+    if _same_bits(layout.flatten(start), layout.flatten(base)):
         return base
     if prev.end_sketch is not None:
-        from protocol.hashing import hash_state_dict
-        from reference.sketch import SketchError, make_sketch
-        from reference.trace import state_hash
-
         try:
             mine = make_sketch(prev.end, base, state_hash(prev.end))
         except SketchError:
@@ -122,3 +123,15 @@ def packet_origin(prev: PreviousRound) -> dict[str, torch.Tensor]:
         if "0x" + hash_state_dict(mine).hex() == prev.end_sketch.lower():
             return base
     return start
+
+
+def audit_bases(
+    verdict: OriginVerdict, origin: Tensors, base: Tensors
+) -> tuple[Tensors, Tensors | None]:
+    """For a round whose ``origin`` (boundary 0) passed the origin check (``verdict``), the
+    weights its sketches and packet are measured from (the one-round overlap's origin, else its
+    attested ``base``, which a lockstep origin equals bit for bit), and the base its segment 0's
+    replay moves to at its end (the bounded overlap's landing: ``base``; else None)."""
+    if verdict.schedule == "overlap":
+        return {n: t.float() for n, t in weights_of(origin).items()}, None
+    return base, (base if verdict.schedule == "bounded" else None)

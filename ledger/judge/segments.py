@@ -57,7 +57,7 @@ from ledger.core.models import (
     RoundState,
     utcnow,
 )
-from ledger.judge.origin_check import OriginVerdict, PreviousRound
+from ledger.judge.origin_check import PreviousRound
 from ledger.judge.tensors import Tensors
 from protocol.eip712 import keccak256
 from protocol.hashing import hash_state_dict
@@ -234,24 +234,6 @@ def starts_elsewhere(
         if "0x" + hash_state_dict(mine).hex() != r.sketch_hash:
             return True
     return False
-
-
-def origin_weights(state: Tensors) -> dict[str, torch.Tensor]:
-    """A delivered boundary 0's weights by parameter name: the base an overlapped round's
-    sketches are taken from and its segments replayed against."""
-    return {n[len("weights/") :]: t.float() for n, t in state.items() if n.startswith("weights/")}
-
-
-def audit_bases(
-    verdict: OriginVerdict, origin: Tensors, base: Tensors
-) -> tuple[Tensors, Tensors | None]:
-    """For a round whose ``origin`` (boundary 0) passed the origin check (``verdict``), the
-    base its sketches and pseudo-gradient are taken from (the one-round overlap's origin, else
-    its attested ``base``), and the base its segment 0's replay moves to at its end (the
-    bounded overlap's landing: ``base``; else None)."""
-    if verdict.schedule == "overlap":
-        return origin_weights(origin), None
-    return base, (base if verdict.schedule == "bounded" else None)
 
 
 def existing(

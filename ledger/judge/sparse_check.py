@@ -34,6 +34,7 @@ from ledger.judge.entries import Context, Entry, Fraud
 from ledger.judge.origin_check import (
     OriginVerdict,
     PreviousRound,
+    audit_bases,
     check_origin,
     packet_origin,
     weights_of,
@@ -243,9 +244,8 @@ def sparse_round(  # noqa: PLR0917 - the entry, its round and round r-1
             _fraud(e, "audit_failed", origin.reason, want)
             log.warning("node %s round %d: %s", att.node, rnd.round, origin.reason)
             return False
-    verdict = check_sparse_round(
-        e.packet, start, end, after, origin=base if origin.schedule == "bounded" else None
-    )
+    verdict = check_sparse_round(e.packet, start, end, after,
+                                 origin=audit_bases(origin, start, base)[0])  # fmt: skip
     if verdict.passed and previous is not None:  # rule 2, from this round's side
         carried = carried_residual(start, previous)
         if not carried.passed:

@@ -20,9 +20,9 @@ import torch
 
 from ledger.core.config import ONE_STEP_TOLERANCE, SEGMENT_TOLERANCE
 from ledger.core.models import STATE_REQUEST
-from ledger.judge.origin_check import PreviousRound, check_origin
+from ledger.judge.origin_check import PreviousRound, audit_bases, check_origin
 from ledger.judge.replay import ReplayInputs
-from ledger.judge.segments import SegmentPlan, audit_bases, check_entry
+from ledger.judge.segments import SegmentPlan, check_entry
 from ledger.judge.sparse_check import carried_residual, check_sparse_round
 from ledger.judge.usefulness import corpus_of
 from protocol.hashing import hash_state_dict

@@ -116,9 +116,9 @@ class NodeSettings:
     """One-round delayed outer step (trainer.round.overlap, ``--overlap``): round r's all-reduce
     runs in the background during round r+1's compute; round r's attestation follows at the end
     of round r+1 (the ledger audits such a round from its committed origin,
-    ledger.judge.origin_check). False, the default until ``coloco audit``'s public replay starts
-    from a round's committed origin (docs/trainer.md, "Overlap"): lockstep. A node of several local
-    ranks and a time-boxed node run lockstep whatever this says (:meth:`overlapped`)."""
+    ledger.judge.origin_check). It costs x1.085 in loss; False (the default): the bounded overlap
+    below, or lockstep. When set it takes precedence over ``bounded_overlap``; a node of several
+    local ranks and a time-boxed node run lockstep whatever this says (:meth:`schedule`)."""
     bounded_overlap: bool = True
     """The bounded overlap (trainer.round.bounded; the default, ``--no-bounded-overlap``:
     lockstep): round r's exchange runs during round r+1's first k inner steps (k:
