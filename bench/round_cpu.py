@@ -8,8 +8,11 @@ format: ``encode_s`` (int8: the fused subtract-and-quantize; sparse: the node's 
 with a carried residual, its selection on the torch reference and on the native kernel),
 ``mean_s`` (the mean of ``world`` packets as each rank computes it: int8 ``simulate_average``,
 sparse ``sparse_mean`` after parsing each peer's packet), ``outer_s`` (``OuterState.step``),
-``hash_s`` (the commitment hash of the packet and the weights hash). Best of ``repeats``. The
-last line is one JSON object.
+``hash_s`` (the commitment hash of the packet and the weights hash). And the node's committed
+trace (reference.trace, issue 26), per boundary: ``copy_s`` (the state taken off the model),
+``state_hash_s``, ``sketch_s`` on the torch reference and on the native kernel, ``blob_s`` (the
+state encoded for the boundary store), and ``per_round_s`` at ``--boundaries`` a round (11: H 50,
+k 5). Best of ``repeats``. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ from typing import Any
 import torch
 
 from bench import emit
+from protocol.blobs import encode_blob
 from protocol.hashing import hash_state_dict
 from reference.codec import Packet, encode
 from reference.codec.sparse import SPARSE_SPEC, compress, to_packet
 from reference.commitment import commitment_hash
 from reference.mean import simulate_average, sparse_mean
 from reference.outer import FlatLayout, OuterConfig, OuterState
+from reference.sketch import make_sketch
+from reference.trace import boundary_steps, state_hash
 
 CPU10M = 10_663_296
 
@@ -50,11 +56,36 @@ def parsed_mean(packets: list[Packet]) -> torch.Tensor:
     return sparse_mean(peers, None)
 
 
+def trace_costs(
+    base: torch.Tensor, local: torch.Tensor, r: int, boundaries: int
+) -> dict[str, float]:
+    """One boundary's work (weights and AdamW's two moments, the state of a carried round) and
+    the round's at ``boundaries`` boundaries, with either sketch backend."""
+    g = torch.Generator().manual_seed(7)
+    state = {"weights/w": local, "adam/w/exp_avg": torch.randn(local.numel(), generator=g) * 1e-4,
+             "adam/w/exp_avg_sq": torch.rand(local.numel(), generator=g) * 1e-8,
+             "adam/step": torch.tensor(25.0)}  # fmt: skip
+    digest = state_hash(state)
+    costs = {
+        "copy_s": best(lambda: {k: t.clone() for k, t in state.items()}, r),
+        "state_hash_s": best(lambda: state_hash(state), r),
+        "blob_s": best(lambda: encode_blob(state), r),
+    }
+    for backend in ("torch", "native"):
+        os.environ["COLOCO_CODEC"] = backend
+        costs[f"sketch_{backend}_s"] = best(lambda: make_sketch(state, {"w": base}, digest), r)
+    fixed = costs["copy_s"] + costs["state_hash_s"] + costs["blob_s"]
+    for backend in ("torch", "native"):
+        costs[f"per_round_{backend}_s"] = boundaries * (fixed + costs[f"sketch_{backend}_s"])
+    return costs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--numel", type=int, default=CPU10M)
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--boundaries", type=int, default=len(boundary_steps(50, 5)))
     args = p.parse_args()
     torch.set_num_threads(1)
     n, w, r = args.numel, args.world, args.repeats
@@ -92,10 +123,12 @@ def main() -> None:
             "encode_s": best(enc, r),
             **common(sparse, partial(parsed_mean, sparse)),
         }  # fmt: skip
+    out["boundary"] = trace_costs(base, locals_[0], r, args.boundaries)
     os.environ.pop("COLOCO_CODEC", None)
     for k, v in list(out.items()):
         if isinstance(v, dict):
-            v["total_s"] = round(sum(v.values()), 4)
+            if k != "boundary":
+                v["total_s"] = round(sum(v.values()), 4)
             out[k] = {a: round(b, 4) for a, b in v.items()}
     emit("round_cpu", out)
 

@@ -38,7 +38,7 @@ the same sketch, and so the same ``sketchHash``, on any thread count.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -125,42 +125,90 @@ class Projection:
             )
         return self._cache[name]
 
-    def apply(self, tensors: Mapping[str, Tensor]) -> Tensor:
+    def apply(
+        self, tensors: Mapping[str, Tensor], base: Mapping[str, Tensor] | None = None
+    ) -> Tensor:
         """The sketch (float64, ``buckets`` numbers) of ``tensors`` (by parameter name; a name
-        missing is zeros)."""
-        out = torch.zeros(self.buckets, dtype=torch.float64)
+        missing is zeros), or with ``base`` of ``base - tensors`` by name (the float32
+        subtraction the node's packet encodes)."""
+        return self.apply_parts([tensors], base)[0]
+
+    def apply_parts(
+        self, parts: Sequence[Mapping[str, Tensor]], base: Mapping[str, Tensor] | None = None
+    ) -> list[Tensor]:
+        """:meth:`apply` of each of ``parts`` (``base``, when given, for the first), one pass
+        over each parameter for all of them."""
+        out = [torch.zeros(self.buckets, dtype=torch.float64) for _ in parts]
         for n in self.names:
-            t = tensors.get(n)
-            if t is None:
-                continue
-            if t.shape != self.shapes[n]:
-                raise SketchError(
-                    f"{n} has shape {tuple(t.shape)}, the model's {tuple(self.shapes[n])}"
-                )
-            values = t.detach().reshape(-1).to("cpu", torch.float64)
-            sums = torch.bincount(self._of(n), weights=values, minlength=2 * self.buckets)
-            out += sums[1::2] - sums[0::2]  # the +1 slots less the -1 slots, bucket by bucket
+            held = [part.get(n) for part in parts]
+            for t in held:
+                if t is not None and t.shape != self.shapes[n]:
+                    raise SketchError(
+                        f"{n} has shape {tuple(t.shape)}, the model's {tuple(self.shapes[n])}"
+                    )
+            start = None if base is None or held[0] is None else _base_of(base, n, held[0])
+            for i, sums in enumerate(self._sums(n, held, start)):
+                if sums is not None:  # the +1 slots less the -1 slots, bucket by bucket
+                    out[i] += sums[1::2] - sums[0::2]
         return out
+
+    def _sums(
+        self, name: str, held: list[Tensor | None], start: Tensor | None
+    ) -> list[Tensor | None]:
+        """The ``2 x buckets`` slot sums of parameter ``name``'s values in each part (None where
+        a part lacks it; the first ``start - t`` when ``start`` is given): the native kernel's
+        on CPU fp32 tensors (one pass), else torch's ``bincount`` (a serial loop in index
+        order, float64: the same bits)."""
+        flat = [None if t is None else t.detach().reshape(-1) for t in held]
+        sub = None if start is None else start.detach().reshape(-1)
+        if _native_ok([*flat, sub]):
+            from reference.codec import native
+
+            sums = native.count_sketch(
+                [None if t is None else t.contiguous() for t in flat],
+                None if sub is None else sub.contiguous(), self.offsets[name], self.seed,
+                self.buckets,
+            )  # fmt: skip
+            return [None if t is None else sums[i] for i, t in enumerate(flat)]
+        out: list[Tensor | None] = []
+        for i, t in enumerate(flat):
+            if t is None:
+                out.append(None)
+                continue
+            delta = t if i or sub is None else sub.float().cpu() - t.float().cpu()
+            values = delta.to("cpu", torch.float64)
+            out.append(torch.bincount(self._of(name), weights=values, minlength=2 * self.buckets))
+        return out
+
+
+def _native_ok(tensors: Sequence[Tensor | None]) -> bool:
+    """Whether the native count-sketch runs on these (CPU fp32, at most its parts, the C kernels
+    built, and ``COLOCO_CODEC`` not asking for the torch reference)."""
+    from reference.codec import native
+    from reference.codec.backend import resolve_backend
+
+    given = [t for t in tensors if t is not None]
+    if len(tensors) > native.MAX_SKETCH_PARTS + 1 or not given:
+        return False
+    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in given):
+        return False
+    return resolve_backend(given[0].device) == "native"
+
+
+def _base_of(base: Mapping[str, Tensor], name: str, w: Tensor) -> Tensor:
+    """Parameter ``name`` of the round's ``base`` (by name or ``weights/<name>``), checked."""
+    start = base.get(name, base.get("weights/" + name))
+    if start is None:
+        raise SketchError(f"the round's base has no weight {name!r} to sketch the delta from")
+    if start.shape != w.shape:
+        raise SketchError(
+            f"weight {name!r}: base shape {tuple(start.shape)} != state {tuple(w.shape)}"
+        )
+    return start
 
 
 def _weights(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
     return {k.removeprefix("weights/"): t for k, t in state.items() if k.startswith("weights/")}
-
-
-def pseudo_gradient(state: Mapping[str, Tensor], base: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """``base - weights`` of ``state`` by parameter (float32, the packet's subtraction);
-    ``base`` by parameter name or ``weights/<name>``."""
-    out: dict[str, Tensor] = {}
-    for n, w in _weights(state).items():
-        start = base.get(n, base.get("weights/" + n))
-        if start is None:
-            raise SketchError(f"the round's base has no weight {n!r} to sketch the delta from")
-        if start.shape != w.shape:
-            raise SketchError(
-                f"weight {n!r}: base shape {tuple(start.shape)} != state {tuple(w.shape)}"
-            )
-        out[n] = start.detach().float().cpu() - w.detach().float().cpu()
-    return out
 
 
 def make_sketch(
@@ -179,10 +227,12 @@ def make_sketch(
     if not shapes:
         raise SketchError("a boundary state needs its weights (names under 'weights/')")
     proj = projection or Projection.of(state_hash, shapes)
-    sketch = {PREFIX + "weights": proj.apply(pseudo_gradient(state, base))}
-    for moment in PARTS[1:]:
-        held = {n: state[f"adam/{n}/{moment}"] for n in shapes if f"adam/{n}/{moment}" in state}
-        sketch[PREFIX + moment] = proj.apply(held)
+    weights = _weights(state)
+    moments = [
+        {n: state[f"adam/{n}/{m}"] for n in shapes if f"adam/{n}/{m}" in state} for m in PARTS[1:]
+    ]
+    sketched = proj.apply_parts([weights, *moments], base)
+    sketch = {PREFIX + part: s for part, s in zip(PARTS, sketched, strict=True)}
     step = state.get("adam/step")
     sketch[STEP] = torch.tensor(0.0 if step is None else float(step), dtype=torch.float64)
     if commit:

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -29,6 +30,7 @@ from reference.settings import WireFormat
 
 log = logging.getLogger(__name__)
 
+MAX_SKETCH_PARTS = 4  # MAX_PARTS in the C source
 CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-shared", "-fPIC")
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
@@ -90,6 +92,9 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.coloco_dec_bf16.restype = None
     lib.coloco_sparse_select.argtypes = [p, i64, i64, i64, i64, p, p, p]
     lib.coloco_sparse_select.restype = i64
+    u64 = ctypes.c_uint64
+    lib.coloco_count_sketch.argtypes = [ctypes.POINTER(p), p, i64, i64, i64, u64, u64, i64, p]
+    lib.coloco_count_sketch.restype = None
 
 
 def load() -> ctypes.CDLL | None:
@@ -188,3 +193,25 @@ def sparse_select(
     if bad:
         raise nonfinite_error("the pseudo-gradient plus residual")
     return offsets, codes, steps
+
+
+def count_sketch(
+    parts: Sequence[torch.Tensor | None],
+    sub: torch.Tensor | None,
+    start: int,
+    seed: tuple[int, int],
+    buckets: int,
+) -> torch.Tensor:
+    """The float64 slot sums (``len(parts) x 2 buckets``) of reference.sketch's count-sketch of
+    each flat contiguous fp32 vector in ``parts`` (None: zeros), part 0 taken as ``sub - part``
+    in fp32 when ``sub`` is given, coordinates numbered from ``start``, one pass for all: the
+    bits of ``torch.bincount(slots(seed, start, n), weights=values)`` part by part."""
+    lib = require()
+    if len(parts) > MAX_SKETCH_PARTS:
+        raise ValueError(f"the native count-sketch takes at most {MAX_SKETCH_PARTS} parts")
+    n = next(t.numel() for t in parts if t is not None)
+    sums = torch.zeros((len(parts), 2 * buckets), dtype=torch.float64)
+    xs = (ctypes.c_void_p * len(parts))(*(_ptr(t) for t in parts))
+    a, b = seed
+    lib.coloco_count_sketch(xs, _ptr(sub), len(parts), n, start, a, b, buckets, _ptr(sums))
+    return sums

@@ -214,4 +214,46 @@ int64_t coloco_sparse_select(const float *restrict x, int64_t n, int64_t chunk, 
     free(keys);
     return bad;
 }
+/* The count-sketch of reference/sketch.py (Projection.apply): coordinate start + i goes to slot
+   2 * bucket + (sign is +1) by the reference's mixer. The reference keeps every step's product
+   below 2^63 in int64 and masks it to 32 bits, which is arithmetic mod 2^32: uint32 here, so the
+   hashes of a block vectorize. Each value is added in float64 in index order, the serial loop
+   of torch.bincount, so the sums are its bits. Up to MAX_PARTS vectors share the block's
+   hashes: part p's value is xs[p][i] (NULL: the part is skipped), part 0's the float32
+   difference sub[i] - xs[0][i] when sub is given (the pseudo-gradient so far). sums: parts x
+   2 * buckets doubles, zeroed by the caller (a value that is not finite is added as it is, as
+   torch's). */
+#define MAX_PARTS 4
+#define SKETCH_BLOCK 2048
+void coloco_count_sketch(const float *const *xs, const float *restrict sub, int64_t parts,
+                         int64_t n, int64_t start, uint64_t a, uint64_t b, int64_t buckets,
+                         double *restrict sums) {
+    const uint32_t a32 = (uint32_t)a, b32 = (uint32_t)b, mask = (uint32_t)buckets - 1;
+    uint32_t slot[SKETCH_BLOCK];
+    for (int64_t i0 = 0; i0 < n; i0 += SKETCH_BLOCK) {
+        int64_t len = n - i0 < SKETCH_BLOCK ? n - i0 : SKETCH_BLOCK;
+        uint32_t x0 = (uint32_t)(start + i0);
+        for (int64_t j = 0; j < len; j++) {
+            uint32_t h = a32 * (x0 + (uint32_t)j) + b32;
+            h ^= h >> 16;
+            h *= 0x7FEB352Du;
+            h ^= h >> 15;
+            h *= 0x2C1B3C6Du;
+            h ^= h >> 16;
+            slot[j] = (h & mask) * 2 + (h >> 31);
+        }
+        for (int64_t p = 0; p < parts && p < MAX_PARTS; p++) {
+            const float *x = xs[p];
+            double *out = sums + p * 2 * buckets;
+            if (!x) continue;
+            x += i0;
+            if (p == 0 && sub) {
+                const float *s = sub + i0;
+                for (int64_t j = 0; j < len; j++) out[slot[j]] += (double)(s[j] - x[j]);
+            } else {
+                for (int64_t j = 0; j < len; j++) out[slot[j]] += (double)x[j];
+            }
+        }
+    }
+}
 """
