@@ -20,6 +20,7 @@ from torch import Tensor
 
 from protocol.blobs import decode_blob, encode_blob
 from protocol.errors import CheckpointError, ColocoError
+from protocol.files import DirectWriter
 from protocol.hashing import hash_state_dict
 from reference.outer import FlatLayout, OuterState
 
@@ -114,6 +115,7 @@ class CheckpointDir:
     def __init__(self, path: str | Path, *, keep: int = 3) -> None:
         self.path = Path(path)
         self.keep = keep
+        self._writer = DirectWriter()
 
     def file_for(self, round: int) -> Path:
         return self.path / f"round_{round:08d}.safetensors"
@@ -121,9 +123,7 @@ class CheckpointDir:
     def save(self, ckpt: RoundCheckpoint) -> Path:
         self.path.mkdir(parents=True, exist_ok=True)
         target = self.file_for(ckpt.round)
-        tmp = target.with_suffix(".tmp")
-        tmp.write_bytes(ckpt.to_bytes())
-        tmp.replace(target)
+        self._writer.write(target, ckpt.to_bytes())  # O_DIRECT, through a temporary
         for old in self.rounds()[: -self.keep] if self.keep > 0 else []:
             self.file_for(old).unlink(missing_ok=True)
         log.info("checkpoint round %d -> %s", ckpt.round, target)

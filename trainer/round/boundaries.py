@@ -31,6 +31,7 @@ from torch import Tensor
 
 from protocol.blobs import decode_blob, encode_blob
 from protocol.errors import LedgerError, TrainerError
+from protocol.files import DirectWriter
 from protocol.hashing import hash_state_dict
 from protocol.types import Bytes32
 from reference.inner import InnerConfig, InnerTrainer
@@ -107,6 +108,7 @@ class BoundaryStore:
         self.max_bytes = max_bytes
         self._writer: ThreadPoolExecutor | None = None  # started by keeper, stopped by close
         self._writes: list[Future[None]] = []
+        self._direct = DirectWriter()  # the writer thread's (its aligned buffer reused)
 
     def _dir(self, round: int) -> Path:
         return self.root / f"{round:08d}"
@@ -129,12 +131,10 @@ class BoundaryStore:
         folder.mkdir(parents=True)
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="boundary-writer")
-        writer = self._writer
+        writer, direct = self._writer, self._direct
 
         def write(path: Path, state: dict[str, Tensor]) -> None:
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_bytes(encode_blob(state))
-            tmp.replace(path)
+            direct.write(path, encode_blob(state))  # O_DIRECT: the states' writes cost no CPU
 
         def keep(boundary: Boundary, state: dict[str, Tensor]) -> None:
             while len(self._writes) >= WRITES_IN_FLIGHT:
@@ -173,9 +173,9 @@ class BoundaryStore:
         if missing:
             raise TrainerError(f"round {round}: boundary states {missing} were not written")
         if base is not None:
-            tmp = folder / (SKETCH_BASE_FILE + ".tmp")
-            tmp.write_bytes(encode_blob({WEIGHTS + n: t for n, t in base.items()}))
-            tmp.replace(folder / SKETCH_BASE_FILE)
+            DirectWriter().write(
+                folder / SKETCH_BASE_FILE, encode_blob({WEIGHTS + n: t for n, t in base.items()})
+            )
         doc = {"round": round, "root": "0x" + trace.root.hex(),
                "boundaries": [b.to_json() for b in trace.boundaries]}  # fmt: skip
         tmp = folder / (TRACE_FILE + ".tmp")

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from protocol.blobs import decode_blob, encode_blob
 from protocol.errors import ColocoError
+from protocol.files import DirectWriter
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class Residuals:
         self.folder = folder
         self.after: dict[int, Tensor] = {}
         self.landed: int | None = None
+        self._writer = DirectWriter()
 
     def before(self, r: int) -> Tensor | None:
         """The residual round ``r`` starts from (None: zero)."""
@@ -61,9 +63,7 @@ class Residuals:
             path.unlink(missing_ok=True)
             return
         self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(FILE + ".tmp")
-        tmp.write_bytes(encode_blob({"residual": residual, "round": torch.tensor([r])}))
-        tmp.replace(path)
+        self._writer.write(path, encode_blob({"residual": residual, "round": torch.tensor([r])}))
 
     def adopt(self, r: int) -> None:
         """The node now holds the state after round ``r``: keep only the residual that goes
