@@ -31,6 +31,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -77,7 +78,7 @@ def run_nodes(
             for i in range(n):
                 cmd = _py("bench.network_node", "--index", i, "--world", n, "--hub", net.hub_ip,
                           "--port", 29600, "--ledger-port", 8600, "--out", out_dir / f"{i}.json",
-                          *node_args[i])  # fmt: skip
+                          "--work-dir", out_dir / f"work-{i}", *node_args[i])  # fmt: skip
                 procs.append(subprocess.Popen([*net.argv(i), *cmd], env=env, cwd=REPO))
             deadline = time.monotonic() + timeout_s
             for proc in procs:
@@ -90,7 +91,9 @@ def run_nodes(
                 if child.poll() is None:
                     child.kill()
                     child.wait()
-    return [json.loads((out_dir / f"{i}.json").read_text()) for i in range(n)]
+    results = [json.loads((out_dir / f"{i}.json").read_text()) for i in range(n)]
+    shutil.rmtree(out_dir, ignore_errors=True)  # (--trace: the boundary states, ~1.4 GB a node)
+    return results
 
 
 def _later(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -117,12 +120,16 @@ def summarize(
     fast = list(range(len(nodes))) if fast is None else fast
     later = [r for i in fast for r in _later(nodes[i])]
     util = statistics.mean(r["compute_s"] / r["wall_s"] for r in later)
+    # the training thread's CPU in its steps over the round's wall time: what the wall-clock
+    # figure cannot see, a step slowed by the node's own background work (the trace's hashes)
+    util_cpu = statistics.mean(r.get("compute_cpu_s", r["compute_s"]) / r["wall_s"] for r in later)
     t = statistics.mean(r["step_s"] for r in later)
     c = statistics.mean(r["wall_s"] - r["compute_s"] for r in later)
     world = len(nodes)
     per_round = [node["tx"] / len(node["rounds"]) for node in nodes]
     return {
         "utilization": round(util, 4),
+        "utilization_cpu": round(util_cpu, 4),
         "utilization_model": round(h * t / (h * t + c), 4),
         "step_s": round(t, 4),
         "comm_s": round(c, 3),

@@ -51,6 +51,7 @@ from trainer.network.coordination.registry import AnyKeyRegistry
 from trainer.network.ledger_client import LedgerClient
 from trainer.network.membership import MembershipConfig, Rendezvous
 from trainer.round import timebox
+from trainer.round.boundaries import BoundaryStore
 from trainer.round.diloco import DiLoCo, RoundSettings
 from trainer.round.node import offline_domain
 from trainer.round.runconfig import INNER_LR, NODE_BATCH_SIZE, OUTER_LR, OUTER_MOMENTUM
@@ -89,6 +90,17 @@ def main() -> None:
                    "after step TAU (waiting if the average is not in) the node takes the outer "
                    "step and moves its weights by (new base - its end of round r) "
                    "(bench.diloco's overlap_steps)")  # fmt: skip
+    p.add_argument("--trace", action="store_true",
+                   help="train as `coloco node run` does (DiLoCo.train_local): the committed "
+                   "trace of the round's boundary states every H/10 steps (or TAU), hashed and "
+                   "sketched in a background thread and written to a BoundaryStore, and the "
+                   "bounded landing at the first boundary after step 0")  # fmt: skip
+    p.add_argument("--work-dir", default="", help="--trace: the boundary store's folder")
+    p.add_argument(
+        "--no-store",
+        action="store_true",
+        help="--trace without writing the boundary states (their cost apart)",
+    )
     p.add_argument("--eval-rows", type=int, default=0, help="eval loss on N held-out rows at end")
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -119,7 +131,9 @@ def main() -> None:
         inner=InnerConfig(steps=args.inner_steps, lr=INNER_LR, batch_size=args.batch),
         outer=outer_cfg,
         wire_format=args.fmt,
+        trace_interval=args.overlap_steps or max(1, args.inner_steps // 10),
     ).with_inner_state(CARRY_STATE)
+    store = BoundaryStore(Path(args.work_dir or f"/tmp/bench-node-{args.index}"), keep_rounds=1)
     inner_cfg = settings.inner
     records: list[dict[str, object]] = []
     group = None
@@ -134,7 +148,10 @@ def main() -> None:
 
     step_times: list[float] = []
 
+    last_cpu = [0.0]  # the training thread's CPU clock at the last step's end
+
     def slow(info: StepInfo) -> None:
+        last_cpu[0] = time.thread_time()
         now = time.perf_counter()
         step_times.append(now - last_step_end[0])  # this step's wall time, slowdown included
         if args.slowdown > 1.0:
@@ -200,6 +217,14 @@ def main() -> None:
         # otherwise queue behind 10.9 MB on the uplink (measured: join 0.23 s against 0.09 s)
         pending["thread"] = threading.Thread(target=run, daemon=True)
 
+    def start_uploads() -> None:
+        """The commitment uploads not started yet (the round before's): after the next join,
+        and with the bounded overlap after the landing, so they never share the uplink with
+        the exchange (the node's attestation goes out at its landing: trainer.round.node)."""
+        for th in uploads:
+            if th.ident is None:
+                th.start()
+
     def start_pending() -> None:
         thread = pending.get("thread")
         if thread is not None and thread.ident is None:
@@ -212,13 +237,15 @@ def main() -> None:
         """--overlap-steps: the last round's average lands (waited for if still on the wire),
         the outer step and the hash check run, and the weights move by (new base - ``own_end``);
         ``landed`` gets the wait, the bytes sent, the result and the time it all took."""
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.thread_time()
         landed["wait_s"], landed["sent"], landed["result"] = finish_pending()
+        start_uploads()
         with torch.no_grad():
             views = diloco.state.layout.unflatten(diloco.state.base - own_end)
             for name, param in model.named_parameters():
                 param.add_(views[name])
         landed["s"] = time.perf_counter() - t
+        landed["cpu_s"] = time.thread_time() - cpu
 
     def land_at(own_end: torch.Tensor, landed: dict[str, Any]) -> Callable[[StepInfo], None]:
         """--overlap-steps: :func:`land` after inner step TAU, waiting for the average if it is
@@ -235,6 +262,21 @@ def main() -> None:
 
         return on_step
 
+    def landing(landed: dict[str, Any]) -> Callable[[], None]:
+        """--trace with --overlap-steps: DiLoCo.train_local's landing (it moves the weights
+        itself); ``landed`` gets what :func:`land` records, and the landing's thread CPU."""
+
+        def run() -> None:
+            t, cpu = time.perf_counter(), time.thread_time()
+            landed["wait_s"], landed["sent"], landed["result"] = finish_pending()
+            start_uploads()
+            landed["s"] = time.perf_counter() - t
+            landed["cpu_s"] = time.thread_time() - cpu
+            landed["step"] = settings.trace_interval
+            last_step_end[0] = time.perf_counter()
+
+        return run
+
     residual: torch.Tensor | None = None  # --fmt sparse: this node's error feedback
     uploads: list[threading.Thread] = []
     upload_bytes = 0
@@ -244,9 +286,8 @@ def main() -> None:
         t_round = time.perf_counter()
         members = rdv.join(r)
         start_pending()  # --overlap: last round's all-reduce, during this round's compute
-        for th in uploads:  # last round's commitment upload, during this round's compute
-            if th.ident is None:
-                th.start()
+        if not bounded:  # last round's commitment upload, during this round's compute
+            start_uploads()
         if members.addresses != members_seen:  # rebuilt only when membership changes
             if group is not None:
                 group.close()
@@ -254,8 +295,11 @@ def main() -> None:
             members_seen, groups_formed = members.addresses, groups_formed + 1
         assert group is not None
         rows = rows_for(r)
-        diloco.sync_inner_model()
-        if start is not None:  # --overlap: the newest base plus this node's unaveraged progress
+        if not args.trace:  # (DiLoCo.train_local does both itself)
+            diloco.sync_inner_model()
+        if (
+            start is not None and not args.trace
+        ):  # --overlap: the newest base plus this node's unaveraged progress
             # (--overlap-steps: this node's own end of the last round)
             with torch.no_grad():
                 views = diloco.state.layout.unflatten(start)
@@ -264,30 +308,54 @@ def main() -> None:
         if diloco.inner is None:
             diloco.inner = InnerTrainer(model, inner_cfg, keep_state=settings.keep_inner_state)
         t_train = time.perf_counter()
+        cpu_train = last_cpu[0] = time.thread_time()
         last_step_end[0] = t_train
         step_times.clear()
         landed: dict[str, Any] = {}
-        on_step: Callable[[StepInfo], None] = slow
-        if bounded and "thread" in pending and start is not None:
-            on_step = land_at(start, landed)
-        inner = diloco.inner.train(rows, on_step=on_step, budget_s=budget if budget > 0 else None)
-        stepped_s = inner.seconds - float(landed.get("s", 0.0))  # less a landing at step TAU
-        if on_step is not slow and not landed:  # the time box stopped the phase before TAU
-            assert start is not None
-            land(start, landed)
-            landed["step"] = inner.steps
-        t_enc = time.perf_counter()
+        box = budget if budget > 0 else None
+        lands = bounded and "thread" in pending and start is not None
+        if args.trace:  # the node's own path: the trace, and the landing inside the phase
+            local = diloco.train_local(rows, settings, on_step=slow, budget_s=box,
+                                       start=start if (bounded or args.overlap) else None,
+                                       residual=residual,
+                                       keep=None if args.no_store else store.keeper(r),
+                                       landing=landing(landed) if lands else None)  # fmt: skip
+            inner = local.inner
+            t_enc = t_train + inner.seconds  # the encode and the trace's last commits after it
+            assert local.packet is not None and local.trace is not None
+            packet, residual = local.packet, local.residual
+            sketched = diloco.state.layout.unflatten(diloco.state.base) if landed else None
+            if not args.no_store:
+                store.finish(r, local.trace, base=sketched)
+            flat_local = diloco.state.layout.flatten(dict(model.named_parameters()))
+            stepped_s = inner.seconds - float(landed.get("s", 0.0))
+        else:
+            on_step: Callable[[StepInfo], None] = slow
+            if lands:
+                assert start is not None
+                on_step = land_at(start, landed)
+            inner = diloco.inner.train(rows, on_step=on_step, budget_s=box)
+            stepped_s = inner.seconds - float(landed.get("s", 0.0))  # less a landing at TAU
+            if lands and not landed:  # the time box stopped the phase before TAU
+                assert start is not None
+                land(start, landed)
+                landed["step"] = inner.steps
+            t_enc = time.perf_counter()
+        # the training thread's CPU in its steps (less the landing's; with --trace the copies
+        # of the boundary states taken between steps are in it)
+        compute_cpu_s = last_cpu[0] - cpu_train - float(landed.get("cpu_s", 0.0))
         landing_s = float(landed.get("s", 0.0))  # communication inside the inner phase
         compute_s = t_enc - t_train - landing_s
         if auto_budget:  # this node's pace under this round's conditions (trainer.round.timebox, as
             # `node run --time-box`): signed, posted before the all-reduce so nobody waits
             timebox.post_pace(rdv.board, r, inner)
-        flat_local = diloco.state.layout.flatten(dict(model.named_parameters()))
         origin = diloco.state.base if start is None or bounded else start
-        if args.fmt == "sparse":  # top-k of (origin - local + residual), the rest carried
-            packet, residual = encode_feedback(origin, flat_local, residual)
-        else:
-            packet = encode(origin, flat_local, args.fmt)  # fused origin - local, quantized
+        if not args.trace:
+            flat_local = diloco.state.layout.flatten(dict(model.named_parameters()))
+            if args.fmt == "sparse":  # top-k of (origin - local + residual), the rest carried
+                packet, residual = encode_feedback(origin, flat_local, residual)
+            else:
+                packet = encode(origin, flat_local, args.fmt)  # fused origin - local, quantized
         t_ar = time.perf_counter()
         phases: dict[str, float] = {}
         if bounded:  # round r's all-reduce runs during round r+1's first TAU steps
@@ -323,7 +391,7 @@ def main() -> None:
         t_end = time.perf_counter()
         records.append({
             "round": r, "members": len(members.addresses), "steps": inner.steps,
-            "tokens": inner.tokens, "compute_s": compute_s,
+            "tokens": inner.tokens, "compute_s": compute_s, "compute_cpu_s": compute_cpu_s,
             "step_s": stepped_s / max(inner.steps, 1),
             "comm_s": t_end - t_enc + landing_s, "wall_s": t_end - t_prev,
             "join_s": t_train - t_round, "landing_s": landing_s,

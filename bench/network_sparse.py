@@ -1,16 +1,22 @@
 """The sparse wire format on real links, for ``bench.network`` (side by side with int8).
 
 Scenarios (nodes in namespaces behind tbf, bench/network_node.py ``--fmt sparse``: the sparse
-encoder with each node's error-feedback residual, the checked all-gather of whole packets):
-2 nodes at the rate and at a tenth of it, each lockstep, with the one-round delayed outer step
-(``--overlap``) and with the bounded overlap (``--overlap-steps``: the average lands H/10 inner
-steps into the next round; at a tenth of the rate also H/5); and 4 nodes (a few inner steps:
-the bytes of a round do not depend on them) for the bytes per node as the group grows. Bytes
-are each node's ``eth0`` counters. ``bytes_per_node_per_round_by_n`` gives the measured figures
-for N = 2 and 4 and the wire model (:func:`per_node_model`, checked against them) up to N = 100,
-labelled; and the largest N whose all-gather still hides within the utilization target at 100
-and 10 Mbit/s: above it a hierarchy (groups that all-gather, then exchange group means) is
-needed.
+encoder with each node's error-feedback residual, the checked all-gather of whole packets): 2 nodes
+at the rate and at a tenth of it, first **the node's default path** (``--trace --overlap-steps
+H/10``: ``DiLoCo.train_local`` as ``coloco node run`` trains, the committed trace of boundary states
+hashed, sketched and stored in a background thread, the bounded overlap landing at the first
+boundary after step 0): ``utilization_sparse`` and ``utilization_sparse_10mbit`` are its training
+thread's CPU in its steps over the round's wall time (``utilization_cpu``: a step the trace's thread
+slows is not counted as compute), with the wall-clock figure beside it (``_wall``), and the same
+path without writing the boundary states (``utilization_sparse_states_not_stored``: the trace's
+hashes and sketches alone). Then, without the trace: lockstep, the one-round delayed outer step
+(``--overlap``) and the bounded overlap (``--overlap-steps``; at a tenth of the rate also H/5); and
+4 nodes (a few inner steps: the bytes of a round do not depend on them) for the bytes per node as
+the group grows. Bytes are each node's ``eth0`` counters. ``bytes_per_node_per_round_by_n`` gives
+the measured figures for N = 2 and 4 and the wire model (:func:`per_node_model`, checked against
+them) up to N = 100, labelled; and the largest N whose all-gather still hides within the utilization
+target at 100 and 10 Mbit/s: above it a hierarchy (groups that all-gather, then exchange group
+means) is needed.
 """
 
 from __future__ import annotations
@@ -58,6 +64,15 @@ def figures(
 ) -> dict[str, Any]:
     """Run the sparse scenarios; their JSON keys."""
     auto: list[object] = ["--budget-s", -1]
+    tau = max(1, h // 10)
+    node = [["--fmt", "sparse", *auto, "--trace", "--overlap-steps", tau]] * 2
+    sn = summarize(scenario("sparse, the node's default path", 2, rate, node), h)
+    sn10 = summarize(scenario("sparse, the node's default path, a tenth", 2, rate / 10, node,
+                              others), h)  # fmt: skip
+    # the same without writing the boundary states: the trace's hashes and sketches alone
+    unstored = [[*node[0], "--no-store"]] * 2
+    sn_nostore = summarize(scenario("sparse, the default path, states not stored", 2, rate,
+                                    unstored, others), h)  # fmt: skip
     two = scenario("sparse", 2, rate, [["--fmt", "sparse", *auto]] * 2)
     s2 = summarize(two, h)
     s10 = summarize(
@@ -69,7 +84,6 @@ def figures(
     overlap = [["--fmt", "sparse", *auto, "--overlap"]] * 2
     so = summarize(scenario("sparse overlap", 2, rate, overlap), h)
     so10 = summarize(scenario("sparse overlap at a tenth", 2, rate / 10, overlap, others), h)
-    tau = max(1, h // 10)
 
     def bounded(steps: int) -> list[list[object]]:
         return [["--fmt", "sparse", *auto, "--overlap-steps", steps]] * 2
@@ -88,10 +102,15 @@ def figures(
     }
     compute_s = s2["step_s"] * h
     return {
-        "utilization_sparse": s2["utilization"],
-        "utilization_model_sparse": s2["utilization_model"],
-        "utilization_sparse_10mbit": s10["utilization"],
-        "utilization_model_sparse_10mbit": s10["utilization_model"],
+        "utilization_sparse": sn["utilization_cpu"],
+        "utilization_sparse_10mbit": sn10["utilization_cpu"],
+        "utilization_sparse_wall": sn["utilization"],
+        "utilization_sparse_10mbit_wall": sn10["utilization"],
+        "utilization_sparse_states_not_stored": sn_nostore["utilization_cpu"],
+        "utilization_sparse_lockstep": s2["utilization"],
+        "utilization_model_sparse_lockstep": s2["utilization_model"],
+        "utilization_sparse_lockstep_10mbit": s10["utilization"],
+        "utilization_model_sparse_lockstep_10mbit": s10["utilization_model"],
         "utilization_sparse_overlap": so["utilization"],
         "utilization_model_sparse_overlap": so["utilization_model"],
         "utilization_sparse_overlap_10mbit": so10["utilization"],
@@ -119,6 +138,9 @@ def figures(
             for mbit, target in ((rate, 0.97), (rate / 10, 0.95))
         },
         "sparse_round_compute_s": round(compute_s, 3),
+        "sparse_node": sn,
+        "sparse_node_10mbit": sn10,
+        "sparse_node_states_not_stored": sn_nostore,
         "sparse": s2,
         "sparse_10mbit": s10,
         "sparse_overlap": so,
