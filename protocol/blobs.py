@@ -192,3 +192,37 @@ def tensors_of_buffer(buffer: memoryview, *, max_bytes: int) -> dict[str, torch.
             flat = torch.frombuffer(buffer[base + begin : base + end], dtype=torch.uint8)
             out[name] = flat.view(dtype).reshape(shape)
     return out
+
+
+_DTYPE_CODES: Final[dict[torch.dtype, str]] = {t: code for code, t in _TORCH_DTYPES.items()}
+
+
+def blob_layout(sd: Mapping[str, torch.Tensor]) -> tuple[bytes, list[tuple[str, torch.Tensor]]]:
+    """The safetensors blob of ``sd`` without making it: its first bytes (the 8-byte header
+    length and the JSON header, padded with spaces to a multiple of 8) and its tensors in data
+    order, whose raw bytes follow one after another. The order and the padding are safetensors'
+    own writer's (widest dtype first, then by name), so for a state of fp32 tensors the blob is
+    :func:`encode_blob`'s to the byte; with other dtypes mixed in it is a valid blob that
+    :func:`decode_blob` reads to the same tensors (a blob's id is its tensors' hash, not its
+    bytes). For writers that place the bytes themselves (protocol.files: no copy of the state
+    in between)."""
+    tensors: list[tuple[str, torch.Tensor]] = []
+    for name, tensor in sd.items():
+        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
+            raise EncodingError(f"blob: expected str -> torch.Tensor, got {name!r}: {type(tensor)}")
+        if tensor.dtype not in _DTYPE_CODES:
+            raise EncodingError(
+                f"blob: tensor {name!r} has a dtype safetensors lacks: {tensor.dtype}"
+            )
+        tensors.append((name, tensor.detach().cpu().contiguous()))
+    tensors.sort(key=lambda item: (-item[1].element_size(), item[0]))
+    entries: dict[str, dict[str, Any]] = {}
+    position = 0
+    for name, t in tensors:
+        end = position + t.numel() * t.element_size()
+        entries[name] = {"dtype": _DTYPE_CODES[t.dtype], "shape": list(t.shape),
+                         "data_offsets": [position, end]}  # fmt: skip
+        position = end
+    header = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode()
+    header += b" " * (-len(header) % 8)
+    return struct.pack("<Q", len(header)) + header, tensors

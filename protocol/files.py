@@ -20,7 +20,12 @@ import logging
 import mmap
 import os
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+import torch
+
+from protocol.blobs import blob_layout
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +53,49 @@ class DirectWriter:
     def write(self, path: Path, data: bytes | bytearray | memoryview) -> None:
         """Write ``data`` to ``path`` (``<path>.tmp`` first, renamed over it). A write that fails
         leaves ``path`` as it was and removes the temporary."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
         view = memoryview(data).cast("B")
+
+        def fill(buffer: mmap.mmap) -> None:
+            buffer[: len(view)] = view
+
+        self._write(Path(path), len(view), fill)
+
+    def write_tensors(self, path: Path, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Write the safetensors blob of ``tensors`` (protocol.blobs.blob_layout: for fp32
+        tensors encode_blob's bytes) to ``path`` as :meth:`write` does, each tensor's bytes
+        copied straight into the buffer (no blob made in between)."""
+        head, order = blob_layout(tensors)
+        size = len(head) + sum(t.numel() * t.element_size() for _, t in order)
+
+        def fill(buffer: mmap.mmap) -> None:
+            buffer[: len(head)] = head
+            position = len(head)
+            for _, t in order:
+                n = t.numel() * t.element_size()
+                if n:
+                    out = torch.frombuffer(buffer, dtype=torch.uint8, count=n, offset=position)
+                    out.copy_(t.reshape(-1).view(torch.uint8))
+                position += n
+
+        self._write(Path(path), size, fill)
+
+    def _write(self, path: Path, size: int, fill: Callable[[mmap.mmap], None]) -> None:
+        tmp = path.with_name(path.name + ".tmp")
         with self._lock:
             try:
-                if not (self.direct and self._write_direct(tmp, view)):
-                    tmp.write_bytes(view)
+                buffer = self._aligned(max(-(-size // ALIGN) * ALIGN, ALIGN))
+                fill(buffer)  # (what follows the size, to the alignment, is cut by the truncate)
+                if not (self.direct and self._write_direct(tmp, buffer, size)):
+                    with memoryview(buffer)[:size] as view:
+                        tmp.write_bytes(view)
                 tmp.replace(path)
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
 
-    def _write_direct(self, tmp: Path, view: memoryview) -> bool:
-        """Write through O_DIRECT; False (nothing written) where the filesystem refuses it."""
-        size = len(view)
+    def _write_direct(self, tmp: Path, buffer: mmap.mmap, size: int) -> bool:
+        """The buffer's first ``size`` bytes through O_DIRECT; False (nothing written) where the
+        filesystem refuses it."""
         padded = -(-size // ALIGN) * ALIGN
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
@@ -73,13 +106,10 @@ class DirectWriter:
             self.direct = False
             return False
         try:
-            buffer = self._aligned(max(padded, ALIGN))
-            buffer[:size] = view  # (what follows, to the alignment, is cut by the truncate)
-            out = memoryview(buffer)[:padded]
-            done = 0
-            while done < padded:
-                done += os.write(fd, out[done:])
-            out.release()
+            with memoryview(buffer)[:padded] as out:
+                done = 0
+                while done < padded:
+                    done += os.write(fd, out[done:])
             os.ftruncate(fd, size)
         finally:
             os.close(fd)

@@ -8,8 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from protocol import files
+from protocol.blobs import decode_blob, encode_blob
+from protocol.hashing import hash_state_dict
 
 
 @pytest.mark.parametrize("size", [0, 1, files.ALIGN - 1, files.ALIGN, 3 * files.ALIGN + 17])
@@ -58,3 +61,42 @@ def test_a_write_that_fails_leaves_the_old_file(
         files.DirectWriter().write(target, os.urandom(5_000))
     assert target.read_bytes() == b"the old round"
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # the temporary removed
+
+
+def _state() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    return {
+        "weights/blocks.0.w": torch.randn(33, 7, generator=g),
+        "weights/a": torch.randn(5, generator=g),
+        "adam/a/exp_avg": torch.randn(5, generator=g),
+        "adam/step": torch.tensor(7.0),
+        "residual/a": torch.zeros(5),
+        "weights/none": torch.zeros(0, 3),
+    }
+
+
+def test_a_states_tensors_are_written_as_encode_blobs_bytes(tmp_path: Path) -> None:
+    """An fp32 state (what the boundary store writes): encode_blob's bytes exactly, the
+    tensors placed straight into the writer's buffer; a transposed (non-contiguous) tensor
+    is written by value."""
+    state = _state()
+    state["weights/t"] = torch.randn(4, 6).t()
+    files.DirectWriter().write_tensors(tmp_path / "s", state)
+    assert (tmp_path / "s").read_bytes() == encode_blob(state)
+
+
+def test_tensors_of_any_dtype_read_back_the_same(tmp_path: Path) -> None:
+    state = {
+        **_state(),
+        "i8": torch.tensor([-3, 4], dtype=torch.int8),
+        "flag": torch.tensor([True, False, True]),
+        "bf": torch.randn(9).bfloat16(),
+        "f64": torch.randn(2, 2, dtype=torch.float64),
+        "i64": torch.arange(3),
+    }
+    path = tmp_path / "mixed"
+    files.DirectWriter().write_tensors(path, state)
+    back = decode_blob(path.read_bytes(), max_bytes=1 << 20)
+    assert set(back) == set(state)
+    assert all(back[k].dtype == t.dtype and torch.equal(back[k], t) for k, t in state.items())
+    assert hash_state_dict(back) == hash_state_dict(state)

@@ -134,7 +134,7 @@ class BoundaryStore:
         writer, direct = self._writer, self._direct
 
         def write(path: Path, state: dict[str, Tensor]) -> None:
-            direct.write(path, encode_blob(state))  # O_DIRECT: the states' writes cost no CPU
+            direct.write_tensors(path, state)  # O_DIRECT, the blob made in its buffer
 
         def keep(boundary: Boundary, state: dict[str, Tensor]) -> None:
             while len(self._writes) >= WRITES_IN_FLIGHT:
@@ -173,8 +173,8 @@ class BoundaryStore:
         if missing:
             raise TrainerError(f"round {round}: boundary states {missing} were not written")
         if base is not None:
-            DirectWriter().write(
-                folder / SKETCH_BASE_FILE, encode_blob({WEIGHTS + n: t for n, t in base.items()})
+            DirectWriter().write_tensors(
+                folder / SKETCH_BASE_FILE, {WEIGHTS + n: t for n, t in base.items()}
             )
         doc = {"round": round, "root": "0x" + trace.root.hex(),
                "boundaries": [b.to_json() for b in trace.boundaries]}  # fmt: skip
