@@ -94,23 +94,32 @@ class DirectWriter:
                 raise
 
     def _write_direct(self, tmp: Path, buffer: mmap.mmap, size: int) -> bool:
-        """The buffer's first ``size`` bytes through O_DIRECT; False (nothing written) where the
-        filesystem refuses it."""
+        """The buffer's first ``size`` bytes through O_DIRECT; False (the temporary to be
+        written again through the cache) where the filesystem refuses it, at the open or at
+        the first write."""
         padded = -(-size // ALIGN) * ALIGN
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
         except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-            log.info("%s: the filesystem refuses O_DIRECT, writing through the cache", tmp.parent)
-            self.direct = False
-            return False
+            return self._refused(tmp, exc)
         try:
             with memoryview(buffer)[:padded] as out:
                 done = 0
                 while done < padded:
-                    done += os.write(fd, out[done:])
+                    try:
+                        done += os.write(fd, out[done:])
+                    except OSError as exc:
+                        if done:
+                            raise
+                        return self._refused(tmp, exc)
             os.ftruncate(fd, size)
         finally:
             os.close(fd)
         return True
+
+    def _refused(self, tmp: Path, exc: OSError) -> bool:
+        if exc.errno != errno.EINVAL:
+            raise exc
+        log.info("%s: the filesystem refuses O_DIRECT, writing through the cache", tmp.parent)
+        self.direct = False
+        return False

@@ -47,6 +47,25 @@ def test_a_filesystem_that_refuses_o_direct_gets_the_bytes_through_the_cache(
     assert (tmp_path / "a").read_bytes() == data and not writer.direct
 
 
+def test_a_filesystem_that_refuses_the_first_direct_write_gets_it_through_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = os.write
+    refused: list[int] = []
+
+    def refusing(fd: int, data: bytes) -> int:
+        if not refused:  # the first write is the O_DIRECT one
+            refused.append(fd)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", refusing)
+    writer = files.DirectWriter()
+    data = os.urandom(10_000)
+    writer.write(tmp_path / "b", data)
+    assert refused and (tmp_path / "b").read_bytes() == data and not writer.direct
+
+
 def test_a_write_that_fails_leaves_the_old_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
