@@ -197,7 +197,9 @@ def build(options: NodeOptions) -> NodeRunner:
         audit_linger_s=LINGER_S if ledger is not None else 0.0,
     )  # fmt: skip
     recovery = Recovery(run_id, cfg, settings.seed, chain=chain, ledger=ledger)
-    runner = NodeRunner(settings, Attester(key, domain, run_id, ledger), source, recovery=recovery)
+    # the attestation goes out from a sender thread: the inner steps do not wait for its upload
+    attester = Attester(key, domain, run_id, ledger, background=True)
+    runner = NodeRunner(settings, attester, source, recovery=recovery)
     runner.on_round = log_round
     return runner
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from http.server import ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -20,7 +22,7 @@ import torch
 from protocol.blobs import encode_blob
 from protocol.devnet import free_port
 from protocol.eip712 import Eip712Domain
-from protocol.errors import LedgerUnavailableError
+from protocol.errors import AttestationRejected, LedgerUnavailableError
 from protocol.keys import NodeKey
 from tests.trainer.fake_ledger import LedgerHandler
 from tests.trainer.nodes import DEV_KEYS, RUN_ID
@@ -38,6 +40,8 @@ class _Ledger(ThreadingHTTPServer):
     joins: int
     closed: set[int]  # rounds it refuses for good (round_closed)
     needs: set[int]  # rounds whose attestations must arrive before it takes a join (behind)
+    refused: set[int]  # rounds whose attestations it refuses as invalid (no retry helps)
+    gate: threading.Event | None  # attestations wait for it before they are answered
 
 
 class _Handler(LedgerHandler):
@@ -53,8 +57,13 @@ class _Handler(LedgerHandler):
                 self._answer(200, {"accepted": True})
             return
         r = int(body["attestation"]["round"])
+        if self.server.gate is not None:
+            self.server.gate.wait(30)
         if r in self.server.closed:
             self._answer(409, CLOSED)
+            return
+        if r in self.server.refused:
+            self._answer(422, {"error": {"code": "bad_signature", "message": "not its key"}})
             return
         self.server.attested.append(r)
         self._answer(202, {"id": r})
@@ -68,6 +77,7 @@ def port() -> int:
 def _serve(port: int) -> tuple[_Ledger, threading.Thread]:
     server = _Ledger(("127.0.0.1", port), _Handler)
     server.attested, server.joins, server.closed, server.needs = [], 0, set(), set()
+    server.refused, server.gate = set(), None
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     return server, thread
@@ -83,7 +93,7 @@ def up(port: int) -> Iterator[_Ledger]:
         server.server_close()
 
 
-def _attester(port: int, state: Path, **kw: float) -> Attester:
+def _attester(port: int, state: Path, **kw: Any) -> Attester:
     client = LedgerClient(f"http://127.0.0.1:{port}", retry=RetryPolicy(attempts=1))
     return Attester(KEY, DOMAIN, RUN_ID, client, journal=Journal(state), behind_poll_s=0.01, **kw)
 
@@ -167,3 +177,64 @@ def test_journal_an_outage_longer_than_the_wait_stops_the_node_naming_the_rounds
     with pytest.raises(LedgerUnavailableError, match=r"unsent rounds \[2\] stay in the journal"):
         node.join(3)
     assert unsent_rounds(tmp_path) == [2]
+
+
+def _until(done: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.01)
+
+
+def test_journal_a_background_attester_returns_before_the_ledger_answers(
+    up: _Ledger, port: int, tmp_path: Path
+) -> None:
+    """``background`` (the node's default, `coloco node run`): publish returns while the ledger
+    has not answered (the inner steps do not wait for the upload), with the round already in
+    the journal on disk; the sender delivers it, in round order, and the journal empties."""
+    up.gate = threading.Event()
+    node = _attester(port, tmp_path, background=True)
+    for r in (7, 8):
+        assert node.publish(_work(r), [KEY.address]).ledger_id is None
+    assert unsent_rounds(tmp_path) == [7, 8] and up.attested == []  # held at the ledger
+    up.gate.set()
+    _until(lambda: unsent_rounds(tmp_path) == [], "the sender delivered rounds 7 and 8")
+    assert up.attested == [7, 8] and node.acknowledged == {7: 7, 8: 8} and node.unsent() == []
+    node.close()
+
+
+def test_journal_a_refusal_the_sender_meets_is_raised_on_the_nodes_thread(
+    up: _Ledger, port: int, tmp_path: Path
+) -> None:
+    """An attestation the ledger refuses for a reason no retry changes, met by the sender
+    thread, is not swallowed: the node's next publish raises it (as a synchronous publish would
+    have), and so does its next join's flush; the round stays in the journal."""
+    up.refused = {3}
+    node = _attester(port, tmp_path, background=True)
+    node.publish(_work(3), [KEY.address])
+    _until(lambda: node._sender is not None and not node._sender.is_alive(), "the sender stopped")
+    with pytest.raises(AttestationRejected, match="bad_signature"):
+        node.publish(_work(4), [KEY.address])
+    with pytest.raises(AttestationRejected, match="bad_signature"):
+        node.join(5)
+    assert unsent_rounds(tmp_path) == [3] and up.attested == []
+
+
+def test_journal_a_publish_does_not_wait_for_a_send_in_flight(
+    up: _Ledger, port: int, tmp_path: Path
+) -> None:
+    """The sender holds round 7's submit open at the ledger; round 8's publish still returns at
+    once, journaled (the backlog is not held across a request)."""
+    up.gate = threading.Event()
+    node = _attester(port, tmp_path, background=True)
+    node.publish(_work(7), [KEY.address])
+    _until(node._sending.locked, "the sender is inside round 7's submit")
+    returned = threading.Event()
+    threading.Thread(target=lambda: (node.publish(_work(8), [KEY.address]), returned.set()),
+                     daemon=True).start()  # fmt: skip
+    assert returned.wait(10), "round 8's publish waited for round 7's request"
+    assert unsent_rounds(tmp_path) == [7, 8] and up.attested == []
+    up.gate.set()
+    _until(lambda: unsent_rounds(tmp_path) == [], "both delivered")
+    assert up.attested == [7, 8]
+    node.close()

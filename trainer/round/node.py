@@ -690,6 +690,7 @@ class NodeRunner:
             final_loss=local.inner.final_loss, bytes_sent=outcome.bytes_sent,
             base_hash=local.base_hash, result_hash=outcome.result_hash,
             eval_loss=eval_loss, signed=signed, groups_formed=self.groups_formed,
+            attested=len(self.attester.acknowledged),
         )  # fmt: skip
 
     def check_data(self, config: RunConfig) -> None:
@@ -790,8 +791,9 @@ class NodeRunner:
         attester's ``behind_wait_s``); what still is not is an error naming the rounds (exit 4),
         kept in the journal for the next start."""
         attester = self.attester
-        if attester.ledger is None or not attester.backlog:
+        if attester.ledger is None:
             return
+        attester.close()  # the sender stops; what it holds goes now (a refusal it met raises)
         attester.drain(wait_s)
         if attester.backlog:
             where = f" in the journal {attester.journal.path}" if attester.journal else ""

@@ -122,7 +122,10 @@ class NodeProgress:
         self.eval_loss = report.eval_loss
         self.peers = sum(1 for m in report.members if m.lower() != self.address.lower())
         self.rounds += 1
-        self.attested += report.signed.ledger_id is not None
+        if report.attested is not None:  # the sender may still be on its way with this one
+            self.attested = report.attested
+        else:
+            self.attested += report.signed.ledger_id is not None
         if self.earnings is not None:
             self.earnings.refresh()
         self.live.update(self._table())

@@ -96,6 +96,9 @@ class RoundReport:
     eval_loss: float | None
     signed: Signed
     groups_formed: int = 0  # process groups this node has built so far (kept while unchanged)
+    attested: int | None = None
+    """Rounds the ledger had taken from this node when this one was reported (its attestation
+    may still be on its way: trainer.round.attest's sender); None: count ``signed.ledger_id``."""
 
 
 class Runner(Protocol):
