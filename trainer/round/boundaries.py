@@ -109,6 +109,7 @@ class BoundaryStore:
         self._writer: ThreadPoolExecutor | None = None  # started by keeper, stopped by close
         self._writes: list[Future[None]] = []
         self._direct = DirectWriter()  # the writer thread's (its aligned buffer reused)
+        self._lock = threading.Lock()  # the writes in flight (the keepers of two rounds at once)
 
     def _dir(self, round: int) -> Path:
         return self.root / f"{round:08d}"
@@ -137,16 +138,23 @@ class BoundaryStore:
             direct.write_tensors(path, state)  # O_DIRECT, the blob made in its buffer
 
         def keep(boundary: Boundary, state: dict[str, Tensor]) -> None:
-            while len(self._writes) >= WRITES_IN_FLIGHT:
-                self._writes.pop(0).result()
+            while True:  # (two rounds' trace threads may keep at once: the last one's tail)
+                with self._lock:
+                    if len(self._writes) < WRITES_IN_FLIGHT:
+                        break
+                    oldest = self._writes.pop(0)
+                oldest.result()
             path = folder / f"{boundary.index:04d}.safetensors"
-            self._writes.append(writer.submit(write, path, state))
+            future = writer.submit(write, path, state)
+            with self._lock:
+                self._writes.append(future)
 
         return keep
 
     def _wait(self) -> None:
         """Wait for the states being written (raising the first write's error)."""
-        writes, self._writes = self._writes, []
+        with self._lock:
+            writes, self._writes = self._writes, []
         for future in writes:
             future.result()
 

@@ -97,7 +97,17 @@ class LocalWork:
     inner: InnerResult
     packet: Packet | None = None  # base - local in the wire format: all-reduced and committed
     residual: Tensor | None = None  # sparse format: the error feedback left for the next round
-    trace: Trace | None = None  # the boundary states' commitments (reference.trace)
+    committed: Trace | Callable[[], Trace] | None = None
+    """The boundary states' commitments (reference.trace), or the call that waits for the last
+    of them (:meth:`DiLoCo.train_local`: its trace's background thread may still hash and sketch
+    the round's last boundaries when it returns; :attr:`trace` waits then, once)."""
+
+    @property
+    def trace(self) -> Trace | None:
+        """The round's trace; the first read waits for its last commitments."""
+        if callable(self.committed):
+            self.committed = self.committed()
+        return self.committed
 
     @property
     def trace_root(self) -> bytes:
@@ -203,9 +213,9 @@ class DiLoCo:
         flat_local = self.state.layout.flatten(dict(self.model.named_parameters()))
         if sparse:  # the packet is a function of committed state (reference.trace)
             packet, left = encode_feedback(origin, flat_local, residual)
-            return LocalWork(base_hash, origin - flat_local, inner, packet, left, builder.trace())
+            return LocalWork(base_hash, origin - flat_local, inner, packet, left, builder.trace)
         packet = encode(origin, flat_local, settings.wire_format)
-        return LocalWork(base_hash, origin - flat_local, inner, packet, trace=builder.trace())
+        return LocalWork(base_hash, origin - flat_local, inner, packet, committed=builder.trace)
 
     def land_and_move(self, landing: Callable[[], None], start: Tensor) -> None:
         """Land the round in flight (``landing``: the new base into ``state.base``; it may

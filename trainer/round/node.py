@@ -280,6 +280,8 @@ class NodeRunner:
         self.model = None if self.ranks else GPT(settings.model, seed=settings.seed).to(self.device)
         self.diloco: DiLoCo | None = None
         self._upload_due: RoundCheckpoint | None = None
+        self._untraced: dict[int, tuple[LocalWork, dict[str, torch.Tensor] | None]] = {}
+        """Rounds trained whose trace the store has not recorded yet (:meth:`finish_trace`)."""
         self.state_round = -1
         self._last_members: tuple[str, ...] = ()
         self._group: RoundGroup | None = None
@@ -370,10 +372,13 @@ class NodeRunner:
                                             residual=self.residuals.before(r), keep=keep,
                                             landing=landing)  # fmt: skip
         self.residuals.made(r, local.residual)
-        if self.boundaries is not None and local.trace is not None:
-            # a round that landed the last one inside it took its sketches from the new base
+        if self.boundaries is not None:  # its trace's tail is committed while the round goes
+            # on: the store records it at the report (a round that landed the last one inside
+            # it took its sketches from the new base, which moves at the next landing: kept now)
             sketched = None if landing is None else self.diloco.state.weights()
-            self.boundaries.finish(r, local.trace, base=sketched)
+            for q in [q for q in self._untraced if q < r - 1]:  # lost: never to be attested
+                _ = self._untraced.pop(q)[0].trace  # (its trace thread done and stopped)
+            self._untraced[r] = (local, sketched)
         if boxed is not None:
             timebox.post_pace(self.rdv.board, r, local.inner)
         return spec, self.strategy.local_work(self, r, rows, local)
@@ -679,6 +684,7 @@ class NodeRunner:
             result_checkpoint=outcome.result_hash,
             trace_root=local.trace_root,
         )
+        self.finish_trace(r)
         check = self.commits.pop(r, None)
         self.commits = {k: v for k, v in self.commits.items() if k > r}
         commits = check.wires() if check is not None else []
@@ -692,6 +698,17 @@ class NodeRunner:
             eval_loss=eval_loss, signed=signed, groups_formed=self.groups_formed,
             attested=len(self.attester.acknowledged),
         )  # fmt: skip
+
+    def finish_trace(self, r: int) -> None:
+        """Record round ``r``'s trace in the boundary store (waiting for its last commitments,
+        which its trace thread made while the exchange went on) before the round is attested:
+        the ledger may ask for its boundaries once it holds the attestation."""
+        untraced = self._untraced.pop(r, None)
+        if self.boundaries is None or untraced is None:
+            return
+        local, sketched = untraced
+        if local.trace is not None:
+            self.boundaries.finish(r, local.trace, base=sketched)
 
     def check_data(self, config: RunConfig) -> None:
         """Refuse to train on data that is not the run's (``TrainingConfig.dataRoot``), before

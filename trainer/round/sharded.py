@@ -239,7 +239,7 @@ class ShardedDiLoCo:
             return LocalWork(b"", origin - flat_local, inner)
         base_hash = bytes(hash_state_dict(self.layout.unflatten(origin)))
         packet = encode(origin, flat_local, settings.wire_format)
-        return LocalWork(base_hash, origin - flat_local, inner, packet, trace=builder.trace())
+        return LocalWork(base_hash, origin - flat_local, inner, packet, committed=builder.trace())
 
     def finish_round(
         self, local: LocalWork, averager: Averager | None, settings: RoundSettings,
