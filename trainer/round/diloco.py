@@ -159,6 +159,7 @@ class DiLoCo:
         residual: Tensor | None = None,
         keep: Callable[[Boundary, dict[str, Tensor]], None] | None = None,
         landing: Callable[[], None] | None = None,
+        lazy_trace: bool = False,
     ) -> LocalWork:
         """H inner steps (or those that fit in ``budget_s``) from the base weights, or from the
         flat ``start`` (the overlap option: the newest base minus this node's progress still in
@@ -174,7 +175,11 @@ class DiLoCo:
         moves the base; it may reload the inner model, or raise: the round is lost). The
         weights trained so far then move by ``new base - start`` (reference.outer.moved), and
         the round is measured from the new base: its pseudo-gradient ``new base - local``, its
-        sketches."""
+        sketches.
+
+        ``lazy_trace`` (the node's, trainer.round.node): return without waiting for the trace's
+        last commitments (``keep`` may still be called for them); the returned work's ``trace``
+        waits on first read. Otherwise every boundary is committed and kept on return."""
         base_hash = self.base_hash()
         if start is None:
             self.sync_inner_model()
@@ -211,11 +216,12 @@ class DiLoCo:
         if landing is not None:  # measured from the base that landed (its hash: the landing's)
             origin = self.state.base
         flat_local = self.state.layout.flatten(dict(self.model.named_parameters()))
+        committed = builder.trace if lazy_trace else builder.trace()
         if sparse:  # the packet is a function of committed state (reference.trace)
             packet, left = encode_feedback(origin, flat_local, residual)
-            return LocalWork(base_hash, origin - flat_local, inner, packet, left, builder.trace)
+            return LocalWork(base_hash, origin - flat_local, inner, packet, left, committed)
         packet = encode(origin, flat_local, settings.wire_format)
-        return LocalWork(base_hash, origin - flat_local, inner, packet, committed=builder.trace)
+        return LocalWork(base_hash, origin - flat_local, inner, packet, committed=committed)
 
     def land_and_move(self, landing: Callable[[], None], start: Tensor) -> None:
         """Land the round in flight (``landing``: the new base into ``state.base``; it may

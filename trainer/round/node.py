@@ -370,7 +370,7 @@ class NodeRunner:
         with self.s.precision():
             local = self.diloco.train_local(rows, settings, on_step, budget_s=box, start=start,
                                             residual=self.residuals.before(r), keep=keep,
-                                            landing=landing)  # fmt: skip
+                                            landing=landing, lazy_trace=True)  # fmt: skip
         self.residuals.made(r, local.residual)
         if self.boundaries is not None:  # its trace's tail is committed while the round goes
             # on: the store records it at the report (a round that landed the last one inside

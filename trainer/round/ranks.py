@@ -173,9 +173,11 @@ class RankedDiLoCo(DiLoCo):
         residual: Tensor | None = None,
         keep: Callable[[Boundary, dict[str, Tensor]], None] | None = None,
         landing: Callable[[], None] | None = None,
+        lazy_trace: bool = False,
     ) -> LocalWork:
         """The ranks' inner steps from the base; rank 0's steps and boundary states go to
-        ``on_step`` and ``keep`` as they happen."""
+        ``on_step`` and ``keep`` as they happen (its trace whole on return, ``lazy_trace`` or
+        not)."""
         if budget_s is not None or start is not None or landing is not None:
             raise ConfigError(
                 "a node of several local ranks trains whole rounds from the base weights: "
