@@ -50,9 +50,7 @@ def encode_blob(sd: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | No
     tensors: dict[str, torch.Tensor] = {}
     seen: set[tuple[int, int]] = set()
     for name, tensor in sd.items():
-        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
-            raise EncodingError(f"blob: expected str -> torch.Tensor, got {name!r}: {type(tensor)}")
-        t = tensor.detach().cpu().contiguous()
+        t = _cpu_tensor(name, tensor)
         key = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
         if t.numel() and key in seen:
             t = t.clone()
@@ -62,6 +60,14 @@ def encode_blob(sd: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | No
         return bytes(_st_save(tensors, metadata=dict(metadata) if metadata else None))
     except Exception as exc:  # safetensors raises its own error types
         raise EncodingError(f"blob: safetensors could not encode the tensors: {exc}") from exc
+
+
+def _cpu_tensor(name: object, tensor: object) -> torch.Tensor:
+    """One entry of a blob's state dict, checked (a str name, a tensor), as a contiguous CPU
+    tensor."""
+    if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
+        raise EncodingError(f"blob: expected str -> torch.Tensor, got {name!r}: {type(tensor)}")
+    return tensor.detach().cpu().contiguous()
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -208,13 +214,10 @@ def blob_layout(sd: Mapping[str, torch.Tensor]) -> tuple[bytes, list[tuple[str, 
     in between)."""
     tensors: list[tuple[str, torch.Tensor]] = []
     for name, tensor in sd.items():
-        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
-            raise EncodingError(f"blob: expected str -> torch.Tensor, got {name!r}: {type(tensor)}")
-        if tensor.dtype not in _DTYPE_CODES:
-            raise EncodingError(
-                f"blob: tensor {name!r} has a dtype safetensors lacks: {tensor.dtype}"
-            )
-        tensors.append((name, tensor.detach().cpu().contiguous()))
+        t = _cpu_tensor(name, tensor)
+        if t.dtype not in _DTYPE_CODES:
+            raise EncodingError(f"blob: tensor {name!r} has a dtype safetensors lacks: {t.dtype}")
+        tensors.append((name, t))
     tensors.sort(key=lambda item: (-item[1].element_size(), item[0]))
     entries: dict[str, dict[str, Any]] = {}
     position = 0

@@ -2,7 +2,7 @@
 
 A node keeps every boundary state of its last rounds on disk (trainer.round.boundaries: 129 MB
 for a cpu10m state, 11 a round). Through the page cache each such write cost the writing
-process 0.23-0.58 s of kernel CPU on this project's machines (the copy into the cache and its
+process 0.23-0.79 s of kernel CPU on this project's machines (the copy into the cache and its
 reclaim), about 5 s a round, on cores the inner steps need. Written with ``O_DIRECT`` from a
 page-aligned buffer the same bytes cost ~0.004 s of kernel CPU (0.09 s wall: the disk's DMA).
 
@@ -83,9 +83,10 @@ class DirectWriter:
         tmp = path.with_name(path.name + ".tmp")
         with self._lock:
             try:
-                buffer = self._aligned(max(-(-size // ALIGN) * ALIGN, ALIGN))
+                padded = -(-size // ALIGN) * ALIGN
+                buffer = self._aligned(max(padded, ALIGN))
                 fill(buffer)  # (what follows the size, to the alignment, is cut by the truncate)
-                if not (self.direct and self._write_direct(tmp, buffer, size)):
+                if not (self.direct and self._write_direct(tmp, buffer, size, padded)):
                     with memoryview(buffer)[:size] as view:
                         tmp.write_bytes(view)
                 tmp.replace(path)
@@ -93,11 +94,10 @@ class DirectWriter:
                 tmp.unlink(missing_ok=True)
                 raise
 
-    def _write_direct(self, tmp: Path, buffer: mmap.mmap, size: int) -> bool:
-        """The buffer's first ``size`` bytes through O_DIRECT; False (the temporary to be
-        written again through the cache) where the filesystem refuses it, at the open or at
-        the first write."""
-        padded = -(-size // ALIGN) * ALIGN
+    def _write_direct(self, tmp: Path, buffer: mmap.mmap, size: int, padded: int) -> bool:
+        """The buffer's first ``size`` bytes through O_DIRECT (``padded``: rounded up to the
+        alignment); False (the temporary to be written again through the cache) where the
+        filesystem refuses it, at the open or at the first write."""
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
         except OSError as exc:

@@ -108,7 +108,7 @@ class BoundaryStore:
         self.max_bytes = max_bytes
         self._writer: ThreadPoolExecutor | None = None  # started by keeper, stopped by close
         self._writes: list[Future[None]] = []
-        self._direct = DirectWriter()  # the writer thread's (its aligned buffer reused)
+        self._direct = DirectWriter()  # one aligned buffer for every state and sketch base
         self._lock = threading.Lock()  # the writes in flight (the keepers of two rounds at once)
 
     def _dir(self, round: int) -> Path:
@@ -181,7 +181,7 @@ class BoundaryStore:
         if missing:
             raise TrainerError(f"round {round}: boundary states {missing} were not written")
         if base is not None:
-            DirectWriter().write_tensors(
+            self._direct.write_tensors(  # (the states' writer: its buffer, its lock)
                 folder / SKETCH_BASE_FILE, {WEIGHTS + n: t for n, t in base.items()}
             )
         doc = {"round": round, "root": "0x" + trace.root.hex(),

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from protocol.blobs import decode_blob, encode_blob
+from protocol.blobs import decode_blob
 from protocol.errors import ColocoError
 from protocol.files import DirectWriter
 
@@ -63,7 +63,7 @@ class Residuals:
             path.unlink(missing_ok=True)
             return
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._writer.write(path, encode_blob({"residual": residual, "round": torch.tensor([r])}))
+        self._writer.write_tensors(path, {"residual": residual, "round": torch.tensor([r])})
 
     def adopt(self, r: int) -> None:
         """The node now holds the state after round ``r``: keep only the residual that goes
