@@ -1,8 +1,9 @@
-"""Canonical, deterministic hash of a state dict (checkpoints and pseudo-gradient commitments).
+"""Canonical, deterministic hash of a state dict (checkpoints, boundary states, blobs and
+pseudo-gradient commitments).
 
-Byte stream fed to sha256 (all integers little-endian)::
+Byte stream fed to BLAKE3 (32-byte output; all integers little-endian)::
 
-    b"coloco.tensors.v1\\0" || u64 count
+    b"coloco.tensors.v2\\0" || u64 count
     for name in sorted(names):            # sorted by Python str order (code points)
         u32 len(name_utf8) || name_utf8
         u32 len(dtype)     || dtype       # torch dtype without "torch.", e.g. b"float32"
@@ -12,22 +13,27 @@ Byte stream fed to sha256 (all integers little-endian)::
 The tensor bytes are streamed straight from the tensor's storage (a uint8 view of a contiguous
 CPU tensor: no copy); only non-contiguous, non-CPU or big-endian-host tensors are copied first.
 bfloat16, float8 and bool are hashed as their raw bytes like every other dtype.
+
+v2 (BLAKE3) replaced v1 (the same stream under sha256): on this project's CPUs BLAKE3 hashes a
+129 MB boundary state in about 0.035 CPU s against sha256's 0.12 (SHA-NI included), and a node
+hashes a state at every trace boundary, a ledger every state an audit moves. One thread: BLAKE3
+releases the GIL, so a node's background trace hashes beside its inner steps.
 """
 
 from __future__ import annotations
 
-import hashlib
 import struct
 import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
 import torch
+from blake3 import blake3
 
 from protocol.errors import EncodingError
 from protocol.types import Bytes32
 
-MAGIC: Final = b"coloco.tensors.v1\x00"
+MAGIC: Final = b"coloco.tensors.v2\x00"
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -78,14 +84,14 @@ def tensor_bytes(name: str, tensor: torch.Tensor) -> memoryview:
 
 
 def hash_state_dict(sd: Mapping[str, torch.Tensor]) -> Bytes32:
-    """sha256 of the canonical byte stream of ``sd`` (see module docstring): 32 bytes."""
+    """BLAKE3 of the canonical byte stream of ``sd`` (see module docstring): 32 bytes."""
     if not isinstance(sd, Mapping):
         raise EncodingError(f"state dict: expected a mapping of name -> tensor, got {type(sd)}")
     names = list(sd)
     for name in names:
         if not isinstance(name, str):
             raise EncodingError(f"state dict: tensor names must be str, got {name!r}")
-    h = hashlib.sha256(MAGIC + struct.pack("<Q", len(names)))
+    h = blake3(MAGIC + struct.pack("<Q", len(names)), max_threads=1)
     for name in sorted(names):
         data = tensor_bytes(name, sd[name])
         h.update(_header(name, sd[name], data.nbytes))
