@@ -178,12 +178,35 @@ class SegmentError:
         return max(self.weights, self.exp_avg, self.exp_avg_sq)
 
 
-def _norm(tensors: Iterable[Tensor]) -> float:
-    """The L2 norm of ``tensors`` taken together, each one's squares summed in float64."""
-    total = 0.0
-    for t in tensors:
-        total += float(torch.linalg.vector_norm(t.detach(), dtype=torch.float64)) ** 2
+def _norm(pairs: Iterable[tuple[Tensor, Tensor | None]]) -> float:
+    """The L2 norm of the differences ``a - b`` of ``pairs`` (of ``a`` where ``b`` is None)
+    taken together: each difference in the tensors' own dtype, its squares summed in float64.
+    CPU fp32 pairs run the native kernel (reference.codec.native.sq_diff: one pass, no
+    temporary; the same sum up to its order) unless ``COLOCO_CODEC`` asks for torch."""
+    total, native_ok = 0.0, None
+    for a, b in pairs:
+        if native_ok is None:
+            native_ok = _native_sums(a)
+        if native_ok and _plain(a) and (b is None or (_plain(b) and b.shape == a.shape)):
+            from reference.codec import native
+
+            total += native.sq_diff(a, b)
+        else:
+            d = a.detach() if b is None else a.detach() - b.detach()
+            total += float(torch.linalg.vector_norm(d, dtype=torch.float64)) ** 2
     return math.sqrt(total)
+
+
+def _plain(t: Tensor) -> bool:
+    return t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous()
+
+
+def _native_sums(t: Tensor) -> bool:
+    """Whether :func:`_norm` sums on the native kernel here (built, and not refused by
+    ``COLOCO_CODEC``)."""
+    from reference.codec.backend import resolve_backend
+
+    return t.device.type == "cpu" and resolve_backend(t.device) == "native"
 
 
 def _rel(state: Mapping[str, Tensor], other: Mapping[str, Tensor], keys: list[str],
@@ -193,7 +216,7 @@ def _rel(state: Mapping[str, Tensor], other: Mapping[str, Tensor], keys: list[st
     squares summed in float64, so the error reads the same as a float64 difference would, at a
     quarter of the memory traffic and no concatenated copy. A NaN or an infinity anywhere (a
     difference that overflows float32 included) makes it infinite."""
-    moved = _norm(state[k] - other[k] for k in keys)
+    moved = _norm((state[k], other[k]) for k in keys)
     if not math.isfinite(moved):
         return math.inf
     return moved / scale if scale > 0 else (0.0 if moved == 0 else math.inf)
@@ -201,7 +224,7 @@ def _rel(state: Mapping[str, Tensor], other: Mapping[str, Tensor], keys: list[st
 
 def _ratio(diff: Tensor, scale: Tensor) -> float:
     """``|diff| / |scale|`` of two sketch vectors (float64 norms); infinite where not finite."""
-    num, den = _norm([diff]), _norm([scale])
+    num, den = _norm([(diff, None)]), _norm([(scale, None)])
     if not math.isfinite(num):
         return math.inf
     return num / den if den > 0 else (0.0 if num == 0 else math.inf)
@@ -244,11 +267,12 @@ def segment_error(
         )
     weights = sorted(k for k in replayed_end if k.startswith("weights/"))
     parts: dict[str, float] = {}
-    moved = _norm(replayed_end[k] - start[k] for k in weights)
+    moved = _norm((replayed_end[k], start[k]) for k in weights)
     parts["weights"] = _rel(claimed_end, replayed_end, weights, moved)
     for moment in ("exp_avg", "exp_avg_sq"):
         keys = sorted(k for k in replayed_end if k.startswith("adam/") and k.endswith("/" + moment))
-        parts[moment] = _rel(claimed_end, replayed_end, keys, _norm(replayed_end[k] for k in keys))
+        scale = _norm((replayed_end[k], None) for k in keys)
+        parts[moment] = _rel(claimed_end, replayed_end, keys, scale)
     return SegmentError(parts["weights"], parts["exp_avg"], parts["exp_avg_sq"])
 
 

@@ -95,6 +95,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     u64 = ctypes.c_uint64
     lib.coloco_count_sketch.argtypes = [ctypes.POINTER(p), p, i64, i64, i64, u64, u64, i64, p]
     lib.coloco_count_sketch.restype = None
+    lib.coloco_sq_diff.argtypes = [p, p, i64]
+    lib.coloco_sq_diff.restype = ctypes.c_double
 
 
 def load() -> ctypes.CDLL | None:
@@ -215,3 +217,10 @@ def count_sketch(
     a, b = seed
     lib.coloco_count_sketch(xs, _ptr(sub), len(parts), n, start, a, b, buckets, _ptr(sums))
     return sums
+
+
+def sq_diff(a: torch.Tensor, b: torch.Tensor | None) -> float:
+    """The float64 sum of squares of ``a - b`` (of ``a`` when ``b`` is None) over two contiguous
+    CPU fp32 tensors of one size, each difference in fp32 as torch's ``a - b``: one pass, no
+    temporary (the caller checks dtype, device, layout and size)."""
+    return float(require().coloco_sq_diff(_ptr(a), _ptr(b), a.numel()))

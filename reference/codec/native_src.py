@@ -256,4 +256,36 @@ void coloco_count_sketch(const float *const *xs, const float *restrict sub, int6
         }
     }
 }
+
+/* The sum of squares of a[i] - b[i] (of a[i] when b is NULL), each difference taken in fp32
+   (as torch's a - b) and squared and summed in float64: the square of
+   torch.linalg.vector_norm(a - b, dtype=torch.float64) up to the order of the float64 sum (8
+   lanes, then the lanes in order), in one pass and no temporary. A NaN, or a difference that
+   overflows fp32, makes it NaN or infinite, as torch's. */
+#define SQ_LANES 8
+double coloco_sq_diff(const float *restrict a, const float *restrict b, int64_t n) {
+    double acc[SQ_LANES] = {0};
+    int64_t i = 0;
+    if (b) {
+        for (; i + SQ_LANES <= n; i += SQ_LANES)
+            for (int l = 0; l < SQ_LANES; l++) {
+                double d = (double)(a[i + l] - b[i + l]);
+                acc[l] += d * d;
+            }
+        for (; i < n; i++) {
+            double d = (double)(a[i] - b[i]);
+            acc[0] += d * d;
+        }
+    } else {
+        for (; i + SQ_LANES <= n; i += SQ_LANES)
+            for (int l = 0; l < SQ_LANES; l++) {
+                double d = (double)a[i + l];
+                acc[l] += d * d;
+            }
+        for (; i < n; i++) acc[0] += (double)a[i] * (double)a[i];
+    }
+    double total = 0.0;
+    for (int l = 0; l < SQ_LANES; l++) total += acc[l];
+    return total;
+}
 """

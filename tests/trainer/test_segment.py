@@ -3,6 +3,7 @@ tolerance on 1 and 2 threads, and the cheats a segment holds caught."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import pytest
@@ -178,3 +179,40 @@ def test_segment_error_reads_any_float_dtype_exactly(states: list[State]) -> Non
         moved = rep - torch.cat([start[k].double().reshape(-1) for k in keys])
         expected = float((by_key - rep).norm()) / float(moved.norm())
         assert segment_error(claimed, end, start).weights == pytest.approx(expected, rel=1e-7)
+
+
+def test_the_native_sums_read_as_torchs(
+    states: list[State], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """segment_error on the native kernel (reference.codec.native.sq_diff) and on torch's
+    float64 norms agree to the float64 sum's order (1e-12), on a real segment with a claimed
+    state off by a little."""
+    end, start = states[1], states[0]
+    g = torch.Generator().manual_seed(3)
+    claimed = {k: v + 1e-6 * torch.randn(v.shape, generator=g) if v.dim() else v
+               for k, v in end.items()}  # fmt: skip
+    got = {}
+    for backend in ("native", "torch"):
+        monkeypatch.setenv("COLOCO_CODEC", backend)
+        got[backend] = segment_error(claimed, end, start)
+    for part in ("weights", "exp_avg", "exp_avg_sq"):
+        native, ref = getattr(got["native"], part), getattr(got["torch"], part)
+        assert 0 < native == pytest.approx(ref, rel=1e-12), part
+
+
+def test_the_native_sum_takes_each_difference_in_float32() -> None:
+    """The kernel's difference is fp32's, as torch's ``a - b``: one that overflows fp32 is
+    infinite (a float64 difference would not be), a NaN stays NaN, and a length that is no
+    multiple of its 8 lanes sums every element."""
+    from reference.codec import native
+
+    if native.load() is None:
+        pytest.skip("no C compiler: the native kernels are not built here")
+    big = torch.tensor([3e38, 1.0, 2.0])
+    assert native.sq_diff(big, -big) == float("inf")
+    assert math.isnan(native.sq_diff(torch.tensor([float("nan"), 1.0]), None))
+    for n in (1, 7, 8, 9, 1001):
+        a, b = torch.randn(n), torch.randn(n)
+        ref = float(((a - b).double() ** 2).sum())
+        assert native.sq_diff(a, b) == pytest.approx(ref, rel=1e-12), n
+        assert native.sq_diff(a, None) == pytest.approx(float((a.double() ** 2).sum()), rel=1e-12)
