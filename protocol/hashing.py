@@ -75,12 +75,19 @@ def tensor_bytes(name: str, tensor: torch.Tensor) -> memoryview:
         t = t.contiguous()
     if t.numel() == 0:
         return memoryview(b"")
-    flat = t.reshape(-1).view(torch.uint8)
     if sys.byteorder != "little" and t.element_size() > 1:  # pragma: no cover - x86/ARM are LE
         raw = t.reshape(-1).numpy().byteswap().tobytes()
         return memoryview(raw)
-    array: Any = flat.numpy()
+    if t.dtype in _NUMPY_DTYPES:  # numpy's view of the storage, as bytes: the fewest calls
+        return memoryview(t.numpy()).cast("B")
+    array: Any = t.reshape(-1).view(torch.uint8).numpy()  # bfloat16, float8: no numpy dtype
     return memoryview(array)
+
+
+_NUMPY_DTYPES: Final = frozenset({
+    torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128, torch.bool,
+    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+})  # fmt: skip
 
 
 def hash_state_dict(sd: Mapping[str, torch.Tensor]) -> Bytes32:
