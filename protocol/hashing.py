@@ -78,9 +78,11 @@ def tensor_bytes(name: str, tensor: torch.Tensor) -> memoryview:
     if sys.byteorder != "little" and t.element_size() > 1:  # pragma: no cover - x86/ARM are LE
         raw = t.reshape(-1).numpy().byteswap().tobytes()
         return memoryview(raw)
+    array: Any
     if t.dtype in _NUMPY_DTYPES:  # numpy's view of the storage, as bytes: the fewest calls
-        return memoryview(t.numpy()).cast("B")
-    array: Any = t.reshape(-1).view(torch.uint8).numpy()  # bfloat16, float8: no numpy dtype
+        array = t.numpy()
+        return memoryview(array).cast("B")
+    array = t.reshape(-1).view(torch.uint8).numpy()  # bfloat16, float8: no numpy dtype
     return memoryview(array)
 
 
