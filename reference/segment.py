@@ -183,13 +183,14 @@ def _norm(pairs: Iterable[tuple[Tensor, Tensor | None]]) -> float:
     taken together: each difference in the tensors' own dtype, its squares summed in float64.
     CPU fp32 pairs run the native kernel (reference.codec.native.sq_diff: one pass, no
     temporary; the same sum up to its order) unless ``COLOCO_CODEC`` asks for torch."""
+    from reference.codec import native
+    from reference.codec.backend import resolve_backend
+
     total, native_ok = 0.0, None
     for a, b in pairs:
-        if native_ok is None:
-            native_ok = _native_sums(a)
+        if native_ok is None:  # the backend is chosen once, on the first tensor's device
+            native_ok = a.device.type == "cpu" and resolve_backend(a.device) == "native"
         if native_ok and _plain(a) and (b is None or (_plain(b) and b.shape == a.shape)):
-            from reference.codec import native
-
             total += native.sq_diff(a, b)
         else:
             d = a.detach() if b is None else a.detach() - b.detach()
@@ -199,14 +200,6 @@ def _norm(pairs: Iterable[tuple[Tensor, Tensor | None]]) -> float:
 
 def _plain(t: Tensor) -> bool:
     return t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous()
-
-
-def _native_sums(t: Tensor) -> bool:
-    """Whether :func:`_norm` sums on the native kernel here (built, and not refused by
-    ``COLOCO_CODEC``)."""
-    from reference.codec.backend import resolve_backend
-
-    return t.device.type == "cpu" and resolve_backend(t.device) == "native"
 
 
 def _rel(state: Mapping[str, Tensor], other: Mapping[str, Tensor], keys: list[str],
