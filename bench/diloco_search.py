@@ -1,6 +1,7 @@
 """A small search over bench.diloco's settings, on the validation half only.
 
-    python -m bench.diloco_search [--seeds 0,1,2] [--jobs 2] ARM [ARM ...]
+    python -m bench.diloco_search [--seeds 0,1,2] [--jobs 2] [--preset cpu10m] [--corpus code]
+        ARM [ARM ...]
 
 Each ARM is ``kind`` or ``kind:key=value,key=value`` with ``kind`` one of bench.diloco's task
 kinds (fp32, int8, sparse, carried, sparse_carried) and keys from :data:`KEYS` (for example
@@ -12,7 +13,8 @@ largest k whose packets are 1,000x fewer bytes than synchronous training at this
 AdamW part's lr; ``muon_momentum``); the ``sync`` kind is the baseline itself as an arm
 (``sync:inner_opt=muon,sync_lr=6e-3``: a Muon baseline, its ratio over the AdamW one). Every arm
 runs on every seed beside the synchronous baseline at ``--sync-lr`` (bench.diloco's tuned 6e-3),
-all on the validation half (``Task(..., "val", ...)``): nothing here reads the test half, so
+all on the validation half (``Task(..., "val", ...)``) of ``--corpus`` with the ``--preset``
+model (bench.diloco --quick's tiny by default): nothing here reads the test half, so
 the settings it picks are not tuned on the reported loss. Each arm's line gives its validation
 losses, its ratios over the baseline (mean and sd) and, for the sparse kinds, its packet bytes
 (``sparse_wire_bytes``, the codec's own size function). The last line is one JSON object.
@@ -36,7 +38,7 @@ from bench.diloco import CARRIED, Setup, Task, _mean_sd
 from bench.muon import INNER_OPTS
 from bench.sparse_bits import TopkCodec, TopkSpec, fit_k
 from reference.codec.sparse import SparseSpec, sparse_wire_bytes
-from reference.model import GPT, GPTConfig
+from reference.model import GPT, PRESETS, GPTConfig
 from reference.outer import OuterConfig
 from trainer.network.comm import wire_bytes
 from trainer.round.runconfig import INNER_LR, INNER_STEPS, OUTER_LR, OUTER_MOMENTUM
@@ -222,10 +224,22 @@ def main() -> None:
                    help="the baseline's validation losses per seed from an earlier run "
                    "(skips its runs), e.g. 1.7540")  # fmt: skip
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    p.add_argument(
+        "--preset",
+        default="tiny",
+        choices=sorted(PRESETS),
+        help="the model (bench.diloco --quick's tiny; the node's governed cpu10m)",
+    )
+    p.add_argument(
+        "--corpus",
+        default="stdlib",
+        choices=("stdlib", "code"),
+        help="stdlib (the default corpus) or code (OpenZeppelin's Solidity)",
+    )
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     base = Setup(
-        model=GPTConfig.preset("tiny"), workers=4, rounds=args.rounds,
+        model=GPTConfig.preset(args.preset), workers=4, rounds=args.rounds,
         inner_steps=args.inner_steps, batch=8, inner_lr=INNER_LR,
         outer=OuterConfig(lr=OUTER_LR, momentum=OUTER_MOMENTUM),
         eval_rows=256, warm_start=200, sync_lr=args.sync_lr,
@@ -233,14 +247,14 @@ def main() -> None:
     arms = [parse_arm(a, base) for a in args.arms]
     t0 = time.perf_counter()
     tasks: list[tuple[Task, Wire]] = [
-        (Task("sync", "stdlib", "val", replace(base, seed=k)), 0) for k in args.seeds
+        (Task("sync", args.corpus, "val", replace(base, seed=k)), 0) for k in args.seeds
     ]
     known = args.sync_losses
     if known is not None and len(known) != len(args.seeds):
         raise SystemExit(f"--sync-losses needs one loss per seed {args.seeds}, got {known}")
     tasks = tasks[len(args.seeds) :] if known is not None else tasks
     for kind, s, wire in arms:
-        tasks += [(Task(kind, "stdlib", "val", replace(s, seed=k)), wire) for k in args.seeds]
+        tasks += [(Task(kind, args.corpus, "val", replace(s, seed=k)), wire) for k in args.seeds]
     if args.jobs > 1:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(args.jobs, mp_context=ctx) as ex:
@@ -278,7 +292,8 @@ def main() -> None:
         log.info("%s", row)
         rows.append(row)
     emit("diloco_search", {
-        "split": "val", "seeds": args.seeds, "rounds": args.rounds,
+        "split": "val", "preset": args.preset, "corpus": args.corpus, "seeds": args.seeds,
+        "rounds": args.rounds,
         "inner_steps": args.inner_steps, "sync_lr": args.sync_lr,
         "sync_val_losses": [round(x, 4) for x in sync], "arms": rows,
         "sync_bytes_per_round_per_rank": sent[0] // args.rounds,
