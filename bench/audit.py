@@ -497,9 +497,16 @@ class OneStep:
     honest: list[float] = field(default_factory=list)
     cheats: dict[str, list[float]] = field(default_factory=dict)
     check_cpu: list[float] = field(default_factory=list)
-    """Process CPU of one whole ``coloco audit`` check: the three blobs decoded, each hashed
-    to its name, the replay model built (a fresh process has none), the step replayed and
-    compared (reference.verdict.recheck)."""
+    """Process CPU of one whole ``coloco audit`` check of a fraud verdict (the step at lr x 0.9,
+    the smallest cheat; the kind of verdict a fraud record publishes): the three blobs decoded,
+    each hashed to its name, the step's top replayed and compared (reference.verdict.recheck,
+    reference.confirm)."""
+    full_cpu: list[float] = field(default_factory=list)
+    """The same for an honest step's verdict that holds: the whole step replayed on a model
+    built for it (a fresh process has none)."""
+    refute_cpu: list[float] = field(default_factory=list)
+    """The same for a false verdict against an honest step (a lying ledger's): the top, which
+    does not confirm it, then the whole step."""
     step_cpu: list[float] = field(default_factory=list)
     """Of which ``reference.bisect.check_step`` alone (the model already built)."""
     round_cpu: list[float] = field(default_factory=list)
@@ -540,8 +547,9 @@ def _one_step_errors(  # noqa: PLR0917
     for s in range(n):
         batch = segment_rows(rows, s, 1, setup.batch)
         one = step_config(step_cfg, s)
-        out.check_cpu.append(_whole_check(states[s], states[s + 1], batch, one, cfg, s,
-                                          setup.ledger_threads))  # fmt: skip
+        for holds, spent in ((True, out.full_cpu), (False, out.refute_cpu)):
+            spent.append(_whole_check(states[s], states[s + 1], batch, one, cfg, s,
+                                      setup.ledger_threads, holds=holds))  # fmt: skip
         began = time.process_time()
         check = check_step(states[s], states[s + 1], batch, one, cfg,
                            tolerance=ONE_STEP_TOLERANCE, threads=setup.ledger_threads)  # fmt: skip
@@ -553,6 +561,9 @@ def _one_step_errors(  # noqa: PLR0917
         slow = dataclasses.replace(one, lr=one.lr * 0.9)
         wrong = replay_segment(states[s], batch, slow, cfg, threads=threads)
         out.cheats.setdefault("lr_x0.9", []).append(segment_error(wrong, rep, states[s]).value)
+        fraud = _whole_check(states[s], wrong, batch, one, cfg, s, setup.ledger_threads,
+                             holds=False, cheat=True)  # fmt: skip
+        out.check_cpu.append(fraud)
 
 
 def _node_round(
@@ -586,11 +597,17 @@ def _whole_check(  # noqa: PLR0917
     cfg: GPTConfig,
     step: int,
     threads: int,
+    *,
+    holds: bool,
+    cheat: bool = False,
 ) -> float:
     """Process CPU of ``coloco audit``'s check of one verdict from its three blobs' bytes (what
     it fetches): decoding them, :func:`reference.verdict.recheck` (each blob hashed to the name
-    the evidence gives, the one step replayed on a model built for it: the thread's cached
-    replay model is dropped first, as a fresh process has none, and the error)."""
+    the evidence gives; a verdict that differs (``holds`` False) replayed first on the step's
+    top, reference.confirm; the whole step replayed on a model built for it when the top does
+    not confirm it: the thread's cached replay model is dropped first, as a fresh process has
+    none; the error). The re-check must agree with the states: a ``cheat``'s verdict confirmed
+    on the top, an honest step holding."""
     from protocol.blobs import encode_blob, tensors_of_buffer
     from protocol.hashing import hash_state_dict
     from reference import segment
@@ -604,7 +621,7 @@ def _whole_check(  # noqa: PLR0917
         before=before_h, after=after_h, batch=batch_h, model=cfg.to_dict(),
         inner={"batch_size": one.batch_size, "betas": list(one.betas), "eps": one.eps,
                "weight_decay": one.weight_decay, "grad_clip": one.grad_clip},
-        error={}, tolerance=ONE_STEP_TOLERANCE, holds=True,
+        error={}, tolerance=ONE_STEP_TOLERANCE, holds=holds,
     )  # fmt: skip
     segment._MODELS.__dict__.clear()  # a fresh `coloco audit` process builds its model
     began = time.process_time()
@@ -612,7 +629,7 @@ def _whole_check(  # noqa: PLR0917
                    lambda h: tensors_of_buffer(memoryview(named[h]), max_bytes=len(named[h])),
                    threads=threads)  # fmt: skip
     spent = time.process_time() - began
-    assert done.holds, done.to_json()
+    assert (not done.holds and done.scope == "top") if cheat else done.holds, done.to_json()
     return spent
 
 
@@ -846,19 +863,24 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
 
 
 def _verdict_cost(one_step: OneStep, h: int) -> dict[str, float | None]:
-    """One verdict re-checked (`coloco audit`, the whole check) over the node's round (H steps
-    and its trace); the same over the H bare steps; and the one-step replay alone
-    (``check_step``, the model built) over the round."""
+    """One fraud verdict re-checked (`coloco audit`, the whole check: the step's top) over the
+    node's round (H steps and its trace); the same over the H bare steps; an honest step's
+    verdict (the whole step) and a false verdict refuted (the top, then the whole step) over
+    the round; and the one-step replay alone (``check_step``, the model built) over it."""
     if not one_step.check_cpu:
         return {"verdict_cost_ratio": None, "verdict_cost_ratio_bare_steps": None,
+                "verdict_full_cost_ratio": None, "verdict_refute_cost_ratio": None,
                 "verdict_step_ratio": None, "verdict_cost_ratio_model": 1 / h}  # fmt: skip
-    check = sum(one_step.check_cpu) / len(one_step.check_cpu)  # means, as the round's is
-    step = sum(one_step.step_cpu) / len(one_step.step_cpu)
-    round_cpu = sum(one_step.round_cpu) / len(one_step.round_cpu)
-    steps_cpu = sum(one_step.steps_cpu) / len(one_step.steps_cpu)
+    check, full, refute, step, round_cpu, steps_cpu = (
+        sum(v) / len(v)  # means, as the round's is
+        for v in (one_step.check_cpu, one_step.full_cpu, one_step.refute_cpu, one_step.step_cpu,
+                  one_step.round_cpu, one_step.steps_cpu)
+    )  # fmt: skip
     return {
         "verdict_cost_ratio": check / round_cpu,
         "verdict_cost_ratio_bare_steps": check / steps_cpu,
+        "verdict_full_cost_ratio": full / round_cpu,
+        "verdict_refute_cost_ratio": refute / round_cpu,
         "verdict_step_ratio": step / round_cpu,
         "verdict_cost_ratio_model": 1 / h,
     }
@@ -895,6 +917,8 @@ def _verdict_only(
         "one_step_honest_penalised": sum(e > ONE_STEP_TOLERANCE for e in one_step.honest),
         "one_step_smallest_cheat": min(min(v) for v in one_step.cheats.values()),
         "check_cpu_s_mean": sum(one_step.check_cpu) / len(one_step.check_cpu),
+        "full_check_cpu_s_mean": sum(one_step.full_cpu) / len(one_step.full_cpu),
+        "refute_cpu_s_mean": sum(one_step.refute_cpu) / len(one_step.refute_cpu),
         "round_cpu_s": sum(one_step.round_cpu) / len(one_step.round_cpu),
         "bare_steps_cpu_s": sum(one_step.steps_cpu) / len(one_step.steps_cpu),
         **_verdict_cost(one_step, setup.inner_steps),

@@ -521,6 +521,14 @@ def audit_command(  # noqa: PLR0917 - typer options
             "step; 0: torch's default, sooner on a large model)",
         ),
     ] = 1,
+    full_step: Annotated[
+        bool,
+        typer.Option(
+            "--full-step",
+            help="re-check a verdict that differs on the whole step, not first on the step's "
+            "top (the last block and the final norm, which confirm most cheats sooner)",
+        ),
+    ] = False,
 ) -> None:
     """Replay a sample of a run's paid rounds on CPU; exit 1 if one does not match. With a
     fraud record's id or an evidence file: re-check its one-step verdict (exit 1: the step
@@ -532,7 +540,7 @@ def audit_command(  # noqa: PLR0917 - typer options
         from coloco_cli.verdict import check_verdict
 
         url = resolve(rpc_url, ledger_url, deployment).ledger_url
-        check_verdict(target, url, json_out=json_out, threads=threads or None)
+        check_verdict(target, url, json_out=json_out, threads=threads or None, full=full_step)
         return
     if run_id is None:
         raise ConfigError(

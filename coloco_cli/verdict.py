@@ -61,8 +61,11 @@ def load_evidence(target: str, http: httpx.Client) -> dict[str, Any]:
     return doc
 
 
-def check_verdict(target: str, ledger_url: str, *, json_out: bool, threads: int | None) -> None:
-    """Fetch ``target``'s evidence and blobs, replay its step, print the verdict."""
+def check_verdict(
+    target: str, ledger_url: str, *, json_out: bool, threads: int | None, full: bool = False
+) -> None:
+    """Fetch ``target``'s evidence and blobs, replay its step (a verdict that differs: the
+    step's top first, reference.confirm; ``full``: the whole step), print the verdict."""
     from protocol.blobs import tensors_of_buffer
     from reference.verdict import Evidence, recheck
 
@@ -78,7 +81,7 @@ def check_verdict(target: str, ledger_url: str, *, json_out: bool, threads: int 
     try:
         with httpx.Client(base_url=ledger_url, timeout=60) as http:
             evidence = Evidence.from_json(load_evidence(target, http))
-            out = recheck(evidence, fetch, threads=threads)
+            out = recheck(evidence, fetch, threads=threads, full=full)
     except httpx.HTTPError as exc:
         raise LedgerUnavailableError(
             f"ledger at {ledger_url} does not answer ({exc.__class__.__name__}): start it or "
@@ -100,6 +103,13 @@ def check_verdict(target: str, ledger_url: str, *, json_out: bool, threads: int 
                        f"{doc['tolerance']:g})")  # fmt: skip
         if not doc["agrees_with_ledger"]:
             typer.echo(f"the ledger's verdict was {doc['ledger_said']}: this replay disagrees")
-        typer.echo(f"one inner step, {doc['cpu_seconds']:.2f} CPU s")
+        if out.scope == "top":
+            typer.echo(
+                f"confirmed on the step's top (the last block and the final norm, "
+                f"{doc['params_replayed']:,} parameters, threshold {doc['tolerance']:g}), "
+                f"{doc['cpu_seconds']:.2f} CPU s; --full-step replays the whole step"
+            )
+        else:
+            typer.echo(f"one inner step, {doc['cpu_seconds']:.2f} CPU s")
     if not out.holds:
         raise typer.Exit(1)

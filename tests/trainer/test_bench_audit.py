@@ -67,8 +67,9 @@ def test_the_audit_bench_separates_honest_segments_from_cheats(tmp_path: Path) -
 @pytest.mark.slow
 def test_the_verdict_part_measures_the_whole_coloco_audit_check() -> None:
     """`python -m bench.audit --verdict`: one tiny round's one-step checks, what the whole
-    `coloco audit` check costs against the node's round (with its trace) and against the bare
-    steps, and the step's replay alone (docs/ledger.md, "One-step verdicts")."""
+    `coloco audit` check of a fraud verdict (on the step's top), of an honest step's and of a
+    false verdict costs against the node's round (with its trace) and against the bare steps,
+    and the step's replay alone (docs/ledger.md, "One-step verdicts")."""
     done = subprocess.run(
         [sys.executable, "-m", "bench.audit", "--verdict", "--checks", "10"],
         capture_output=True, text=True, timeout=900, check=True,
@@ -78,6 +79,9 @@ def test_the_verdict_part_measures_the_whole_coloco_audit_check() -> None:
     assert summary["one_step_smallest_cheat"] > 10 * summary["one_step_tolerance"]
     model = summary["verdict_cost_ratio_model"]
     assert model == 1 / 50
-    # the whole check costs more than the step's replay alone (hashing, building the model)
-    assert 0 < summary["verdict_step_ratio"] < summary["verdict_cost_ratio"] < 5 * model
+    # the whole check of an honest step costs more than the step's replay alone (hashing,
+    # building the model); a fraud verdict, confirmed on the step's top, less than that
+    assert 0 < summary["verdict_step_ratio"] < summary["verdict_full_cost_ratio"] < 5 * model
+    assert 0 < summary["verdict_cost_ratio"] < summary["verdict_full_cost_ratio"]
     assert 0 < summary["verdict_cost_ratio_bare_steps"] < 5 * model
+    assert summary["verdict_refute_cost_ratio"] > 0
