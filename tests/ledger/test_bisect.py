@@ -152,7 +152,7 @@ def test_a_skipped_step_is_named_and_rechecked_by_coloco_audit(
     monkeypatch.chdir(tmp_path)
     for var in ("COLOCO_CONFIG", "COLOCO_LEDGER_URL"):
         monkeypatch.delenv(var, raising=False)
-    (by_id, as_json, by_file) = doc_lines()
+    (by_id, as_json, by_file, whole) = doc_lines()
     with serving(ledger) as url:
         served = client.get(f"/v1/frauds/{fraud_id}/verdict").json()
         Path("evidence.json").write_text(json.dumps(served["evidence"]))
@@ -160,10 +160,15 @@ def test_a_skipped_step_is_named_and_rechecked_by_coloco_audit(
         out = runner.invoke(app, [*args, "--ledger-url", url])
         assert out.exit_code == 1, out.output
         assert f"differs: round 1 node {nodes[0].address}, step {skip}" in out.output
+        assert "confirmed on the step's top" in out.output  # a skipped step: the top suffices
         out = runner.invoke(app, [*[a.replace("FRAUD_ID", str(fraud_id)) for a in as_json[1:]],
                                   "--ledger-url", url])  # fmt: skip
         doc = json.loads(out.output.strip().splitlines()[-1])
         assert doc["verdict"] == "differs" and doc["step"] == skip and doc["agrees_with_ledger"]
+        assert doc["scope"] == "top"
+        out = runner.invoke(app, [*[a.replace("FRAUD_ID", str(fraud_id)) for a in whole[1:]],
+                                  "--ledger-url", url])  # fmt: skip
+        assert out.exit_code == 1 and "one inner step" in out.output, out.output
         out = runner.invoke(app, [*by_file[1:], "--ledger-url", url])
         assert out.exit_code == 1 and f"step {skip}" in out.output
         # an id with no bisection is named

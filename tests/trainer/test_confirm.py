@@ -119,6 +119,10 @@ def test_a_verdict_that_differs_is_rechecked_on_its_top_and_the_rest_on_the_step
     assert out.scope == "step" and not out.holds  # the whole step names it
     honest, honest_blobs = _verdict(start, rows, {}, seg_tol=0.0)
     assert recheck(honest, honest_blobs.__getitem__).scope == "step"  # holds: never the top
+    # a ledger that calls an honest step a fraud: the top does not confirm it, the step refutes it
+    false = dataclasses.replace(honest, holds=False)
+    out = recheck(false, honest_blobs.__getitem__, threads=1)
+    assert out.scope == "step" and out.holds and not out.to_json()["agrees_with_ledger"]
 
 
 def _top_count() -> int:
