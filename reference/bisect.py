@@ -14,7 +14,8 @@ boundary: trainer.round.boundaries) and narrows the interval:
 - at ``hi = lo + 1`` one step is left: its replay from the node's *own* state at ``lo`` against
   the node's own state at ``lo + 1`` is the verdict (:func:`check_step`, the one-step
   tolerance). The ledger asks for ``log2(k)`` states and replays about ``k`` steps; anyone can
-  re-check the verdict in one inner step (``coloco audit``), a ``1/H`` of the round.
+  re-check the verdict in one inner step (``coloco audit``), and a verdict that differs in a
+  fraction of one (reference.confirm: the step's top).
 
 Because every left move keeps the leftmost disagreement inside ``[lo, hi]`` and a cheat's effect
 does not vanish within a segment, the step named is the first one that differs (tests: a cheat

@@ -5,8 +5,10 @@ it, the batch of rows the step reads, the lr of that step, and the node's own cl
 it. :class:`Evidence` names them by hash (the states and the batch are blobs in the ledger's blob
 store: a state's blob id is its hash, protocol.hashing), with the model shape and the protocol's
 AdamW constants, so that anyone can fetch the three blobs and replay the one step
-(:func:`recheck`): one inner step, plus hashing the two states and building the model
-(``python -m bench.audit --verdict`` measures the whole check against the node's round).
+(:func:`recheck`): one inner step, plus hashing the two states and building the model; a
+verdict that differs is first replayed on the step's top (reference.confirm), which confirms
+the usual cheats at a third of that (``python -m bench.audit --verdict`` measures both against
+the node's round).
 
 The evidence is canonical JSON (sorted keys); its keccak is the verdict's id
 (:meth:`Evidence.hash`).
