@@ -23,7 +23,10 @@ the node's own start state. It reports:
   ``bench.audit.recheck_segment``, the one re-check both benches run):
   ``honest_failed_screen`` segments above ``SEGMENT_TOLERANCE``, ``honest_penalised`` those
   with a step above ``ONE_STEP_TOLERANCE`` (what the ledger would penalise), and
-  ``one_step_worst_honest`` the worst honest step (these and the round's first steps).
+  ``one_step_worst_honest`` the worst honest step (these and the round's first steps);
+  ``one_step_top_worst_honest`` the round's first steps read on their top (reference.confirm, which
+  confirms a fraud verdict above ``one_step_top_threshold``: ``one_step_top_confirmed_honest``
+  must be 0).
   ``--recheck-all`` re-checks every honest segment so (the smoke test's path on a CPU, where
   none fails the screen).
 
@@ -53,6 +56,7 @@ from bench import emit
 from bench.audit import recheck_segment
 from ledger.core.config import ONE_STEP_TOLERANCE, SEGMENT_TOLERANCE
 from reference.bisect import check_step, schedule_step, step_config
+from reference.confirm import CONFIRM_FACTOR, confirm_step
 from reference.inner import CARRY_STATE, InnerConfig, InnerTrainer, pinned
 from reference.model import GPT, GPTConfig
 from reference.segment import (
@@ -90,6 +94,7 @@ class Tally:
     bf16: list[float] = field(default_factory=list)
     one_step: list[float] = field(default_factory=list)
     one_step_cheat: list[float] = field(default_factory=list)
+    one_step_top: list[float] = field(default_factory=list)  # honest steps on the step's top
     rechecked: list[float] = field(default_factory=list)  # worst step of each re-checked segment
     recheck_steps: list[float] = field(default_factory=list)  # every re-checked step's error
     failed_screen: int = 0
@@ -250,6 +255,9 @@ def _one_step(
         check = check_step(state, after, batch, one, cfg, tolerance=ONE_STEP_TOLERANCE,
                            threads=LEDGER_THREADS)  # fmt: skip
         tally.one_step.append(check.error.value)
+        top = confirm_step(state, after, batch, one, cfg, tolerance=ONE_STEP_TOLERANCE,
+                           threads=LEDGER_THREADS)  # fmt: skip
+        tally.one_step_top.append(top.error.value)
         skipped = {**state, STEP: state[STEP] + 1}
         tally.one_step_cheat.append(
             check_step(state, skipped, batch, one, cfg, tolerance=ONE_STEP_TOLERANCE).error.value
@@ -316,6 +324,14 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "one_step_tolerance": ONE_STEP_TOLERANCE,
         "one_step_honest_penalised": sum(e > ONE_STEP_TOLERANCE for e in one),
         "one_step_smallest_cheat": min(one_cheat),
+        # a false fraud verdict against these honest GPU steps is never confirmed on the top
+        "one_step_top_worst_honest": max(e for t in tallies.values() for e in t.one_step_top),
+        "one_step_top_threshold": CONFIRM_FACTOR * ONE_STEP_TOLERANCE,
+        "one_step_top_confirmed_honest": sum(
+            e > CONFIRM_FACTOR * ONE_STEP_TOLERANCE
+            for t in tallies.values()
+            for e in t.one_step_top
+        ),
         "wall_s": round(time.monotonic() - began, 1),
     }
     emit("gpu_audit", summary)

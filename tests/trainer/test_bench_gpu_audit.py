@@ -33,6 +33,8 @@ def test_the_gpu_check_runs_on_cpu_and_separates_honest_from_cheats() -> None:
     assert summary["one_step_checks"] == 3 + 2 * 5 and summary["one_step_honest_penalised"] == 0
     assert summary["one_step_tolerance"] == ONE_STEP_TOLERANCE
     assert summary["one_step_smallest_cheat"] > 10 * ONE_STEP_TOLERANCE
+    assert summary["one_step_top_confirmed_honest"] == 0
+    assert summary["one_step_top_worst_honest"] < summary["one_step_top_threshold"] / 100
 
 
 def test_the_gpu_check_trains_in_the_protocols_inner_mode() -> None:
