@@ -122,9 +122,10 @@ def confirm_step(
         raise ConfigError("the state before the step lacks the top's weights or moments")
     claimed = _top_state(after, names)
     params = sum(int(start[f"weights/{n}"].numel()) for n in names)
-    if claimed is None:
-        inf = SegmentError(math.inf, math.inf, math.inf, "the claimed state lacks the top")
-        return TopCheck(inf, threshold, math.nan, params)
+    if claimed is None or any(claimed[k].shape != v.shape for k, v in start.items()):
+        why = "the claimed state lacks the top's tensors or has them in other shapes"
+        return TopCheck(SegmentError(math.inf, math.inf, math.inf, why), threshold, math.nan,
+                        params)  # fmt: skip
     previous = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
