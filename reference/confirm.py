@@ -25,7 +25,7 @@ since ``|g| >= |g_top|``), and replays the top's step with its gradients scaled 
   a fresh AdamW skipped, whose zero moments fit ``c = 0``); the caller replays the whole step
   (:func:`reference.bisect.check_step`).
 
-An honest step's top replays to rounding (its ``c`` fitted to about 1e-6), far under the
+An honest step's top replays to rounding (its ``c`` within 1e-4 of torch's), far under the
 threshold, so the top never confirms a verdict against an honest node: a false verdict costs
 the auditor the top and then the whole step to refute, a true one only the top (tests:
 tests/trainer/test_confirm.py).

@@ -218,6 +218,10 @@ def test_the_one_step_verdict_of_segment_0s_last_step_replays_the_move(
     assert parsed.moved_to == names[1] and recheck(parsed, blobs.__getitem__).holds
     bare = dataclasses.replace(parsed, moved_from="", moved_to="")  # the move left out
     assert not recheck(bare, blobs.__getitem__).holds
+    # a ledger calling it a fraud: the step's top (reference.confirm) moves as the step does,
+    # so it does not confirm it, and the whole step refutes it
+    false = recheck(dataclasses.replace(parsed, holds=False), blobs.__getitem__)
+    assert false.holds and false.scope == "step", false.to_json()
 
 
 def test_the_residual_a_bounded_round_left_is_recomputed_from_its_attested_base(
