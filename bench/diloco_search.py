@@ -212,7 +212,7 @@ def topk_spec(keys: dict[str, str], s: Setup) -> TopkSpec:
     return spec
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("arms", nargs="+", help="kind or kind:key=value,... (see the module doc)")
     p.add_argument("--seeds", type=lambda v: [int(x) for x in v.split(",")], default=[0],
@@ -236,8 +236,15 @@ def main() -> None:
         choices=("stdlib", "code"),
         help="stdlib (the default corpus) or code (OpenZeppelin's Solidity)",
     )
-    args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    return p
+
+
+def plan(
+    args: argparse.Namespace,
+) -> tuple[Setup, list[tuple[str, Setup, Wire]], list[tuple[Task, Wire]]]:
+    """The baseline's setup, the arms parsed from it, and the tasks to run (each arm on each
+    seed, after the baseline's runs unless ``--sync-losses`` gives them), all on the validation
+    half of ``--corpus`` with the ``--preset`` model."""
     base = Setup(
         model=GPTConfig.preset(args.preset), workers=4, rounds=args.rounds,
         inner_steps=args.inner_steps, batch=8, inner_lr=INNER_LR,
@@ -245,16 +252,23 @@ def main() -> None:
         eval_rows=256, warm_start=200, sync_lr=args.sync_lr,
     )  # fmt: skip
     arms = [parse_arm(a, base) for a in args.arms]
-    t0 = time.perf_counter()
-    tasks: list[tuple[Task, Wire]] = [
-        (Task("sync", args.corpus, "val", replace(base, seed=k)), 0) for k in args.seeds
-    ]
     known = args.sync_losses
     if known is not None and len(known) != len(args.seeds):
         raise SystemExit(f"--sync-losses needs one loss per seed {args.seeds}, got {known}")
-    tasks = tasks[len(args.seeds) :] if known is not None else tasks
+    tasks: list[tuple[Task, Wire]] = []
+    if known is None:
+        tasks += [(Task("sync", args.corpus, "val", replace(base, seed=k)), 0) for k in args.seeds]
     for kind, s, wire in arms:
         tasks += [(Task(kind, args.corpus, "val", replace(s, seed=k)), wire) for k in args.seeds]
+    return base, arms, tasks
+
+
+def main() -> None:
+    args = parser().parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    base, arms, tasks = plan(args)
+    known = args.sync_losses
+    t0 = time.perf_counter()
     if args.jobs > 1:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(args.jobs, mp_context=ctx) as ex:

@@ -9,7 +9,7 @@ import torch
 
 from bench import diloco
 from bench.diloco import Setup, Task
-from bench.diloco_search import SPARSE_PATH, MaskCodec, parse_arm, run_arm
+from bench.diloco_search import SPARSE_PATH, MaskCodec, parse_arm, parser, plan, run_arm
 from bench.sparse_bits import TopkSpec, ratio_vs_sync
 from reference.codec.sparse import SparseSpec
 from reference.model import GPT, GPTConfig
@@ -85,3 +85,24 @@ def test_a_topk_run_patches_the_sparse_path_only_for_its_run() -> None:
     assert same[:2] == sparse[:2]  # today's shape: the codec's values and bytes
     one_bit = run_arm(Task("topk", "stdlib", "val", SETUP), TopkSpec(256, 16, 1, "enum", 16))
     assert one_bit[0] != sparse[0] and one_bit[1] < sparse[1]
+
+
+def test_the_preset_and_the_corpus_reach_every_task() -> None:
+    """docs/trainer.md's cpu10m runs: ``--preset`` is every task's model, ``--corpus`` its
+    corpus; ``--sync-losses`` leaves the baseline's runs out, one loss a seed."""
+    args = parser().parse_args(["--preset", "cpu10m", "--corpus", "code", "--sync-lr", "3e-3",
+                                "--seeds", "0,2", "carried", "sparse_carried"])  # fmt: skip
+    base, arms, tasks = plan(args)
+    assert base.model == GPTConfig.preset("cpu10m") and base.sync_lr == 3e-3
+    assert [(t.kind, t.setup.seed) for t, _ in tasks] == [
+        ("sync", 0), ("sync", 2), ("carried", 0), ("carried", 2),
+        ("sparse_carried", 0), ("sparse_carried", 2),
+    ]  # fmt: skip
+    assert {t.corpus for t, _ in tasks} == {"code"} and {t.split for t, _ in tasks} == {"val"}
+    assert {t.setup.model for t, _ in tasks} == {GPTConfig.preset("cpu10m")}
+    assert len(arms) == 2
+    known = parser().parse_args(["--sync-losses", "2.4985", "carried"])
+    assert [t.kind for t, _ in plan(known)[2]] == ["carried"]
+    assert plan(known)[0].model == GPTConfig.preset("tiny")  # the default: --quick's model
+    with pytest.raises(SystemExit, match="one loss per seed"):
+        plan(parser().parse_args(["--sync-losses", "2.4", "--seeds", "0,1", "carried"]))
