@@ -250,12 +250,11 @@ def recheck(
         got[what] = tensors
     if BATCH not in got["batch"]:
         raise ConfigError(f"the batch blob {evidence.batch} has no {BATCH!r} tensor")
+    model_cfg = GPTConfig(**evidence.model)
+    held_by(model_cfg, got["before"])
     began = time.process_time()
     tol = evidence.tolerance if tolerance is None else tolerance
-    step = (
-        got["before"], got["after"], got["batch"][BATCH], evidence.config(),
-        GPTConfig(**evidence.model),
-    )  # fmt: skip
+    step = (got["before"], got["after"], got["batch"][BATCH], evidence.config(), model_cfg)
     move = (got["moved_from"], got["moved_to"]) if evidence.moved_to else None
     if not evidence.holds and not full:
         top = confirm_step(*step, tolerance=tol, threads=threads, move=move)
@@ -264,3 +263,24 @@ def recheck(
                            time.process_time() - began, "top", top.params)  # fmt: skip
     check = check_step(*step, tolerance=tol, threads=threads, move=move)
     return Recheck(evidence, check, time.process_time() - began)
+
+
+def held_by(model_cfg: GPTConfig, state: Mapping[str, Tensor]) -> None:
+    """Refuse a model shape that ``state`` does not hold, before anything of that shape is
+    built: the evidence names the shape and the blobs hold the tensors (each bounded by what the
+    fetch accepts), so an evidence that names a larger model than its state (a hostile ledger's:
+    a million blocks, or a width of a million) cannot make the auditor build it. Its blocks,
+    width, vocabulary, context and MLP width are read off the state's own tensors."""
+    blocks = {k.split(".")[1] for k in state if k.startswith("weights/blocks.")}
+    d, mlp = model_cfg.d_model, model_cfg.mlp_ratio * model_cfg.d_model
+    want = {
+        "weights/tok_emb.weight": (model_cfg.vocab_size, d),
+        "weights/pos_emb.weight": (model_cfg.seq_len, d),
+        "weights/blocks.0.mlp.up.weight": (mlp, d),
+    }
+    held = {k: tuple(state[k].shape) if k in state else None for k in want}
+    if len(blocks) != model_cfg.n_layer or any(held[k] != v for k, v in want.items()):
+        raise ConfigError(
+            f"the evidence's model {model_cfg.to_dict()} is not the one its state holds "
+            f"({len(blocks)} blocks, {held}): the evidence or its blobs are not a verdict's"
+        )

@@ -3,6 +3,7 @@ re-checked in one step by anyone; a blob that is not the one named is refused.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -62,3 +63,16 @@ def test_evidence_of_another_kind_is_refused() -> None:
         Evidence.from_json({"kind": "replay", "round": 1})
     with pytest.raises(ConfigError, match="lacks"):
         Evidence.from_json({"kind": "one_step_verdict", "round": 1})
+
+
+def test_an_evidence_naming_another_model_than_its_state_is_refused_before_building_it(
+    start: State, rows: torch.Tensor
+) -> None:
+    """A hostile ledger's evidence cannot make ``coloco audit`` build a model its blobs do not
+    hold (a million blocks, a width of a million: memory the auditor would run out of)."""
+    ev, blobs = _verdict(start, rows, {5: "skip"})
+    for change in ({"n_layer": 3}, {"d_model": 128}, {"mlp_ratio": 8}, {"seq_len": 128},
+                   {"n_layer": 1_000_000}, {"d_model": 1 << 20, "n_head": 1}):  # fmt: skip
+        other = dataclasses.replace(ev, model={**ev.model, **change})
+        with pytest.raises(ConfigError, match="is not the one its state holds"):
+            recheck(other, blobs.__getitem__)
