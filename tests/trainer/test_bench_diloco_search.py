@@ -4,6 +4,10 @@ node, carries what it did not send, and restores the codec once its run is over.
 
 from __future__ import annotations
 
+import re
+import shlex
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -87,9 +91,26 @@ def test_a_topk_run_patches_the_sparse_path_only_for_its_run() -> None:
     assert one_bit[0] != sparse[0] and one_bit[1] < sparse[1]
 
 
+def test_docs_cpu10m_runs_plan_the_tasks_they_name() -> None:
+    """docs/trainer.md's cpu10m runs (the ``<!-- cpu10m-search -->`` block), planned as the
+    command would (each line an hour on this machine: the plan is what a test can run)."""
+    text = (Path(__file__).parents[2] / "docs" / "trainer.md").read_text()
+    block = re.search(r"<!-- cpu10m-search -->\s*```bash\n(.*?)```", text, re.S)
+    assert block, "docs/trainer.md: no ```bash block after <!-- cpu10m-search -->"
+    corpora = []
+    for line in block.group(1).strip().splitlines():
+        words = shlex.split(line)
+        assert words[:3] == ["python", "-m", "bench.diloco_search"], line
+        _, _, tasks = plan(parser().parse_args(words[3:]))
+        assert {t.setup.model for t, _ in tasks} == {GPTConfig.preset("cpu10m")}
+        assert {t.kind for t, _ in tasks} == {"sync", "carried", "sparse_carried"}
+        corpora += [t.corpus for t, _ in tasks]
+    assert set(corpora) == {"stdlib", "code"}
+
+
 def test_the_preset_and_the_corpus_reach_every_task() -> None:
-    """docs/trainer.md's cpu10m runs: ``--preset`` is every task's model, ``--corpus`` its
-    corpus; ``--sync-losses`` leaves the baseline's runs out, one loss a seed."""
+    """``--preset`` is every task's model, ``--corpus`` its corpus; ``--sync-losses`` leaves
+    the baseline's runs out, one loss a seed."""
     args = parser().parse_args(["--preset", "cpu10m", "--corpus", "code", "--sync-lr", "3e-3",
                                 "--seeds", "0,2", "carried", "sparse_carried"])  # fmt: skip
     base, arms, tasks = plan(args)
