@@ -308,9 +308,16 @@ def moved_state(state: Mapping[str, Tensor], origin: Mapping[str, Tensor],
     """``state`` (a segment state, ``weights/<param>``) with each weight moved by ``to -
     origin`` as the bounded overlap's landing moves the node's (reference.outer.moved);
     ``origin``: a state or weights by name (the round's boundary 0), ``to`` weights by name
-    (its attested base). The rest (AdamW moments, step) stays."""
+    (its attested base). The rest (AdamW moments, step) stays. A base that lacks one of the
+    state's weights is refused: that weight would stay unmoved, and the replay would differ
+    from an honest node's moved state by the move itself."""
     from reference.outer import moved
 
+    unmoved = sorted(
+        k for k in state if k.startswith("weights/") and k.removeprefix("weights/") not in to
+    )
+    if unmoved:
+        raise ConfigError(f"the base has no {unmoved[:3]} to move the state's weights by")
     out = dict(state)
     for name, t in to.items():
         key = "weights/" + name

@@ -25,6 +25,7 @@ from ledger.judge.replay import ReplayInputs
 from ledger.judge.segments import SegmentPlan, check_entry
 from ledger.judge.sparse_check import carried_residual, check_sparse_round
 from ledger.judge.usefulness import corpus_of
+from protocol.errors import ConfigError
 from protocol.hashing import hash_state_dict
 from reference.bisect import Bisection, as_segment_state, check_step, schedule_step, step_config
 from reference.data import ShardSpec
@@ -222,6 +223,13 @@ def test_the_one_step_verdict_of_segment_0s_last_step_replays_the_move(
     # so it does not confirm it, and the whole step refutes it
     false = recheck(dataclasses.replace(parsed, holds=False), blobs.__getitem__)
     assert false.holds and false.scope == "step", false.to_json()
+    # a base blob that lacks a weight would leave it unmoved (the step would differ by the move)
+    name = next(iter(r2.base))
+    short = {k: v for k, v in r2.base.items() if k != name}
+    short_hash = "0x" + hash_state_dict(short).hex()
+    lacking = dataclasses.replace(parsed, holds=False, moved_to=short_hash)
+    with pytest.raises(ConfigError, match="the base has no"):
+        recheck(lacking, {**blobs, short_hash: short}.__getitem__)
 
 
 def test_the_residual_a_bounded_round_left_is_recomputed_from_its_attested_base(
