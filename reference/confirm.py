@@ -42,7 +42,7 @@ from torch import Tensor
 
 from protocol.errors import ConfigError
 from reference.bisect import as_segment_state
-from reference.inner import InnerConfig
+from reference.inner import InnerConfig, torch_threads
 from reference.model import GPT, GPTConfig
 from reference.segment import STEP, SegmentError, moved_state, segment_error
 
@@ -126,14 +126,9 @@ def confirm_step(
         why = "the claimed state lacks the top's tensors or has them in other shapes"
         return TopCheck(SegmentError(math.inf, math.inf, math.inf, why), threshold, math.nan,
                         params)  # fmt: skip
-    previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         replayed, clip = _replay_top(model, names, before, (start, claimed),
                                      batch[: cfg.batch_size], cfg)  # fmt: skip
-    finally:
-        torch.set_num_threads(previous)
     if move is not None:
         origin, base = move
         top_base = {n: base[n] for n in names if n in base}

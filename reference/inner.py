@@ -76,15 +76,22 @@ CARRIED_WARMUP_STEPS = 10
 
 
 @contextmanager
-def one_thread() -> Iterator[None]:
-    """Run torch on one intra-op thread inside the block (the protocol's reference computation),
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run torch on ``threads`` intra-op threads inside the block (None: the process's setting),
     then restore the process's setting."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
     try:
         yield
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(previous)
+
+
+def one_thread() -> AbstractContextManager[None]:
+    """Run torch on one intra-op thread inside the block (the protocol's reference computation),
+    then restore the process's setting."""
+    return torch_threads(1)
 
 
 # cuBLAS's deterministic workspace (torch.use_deterministic_algorithms needs one of these set

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from protocol.errors import ConfigError
-from reference.inner import InnerConfig, InnerTrainer
+from reference.inner import InnerConfig, InnerTrainer, torch_threads
 from reference.model import GPT, GPTConfig
 from reference.sketch import PREFIX as SKETCH_PREFIX
 from reference.sketch import STEP as SKETCH_STEP
@@ -146,10 +146,7 @@ def replay_segment(
     (None: the process's setting)."""
     if first_step < 0:
         raise ConfigError(f"first_step must be >= 0, got {first_step}")
-    previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         model = _replay_model(model_cfg)
         trainer = InnerTrainer(model, cfg, keep_state=True)
         opt = trainer.optimizer()
@@ -159,8 +156,6 @@ def replay_segment(
         # the weights copied (the model is this thread's next replay's), the moments handed
         # over (load_state gave this AdamW its own copies, and it is discarded here)
         return capture_state(model, opt, own_moments=True)
-    finally:
-        torch.set_num_threads(previous)
 
 
 @dataclass(frozen=True)
