@@ -294,6 +294,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     rechecked = [e for t in tallies.values() for e in t.rechecked]
     one = [e for t in tallies.values() for e in t.one_step + t.recheck_steps]
     one_cheat = [e for t in tallies.values() for e in t.one_step_cheat]
+    top = [e for t in tallies.values() for e in t.one_step_top]  # honest steps on their top
+    top_threshold = CONFIRM_FACTOR * ONE_STEP_TOLERANCE
     worst, smallest = max(honest), min(cheats)
     summary: dict[str, object] = {
         "device": device.type,
@@ -325,13 +327,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "one_step_honest_penalised": sum(e > ONE_STEP_TOLERANCE for e in one),
         "one_step_smallest_cheat": min(one_cheat),
         # a false fraud verdict against these honest GPU steps is never confirmed on the top
-        "one_step_top_worst_honest": max(e for t in tallies.values() for e in t.one_step_top),
-        "one_step_top_threshold": CONFIRM_FACTOR * ONE_STEP_TOLERANCE,
-        "one_step_top_confirmed_honest": sum(
-            e > CONFIRM_FACTOR * ONE_STEP_TOLERANCE
-            for t in tallies.values()
-            for e in t.one_step_top
-        ),
+        "one_step_top_worst_honest": max(top),
+        "one_step_top_threshold": top_threshold,
+        "one_step_top_confirmed_honest": sum(e > top_threshold for e in top),
         "wall_s": round(time.monotonic() - began, 1),
     }
     emit("gpu_audit", summary)
