@@ -103,16 +103,28 @@ def test_a_process_orphaned_during_a_test_is_found_and_stopped(tmp_path: Path) -
     subprocess.run(["bash", "-c", f"sleep 300 & echo $! > {pid_file}"], check=True)
     pid = int(pid_file.read_text())
     assert alive(pid)
-    # /proc/<pid>/environ reads empty while the forked shell execs sleep, a window a loaded
-    # machine can stretch (CI missed it once after 5 s): poll past it, and say what was read
+    # /proc/<pid>/environ reads empty while the forked shell execs sleep, and its cmdline is
+    # still the shell's until the exec, a window a loaded machine can stretch (CI missed the
+    # first once after 5 s, a fresh clone read the second once): poll past both, and say what
+    # was read
     deadline = time.monotonic() + 60
-    while pid not in {p for p, _ in reaper.tagged() - before} and time.monotonic() < deadline:
+    while (
+        pid not in {p for p, _ in reaper.tagged() - before} or not _exec_done(pid)
+    ) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert pid in {p for p, _ in reaper.tagged() - before}, _proc_facts(pid)
     stopped = reaper.stop_new(before)
     assert [s for s in stopped if s.startswith("sleep 300")], stopped
     assert wait_gone(pid, timeout=5)
     assert reaper.stop_new(before) == []  # nothing else of this test is left
+
+
+def _exec_done(pid: int) -> bool:
+    """Whether the forked shell at ``pid`` has become ``sleep`` (its cmdline says so)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep")
+    except OSError:
+        return False
 
 
 def _proc_facts(pid: int) -> str:
